@@ -1,0 +1,29 @@
+"""shardkit: make PyTorch image training stop waiting on its input.
+
+Convert an ImageFolder into WebDataset shards (:func:`shardkit.convert`),
+stream them into training with exact, shuffled, rank- and worker-split
+loading, and augment whole batches on the GPU.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import ConvertError, DataError, ManifestError, ShardkitError, StorageError
+from .manifest import Manifest, ShardInfo, SkippedFile, load_manifest, save_manifest
+from .world import World
+
+__all__ = [
+    "__version__",
+    "ConvertError",
+    "DataError",
+    "Manifest",
+    "ManifestError",
+    "ShardInfo",
+    "ShardkitError",
+    "SkippedFile",
+    "StorageError",
+    "World",
+    "load_manifest",
+    "save_manifest",
+]

@@ -1,0 +1,17 @@
+"""`shardkit convert` (not implemented yet)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "convert (not implemented yet)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import ShardkitError
+
+    raise ShardkitError("'shardkit convert' is not implemented yet")

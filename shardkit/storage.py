@@ -1,0 +1,160 @@
+"""Storage behind fsspec: URL handling, atomic writes, one place for backend errors.
+
+Local paths (and ``file://`` URLs) are handled with the standard library so the
+hot path has no fsspec overhead; every other scheme goes through fsspec, which
+is imported lazily. A missing backend (``s3fs`` for ``s3://``) is reported with
+the extra to install.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import tempfile
+from typing import IO, Any
+
+from .errors import StorageError
+
+#: scheme -> the shardkit extra that installs its fsspec backend
+BACKEND_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
+
+
+def scheme(url: str) -> str:
+    """The URL scheme (``"s3"``, ``"https"``...), or ``""`` for a local path."""
+    if "://" in url:
+        return url.split("://", 1)[0].lower()
+    if url.startswith("pipe:"):
+        return "pipe"
+    return ""
+
+
+def is_local(url: str) -> bool:
+    """True for plain paths and ``file://`` URLs."""
+    return scheme(url) in ("", "file")
+
+
+def local_path(url: str) -> str:
+    """The filesystem path of a local URL (strips ``file://``)."""
+    return url[len("file://"):] if url.startswith("file://") else url
+
+
+def join(url: str, *names: str) -> str:
+    """Join path components onto a local path or URL."""
+    if is_local(url) and not url.startswith("file://"):
+        return os.path.join(url, *names)
+    return posixpath.join(url.rstrip("/"), *names)
+
+
+def get_fs(url: str, **storage_options: Any) -> tuple[Any, str]:
+    """``(fsspec filesystem, path)`` for ``url``; clear error for a missing backend."""
+    if scheme(url) == "pipe":
+        raise StorageError(f"{url}: pipe: URLs run shell commands and are refused; use a path or fsspec URL")
+    try:
+        from fsspec.core import url_to_fs
+
+        return url_to_fs(url, **storage_options)
+    except ImportError as exc:
+        extra = BACKEND_EXTRAS.get(scheme(url))
+        hint = f"pip install 'shardkit[{extra}]'" if extra else "install the fsspec backend for this scheme"
+        raise StorageError(f"{url}: no fsspec backend for '{scheme(url)}://' ({exc}); fix: {hint}") from None
+    except ValueError as exc:
+        raise StorageError(f"{url}: unsupported URL ({exc})") from None
+
+
+def exists(url: str, **storage_options: Any) -> bool:
+    """True if a file exists at ``url``."""
+    if is_local(url):
+        return os.path.exists(local_path(url))
+    fs, path = get_fs(url, **storage_options)
+    return bool(fs.exists(path))
+
+
+def read_bytes(url: str, **storage_options: Any) -> bytes:
+    """The whole content of ``url``; :class:`StorageError` naming the URL on failure."""
+    try:
+        if is_local(url):
+            with open(local_path(url), "rb") as f:
+                return f.read()
+        fs, path = get_fs(url, **storage_options)
+        return bytes(fs.cat_file(path))
+    except FileNotFoundError:
+        raise StorageError(f"{url}: not found") from None
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise StorageError(f"{url}: cannot read ({exc})") from None
+
+
+def open_read(url: str, block_size: int = 8 << 20, **storage_options: Any) -> IO[bytes]:
+    """A binary file object for sequential reading with read-ahead.
+
+    Local files use a large OS-level buffer; remote files use fsspec's
+    ``readahead`` cache with ``block_size`` bytes per request.
+    """
+    try:
+        if is_local(url):
+            return open(local_path(url), "rb", buffering=1 << 20)
+        fs, path = get_fs(url, **storage_options)
+        return fs.open(path, "rb", block_size=block_size, cache_type="readahead")
+    except FileNotFoundError:
+        raise StorageError(f"{url}: not found") from None
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise StorageError(f"{url}: cannot open ({exc})") from None
+
+
+def makedirs(url: str, **storage_options: Any) -> None:
+    """Create a directory (no-op on object stores, where prefixes need no creation)."""
+    try:
+        if is_local(url):
+            os.makedirs(local_path(url), exist_ok=True)
+        else:
+            fs, path = get_fs(url, **storage_options)
+            fs.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"{url}: cannot create directory ({exc}); check the path and permissions") from None
+
+
+def write_atomic(url: str, data: bytes | None = None, *, src_file: str | None = None, **storage_options: Any) -> None:
+    """Make ``url`` hold ``data`` (or the content of local file ``src_file``) all at once.
+
+    Locally: write a temporary file in the same directory, fsync, rename. On
+    object storage: one complete upload, so no reader sees a partial object.
+    """
+    if (data is None) == (src_file is None):
+        raise ValueError("pass exactly one of data or src_file")
+    try:
+        if is_local(url):
+            path = local_path(url)
+            d = os.path.dirname(path) or "."
+            os.makedirs(d, exist_ok=True)
+            if src_file is not None and os.path.dirname(os.path.abspath(src_file)) == os.path.abspath(d):
+                os.replace(src_file, path)
+                return
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=d)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    if data is not None:
+                        f.write(data)
+                    else:
+                        with open(src_file, "rb") as src:  # type: ignore[arg-type]
+                            while chunk := src.read(8 << 20):
+                                f.write(chunk)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+        else:
+            fs, path = get_fs(url, **storage_options)
+            if data is not None:
+                fs.pipe_file(path, data)
+            else:
+                fs.put_file(src_file, path)
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise StorageError(f"{url}: cannot write ({exc}); check free space and permissions, then rerun") from None
