@@ -1,17 +1,129 @@
-"""`shardkit convert` (not implemented yet)."""
+"""``shardkit convert SRC DEST``: ImageFolder -> WebDataset shards (maps arguments to :func:`shardkit.convert.convert`).
+
+Also holds the storage arguments shared by ``merge``, ``info`` and ``verify``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
+import sys
+from typing import Any
 
-HELP = "convert (not implemented yet)"
+HELP = "convert an ImageFolder (or a folder of splits) into verified, resumable WebDataset shards"
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"256MB"``, ``"1GiB"``, ``"500000"`` -> bytes (decimal units; ``i`` for binary)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: use bytes or a number with KB/MB/GB/TB (KiB/MiB/... for binary)")
+    base = 1024 if m.group(3) else 1000
+    return int(float(m.group(1)) * base ** "_kmgt".index((m.group(2) or "_").lower()))
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def add_storage_arguments(p: argparse.ArgumentParser) -> None:
+    """``--endpoint-url`` and ``--storage-option KEY=VALUE`` for fsspec URLs."""
+    g = p.add_argument_group("storage (fsspec URLs)")
+    g.add_argument("--endpoint-url", default=os.environ.get("SHARDKIT_ENDPOINT_URL"),
+                   help="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: $SHARDKIT_ENDPOINT_URL)")
+    g.add_argument("--storage-option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="fsspec option (VALUE parsed as JSON when possible); repeatable, e.g. anon=true")
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    """fsspec options from the storage arguments."""
+    opts: dict[str, Any] = dict(args.storage_option)
+    if args.endpoint_url:
+        opts.setdefault("client_kwargs", {})["endpoint_url"] = args.endpoint_url
+    return opts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    pass
+    from ..convert import DEFAULT_SHARD_BYTES, Layout
+
+    p.add_argument("src", metavar="SRC", help="ImageFolder root (one folder per class) or a root of split folders")
+    p.add_argument("dest", metavar="DEST", help="output folder or fsspec URL (s3://bucket/prefix, file://...)")
+    g = p.add_argument_group("images")
+    size = g.add_mutually_exclusive_group()
+    size.add_argument("--short-side", type=int, default=256, help="resize so the shorter side is this (never upscale; default 256)")
+    size.add_argument("--max-side", type=int, default=None, help="instead: resize so the longer side is this")
+    g.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
+    g.add_argument("--max-pixels", type=int, default=100_000_000, help="skip larger images as too_many_pixels (default 100M)")
+    g = p.add_argument_group("shards")
+    g.add_argument("--shard-size", type=int, default=None, help="at most this many samples per shard")
+    g.add_argument("--shard-bytes", type=parse_size, default=DEFAULT_SHARD_BYTES,
+                   help="at most this many bytes per shard, e.g. 256MiB (default), 1GB; 0 for no byte cap")
+    g.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    g.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True,
+                   help="shuffle samples across classes before sharding (default on)")
+    g = p.add_argument_group("input")
+    g.add_argument("--layout", choices=[v.value for v in Layout], default=Layout.AUTO.value,
+                   help="auto (default), imagefolder (SRC/<class>/...) or splits (SRC/<split>/<class>/...)")
+    g.add_argument("--split", default="train", help="split name for an imagefolder SRC (default train)")
+    g.add_argument("--strict", action="store_true", help="fail on the first file that cannot be converted")
+    g = p.add_argument_group("execution")
+    g.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
+    g.add_argument("--num-tasks", type=int, default=1, help="split the work over K tasks/machines (then run 'shardkit merge')")
+    g.add_argument("--task-index", type=int, default=0, help="this task's index, 0..K-1 (e.g. $SLURM_ARRAY_TASK_ID)")
+    g.add_argument("--overwrite", action="store_true", help="replace a different conversion found at DEST")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_storage_arguments(p)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ShardkitError
+    from ..convert import ConvertOptions, ImageOptions, convert
 
-    raise ShardkitError("'shardkit convert' is not implemented yet")
+    try:
+        image = ImageOptions(
+            short_side=None if args.max_side else args.short_side, max_side=args.max_side,
+            quality=args.quality, max_pixels=args.max_pixels,
+        )
+        options = ConvertOptions(
+            image=image, seed=args.seed, shuffle=args.shuffle, shard_size=args.shard_size,
+            shard_bytes=args.shard_bytes or None, layout=args.layout, split=args.split, strict=args.strict,
+        )
+        if args.workers is not None and args.workers < 1:
+            raise ValueError("--workers must be at least 1")
+        if not 0 <= args.task_index < args.num_tasks:
+            raise ValueError(f"--task-index must be in 0..{args.num_tasks - 1}")
+    except ValueError as exc:
+        from ..errors import ConvertError
+
+        raise ConvertError(str(exc)) from None
+    result = convert(
+        args.src, args.dest, options, workers=args.workers, num_tasks=args.num_tasks, task_index=args.task_index,
+        overwrite=args.overwrite, quiet=args.quiet, storage_options=storage_options(args),
+    )
+    resumed = sum(s.shards_resumed for s in result.splits)
+    print(
+        f"converted {result.converted} images, skipped {result.skipped} files"
+        + (f", kept {resumed} finished shards" if resumed else "")
+        + f"; {_mb(result.bytes_in)} in -> {_mb(result.bytes_out)} out; "
+        f"{result.seconds:.1f} s, {result.images_per_second:.1f} img/s"
+    )
+    for s in result.splits:
+        if s.manifest is not None:
+            m = s.manifest
+            print(f"  {s.split}: {m.num_samples} samples in {len(m.shards)} shards, {_mb(m.num_bytes)} -> {m.url}")
+    if not result.complete:
+        print(f"task {args.task_index} of {args.num_tasks} done; when all tasks are done run: shardkit merge {args.dest}", file=sys.stdout)
+    return 0

@@ -1,17 +1,39 @@
-"""`shardkit info` (not implemented yet)."""
+"""``shardkit info URL``: splits, classes, counts, shards and sizes from the manifests (maps to :func:`shardkit.inspect.info`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
-HELP = "info (not implemented yet)"
+HELP = "show splits, classes, per-class counts, shards, samples and bytes of a converted dataset"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    pass
+    from .convert import add_storage_arguments
+
+    p.add_argument("url", metavar="URL", help="a split folder or dataset root (local or fsspec URL)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--classes", type=int, default=20, metavar="N", help="list at most N classes per split in text output (default 20)")
+    add_storage_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ShardkitError
+    from ..inspect import info
+    from .convert import storage_options
 
-    raise ShardkitError("'shardkit info' is not implemented yet")
+    splits = info(args.url, **storage_options(args))
+    if args.json:
+        print(json.dumps([s.to_dict() for s in splits], indent=1, ensure_ascii=False))
+        return 0
+    for s in splits:
+        print(f"split {s.split}: {s.samples} samples, {len(s.classes)} classes, {s.shards} shards, "
+              f"{s.bytes / 1e6:.1f} MB, mean {s.mean_sample_bytes / 1e3:.1f} kB per sample  ({s.url})")
+        counts = s.class_counts or [None] * len(s.classes)
+        for i, (c, n) in enumerate(zip(s.classes, counts)):
+            if i == args.classes:
+                print(f"  ... {len(s.classes) - i} more classes (--classes N to list more, --json for all)")
+                break
+            print(f"  {i:5d} {c}: {n}")
+        if s.skipped:
+            print("  skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(s.skipped.items())))
+    return 0

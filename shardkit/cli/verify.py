@@ -1,17 +1,29 @@
-"""`shardkit verify` (not implemented yet)."""
+"""``shardkit verify URL``: check every shard against the manifest (maps to :func:`shardkit.inspect.verify`)."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "verify (not implemented yet)"
+HELP = "check that every shard is present, intact (size, sha256) and decodes; exit 1 on any problem"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    pass
+    from .convert import add_storage_arguments
+
+    p.add_argument("url", metavar="URL", help="a split folder or dataset root (local or fsspec URL)")
+    p.add_argument("--quick", action="store_true", help="sizes and checksums only, no decoding")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_storage_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ShardkitError
+    from ..inspect import verify
+    from .convert import storage_options
 
-    raise ShardkitError("'shardkit verify' is not implemented yet")
+    report = verify(args.url, quick=args.quick, quiet=args.quiet, **storage_options(args))
+    for p in report.problems:
+        print(p)
+    what = "checksums of" if args.quick else "samples in"
+    status = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+    print(f"{status}: {what} {report.shards} shards, {report.samples} samples, {report.bytes / 1e6:.1f} MB in {report.splits} split(s)")
+    return 0 if report.ok else 1

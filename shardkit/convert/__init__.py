@@ -1,0 +1,28 @@
+"""``shardkit convert``: ImageFolder -> verified, resumable, deterministic WebDataset shards.
+
+One public entry point, :func:`convert`, configured by :class:`ConvertOptions`;
+:func:`merge` finishes a conversion split over several tasks. See
+:mod:`shardkit.convert.job` for how determinism, resume and scale-out work,
+:mod:`shardkit.convert.plan` for shard boundaries and
+:mod:`shardkit.convert.imageproc` for what happens to each image.
+"""
+
+from __future__ import annotations
+
+from .discover import Layout
+from .imageproc import ImageOptions, SkipReason
+from .job import convert
+from .merge import merge
+from .options import DEFAULT_SHARD_BYTES, ConvertOptions, ConvertResult, SplitResult
+
+__all__ = [
+    "DEFAULT_SHARD_BYTES",
+    "ConvertOptions",
+    "ConvertResult",
+    "ImageOptions",
+    "Layout",
+    "SkipReason",
+    "SplitResult",
+    "convert",
+    "merge",
+]

@@ -1,0 +1,198 @@
+"""Decode one source image and re-encode it as a small baseline JPEG.
+
+This is the only module that touches pixels during conversion; everything in
+it is a pure function of the source bytes and :class:`ImageOptions`, so the
+output bytes depend on nothing else (for a given Pillow/libjpeg build).
+
+Pipeline for one file:
+
+1. Read the bytes. Zero bytes -> ``empty``; an ``OSError`` -> ``unreadable``.
+2. ``Image.open`` (header only). Not recognised -> ``not_an_image``; more than
+   ``max_pixels`` pixels -> ``too_many_pixels``, before any pixel buffer is
+   allocated.
+3. For JPEGs that shrink at least 2x, ``Image.draft`` lets libjpeg decode at
+   1/2, 1/4 or 1/8 scale (DCT scaling): far less work than a full decode
+   followed by a resize. The draft size is never smaller than the target.
+4. Load (truncated or broken data -> ``corrupt``), apply the EXIF orientation,
+   take the first frame of multi-frame files.
+5. Convert to RGB: palette, grayscale and 1-bit via Pillow; CMYK via Pillow's
+   conversion (ICC profiles are ignored); 16-bit and 32-bit integer images are
+   scaled to 8 bits (``>> 8``), not clipped; images with transparency are
+   composited onto **white** (:data:`BACKGROUND`).
+6. Resize so the shorter side is ``short_side`` (or the longer side is
+   ``max_side``) with an antialiasing bicubic filter and ``reducing_gap``;
+   never upscale.
+7. Encode a baseline (non-progressive) JPEG at ``quality`` with 4:2:0 chroma
+   subsampling, no optimisation pass and no metadata.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+#: colour that transparent pixels are composited onto
+BACKGROUND = (255, 255, 255)
+#: file name extensions treated as images (compared lower-case), as in torchvision
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm")
+_RESAMPLE = Image.Resampling.BICUBIC
+_REDUCING_GAP = 3.0
+_SUBSAMPLING_420 = 2
+
+
+class SkipReason(str, enum.Enum):
+    """Why a source file is not in any shard (the ``reason`` code in the manifest)."""
+
+    NOT_AN_IMAGE = "not_an_image"
+    CORRUPT = "corrupt"
+    EMPTY = "empty"
+    TOO_MANY_PIXELS = "too_many_pixels"
+    UNREADABLE = "unreadable"
+    NOT_IN_CLASS_FOLDER = "not_in_class_folder"
+
+
+class SkipImage(Exception):
+    """Raised for a source file that cannot become a sample."""
+
+    def __init__(self, reason: SkipReason, detail: str = ""):
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """Everything that decides the output pixels and bytes.
+
+    Attributes:
+        short_side: resize so the shorter side is this many pixels (``None``: use ``max_side``).
+        max_side: resize so the longer side is this many pixels (alternative to ``short_side``).
+        quality: JPEG quality, 1-95.
+        max_pixels: larger images (width x height) are skipped as ``too_many_pixels``.
+    """
+
+    short_side: int | None = 256
+    max_side: int | None = None
+    quality: int = 90
+    max_pixels: int = 100_000_000
+
+    def __post_init__(self) -> None:
+        if (self.short_side is None) == (self.max_side is None):
+            raise ValueError("set exactly one of short_side and max_side")
+        side = self.short_side if self.short_side is not None else self.max_side
+        if not isinstance(side, int) or side < 1:
+            raise ValueError(f"short_side/max_side must be a positive integer, not {side!r}")
+        if not 1 <= self.quality <= 95:
+            raise ValueError(f"quality must be between 1 and 95, not {self.quality}")
+        if self.max_pixels < 1:
+            raise ValueError("max_pixels must be positive")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A re-encoded image and the original (EXIF-oriented) size."""
+
+    jpeg: bytes
+    width: int
+    height: int
+
+
+def target_size(width: int, height: int, opts: ImageOptions) -> tuple[int, int]:
+    """Output size for a ``width`` x ``height`` image: the bound side hits the target, never upscaled."""
+    if opts.short_side is not None:
+        side, target = min(width, height), opts.short_side
+    else:
+        side, target = max(width, height), opts.max_side  # type: ignore[assignment]
+    if side <= target:
+        return width, height
+    scale = target / side
+    if width <= height if opts.short_side is not None else width >= height:
+        return target, max(1, round(height * scale))
+    return max(1, round(width * scale)), target
+
+
+def _to_rgb(im: Image.Image) -> Image.Image:
+    mode = im.mode
+    if mode == "RGB":
+        return im
+    if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+        arr = np.asarray(im).astype(np.int64)
+        arr = np.clip(arr, 0, 65535) >> 8
+        return Image.fromarray(arr.astype(np.uint8), "L").convert("RGB")
+    if mode == "F":
+        arr = np.nan_to_num(np.asarray(im, dtype=np.float64))
+        return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "L").convert("RGB")
+    if mode == "P" and "transparency" in im.info:
+        im = im.convert("RGBA")
+    elif mode in ("LA", "La", "PA", "RGBa"):
+        im = im.convert("RGBA")
+    if im.mode == "RGBA":
+        bg = Image.new("RGB", im.size, BACKGROUND)
+        bg.paste(im, mask=im.getchannel("A"))
+        return bg
+    return im.convert("RGB")
+
+
+def process(data: bytes, opts: ImageOptions) -> Encoded:
+    """Turn the bytes of one source file into a baseline JPEG; raise :class:`SkipImage` if impossible."""
+    if not data:
+        raise SkipImage(SkipReason.EMPTY, "zero bytes")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DecompressionBombWarning, EXIF/TIFF metadata warnings
+        try:
+            im = Image.open(io.BytesIO(data))
+        except UnidentifiedImageError:
+            raise SkipImage(SkipReason.NOT_AN_IMAGE, "not a recognised image format") from None
+        except Image.DecompressionBombError as exc:
+            raise SkipImage(SkipReason.TOO_MANY_PIXELS, str(exc)) from None
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise SkipImage(SkipReason.CORRUPT, f"cannot read header: {exc}") from None
+        try:
+            return _process_open(im, opts)
+        except SkipImage:
+            raise
+        except Image.DecompressionBombError as exc:
+            raise SkipImage(SkipReason.TOO_MANY_PIXELS, str(exc)) from None
+        except MemoryError:
+            raise SkipImage(SkipReason.TOO_MANY_PIXELS, "out of memory while decoding") from None
+        except Exception as exc:  # noqa: BLE001 - any decoder failure means a bad file, never a crash
+            raise SkipImage(SkipReason.CORRUPT, f"{type(exc).__name__}: {exc}") from None
+        finally:
+            im.close()
+
+
+def _process_open(im: Image.Image, opts: ImageOptions) -> Encoded:
+    w, h = im.size
+    if w < 1 or h < 1:
+        raise SkipImage(SkipReason.CORRUPT, f"impossible size {w}x{h}")
+    if w * h > opts.max_pixels:
+        raise SkipImage(SkipReason.TOO_MANY_PIXELS, f"{w}x{h} = {w * h} pixels > max_pixels {opts.max_pixels}")
+    orientation = im.getexif().get(0x0112, 1)
+    ow, oh = (h, w) if orientation in (5, 6, 7, 8) else (w, h)
+    tw, th = target_size(w, h, opts)  # in stored orientation: the scale factor does not depend on rotation
+    if im.format == "JPEG" and tw * 2 <= w and th * 2 <= h:
+        im.draft("RGB", (tw, th))
+    if getattr(im, "n_frames", 1) > 1:
+        im.seek(0)
+    im.load()
+    im = ImageOps.exif_transpose(im) or im
+    im = _to_rgb(im)
+    fw, fh = target_size(ow, oh, opts)
+    if im.size != (fw, fh):
+        im = im.resize((fw, fh), _RESAMPLE, reducing_gap=_REDUCING_GAP)
+    buf = io.BytesIO()
+    im.save(buf, format="JPEG", quality=opts.quality, progressive=False, optimize=False, subsampling=_SUBSAMPLING_420)
+    return Encoded(buf.getvalue(), ow, oh)
+
+
+def encoder_version() -> str:
+    """Pillow and libjpeg versions: output bytes are only reproducible with the same ones."""
+    import PIL
+    from PIL import features
+
+    return f"pillow {PIL.__version__}, libjpeg {features.version('jpg')}"

@@ -1,0 +1,318 @@
+"""Run a conversion: plan each split, encode planned shards in a process pool, write them, journal them.
+
+Determinism: a planned shard is a pure function of the sorted source list and
+the options (:mod:`shardkit.convert.plan`). Workers only encode chunks of
+:data:`CHUNK` images; the main process receives the chunks in submission order,
+assembles each planned shard and writes it, so ``--workers`` changes speed and
+nothing else.
+
+Resume: each planned shard is written to a temporary name and renamed (or
+uploaded in one piece), then recorded in the journal
+(:mod:`shardkit.convert.journal`). A rerun keeps the shards whose record and
+checksum match and redoes the rest; the manifest is written last, by the
+single task or by ``shardkit merge``.
+
+Scale-out: task ``i`` of ``K`` converts planned shards ``j % K == i``; every
+task computes the same plan (the pilot is deterministic too).
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
+
+from .. import storage
+from ..errors import ConvertError
+from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
+from ..shardformat import EncodedSample, write_shard
+from . import _fs, journal, plan
+from .discover import Layout, SplitSource, scan
+from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, process
+from .merge import finalize_split
+from .options import ConvertOptions, ConvertResult, SplitResult
+
+#: images per unit of work sent to a worker process
+CHUNK = 16
+_WINDOW_PER_WORKER = 4
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of encoding one item: ``encoded`` or a skip ``reason``."""
+
+    encoded: Encoded | None
+    reason: str = ""
+    detail: str = ""
+
+
+def encode_chunk(root: str, items: Sequence[plan.Item], image: ImageOptions) -> list[Outcome]:
+    """Encode ``items`` (worker entry point; top-level so spawn can import it)."""
+    out = []
+    for it in items:
+        try:
+            with open(os.path.join(root, *it.relpath.split("/")), "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            out.append(Outcome(None, SkipReason.UNREADABLE.value, str(exc.strerror or exc)))
+            continue
+        try:
+            out.append(Outcome(process(data, image)))
+        except SkipImage as exc:
+            out.append(Outcome(None, exc.reason.value, exc.detail))
+    return out
+
+
+class Encoder:
+    """Encodes chunks of items in order: in this process (``workers == 1``) or in a spawn process pool."""
+
+    def __init__(self, root: str, image: ImageOptions, workers: int):
+        self.root, self.image, self.workers = root, image, workers
+        self.pool = None
+        if workers > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def __enter__(self) -> "Encoder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def map(self, chunks: Iterable[Sequence[plan.Item]]) -> Iterator[list[Outcome]]:
+        """Outcomes of each chunk, in the order of ``chunks``, with a bounded number in flight."""
+        if self.pool is None:
+            for c in chunks:
+                yield encode_chunk(self.root, c, self.image)
+            return
+        window: collections.deque = collections.deque()
+        for c in chunks:
+            window.append(self.pool.submit(encode_chunk, self.root, list(c), self.image))
+            if len(window) >= self.workers * _WINDOW_PER_WORKER:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
+
+
+def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> EncodedSample:
+    meta = {"path": item.relpath, "class": classes[item.label], "width": enc.width, "height": enc.height}
+    return EncodedSample(plan.make_key(item.index, width), enc.jpeg, item.label, meta)
+
+
+def _write_part(url: str, name: str, samples: list[EncodedSample], storage_options: dict) -> journal.Part:
+    n, nbytes, sha = _fs.publish(url, lambda f: write_shard(samples, f), **storage_options)
+    return journal.Part(name=name, samples=n, bytes=nbytes, sha256=sha)
+
+
+def _part_ok(url: str, part: journal.Part | None, storage_options: dict) -> bool:
+    if part is None:
+        return True
+    if _fs.size_of(url, **storage_options) != part.bytes:
+        return False
+    return _fs.sha256_of(url, **storage_options) == (part.bytes, part.sha256)
+
+
+class SplitJob:
+    """Conversion of one split to ``url`` (see module docstring)."""
+
+    def __init__(self, src: SplitSource, classes: list[str], url: str, options: ConvertOptions, storage_options: dict):
+        self.src, self.classes, self.url, self.options = src, classes, url, options
+        self.so = storage_options
+        self.items = plan.order(src.files, options.seed, options.shuffle)
+        listing = [[f.relpath, f.label, f.size] for f in src.files]
+        skipped = [SkippedFile(p, r.value, d) for p, r, d in src.skipped]
+        self.plan = journal.Plan(
+            split=src.name, options=options.recorded(), classes=classes, encoder=encoder_version(),
+            input_sha256=journal.fingerprint([listing, [[s.path, s.reason] for s in skipped]]),
+            num_items=len(self.items), samples_per_shard=0, num_planned=0,
+            key_width=plan.key_width(len(self.items)), skipped=skipped,
+        )
+
+    def check_dest(self, overwrite: bool) -> None:
+        """Refuse a DEST holding a different conversion (or clear it with ``overwrite``)."""
+        existing = journal.read_plan(self.url, **self.so)
+        other = existing is not None and existing.fingerprint != self.plan.fingerprint
+        if existing is None and storage.exists(storage.join(self.url, MANIFEST_NAME), **self.so):
+            m = load_manifest(self.url, **self.so)
+            other = m.options.get("fingerprint") != self.plan.fingerprint
+        if other and not overwrite:
+            raise ConvertError(
+                f"{self.url} already holds a different conversion (other options, input or encoder); "
+                "pass --overwrite to replace it, or choose another DEST"
+            )
+        if other:
+            self._clear()
+        elif existing is not None:
+            self.plan = existing
+
+    def _clear(self) -> None:
+        _fs.remove(journal.journal_url(self.url), recursive=True, **self.so)
+        _fs.remove(storage.join(self.url, MANIFEST_NAME), **self.so)
+        prefix = f"{self.src.name}-"
+        for name in _fs.list_dir(self.url, **self.so)[1]:
+            if name.startswith(prefix) and name.endswith(".tar") or name.startswith("." + prefix):
+                _fs.remove(storage.join(self.url, name), **self.so)
+
+    def ensure_plan(self, encoder: Encoder) -> None:
+        """Run the pilot (if the plan is new) and write ``plan.json``."""
+        if self.plan.num_planned:
+            return
+        o = self.options
+        sizes: list[int] = []
+        if o.shard_bytes is not None:
+            pilot = [self.items[p] for p in plan.pilot_positions(len(self.items))]
+            for it, (out,) in zip(pilot, encoder.map([[it] for it in pilot])):
+                if out.encoded is not None:
+                    sizes.append(plan.tar_size(_sample(it, out.encoded, self.classes, self.plan.key_width)))
+        n = plan.samples_per_shard(len(self.items), o.shard_size, o.shard_bytes, sizes)
+        self.plan.samples_per_shard = n
+        self.plan.num_planned = len(plan.shard_ranges(len(self.items), n))
+        storage.makedirs(journal.journal_url(self.url), **self.so)
+        storage.write_atomic(journal.journal_url(self.url, journal.PLAN_NAME), self.plan.to_json(), **self.so)
+
+    def finished(self, j: int) -> journal.ShardRecord | None:
+        """The record of planned shard ``j`` if it and its files check out, else ``None``."""
+        rec = journal.read_record(self.url, self.src.name, j, **self.so)
+        if rec is None or rec.fingerprint != self.plan.fingerprint or rec.index != j:
+            return None
+        shard_ok = _part_ok(storage.join(self.url, journal.shard_name(self.src.name, j)), rec.shard, self.so)
+        over_ok = _part_ok(journal.journal_url(self.url, journal.overflow_name(self.src.name, j)), rec.overflow, self.so)
+        return rec if shard_ok and over_ok else None
+
+    def finish_shard(self, j: int, items: Sequence[plan.Item], outcomes: Sequence[Outcome]) -> journal.ShardRecord:
+        """Write planned shard ``j`` (and its overflow) from its encoded items, then its record."""
+        samples, skipped = [], []
+        counts = [0] * len(self.classes)
+        for it, out in zip(items, outcomes):
+            if out.encoded is None:
+                skipped.append(SkippedFile(it.relpath, out.reason, out.detail))
+                if self.options.strict:
+                    raise ConvertError(f"{it.relpath}: skipped ({out.reason}: {out.detail}) and --strict is set")
+                continue
+            samples.append(_sample(it, out.encoded, self.classes, self.plan.key_width))
+            counts[it.label] += 1
+        k = plan.split_at_cap([plan.tar_size(s) for s in samples], self.options.shard_bytes)
+        name, oname = journal.shard_name(self.src.name, j), journal.overflow_name(self.src.name, j)
+        shard = _write_part(storage.join(self.url, name), name, samples[:k], self.so) if samples else None
+        over = None
+        if k < len(samples):
+            over = _write_part(journal.journal_url(self.url, oname), oname, samples[k:], self.so)
+        rec = journal.ShardRecord(
+            fingerprint=self.plan.fingerprint, index=j, shard=shard, overflow=over, class_counts=counts,
+            skipped=skipped, bytes_in=sum(it.size for it in items),
+        )
+        storage.write_atomic(journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so)
+        return rec
+
+    def run(self, encoder: Encoder, owned: list[int], quiet: bool) -> SplitResult:
+        """Convert the planned shards in ``owned`` that are not finished yet."""
+        from tqdm.auto import tqdm
+
+        ranges = plan.shard_ranges(len(self.items), self.plan.samples_per_shard)
+        result = SplitResult(split=self.src.name, url=self.url, skipped=len(self.plan.skipped))
+        todo = []
+        for j in owned:
+            rec = self.finished(j)
+            if rec is None:
+                todo.append(j)
+            else:
+                result.shards_resumed += 1
+                result.skipped += len(rec.skipped)
+        total = sum(ranges[j][1] - ranges[j][0] for j in owned)
+        done = total - sum(ranges[j][1] - ranges[j][0] for j in todo)
+
+        def chunks() -> Iterator[list[plan.Item]]:
+            for j in todo:
+                s, e = ranges[j]
+                for c in range(s, e, CHUNK):
+                    yield self.items[c:min(e, c + CHUNK)]
+
+        with tqdm(total=total, initial=done, unit="img", desc=self.src.name, disable=quiet, dynamic_ncols=True) as bar:
+            it = iter(todo)
+            j, acc = None, []
+            for outs in encoder.map(chunks()):
+                if j is None:
+                    j = next(it)
+                acc.extend(outs)
+                bar.update(len(outs))
+                s, e = ranges[j]
+                if len(acc) == e - s:
+                    rec = self.finish_shard(j, self.items[s:e], acc)
+                    result.shards_written += 1
+                    result.converted += sum(rec.class_counts)
+                    result.skipped += len(rec.skipped)
+                    result.bytes_in += rec.bytes_in
+                    result.bytes_out += (rec.shard.bytes if rec.shard else 0) + (rec.overflow.bytes if rec.overflow else 0)
+                    j, acc = None, []
+        return result
+
+
+def _split_url(dest: str, layout: Layout, split: str) -> str:
+    return dest if layout == Layout.IMAGEFOLDER else storage.join(dest, split)
+
+
+def convert(
+    src: str,
+    dest: str,
+    options: ConvertOptions | None = None,
+    *,
+    workers: int | None = None,
+    num_tasks: int = 1,
+    task_index: int = 0,
+    overwrite: bool = False,
+    quiet: bool = False,
+    storage_options: dict[str, Any] | None = None,
+) -> ConvertResult:
+    """Convert the ImageFolder (or folder of splits) ``src`` into WebDataset shards under ``dest``.
+
+    Args:
+        src: local source folder.
+        dest: local path or fsspec URL; a split-folder SRC gets ``dest/<split>/``.
+        options: what to produce (:class:`ConvertOptions`); the same options
+            and input always give byte-identical output.
+        workers: encoding processes (default: all cores); changes speed only.
+        num_tasks: split the work over this many independent tasks (machines).
+        task_index: which task this is, ``0 <= task_index < num_tasks``; with
+            more than one task no manifest is written: run :func:`shardkit.convert.merge`.
+        overwrite: replace a different conversion found at ``dest``.
+        quiet: no progress bar.
+        storage_options: fsspec options for ``dest`` (credentials, endpoint).
+
+    Returns:
+        what was done per split (manifests when complete).
+
+    Raises:
+        ConvertError: bad SRC, DEST holding another conversion, a skip under ``strict``.
+        StorageError: DEST cannot be written (the work done so far is kept and a rerun resumes).
+    """
+    t0 = time.monotonic()
+    options = options or ConvertOptions()
+    so = dict(storage_options or {})
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
+    plan.task_shards(0, num_tasks, task_index)  # validates
+    source = scan(src, options.layout, options.split)
+    for s in source.splits:
+        if options.strict and s.skipped:
+            p, r, d = s.skipped[0]
+            raise ConvertError(f"{p}: skipped ({r.value}: {d}) and --strict is set")
+    jobs = [SplitJob(s, source.classes, _split_url(dest, source.layout, s.name), options, so) for s in source.splits]
+    for job in jobs:
+        job.check_dest(overwrite)
+    results = []
+    with Encoder(src, options.image, workers) as encoder:
+        for job in jobs:
+            job.ensure_plan(encoder)
+            owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
+            res = job.run(encoder, owned, quiet)
+            if num_tasks == 1:
+                res.manifest = finalize_split(job.url, **so)
+            results.append(res)
+    return ConvertResult(splits=results, seconds=time.monotonic() - t0)

@@ -1,0 +1,148 @@
+"""The resume journal kept next to the shards, in ``<split dir>/_shardkit/``.
+
+* ``plan.json``: the split's plan (options, classes, input fingerprint,
+  samples per planned shard, files skipped at discovery). Every task writes
+  the same bytes, so concurrent tasks may race on it harmlessly.
+* ``<split>-NNNNNN.json``: one record per finished planned shard, written after
+  the shard itself is in place: its :class:`~shardkit.manifest.ShardInfo`,
+  its overflow (samples beyond the byte cap, kept in
+  ``<split>-NNNNNN.overflow``, a tar), class counts and skipped files.
+
+A planned shard is finished when its record exists and the files it names
+have the recorded size and sha256. Merging reads only the journal, never SRC.
+The folder is small and may be deleted once ``manifest.json`` exists (a later
+rerun then re-encodes everything, with identical output).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .. import storage
+from ..errors import ConvertError, ShardkitError
+from ..manifest import ShardInfo, SkippedFile
+
+JOURNAL_DIR = "_shardkit"
+PLAN_NAME = "plan.json"
+PLAN_FORMAT = "shardkit-convert-plan"
+PLAN_VERSION = 1
+
+
+def shard_name(split: str, index: int) -> str:
+    """File name of shard ``index`` of ``split``."""
+    return f"{split}-{index:06d}.tar"
+
+
+def journal_url(split_url: str, name: str = "") -> str:
+    """URL of the journal folder of ``split_url``, or of ``name`` inside it."""
+    return storage.join(split_url, JOURNAL_DIR, name) if name else storage.join(split_url, JOURNAL_DIR)
+
+
+def fingerprint(obj: Any) -> str:
+    """sha256 of the canonical JSON of ``obj``."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Plan:
+    """The split-level plan shared by all tasks (see module docstring)."""
+
+    split: str
+    options: dict[str, Any]
+    classes: list[str]
+    encoder: str
+    input_sha256: str
+    num_items: int
+    samples_per_shard: int
+    num_planned: int
+    key_width: int
+    skipped: list[SkippedFile] = field(default_factory=list)
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of the conversion: options, classes, encoder and input (not derived numbers)."""
+        return fingerprint([self.split, self.options, self.classes, self.encoder, self.input_sha256])
+
+    def to_json(self) -> bytes:
+        d = {"format": PLAN_FORMAT, "version": PLAN_VERSION, **asdict(self), "fingerprint": self.fingerprint}
+        return (json.dumps(d, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+    @classmethod
+    def from_json(cls, text: bytes, url: str) -> "Plan":
+        try:
+            d = json.loads(text)
+            if d.get("format") != PLAN_FORMAT or d.get("version") != PLAN_VERSION:
+                raise ValueError(f"format {d.get('format')!r} version {d.get('version')!r}")
+            d = {k: v for k, v in d.items() if k not in ("format", "version", "fingerprint")}
+            d["skipped"] = [SkippedFile(**s) for s in d.get("skipped", [])]
+            return cls(**d)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ConvertError(f"{url}: unreadable conversion plan ({exc}); rerun with --overwrite") from None
+
+
+@dataclass
+class Part:
+    """A tar written for a planned shard: the shard itself or its overflow."""
+
+    name: str
+    samples: int
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class ShardRecord:
+    """What finishing planned shard ``index`` produced."""
+
+    fingerprint: str
+    index: int
+    shard: Part | None
+    overflow: Part | None
+    class_counts: list[int]
+    skipped: list[SkippedFile]
+    bytes_in: int
+
+    def to_json(self) -> bytes:
+        return (json.dumps(asdict(self), ensure_ascii=False) + "\n").encode("utf-8")
+
+    @classmethod
+    def from_json(cls, text: bytes) -> "ShardRecord | None":
+        """The record, or ``None`` if it is damaged (the shard is then redone)."""
+        try:
+            d = json.loads(text)
+            d["shard"] = Part(**d["shard"]) if d["shard"] else None
+            d["overflow"] = Part(**d["overflow"]) if d["overflow"] else None
+            d["skipped"] = [SkippedFile(**s) for s in d["skipped"]]
+            return cls(**d)
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    def shard_info(self) -> ShardInfo | None:
+        return ShardInfo(**asdict(self.shard)) if self.shard else None
+
+
+def record_name(split: str, index: int) -> str:
+    return f"{split}-{index:06d}.json"
+
+
+def overflow_name(split: str, index: int) -> str:
+    return f"{split}-{index:06d}.overflow"
+
+
+def read_plan(split_url: str, **storage_options: Any) -> Plan | None:
+    """The plan at ``split_url``, or ``None`` if there is none."""
+    url = journal_url(split_url, PLAN_NAME)
+    if not storage.exists(url, **storage_options):
+        return None
+    return Plan.from_json(storage.read_bytes(url, **storage_options), url)
+
+
+def read_record(split_url: str, split: str, index: int, **storage_options: Any) -> ShardRecord | None:
+    """The record of planned shard ``index``, or ``None`` if missing or damaged."""
+    try:
+        return ShardRecord.from_json(storage.read_bytes(journal_url(split_url, record_name(split, index)), **storage_options))
+    except ShardkitError:
+        return None

@@ -1,0 +1,111 @@
+"""Assemble a split's manifest from its journal: the last step of a conversion.
+
+A single-task ``convert`` calls :func:`finalize_split` itself; after a
+multi-task conversion ``shardkit merge DEST`` does it once every task is
+done. Finalising checks that every planned shard has a record and that every
+recorded shard is present with its recorded size, packs the overflow samples
+(see :mod:`shardkit.convert.plan`) into the shards numbered after the planned
+ones, and writes ``manifest.json`` last. It is idempotent: running it again
+rewrites the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+from .. import __version__, storage
+from ..errors import ConvertError
+from ..manifest import Manifest, ShardInfo, manifest_url, save_manifest
+from ..shardformat import EncodedSample, write_shard
+from . import _fs, journal, plan
+
+_SHOW = 10
+
+
+def _missing_message(url: str, what: str, names: list[str]) -> str:
+    shown = ", ".join(names[:_SHOW]) + (f" and {len(names) - _SHOW} more" if len(names) > _SHOW else "")
+    return f"{url}: {len(names)} {what}: {shown}"
+
+
+def read_samples(data: bytes) -> list[EncodedSample]:
+    """The samples of a shard written by :func:`shardkit.shardformat.write_shard`, in order."""
+    from ..inspect import iter_samples
+
+    return [EncodedSample(k, g["jpg"], int(g["cls"]), json.loads(g["json"])) for k, g in iter_samples(io.BytesIO(data))]
+
+
+def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
+    """Check the journal of ``split_url``, write the overflow shards and the manifest; return the manifest.
+
+    Raises:
+        ConvertError: no conversion there, or planned shards not converted yet (listed).
+    """
+    p = journal.read_plan(split_url, **storage_options)
+    if p is None or not p.num_planned:
+        raise ConvertError(f"{split_url}: nothing to merge (no {journal.JOURNAL_DIR}/{journal.PLAN_NAME}); run 'shardkit convert' first")
+    records = [journal.read_record(split_url, p.split, j, **storage_options) for j in range(p.num_planned)]
+    missing = [journal.shard_name(p.split, j) for j, r in enumerate(records) if r is None or r.fingerprint != p.fingerprint]
+    if missing:
+        raise ConvertError(
+            _missing_message(split_url, f"of {p.num_planned} planned shards are not converted yet", missing)
+            + "; planned shard j belongs to task j % num_tasks: rerun those tasks, then merge again"
+        )
+    lost = []
+    for r in records:
+        assert r is not None
+        if r.shard and _fs.size_of(storage.join(split_url, r.shard.name), **storage_options) != r.shard.bytes:
+            lost.append(r.shard.name)
+        if r.overflow and _fs.size_of(journal.journal_url(split_url, r.overflow.name), **storage_options) != r.overflow.bytes:
+            lost.append(f"{journal.JOURNAL_DIR}/{r.overflow.name}")
+    if lost:
+        raise ConvertError(
+            _missing_message(split_url, "shard files are missing or have the wrong size", lost)
+            + "; rerun the conversion (it redoes exactly these)"
+        )
+    shards = [r.shard_info() for r in records if r and r.shard]
+    overflow: list[EncodedSample] = []
+    for r in records:
+        if r and r.overflow:
+            overflow += read_samples(storage.read_bytes(journal.journal_url(split_url, r.overflow.name), **storage_options))
+    sizes = [plan.tar_size(s) for s in overflow]
+    shard_size, shard_bytes = p.options.get("shard_size"), p.options.get("shard_bytes")
+    for g, (a, b) in enumerate(plan.pack(sizes, shard_size, shard_bytes)):
+        name = journal.shard_name(p.split, p.num_planned + g)
+        batch = overflow[a:b]
+        n, nbytes, sha = _fs.publish(storage.join(split_url, name), lambda f: write_shard(batch, f), **storage_options)
+        shards.append(ShardInfo(name=name, samples=n, bytes=nbytes, sha256=sha))
+    counts = [sum(col) for col in zip(*(r.class_counts for r in records if r))] if records else []
+    skipped = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
+    options = {
+        **p.options, "samples_per_shard": p.samples_per_shard, "encoder": p.encoder,
+        "input_sha256": p.input_sha256, "fingerprint": p.fingerprint,
+    }
+    m = Manifest(
+        split=p.split, classes=list(p.classes), shards=[s for s in shards if s is not None], options=options,
+        class_counts=counts, skipped=skipped, shardkit_version=__version__,
+    )
+    save_manifest(m, split_url, **storage_options)
+    m.url = manifest_url(split_url)
+    return m
+
+
+def split_urls(dest: str, **storage_options: Any) -> list[str]:
+    """The split folders of a dataset: ``dest`` itself if it holds a conversion, else its sub-folders that do."""
+    if storage.exists(journal.journal_url(dest, journal.PLAN_NAME), **storage_options):
+        return [dest]
+    dirs, _ = _fs.list_dir(dest, **storage_options)
+    return [storage.join(dest, d) for d in dirs if storage.exists(journal.journal_url(storage.join(dest, d), journal.PLAN_NAME), **storage_options)]
+
+
+def merge(dest: str, **storage_options: Any) -> list[Manifest]:
+    """Finish a multi-task conversion: check every split under ``dest`` and write the manifests.
+
+    Raises:
+        ConvertError: nothing converted under ``dest``, or shards missing (listed with their task rule).
+    """
+    urls = split_urls(dest, **storage_options)
+    if not urls:
+        raise ConvertError(f"{dest}: no conversion found (no {journal.JOURNAL_DIR}/{journal.PLAN_NAME} here or in its sub-folders)")
+    return [finalize_split(u, **storage_options) for u in urls]

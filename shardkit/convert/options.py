@@ -1,0 +1,130 @@
+"""Conversion options (what decides the output bytes) and results."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..manifest import Manifest
+from .discover import Layout
+from .imageproc import ImageOptions
+
+#: default ``shard_bytes``: a comfortable object-storage object size
+DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
+_SPLIT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Options of one conversion; all of them except ``strict`` are recorded in the manifest.
+
+    Attributes:
+        image: resize target, JPEG quality, decompression-bomb limit.
+        seed: seed of the sample shuffle.
+        shuffle: shuffle samples before sharding (``False`` keeps sorted folder order).
+        shard_size: at most this many samples per shard (``None``: no count cap).
+        shard_bytes: at most this many bytes per shard (``None``: no byte cap); a
+            single sample larger than the cap gets a shard of its own.
+        layout: how SRC is organised (:class:`Layout`).
+        split: split name for the ``imagefolder`` layout.
+        strict: raise :class:`shardkit.ConvertError` on the first skipped file.
+    """
+
+    image: ImageOptions = field(default_factory=ImageOptions)
+    seed: int = 0
+    shuffle: bool = True
+    shard_size: int | None = None
+    shard_bytes: int | None = DEFAULT_SHARD_BYTES
+    layout: Layout = Layout.AUTO
+    split: str = "train"
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layout", Layout(self.layout))
+        if self.shard_size is None and self.shard_bytes is None:
+            raise ValueError("set shard_size, shard_bytes or both")
+        if self.shard_size is not None and self.shard_size < 1:
+            raise ValueError(f"shard_size must be positive, not {self.shard_size}")
+        if self.shard_bytes is not None and self.shard_bytes < 1:
+            raise ValueError(f"shard_bytes must be positive, not {self.shard_bytes}")
+        if not _SPLIT_NAME.match(self.split):
+            raise ValueError(f"split name {self.split!r} must use letters, digits, '_', '-' and '.'")
+
+    def recorded(self) -> dict[str, Any]:
+        """The options that decide the output bytes, as stored in the manifest."""
+        return {
+            "short_side": self.image.short_side,
+            "max_side": self.image.max_side,
+            "quality": self.image.quality,
+            "max_pixels": self.image.max_pixels,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "shard_size": self.shard_size,
+            "shard_bytes": self.shard_bytes,
+        }
+
+
+@dataclass
+class SplitResult:
+    """What one run did to one split.
+
+    Attributes:
+        split: split name.
+        url: split directory (local path or URL).
+        converted: samples encoded and written by this run.
+        skipped: source files of this split that are not samples (whole split, known so far).
+        shards_written: planned shards written by this run.
+        shards_resumed: planned shards found complete (checksum verified) and kept.
+        bytes_in: source bytes read by this run.
+        bytes_out: shard bytes written by this run.
+        manifest: the manifest, when this run wrote it (``None`` for one task of several).
+    """
+
+    split: str
+    url: str
+    converted: int = 0
+    skipped: int = 0
+    shards_written: int = 0
+    shards_resumed: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    manifest: Manifest | None = None
+
+
+@dataclass
+class ConvertResult:
+    """Outcome of :func:`shardkit.convert.convert`: one :class:`SplitResult` per split, and totals."""
+
+    splits: list[SplitResult]
+    seconds: float = 0.0
+
+    @property
+    def converted(self) -> int:
+        """Samples encoded by this run."""
+        return sum(s.converted for s in self.splits)
+
+    @property
+    def skipped(self) -> int:
+        """Source files that are not samples."""
+        return sum(s.skipped for s in self.splits)
+
+    @property
+    def bytes_in(self) -> int:
+        """Source bytes read by this run."""
+        return sum(s.bytes_in for s in self.splits)
+
+    @property
+    def bytes_out(self) -> int:
+        """Shard bytes written by this run."""
+        return sum(s.bytes_out for s in self.splits)
+
+    @property
+    def images_per_second(self) -> float:
+        """Encoded images per wall-clock second."""
+        return self.converted / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def complete(self) -> bool:
+        """True when every split has its manifest (single task, or the merge is done)."""
+        return all(s.manifest is not None for s in self.splits)

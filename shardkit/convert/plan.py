@@ -1,0 +1,147 @@
+"""Pure planning: sample order, keys, shard boundaries, task split, byte packing.
+
+Nothing here does I/O; every function is a pure function of its arguments, so
+the same sorted source list and options always give the same plan whatever
+``--workers``, ``--num-tasks`` or interruptions happen.
+
+* Keys are the sample's index in sorted source order, zero-padded (no dots).
+* Samples are shuffled with ``random.Random(seed)`` (stable across Python
+  versions) unless shuffling is off.
+* Planned shard ``j`` holds positions ``[j*n, (j+1)*n)`` of that order, where
+  ``n`` (:func:`samples_per_shard`) is ``shard_size`` or, with a byte cap, an
+  estimate from a deterministic pilot (encoded sizes of up to
+  :data:`PILOT_SAMPLES` evenly spread samples), chosen to land at about 90% of
+  ``shard_bytes``.
+* The byte cap is exact: a planned shard keeps the longest prefix that fits
+  (:func:`split_at_cap`, always at least one sample) and its remaining samples
+  go to overflow shards numbered after the planned ones (:func:`pack`), which
+  are rare with the 90% target.
+* Task ``i`` of ``K`` owns planned shards ``j`` with ``j % K == i``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Sequence, TypeVar
+
+from ..shardformat import EncodedSample, meta_bytes
+from .discover import SourceFile
+
+#: pilot size used to estimate encoded bytes per sample
+PILOT_SAMPLES = 64
+#: fraction of ``shard_bytes`` a planned shard aims at
+FILL_TARGET = 0.9
+_BLOCK = 512
+_RECORD = 20 * _BLOCK
+#: per tar member: ustar header + pax header block + pax data block (mtime)
+_MEMBER_OVERHEAD = 3 * _BLOCK
+_END_OF_ARCHIVE = 2 * _BLOCK
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One planned sample: its key index (sorted position) and source file."""
+
+    index: int
+    relpath: str
+    label: int
+    size: int
+
+
+def key_width(num_files: int) -> int:
+    """Digits in a key: 8, more for huge splits."""
+    return max(8, len(str(max(0, num_files - 1))))
+
+
+def make_key(index: int, width: int) -> str:
+    """The sample key of sorted position ``index``."""
+    return f"{index:0{width}d}"
+
+
+def order(files: Sequence[SourceFile], seed: int, shuffle: bool) -> list[Item]:
+    """Items in shard order: keys from sorted order, then shuffled with ``seed`` if ``shuffle``."""
+    ordered = sorted(files, key=lambda f: f.relpath)
+    items = [Item(i, f.relpath, f.label, f.size) for i, f in enumerate(ordered)]
+    if shuffle:
+        random.Random(seed).shuffle(items)
+    return items
+
+
+def pilot_positions(num_items: int, k: int = PILOT_SAMPLES) -> list[int]:
+    """Up to ``k`` positions evenly spread over ``range(num_items)``."""
+    if num_items <= k:
+        return list(range(num_items))
+    return sorted({round(i * (num_items - 1) / (k - 1)) for i in range(k)})
+
+
+def member_bytes(payload: int) -> int:
+    """Bytes one tar member takes in a shard written by :func:`shardkit.shardformat.write_shard`."""
+    return _MEMBER_OVERHEAD + math.ceil(payload / _BLOCK) * _BLOCK
+
+
+def sample_bytes(jpeg: int, label: int, meta: int) -> int:
+    """Tar bytes of one sample given its member payload sizes."""
+    return member_bytes(jpeg) + member_bytes(label) + member_bytes(meta)
+
+
+def tar_size(sample: EncodedSample) -> int:
+    """Tar bytes of ``sample`` in a shard."""
+    return sample_bytes(len(sample.jpeg), len(str(int(sample.label))), len(meta_bytes(sample.meta)))
+
+
+def shard_bytes_for(sample_total: int) -> int:
+    """Size of a shard whose samples take ``sample_total`` bytes (end blocks, record padding)."""
+    return math.ceil((sample_total + _END_OF_ARCHIVE) / _RECORD) * _RECORD
+
+
+def samples_per_shard(num_items: int, shard_size: int | None, shard_bytes: int | None, pilot_sizes: Sequence[int]) -> int:
+    """Samples per planned shard from the caps and the pilot's per-sample tar sizes."""
+    n = num_items if shard_size is None else shard_size
+    if shard_bytes is not None and pilot_sizes:
+        mean = sum(pilot_sizes) / len(pilot_sizes)
+        usable = shard_bytes * FILL_TARGET - _END_OF_ARCHIVE - _RECORD
+        n = min(n, max(1, int(usable // mean)))
+    return max(1, min(n, max(1, num_items)))
+
+
+def shard_ranges(num_items: int, per_shard: int) -> list[tuple[int, int]]:
+    """``[start, end)`` positions of each planned shard."""
+    return [(s, min(num_items, s + per_shard)) for s in range(0, num_items, per_shard)]
+
+
+def task_shards(num_shards: int, num_tasks: int, task_index: int) -> list[int]:
+    """Planned shards owned by task ``task_index`` of ``num_tasks`` (round robin)."""
+    if num_tasks < 1 or not 0 <= task_index < num_tasks:
+        raise ValueError(f"invalid task {task_index} of {num_tasks}: need 0 <= task_index < num_tasks")
+    return list(range(task_index, num_shards, num_tasks))
+
+
+def split_at_cap(sizes: Sequence[int], shard_bytes: int | None) -> int:
+    """How many leading samples (tar sizes ``sizes``) fit under ``shard_bytes``; at least one."""
+    if shard_bytes is None:
+        return len(sizes)
+    total = 0
+    for i, s in enumerate(sizes):
+        if i > 0 and shard_bytes_for(total + s) > shard_bytes:
+            return i
+        total += s
+    return len(sizes)
+
+
+def pack(sizes: Sequence[int], shard_size: int | None, shard_bytes: int | None) -> list[tuple[int, int]]:
+    """Greedy ``[start, end)`` groups of consecutive samples under both caps (each group non-empty)."""
+    groups, start, total = [], 0, 0
+    for i, s in enumerate(sizes):
+        full = shard_size is not None and i - start >= shard_size
+        over = shard_bytes is not None and i > start and shard_bytes_for(total + s) > shard_bytes
+        if full or over:
+            groups.append((start, i))
+            start, total = i, 0
+        total += s
+    if start < len(sizes):
+        groups.append((start, len(sizes)))
+    return groups
