@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 from .errors import ConvertError, DataError, ManifestError, ShardkitError, StorageError
 from .manifest import Manifest, ShardInfo, SkippedFile, load_manifest, save_manifest
 from .world import World
+from .loader import LoaderConfig, ShardDataset, ShardLoader, load
 
 __all__ = [
     "__version__",
@@ -23,7 +24,11 @@ __all__ = [
     "ShardkitError",
     "SkippedFile",
     "StorageError",
+    "LoaderConfig",
+    "ShardDataset",
+    "ShardLoader",
     "World",
+    "load",
     "load_manifest",
     "save_manifest",
 ]

@@ -1,0 +1,162 @@
+"""Typed options of the loader, grouped so that no constructor takes a dozen arguments.
+
+* :class:`ImageConfig` -- what a sample becomes (preset, output size, user hook).
+* :class:`SourceConfig` -- where shards come from (fsspec options, cache, safety opt-ins).
+* :class:`LoaderConfig` -- everything, plus ordering (:class:`shardkit.plan.PlanConfig`
+  fields) and the ``DataLoader`` knobs.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Optional
+
+from ..plan import EpochPolicy, PlanConfig
+
+
+class Preset(str, enum.Enum):
+    """What the loader does to each image before batching."""
+
+    TRAIN = "train"  #: RandomResizedCrop geometry (scale (0.08, 1), ratio (3/4, 4/3)) + horizontal flip
+    EVAL = "eval"  #: resize the shorter side to ``resize_size``, center crop ``size`` (deterministic)
+
+    @classmethod
+    def parse(cls, value: "Preset | str") -> "Preset":
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"invalid preset {value!r}; choose one of {[p.value for p in cls]}") from None
+
+
+#: ``hook(image HxWx3 uint8, sample) -> image HxWx3 uint8``, called per sample in the worker
+SampleHook = Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What each sample becomes.
+
+    Attributes:
+        preset: :class:`Preset` (``"train"`` or ``"eval"``).
+        size: output height and width (square), default 224.
+        resize_size: eval only: shorter side before the center crop; default ``round(size * 256 / 224)``.
+        scale: train only: RandomResizedCrop area range.
+        ratio: train only: RandomResizedCrop aspect-ratio range.
+        flip: train only: horizontal flip with probability 0.5.
+        hook: optional per-sample CPU transform, ``hook(image, sample) -> image`` on an HxWx3
+            uint8 array of shape (size, size, 3); must return the same shape and dtype.
+            It must be picklable (a module-level function) when workers are spawned.
+        decoder: ``"auto"`` (fastest available), ``"simplejpeg"``, ``"pil"`` or ``"torchvision"``.
+    """
+
+    preset: Preset = Preset.TRAIN
+    size: int = 224
+    resize_size: Optional[int] = None
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: bool = True
+    hook: Optional[SampleHook] = None
+    decoder: str = "auto"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "preset", Preset.parse(self.preset))
+        if self.size < 1:
+            raise ValueError(f"size must be >= 1, got {self.size}")
+        if self.resize_size is None:
+            object.__setattr__(self, "resize_size", int(round(self.size * 256 / 224)))
+        if self.resize_size < self.size:  # type: ignore[operator]
+            raise ValueError(f"resize_size ({self.resize_size}) must be >= size ({self.size})")
+        if not 0 < self.scale[0] <= self.scale[1] or not 0 < self.ratio[0] <= self.ratio[1]:
+            raise ValueError(f"invalid scale {self.scale} or ratio {self.ratio}")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where shard bytes come from.
+
+    Attributes:
+        storage_options: fsspec options for remote URLs (credentials, ``client_kwargs``...).
+        block_size: read-ahead bytes per remote request.
+        cache_dir: optional local directory caching remote shards (shared safely by workers and processes).
+        cache_size: cache limit in bytes (least recently used shards are evicted); ``None``: unlimited.
+        allow_pipe: accept ``pipe:`` URLs (they run shell commands; off by default).
+        allow_unsafe_names: accept manifest shard names that are paths or URLs (trusted manifests only).
+    """
+
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    block_size: int = 8 << 20
+    cache_dir: Optional[str] = None
+    cache_size: Optional[int] = None
+    allow_pipe: bool = False
+    allow_unsafe_names: bool = False
+
+    def __hash__(self) -> int:  # storage_options is a dict
+        return id(self)
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """All loader options (see :func:`shardkit.load` for the common ones).
+
+    Attributes:
+        batch_size: samples per batch.
+        image: :class:`ImageConfig`.
+        source: :class:`SourceConfig`.
+        seed: seed of shard order, shuffle blocks and crops.
+        shuffle: shuffle shards and samples (False: manifest order, e.g. for evaluation).
+        shuffle_buffer: samples per worker shuffle block (memory: one block of JPEG bytes per worker).
+        shuffle_initial: size of the first block (starts faster); 0 means ``shuffle_buffer``.
+        policy: uneven epochs over ranks: ``"pad"`` (repeat a few samples) or ``"drop"``.
+        drop_last: drop each rank's last partial batch.
+        num_workers: DataLoader worker processes (0: load in the main process).
+        pin_memory: pin batches for fast host-to-GPU copies (only used when CUDA is available).
+        persistent_workers: keep workers alive between epochs (default: on when ``num_workers > 0``).
+        prefetch_factor: batches each worker prepares ahead (default 2).
+        multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or None (platform default).
+        strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
+        raw: yield raw samples (bytes, label, metadata) instead of decoded batches.
+    """
+
+    batch_size: int = 64
+    image: ImageConfig = field(default_factory=ImageConfig)
+    source: SourceConfig = field(default_factory=SourceConfig)
+    seed: int = 0
+    shuffle: bool = True
+    shuffle_buffer: int = 1024
+    shuffle_initial: int = 256
+    policy: EpochPolicy = EpochPolicy.PAD
+    drop_last: bool = False
+    num_workers: int = 0
+    pin_memory: bool = True
+    persistent_workers: Optional[bool] = None
+    prefetch_factor: Optional[int] = None
+    multiprocessing_context: Optional[str] = None
+    strict: bool = False
+    raw: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", EpochPolicy.parse(self.policy))
+        if self.num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
+        self.plan  # validates batch_size and shuffle sizes
+
+    @property
+    def plan(self) -> PlanConfig:
+        """The options that decide sample order and split."""
+        return PlanConfig(
+            batch_size=self.batch_size,
+            seed=self.seed,
+            shuffle=self.shuffle,
+            shuffle_buffer=self.shuffle_buffer,
+            shuffle_initial=self.shuffle_initial,
+            drop_last=self.drop_last,
+            policy=self.policy,
+        )
+
+
+def plan_to_dict(cfg: PlanConfig) -> dict[str, Any]:
+    """A JSON-friendly dict of a :class:`PlanConfig` (stored in state dicts)."""
+    d = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+    d["policy"] = cfg.policy.value
+    return d

@@ -1,0 +1,156 @@
+"""``ShardDataset``: the iterable dataset each DataLoader worker runs.
+
+In ``__iter__`` a worker finds out who it is (explicit ``rank``/``world_size``
+or ``torch.distributed``, plus ``get_worker_info``), asks
+:func:`shardkit.plan.worker_plan` what to read for the current epoch and
+resume point, and runs a ``webdataset.DataPipeline`` of three stages
+(:mod:`shardkit.loader.stages`): plan blocks -> sequentially read raw
+samples in shuffled emission order -> decoded uint8 batches.
+
+The epoch and resume point live in a tiny shared-memory tensor created before
+any worker starts, so :meth:`ShardDataset.set_epoch` on the main copy reaches
+``persistent_workers`` too (they hold a stale pickled/forked copy of
+everything else). A new elastic history (re-planned topology) changes the
+stream itself; :class:`shardkit.loader.ShardLoader` rebuilds its DataLoader then.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from ..manifest import Manifest, load_manifest
+from ..plan import RankSplit, Segment, Stream, epoch_stream, rank_split, worker_plan
+from ..world import World, detect
+from .config import LoaderConfig
+from .decode import CropDecoder
+from .sources import ShardOpener, check_url
+from .stages import Batch, BatchSpec, BlockReader, Counters, decode_batches, plan_blocks, read_blocks
+
+
+class ShardDataset(IterableDataset):
+    """Batches (or raw samples) of one rank's share of a shardkit dataset, for a ``DataLoader(batch_size=None)``.
+
+    Args:
+        url: dataset split directory or its ``manifest.json`` (local path or fsspec URL),
+            or an already loaded :class:`shardkit.Manifest`.
+        config: loader options.
+        rank: this process's rank; with ``world_size``. Default: from ``torch.distributed`` (else 0 of 1).
+        world_size: number of ranks.
+
+    Each item is a :class:`shardkit.loader.stages.Batch` (``images`` uint8 ``[n,3,S,S]``,
+    ``labels`` int64 ``[n]``, ``gids``, ``keys``); with ``config.raw`` its ``raw`` field holds the
+    :class:`shardkit.loader.reader.RawSample` objects instead of images.
+    """
+
+    def __init__(self, url: "str | Manifest", config: Optional[LoaderConfig] = None, *, rank: Optional[int] = None, world_size: Optional[int] = None):
+        super().__init__()
+        self.config = config or LoaderConfig()
+        src = self.config.source
+        if isinstance(url, Manifest):
+            self.manifest = url
+        else:
+            check_url(url, src)
+            self.manifest = load_manifest(url, allow_unsafe_names=src.allow_unsafe_names, **src.storage_options)
+        self.urls = [self.manifest.shard_url(i) for i in range(len(self.manifest.shards))]
+        for u in self.urls:
+            check_url(u, src)
+        self.shard_sizes = self.manifest.shard_sizes
+        self.shard_bytes = [s.bytes for s in self.manifest.shards]
+        self.shard_offsets = np.concatenate([[0], np.cumsum(self.shard_sizes)[:-1]]).astype(np.int64) if self.shard_sizes else np.zeros(0, np.int64)
+        world = detect(rank, world_size)
+        self.rank, self.world_size = world.rank, world.world_size
+        self.history: tuple[Segment, ...] = ()
+        # [epoch, batches_done]: shared with (persistent) workers
+        self._position = torch.zeros(2, dtype=torch.int64).share_memory_()
+
+    # ------------------------------------------------------------------ position
+
+    @property
+    def epoch(self) -> int:
+        return int(self._position[0])
+
+    @property
+    def batches_done(self) -> int:
+        return int(self._position[1])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning (reaches persistent workers on their next ``iter``)."""
+        self.set_position(epoch, 0, ())
+
+    def set_position(self, epoch: int, batches_done: int, history: Sequence[Segment] = ()) -> None:
+        """Resume ``epoch`` after ``batches_done`` batches of the current topology, after ``history``."""
+        if epoch < 0 or batches_done < 0:
+            raise ValueError("epoch and batches_done must be >= 0")
+        self._position[0] = epoch
+        self._position[1] = batches_done
+        self.history = tuple(history)
+
+    # ------------------------------------------------------------------ plan
+
+    def stream(self, epoch: Optional[int] = None) -> Stream:
+        """The epoch's stream after the elastic history (every rank's samples, in stream order)."""
+        e = self.epoch if epoch is None else epoch
+        return epoch_stream(self.shard_sizes, self.config.plan, e, self.history)
+
+    def rank_split(self, epoch: Optional[int] = None) -> RankSplit:
+        """How the current epoch's stream is split over ranks (padded / dropped counts)."""
+        return rank_split(len(self.stream(epoch)), self.world_size, self.config.plan)
+
+    def __len__(self) -> int:
+        """Batches this rank yields in a full epoch."""
+        full = epoch_stream(self.shard_sizes, self.config.plan, 0, ())
+        return rank_split(len(full), self.world_size, self.config.plan).num_batches
+
+    def world(self) -> World:
+        """This process's :class:`World` (call inside a worker to get the worker too)."""
+        info = get_worker_info()
+        if info is None:
+            return World(self.rank, self.world_size, 0, 1)
+        return World(self.rank, self.world_size, info.id, info.num_workers)
+
+    # ------------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Iterator[Batch]:
+        import webdataset as wds
+
+        cfg = self.config
+        world = self.world()
+        epoch, done = self.epoch, self.batches_done
+        plan = worker_plan(self.stream(epoch), cfg.plan, world, epoch=epoch, batches_done=done, generation=len(self.history))
+        num_batches = -(-plan.num_samples // cfg.batch_size)
+        counters = Counters()
+        reader = BlockReader(self.urls, self.shard_bytes, self.shard_offsets, ShardOpener(cfg.source), counters)
+        decoder = None if cfg.raw else CropDecoder(cfg.image, cfg.seed)
+        in_worker = get_worker_info() is not None
+        spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, shared=in_worker, worker=world.worker)
+        pipeline = wds.DataPipeline(
+            _Const(plan.blocks),
+            _Stage(read_blocks, reader=reader),
+            _Stage(decode_batches, spec=spec, decoder=decoder, counters=counters),
+        )
+        return iter(pipeline)
+
+
+class _Const:
+    """Pipeline source: the plan's blocks (picklable)."""
+
+    def __init__(self, blocks: tuple) -> None:
+        self.blocks = blocks
+
+    def __call__(self) -> Iterator:
+        return plan_blocks(self.blocks)
+
+
+class _Stage:
+    """A generator stage with keyword arguments bound (picklable, unlike a lambda)."""
+
+    def __init__(self, fn, **kw) -> None:  # type: ignore[no-untyped-def]
+        self.fn, self.kw = fn, kw
+
+    def __call__(self, src: Iterator) -> Iterator:
+        return self.fn(src, **self.kw)
+

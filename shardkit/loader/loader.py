@@ -1,0 +1,293 @@
+"""``ShardLoader``: the main-process side -- DataLoader, epochs, stats, resumable state.
+
+``shardkit.load(url, ...)`` is the one call most users need::
+
+    loader = shardkit.load("s3://bucket/ds/train", batch_size=256, num_workers=8)
+    for epoch in range(90):
+        loader.set_epoch(epoch)               # optional: a finished pass advances the epoch
+        for images, labels in loader:         # uint8 [B,3,224,224], int64 [B]
+            ...
+        print(loader.stats)
+
+State dicts are plain dicts (put them inside your ``torch.save``): the format
+version, the dataset fingerprint, the plan options, the epoch, the segments
+of the epoch already read with other topologies and the batches consumed with
+the current one. Loading on the same ranks x workers resumes exactly (the
+same remaining batches, in the same order, without reading or decoding the
+consumed ones); on another topology the rest of the epoch is re-planned
+(elastic resume), still covering exactly the samples not yet seen.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, fields
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from ..errors import ShardkitError
+from ..manifest import Manifest
+from ..plan import RankSplit, Segment, fingerprint
+from .config import ImageConfig, LoaderConfig, SourceConfig, plan_to_dict
+from .dataset import ShardDataset
+from .stages import COUNTERS, Batch
+
+STATE_FORMAT = "shardkit-loader-state"
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """What one epoch (or the epoch so far) cost.
+
+    Worker-side seconds are summed over workers (CPU time spent per stage);
+    ``wait_s`` is wall time the training loop spent waiting for the next batch.
+    """
+
+    batches: int = 0
+    samples: int = 0
+    skipped: int = 0
+    bytes_read: int = 0
+    wait_s: float = 0.0
+    elapsed_s: float = 0.0
+    read_s: float = 0.0
+    decode_s: float = 0.0
+    resize_s: float = 0.0
+    collate_s: float = 0.0
+
+    @property
+    def images_per_s(self) -> float:
+        """Samples per second of wall time over the epoch so far."""
+        return self.samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.samples} samples in {self.batches} batches, {self.skipped} skipped, "
+            f"{self.bytes_read / 1e6:.1f} MB read, {self.images_per_s:.0f} img/s, waited {self.wait_s:.2f} s "
+            f"(workers: read {self.read_s:.2f} s, decode {self.decode_s:.2f} s, resize {self.resize_s:.2f} s, collate {self.collate_s:.2f} s)"
+        )
+
+
+class ShardLoader:
+    """Iterable of ``(images uint8 [B,3,S,S], labels int64 [B])`` batches for this rank.
+
+    Args:
+        dataset: the :class:`ShardDataset` (its config holds the DataLoader options).
+        with_keys: also yield each batch's sample keys: ``(images, labels, keys)``.
+    """
+
+    def __init__(self, dataset: ShardDataset, *, with_keys: bool = False):
+        self.dataset = dataset
+        self.config = dataset.config
+        self.with_keys = with_keys
+        self._dl: Optional[DataLoader] = None
+        self._dl_history: Optional[tuple[Segment, ...]] = None
+        self._counters: dict[int, np.ndarray] = {}
+        self._wait = 0.0
+        self._t0 = 0.0
+        self._t1 = 0.0
+        self._batches = 0
+        self._consumed = 0  # batches handed out since the dataset's position was last set
+
+    # ------------------------------------------------------------------ DataLoader
+
+    def _dataloader(self) -> DataLoader:
+        ds = self.dataset
+        if self._dl is None or self._dl_history != ds.history:
+            c = self.config
+            nw = c.num_workers
+            persistent = (nw > 0) if c.persistent_workers is None else (c.persistent_workers and nw > 0)
+            kw: dict[str, Any] = {}
+            if nw > 0:
+                kw["prefetch_factor"] = c.prefetch_factor or 4
+                kw["persistent_workers"] = persistent
+                if c.multiprocessing_context:
+                    kw["multiprocessing_context"] = c.multiprocessing_context
+            self._dl = DataLoader(ds, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
+            self._dl_history = ds.history
+        return self._dl
+
+    def __len__(self) -> int:
+        """Batches this rank yields per full epoch (the same on every rank)."""
+        return len(self.dataset)
+
+    def __iter__(self) -> Iterator[Any]:
+        ds = self.dataset
+        self._sync_position()
+        dl = self._dataloader()
+        self._counters, self._wait, self._batches = {}, 0.0, 0
+        self._t0 = time.perf_counter()
+        it = iter(dl)
+        while True:
+            t = time.perf_counter()
+            try:
+                batch: Batch = next(it)
+            except StopIteration:
+                break
+            self._wait += time.perf_counter() - t
+            self._counters[batch.worker] = batch.counters
+            self._batches += 1
+            self._consumed += 1  # a batch counts as consumed once handed out
+            self._t1 = time.perf_counter()
+            if len(batch.keys) == 0:
+                continue  # every sample of this batch was skipped (logged)
+            out: Any = batch.raw if self.config.raw else (batch.images, batch.labels)
+            if self.with_keys and not self.config.raw:
+                out = (batch.images, batch.labels, batch.keys)
+            yield out
+        self._t1 = time.perf_counter()
+        self._consumed = 0
+        ds.set_epoch(ds.epoch + 1)  # a finished pass advances the epoch
+
+    def _sync_position(self) -> None:
+        """Fold batches consumed by an unfinished iteration into the dataset's shared position.
+
+        Workers read the position only when an iteration starts, so it is never
+        changed while one runs (a late-starting worker would see another plan).
+        """
+        if self._consumed:
+            ds = self.dataset
+            ds.set_position(ds.epoch, ds.batches_done + self._consumed, ds.history)
+            self._consumed = 0
+
+    # ------------------------------------------------------------------ epochs and stats
+
+    @property
+    def epoch(self) -> int:
+        return self.dataset.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from the beginning on the next ``iter()`` (shard order and shuffles change with it)."""
+        self._consumed = 0
+        self.dataset.set_epoch(epoch)
+
+    @property
+    def epoch_info(self) -> RankSplit:
+        """How this epoch is split over ranks: ``num_batches``, ``padded`` and ``dropped`` samples."""
+        return self.dataset.rank_split()
+
+    @property
+    def stats(self) -> LoaderStats:
+        """Counters of the current or last epoch (samples, skipped, bytes, time waiting...)."""
+        tot = np.sum(list(self._counters.values()), axis=0) if self._counters else np.zeros(len(COUNTERS))
+        d = dict(zip(COUNTERS, tot.tolist()))
+        return LoaderStats(
+            batches=self._batches,
+            samples=int(d["samples"]),
+            skipped=int(d["skipped"]),
+            bytes_read=int(d["bytes_read"]),
+            wait_s=self._wait,
+            elapsed_s=max(0.0, self._t1 - self._t0),
+            read_s=d["read_s"],
+            decode_s=d["decode_s"],
+            resize_s=d["resize_s"],
+            collate_s=d["collate_s"],
+        )
+
+    # ------------------------------------------------------------------ state
+
+    def _topology(self) -> tuple[int, int]:
+        return self.dataset.world_size, max(1, self.config.num_workers)
+
+    def state_dict(self) -> dict[str, Any]:
+        """A plain dict with everything needed to continue this epoch exactly (put it in your checkpoint)."""
+        ds = self.dataset
+        ws, nw = self._topology()
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "fingerprint": fingerprint(ds.shard_sizes),
+            "plan": plan_to_dict(self.config.plan),
+            "epoch": ds.epoch,
+            "history": [[s.world_size, s.num_workers, s.batches_done] for s in ds.history],
+            "world_size": ws,
+            "num_workers": nw,
+            "batches_done": ds.batches_done + self._consumed,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: exactly on the same topology, re-planned (elastic) on another one.
+
+        Raises:
+            ShardkitError: the state is from another dataset, other plan options, or an unknown format.
+        """
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ShardkitError("not a shardkit loader state (missing 'format'); pass what ShardLoader.state_dict() returned")
+        if state.get("version") != STATE_VERSION:
+            raise ShardkitError(f"loader state version {state.get('version')!r} is not supported (this shardkit reads {STATE_VERSION})")
+        ds = self.dataset
+        if state["fingerprint"] != fingerprint(ds.shard_sizes):
+            raise ShardkitError("loader state belongs to another dataset (shard sizes differ); resume with the dataset it was saved from")
+        mine = plan_to_dict(self.config.plan)
+        if state["plan"] != mine:
+            diff = {k: (state["plan"].get(k), v) for k, v in mine.items() if state["plan"].get(k) != v}
+            raise ShardkitError(f"loader state was saved with other ordering options {diff} (saved, now); use the same options to resume")
+        history = [Segment(*map(int, s)) for s in state["history"]]
+        epoch, done = int(state["epoch"]), int(state["batches_done"])
+        if (int(state["world_size"]), int(state["num_workers"])) != self._topology() and done:
+            history.append(Segment(int(state["world_size"]), int(state["num_workers"]), done))
+            done = 0
+        self._consumed = 0
+        ds.set_position(epoch, done, history)
+
+
+def load(
+    url: "str | Manifest",
+    *,
+    config: Optional[LoaderConfig] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    with_keys: bool = False,
+    **options: Any,
+) -> ShardLoader:
+    """Stream a shardkit dataset as uint8 batches ready for the GPU.
+
+    Args:
+        url: the split directory (or its ``manifest.json``): local path, ``s3://``, ``gs://``,
+            ``http(s)://`` or any fsspec URL.
+        config: a full :class:`LoaderConfig`; ``options`` override its fields.
+        rank: this process's rank (with ``world_size``); default from ``torch.distributed``.
+        world_size: number of ranks.
+        with_keys: yield ``(images, labels, keys)``.
+        **options: any field of :class:`LoaderConfig` (``batch_size``, ``seed``, ``shuffle``,
+            ``num_workers``, ``drop_last``, ``policy``, ``strict``, ``pin_memory``...), of
+            :class:`ImageConfig` (``preset``, ``size``, ``resize_size``, ``hook``, ``decoder``...)
+            or of :class:`SourceConfig` (``storage_options``, ``cache_dir``, ``cache_size``,
+            ``allow_pipe``, ``allow_unsafe_names``...). ``num_workers`` defaults to the CPUs
+            available to this process (at most 8).
+
+    Returns:
+        A :class:`ShardLoader`; ``len()`` is the number of batches per epoch on this rank.
+    """
+    cfg = build_config(config, options)
+    return ShardLoader(ShardDataset(url, cfg, rank=rank, world_size=world_size), with_keys=with_keys)
+
+
+def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> LoaderConfig:
+    """``config`` (or defaults) with ``options`` routed to the right dataclass."""
+    from dataclasses import replace
+
+    base = config or LoaderConfig(num_workers=min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
+    groups = {"image": ImageConfig, "source": SourceConfig}
+    top_names = {f.name for f in fields(LoaderConfig)} - set(groups)
+    per_group: dict[str, dict[str, Any]] = {g: {} for g in groups}
+    top: dict[str, Any] = {}
+    for k, v in options.items():
+        if k in top_names:
+            top[k] = v
+            continue
+        for g, cls in groups.items():
+            if k in {f.name for f in fields(cls)}:
+                per_group[g][k] = v
+                break
+        else:
+            valid = sorted(top_names | {f.name for cls in groups.values() for f in fields(cls)})
+            raise TypeError(f"unknown loader option {k!r}; valid options: {', '.join(valid)}")
+    for g in groups:
+        if per_group[g]:
+            top[g] = replace(getattr(base, g), **per_group[g])
+    return replace(base, **top)

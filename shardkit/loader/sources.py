@@ -1,0 +1,79 @@
+"""Open shard URLs: local files directly, everything else through fsspec with read-ahead.
+
+Shard URLs come only from :meth:`shardkit.Manifest.shard_url`, whose names the
+manifest validated (no ``..``, absolute paths or other hosts unless
+``allow_unsafe_names``). ``pipe:`` URLs run a shell command and are refused
+unless ``allow_pipe=True``.
+
+webdataset 1.0.2 opens URLs through its ``gopen`` table, which has no ``s3://``
+or generic fsspec support; :func:`register_with_webdataset` plugs fsspec in
+there for users who run plain webdataset pipelines on shardkit datasets (an
+explicit call: shardkit's own loader never changes webdataset's globals).
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any, Optional
+
+from .. import storage
+from ..errors import StorageError
+from .cache import ShardCache, copy_stream
+from .config import SourceConfig
+
+
+def check_url(url: str, cfg: SourceConfig) -> None:
+    """Refuse ``pipe:`` URLs unless opted in."""
+    if storage.scheme(url) == "pipe" and not cfg.allow_pipe:
+        raise StorageError(f"{url}: pipe: URLs run shell commands and are refused; pass allow_pipe=True only for URLs you trust")
+
+
+class ShardOpener:
+    """Opens shards for one worker; owns the optional :class:`ShardCache`.
+
+    Args:
+        cfg: where bytes come from.
+    """
+
+    def __init__(self, cfg: SourceConfig):
+        self.cfg = cfg
+        self.cache = ShardCache(cfg.cache_dir, cfg.cache_size) if cfg.cache_dir else None
+
+    def open(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
+        """A binary file positioned at the start of shard ``url`` (``nbytes``: size from the manifest)."""
+        check_url(url, self.cfg)
+        if storage.scheme(url) == "pipe":
+            from webdataset.gopen import gopen
+
+            return gopen(url, "rb")  # type: ignore[no-any-return]
+        if storage.is_local(url):
+            return storage.open_read(url)
+        if self.cache is not None and nbytes is not None:
+
+            def download(dst: IO[bytes]) -> None:
+                with self._open_remote(url) as src:
+                    copy_stream(src, dst)
+
+            path = self.cache.fetch(url, nbytes, download)
+            if path is not None:
+                return open(path, "rb", buffering=1 << 20)
+        return self._open_remote(url)
+
+    def _open_remote(self, url: str) -> IO[bytes]:
+        return storage.open_read(url, block_size=self.cfg.block_size, **self.cfg.storage_options)
+
+
+def _gopen_fsspec(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> IO[bytes]:
+    if mode != "rb":
+        raise StorageError(f"{url}: shardkit's fsspec hook only reads")
+    return storage.open_read(url, **kw)
+
+
+def register_with_webdataset(*schemes: str) -> None:
+    """Let plain ``webdataset`` open ``s3://``, ``gs://`` (or the given schemes) through fsspec.
+
+    Storage options come from the environment (e.g. ``AWS_*``) as fsspec reads them.
+    """
+    from webdataset import gopen
+
+    for s in schemes or ("s3", "gs", "gcs", "abfs", "az"):
+        gopen.gopen_schemes[s] = _gopen_fsspec

@@ -1,0 +1,234 @@
+"""The worker pipeline's stages: plan blocks -> raw samples -> decoded batches.
+
+Each stage is a plain generator over the previous one's output, composed with
+``webdataset.DataPipeline`` in :class:`shardkit.loader.dataset.ShardDataset`.
+Batch boundaries are fixed by the plan: batch ``j`` of a worker holds the
+samples emitted at positions ``[j*B, (j+1)*B)``; a sample that cannot be read
+or decoded makes its batch one smaller, it never pulls a sample from the next
+batch, so every rank yields the same number of batches and resume stays exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import DataError
+from ..plan import Block
+from .decode import CropDecoder, apply_hook
+from .reader import RawSample, ShardReader, TarDamage
+from .sources import ShardOpener
+
+log = logging.getLogger("shardkit.loader")
+
+#: names of the per-worker counters sent with every batch (cumulative over the epoch)
+COUNTERS = ("samples", "skipped", "bytes_read", "read_s", "decode_s", "resize_s", "collate_s", "batches")
+
+
+class Counters:
+    """Cumulative per-worker counters of one epoch (a float64 vector, cheap to send)."""
+
+    def __init__(self) -> None:
+        self.v = np.zeros(len(COUNTERS), np.float64)
+
+    def add(self, name: str, value: float) -> None:
+        self.v[COUNTERS.index(name)] += value
+
+
+@dataclass
+class Batch:
+    """What a worker sends for one planned batch.
+
+    Attributes:
+        images: uint8 ``[n, 3, S, S]`` (``n <= batch_size``; smaller when samples were skipped).
+        labels: int64 ``[n]``.
+        gids: int64 ``[n]`` global sample ids.
+        keys: sample keys.
+        worker: DataLoader worker id that made it.
+        counters: the worker's cumulative :data:`COUNTERS` for this epoch.
+        raw: with ``raw=True``: the batch's :class:`RawSample` objects instead of images.
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    gids: torch.Tensor
+    keys: list[str]
+    worker: int = 0
+    counters: np.ndarray = field(default_factory=lambda: np.zeros(len(COUNTERS)))
+    raw: Optional[list[RawSample]] = None
+
+    def pin_memory(self, device: Any = None) -> "Batch":
+        """Pinned copy (called by DataLoader's pin-memory thread)."""
+        return replace(self, images=self.images.pin_memory(), labels=self.labels.pin_memory())
+
+
+def _skip(sample: RawSample, reason: str, strict: bool, counters: Counters) -> None:
+    msg = f"sample {sample.key!r} of shard {sample.shard}: {reason}"
+    if strict:
+        raise DataError(f"{msg} (strict=True; pass strict=False to skip bad samples)")
+    log.warning("shardkit: skipped %s", msg)
+    counters.add("skipped", 1)
+
+
+class BlockReader:
+    """Reads the samples of plan blocks, keeping one shard open across consecutive blocks.
+
+    Args:
+        urls: shard URLs (manifest order).
+        nbytes: shard sizes in bytes (for the cache).
+        shard_offsets: global id of each shard's first sample.
+        opener: opens shard URLs.
+        counters: where read time and bytes are counted.
+    """
+
+    def __init__(self, urls: Sequence[str], nbytes: Sequence[int], shard_offsets: np.ndarray, opener: ShardOpener, counters: Counters):
+        self.urls, self.nbytes, self.offsets = urls, nbytes, shard_offsets
+        self.opener, self.counters = opener, counters
+        self._shard = -1
+        self._reader: Optional[ShardReader] = None
+        self._damaged: dict[int, str] = {}
+        self._counted = 0  # bytes of the open reader already counted
+
+    def _count_bytes(self) -> None:
+        if self._reader is not None:
+            self.counters.add("bytes_read", self._reader.bytes_read - self._counted)
+            self._counted = self._reader.bytes_read
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._count_bytes()
+            self._counted = 0
+            self._reader.close()
+            self._reader = None
+            self._shard = -1
+
+    def _reader_for(self, shard: int, index: int) -> ShardReader:
+        if self._reader is None or self._shard != shard or self._reader.index > index:
+            self.close()
+            self._reader = ShardReader(self.opener.open(self.urls[shard], self.nbytes[shard]), self.urls[shard])
+            self._shard = shard
+        return self._reader
+
+    def read(self, gids: np.ndarray) -> list[RawSample]:
+        """The samples ``gids`` (in the given, sequential order); unusable ones carry ``error``."""
+        t0 = time.perf_counter()
+        shards = np.searchsorted(self.offsets, gids, side="right") - 1
+        out = []
+        for gid, shard in zip(gids.tolist(), shards.tolist()):
+            index = gid - int(self.offsets[shard])
+            url = self.urls[shard]
+            if shard in self._damaged:
+                out.append(RawSample(key=f"#{index}", gid=gid, shard=url, index=index, error=self._damaged[shard]))
+                continue
+            try:
+                s = self._reader_for(shard, index).read(index, gid)
+            except TarDamage as exc:
+                log.warning("shardkit: %s; samples after it are skipped", exc)
+                self._damaged[shard] = str(exc)
+                self.close()
+                s = None
+            if s is None:
+                reason = self._damaged.get(shard) or f"shard ends before sample {index} (manifest disagrees)"
+                s = RawSample(key=f"#{index}", gid=gid, shard=url, index=index, error=reason)
+            out.append(s)
+        self._count_bytes()
+        self.counters.add("read_s", time.perf_counter() - t0)
+        return out
+
+
+def plan_blocks(blocks: Sequence[Block]) -> Iterator[Block]:
+    """Stage 0: the worker's plan blocks."""
+    yield from blocks
+
+
+def read_blocks(blocks: Iterable[Block], *, reader: BlockReader) -> Iterator[RawSample]:
+    """Stage 1: read each block sequentially, emit its samples in the block's shuffled order."""
+    try:
+        for block in blocks:
+            samples = reader.read(block.gids)
+            for i in block.order.tolist():
+                yield samples[i]
+    finally:
+        reader.close()
+
+
+def _alloc(shape: tuple[int, ...], shared: bool) -> torch.Tensor:
+    """A uint8 tensor, allocated directly in shared memory inside DataLoader workers
+    (so the hand-off to the main process does not copy it again)."""
+    if shared:
+        try:
+            n = int(np.prod(shape))
+            return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(n)).view(shape)
+        except (AttributeError, RuntimeError):  # pragma: no cover - older torch
+            return torch.empty(shape, dtype=torch.uint8).share_memory_()
+    return torch.empty(shape, dtype=torch.uint8)
+
+
+@dataclass
+class BatchSpec:
+    """How the batching stage works (picklable, no lambdas)."""
+
+    batch_size: int
+    num_batches: int  #: batches this worker still emits (fixed by the plan)
+    epoch: int
+    strict: bool = False
+    raw: bool = False
+    shared: bool = False
+    worker: int = 0
+
+
+def decode_batches(samples: Iterable[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters) -> Iterator[Batch]:
+    """Stage 2: cut emissions into the planned batches, decode each into one preallocated uint8 tensor."""
+    it = iter(samples)
+    size = decoder.cfg.size if decoder is not None else 0
+    hook = decoder.cfg.hook if decoder is not None else None
+    for _ in range(spec.num_batches):
+        group = [s for _, s in zip(range(spec.batch_size), it)]
+        t0 = time.perf_counter()
+        good = []
+        for s in group:
+            if s.error:
+                _skip(s, s.error, spec.strict, counters)
+            else:
+                good.append(s)
+        if spec.raw:
+            counters.add("samples", len(good))
+            counters.add("batches", 1)
+            yield Batch(torch.empty(0, dtype=torch.uint8), torch.tensor([s.label for s in good], dtype=torch.int64),
+                        torch.tensor([s.gid for s in good], dtype=torch.int64), [s.key for s in good], spec.worker, counters.v.copy(), good)
+            continue
+        assert decoder is not None
+        images = _alloc((len(good), 3, size, size), spec.shared)
+        labels = np.empty(len(good), np.int64)
+        gids = np.empty(len(good), np.int64)
+        keys = []
+        n = 0
+        t_dec = 0.0
+        before = decoder.times.copy()
+        for s in good:
+            t1 = time.perf_counter()
+            try:
+                decoder(s.jpeg, images[n], spec.epoch, s.gid)  # type: ignore[arg-type]
+                apply_hook(hook, images[n], s)
+            except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
+                if isinstance(exc, ValueError) and "sample hook" in str(exc):
+                    raise
+                t_dec += time.perf_counter() - t1
+                _skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
+                continue
+            t_dec += time.perf_counter() - t1
+            labels[n], gids[n] = s.label, s.gid
+            keys.append(s.key)
+            n += 1
+        spent = decoder.times - before
+        counters.add("decode_s", spent[0])
+        counters.add("resize_s", spent[1])
+        counters.add("collate_s", time.perf_counter() - t0 - spent.sum())
+        counters.add("samples", n)
+        counters.add("batches", 1)
+        yield Batch(images[:n], torch.from_numpy(labels[:n]), torch.from_numpy(gids[:n]), keys, spec.worker, counters.v.copy())

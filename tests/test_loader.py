@@ -1,0 +1,271 @@
+"""The streaming loader end to end: exactly once over ranks x workers, order, resume, sources, bad data."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import jpeg_bytes, write_dataset
+
+import shardkit
+from shardkit.errors import DataError, ManifestError, ShardkitError, StorageError
+from shardkit.manifest import Manifest, ShardInfo, save_manifest
+from shardkit.shardformat import EncodedSample, write_shard
+
+SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
+
+
+def run_rank(url, rank, world_size, **kw):
+    """All batches of one rank for one epoch: list of key lists."""
+    loader = shardkit.load(url, rank=rank, world_size=world_size, with_keys=True, **{**SMALL, **kw})
+    return loader, [list(k) for _, _, k in loader]
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loader")
+    return {
+        "few_shards": write_dataset(str(root / "few"), num_samples=36, shard_size=18, size=(24, 20)),
+        "many_shards": write_dataset(str(root / "many"), num_samples=36, shard_size=2, size=(24, 20)),
+    }
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 3])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("which", ["few_shards", "many_shards"])
+def test_exactly_once_over_ranks_and_workers(datasets, which, world_size, num_workers):
+    ds = datasets[which]
+    seen, counts = Counter(), []
+    for rank in range(world_size):
+        loader, batches = run_rank(ds.url, rank, world_size, batch_size=4, num_workers=num_workers, persistent_workers=False)
+        counts.append(len(batches))
+        assert len(batches) == len(loader)
+        seen.update(k for b in batches for k in b)
+    assert len(set(counts)) == 1, counts
+    assert sorted(seen) == sorted(ds.keys) and set(seen.values()) == {1}
+
+
+@pytest.mark.parametrize("policy", ["pad", "drop"])
+def test_uneven_epoch_policy(datasets, policy):
+    ds = datasets["many_shards"]  # 36 samples over 5 ranks
+    seen, counts = Counter(), []
+    for rank in range(5):
+        loader, batches = run_rank(ds.url, rank, 5, batch_size=3, num_workers=0, policy=policy)
+        counts.append(len(batches))
+        seen.update(k for b in batches for k in b)
+    info = loader.epoch_info
+    assert len(set(counts)) == 1
+    if policy == "pad":
+        assert set(seen) == set(ds.keys) and sum(seen.values()) == 36 + info.padded == 40
+    else:
+        assert set(seen.values()) == {1} and len(seen) == 36 - info.dropped == 35
+
+
+def epoch_keys(loader):
+    return [k for _, _, ks in loader for k in ks]
+
+
+def test_epochs_differ_seed_reproduces_persistent_workers(datasets):
+    url = datasets["many_shards"].url
+    a = shardkit.load(url, batch_size=4, num_workers=2, persistent_workers=True, with_keys=True, seed=1, **SMALL)
+    e0 = epoch_keys(a)
+    e1 = epoch_keys(a)  # a finished pass advances the epoch, reaching the persistent workers
+    a.set_epoch(0)
+    e0_again = epoch_keys(a)
+    a.set_epoch(1)
+    assert epoch_keys(a) == e1
+    b = shardkit.load(url, batch_size=4, num_workers=2, with_keys=True, seed=1, **SMALL)
+    c = shardkit.load(url, batch_size=4, num_workers=2, with_keys=True, seed=2, **SMALL)
+    assert sorted(e0) == sorted(e1) and e0 != e1
+    assert e0 == e0_again == epoch_keys(b)
+    assert epoch_keys(c) != e0
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_state_dict_resume_is_exact(datasets, num_workers):
+    url = datasets["many_shards"].url
+    kw = dict(batch_size=3, num_workers=num_workers, seed=5, shuffle_buffer=5, shuffle_initial=2, with_keys=True, **SMALL)
+    ref = shardkit.load(url, **kw)
+    ref.set_epoch(3)
+    full = [(im.clone(), k) for im, _, k in ref]
+    a = shardkit.load(url, **kw)
+    a.set_epoch(3)
+    it = iter(a)
+    head = [next(it) for _ in range(5)]
+    state = a.state_dict()
+    del it
+    state = json.loads(json.dumps(state))  # a plain dict
+    b = shardkit.load(url, **kw)
+    b.load_state_dict(state)
+    rest = [(im, k) for im, _, k in b]
+    got = [k for _, _, k in head] + [k for _, k in rest]
+    assert got == [k for _, k in full]
+    for (im, _), (ref_im, _) in zip(rest, full[5:]):
+        assert torch.equal(im, ref_im)
+    assert b.stats.samples == sum(len(k) for _, k in rest)  # consumed samples were not decoded
+
+
+def test_elastic_resume_three_to_two_ranks(datasets):
+    url = datasets["many_shards"].url
+    kw = dict(batch_size=2, num_workers=2, seed=3, shuffle_buffer=4, **SMALL)
+    seen = Counter()
+    states = []
+    for rank in range(3):
+        loader = shardkit.load(url, rank=rank, world_size=3, with_keys=True, **kw)
+        loader.set_epoch(2)
+        for i, (_, _, keys) in enumerate(loader):
+            seen.update(keys)
+            if i == 2:
+                break
+        states.append(loader.state_dict())
+    assert all(s == states[0] for s in states)
+    counts = []
+    for rank in range(2):
+        loader = shardkit.load(url, rank=rank, world_size=2, with_keys=True, **{**kw, "num_workers": 1})
+        loader.load_state_dict(states[rank])
+        batches = [k for _, _, k in loader]
+        counts.append(len(batches))
+        seen.update(k for b in batches for k in b)
+    assert counts[0] == counts[1]
+    assert sorted(seen) == sorted(datasets["many_shards"].keys) and set(seen.values()) == {1}
+
+
+def test_state_from_other_dataset_or_options_refused(datasets):
+    a = shardkit.load(datasets["many_shards"].url, batch_size=4, num_workers=0, **SMALL)
+    b = shardkit.load(datasets["few_shards"].url, batch_size=4, num_workers=0, **SMALL)
+    with pytest.raises(ShardkitError, match="another dataset"):
+        b.load_state_dict(a.state_dict())
+    c = shardkit.load(datasets["many_shards"].url, batch_size=4, num_workers=0, seed=9, **SMALL)
+    with pytest.raises(ShardkitError, match="ordering options"):
+        c.load_state_dict(a.state_dict())
+
+
+def test_batches_are_uint8_and_stats(datasets):
+    ds = datasets["few_shards"]
+    loader = shardkit.load(ds.url, batch_size=8, num_workers=2, size=16, pin_memory=False)
+    n = 0
+    for images, labels in loader:
+        assert images.dtype == torch.uint8 and images.shape[1:] == (3, 16, 16)
+        assert labels.dtype == torch.int64 and len(labels) == len(images)
+        n += len(images)
+    st = loader.stats
+    assert n == st.samples == 36 and st.skipped == 0 and st.batches == len(loader) == 5
+    assert st.bytes_read > 0 and st.wait_s >= 0 and st.decode_s > 0
+
+
+def test_eval_preset_is_deterministic_and_labels_match(datasets):
+    ds = datasets["few_shards"]
+    a = shardkit.load(ds.url, batch_size=5, num_workers=0, preset="eval", shuffle=False, with_keys=True, **SMALL)
+    b1, b2 = list(a), list(a)
+    assert [k for _, _, k in b1] == [ds.keys[i : i + 5] for i in range(0, 36, 5)]
+    for (x, y, k), (x2, _, _) in zip(b1, b2):
+        assert torch.equal(x, x2)
+        assert y.tolist() == [ds.labels[key] for key in k]
+
+
+def _hook_invert(image, sample):
+    return 255 - image
+
+
+def test_hook_and_raw_samples(datasets):
+    ds = datasets["few_shards"]
+    plain = shardkit.load(ds.url, batch_size=6, num_workers=0, shuffle=False, **SMALL)
+    hooked = shardkit.load(ds.url, batch_size=6, num_workers=1, shuffle=False, hook=_hook_invert, **SMALL)
+    for (x, _), (y, _) in zip(plain, hooked):
+        assert torch.equal(255 - x, y)
+    raw = shardkit.load(ds.url, batch_size=6, num_workers=1, raw=True, **SMALL)
+    samples = [s for batch in raw for s in batch]
+    assert sorted(s.key for s in samples) == sorted(ds.keys)
+    s = samples[0]
+    assert s.jpeg[:2] == b"\xff\xd8" and s.label == ds.labels[s.key] and s.meta["class"] == f"c{s.label}"
+
+
+def _write_with_bad(root, bad_index, n=12, shard_size=6, missing=False):
+    os.makedirs(root, exist_ok=True)
+    shards, keys = [], []
+    for start in range(0, n, shard_size):
+        samples = []
+        for i in range(start, start + shard_size):
+            data = b"this is not a jpeg" if i == bad_index and not missing else jpeg_bytes(i % 2, i, (20, 20))
+            samples.append(EncodedSample(f"k{i:03d}", data, i % 2, {"class": str(i % 2)}))
+            keys.append(f"k{i:03d}")
+        name = f"train-{len(shards):06d}.tar"
+        with open(os.path.join(root, name), "wb") as f:
+            cnt, nbytes, sha = write_shard(samples, f)
+        shards.append(ShardInfo(name, cnt, nbytes, sha))
+    save_manifest(Manifest("train", ["a", "b"], shards), root)
+    return keys
+
+
+def test_corrupt_sample_skipped_counted_strict_raises(tmp_path, caplog):
+    root = str(tmp_path / "bad")
+    keys = _write_with_bad(root, bad_index=7)
+    loader = shardkit.load(root, batch_size=4, num_workers=0, with_keys=True, **SMALL)
+    with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
+        got = [k for _, _, ks in loader for k in ks]
+    assert sorted(got) == sorted(set(keys) - {"k007"})
+    assert loader.stats.skipped == 1 and loader.stats.samples == 11 and loader.stats.batches == 3
+    lines = [r.getMessage() for r in caplog.records if "k007" in r.getMessage()]
+    assert len(lines) == 1 and "train-000001.tar" in lines[0]
+    strict = shardkit.load(root, batch_size=4, num_workers=0, strict=True, **SMALL)
+    with pytest.raises(DataError, match="k007"):
+        list(strict)
+
+
+def test_truncated_shard_delivers_samples_before_damage(tmp_path, caplog):
+    root = str(tmp_path / "trunc")
+    keys = _write_with_bad(root, bad_index=-1)
+    path = os.path.join(root, "train-000001.tar")
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size // 2)
+    loader = shardkit.load(root, batch_size=4, num_workers=0, shuffle=False, with_keys=True, **SMALL)
+    with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
+        got = [k for _, _, ks in loader for k in ks]
+    assert got == keys[: len(got)] and 6 < len(got) < 12
+    assert loader.stats.skipped == 12 - len(got)
+    assert any("damaged tar at byte" in r.getMessage() and "train-000001.tar" in r.getMessage() for r in caplog.records)
+
+
+def _hostile_manifest(root, name):
+    os.makedirs(root, exist_ok=True)
+    d = {"format": "shardkit-manifest", "version": 1, "split": "train", "classes": ["a"],
+         "shards": [{"name": name, "samples": 1, "bytes": 10, "sha256": "0" * 64}]}
+    with open(os.path.join(root, "manifest.json"), "w") as f:
+        json.dump(d, f)
+    return root
+
+
+@pytest.mark.parametrize("name", ["../escape.tar", "/etc/passwd.tar", "pipe:touch pwned.tar", "http://other.host/x.tar"])
+def test_hostile_manifest_refused(tmp_path, name):
+    root = _hostile_manifest(str(tmp_path / "evil"), name)
+    with pytest.raises(ManifestError, match="not a plain file name"):
+        shardkit.load(root, num_workers=0)
+
+
+def test_pipe_urls_refused_unless_opted_in(tmp_path, datasets):
+    from shardkit.loader.config import SourceConfig
+    from shardkit.loader.sources import ShardOpener
+
+    with pytest.raises(StorageError, match="pipe:"):
+        shardkit.load("pipe:cat /etc/passwd", num_workers=0)
+    shard = datasets["few_shards"].manifest.shard_url(0)
+    marker = tmp_path / "pwned"
+    with pytest.raises(StorageError, match="allow_pipe"):
+        ShardOpener(SourceConfig()).open(f"pipe:touch {marker}; cat {shard}")
+    assert not marker.exists()
+    with ShardOpener(SourceConfig(allow_pipe=True)).open(f"pipe:cat {shard}") as f:  # explicit opt-in
+        assert f.read(512)[257:262] == b"ustar"
+
+
+def test_unknown_option_lists_valid_ones(datasets):
+    with pytest.raises(TypeError, match="valid options"):
+        shardkit.load(datasets["few_shards"].url, batchsize=3)
+    with pytest.raises(ValueError, match="choose one of"):
+        shardkit.load(datasets["few_shards"].url, preset="training")
