@@ -63,18 +63,19 @@ def size_of(url: str, **storage_options: Any) -> int | None:
         raise StorageError(f"{url}: cannot stat ({exc})") from None
 
 
-def publish(url: str, write: Callable[[IO[bytes]], Any], **storage_options: Any) -> Any:
+def publish(url: str, write: Callable[[IO[bytes]], Any], *, tag: str = "", **storage_options: Any) -> Any:
     """Run ``write(f)`` into a temporary file and make ``url`` appear complete, all at once.
 
-    Locally the temporary file is ``.<name>.part`` next to ``url`` (a name that
-    only the owner of ``url`` uses, so a rerun after a crash overwrites it),
-    fsync'ed and renamed; remotely it is a local temporary file uploaded in one
-    go. Returns what ``write`` returns.
+    Locally the temporary file is ``.<name>[.<tag>].part`` next to ``url``: a
+    name only the owner of ``url`` (or, with ``tag``, that one task) uses, so a
+    rerun after a crash overwrites it instead of leaving litter. It is
+    fsync'ed and renamed. Remotely it is a local temporary file uploaded in
+    one go. Returns what ``write`` returns.
     """
     if storage.is_local(url):
         path = storage.local_path(url)
         d, name = os.path.split(path)
-        tmp = os.path.join(d, f".{name}.part")
+        tmp = os.path.join(d, f".{name}.{tag}.part" if tag else f".{name}.part")
         try:
             os.makedirs(d or ".", exist_ok=True)
             with open(tmp, "wb") as f:
@@ -102,6 +103,11 @@ def publish(url: str, write: Callable[[IO[bytes]], Any], **storage_options: Any)
         raise StorageError(f"{url}: cannot write ({exc.strerror or exc}); rerun the same command to resume") from None
     finally:
         os.unlink(tmp)
+
+
+def put_bytes(url: str, data: bytes, *, tag: str = "", **storage_options: Any) -> None:
+    """:func:`publish` for bytes in memory."""
+    publish(url, lambda f: f.write(data), tag=tag, **storage_options)
 
 
 def sha256_of(url: str, **storage_options: Any) -> tuple[int, str]:

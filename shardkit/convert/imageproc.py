@@ -123,10 +123,10 @@ def _to_rgb(im: Image.Image) -> Image.Image:
     if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         arr = np.asarray(im).astype(np.int64)
         arr = np.clip(arr, 0, 65535) >> 8
-        return Image.fromarray(arr.astype(np.uint8), "L").convert("RGB")
+        return Image.fromarray(arr.astype(np.uint8)).convert("RGB")
     if mode == "F":
         arr = np.nan_to_num(np.asarray(im, dtype=np.float64))
-        return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "L").convert("RGB")
+        return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).convert("RGB")
     if mode == "P" and "transparency" in im.info:
         im = im.convert("RGBA")
     elif mode in ("LA", "La", "PA", "RGBa"):

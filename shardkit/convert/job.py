@@ -158,7 +158,7 @@ class SplitJob:
             if name.startswith(prefix) and name.endswith(".tar") or name.startswith("." + prefix):
                 _fs.remove(storage.join(self.url, name), **self.so)
 
-    def ensure_plan(self, encoder: Encoder) -> None:
+    def ensure_plan(self, encoder: Encoder, task_index: int) -> None:
         """Run the pilot (if the plan is new) and write ``plan.json``."""
         if self.plan.num_planned:
             return
@@ -173,7 +173,7 @@ class SplitJob:
         self.plan.samples_per_shard = n
         self.plan.num_planned = len(plan.shard_ranges(len(self.items), n))
         storage.makedirs(journal.journal_url(self.url), **self.so)
-        storage.write_atomic(journal.journal_url(self.url, journal.PLAN_NAME), self.plan.to_json(), **self.so)
+        _fs.put_bytes(journal.journal_url(self.url, journal.PLAN_NAME), self.plan.to_json(), tag=f"task{task_index}", **self.so)
 
     def finished(self, j: int) -> journal.ShardRecord | None:
         """The record of planned shard ``j`` if it and its files check out, else ``None``."""
@@ -206,7 +206,7 @@ class SplitJob:
             fingerprint=self.plan.fingerprint, index=j, shard=shard, overflow=over, class_counts=counts,
             skipped=skipped, bytes_in=sum(it.size for it in items),
         )
-        storage.write_atomic(journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so)
+        _fs.put_bytes(journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so)
         return rec
 
     def run(self, encoder: Encoder, owned: list[int], quiet: bool) -> SplitResult:
@@ -309,7 +309,7 @@ def convert(
     results = []
     with Encoder(src, options.image, workers) as encoder:
         for job in jobs:
-            job.ensure_plan(encoder)
+            job.ensure_plan(encoder, task_index)
             owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
             res = job.run(encoder, owned, quiet)
             if num_tasks == 1:

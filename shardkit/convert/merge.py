@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import __version__, storage
 from ..errors import ConvertError
-from ..manifest import Manifest, ShardInfo, manifest_url, save_manifest
+from ..manifest import Manifest, ShardInfo, manifest_url
 from ..shardformat import EncodedSample, write_shard
 from . import _fs, journal, plan
 
@@ -86,8 +86,9 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         split=p.split, classes=list(p.classes), shards=[s for s in shards if s is not None], options=options,
         class_counts=counts, skipped=skipped, shardkit_version=__version__,
     )
-    save_manifest(m, split_url, **storage_options)
+    m.validate()
     m.url = manifest_url(split_url)
+    _fs.put_bytes(m.url, m.to_json().encode("utf-8"), **storage_options)  # like save_manifest, crash-litter free
     return m
 
 

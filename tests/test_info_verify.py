@@ -1,0 +1,138 @@
+"""`shardkit info` / `verify` (library and CLI), S3 round trip on moto, CLI errors: exit 2, one line, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from shardkit.cli import main
+from shardkit.convert import ConvertOptions, ImageOptions, convert
+from shardkit.inspect import info, verify
+from shardkit.manifest import load_manifest
+from shardkit.sampledata import make_imagefolder
+
+OPTS = ConvertOptions(image=ImageOptions(short_side=40), shard_size=7, seed=1)
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    return make_imagefolder(str(tmp_path_factory.mktemp("src") / "splits"), num_classes=3, per_class=5, splits={"train": 5, "val": 2})
+
+
+@pytest.fixture()
+def ds(tmp_path, src):
+    dest = str(tmp_path / "ds")
+    convert(src, dest, OPTS, workers=1, quiet=True)
+    return dest
+
+
+def test_info_library_and_cli(ds, capsys):
+    splits = info(ds)
+    assert [(s.split, s.samples, s.shards) for s in splits] == [("train", 15, 3), ("val", 6, 1)]
+    assert splits[0].class_counts == [5, 5, 5] and splits[0].mean_sample_bytes > 1000
+    assert main(["info", ds, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out[1]["classes"] == {"circle": 2, "square": 2, "stripes": 2} and out[0]["options"]["short_side"] == 40
+    assert main(["info", os.path.join(ds, "val")]) == 0
+    text = capsys.readouterr().out
+    assert "split val: 6 samples, 3 classes, 1 shards" in text and "stripes: 2" in text
+
+
+def test_verify_clean_and_corrupted(ds, capsys):
+    assert verify(ds).ok
+    assert main(["verify", ds, "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("OK: samples in 4 shards, 21 samples")
+    shard = os.path.join(ds, "train", "train-000001.tar")
+    data = bytearray(open(shard, "rb").read())
+    first_jpeg = data.index(b"\xff\xd8\xff")
+    data[first_jpeg:first_jpeg + 2] = b"\x00\x00"  # break the JPEG start marker of one sample
+    open(shard, "wb").write(bytes(data))
+    report = verify(ds)
+    msgs = [str(p) for p in report.problems]
+    assert any("train/train-000001.tar key" in m and "does not decode" in m for m in msgs), msgs
+    assert any("sha256 does not match" in m for m in msgs)
+    quick = verify(ds, quick=True)
+    assert [p.message for p in quick.problems] == ["sha256 does not match the manifest (the shard changed or is damaged)"]
+    os.remove(os.path.join(ds, "val", "val-000000.tar"))
+    assert main(["verify", ds, "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "val/val-000000.tar: shard is missing" in out and "problem(s)" in out
+
+
+@pytest.mark.slow
+def test_s3_convert_info_verify(s3, s3_endpoint, src, capsys):
+    opts, bucket = s3
+    opts = {k: v for k, v in opts.items() if k != "skip_instance_cache"}  # one s3fs instance, as in normal use
+    url = f"s3://{bucket}/ds"
+    result = convert(src, url, OPTS, workers=1, quiet=True, storage_options=opts)
+    assert result.complete and result.converted == 21
+    m = load_manifest(f"{url}/train", **opts)
+    assert m.num_samples == 15 and m.url == f"{url}/train/manifest.json"
+    assert verify(url, **opts).ok
+    again = convert(src, url, OPTS, workers=1, quiet=True, storage_options=opts)
+    assert again.converted == 0 and sum(s.shards_resumed for s in again.splits) == 4
+    assert main(["info", url, "--endpoint-url", s3_endpoint, "--json"]) == 0
+    assert [s["samples"] for s in json.loads(capsys.readouterr().out)] == [15, 6]
+    assert main(["verify", url, "--endpoint-url", s3_endpoint, "--quiet"]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+def _error_cases(tmp_path, src):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    no_images = tmp_path / "noimg"
+    (no_images / "cat").mkdir(parents=True)
+    (no_images / "cat" / "a.txt").write_text("x")
+    bad_version = tmp_path / "v99"
+    bad_version.mkdir()
+    (bad_version / "manifest.json").write_text(json.dumps({"format": "shardkit-manifest", "version": 99}))
+    taken = tmp_path / "taken"
+    convert(src, str(taken), OPTS, workers=1, quiet=True)
+    return [
+        (["convert", str(tmp_path / "missing"), str(tmp_path / "o1")], "does not exist"),
+        (["convert", str(a_file), str(tmp_path / "o2")], "not a folder"),
+        (["convert", str(empty), str(tmp_path / "o3")], "no class folders"),
+        (["convert", str(no_images), str(tmp_path / "o4")], "no images found"),
+        (["convert", src, str(a_file / "sub")], "cannot"),
+        (["convert", src, str(taken), "--short-side", "40", "--shard-size", "7", "--seed", "2"], "different conversion"),
+        (["convert", src, str(tmp_path / "o5"), "--quality", "100"], "quality"),
+        (["convert", src, "gs://bucket/ds"], "shardkit[gcs]"),
+        (["info", str(bad_version)], "version 99"),
+        (["info", str(empty)], "no manifest.json"),
+        (["verify", str(tmp_path / "nowhere")], "no manifest.json"),
+        (["merge", str(empty)], "no conversion found"),
+    ]
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path, src, capsys):
+    pytest.importorskip("s3fs")
+    for argv, needle in _error_cases(tmp_path, src):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err and "Traceback" not in err, (argv, err)
+        assert err.startswith(f"shardkit {argv[0]}: error: ")
+
+
+def test_cli_error_in_a_real_process(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(tmp_path / "nope"), str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_convert_and_merge_summary(tmp_path, src, capsys):
+    dest = str(tmp_path / "ds")
+    for i in range(2):
+        assert main(["convert", src, dest, "--short-side", "40", "--shard-size", "7", "--quiet", "--workers", "1",
+                     "--num-tasks", "2", "--task-index", str(i)]) == 0
+        assert "shardkit merge" in capsys.readouterr().out
+    assert main(["merge", dest]) == 0
+    out = capsys.readouterr().out
+    assert "train: 15 samples in 3 shards" in out and "val: 6 samples in 1 shards" in out
+    assert main(["convert", src, dest, "--short-side", "40", "--shard-size", "7", "--quiet", "--workers", "1"]) == 0
+    assert "converted 0 images, skipped 0 files, kept 4 finished shards" in capsys.readouterr().out
