@@ -1,0 +1,63 @@
+"""GPU-side batch augmentation with per-sample randomness.
+
+:class:`GpuAugment` takes a ``uint8 [B, 3, H, W]`` batch on any device and
+returns the augmented, normalised batch in the requested dtype and memory
+format. Every sample draws its own parameters from a seedable generator on
+the batch's device; there is no Python loop over samples and no host-device
+synchronisation, and all consecutive geometric ops are fused into one
+``grid_sample`` pass.
+
+Ops (torchvision's parameter meaning): :class:`RandomResizedCrop`,
+:class:`CenterCrop`, :class:`Resize`, :class:`HorizontalFlip`,
+:class:`VerticalFlip`, :class:`RandomRotation`, :class:`RandomAffine`,
+:class:`ColorJitter`, :class:`RandomGrayscale`, :class:`GaussianBlur`,
+:class:`Normalize`, :class:`RandomErasing`, :class:`MixUp`, :class:`CutMix`.
+
+Example::
+
+    aug = GpuAugment(
+        [RandomResizedCrop(224), HorizontalFlip(), ColorJitter(0.4, 0.4, 0.4, 0.1),
+         RandomGrayscale(0.2), Normalize(IMAGENET_MEAN, IMAGENET_STD)],
+        output_dtype=torch.bfloat16, memory_format="channels_last", seed=0,
+    )
+    x = aug(images_uint8_on_gpu)
+"""
+
+from __future__ import annotations
+
+from .base import GeometricOp, MixOp, Op, OpKind, PixelOp
+from .blur import GaussianBlur
+from .color import ColorJitter, Normalize, RandomGrayscale
+from .erase import RandomErasing
+from .geometric_ops import CenterCrop, HorizontalFlip, RandomAffine, RandomResizedCrop, RandomRotation, Resize, VerticalFlip
+from .mix import CutMix, MixUp
+from .pipeline import GpuAugment, MemoryFormat
+from .presets import IMAGENET_MEAN, IMAGENET_STD, imagenet_eval_ops, imagenet_train_ops
+
+__all__ = [
+    "CenterCrop",
+    "ColorJitter",
+    "CutMix",
+    "GaussianBlur",
+    "GeometricOp",
+    "GpuAugment",
+    "HorizontalFlip",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "MemoryFormat",
+    "MixOp",
+    "MixUp",
+    "Normalize",
+    "Op",
+    "OpKind",
+    "PixelOp",
+    "RandomAffine",
+    "RandomErasing",
+    "RandomGrayscale",
+    "RandomResizedCrop",
+    "RandomRotation",
+    "Resize",
+    "VerticalFlip",
+    "imagenet_eval_ops",
+    "imagenet_train_ops",
+]

@@ -1,0 +1,294 @@
+"""``GpuAugment``: a batch augmentation pipeline as an ``nn.Module``.
+
+Scheduling: ops run in the order given. Each run of consecutive geometric ops
+becomes one resampling pass (one ``affine_grid`` + one ``grid_sample``); a
+run made only of fixed integer crops (``CenterCrop``, a ``Resize`` to the same
+size) is a slice of the uint8 input instead. Pixel and mix ops run one by one
+in between. Put colour ops after the geometric ops (the usual order): then
+they work on the small output image, and the result equals torchvision's
+sequential semantics; interleaving is allowed and costs one more pass per
+geometric run.
+
+Randomness: every batch draws one ``[B, K]`` uniform tensor (``K`` = the
+uniforms all ops need) plus the few Beta/normal draws of mix/erase ops from a
+``torch.Generator`` on the images' device, created on first use and seeded
+from ``seed``. Same seed, same device type, same batches -> same output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .base import GeometricOp, MixOp, Op, Params, PixelOp, Size
+from .geometry import FillStage, warp
+from .mix import soft_labels
+from .params import make_generator
+
+MemoryFormat = Literal["contiguous", "channels_last"]
+_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class _GeometricStage:
+    indices: tuple[int, ...]
+    sizes: tuple[Size, ...]  # canvas sizes, input first
+    fills: tuple[FillStage, ...]
+    crop: tuple[int, int, int, int] | None  # (top, left, height, width) when all ops are fixed crops
+
+
+@dataclass(frozen=True)
+class _Stage:
+    index: int
+
+
+@dataclass(frozen=True)
+class _Plan:
+    stages: tuple[_GeometricStage | _Stage, ...]
+    op_sizes: tuple[Size, ...]  # size of the image each op receives
+    out_size: Size
+
+
+class GpuAugment(nn.Module):
+    """Per-sample random augmentation of a whole uint8 batch, on its device.
+
+    Args:
+        ops: the ops, in order (see :mod:`shardkit.augment` for the list).
+        output_dtype: ``torch.float32``, ``torch.float16`` or ``torch.bfloat16``.
+        memory_format: ``"contiguous"`` (NCHW) or ``"channels_last"`` (NHWC strides).
+        seed: seed of the per-device generators; ``None`` draws one from
+            torch's global generator (so ``torch.manual_seed`` governs it).
+        clip_intermediate: ``True``: a rotation/affine op fills what lies
+            outside *its own* input, exactly as applying the ops one by one;
+            ``False``: only points outside the original input are filled, so a
+            rotation after a crop shows real image in its corners.
+        compile: run the deterministic part (:meth:`apply`) through
+            ``torch.compile`` (shapes are static; recompiles per input size).
+
+    Call with ``images`` (``uint8 [B, 3, H, W]``, any strides, or float in
+    ``[0, 1]``) and optionally ``labels``; returns the images, or
+    ``(images, labels)`` when labels are given. With a MixUp/CutMix op the
+    labels become float32 soft labels ``[B, num_classes]``.
+    """
+
+    def __init__(
+        self,
+        ops: Sequence[Op],
+        *,
+        output_dtype: torch.dtype = torch.float32,
+        memory_format: MemoryFormat = "contiguous",
+        seed: int | None = None,
+        clip_intermediate: bool = True,
+        compile: bool = False,
+    ) -> None:
+        super().__init__()
+        for op in ops:
+            if not isinstance(op, Op):
+                raise TypeError(f"ops must be shardkit.augment ops, got {op!r}")
+        if output_dtype not in _DTYPES:
+            raise ValueError(f"output_dtype must be one of {_DTYPES}, got {output_dtype}")
+        if memory_format not in _FORMATS:
+            raise ValueError(f"memory_format must be one of {tuple(_FORMATS)}, got {memory_format!r}")
+        classes = {op.num_classes for op in ops if isinstance(op, MixOp)}
+        if len(classes) > 1:
+            raise ValueError(f"all MixUp/CutMix ops need the same num_classes, got {sorted(classes)}")
+        self.ops: tuple[Op, ...] = tuple(ops)
+        self.output_dtype = output_dtype
+        self.memory_format: MemoryFormat = memory_format
+        self.clip_intermediate = clip_intermediate
+        self.num_classes: int | None = classes.pop() if classes else None
+        self._offsets: list[int] = []
+        total = 0
+        for op in self.ops:
+            self._offsets.append(total)
+            total += op.num_uniforms()
+        self._num_uniforms = total
+        self._plans: dict[Size, _Plan] = {}
+        self._generators: dict[str, torch.Generator] = {}
+        self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
+        self._compile = compile
+        self._compiled: Callable[..., Any] | None = None
+
+    # --- randomness ---------------------------------------------------------
+
+    def manual_seed(self, seed: int) -> None:
+        """Reseed: the next batches repeat what a new module with ``seed`` gives
+        (e.g. ``aug.manual_seed(seed + epoch)`` at the start of each epoch)."""
+        self.seed = int(seed)
+        self._generators.clear()
+
+    def generator(self, device: torch.device | str) -> torch.Generator:
+        """The generator used for ``device`` (created and seeded on first use)."""
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        key = str(device)
+        if key not in self._generators:
+            self._generators[key] = make_generator(self.seed, device)
+        return self._generators[key]
+
+    # --- planning -----------------------------------------------------------
+
+    @property
+    def needs_labels(self) -> bool:
+        """Whether the pipeline mixes labels (has a MixUp or CutMix op)."""
+        return self.num_classes is not None
+
+    def output_size(self, size: Size) -> Size:
+        """``(height, width)`` of the output for inputs of ``size``."""
+        return self._plan(size).out_size
+
+    def _plan(self, size: Size) -> _Plan:
+        size = (int(size[0]), int(size[1]))
+        if size not in self._plans:
+            self._plans[size] = self._make_plan(size)
+        return self._plans[size]
+
+    def _make_plan(self, size: Size) -> _Plan:
+        op_sizes: list[Size] = []
+        stages: list[_GeometricStage | _Stage] = []
+        run: list[int] = []
+
+        def close_run() -> None:
+            if run:
+                stages.append(self._geometric_stage(tuple(run), op_sizes[run[0]]))
+                run.clear()
+
+        for i, op in enumerate(self.ops):
+            op_sizes.append(size)
+            if isinstance(op, GeometricOp):
+                run.append(i)
+                size = op.output_size(size)
+            else:
+                close_run()
+                stages.append(_Stage(i))
+        close_run()
+        return _Plan(tuple(stages), tuple(op_sizes), size)
+
+    def _geometric_stage(self, indices: tuple[int, ...], size: Size) -> _GeometricStage:
+        sizes = [size]
+        crop: tuple[int, int, int, int] | None = (0, 0, *size)
+        fills: list[FillStage] = []
+        for k, i in enumerate(indices):
+            op = self.ops[i]
+            assert isinstance(op, GeometricOp)
+            c = op.static_crop(sizes[-1])
+            if crop is not None and c is not None:
+                crop = (crop[0] + c[0], crop[1] + c[1], c[2], c[3])
+            else:
+                crop = None
+            fill = op.fill_value()
+            if fill is not None:
+                if self.clip_intermediate:
+                    fills.append(FillStage(k, fill))
+                elif not fills:
+                    fills.append(FillStage(0, fill))
+            sizes.append(op.output_size(sizes[-1]))
+        return _GeometricStage(indices, tuple(sizes), tuple(fills), crop)
+
+    # --- running --------------------------------------------------------------
+
+    def sample_params(self, batch_size: int, size: Size, device: torch.device | str) -> list[Params]:
+        """Draw every op's per-sample parameters for a batch of ``batch_size``
+        images of ``size`` on ``device`` (one list entry per op)."""
+        device = torch.device(device)
+        plan = self._plan(size)
+        gen = self.generator(device)
+        u = torch.rand(batch_size, max(self._num_uniforms, 1), generator=gen, device=device)
+        out = []
+        for op, off, op_size in zip(self.ops, self._offsets, plan.op_sizes):
+            out.append(op.sample(u[:, off : off + op.num_uniforms()], op_size, gen))
+        return out
+
+    def apply(self, images: Tensor, params: list[Params], labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """The deterministic part: apply ``params`` (from :meth:`sample_params`).
+
+        Returns:
+            ``(images, labels)`` (``labels`` is ``None`` when none were given).
+        """
+        if images.ndim != 4 or images.shape[1] != 3:
+            raise ValueError(f"images must be [B, 3, H, W], got shape {tuple(images.shape)}")
+        if images.dtype != torch.uint8 and not images.is_floating_point():
+            raise ValueError(f"images must be uint8 (0-255) or float (0-1), got {images.dtype}")
+        if labels is not None and self.num_classes is not None:
+            labels = soft_labels(labels, self.num_classes)
+        plan = self._plan((images.shape[2], images.shape[3]))
+        x = images
+        owned = False  # x is our own float32 tensor (safe to modify in place)
+        pending = 1.0 / 255.0 if images.dtype == torch.uint8 else 1.0
+        for stage in plan.stages:
+            if isinstance(stage, _GeometricStage) and stage.crop is not None:
+                t, l_, h, w = stage.crop
+                x = x[:, :, t : t + h, l_ : l_ + w]
+                continue
+            if not owned:
+                x = x.to(torch.float32, copy=True)
+                owned = True
+            if isinstance(stage, _GeometricStage):
+                mats = []
+                for k, i in enumerate(stage.indices):
+                    op = self.ops[i]
+                    assert isinstance(op, GeometricOp)
+                    mats.append(op.matrix(params[i], stage.sizes[k], stage.sizes[k + 1], x.device))
+                x = warp(x, mats, list(stage.sizes), list(stage.fills), scale=pending)
+                pending = 1.0
+                continue
+            if pending != 1.0:
+                x = x * pending
+                pending = 1.0
+            op = self.ops[stage.index]
+            if isinstance(op, PixelOp):
+                x = op.apply(x, params[stage.index])
+            else:
+                assert isinstance(op, MixOp)
+                if labels is None:
+                    raise ValueError(f"{type(op).__name__} mixes labels: call with (images, labels)")
+                x, labels = op.apply(x, labels, params[stage.index])
+        if not owned:
+            x = x.to(torch.float32, copy=True)
+        if pending != 1.0:
+            x = x.mul_(pending)
+        fmt = _FORMATS[self.memory_format]
+        return x.to(dtype=self.output_dtype, memory_format=fmt).contiguous(memory_format=fmt), labels
+
+    def forward(self, images: Tensor, labels: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """Augment ``images``; returns ``images`` or ``(images, labels)`` if labels were given."""
+        params = self.sample_params(images.shape[0], (images.shape[2], images.shape[3]), images.device)
+        fn = self.apply
+        if self._compile:
+            if self._compiled is None:
+                self._compiled = torch.compile(self.apply, dynamic=False)
+            fn = self._compiled
+        out, out_labels = fn(images, params, labels)
+        if labels is None:
+            return out
+        assert out_labels is not None
+        return out, out_labels
+
+    def extra_repr(self) -> str:
+        ops = ",\n  ".join(repr(op) for op in self.ops)
+        return f"ops=[\n  {ops}\n], output_dtype={self.output_dtype}, memory_format={self.memory_format!r}, seed={self.seed}"
+
+    # --- presets --------------------------------------------------------------
+
+    @classmethod
+    def imagenet_train(cls, size: int = 224, **kwargs: Any) -> "GpuAugment":
+        """timm-style ImageNet training: random resized crop to ``size``,
+        horizontal flip, colour jitter 0.4, ImageNet normalisation.
+        ``kwargs`` go to the constructor (e.g. ``output_dtype``)."""
+        from .presets import imagenet_train_ops
+
+        return cls(imagenet_train_ops(size), **kwargs)
+
+    @classmethod
+    def imagenet_eval(cls, size: int = 224, **kwargs: Any) -> "GpuAugment":
+        """ImageNet evaluation: centre crop to ``size`` (ship ``size / 0.875``
+        from the loader, e.g. 256 for 224), ImageNet normalisation."""
+        from .presets import imagenet_eval_ops
+
+        return cls(imagenet_eval_ops(size), **kwargs)
+
