@@ -123,6 +123,7 @@ class ShardReader:
         self.bytes_read = 0  #: bytes actually read (headers + kept members)
         self._pending: Optional[_Member] = None
         self._eof = False
+        self._damage: Optional[TarDamage] = None
 
     def close(self) -> None:
         self.f.close()
@@ -190,6 +191,8 @@ class ShardReader:
         Raises:
             TarDamage: the tar is corrupt or truncated before ``index`` was read.
         """
+        if self._damage is not None:
+            raise self._damage
         if index < self.index:
             raise ValueError(f"{self.url}: cannot go back from sample {self.index} to {index}")
         while True:
@@ -205,7 +208,12 @@ class ShardReader:
                         raise TarDamage(self.url, m.data_offset + len(data), f"truncated member {key}.{m.ext}")
                     self._store(sample, m.ext, data)
                 self._pending = None
-                m = self._peek()
+                try:
+                    m = self._peek()
+                except TarDamage as exc:
+                    if sample is None:
+                        raise
+                    self._damage, m = exc, None  # the sample is complete: deliver it, fail on the next read
             self.index += 1
             if sample is not None:
                 if load:
