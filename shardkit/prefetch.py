@@ -1,0 +1,134 @@
+"""Copy the next batch to the accelerator while the current step runs.
+
+:class:`DevicePrefetcher` wraps any iterable of batches (a ``DataLoader``, the
+shardkit loader). On CUDA it copies batch ``n + 1`` host-to-device on one side
+stream (created once, not per epoch: timm's per-epoch stream leaked memory,
+huggingface/pytorch-image-models#2781) with ``non_blocking=True`` and applies
+the transform (e.g. :class:`~shardkit.augment.GpuAugment`) there, while the
+training step on batch ``n`` runs on the consumer's stream. Before a batch is
+handed out, the consumer's stream waits for the side stream and every tensor
+of the batch is ``record_stream``-ed on it, so the caching allocator does not
+reuse its memory early. Use ``DataLoader(pin_memory=True)``: copies from
+pageable memory are not asynchronous.
+
+On a CPU device it is a transparent pass-through (it still applies the
+transform), so the same training script runs everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+from torch import Tensor
+
+Batch = Any
+
+
+def _map_batch(batch: Batch, fn: Callable[[Tensor], Tensor]) -> Batch:
+    """Apply ``fn`` to a tensor, or to the tensor fields of a tuple/list/namedtuple."""
+    if isinstance(batch, Tensor):
+        return fn(batch)
+    if isinstance(batch, (tuple, list)):
+        fields = [fn(f) if isinstance(f, Tensor) else f for f in batch]
+        if hasattr(batch, "_fields"):  # namedtuple
+            return type(batch)(*fields)
+        return type(batch)(fields)
+    raise TypeError(f"DevicePrefetcher expects batches that are a tensor or a tuple/list, got {type(batch).__name__}")
+
+
+def _tensors(batch: Batch) -> list[Tensor]:
+    if isinstance(batch, Tensor):
+        return [batch]
+    return [f for f in batch if isinstance(f, Tensor)]
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+class DevicePrefetcher:
+    """Iterate ``loader`` yielding its batches on ``device``, transformed.
+
+    Args:
+        loader: yields a tensor, or tuples/lists such as ``(images, labels,
+            *extra)``; tensor fields are moved to ``device``, other fields are
+            passed through untouched.
+        device: target device; ``None``: ``"cuda"`` if available, else ``"cpu"``.
+        transform: applied on ``device`` to the images (the first field, or the
+            batch if it is a tensor), e.g. a :class:`~shardkit.augment.GpuAugment`.
+        transform_labels: call ``transform(images, labels)`` and replace the
+            first two fields with its result (needed for MixUp/CutMix);
+            ``None``: use the transform's ``needs_labels`` attribute (False
+            if it has none).
+        non_blocking: asynchronous host-to-device copies (CUDA only).
+
+    ``len()`` is the loader's length.
+    """
+
+    def __init__(
+        self,
+        loader: Iterable[Batch],
+        device: torch.device | str | None = None,
+        transform: Callable[..., Any] | None = None,
+        *,
+        transform_labels: bool | None = None,
+        non_blocking: bool = True,
+    ) -> None:
+        self.loader = loader
+        self.device = torch.device(device) if device is not None else _default_device()
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device is 'cuda' but torch.cuda.is_available() is False; pass device=None to fall back to the CPU")
+        self.transform = transform
+        if transform_labels is None:
+            transform_labels = bool(getattr(transform, "needs_labels", False))
+        self.transform_labels = transform_labels
+        self.non_blocking = non_blocking
+        self._stream: torch.cuda.Stream | None = None
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def _prepare(self, batch: Batch, non_blocking: bool) -> Batch:
+        batch = _map_batch(batch, lambda t: t.to(self.device, non_blocking=non_blocking))
+        if self.transform is None:
+            return batch
+        if isinstance(batch, Tensor):
+            return self.transform(batch)
+        fields = list(batch)
+        if self.transform_labels:
+            if len(fields) < 2:
+                raise ValueError("transform_labels=True needs batches of (images, labels, ...)")
+            fields[0], fields[1] = self.transform(fields[0], fields[1])
+        else:
+            fields[0] = self.transform(fields[0])
+        return type(batch)(*fields) if hasattr(batch, "_fields") else type(batch)(fields)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.device.type != "cuda":
+            for batch in self.loader:
+                yield self._prepare(batch, non_blocking=False)
+            return
+        yield from self._iter_cuda()
+
+    def _iter_cuda(self) -> Iterator[Batch]:
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device=self.device)
+        stream = self._stream
+        # side-stream work is ordered after whatever the consumer enqueued before iterating
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        ready: Batch = None
+        have = False
+        for cpu_batch in self.loader:
+            with torch.cuda.stream(stream):
+                nxt = self._prepare(cpu_batch, non_blocking=self.non_blocking)
+            if have:
+                yield ready
+            consumer = torch.cuda.current_stream(self.device)
+            consumer.wait_stream(stream)
+            for t in _tensors(nxt):
+                if t.device.type == "cuda":
+                    t.record_stream(consumer)
+            ready, have = nxt, True
+        if have:
+            yield ready
