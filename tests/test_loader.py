@@ -269,3 +269,12 @@ def test_unknown_option_lists_valid_ones(datasets):
         shardkit.load(datasets["few_shards"].url, batchsize=3)
     with pytest.raises(ValueError, match="choose one of"):
         shardkit.load(datasets["few_shards"].url, preset="training")
+
+
+def test_bench_cli(datasets, capsys):
+    from shardkit.cli import main
+
+    assert main(["bench", datasets["few_shards"].url, "--workers", "0,1", "--batches", "2", "--batch-size", "4", "--size", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "img/s" in out and "decode-only ceiling" in out and "input-bound" in out
+    assert main(["bench", "/nonexistent/ds", "--workers", "0"]) == 2
