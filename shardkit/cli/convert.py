@@ -54,7 +54,7 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..convert import DEFAULT_SHARD_BYTES, Layout
+    from ..convert import DEFAULT_SHARD_BYTES, Layout, Resample
 
     p.add_argument("src", metavar="SRC", help="ImageFolder root (one folder per class) or a root of split folders")
     p.add_argument("dest", metavar="DEST", help="output folder or fsspec URL (s3://bucket/prefix, file://...)")
@@ -63,6 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     size.add_argument("--short-side", type=int, default=256, help="resize so the shorter side is this (never upscale; default 256)")
     size.add_argument("--max-side", type=int, default=None, help="instead: resize so the longer side is this")
     g.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
+    g.add_argument("--resample", choices=[v.value for v in Resample], default=Resample.BILINEAR.value,
+                   help="antialiasing resize filter (default bilinear, as torchvision's Resize)")
     g.add_argument("--max-pixels", type=int, default=100_000_000, help="skip larger images as too_many_pixels (default 100M)")
     g = p.add_argument_group("shards")
     g.add_argument("--shard-size", type=int, default=None, help="at most this many samples per shard")
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         image = ImageOptions(
             short_side=None if args.max_side else args.short_side, max_side=args.max_side,
-            quality=args.quality, max_pixels=args.max_pixels,
+            quality=args.quality, max_pixels=args.max_pixels, resample=args.resample,
         )
         options = ConvertOptions(
             image=image, seed=args.seed, shuffle=args.shuffle, shard_size=args.shard_size,

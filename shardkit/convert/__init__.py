@@ -10,7 +10,7 @@ One public entry point, :func:`convert`, configured by :class:`ConvertOptions`;
 from __future__ import annotations
 
 from .discover import Layout
-from .imageproc import ImageOptions, SkipReason
+from .imageproc import ImageOptions, Resample, SkipReason
 from .job import convert
 from .merge import merge
 from .options import DEFAULT_SHARD_BYTES, ConvertOptions, ConvertResult, SplitResult
@@ -21,6 +21,7 @@ __all__ = [
     "ConvertResult",
     "ImageOptions",
     "Layout",
+    "Resample",
     "SkipReason",
     "SplitResult",
     "convert",

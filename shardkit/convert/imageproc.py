@@ -20,7 +20,8 @@ Pipeline for one file:
    scaled to 8 bits (``>> 8``), not clipped; images with transparency are
    composited onto **white** (:data:`BACKGROUND`).
 6. Resize so the shorter side is ``short_side`` (or the longer side is
-   ``max_side``) with an antialiasing bicubic filter and ``reducing_gap``;
+   ``max_side``) with an antialiasing filter (:class:`Resample`; default
+   bilinear, like ``torchvision.transforms.Resize``) and ``reducing_gap``;
    never upscale.
 7. Encode a baseline (non-progressive) JPEG at ``quality`` with 4:2:0 chroma
    subsampling, no optimisation pass and no metadata.
@@ -40,7 +41,6 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 BACKGROUND = (255, 255, 255)
 #: file name extensions treated as images (compared lower-case), as in torchvision
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm")
-_RESAMPLE = Image.Resampling.BICUBIC
 _REDUCING_GAP = 3.0
 _SUBSAMPLING_420 = 2
 
@@ -65,6 +65,19 @@ class SkipImage(Exception):
         self.detail = detail
 
 
+class Resample(str, enum.Enum):
+    """Antialiasing resize filter. Bilinear is about 1.6x faster than bicubic at ImageNet sizes."""
+
+    BILINEAR = "bilinear"
+    BICUBIC = "bicubic"
+    LANCZOS = "lanczos"
+
+    @property
+    def pil(self) -> Image.Resampling:
+        return {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
+                "lanczos": Image.Resampling.LANCZOS}[self.value]
+
+
 @dataclass(frozen=True)
 class ImageOptions:
     """Everything that decides the output pixels and bytes.
@@ -74,14 +87,20 @@ class ImageOptions:
         max_side: resize so the longer side is this many pixels (alternative to ``short_side``).
         quality: JPEG quality, 1-95.
         max_pixels: larger images (width x height) are skipped as ``too_many_pixels``.
+        resample: resize filter.
     """
 
     short_side: int | None = 256
     max_side: int | None = None
     quality: int = 90
     max_pixels: int = 100_000_000
+    resample: Resample = Resample.BILINEAR
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "resample", Resample(self.resample))
+        except ValueError:
+            raise ValueError(f"resample must be one of {', '.join(r.value for r in Resample)}, not {self.resample!r}") from None
         if (self.short_side is None) == (self.max_side is None):
             raise ValueError("set exactly one of short_side and max_side")
         side = self.short_side if self.short_side is not None else self.max_side
@@ -184,7 +203,7 @@ def _process_open(im: Image.Image, opts: ImageOptions) -> Encoded:
     im = _to_rgb(im)
     fw, fh = target_size(ow, oh, opts)
     if im.size != (fw, fh):
-        im = im.resize((fw, fh), _RESAMPLE, reducing_gap=_REDUCING_GAP)
+        im = im.resize((fw, fh), opts.resample.pil, reducing_gap=_REDUCING_GAP)
     buf = io.BytesIO()
     im.save(buf, format="JPEG", quality=opts.quality, progressive=False, optimize=False, subsampling=_SUBSAMPLING_420)
     return Encoded(buf.getvalue(), ow, oh)

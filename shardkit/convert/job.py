@@ -66,6 +66,15 @@ def encode_chunk(root: str, items: Sequence[plan.Item], image: ImageOptions) -> 
     return out
 
 
+def _mp_context() -> multiprocessing.context.BaseContext:
+    """forkserver where available (clean like spawn, but this module and its imports load once), else spawn."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
 class Encoder:
     """Encodes chunks of items in order: in this process (``workers == 1``) or in a spawn process pool."""
 
@@ -75,7 +84,7 @@ class Encoder:
         if workers > 1:
             from concurrent.futures import ProcessPoolExecutor
 
-            self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            self.pool = ProcessPoolExecutor(workers, mp_context=_mp_context())
 
     def __enter__(self) -> "Encoder":
         return self
@@ -124,6 +133,7 @@ class SplitJob:
         self.src, self.classes, self.url, self.options = src, classes, url, options
         self.so = storage_options
         self.items = plan.order(src.files, options.seed, options.shuffle)
+        self.cache: dict[int, Outcome] = {}  # pilot outcomes by key index, reused when their shard is encoded
         listing = [[f.relpath, f.label, f.size] for f in src.files]
         skipped = [SkippedFile(p, r.value, d) for p, r, d in src.skipped]
         self.plan = journal.Plan(
@@ -167,6 +177,7 @@ class SplitJob:
         if o.shard_bytes is not None:
             pilot = [self.items[p] for p in plan.pilot_positions(len(self.items))]
             for it, (out,) in zip(pilot, encoder.map([[it] for it in pilot])):
+                self.cache[it.index] = out
                 if out.encoded is not None:
                     sizes.append(plan.tar_size(_sample(it, out.encoded, self.classes, self.plan.key_width)))
         n = plan.samples_per_shard(len(self.items), o.shard_size, o.shard_bytes, sizes)
@@ -225,30 +236,29 @@ class SplitJob:
                 result.skipped += len(rec.skipped)
         total = sum(ranges[j][1] - ranges[j][0] for j in owned)
         done = total - sum(ranges[j][1] - ranges[j][0] for j in todo)
+        needs = {j: [it for it in self.items[slice(*ranges[j])] if it.index not in self.cache] for j in todo}
 
         def chunks() -> Iterator[list[plan.Item]]:
             for j in todo:
-                s, e = ranges[j]
-                for c in range(s, e, CHUNK):
-                    yield self.items[c:min(e, c + CHUNK)]
+                for c in range(0, len(needs[j]), CHUNK):
+                    yield needs[j][c:c + CHUNK]
 
         with tqdm(total=total, initial=done, unit="img", desc=self.src.name, disable=quiet, dynamic_ncols=True) as bar:
-            it = iter(todo)
-            j, acc = None, []
-            for outs in encoder.map(chunks()):
-                if j is None:
-                    j = next(it)
-                acc.extend(outs)
-                bar.update(len(outs))
-                s, e = ranges[j]
-                if len(acc) == e - s:
-                    rec = self.finish_shard(j, self.items[s:e], acc)
-                    result.shards_written += 1
-                    result.converted += sum(rec.class_counts)
-                    result.skipped += len(rec.skipped)
-                    result.bytes_in += rec.bytes_in
-                    result.bytes_out += (rec.shard.bytes if rec.shard else 0) + (rec.overflow.bytes if rec.overflow else 0)
-                    j, acc = None, []
+            results = encoder.map(chunks())
+            for j in todo:
+                fresh: list[Outcome] = []
+                while len(fresh) < len(needs[j]):
+                    fresh.extend(next(results))
+                got = iter(fresh)
+                items = self.items[slice(*ranges[j])]
+                outcomes = [self.cache.pop(it.index) if it.index in self.cache else next(got) for it in items]
+                bar.update(len(items))
+                rec = self.finish_shard(j, items, outcomes)
+                result.shards_written += 1
+                result.converted += sum(rec.class_counts)
+                result.skipped += len(rec.skipped)
+                result.bytes_in += rec.bytes_in
+                result.bytes_out += (rec.shard.bytes if rec.shard else 0) + (rec.overflow.bytes if rec.overflow else 0)
         return result
 
 

@@ -58,6 +58,7 @@ class ConvertOptions:
             "max_side": self.image.max_side,
             "quality": self.image.quality,
             "max_pixels": self.image.max_pixels,
+            "resample": self.image.resample.value,
             "seed": self.seed,
             "shuffle": self.shuffle,
             "shard_size": self.shard_size,
