@@ -364,6 +364,15 @@ def test_seed_reproducibility(device):
     assert torch.equal(a(x), ya)
 
 
+def test_half_compute_dtype_is_close(device):
+    x = noise_images(4, 40, 40).to(device)
+    ops = [RandomResizedCrop(32), HorizontalFlip(), RandomRotation(20, fill=5), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.3), GaussianBlur(3), RandomErasing(value=(1, 2, 3))]
+    ref = GpuAugment(ops, seed=0)(x)
+    half = GpuAugment(ops, seed=0, compute_dtype=torch.float16)(x)
+    assert half.dtype == torch.float32
+    assert (half - ref).abs().mean() < 0.2 / 255 and (half - ref).abs().max() < 2 / 255
+
+
 def test_float_input_is_not_modified(device):
     x = to_float(noise_images(2, 8, 8)).to(device)
     before = x.clone()

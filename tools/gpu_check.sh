@@ -34,5 +34,5 @@ timeout 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_augment.py tests/t
 
 echo "== benchmark: 224^2, batch 256, cuda =="
 timeout 270 "$PY" tools/bench_augment.py --device cuda --batch 256 --size 224 --input-size 256 \
-    --compile --resnet50 --e2e --e2e-batches 20 --json "$OUTDIR/bench_augment_cuda.json" || status=1
+    --compile --half-compute --resnet50 --e2e --e2e-batches 20 --json "$OUTDIR/bench_augment_cuda.json" || status=1
 exit $status

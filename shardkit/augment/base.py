@@ -101,19 +101,19 @@ class MixOp(Op):
 
 
 @functools.lru_cache(maxsize=512)
-def _constant(values: tuple[float, ...], shape: tuple[int, ...], device: str) -> Tensor:
-    return torch.tensor(values, dtype=torch.float32, device=device).view(shape)
+def _constant(values: tuple[float, ...], shape: tuple[int, ...], device: str, dtype: torch.dtype) -> Tensor:
+    return torch.tensor(values, dtype=dtype, device=device).view(shape)
 
 
-def const(values: Sequence[float], shape: tuple[int, ...], device: torch.device | str) -> Tensor:
-    """A float32 constant on ``device``, created once and cached (never modify it).
+def const(values: Sequence[float], shape: tuple[int, ...], device: torch.device | str, dtype: torch.dtype = torch.float32) -> Tensor:
+    """A constant on ``device``, created once and cached (never modify it).
 
     ``torch.tensor(..., device="cuda")`` copies from pageable host memory and
     synchronises; caching keeps such copies out of the per-batch hot path.
     """
     if torch.compiler.is_compiling():  # traced into the graph as a constant
-        return torch.tensor([float(v) for v in values], dtype=torch.float32, device=device).view(shape)
-    return _constant(tuple(float(v) for v in values), tuple(shape), str(torch.device(device)))
+        return torch.tensor([float(v) for v in values], dtype=dtype, device=device).view(shape)
+    return _constant(tuple(float(v) for v in values), tuple(shape), str(torch.device(device)), dtype)
 
 
 def check_prob(name: str, p: float) -> None:

@@ -25,8 +25,8 @@ ColorOrder = Literal["fixed", "random"]
 _ORDERS = ("fixed", "random")
 
 
-def _per_sample(f: Tensor) -> Tensor:
-    return f.view(-1, 1, 1, 1)
+def _per_sample(f: Tensor, like: Tensor) -> Tensor:
+    return f.view(-1, 1, 1, 1).to(like.dtype)
 
 
 def grayscale(x: Tensor) -> Tensor:
@@ -37,18 +37,18 @@ def grayscale(x: Tensor) -> Tensor:
 
 def adjust_brightness(x: Tensor, factor: Tensor) -> Tensor:
     """Multiply by ``factor`` (0 gives black), clamp to ``[0, 1]``."""
-    return x.mul_(_per_sample(factor)).clamp_(0.0, 1.0)
+    return x.mul_(_per_sample(factor, x)).clamp_(0.0, 1.0)
 
 
 def adjust_contrast(x: Tensor, factor: Tensor) -> Tensor:
     """Blend with the mean grey level of each image (0 gives a flat grey image)."""
     mean = grayscale(x).mean(dim=(1, 2, 3), keepdim=True)
-    return torch.lerp(mean, x, _per_sample(factor)).clamp_(0.0, 1.0)
+    return torch.lerp(mean, x, _per_sample(factor, x)).clamp_(0.0, 1.0)
 
 
 def adjust_saturation(x: Tensor, factor: Tensor) -> Tensor:
     """Blend with the greyscale image (0 gives greyscale)."""
-    return torch.lerp(grayscale(x), x, _per_sample(factor)).clamp_(0.0, 1.0)
+    return torch.lerp(grayscale(x), x, _per_sample(factor, x)).clamp_(0.0, 1.0)
 
 
 def adjust_hue(x: Tensor, shift: Tensor) -> Tensor:
@@ -61,22 +61,22 @@ def adjust_hue(x: Tensor, shift: Tensor) -> Tensor:
     hue6 = torch.where(
         maxc == r, (g - b) / safe, torch.where(maxc == g, (b - r).div_(safe).add_(2.0), (r - g).div_(safe).add_(4.0))
     )
-    hue6 = hue6.add_(_per_sample(shift) * 6.0)
-    k = (hue6 + const([5.0, 3.0, 1.0], (1, 3, 1, 1), x.device)).remainder_(6.0)
+    hue6 = hue6.add_(_per_sample(shift * 6.0, x))
+    k = (hue6 + const([5.0, 3.0, 1.0], (1, 3, 1, 1), x.device, x.dtype)).remainder_(6.0)
     t = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
     return torch.addcmul(maxc, chroma, t, value=-1.0)
 
 
 def random_grayscale(x: Tensor, apply: Tensor) -> Tensor:
     """Replace the samples where ``apply`` is true by their greyscale (3 equal channels)."""
-    return torch.lerp(x, grayscale(x), _per_sample(apply.to(x.dtype)))
+    return torch.lerp(x, grayscale(x), _per_sample(apply, x))
 
 
 def normalize(x: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
     """``(x - mean) / std`` per channel, as one fused multiply-add."""
-    scale = const([1.0 / s for s in std], (1, len(std), 1, 1), x.device)
-    bias = const([-m / s for m, s in zip(mean, std)], (1, len(std), 1, 1), x.device)
-    return torch.addcmul(bias.to(x.dtype), x, scale.to(x.dtype))
+    scale = const([1.0 / s for s in std], (1, len(std), 1, 1), x.device, x.dtype)
+    bias = const([-m / s for m, s in zip(mean, std)], (1, len(std), 1, 1), x.device, x.dtype)
+    return torch.addcmul(bias, x, scale)
 
 
 @dataclass(frozen=True)

@@ -75,5 +75,5 @@ class RandomErasing(PixelOp):
             value = float(self.value)
         else:
             vals = list(self.value) * (3 // len(self.value))
-            value = const(vals, (1, 3, 1, 1), x.device).to(x.dtype)
+            value = const(vals, (1, 3, 1, 1), x.device, x.dtype)
         return torch.where(mask, value, x)

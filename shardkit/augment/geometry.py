@@ -118,7 +118,13 @@ def _edge_mask(grid: Tensor, size: Size) -> Tensor:
 
 
 def warp(
-    x: Tensor, matrices: list[Tensor], sizes: list[Size], fills: list[FillStage], *, scale: float = 1.0
+    x: Tensor,
+    matrices: list[Tensor],
+    sizes: list[Size],
+    fills: list[FillStage],
+    *,
+    scale: float = 1.0,
+    out_dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     """Resample ``x`` once through a chain of inverse maps.
 
@@ -132,12 +138,15 @@ def warp(
             bilinearly (border-clamped, as ``F.resize`` does at the edges).
         scale: multiplies the sampled values (e.g. ``1/255``); fills are
             divided by 255 and not scaled.
+        out_dtype: dtype of the result; sampling itself is float32 (grid
+            coordinates need it).
 
     Returns:
-        ``[B, C, *sizes[-1]]`` float images.
+        ``[B, C, *sizes[-1]]`` images of ``out_dtype``.
     """
     b, c = x.shape[0], x.shape[1]
     out_size = sizes[-1]
+    x = x.to(torch.float32)
     device = x.device
     # suffix products: maps from the output canvas to canvas k
     to_canvas: list[Tensor] = [constant_matrix([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], device)] * len(sizes)
@@ -148,7 +157,9 @@ def warp(
     grid = F.affine_grid(thetas[0][:, :2, :], [b, c, *out_size], align_corners=False)
     out = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
     if not fills:
-        return out.mul_(scale) if scale != 1.0 else out
+        if scale != 1.0:
+            out = out.mul_(scale)
+        return out.to(out_dtype)
     others = [f.canvas for f in fills if f.canvas != 0]
     grids = {0: grid}
     if others:
@@ -172,4 +183,4 @@ def warp(
         if any(fill):
             fill_t = const([f / 255.0 for f in fill], (1, 3, 1, 1), device)
             out = out.add_((1.0 - m) * fill_t)
-    return out
+    return out.to(out_dtype)

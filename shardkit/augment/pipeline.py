@@ -66,6 +66,10 @@ class GpuAugment(nn.Module):
             outside *its own* input, exactly as applying the ops one by one;
             ``False``: only points outside the original input are filled, so a
             rotation after a crop shows real image in its corners.
+        compute_dtype: dtype of the pixel maths after the geometric pass
+            (which always samples in float32). ``torch.float16`` halves the
+            memory traffic of the colour ops on GPUs at about 1/1000 error;
+            float32 is exact to torchvision.
         compile: run the deterministic part (:meth:`apply`) through
             ``torch.compile`` (shapes are static; recompiles per input size).
 
@@ -83,6 +87,7 @@ class GpuAugment(nn.Module):
         memory_format: MemoryFormat = "contiguous",
         seed: int | None = None,
         clip_intermediate: bool = True,
+        compute_dtype: torch.dtype = torch.float32,
         compile: bool = False,
     ) -> None:
         super().__init__()
@@ -91,6 +96,8 @@ class GpuAugment(nn.Module):
                 raise TypeError(f"ops must be shardkit.augment ops, got {op!r}")
         if output_dtype not in _DTYPES:
             raise ValueError(f"output_dtype must be one of {_DTYPES}, got {output_dtype}")
+        if compute_dtype not in _DTYPES:
+            raise ValueError(f"compute_dtype must be one of {_DTYPES}, got {compute_dtype}")
         if memory_format not in _FORMATS:
             raise ValueError(f"memory_format must be one of {tuple(_FORMATS)}, got {memory_format!r}")
         classes = {op.num_classes for op in ops if isinstance(op, MixOp)}
@@ -100,6 +107,7 @@ class GpuAugment(nn.Module):
         self.output_dtype = output_dtype
         self.memory_format: MemoryFormat = memory_format
         self.clip_intermediate = clip_intermediate
+        self.compute_dtype = compute_dtype
         self.num_classes: int | None = classes.pop() if classes else None
         self._offsets: list[int] = []
         total = 0
@@ -218,25 +226,26 @@ class GpuAugment(nn.Module):
             labels = soft_labels(labels, self.num_classes)
         plan = self._plan((images.shape[2], images.shape[3]))
         x = images
-        owned = False  # x is our own float32 tensor (safe to modify in place)
+        owned = False  # x is our own float tensor (safe to modify in place)
+        dtype = self.compute_dtype
         pending = 1.0 / 255.0 if images.dtype == torch.uint8 else 1.0
         for stage in plan.stages:
             if isinstance(stage, _GeometricStage) and stage.crop is not None:
                 t, l_, h, w = stage.crop
                 x = x[:, :, t : t + h, l_ : l_ + w]
                 continue
-            if not owned:
-                x = x.to(torch.float32, copy=True)
-                owned = True
             if isinstance(stage, _GeometricStage):
                 mats = []
                 for k, i in enumerate(stage.indices):
                     op = self.ops[i]
                     assert isinstance(op, GeometricOp)
                     mats.append(op.matrix(params[i], stage.sizes[k], stage.sizes[k + 1], x.device))
-                x = warp(x, mats, list(stage.sizes), list(stage.fills), scale=pending)
-                pending = 1.0
+                x = warp(x, mats, list(stage.sizes), list(stage.fills), scale=pending, out_dtype=dtype)
+                pending, owned = 1.0, True
                 continue
+            if not owned:
+                x = x.to(dtype, copy=True)
+                owned = True
             if pending != 1.0:
                 x = x * pending
                 pending = 1.0
@@ -249,7 +258,7 @@ class GpuAugment(nn.Module):
                     raise ValueError(f"{type(op).__name__} mixes labels: call with (images, labels)")
                 x, labels = op.apply(x, labels, params[stage.index])
         if not owned:
-            x = x.to(torch.float32, copy=True)
+            x = x.to(dtype, copy=True)
         if pending != 1.0:
             x = x.mul_(pending)
         fmt = _FORMATS[self.memory_format]
