@@ -157,6 +157,19 @@ def read_blocks(blocks: Iterable[Block], *, reader: BlockReader) -> Iterator[Raw
         reader.close()
 
 
+class _one_thread:
+    """Run torch ops single-threaded inside (restored on exit, also on errors)."""
+
+    def __enter__(self) -> None:
+        self.threads = torch.get_num_threads()
+        if self.threads != 1:
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.threads != 1:
+            torch.set_num_threads(self.threads)
+
+
 def _alloc(shape: tuple[int, ...], shared: bool) -> torch.Tensor:
     """A uint8 tensor, allocated directly in shared memory inside DataLoader workers
     (so the hand-off to the main process does not copy it again)."""
@@ -185,8 +198,6 @@ class BatchSpec:
 def decode_batches(samples: Iterable[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters) -> Iterator[Batch]:
     """Stage 2: cut emissions into the planned batches, decode each into one preallocated uint8 tensor."""
     it = iter(samples)
-    size = decoder.cfg.size if decoder is not None else 0
-    hook = decoder.cfg.hook if decoder is not None else None
     for _ in range(spec.num_batches):
         group = [s for _, s in zip(range(spec.batch_size), it)]
         t0 = time.perf_counter()
@@ -203,32 +214,37 @@ def decode_batches(samples: Iterable[RawSample], *, spec: BatchSpec, decoder: Op
                         torch.tensor([s.gid for s in good], dtype=torch.int64), [s.key for s in good], spec.worker, counters.v.copy(), good)
             continue
         assert decoder is not None
-        images = _alloc((len(good), 3, size, size), spec.shared)
-        labels = np.empty(len(good), np.int64)
-        gids = np.empty(len(good), np.int64)
-        keys = []
-        n = 0
-        t_dec = 0.0
-        before = decoder.times.copy()
-        for s in good:
-            t1 = time.perf_counter()
-            try:
-                decoder(s.jpeg, images[n], spec.epoch, s.gid)  # type: ignore[arg-type]
-                apply_hook(hook, images[n], s)
-            except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
-                if isinstance(exc, ValueError) and "sample hook" in str(exc):
-                    raise
-                t_dec += time.perf_counter() - t1
-                _skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
-                continue
-            t_dec += time.perf_counter() - t1
-            labels[n], gids[n] = s.label, s.gid
-            keys.append(s.key)
-            n += 1
-        spent = decoder.times - before
-        counters.add("decode_s", spent[0])
-        counters.add("resize_s", spent[1])
-        counters.add("collate_s", time.perf_counter() - t0 - spent.sum())
-        counters.add("samples", n)
-        counters.add("batches", 1)
-        yield Batch(images[:n], torch.from_numpy(labels[:n]), torch.from_numpy(gids[:n]), keys, spec.worker, counters.v.copy())
+        # per-image resizes are tiny: torch's intra-op threads only add overhead (10x on a busy
+        # machine). DataLoader workers run with 1 thread anyway; in the main process the user's
+        # setting is restored before the batch is handed out.
+        with _one_thread():
+            batch = _decode_one_batch(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
+        yield batch
+
+
+def _decode_one_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: float) -> Batch:
+    """Decode ``good`` into one preallocated ``[n, 3, S, S]`` uint8 tensor; bad images are skipped."""
+    size, hook = decoder.cfg.size, decoder.cfg.hook
+    images = _alloc((len(good), 3, size, size), spec.shared)
+    labels = np.empty(len(good), np.int64)
+    gids = np.empty(len(good), np.int64)
+    keys = []
+    n = 0
+    before = decoder.times.copy()
+    for s in good:
+        try:
+            decoder(s.jpeg, images[n], spec.epoch, s.gid)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
+            _skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
+            continue
+        apply_hook(hook, images[n], s)  # errors in the user's hook are the user's: not skipped
+        labels[n], gids[n] = s.label, s.gid
+        keys.append(s.key)
+        n += 1
+    spent = decoder.times - before
+    counters.add("decode_s", spent[0])
+    counters.add("resize_s", spent[1])
+    counters.add("collate_s", time.perf_counter() - t0 - spent.sum())
+    counters.add("samples", n)
+    counters.add("batches", 1)
+    return Batch(images[:n], torch.from_numpy(labels[:n]), torch.from_numpy(gids[:n]), keys, spec.worker, counters.v.copy())
