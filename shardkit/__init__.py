@@ -12,7 +12,18 @@ __version__ = "0.1.0"
 from .errors import ConvertError, DataError, ManifestError, ShardkitError, StorageError
 from .manifest import Manifest, ShardInfo, SkippedFile, load_manifest, save_manifest
 from .world import World
-from .loader import LoaderConfig, ShardDataset, ShardLoader, load
+
+#: names served lazily from shardkit.loader, so that importing shardkit (the CLI,
+#: conversion worker processes) does not pay for importing torch
+_LAZY = {"LoaderConfig", "ShardDataset", "ShardLoader", "load"}
+
+
+def __getattr__(name: str):  # PEP 562
+    if name in _LAZY:
+        from . import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
 
 __all__ = [
     "__version__",
