@@ -133,8 +133,8 @@ class ShardLoader:
             self._batches += 1
             self._consumed += 1  # a batch counts as consumed once handed out
             self._t1 = time.perf_counter()
-            if len(batch.keys) == 0:
-                continue  # every sample of this batch was skipped (logged)
+            # A batch whose samples were all skipped (logged, counted) is still yielded, empty:
+            # every rank must yield the same number of batches or DDP waits forever.
             out: Any = batch.raw if self.config.raw else (batch.images, batch.labels)
             if self.with_keys and not self.config.raw:
                 out = (batch.images, batch.labels, batch.keys)
@@ -161,7 +161,16 @@ class ShardLoader:
         return self.dataset.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from the beginning on the next ``iter()`` (shard order and shuffles change with it)."""
+        """Make ``epoch`` the current epoch (shard order and shuffles change with it).
+
+        Another epoch than the current one starts from its beginning on the next
+        ``iter()``. The current epoch keeps its position, so the usual loop
+        ``for epoch in range(start, n): loader.set_epoch(epoch)`` continues an
+        epoch restored by :meth:`load_state_dict` instead of restarting it (a
+        finished pass has already moved the loader to the next epoch).
+        """
+        if epoch == self.dataset.epoch:
+            return
         self._consumed = 0
         self.dataset.set_epoch(epoch)
 
