@@ -25,8 +25,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import shardkit
-from shardkit.augment import GpuAugment
+from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomRotation
 from shardkit.convert import ConvertOptions, convert
+from shardkit.convert.imageproc import ImageOptions
 from shardkit.prefetch import DevicePrefetcher
 
 
@@ -68,20 +69,21 @@ def main(argv: list[str] | None = None) -> None:
         p.error("pass --src IMAGEFOLDER or --demo-data")
 
     # 1. convert once (resumable; re-running skips finished shards)
-    convert(args.src, args.shards, ConvertOptions(short_side=max(args.image_size * 8 // 7, 64), quiet=False))
+    convert(args.src, args.shards, ConvertOptions(image=ImageOptions(short_side=max(args.image_size * 8 // 7, 64))))
     has_splits = os.path.exists(os.path.join(args.shards, "train", "manifest.json"))
     train_url = os.path.join(args.shards, "train") if has_splits else args.shards
     val_url = os.path.join(args.shards, "val") if has_splits and os.path.exists(os.path.join(args.shards, "val", "manifest.json")) else None
 
     # 2. stream: crop+flip while decoding in the workers, uint8 batches
-    train = shardkit.load(train_url, batch_size=args.batch_size, image_size=args.image_size, num_workers=args.workers)
-    val = shardkit.load(val_url, batch_size=args.batch_size, image_size=args.image_size, preset="eval") if val_url else None
+    train = shardkit.load(train_url, batch_size=args.batch_size, size=args.image_size, num_workers=args.workers)
+    val = shardkit.load(val_url, batch_size=args.batch_size, size=args.image_size, preset="eval", shuffle=False, num_workers=0) if val_url else None
 
     # 3. the rest of the augmentation on the device, per sample, whole batch at once
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    train_aug = GpuAugment.imagenet_train(size=args.image_size, crop=False).to(device)
-    eval_aug = GpuAugment.imagenet_eval().to(device)
-    model = build_model(len(train.manifest.classes), args.pretrained).to(device).to(memory_format=torch.channels_last)
+    norm = Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    train_aug = GpuAugment([RandomRotation(30), ColorJitter(0.2, 0.2, 0.2), norm], memory_format="channels_last")
+    eval_aug = GpuAugment([norm], memory_format="channels_last")
+    model = build_model(len(train.dataset.manifest.classes), args.pretrained).to(device).to(memory_format=torch.channels_last)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
     for epoch in range(args.epochs):
