@@ -109,18 +109,26 @@ def main(argv: list[str] | None = None) -> int:
         def run_shardkit(workers: int) -> None:
             convert(src, fresh(), ConvertOptions(), workers=workers, quiet=True)
 
-        rows = [("plain loop (1 process)", 1, timed(lambda: plain_loop(files, fresh()), args.runs))]
-        for w in args.workers:
-            rows.append((f"shardkit convert --workers {w}", w, timed(lambda w=w: run_shardkit(w), args.runs)))
         from PIL import JpegImagePlugin
 
         real_draft = JpegImagePlugin.JpegImageFile.draft
-        JpegImagePlugin.JpegImageFile.draft = lambda self, mode, size: None  # type: ignore[method-assign]
-        try:
-            rows.append(("shardkit --workers 1, draft off", 1, timed(lambda: run_shardkit(1), args.runs)))
-        finally:
-            JpegImagePlugin.JpegImageFile.draft = real_draft  # type: ignore[method-assign]
 
+        def no_draft() -> None:
+            JpegImagePlugin.JpegImageFile.draft = lambda self, mode, size: None  # type: ignore[method-assign]
+            try:
+                run_shardkit(1)
+            finally:
+                JpegImagePlugin.JpegImageFile.draft = real_draft  # type: ignore[method-assign]
+
+        variants = [("plain loop (1 process)", 1, lambda: plain_loop(files, fresh()))]
+        variants += [(f"shardkit convert --workers {w}", w, lambda w=w: run_shardkit(w)) for w in args.workers]
+        variants.append(("shardkit --workers 1, draft off", 1, no_draft))
+        variants[0][2]()  # warm-up: imports, page cache
+        times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+        for _ in range(args.runs):  # interleaved, so background load hits every variant alike
+            for name, _, fn in variants:
+                times[name].append(timed(fn, 1))
+        rows = [(name, cores, statistics.median(times[name])) for name, cores, _ in variants]
         base = n / rows[0][2]
         w1 = n / rows[1][2] if args.workers[0] == 1 else None
         print(f"{n} images, {src_mb:.1f} MB, {os.cpu_count()} CPUs, median of {args.runs} runs")

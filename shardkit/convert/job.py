@@ -99,13 +99,21 @@ class Encoder:
             for c in chunks:
                 yield encode_chunk(self.root, c, self.image)
             return
+        from concurrent.futures.process import BrokenProcessPool
+
         window: collections.deque = collections.deque()
-        for c in chunks:
-            window.append(self.pool.submit(encode_chunk, self.root, list(c), self.image))
-            if len(window) >= self.workers * _WINDOW_PER_WORKER:
+        try:
+            for c in chunks:
+                window.append(self.pool.submit(encode_chunk, self.root, list(c), self.image))
+                if len(window) >= self.workers * _WINDOW_PER_WORKER:
+                    yield window.popleft().result()
+            while window:
                 yield window.popleft().result()
-        while window:
-            yield window.popleft().result()
+        except BrokenProcessPool:
+            raise ConvertError(
+                "an encoding worker process died (killed, or out of memory?); finished shards are kept: "
+                "rerun the same command to resume, with fewer --workers if memory is short"
+            ) from None
 
 
 def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> EncodedSample:
