@@ -214,4 +214,6 @@ def encoder_version() -> str:
     import PIL
     from PIL import features
 
-    return f"pillow {PIL.__version__}, libjpeg {features.version('jpg')}"
+    turbo = features.version("libjpeg_turbo") if features.check_feature("libjpeg_turbo") else None
+    jpeg = f"libjpeg-turbo {turbo}" if turbo else f"libjpeg {features.version('jpg')}"
+    return f"pillow {PIL.__version__}, {jpeg}"

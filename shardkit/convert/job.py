@@ -66,6 +66,13 @@ def encode_chunk(root: str, items: Sequence[plan.Item], image: ImageOptions) -> 
     return out
 
 
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the main process, which stops the pool and keeps finished shards."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _mp_context() -> multiprocessing.context.BaseContext:
     """forkserver where available (clean like spawn, but this module and its imports load once), else spawn."""
     if "forkserver" in multiprocessing.get_all_start_methods():
@@ -84,7 +91,7 @@ class Encoder:
         if workers > 1:
             from concurrent.futures import ProcessPoolExecutor
 
-            self.pool = ProcessPoolExecutor(workers, mp_context=_mp_context())
+            self.pool = ProcessPoolExecutor(workers, mp_context=_mp_context(), initializer=_ignore_sigint)
 
     def __enter__(self) -> "Encoder":
         return self
