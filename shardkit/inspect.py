@@ -139,7 +139,7 @@ def iter_samples(f: IO[bytes]) -> Iterator[tuple[str, dict[str, bytes]]]:
 
 
 def _check_sample(key: str, g: dict[str, bytes], m: Manifest, add) -> int | None:
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
     missing = [e for e in (LABEL_EXT, IMAGE_EXT, META_EXT) if e not in g]
     if missing:
@@ -164,6 +164,8 @@ def _check_sample(key: str, g: dict[str, bytes], m: Manifest, add) -> int | None
             im.load()
             if im.format != "JPEG":
                 add(key, f"image is {im.format}, not JPEG")
+    except UnidentifiedImageError:
+        add(key, "image does not decode (not a recognised image format)")
     except Exception as exc:  # noqa: BLE001 - any decoder error is a finding, not a crash
         add(key, f"image does not decode ({type(exc).__name__}: {exc})")
     return label
