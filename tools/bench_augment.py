@@ -42,7 +42,7 @@ from shardkit.augment import (
 from shardkit.prefetch import DevicePrefetcher
 
 
-def shardkit_aug(size: int, compile: bool, compile_mode: str | None, compute_dtype: torch.dtype = torch.float32) -> GpuAugment:
+def shardkit_aug(size: int, compile: bool, compile_mode: str | None, compute_dtype: torch.dtype = torch.float32) -> Callable[[torch.Tensor], torch.Tensor]:
     ops = [
         RandomResizedCrop(size),
         HorizontalFlip(0.5),
@@ -52,10 +52,15 @@ def shardkit_aug(size: int, compile: bool, compile_mode: str | None, compute_dty
         Normalize(IMAGENET_MEAN, IMAGENET_STD),
     ]
     aug = GpuAugment(ops, output_dtype=torch.bfloat16, memory_format="channels_last", seed=0, compute_dtype=compute_dtype)
-    if compile:
-        aug._compiled = torch.compile(aug.apply, dynamic=False, mode=compile_mode)
-        aug._compile = True
-    return aug
+    if not compile:
+        return aug
+    # what GpuAugment(compile=True) does, with a selectable mode: eager sampling, compiled apply
+    apply = torch.compile(aug.apply, dynamic=False, mode=compile_mode)
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        return apply(x, aug.sample_params(x.shape[0], (x.shape[2], x.shape[3]), x.device))[0]
+
+    return run
 
 
 def torchvision_per_image(size: int) -> Callable[[torch.Tensor], torch.Tensor]:

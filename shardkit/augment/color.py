@@ -55,13 +55,15 @@ def adjust_hue(x: Tensor, shift: Tensor) -> Tensor:
     """Rotate the HSV hue by ``shift`` (fraction of a turn, in ``[-0.5, 0.5]``)."""
     minc, maxc = torch.aminmax(x, dim=1, keepdim=True)
     chroma = maxc - minc
-    safe = torch.where(chroma > 0, chroma, 1.0)
     r, g, b = x[:, 0:1], x[:, 1:2], x[:, 2:3]
-    # hue in sixths of a turn; ties resolved r, then g, then b, like torchvision
-    hue6 = torch.where(
-        maxc == r, (g - b) / safe, torch.where(maxc == g, (b - r).div_(safe).add_(2.0), (r - g).div_(safe).add_(4.0))
-    )
-    hue6 = hue6.add_(_per_sample(shift * 6.0, x))
+    # hue in sixths of a turn: (g-b)/c, 2+(b-r)/c or 4+(r-g)/c by the max channel,
+    # ties resolved r, then g, then b, like torchvision; the shift joins the offset
+    is_r, is_g = maxc == r, maxc == g
+    num = torch.where(is_r, g - b, torch.where(is_g, b - r, r - g))
+    s6 = _per_sample(shift * 6.0, x)
+    offset = torch.where(is_r, s6, torch.where(is_g, s6 + 2.0, s6 + 4.0))
+    # a grey pixel has num == 0; any positive divisor gives hue 0 (out = max)
+    hue6 = torch.addcdiv(offset, num, chroma.clamp_min(1e-6))
     k = (hue6 + const([5.0, 3.0, 1.0], (1, 3, 1, 1), x.device, x.dtype)).remainder_(6.0)
     t = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
     return torch.addcmul(maxc, chroma, t, value=-1.0)

@@ -107,14 +107,27 @@ class FillStage:
     fill: tuple[float, float, float]
 
 
-def _edge_mask(grid: Tensor, size: Size) -> Tensor:
-    """``[N, 1, H, W]`` weight of the inside of a canvas at ``grid`` points, equal
-    to bilinear sampling of an all-ones image with zero padding: 1 inside, a
-    one-pixel linear ramp at the border, 0 outside."""
+def _grid(theta: Tensor, out_size: Size) -> tuple[Tensor, Tensor]:
+    """``F.affine_grid`` (``align_corners=False``) as two ``[B, H, W]`` coordinate
+    planes, by broadcasting (no materialised base grid, no batched GEMM with K=3)."""
+    b = theta.shape[0]
+    h, w = out_size
+    xs = const([(2 * i + 1) / w - 1 for i in range(w)], (1, 1, w), theta.device)
+    ys = const([(2 * i + 1) / h - 1 for i in range(h)], (1, h, 1), theta.device)
+    t = theta.reshape(b, 9, 1, 1)
+    gx = torch.addcmul(t[:, 2] + t[:, 1] * ys, t[:, 0], xs)
+    gy = torch.addcmul(t[:, 5] + t[:, 4] * ys, t[:, 3], xs)
+    return gx, gy
+
+
+def _edge_mask(gx: Tensor, gy: Tensor, size: Size) -> Tensor:
+    """``[B, 1, H, W]`` weight of the inside of a canvas of ``size`` at normalised
+    points ``(gx, gy)``, equal to bilinear sampling of an all-ones image with
+    zero padding: 1 inside, a one-pixel linear ramp at the border, 0 outside."""
     h, w = size
-    extent = const([w * 0.5, h * 0.5], (2,), grid.device)
-    m = (1.0 - grid.abs()).mul_(extent).add_(0.5).clamp_(0.0, 1.0)
-    return (m[..., 0] * m[..., 1]).unsqueeze(1)
+    mx = (0.5 * w + 0.5 - 0.5 * w * gx.abs()).clamp_(0.0, 1.0)
+    my = (0.5 * h + 0.5 - 0.5 * h * gy.abs()).clamp_(0.0, 1.0)
+    return mx.mul_(my).unsqueeze(1)
 
 
 def warp(
@@ -154,25 +167,18 @@ def warp(
         to_canvas[k] = torch.matmul(matrices[k], to_canvas[k + 1])
     denorm = _from_normalized(out_size, device)
     thetas = {k: torch.matmul(_to_normalized(sizes[k], device), to_canvas[k] @ denorm).expand(b, 3, 3) for k in {0, *(f.canvas for f in fills)}}
-    grid = F.affine_grid(thetas[0][:, :2, :], [b, c, *out_size], align_corners=False)
-    out = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    gx, gy = _grid(thetas[0], out_size)
+    out = F.grid_sample(x, torch.stack([gx, gy], dim=-1), mode="bilinear", padding_mode="border", align_corners=False)
     if not fills:
         if scale != 1.0:
             out = out.mul_(scale)
         return out.to(out_dtype)
-    others = [f.canvas for f in fills if f.canvas != 0]
-    grids = {0: grid}
-    if others:
-        theta = torch.stack([thetas[k] for k in others], dim=1).view(-1, 3, 3)
-        g = F.affine_grid(theta[:, :2, :], [theta.shape[0], 1, *out_size], align_corners=False)
-        g = g.view(b, len(others), *out_size, 2)
-        grids.update({k: g[:, i] for i, k in enumerate(others)})
     # group consecutive stages with the same fill: their masks multiply
     groups: list[tuple[tuple[float, float, float], Tensor]] = []
     for f in fills:
-        m = _edge_mask(grids[f.canvas], sizes[f.canvas])
+        m = _edge_mask(*((gx, gy) if f.canvas == 0 else _grid(thetas[f.canvas], out_size)), sizes[f.canvas])
         if groups and groups[-1][0] == f.fill:
-            groups[-1] = (f.fill, groups[-1][1] * m)
+            groups[-1] = (f.fill, groups[-1][1].mul_(m))
         else:
             groups.append((f.fill, m))
     for i, (fill, m) in enumerate(groups):

@@ -278,6 +278,11 @@ class GpuAugment(nn.Module):
         assert out_labels is not None
         return out, out_labels
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_compiled"] = None  # compiled functions do not pickle; recompiled on first use
+        return state
+
     def extra_repr(self) -> str:
         ops = ",\n  ".join(repr(op) for op in self.ops)
         return f"ops=[\n  {ops}\n], output_dtype={self.output_dtype}, memory_format={self.memory_format!r}, seed={self.seed}"
