@@ -85,11 +85,13 @@ def read_bytes(url: str, **storage_options: Any) -> bytes:
         raise StorageError(f"{url}: cannot read ({exc})") from None
 
 
-def open_read(url: str, block_size: int = 8 << 20, **storage_options: Any) -> IO[bytes]:
+def open_read(url: str, block_size: int = 8 << 20, *, raw_errors: bool = False, **storage_options: Any) -> IO[bytes]:
     """A binary file object for sequential reading with read-ahead.
 
     Local files use a large OS-level buffer; remote files use fsspec's
-    ``readahead`` cache with ``block_size`` bytes per request.
+    ``readahead`` cache with ``block_size`` bytes per request. With
+    ``raw_errors`` the backend's I/O errors propagate unchanged (for a caller
+    that retries transient ones); a missing file is always a :class:`StorageError`.
     """
     try:
         if is_local(url):
@@ -101,6 +103,8 @@ def open_read(url: str, block_size: int = 8 << 20, **storage_options: Any) -> IO
     except StorageError:
         raise
     except OSError as exc:
+        if raw_errors:
+            raise
         raise StorageError(f"{url}: cannot open ({exc})") from None
 
 

@@ -84,3 +84,244 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fault injection: an HTTP proxy on 127.0.0.1 in front of moto (or any HTTP server)
+# ---------------------------------------------------------------------------------------------
+
+import hashlib
+import http.client
+import http.server
+import struct
+import threading
+import time
+
+
+@dataclass
+class ProxyRequest:
+    """One request the proxy saw: method, path, ``Range`` header and what the proxy did."""
+
+    method: str
+    path: str
+    range: str
+    outcome: str  # "ok", "500", "503", "reset", "cut", "down"
+
+
+class FaultProxy:
+    """An HTTP/1.1 proxy on 127.0.0.1 that injects faults, deterministically from a seed.
+
+    Every request is forwarded to ``upstream`` (``http://127.0.0.1:PORT``) unless a fault hits it:
+    ``error_rate`` of the requests answer 500 or 503, ``reset_rate`` reset the connection before
+    answering, ``cut_rate`` of the GET responses send their headers and half of the body, then
+    reset (the client sees a connection broken mid-stream). Whether the n-th occurrence of a
+    given ``(method, path, Range)`` is hit depends only on ``(seed, method, path, Range, n)``,
+    so the faults do not depend on how concurrent workers interleave. ``down()`` makes every
+    connection fail (reset on accept) until ``up()``. Every response says ``Connection: close``.
+    """
+
+    def __init__(self, upstream: str, *, seed: int = 0, error_rate: float = 0.0, reset_rate: float = 0.0, cut_rate: float = 0.0):
+        self.upstream = upstream.split("://", 1)[1].rstrip("/")
+        self.seed, self.error_rate, self.reset_rate, self.cut_rate = seed, error_rate, reset_rate, cut_rate
+        self.log: list[ProxyRequest] = []
+        self._seen: dict[tuple[str, str, str], int] = {}
+        self._lock = threading.Lock()
+        self._down = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # noqa: D401 - quiet
+                pass
+
+            def _any(self):
+                proxy._handle(self)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    # -- control
+    def down(self) -> None:
+        """Fail every request (connection reset) until :meth:`up`."""
+        self._down.set()
+
+    def up(self) -> None:
+        self._down.clear()
+
+    def set_rates(self, *, error_rate: float = 0.0, reset_rate: float = 0.0, cut_rate: float = 0.0) -> None:
+        self.error_rate, self.reset_rate, self.cut_rate = error_rate, reset_rate, cut_rate
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "FaultProxy":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def outcomes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in list(self.log):
+            out[r.outcome] = out.get(r.outcome, 0) + 1
+        return out
+
+    # -- machinery
+    def _draw(self, method: str, path: str, rng: str) -> float:
+        with self._lock:
+            n = self._seen.get((method, path, rng), 0)
+            self._seen[(method, path, rng)] = n + 1
+        h = hashlib.sha256(f"{self.seed}|{method}|{path}|{rng}|{n}".encode()).digest()
+        return int.from_bytes(h[:8], "big") / 2**64
+
+    @staticmethod
+    def _reset(handler) -> None:
+        """Abort the connection with a TCP RST (SO_LINGER 0) instead of a clean close."""
+        try:
+            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        handler.close_connection = True
+        try:
+            handler.connection.close()
+        except OSError:
+            pass
+
+    def _handle(self, h) -> None:
+        method, path, rng = h.command, h.path, h.headers.get("Range", "")
+        length = int(h.headers.get("Content-Length") or 0)
+        body = h.rfile.read(length) if length else None
+        if self._down.is_set():
+            self.log.append(ProxyRequest(method, path, rng, "down"))
+            return self._reset(h)
+        x = self._draw(method, path, rng)
+        outcome = "ok"
+        if x < self.error_rate:
+            outcome = "503" if x < self.error_rate / 2 else "500"
+        elif x < self.error_rate + self.reset_rate:
+            outcome = "reset"
+        elif method == "GET" and x < self.error_rate + self.reset_rate + self.cut_rate:
+            outcome = "cut"
+        self.log.append(ProxyRequest(method, path, rng, outcome))
+        if outcome == "reset":
+            return self._reset(h)
+        if outcome in ("500", "503"):
+            msg = b"<Error><Code>" + (b"SlowDown" if outcome == "503" else b"InternalError") + b"</Code></Error>"
+            h.send_response(int(outcome))
+            h.send_header("Content-Type", "application/xml")
+            h.send_header("Content-Length", str(len(msg)))
+            h.send_header("Connection", "close")
+            h.end_headers()
+            h.wfile.write(msg)
+            h.close_connection = True
+            return
+        conn = http.client.HTTPConnection(self.upstream, timeout=30)
+        try:
+            headers = {k: v for k, v in h.headers.items() if k.lower() not in ("connection", "keep-alive", "proxy-connection")}
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        h.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length", "server", "date"):
+                h.send_header(k, v)
+        h.send_header("Content-Length", resp.getheader("Content-Length", "0") if method == "HEAD" else str(len(data)))
+        h.send_header("Connection", "close")
+        h.end_headers()
+        if outcome == "cut" and len(data) > 1:
+            h.wfile.write(data[: len(data) // 2])
+            h.wfile.flush()
+            return self._reset(h)
+        if method != "HEAD":
+            h.wfile.write(data)
+        h.close_connection = True
+
+
+def wait_for(pred, timeout: float, interval: float = 0.01) -> bool:
+    """Poll ``pred()`` until it is true or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return bool(pred())
+
+
+# ---------------------------------------------------------------------------------------------
+# Process resources via /proc (Linux)
+# ---------------------------------------------------------------------------------------------
+
+
+def children(pid: int) -> list[int]:
+    """Direct child processes of ``pid``."""
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return out
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` in bytes (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
+def pss_bytes(pid: int) -> int:
+    """Proportional set size (shared pages divided among their users), 0 if unavailable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
+
+
+def open_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def num_threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+@dataclass(frozen=True)
+class Resources:
+    """A snapshot of one process's resources."""
+
+    rss: int
+    fds: int
+    threads: int
+    children: int
+
+    @classmethod
+    def of(cls, pid: int | None = None) -> "Resources":
+        pid = os.getpid() if pid is None else pid
+        return cls(rss_bytes(pid), open_fds(pid), num_threads(pid), len(children(pid)))

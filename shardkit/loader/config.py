@@ -82,6 +82,11 @@ class SourceConfig:
         cache_size: cache limit in bytes (least recently used shards are evicted); ``None``: unlimited.
         allow_pipe: accept ``pipe:`` URLs (they run shell commands; off by default).
         allow_unsafe_names: accept manifest shard names that are paths or URLs (trusted manifests only).
+        max_retries: retries of one failing remote read (reopened with a range request at the
+            byte offset where it failed, after an exponential backoff) before giving up.
+        retry_budget_s: seconds one remote read may keep failing before the loader gives up with
+            a :class:`shardkit.StorageError` naming the URL (the backend's own per-request timeout
+            can add one attempt: s3fs ``connect_timeout``/``read_timeout`` in ``config_kwargs``).
     """
 
     storage_options: dict[str, Any] = field(default_factory=dict)
@@ -90,6 +95,12 @@ class SourceConfig:
     cache_size: Optional[int] = None
     allow_pipe: bool = False
     allow_unsafe_names: bool = False
+    max_retries: int = 30
+    retry_budget_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.retry_budget_s < 0:
+            raise ValueError(f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}")
 
     def __hash__(self) -> int:  # storage_options is a dict
         return id(self)

@@ -129,7 +129,7 @@ class ShardDataset(IterableDataset):
         spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, shared=in_worker, worker=world.worker)
         pipeline = wds.DataPipeline(
             _Const(plan.blocks),
-            _Stage(read_blocks, reader=reader),
+            _Stage(read_blocks, reader=reader, chunk=cfg.batch_size),
             _Stage(decode_batches, spec=spec, decoder=decoder, counters=counters),
         )
         return iter(pipeline)

@@ -45,13 +45,15 @@ class LoaderStats:
     """What one epoch (or the epoch so far) cost.
 
     Worker-side seconds are summed over workers (CPU time spent per stage);
-    ``wait_s`` is wall time the training loop spent waiting for the next batch.
+    ``wait_s`` is wall time the training loop spent waiting for the next batch;
+    ``retries`` counts remote reads that failed and were retried (from the byte offset where they broke).
     """
 
     batches: int = 0
     samples: int = 0
     skipped: int = 0
     bytes_read: int = 0
+    retries: int = 0
     wait_s: float = 0.0
     elapsed_s: float = 0.0
     read_s: float = 0.0
@@ -67,7 +69,7 @@ class LoaderStats:
     def __str__(self) -> str:
         return (
             f"{self.samples} samples in {self.batches} batches, {self.skipped} skipped, "
-            f"{self.bytes_read / 1e6:.1f} MB read, {self.images_per_s:.0f} img/s, waited {self.wait_s:.2f} s "
+            f"{self.bytes_read / 1e6:.1f} MB read, {self.retries} read retries, {self.images_per_s:.0f} img/s, waited {self.wait_s:.2f} s "
             f"(workers: read {self.read_s:.2f} s, decode {self.decode_s:.2f} s, resize {self.resize_s:.2f} s, collate {self.collate_s:.2f} s)"
         )
 
@@ -189,6 +191,7 @@ class ShardLoader:
             samples=int(d["samples"]),
             skipped=int(d["skipped"]),
             bytes_read=int(d["bytes_read"]),
+            retries=int(d["retries"]),
             wait_s=self._wait,
             elapsed_s=max(0.0, self._t1 - self._t0),
             read_s=d["read_s"],

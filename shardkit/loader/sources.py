@@ -13,12 +13,16 @@ explicit call: shardkit's own loader never changes webdataset's globals).
 
 from __future__ import annotations
 
+import logging
 from typing import IO, Any, Optional
 
 from .. import storage
 from ..errors import StorageError
 from .cache import ShardCache, copy_stream
 from .config import SourceConfig
+from .retry import RetryingFile, backend_options
+
+log = logging.getLogger("shardkit.loader")
 
 
 def check_url(url: str, cfg: SourceConfig) -> None:
@@ -37,6 +41,7 @@ class ShardOpener:
     def __init__(self, cfg: SourceConfig):
         self.cfg = cfg
         self.cache = ShardCache(cfg.cache_dir, cfg.cache_size) if cfg.cache_dir else None
+        self.retries = 0  #: remote reads retried so far (all shards together)
 
     def open(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
         """A binary file positioned at the start of shard ``url`` (``nbytes``: size from the manifest)."""
@@ -59,7 +64,18 @@ class ShardOpener:
         return self._open_remote(url)
 
     def _open_remote(self, url: str) -> IO[bytes]:
-        return storage.open_read(url, block_size=self.cfg.block_size, **self.cfg.storage_options)
+        """A :class:`RetryingFile`: transient errors are retried from the failed read's byte offset."""
+        opts = backend_options(url, self.cfg.storage_options)
+        block_size = self.cfg.block_size
+
+        def open_fn() -> IO[bytes]:
+            return storage.open_read(url, block_size=block_size, raw_errors=True, **opts)
+
+        return RetryingFile(url, open_fn, max_retries=self.cfg.max_retries, retry_budget_s=self.cfg.retry_budget_s, on_retry=self._retried)
+
+    def _retried(self, url: str, offset: int, exc: BaseException) -> None:
+        self.retries += 1
+        log.warning("shardkit: %s: read at byte %d failed (%s: %s); retrying", url, offset, type(exc).__name__, exc)
 
 
 def _gopen_fsspec(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> IO[bytes]:

@@ -27,7 +27,7 @@ from .sources import ShardOpener
 log = logging.getLogger("shardkit.loader")
 
 #: names of the per-worker counters sent with every batch (cumulative over the epoch)
-COUNTERS = ("samples", "skipped", "bytes_read", "read_s", "decode_s", "resize_s", "collate_s", "batches")
+COUNTERS = ("samples", "skipped", "bytes_read", "read_s", "decode_s", "resize_s", "collate_s", "batches", "retries")
 
 
 class Counters:
@@ -93,11 +93,15 @@ class BlockReader:
         self._reader: Optional[ShardReader] = None
         self._damaged: dict[int, str] = {}
         self._counted = 0  # bytes of the open reader already counted
+        self._retries = 0  # opener retries already counted
 
     def _count_bytes(self) -> None:
         if self._reader is not None:
             self.counters.add("bytes_read", self._reader.bytes_read - self._counted)
             self._counted = self._reader.bytes_read
+        if self.opener.retries != self._retries:
+            self.counters.add("retries", self.opener.retries - self._retries)
+            self._retries = self.opener.retries
 
     def close(self) -> None:
         if self._reader is not None:
@@ -146,10 +150,20 @@ def plan_blocks(blocks: Sequence[Block]) -> Iterator[Block]:
     yield from blocks
 
 
-def read_blocks(blocks: Iterable[Block], *, reader: BlockReader) -> Iterator[RawSample]:
-    """Stage 1: read each block sequentially, emit its samples in the block's shuffled order."""
+def read_blocks(blocks: Iterable[Block], *, reader: BlockReader, chunk: int = 64) -> Iterator[RawSample]:
+    """Stage 1: read each block sequentially, emit its samples in the block's shuffled order.
+
+    A block emitted in stored order (no shuffle: one block is a worker's whole
+    chunk of the epoch) is read ``chunk`` samples at a time, so an evaluation
+    pass holds one batch of JPEG bytes per worker, not its whole chunk.
+    """
     try:
         for block in blocks:
+            n = len(block.gids)
+            if n > chunk and np.array_equal(block.order, np.arange(n)):
+                for i in range(0, n, chunk):
+                    yield from reader.read(block.gids[i : i + chunk])
+                continue
             samples = reader.read(block.gids)
             for i in block.order.tolist():
                 yield samples[i]

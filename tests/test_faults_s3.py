@@ -1,0 +1,254 @@
+"""Object storage that fails mid-stream: errors, resets, cut responses and outages, injected by a proxy.
+
+Guarantees checked: reads retry with backoff and resume with a range request at the byte offset
+where they broke; the epoch completes with every sample exactly once; the retry count is in the
+loader stats; an outage longer than the budget is one clear error naming the URL, not a hang.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+import time
+
+import pytest
+
+from helpers import FaultProxy, free_port, wait_for, write_dataset
+
+import shardkit
+from shardkit.errors import StorageError
+from shardkit.loader.retry import RetryingFile, backend_options, is_transient
+
+BLOCK = 8192  # small read-ahead blocks: each shard takes several range requests
+KW = dict(batch_size=5, size=16, pin_memory=False, with_keys=True, multiprocessing_context="fork", block_size=BLOCK, shuffle_buffer=5, shuffle_initial=5)
+
+
+# ----------------------------------------------------------------------------- RetryingFile alone
+
+
+class FlakyFile(io.BytesIO):
+    """A file that raises ``ConnectionResetError`` on the reads listed in ``fail_at`` (read number)."""
+
+    def __init__(self, data: bytes, plan: dict, log: list):
+        super().__init__(data)
+        self.plan, self.log = plan, log
+
+    def read(self, n=-1):
+        self.plan["reads"] += 1
+        self.log.append(("read", self.tell(), n))
+        if self.plan["reads"] in self.plan["fail_at"]:
+            raise ConnectionResetError("connection reset by peer")
+        return super().read(n)
+
+
+def _flaky(data: bytes, fail_at: set[int]):
+    plan, log, opens = {"reads": 0, "fail_at": fail_at}, [], []
+
+    def open_fn():
+        opens.append(1)
+        return FlakyFile(data, plan, log)
+
+    return open_fn, log, opens
+
+
+def test_retry_resumes_at_the_failed_offset_not_the_start():
+    data = bytes(range(256)) * 40
+    open_fn, log, opens = _flaky(data, fail_at={3, 4})
+    seen = []
+    f = RetryingFile("s3://b/x.tar", open_fn, max_retries=5, retry_budget_s=10, on_retry=lambda u, o, e: seen.append(o), sleep=lambda s: None)
+    out = f.read(1000) + f.read(1000)
+    f.seek(5000)
+    out += f.read(3000)  # fails twice (reads 3 and 4), then succeeds on a fresh file
+    assert out == data[:2000] + data[5000:8000]
+    assert seen == [5000, 5000] and f.retries == 2 and len(opens) == 3
+    assert [entry[1] for entry in log] == [0, 1000, 5000, 5000, 5000]  # every retry starts at the failed read's offset
+    assert f.read() == data[8000:] and f.tell() == len(data)
+
+
+def test_gives_up_after_max_retries_naming_url_and_offset():
+    open_fn, _, _ = _flaky(b"x" * 100, fail_at=set(range(2, 100)))
+    f = RetryingFile("s3://bucket/ds/train-000003.tar", open_fn, max_retries=3, retry_budget_s=100, sleep=lambda s: None)
+    f.read(10)
+    with pytest.raises(StorageError, match=r"s3://bucket/ds/train-000003.tar: read at byte 10 still failing after 3 retries"):
+        f.read(10)
+
+
+@pytest.mark.timeout(30)
+def test_outage_longer_than_budget_is_a_bounded_error():
+    def open_fn():
+        raise ConnectionRefusedError("connection refused")
+
+    t = time.monotonic()
+    with pytest.raises(StorageError, match=r"s3://b/x.tar: read at byte 0 still failing .* over \d"):
+        RetryingFile("s3://b/x.tar", open_fn, max_retries=1000, retry_budget_s=0.6)
+    assert 0.5 < time.monotonic() - t < 3
+
+
+def test_what_is_retried():
+    from botocore.exceptions import EndpointConnectionError
+
+    assert is_transient(ConnectionResetError()) and is_transient(TimeoutError()) and is_transient(OSError(5, "EIO"))
+    assert is_transient(EndpointConnectionError(endpoint_url="http://x"))
+    assert not is_transient(FileNotFoundError()) and not is_transient(PermissionError())
+    assert not is_transient(ValueError("bug")) and not is_transient(KeyboardInterrupt())
+    assert not is_transient(StorageError("x"))
+
+    def open_fn():
+        raise PermissionError("AccessDenied")
+
+    with pytest.raises(StorageError, match="s3://b/x.tar: cannot read .*AccessDenied"):
+        RetryingFile("s3://b/x.tar", open_fn, max_retries=5, retry_budget_s=5, sleep=lambda s: None)
+
+
+def test_botocore_retries_off_only_where_we_own_them():
+    assert backend_options("s3://b/x", {})["config_kwargs"] == {"retries": {"total_max_attempts": 1}}
+    mine = {"config_kwargs": {"retries": {"max_attempts": 9}, "read_timeout": 5}}
+    assert backend_options("s3://b/x", mine) is mine
+    kept = backend_options("s3://b/x", {"config_kwargs": {"read_timeout": 5}, "key": "k"})
+    assert kept == {"config_kwargs": {"read_timeout": 5, "retries": {"total_max_attempts": 1}}, "key": "k"}
+    assert backend_options("https://h/x", {"a": 1}) == {"a": 1}
+
+
+# ----------------------------------------------------------------------------- through moto + proxy
+
+
+@pytest.fixture()
+def remote_ds(tmp_path, s3):
+    """A 60-sample dataset (6 shards of ~28 KB) on moto; yields (dataset, bucket, storage options)."""
+    import s3fs
+
+    opts, bucket = s3
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=60, shard_size=10, size=(64, 48))
+    s3fs.S3FileSystem(**opts).put(ds.url + "/", f"{bucket}/ds/", recursive=True)
+    return ds, bucket, opts
+
+
+def _via(proxy: FaultProxy, opts: dict) -> dict:
+    return {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+
+
+def _ranges(proxy: FaultProxy, path_part: str):
+    out = []
+    for r in proxy.log:
+        if r.method == "GET" and path_part in r.path:
+            m = re.match(r"bytes=(\d+)-(\d+)", r.range)
+            out.append((r.path, int(m.group(1)) if m else None, int(m.group(2)) if m else None, r.outcome))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_flaky_endpoint_every_sample_once_with_retries_counted(remote_ds, s3_endpoint):
+    ds, bucket, opts = remote_ds
+    with FaultProxy(s3_endpoint, seed=3, error_rate=0.15, reset_rate=0.1, cut_rate=0.1) as proxy:
+        loader = shardkit.load(f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=2, **KW)
+        keys = [k for _, _, ks in loader for k in ks]
+        outcomes = proxy.outcomes()
+        gets = _ranges(proxy, "/ds/train-")
+    assert sorted(keys) == sorted(ds.keys)  # every sample exactly once
+    assert outcomes.get("500", 0) + outcomes.get("503", 0) > 0 and outcomes.get("reset", 0) > 0 and outcomes.get("cut", 0) > 0
+    assert loader.stats.retries > 0 and loader.stats.skipped == 0
+    assert all(start is not None for _, start, _, _ in gets), "a shard was fetched without a range request"
+    # no shard is re-read from its start: the bytes fetched successfully stay close to the shard's size
+    for s in ds.manifest.shards:
+        ok = sum(end - start + 1 for p, start, end, o in gets if p.endswith(s.name) and o == "ok")
+        failed = sum(1 for p, _, _, o in gets if p.endswith(s.name) and o != "ok")
+        assert ok <= s.bytes + failed * BLOCK, (s.name, ok, s.bytes, failed)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_outage_mid_epoch_resumes_at_offset(remote_ds, s3_endpoint):
+    """The endpoint goes down for ~2 s in the middle of a shard (longer than s3fs's own retries), then comes back."""
+    ds, bucket, opts = remote_ds
+    with FaultProxy(s3_endpoint, seed=0) as proxy:
+        loader = shardkit.load(f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=0, shuffle=False,
+                               max_retries=100, retry_budget_s=30, **KW)
+        keys, outage = [], None
+        for i, (_, _, ks) in enumerate(loader):
+            keys += ks
+            if i == 2:  # batch 2 = the first half of shard 1: the next read continues it mid-file
+                proxy.down()
+                outage = threading.Timer(2.0, proxy.up)
+                outage.start()
+        outage.join()
+        gets = _ranges(proxy, "/ds/train-")
+    assert keys == ds.keys  # in order, all of them, once
+    assert loader.stats.retries > 0, (proxy.outcomes(), gets)
+    down = [i for i, g in enumerate(gets) if g[3] == "down"]
+    assert down, "the outage hit no read"
+    path, start, _, _ = gets[down[0]]
+    after = next(g for g in gets[down[-1] + 1 :] if g[0] == path)
+    assert start > 0 and after[1] >= start - BLOCK and after[1] > 0, (gets[down[0]], after)  # resumed near the break, not at 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_endpoint_down_longer_than_budget_raises_naming_url(remote_ds, s3_endpoint):
+    ds, bucket, opts = remote_ds
+    with FaultProxy(s3_endpoint, seed=0) as proxy:
+        loader = shardkit.load(f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=2, max_retries=1000, retry_budget_s=1.5, **KW)
+        it = iter(loader)
+        next(it)
+        proxy.down()
+        t = time.monotonic()
+        with pytest.raises(StorageError, match=rf"s3://{bucket}/ds/train-\d+\.tar: read at byte \d+ still failing .*raise max_retries / retry_budget_s"):
+            for _ in it:
+                pass
+        assert time.monotonic() - t < 20
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_moto_server_stopped_and_restarted_mid_epoch(tmp_path):
+    """The literal fault: the S3 server process goes away mid-epoch (connections refused) and comes back."""
+    pytest.importorskip("s3fs")
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    opts = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}, "key": "testing", "secret": "testing", "skip_instance_cache": True}
+    try:
+        ds = write_dataset(str(tmp_path / "ds"), num_samples=40, shard_size=10, size=(64, 48))
+        fs = s3fs.S3FileSystem(**opts)
+        fs.mkdir("restart-bucket")
+        fs.put(ds.url + "/", "restart-bucket/ds/", recursive=True)
+        loader = shardkit.load("s3://restart-bucket/ds", storage_options=opts, num_workers=0, shuffle=False, max_retries=100, retry_budget_s=30, **KW)
+        keys = []
+        for i, (_, _, ks) in enumerate(loader):
+            keys += ks
+            if i == 2:
+                server.stop()  # moto keeps its buckets in this process: a restart serves the same data
+                threading.Timer(1.5, server.start).start()
+        assert keys == ds.keys
+        assert loader.stats.retries > 0
+    finally:
+        wait_for(lambda: getattr(server, "_server", None) is not None, 5)
+        server.stop()
+
+
+@pytest.mark.timeout(60)
+def test_http_backend_retries_too_and_cache_gets_exact_bytes(tmp_path, http_root):
+    """fsspec's HTTP backend has no retries of its own: ours cover it, also when filling the shard cache."""
+    import hashlib
+    import os
+    import shutil
+
+    base, directory = http_root
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=30, shard_size=10, size=(64, 48))
+    shutil.copytree(ds.url, os.path.join(directory, "ds"))
+    cache = str(tmp_path / "cache")
+    with FaultProxy(base, seed=5, error_rate=0.3, reset_rate=0.15, cut_rate=0.15) as proxy:
+        loader = shardkit.load(f"{proxy.url}/ds", num_workers=0, cache_dir=cache, **KW)
+        keys = [k for _, _, ks in loader for k in ks]
+    assert sorted(keys) == sorted(ds.keys) and loader.stats.retries > 0, proxy.log
+    cached = sorted(os.listdir(cache))
+    assert len([c for c in cached if c.endswith(".tar")]) == 3 and not any(c.startswith(".tmp-") for c in cached)
+    digests = {s.sha256 for s in ds.manifest.shards}
+    for c in cached:
+        if c.endswith(".tar"):
+            with open(os.path.join(cache, c), "rb") as f:
+                assert hashlib.sha256(f.read()).hexdigest() in digests
