@@ -22,9 +22,13 @@ from .erase import box_mask
 
 
 def soft_labels(labels: Tensor, num_classes: int) -> Tensor:
-    """Class indices ``[B]`` -> one-hot float32 ``[B, num_classes]``; soft labels pass through as float32."""
+    """Class indices ``[B]`` -> one-hot float32 ``[B, num_classes]``; soft labels pass through as float32.
+
+    (A scatter rather than ``F.one_hot``, which checks the index range on the host: a sync.)
+    """
     if labels.ndim == 1:
-        return torch.nn.functional.one_hot(labels.long(), num_classes).to(torch.float32)
+        out = torch.zeros(labels.shape[0], num_classes, dtype=torch.float32, device=labels.device)
+        return out.scatter_(1, labels.long().view(-1, 1), 1.0)
     if labels.ndim != 2 or labels.shape[1] != num_classes:
         raise ValueError(f"labels must be [B] class indices or [B, {num_classes}] soft labels, got shape {tuple(labels.shape)}")
     return labels.to(torch.float32)

@@ -38,9 +38,14 @@ def bernoulli(u: Tensor, p: float) -> Tensor:
 
 
 def randint(u: Tensor, n: Tensor | float) -> Tensor:
-    """Whole numbers uniform in ``[0, n)`` (float tensor); ``n`` may be per sample."""
-    upper = torch.as_tensor(n, dtype=u.dtype, device=u.device) - 1
-    return torch.minimum(torch.floor(u * (upper + 1)), upper)
+    """Whole numbers uniform in ``[0, n)`` (float tensor); ``n`` may be per sample.
+
+    The clamp guards ``u * n`` rounding up to ``n`` in float32.
+    """
+    if isinstance(n, Tensor):
+        upper = n.to(u.dtype) - 1
+        return torch.minimum(torch.floor(u * (upper + 1)), upper)
+    return torch.floor(u * n).clamp_max_(n - 1)
 
 
 def beta(generator: torch.Generator, alpha: float, shape: tuple[int, ...], device: torch.device) -> Tensor:
