@@ -395,6 +395,28 @@ def test_apply_traces_without_graph_breaks():
     assert torch.equal(a, b) and torch.equal(la, lb)
 
 
+def test_uniform_to_params_traces_without_graph_breaks():
+    """The per-sample parameter maths (everything but the generator draws) has no
+    host sync either: e.g. RandomResizedCrop's 10-attempt rejection sampling."""
+    ops = [RandomResizedCrop(16), HorizontalFlip(), RandomRotation(20), RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5), ColorJitter(0.4, 0.4, 0.4, 0.1, order="random"), RandomGrayscale(0.2), GaussianBlur(3), RandomErasing()]
+    sizes = [(24, 24)] + [(16, 16)] * (len(ops) - 1)
+    gen = torch.Generator().manual_seed(0)
+    widths = [op.num_uniforms() for op in ops]
+
+    def sample(u):
+        out, off = [], 0
+        for op, size, n in zip(ops, sizes, widths):
+            out.append(op.sample(u[:, off : off + n], size, gen))
+            off += n
+        return out
+
+    u = torch.rand(8, sum(widths), generator=gen)
+    torch._dynamo.reset()
+    traced = torch.compile(sample, backend="eager", fullgraph=True)(u)
+    for a, b in zip(traced, sample(u)):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_no_host_sync_on_cuda():
     x = noise_images(8, 64, 64).cuda()
