@@ -30,7 +30,7 @@ nvidia-smi -L || true
 "$PY" -c "import kornia; print('kornia', kornia.__version__)" 2>/dev/null || echo "kornia: not importable (Kornia column skipped)"
 
 echo "== tests (CUDA parametrizations included) =="
-timeout 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_augment.py tests/test_augment_random.py tests/test_prefetch.py 2>&1 | tail -25 || status=1
+timeout 150 "$PY" -m pytest -q -p no:cacheprovider --noconftest tests/test_augment.py tests/test_augment_random.py tests/test_prefetch.py 2>&1 | tail -25 || status=1
 
 echo "== benchmark: 224^2, batch 256, cuda =="
 timeout 270 "$PY" tools/bench_augment.py --device cuda --batch 256 --size 224 --input-size 256 \
