@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     except ShardkitError as exc:
         print(f"shardkit {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `shardkit info URL | head`: the reader went away; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"shardkit {args.command}: interrupted; re-run the same command to resume", file=sys.stderr)
         return 130
