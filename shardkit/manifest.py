@@ -110,7 +110,7 @@ class Manifest:
         where = url or "<manifest>"
         try:
             d = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ManifestError(f"{where}: not valid JSON ({exc}); re-run 'shardkit convert' to rewrite it") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ManifestError(f"{where}: not a shardkit manifest (missing \"format\": \"{FORMAT}\")")
@@ -121,6 +121,8 @@ class Manifest:
                 f"(reads version {VERSION}); upgrade shardkit or re-convert the dataset"
             )
         try:
+            if not isinstance(d["shards"], list) or not isinstance(d["classes"], list) or not isinstance(d.get("class_counts", []), list):
+                raise TypeError("'shards', 'classes' and 'class_counts' must be lists")
             shards = [ShardInfo(**s) for s in d["shards"]]
             skipped = [SkippedFile(**s) for s in d.get("skipped", [])]
             m = cls(
@@ -128,15 +130,18 @@ class Manifest:
                 classes=[str(c) for c in d["classes"]],
                 shards=shards,
                 options=dict(d.get("options", {})),
-                class_counts=[int(c) for c in d.get("class_counts", [])],
+                class_counts=[_count(c) for c in d.get("class_counts", [])],
                 skipped=skipped,
                 shardkit_version=str(d.get("shardkit_version", "")),
                 version=version,
                 url=url,
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ManifestError(f"{where}: malformed manifest ({type(exc).__name__}: {exc})") from None
         m.validate(allow_unsafe_names=allow_unsafe_names)
+        declared = d.get("num_samples")
+        if declared is not None and declared != m.num_samples:
+            raise ManifestError(f"{where}: num_samples says {declared!r} but the shards hold {m.num_samples}; the manifest was edited or damaged")
         return m
 
     def validate(self, *, allow_unsafe_names: bool = False) -> None:
@@ -144,7 +149,7 @@ class Manifest:
         where = self.url or "<manifest>"
         names = set()
         for s in self.shards:
-            if not isinstance(s.name, str) or not isinstance(s.samples, int) or not isinstance(s.bytes, int):
+            if not isinstance(s.name, str) or not _is_int(s.samples) or not _is_int(s.bytes):
                 raise ManifestError(f"{where}: shard entry {s!r} has wrong field types")
             if not 0 <= s.samples < _MAX_COUNT or not 0 <= s.bytes < _MAX_COUNT:
                 raise ManifestError(f"{where}: shard {s.name!r} has an impossible count ({s.samples} samples, {s.bytes} bytes)")
@@ -160,6 +165,18 @@ class Manifest:
                 )
         if self.class_counts and (len(self.class_counts) != len(self.classes) or min(self.class_counts) < 0):
             raise ManifestError(f"{where}: class_counts does not match classes")
+        if self.num_samples >= _MAX_COUNT:
+            raise ManifestError(f"{where}: an impossible total of {self.num_samples} samples")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _count(x: Any) -> int:
+    if not _is_int(x):
+        raise TypeError(f"count {x!r} is not an integer")
+    return int(x)
 
 
 def manifest_url(url: str) -> str:

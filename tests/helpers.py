@@ -325,3 +325,50 @@ class Resources:
     def of(cls, pid: int | None = None) -> "Resources":
         pid = os.getpid() if pid is None else pid
         return cls(rss_bytes(pid), open_fds(pid), num_threads(pid), len(children(pid)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-built (foreign, hostile) shards
+# ---------------------------------------------------------------------------------------------
+
+import tarfile
+
+
+def tar_bytes(members: list, fmt: int = tarfile.PAX_FORMAT) -> bytes:
+    """A tar of ``members``: ``(name, data)`` pairs for regular files, or ``(TarInfo, data_or_None)``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for name, data in members:
+            if isinstance(name, tarfile.TarInfo):
+                ti = name
+                if data is not None:
+                    ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data) if data is not None else None)
+            else:
+                ti = tarfile.TarInfo(name)
+                ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def write_raw_dataset(root: str, shards: list[tuple[bytes, int]], classes: list[str], split: str = "train") -> str:
+    """Write already built shard bytes (with their sample counts) and a valid manifest under ``root``."""
+    os.makedirs(root, exist_ok=True)
+    infos = []
+    for i, (data, samples) in enumerate(shards):
+        name = f"{split}-{i:06d}.tar"
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(data)
+        infos.append(ShardInfo(name, samples, len(data), hashlib.sha256(data).hexdigest()))
+    save_manifest(Manifest(split, classes, infos), root)
+    return root
+
+
+def tree_snapshot(root: str) -> dict[str, int]:
+    """relative path -> size of everything below ``root`` (links not followed)."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(d, name)
+            out[os.path.relpath(p, root)] = os.lstat(p).st_size if name in files else -1
+    return out

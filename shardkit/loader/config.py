@@ -48,6 +48,9 @@ class ImageConfig:
             uint8 array of shape (size, size, 3); must return the same shape and dtype.
             It must be picklable (a module-level function) when workers are spawned.
         decoder: ``"auto"`` (fastest available), ``"simplejpeg"``, ``"pil"`` or ``"torchvision"``.
+        max_pixels: images whose header declares more pixels are skipped (and counted) without
+            decoding: a decompression bomb (a few KB declaring 65000 x 65000) cannot make a worker
+            allocate gigabytes. Default: PIL's ``MAX_IMAGE_PIXELS`` (89,478,485, about 9500 x 9500).
     """
 
     preset: Preset = Preset.TRAIN
@@ -58,9 +61,12 @@ class ImageConfig:
     flip: bool = True
     hook: Optional[SampleHook] = None
     decoder: str = "auto"
+    max_pixels: int = 89_478_485
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "preset", Preset.parse(self.preset))
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
         if self.size < 1:
             raise ValueError(f"size must be >= 1, got {self.size}")
         if self.resize_size is None:

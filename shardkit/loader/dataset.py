@@ -123,7 +123,8 @@ class ShardDataset(IterableDataset):
         plan = worker_plan(self.stream(epoch), cfg.plan, world, epoch=epoch, batches_done=done, generation=len(self.history))
         num_batches = -(-plan.num_samples // cfg.batch_size)
         counters = Counters()
-        reader = BlockReader(self.urls, self.shard_bytes, self.shard_offsets, ShardOpener(cfg.source), counters)
+        reader = BlockReader(self.urls, self.shard_bytes, self.shard_offsets, ShardOpener(cfg.source), counters,
+                             num_classes=len(self.manifest.classes) or None)
         decoder = None if cfg.raw else CropDecoder(cfg.image, cfg.seed)
         in_worker = get_worker_info() is not None
         spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, shared=in_worker, worker=world.worker)

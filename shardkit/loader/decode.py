@@ -194,9 +194,15 @@ class CropDecoder:
         return (float(left), float(top), float(left + w), float(top + h)), flip
 
     def __call__(self, data: bytes, out: "torch.Tensor", epoch: int, gid: int) -> None:
-        """Decode ``data`` into ``out`` (a ``3 x size x size`` uint8 tensor view)."""
+        """Decode ``data`` into ``out`` (a ``3 x size x size`` uint8 tensor view).
+
+        Raises:
+            ValueError: the header declares no pixels or more than ``max_pixels`` (nothing is decoded).
+        """
         width, height = self.decoder.header(data)
         c = self.cfg
+        if width < 1 or height < 1 or width * height > c.max_pixels:
+            raise ValueError(f"image declares {width} x {height} pixels (limit {c.max_pixels} pixels: max_pixels)")
         if c.preset is Preset.EVAL:
             resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, self.times)  # type: ignore[arg-type]
         else:

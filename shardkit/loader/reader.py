@@ -13,20 +13,32 @@ does); only the ``jpg``, ``cls`` and ``json`` fields are read, everything
 else is skipped unread and never unpickled. A damaged or truncated tar
 raises :class:`TarDamage` naming the shard and byte offset; the samples
 before the damage have already been delivered.
+
+Hostile shards: names are only strings here (the reader never creates a
+file, so ``..``, absolute paths, links and device members touch nothing);
+links, devices and directories are not sample members; a field that repeats
+within one key starts a new sample (two samples are never merged into one);
+sizes are checked before anything is allocated (a member to load is at most
+:data:`MAX_MEMBER_BYTES`, an extended header at most :data:`MAX_HEADER_BYTES`);
+malformed numbers and pax records are :class:`TarDamage`, never another error.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
 from ..shardformat import IMAGE_EXT, LABEL_EXT, META_EXT
 
 _BLOCK = 512
-_KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")
 _FILE_TYPES = (b"0", b"\0", b"7")
+#: largest member the reader loads into memory (a bigger one makes its sample unusable)
+MAX_MEMBER_BYTES = 1 << 28
+#: largest pax extended header or GNU long name accepted
+MAX_HEADER_BYTES = 1 << 16
+_MAX_NAME = 4096
+_INT64_MAX = (1 << 63) - 1
 
 
 class TarDamage(Exception):
@@ -81,10 +93,26 @@ class _Member:
 
 
 def _octal(field_: bytes) -> int:
+    """A numeric header field (octal, or GNU base-256); ``ValueError`` if malformed."""
     if field_[:1] and field_[0] & 0x80:  # base-256 (GNU) for large sizes
+        if field_[0] != 0x80:
+            raise ValueError("negative base-256 number")
         return int.from_bytes(field_[1:], "big")
     s = field_.split(b"\0", 1)[0].strip()
+    if s and not all(0x30 <= c <= 0x37 for c in s):
+        raise ValueError(f"not an octal number: {s[:20]!r}")
     return int(s, 8) if s else 0
+
+
+def _key_ext(name: str) -> Optional[tuple[str, str]]:
+    """``(key, extension)`` of a member name: the key ends at the first dot of the base name."""
+    if len(name) > _MAX_NAME:
+        return None
+    d, slash, base = name.rpartition("/")
+    stem, dot, ext = base.partition(".")
+    if not dot or not stem or base.startswith("__"):
+        return None
+    return d + slash + stem, ext
 
 
 def _pad(n: int) -> int:
@@ -92,13 +120,19 @@ def _pad(n: int) -> int:
 
 
 def _pax_path(data: bytes) -> Optional[str]:
+    """The ``path`` record of a pax extended header; ``ValueError`` if the records are malformed."""
     path = None
     pos = 0
     while pos < len(data):
-        sp = data.find(b" ", pos)
-        if sp < 0:
-            break
-        length = int(data[pos:sp])
+        if data[pos:].strip(b"\0") == b"":
+            break  # padding
+        sp = data.find(b" ", pos, pos + 21)
+        digits = data[pos:sp] if sp > pos else b""
+        if not digits or not digits.isdigit():
+            raise ValueError(f"malformed pax record at {pos}")
+        length = int(digits)
+        if length <= sp - pos + 1 or pos + length > len(data):
+            raise ValueError(f"pax record length {length} out of range at {pos}")
         rec = data[sp + 1 : pos + length - 1]
         k, _, v = rec.partition(b"=")
         if k == b"path":
@@ -116,8 +150,9 @@ class ShardReader:
         fields: member extensions to read; others are skipped unread.
     """
 
-    def __init__(self, f: IO[bytes], url: str, fields: tuple[str, ...] = (IMAGE_EXT, LABEL_EXT, META_EXT)):
+    def __init__(self, f: IO[bytes], url: str, fields: tuple[str, ...] = (IMAGE_EXT, LABEL_EXT, META_EXT), *, num_classes: Optional[int] = None):
         self.f, self.url, self.fields = f, url, frozenset(fields)
+        self.num_classes = num_classes  #: labels outside ``[0, num_classes)`` make the sample unusable
         self.pos = 0  #: byte offset of the next header to parse
         self.index = 0  #: index of the next sample
         self.bytes_read = 0  #: bytes actually read (headers + kept members)
@@ -146,18 +181,26 @@ class ShardReader:
                 raise TarDamage(self.url, at, "truncated header")
             if buf.count(0) == _BLOCK:
                 return None  # end-of-archive marker
-            chk = _octal(buf[148:156])
+            try:
+                chk = _octal(buf[148:156])
+                size = _octal(buf[124:136])
+            except ValueError as exc:
+                raise TarDamage(self.url, at, f"malformed header ({exc})") from None
             if chk != sum(buf[:148]) + 256 + sum(buf[156:]):
                 raise TarDamage(self.url, at, "header checksum mismatch")
-            size = _octal(buf[124:136])
             kind = buf[156:157]
             data_offset = at + _BLOCK
             self.pos = data_offset + _pad(size)
             if kind in (b"x", b"L"):  # pax extended header / GNU long name for the next member
+                if size > MAX_HEADER_BYTES:
+                    raise TarDamage(self.url, at, f"extended header of {size} bytes (limit {MAX_HEADER_BYTES})")
                 data = self._read_at(data_offset, size)
                 if len(data) < size:
                     raise TarDamage(self.url, data_offset, "truncated extended header")
-                long_name = _pax_path(data) if kind == b"x" else data.split(b"\0", 1)[0].decode("utf-8", "replace")
+                try:
+                    long_name = _pax_path(data) if kind == b"x" else data.split(b"\0", 1)[0].decode("utf-8", "replace")
+                except ValueError as exc:
+                    raise TarDamage(self.url, data_offset, f"malformed pax header ({exc})") from None
                 continue
             if kind not in _FILE_TYPES:  # directories, links, global headers...: not sample members
                 long_name = None
@@ -170,10 +213,10 @@ class ShardReader:
                     prefix = buf[345:500].split(b"\0", 1)[0].decode("utf-8", "replace")
                     if prefix:
                         name = prefix + "/" + name
-            m = _KEY_EXT.match(name)
-            if not m or name.split("/")[-1].startswith("__"):
+            ke = _key_ext(name)
+            if ke is None:
                 continue
-            return _Member(m.group(1), m.group(2), size, data_offset)
+            return _Member(ke[0], ke[1], size, data_offset)
 
     def _peek(self) -> Optional[_Member]:
         if self._pending is None and not self._eof:
@@ -201,12 +244,17 @@ class ShardReader:
                 return None
             key, target = m.key, self.index == index
             sample = RawSample(key=key, gid=gid, shard=self.url, index=self.index) if target else None
-            while m is not None and m.key == key:
+            exts: set[str] = set()
+            while m is not None and m.key == key and m.ext not in exts:  # a repeated field starts a new sample
+                exts.add(m.ext)
                 if sample is not None and load and m.ext in self.fields:
-                    data = self._read_at(m.data_offset, m.size)
-                    if len(data) < m.size:
-                        raise TarDamage(self.url, m.data_offset + len(data), f"truncated member {key}.{m.ext}")
-                    self._store(sample, m.ext, data)
+                    if m.size > MAX_MEMBER_BYTES:
+                        sample.error = sample.error or f"member {key}.{m.ext} has {m.size} bytes (limit {MAX_MEMBER_BYTES})"
+                    else:
+                        data = self._read_at(m.data_offset, m.size)
+                        if len(data) < m.size:
+                            raise TarDamage(self.url, m.data_offset + len(data), f"truncated member {key}.{m.ext}")
+                        self._store(sample, m.ext, data)
                 self._pending = None
                 try:
                     m = self._peek()
@@ -217,7 +265,7 @@ class ShardReader:
             self.index += 1
             if sample is not None:
                 if load:
-                    self._check(sample)
+                    self._check(sample, self.num_classes)
                 return sample
 
     @staticmethod
@@ -235,10 +283,13 @@ class ShardReader:
             sample.extra[ext] = data
 
     @staticmethod
-    def _check(sample: RawSample) -> None:
+    def _check(sample: RawSample, num_classes: Optional[int] = None) -> None:
         if sample.error:
             return
         if sample.jpeg is None:
             sample.error = f"missing field '{IMAGE_EXT}'"
         elif sample.label is None:
             sample.error = f"missing field '{LABEL_EXT}'"
+        elif not 0 <= sample.label <= _INT64_MAX or (num_classes and sample.label >= num_classes):
+            limit = f"[0, {num_classes})" if num_classes else "[0, 2**63)"
+            sample.error = f"label {sample.label} outside {limit}"

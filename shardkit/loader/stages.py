@@ -84,10 +84,13 @@ class BlockReader:
         shard_offsets: global id of each shard's first sample.
         opener: opens shard URLs.
         counters: where read time and bytes are counted.
+        num_classes: labels must lie in ``[0, num_classes)`` (None: any non-negative int64).
     """
 
-    def __init__(self, urls: Sequence[str], nbytes: Sequence[int], shard_offsets: np.ndarray, opener: ShardOpener, counters: Counters):
+    def __init__(self, urls: Sequence[str], nbytes: Sequence[int], shard_offsets: np.ndarray, opener: ShardOpener, counters: Counters,
+                 num_classes: Optional[int] = None):
         self.urls, self.nbytes, self.offsets = urls, nbytes, shard_offsets
+        self.num_classes = num_classes
         self.opener, self.counters = opener, counters
         self._shard = -1
         self._reader: Optional[ShardReader] = None
@@ -114,7 +117,7 @@ class BlockReader:
     def _reader_for(self, shard: int, index: int) -> ShardReader:
         if self._reader is None or self._shard != shard or self._reader.index > index:
             self.close()
-            self._reader = ShardReader(self.opener.open(self.urls[shard], self.nbytes[shard]), self.urls[shard])
+            self._reader = ShardReader(self.opener.open(self.urls[shard], self.nbytes[shard]), self.urls[shard], num_classes=self.num_classes)
             self._shard = shard
         return self._reader
 
