@@ -125,8 +125,9 @@ def _edge_mask(gx: Tensor, gy: Tensor, size: Size) -> Tensor:
     points ``(gx, gy)``, equal to bilinear sampling of an all-ones image with
     zero padding: 1 inside, a one-pixel linear ramp at the border, 0 outside."""
     h, w = size
-    mx = (0.5 * w + 0.5 - 0.5 * w * gx.abs()).clamp_(0.0, 1.0)
-    my = (0.5 * h + 0.5 - 0.5 * h * gy.abs()).clamp_(0.0, 1.0)
+    # 0.5 + 0.5 * size * (1 - |g|), one fused multiply-add per axis
+    mx = torch.add(const([0.5 * w + 0.5], (1,), gx.device), gx.abs(), alpha=-0.5 * w).clamp_(0.0, 1.0)
+    my = torch.add(const([0.5 * h + 0.5], (1,), gy.device), gy.abs(), alpha=-0.5 * h).clamp_(0.0, 1.0)
     return mx.mul_(my).unsqueeze(1)
 
 
