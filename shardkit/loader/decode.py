@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 from .config import ImageConfig, Preset
 
 Box = tuple[float, float, float, float]  #: (left, top, right, bottom) in stored-image pixels
+#: eval images more elongated than this are cropped before resizing (bounded memory; borders may differ by a level)
+_MAX_EVAL_ASPECT = 4
 
 
 def sample_rng(seed: int, epoch: int, gid: int) -> np.random.Generator:
@@ -255,6 +257,10 @@ def resize_center_crop(
     """torchvision ``Resize(resize_size)`` + ``CenterCrop(size)``, decoding at a reduced DCT scale when possible."""
     import torch
 
+    if max(width, height) > _MAX_EVAL_ASPECT * min(width, height):
+        # A panorama (or a hostile 65000 x 1 header): resizing the whole image first would
+        # allocate resize_size^2 x aspect pixels; crop the same box first, then resize it.
+        return resized_crop(decoder, data, width, height, center_box(width, height, size, resize_size), size, False, out, times)
     t0 = time.perf_counter()
     if width <= height:
         new_w, new_h = resize_size, int(resize_size * height / width)

@@ -244,6 +244,7 @@ class ShardReader:
                 return None
             key, target = m.key, self.index == index
             sample = RawSample(key=key, gid=gid, shard=self.url, index=self.index) if target else None
+            damage: Optional[TarDamage] = None
             exts: set[str] = set()
             while m is not None and m.key == key and m.ext not in exts:  # a repeated field starts a new sample
                 exts.add(m.ext)
@@ -261,11 +262,13 @@ class ShardReader:
                 except TarDamage as exc:
                     if sample is None:
                         raise
-                    self._damage, m = exc, None  # the sample is complete: deliver it, fail on the next read
+                    self._damage, m, damage = exc, None, exc  # deliver the sample if complete, fail on the next read
             self.index += 1
             if sample is not None:
                 if load:
                     self._check(sample, self.num_classes)
+                    if sample.error and damage is not None:
+                        sample.error = str(damage)  # incomplete because of the damage: say so
                 return sample
 
     @staticmethod
