@@ -4,8 +4,8 @@ Coordinates are pixel coordinates with pixel centres at integers
 (``0 .. W-1``). Every geometric op gives a ``[B, 3, 3]`` matrix mapping an
 output pixel to the point of its input it samples (an *inverse* map, as
 ``grid_sample`` needs). A chain of ops applied one after another is the product
-of their matrices, so :func:`warp` resamples once with one ``affine_grid`` and
-one ``grid_sample`` however many ops the chain has.
+of their matrices, so :func:`warp` resamples once, with one sampling grid and
+one ``grid_sample``, however many ops the chain has.
 
 The matrices follow torchvision's conventions exactly: rotation about the
 centre ``((W-1)/2, (H-1)/2)``, counter-clockwise for :func:`rotation_matrix`

@@ -1,7 +1,7 @@
 """``GpuAugment``: a batch augmentation pipeline as an ``nn.Module``.
 
 Scheduling: ops run in the order given. Each run of consecutive geometric ops
-becomes one resampling pass (one ``affine_grid`` + one ``grid_sample``); a
+becomes one resampling pass (one sampling grid + one ``grid_sample``); a
 run made only of fixed integer crops (``CenterCrop``, a ``Resize`` to the same
 size) is a slice of the uint8 input instead. Pixel and mix ops run one by one
 in between. Put colour ops after the geometric ops (the usual order): then
