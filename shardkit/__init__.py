@@ -13,17 +13,25 @@ from .errors import ConvertError, DataError, ManifestError, ShardkitError, Stora
 from .manifest import Manifest, ShardInfo, SkippedFile, load_manifest, save_manifest
 from .world import World
 
-#: names served lazily from shardkit.loader, so that importing shardkit (the CLI,
+#: names served lazily (name -> submodule), so that importing shardkit (the CLI,
 #: conversion worker processes) does not pay for importing torch
-_LAZY = {"LoaderConfig", "ShardDataset", "ShardLoader", "load"}
+_LAZY = {
+    "LoaderConfig": "loader",
+    "ShardDataset": "loader",
+    "ShardLoader": "loader",
+    "load": "loader",
+    "GpuAugment": "augment",
+    "DevicePrefetcher": "prefetch",
+}
 
 
 def __getattr__(name: str):  # PEP 562
     if name in _LAZY:
-        from . import loader
+        import importlib
 
-        return getattr(loader, name)
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",
@@ -35,6 +43,8 @@ __all__ = [
     "ShardkitError",
     "SkippedFile",
     "StorageError",
+    "DevicePrefetcher",
+    "GpuAugment",
     "LoaderConfig",
     "ShardDataset",
     "ShardLoader",
