@@ -29,16 +29,8 @@ import torch.nn.functional as F
 
 import shardkit
 from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize
+from shardkit.demo import small_cnn
 from shardkit.prefetch import DevicePrefetcher
-
-
-def small_cnn(num_classes: int) -> nn.Module:
-    """A compact CNN that learns the demo classes in a few epochs on a CPU."""
-
-    def block(cin: int, cout: int) -> nn.Sequential:
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True), nn.MaxPool2d(2))
-
-    return nn.Sequential(block(3, 16), block(16, 32), block(32, 64), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
