@@ -372,3 +372,16 @@ def tree_snapshot(root: str) -> dict[str, int]:
             p = os.path.join(d, name)
             out[os.path.relpath(p, root)] = os.lstat(p).st_size if name in files else -1
     return out
+
+
+def process_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def dataloader_workers(pid: int | None = None) -> list[int]:
+    """Children of ``pid`` that are DataLoader workers (torch names them ``pt_data_worker``)."""
+    return [c for c in children(os.getpid() if pid is None else pid) if process_name(c).startswith("pt_data_worker")]

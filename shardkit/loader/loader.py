@@ -99,6 +99,8 @@ class ShardLoader:
 
     def _dataloader(self) -> DataLoader:
         ds = self.dataset
+        if self._dl is not None and _dead_workers(getattr(self._dl, "_iterator", None), wait_s=0):
+            self.close()  # a worker died (torch's SIGCHLD handler may have raised anywhere): start fresh ones
         if self._dl is None or self._dl_history != ds.history:
             c = self.config
             nw = c.num_workers
@@ -117,6 +119,22 @@ class ShardLoader:
         """Batches this rank yields per full epoch (the same on every rank)."""
         return len(self.dataset)
 
+    def close(self) -> None:
+        """Stop the worker processes now (persistent ones too); the loader stays usable (new workers on the next ``iter``)."""
+        dl, self._dl, self._dl_history = self._dl, None, None
+        it = getattr(dl, "_iterator", None) if dl is not None else None
+        if it is not None:
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            dl._iterator = None  # type: ignore[union-attr]
+
+    def __enter__(self) -> "ShardLoader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __iter__(self) -> Iterator[Any]:
         ds = self.dataset
         self._sync_position()
@@ -130,6 +148,18 @@ class ShardLoader:
                 batch: Batch = next(it)
             except StopIteration:
                 break
+            except BaseException as exc:
+                # A worker died or raised: its DataLoader (persistent workers included) cannot be
+                # reused; the next iter() starts fresh workers at the batches already handed out.
+                dead = _dead_workers(it) if isinstance(exc, Exception) else []
+                self.close()
+                if dead and not isinstance(exc, ShardkitError):
+                    # e.g. ConnectionResetError while receiving a batch from a worker the OOM killer took
+                    raise RuntimeError(
+                        f"DataLoader worker (pid {', '.join(dead)}) died mid-epoch ({type(exc).__name__}: {exc}); "
+                        "out of memory or killed from outside? Iterating the loader again continues the epoch with new workers"
+                    ) from exc
+                raise
             self._wait += time.perf_counter() - t
             self._counters[batch.worker] = batch.counters
             self._batches += 1
@@ -245,6 +275,24 @@ class ShardLoader:
             done = 0
         self._consumed = 0
         ds.set_position(epoch, done, history)
+
+
+def _dead_workers(it: Any, wait_s: float = 1.0) -> list[str]:
+    """``"PID (killed by SIGKILL)"`` for each worker of a DataLoader iterator that is gone (waits briefly for the exit status)."""
+    import signal
+
+    workers = getattr(it, "_workers", None) or []
+    deadline = time.monotonic() + wait_s
+    while True:
+        dead = [w for w in workers if w.exitcode is not None]
+        if dead or time.monotonic() >= deadline or not workers:
+            break
+        time.sleep(0.05)
+    out = []
+    for w in dead:
+        how = f"killed by {signal.Signals(-w.exitcode).name}" if w.exitcode < 0 else f"exit status {w.exitcode}"
+        out.append(f"{w.pid} ({how})")
+    return out
 
 
 def load(
