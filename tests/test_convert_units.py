@@ -151,3 +151,49 @@ def test_order_and_tasks_are_partitions():
     assert plan.samples_per_shard(1000, 100, 10**6, [20_000] * 5) == 44
     assert plan.samples_per_shard(1000, 30, 10**6, [20_000] * 5) == 30
     assert plan.samples_per_shard(10, None, 10**9, [20_000]) == 10
+
+
+@pytest.mark.parametrize("size, target", [((500, 375), (341, 256)), ((375, 500), (256, 341)), ((1000, 300), (853, 256)), ((257, 256), (256, 255))])
+def test_torch_resize_matches_pil_bilinear(size, target):
+    arr = make_image(3, 1, size)
+    ours = ip.resize_bilinear(arr, *target)
+    pil = np.asarray(Image.fromarray(arr).resize(target, Image.Resampling.BILINEAR))
+    assert ours.shape == pil.shape and ours.dtype == np.uint8
+    diff = np.abs(ours.astype(int) - pil)
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.02  # same filter, rounding differs at most by 1
+    assert np.array_equal(ours, ip.resize_bilinear(arr.copy(), *target))  # deterministic
+
+
+def test_fast_path_close_to_pillow_path_and_deterministic(monkeypatch):
+    data = _jpeg((500, 375))
+    opts = ip.ImageOptions()
+    fast = ip.process(data, opts)
+    assert fast == ip.process(data, opts)
+    if ip._fast() is not None:
+        assert "simplejpeg" in ip.encoder_version() and "torch" in ip.encoder_version()
+    monkeypatch.setattr(ip, "_fast", lambda: None)  # the Pillow-only fallback
+    slow = ip.process(data, opts)
+    assert "torch" not in ip.encoder_version()
+    a, b = (np.asarray(Image.open(io.BytesIO(e.jpeg))).astype(int) for e in (fast, slow))
+    assert a.shape == b.shape == (256, 341, 3) and (fast.width, fast.height) == (500, 375)
+    assert np.abs(a - b).mean() < 2.0
+    im = Image.open(io.BytesIO(fast.jpeg))
+    assert not im.info.get("progressive") and not im.info.get("exif")
+    assert JpegImagePlugin.get_sampling(im) == 2  # 4:2:0
+    assert im.quantization == Image.open(io.BytesIO(slow.jpeg)).quantization  # same tables for --quality
+
+
+def test_fast_path_keeps_exif_rotation_and_falls_back_on_truncated_jpeg():
+    ex = Image.Exif()
+    ex[0x0112] = 6  # rotate 90
+    out = ip.process(_jpeg((400, 300), exif=ex.tobytes()), ip.ImageOptions(short_side=150))
+    assert Image.open(io.BytesIO(out.jpeg)).size == (150, 200) and (out.width, out.height) == (300, 400)
+    with pytest.raises(ip.SkipImage) as exc:
+        ip.process(_jpeg((400, 300))[:-400], ip.ImageOptions(short_side=150))
+    assert exc.value.reason is ip.SkipReason.CORRUPT
+
+
+def test_torch_not_used_where_pillow_would_reduce_or_filter_differs():
+    assert ip._torch_resizes(500, 375, 341, 256, ip.Resample.BILINEAR)
+    assert not ip._torch_resizes(500, 375, 341, 256, ip.Resample.BICUBIC)
+    assert not ip._torch_resizes(3000, 2000, 384, 256, ip.Resample.BILINEAR)  # Pillow's reducing_gap pre-reduces

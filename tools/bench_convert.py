@@ -7,9 +7,14 @@ Usage::
 
 All variants process the same images in one run and produce the same kind
 of output (shorter side 256, JPEG q90, tar shards); the figure is the median
-of ``--runs`` timed runs (images per second, wall clock, including start-up).
-The "no draft" row is shardkit with ``Image.draft`` disabled, to show what
-DCT-scaled decoding is worth.
+of ``--runs`` interleaved timed runs (images per second, wall clock, including
+pool start-up). Every variant runs once untimed first, so one-time imports
+(torch: ~2.7 s once per conversion, in the forkserver for ``--workers N``) and
+the page cache are warm. Ablations, all ``--workers 1``:
+
+* "Pillow only": shardkit with its fast path off (Pillow decode, resize and
+  encode, as before the torch/simplejpeg path existed);
+* "draft off": ``Image.draft`` disabled, to show what DCT-scaled decoding is worth.
 """
 
 from __future__ import annotations
@@ -122,8 +127,20 @@ def main(argv: list[str] | None = None) -> int:
 
         variants = [("plain loop (1 process)", 1, lambda: plain_loop(files, fresh()))]
         variants += [(f"shardkit convert --workers {w}", w, lambda w=w: run_shardkit(w)) for w in args.workers]
+        from shardkit.convert import imageproc
+
+        def pillow_only() -> None:
+            real_fast = imageproc._fast
+            imageproc._fast = lambda: None  # type: ignore[assignment]
+            try:
+                run_shardkit(1)
+            finally:
+                imageproc._fast = real_fast  # type: ignore[assignment]
+
+        variants.append(("shardkit --workers 1, Pillow only", 1, pillow_only))
         variants.append(("shardkit --workers 1, draft off", 1, no_draft))
-        variants[0][2]()  # warm-up: imports, page cache
+        for _, _, fn in variants:  # warm-up: imports (torch), forkserver, page cache
+            fn()
         times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
         for _ in range(args.runs):  # interleaved, so background load hits every variant alike
             for name, _, fn in variants:

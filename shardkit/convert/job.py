@@ -31,7 +31,7 @@ from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from ..shardformat import EncodedSample, write_shard
 from . import _fs, journal, plan
 from .discover import Layout, SplitSource, scan
-from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, process
+from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_thread, process, single_thread
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
 
@@ -66,18 +66,19 @@ def encode_chunk(root: str, items: Sequence[plan.Item], image: ImageOptions) -> 
     return out
 
 
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the main process, which stops the pool and keeps finished shards."""
+def _init_worker() -> None:
+    """Workers leave Ctrl-C to the main process (which stops the pool and keeps finished shards); torch uses one thread."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    single_thread()
 
 
 def _mp_context() -> multiprocessing.context.BaseContext:
-    """forkserver where available (clean like spawn, but this module and its imports load once), else spawn."""
+    """forkserver where available (clean like spawn, but this module, its imports and torch load once), else spawn."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])
+        ctx.set_forkserver_preload([__name__, "torch", "torch.nn.functional", "simplejpeg"])
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -91,7 +92,7 @@ class Encoder:
         if workers > 1:
             from concurrent.futures import ProcessPoolExecutor
 
-            self.pool = ProcessPoolExecutor(workers, mp_context=_mp_context(), initializer=_ignore_sigint)
+            self.pool = ProcessPoolExecutor(workers, mp_context=_mp_context(), initializer=_init_worker)
 
     def __enter__(self) -> "Encoder":
         return self
@@ -103,8 +104,9 @@ class Encoder:
     def map(self, chunks: Iterable[Sequence[plan.Item]]) -> Iterator[list[Outcome]]:
         """Outcomes of each chunk, in the order of ``chunks``, with a bounded number in flight."""
         if self.pool is None:
-            for c in chunks:
-                yield encode_chunk(self.root, c, self.image)
+            with one_thread():  # one core, like each pool worker
+                for c in chunks:
+                    yield encode_chunk(self.root, c, self.image)
             return
         from concurrent.futures.process import BrokenProcessPool
 
