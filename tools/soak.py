@@ -1,0 +1,283 @@
+"""Soak test of the loader: many epochs with persistent workers, watching memory, fds, threads, processes, temp files.
+
+Runs ``--epochs`` full passes over a generated dataset (``--samples`` tiny JPEG samples) with
+``--workers`` persistent DataLoader workers, and records after every epoch the RSS of the main
+process and of each worker, the open file descriptors, threads and child processes. After
+``loader.close()`` every count must be back to where it started and no temporary file may be
+left (the run uses a private TMPDIR and checks ``/dev/shm`` too). With ``--remote`` the dataset
+is served over HTTP on 127.0.0.1 and read through a local shard cache smaller than the dataset
+(eviction on every epoch).
+
+Checks (exit status 1 if one fails): every epoch yields every sample exactly once; RSS of the main
+process and of the workers grows less than ``--max-growth`` (default 5 %) from the end of epoch 2
+to the end of the last epoch; fds, threads and children return to their starting counts; no temp
+files; the cache stays under its limit.
+
+    python tools/soak.py                      # 20 epochs x 3000 samples, 4 workers (a few minutes)
+    python tools/soak.py --remote             # the same through HTTP + an evicting shard cache
+    python tools/soak.py --epochs 6 --samples 600 --workers 2 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import io
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+# ----------------------------------------------------------------------------- /proc counters
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return out
+
+
+def _status(pid: int, key: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
+def _rss(pid: int) -> int:
+    return _status(pid, "VmRSS") * 1024
+
+
+def _fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def _shm() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+# ----------------------------------------------------------------------------- dataset
+
+
+def make_dataset(root: str, samples: int, shard_size: int, image_size: tuple[int, int] = (64, 48)) -> list[str]:
+    """Write ``samples`` tiny samples in shards of ``shard_size`` plus a manifest; return the keys."""
+    from PIL import Image
+
+    from shardkit.manifest import Manifest, ShardInfo, save_manifest
+    from shardkit.sampledata import make_image
+    from shardkit.shardformat import EncodedSample, write_shard
+
+    os.makedirs(root, exist_ok=True)
+    jpegs = []
+    for c in range(4):
+        for j in range(4):
+            buf = io.BytesIO()
+            Image.fromarray(make_image(c, j, image_size)).save(buf, format="JPEG", quality=85)
+            jpegs.append((c, buf.getvalue()))
+    keys, shards = [], []
+    for start in range(0, samples, shard_size):
+        batch = []
+        for i in range(start, min(samples, start + shard_size)):
+            label, data = jpegs[i % len(jpegs)]
+            batch.append(EncodedSample(f"s{i:07d}", data, label, {"i": i}))
+            keys.append(f"s{i:07d}")
+        name = f"train-{len(shards):06d}.tar"
+        with open(os.path.join(root, name), "wb") as f:
+            n, nbytes, sha = write_shard(batch, f)
+        shards.append(ShardInfo(name, n, nbytes, sha))
+    save_manifest(Manifest("train", [f"c{i}" for i in range(4)], shards), root)
+    return keys
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+# ----------------------------------------------------------------------------- the soak
+
+
+@dataclass
+class Snapshot:
+    epoch: int
+    seconds: float
+    main_rss: int
+    worker_rss: list[int]
+    fds: int
+    threads: int
+    children: int
+    cache_bytes: int = 0
+
+
+@dataclass
+class SoakReport:
+    epochs: int
+    samples: int
+    workers: int
+    remote: bool
+    start: dict
+    after_close: dict
+    snapshots: list[Snapshot] = field(default_factory=list)
+    leftover_tmp: list[str] = field(default_factory=list)
+    leftover_shm: list[str] = field(default_factory=list)
+    cache_limit: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def growth(self, which: str, from_epoch: int = 2) -> float:
+        """Relative growth of main or (summed) worker RSS from the end of ``from_epoch`` to the end."""
+        if len(self.snapshots) <= from_epoch:
+            return 0.0
+        val = (lambda s: s.main_rss) if which == "main" else (lambda s: sum(s.worker_rss))
+        a, b = val(self.snapshots[from_epoch - 1]), val(self.snapshots[-1])
+        return (b - a) / a if a else 0.0
+
+
+def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers: int = 4, batch_size: int = 32,
+         remote: bool = False, max_growth: float = 0.05, image_size: int = 32, workdir: Optional[str] = None,
+         log=print) -> SoakReport:  # type: ignore[no-untyped-def]
+    """Run the soak; return a :class:`SoakReport` whose ``failures`` list is empty on success."""
+    import shardkit
+
+    work = tempfile.mkdtemp(prefix="shardkit-soak-", dir=workdir)
+    # a short path: multiprocessing binds AF_UNIX sockets (108-byte limit) in TMPDIR to pass
+    # tensors between processes; a long TMPDIR makes a worker's feeder thread die and the loop hang
+    private_tmp = tempfile.mkdtemp(prefix="sksoak-")
+    old_tmp, old_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir, os.environ["TMPDIR"] = private_tmp, private_tmp
+    server = thread = None
+    try:
+        ds = os.path.join(work, "www", "ds")
+        keys = make_dataset(ds, samples, shard_size)
+        url, cache_dir, cache_size = ds, None, None
+        if remote:
+            handler = functools.partial(_Quiet, directory=os.path.join(work, "www"))
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+            thread.start()
+            url = f"http://127.0.0.1:{server.server_address[1]}/ds"
+            cache_dir = os.path.join(work, "cache")
+            total = sum(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds) if f.endswith(".tar"))
+            cache_size = total // 3  # eviction pressure: a third of the dataset fits
+        me = os.getpid()
+        if remote:
+            # fsspec starts one IO thread with an event loop (3 fds) per process, on first use, and
+            # keeps it for the life of the process: create it before the baseline, it is not the loader's
+            from shardkit import storage
+
+            storage.read_bytes(url + "/manifest.json")
+        shm0 = _shm()
+        start = {"fds": _fds(me), "threads": _status(me, "Threads"), "children": len(_children(me))}
+        report = SoakReport(epochs, samples, workers, remote, start, {}, cache_limit=cache_size or 0)
+        loader = shardkit.load(url, batch_size=batch_size, num_workers=workers, size=image_size, pin_memory=False,
+                               persistent_workers=True, with_keys=True, cache_dir=cache_dir, cache_size=cache_size,
+                               multiprocessing_context="fork")
+        t0 = time.perf_counter()
+        for epoch in range(epochs):
+            seen = [k for _, _, ks in loader for k in ks]
+            if len(seen) != len(keys) or set(seen) != set(keys):
+                report.failures.append(f"epoch {epoch}: {len(seen)} samples delivered, {len(set(seen))} distinct, expected {len(keys)}")
+            kids = _children(me)
+            wrss = [_rss(k) for k in kids]
+            cache_bytes = 0
+            if cache_dir:
+                from shardkit.loader.cache import ShardCache
+
+                cache_bytes = ShardCache(cache_dir, cache_size).usage()
+                if cache_size is not None and cache_bytes > cache_size:
+                    report.failures.append(f"epoch {epoch}: cache holds {cache_bytes} bytes > limit {cache_size}")
+            snap = Snapshot(epoch + 1, time.perf_counter() - t0, _rss(me), wrss, _fds(me), _status(me, "Threads"), len(kids), cache_bytes)
+            report.snapshots.append(snap)
+            log(f"epoch {epoch + 1:3d}: {snap.seconds:7.1f} s  main RSS {snap.main_rss / 2**20:7.1f} MiB  workers RSS "
+                f"{' '.join(f'{r / 2**20:.1f}' for r in wrss)} MiB  fds {snap.fds}  threads {snap.threads}  children {snap.children}"
+                + (f"  cache {cache_bytes / 2**20:.1f}/{cache_size / 2**20:.1f} MiB" if cache_dir else ""))  # type: ignore[operator]
+        loader.close()
+        del loader
+        ok = _wait(lambda: len(_children(me)) <= start["children"] and _fds(me) <= start["fds"] and _status(me, "Threads") <= start["threads"], 15)
+        report.after_close = {"fds": _fds(me), "threads": _status(me, "Threads"), "children": len(_children(me))}
+        if not ok:
+            report.failures.append(f"after close: {report.after_close} != start {start}")
+        for which in ("main", "workers"):
+            g = report.growth(which)
+            if g > max_growth:
+                report.failures.append(f"{which} RSS grew {g:.1%} from epoch 2 to epoch {epochs} (limit {max_growth:.0%})")
+        report.leftover_tmp = sorted(os.listdir(private_tmp))
+        report.leftover_shm = sorted(_shm() - shm0)
+        if cache_dir:
+            report.leftover_tmp += [f for f in os.listdir(cache_dir) if f.startswith(".tmp-")]
+        if report.leftover_tmp or report.leftover_shm:
+            report.failures.append(f"temp files left: {report.leftover_tmp + report.leftover_shm}")
+        return report
+    finally:
+        tempfile.tempdir = old_tmp
+        if old_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old_env
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)  # type: ignore[union-attr]
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(private_tmp, ignore_errors=True)
+
+
+def _wait(pred, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return bool(pred())
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--samples", type=int, default=3000)
+    p.add_argument("--shard-size", type=int, default=50)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--remote", action="store_true", help="serve over HTTP on 127.0.0.1, read through an evicting shard cache")
+    p.add_argument("--max-growth", type=float, default=0.05, help="allowed RSS growth after epoch 2 (default 0.05)")
+    p.add_argument("--json", help="write the report here")
+    a = p.parse_args(argv)
+    r = soak(epochs=a.epochs, samples=a.samples, shard_size=a.shard_size, workers=a.workers, batch_size=a.batch_size,
+             remote=a.remote, max_growth=a.max_growth)
+    print(f"RSS growth after epoch 2: main {r.growth('main'):+.2%}, workers {r.growth('workers'):+.2%}; "
+          f"start {r.start} -> after close {r.after_close}; temp files left: {len(r.leftover_tmp) + len(r.leftover_shm)}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(asdict(r), f, indent=1)
+    for msg in r.failures:
+        print("FAIL:", msg)
+    print("OK" if not r.failures else "FAILED")
+    return 1 if r.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
