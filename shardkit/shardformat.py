@@ -74,7 +74,9 @@ def write_shard(samples: Iterable[EncodedSample], f: IO[bytes]) -> tuple[int, in
 
     hw = _HashingWriter(f)
     count = 0
-    with wds.TarWriter(hw, user="shardkit", group="shardkit", mode=0o444, encoder=False, mtime=0.0) as tw:
+    # mtime must be the int 0: a float makes tarfile add a pax header to every member
+    # (3 extra 512-byte blocks per sample and twice the headers for readers to parse).
+    with wds.TarWriter(hw, user="shardkit", group="shardkit", mode=0o444, encoder=False, mtime=0) as tw:
         for s in samples:
             if not KEY_PATTERN.match(s.key):
                 raise ValueError(f"invalid sample key {s.key!r}: use letters, digits, '_' and '-' only")

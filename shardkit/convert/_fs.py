@@ -63,21 +63,28 @@ def size_of(url: str, **storage_options: Any) -> int | None:
         raise StorageError(f"{url}: cannot stat ({exc})") from None
 
 
+#: shardkit's work directory inside a split directory (journal, temporary files); see journal.JOURNAL_DIR
+_WORK_DIR = "_shardkit"
+
+
 def publish(url: str, write: Callable[[IO[bytes]], Any], *, tag: str = "", **storage_options: Any) -> Any:
     """Run ``write(f)`` into a temporary file and make ``url`` appear complete, all at once.
 
-    Locally the temporary file is ``.<name>[.<tag>].part`` next to ``url``: a
-    name only the owner of ``url`` (or, with ``tag``, that one task) uses, so a
-    rerun after a crash overwrites it instead of leaving litter. It is
-    fsync'ed and renamed. Remotely it is a local temporary file uploaded in
-    one go. Returns what ``write`` returns.
+    Locally the temporary file is ``_shardkit/.<name>[.<tag>].part`` below
+    ``url``'s directory (same filesystem, so the rename is atomic, and out of
+    sight of anyone listing the shards even after a SIGKILL): a name only the
+    owner of ``url`` (or, with ``tag``, that one task) uses, so a rerun after a
+    crash overwrites it instead of leaving litter. It is fsync'ed and renamed.
+    Remotely it is a local temporary file uploaded in one go. Returns what
+    ``write`` returns.
     """
     if storage.is_local(url):
         path = storage.local_path(url)
         d, name = os.path.split(path)
-        tmp = os.path.join(d, f".{name}.{tag}.part" if tag else f".{name}.part")
+        tmp_dir = d if os.path.basename(d) == _WORK_DIR else os.path.join(d, _WORK_DIR)
+        tmp = os.path.join(tmp_dir, f".{name}.{tag}.part" if tag else f".{name}.part")
         try:
-            os.makedirs(d or ".", exist_ok=True)
+            os.makedirs(tmp_dir, exist_ok=True)
             with open(tmp, "wb") as f:
                 out = write(f)
                 f.flush()

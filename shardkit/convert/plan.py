@@ -35,8 +35,7 @@ PILOT_SAMPLES = 64
 FILL_TARGET = 0.9
 _BLOCK = 512
 _RECORD = 20 * _BLOCK
-#: per tar member: ustar header + pax header block + pax data block (mtime)
-_MEMBER_OVERHEAD = 3 * _BLOCK
+_MEMBER_OVERHEAD = _BLOCK  # one USTAR header per member (no pax header: write_shard uses an int mtime)
 _END_OF_ARCHIVE = 2 * _BLOCK
 
 T = TypeVar("T")

@@ -99,7 +99,7 @@ def _octal(field_: bytes) -> int:
             raise ValueError("negative base-256 number")
         return int.from_bytes(field_[1:], "big")
     s = field_.split(b"\0", 1)[0].strip()
-    if s and not all(0x30 <= c <= 0x37 for c in s):
+    if s.translate(None, b"01234567"):  # any byte that is not an octal digit
         raise ValueError(f"not an octal number: {s[:20]!r}")
     return int(s, 8) if s else 0
 
