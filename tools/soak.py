@@ -189,7 +189,8 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
 
             storage.read_bytes(url + "/manifest.json")
         shm0 = _shm()
-        start = {"fds": _fds(me), "threads": _status(me, "Threads"), "children": len(_children(me))}
+        before = set(_children(me))  # e.g. a multiprocessing resource tracker started earlier: not ours
+        start = {"fds": _fds(me), "threads": _status(me, "Threads"), "children": len(before)}
         report = SoakReport(epochs, samples, workers, remote, start, {}, cache_limit=cache_size or 0)
         loader = shardkit.load(url, batch_size=batch_size, num_workers=workers, size=image_size, pin_memory=False,
                                persistent_workers=True, with_keys=True, cache_dir=cache_dir, cache_size=cache_size,
@@ -199,7 +200,7 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
             seen = [k for _, _, ks in loader for k in ks]
             if len(seen) != len(keys) or set(seen) != set(keys):
                 report.failures.append(f"epoch {epoch}: {len(seen)} samples delivered, {len(set(seen))} distinct, expected {len(keys)}")
-            kids = _children(me)
+            kids = [k for k in _children(me) if k not in before]
             wrss = [_rss(k) for k in kids]
             cache_bytes = 0
             if cache_dir:
