@@ -24,6 +24,16 @@ BLOCK = 8192  # small read-ahead blocks: each shard takes several range requests
 KW = dict(batch_size=5, size=16, pin_memory=False, with_keys=True, multiprocessing_context="fork", block_size=BLOCK, shuffle_buffer=5, shuffle_initial=5)
 
 
+@pytest.fixture(autouse=True)
+def _collect_clients():
+    """Collect this test's loaders and fsspec clients now: collected later (by chance, in another
+    test) their session finalizers cost that test seconds."""
+    yield
+    import gc
+
+    gc.collect()
+
+
 # ----------------------------------------------------------------------------- RetryingFile alone
 
 
