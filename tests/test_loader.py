@@ -278,3 +278,10 @@ def test_bench_cli(datasets, capsys):
     out = capsys.readouterr().out
     assert "img/s" in out and "decode-only ceiling" in out and "input-bound" in out
     assert main(["bench", "/nonexistent/ds", "--workers", "0"]) == 2
+
+
+def test_worker_timeout_option_reaches_dataloader(datasets):
+    ds = datasets["many_shards"]
+    loader, batches = run_rank(ds.url, 0, 1, num_workers=1, timeout=60)
+    assert loader._dataloader().timeout == 60
+    assert sorted(k for b in batches for k in b) == sorted(ds.keys)

@@ -131,6 +131,8 @@ class LoaderConfig:
         persistent_workers: keep workers alive between epochs (default: on when ``num_workers > 0``).
         prefetch_factor: batches each worker prepares ahead (default 2).
         multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or None (platform default).
+        timeout: seconds to wait for one batch from a worker before raising (0: wait forever, as
+            ``DataLoader``); a bound turns any stuck worker into an error instead of a hang.
         strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
         raw: yield raw samples (bytes, label, metadata) instead of decoded batches.
     """
@@ -149,6 +151,7 @@ class LoaderConfig:
     persistent_workers: Optional[bool] = None
     prefetch_factor: Optional[int] = None
     multiprocessing_context: Optional[str] = None
+    timeout: float = 0.0
     strict: bool = False
     raw: bool = False
 

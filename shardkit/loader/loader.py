@@ -111,6 +111,8 @@ class ShardLoader:
                 kw["persistent_workers"] = persistent
                 if c.multiprocessing_context:
                     kw["multiprocessing_context"] = c.multiprocessing_context
+                if c.timeout:
+                    kw["timeout"] = c.timeout
             self._dl = DataLoader(ds, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
             self._dl_history = ds.history
         return self._dl
