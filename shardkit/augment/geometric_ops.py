@@ -10,6 +10,8 @@ nearest, its resizes to antialiased bilinear).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
 import torch
 from torch import Tensor
 
@@ -116,10 +118,11 @@ class Resize(GeometricOp):
 
 
 @dataclass(frozen=True)
-class HorizontalFlip(GeometricOp):
-    """torchvision ``RandomHorizontalFlip``: mirror left-right with probability ``p``."""
+class _RandomFlip(GeometricOp):
+    """Mirror with probability ``p``; subclasses choose the axis."""
 
     p: float = 0.5
+    horizontal: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_prob("p", self.p)
@@ -131,26 +134,21 @@ class HorizontalFlip(GeometricOp):
         return {"flip": P.bernoulli(u[:, 0], self.p)}
 
     def matrix(self, params: Params, size: Size, out_size: Size, device: torch.device) -> Tensor:
-        return flip_matrix(params["flip"], size, horizontal=True)
+        return flip_matrix(params["flip"], size, horizontal=self.horizontal)
 
 
 @dataclass(frozen=True)
-class VerticalFlip(GeometricOp):
+class HorizontalFlip(_RandomFlip):
+    """torchvision ``RandomHorizontalFlip``: mirror left-right with probability ``p``."""
+
+    horizontal: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class VerticalFlip(_RandomFlip):
     """torchvision ``RandomVerticalFlip``: mirror top-bottom with probability ``p``."""
 
-    p: float = 0.5
-
-    def __post_init__(self) -> None:
-        check_prob("p", self.p)
-
-    def num_uniforms(self) -> int:
-        return 1
-
-    def sample(self, u: Tensor, size: Size, generator: torch.Generator) -> Params:
-        return {"flip": P.bernoulli(u[:, 0], self.p)}
-
-    def matrix(self, params: Params, size: Size, out_size: Size, device: torch.device) -> Tensor:
-        return flip_matrix(params["flip"], size, horizontal=False)
+    horizontal: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)
