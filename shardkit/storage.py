@@ -76,7 +76,12 @@ def read_bytes(url: str, **storage_options: Any) -> bytes:
             with open(local_path(url), "rb") as f:
                 return f.read()
         fs, path = get_fs(url, **storage_options)
-        return bytes(fs.cat_file(path))
+        try:
+            return bytes(fs.cat_file(path))
+        except (FileNotFoundError, StorageError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - backends raise their own types (aiohttp, botocore...)
+            raise StorageError(f"{url}: cannot read ({type(exc).__name__}: {exc}); check the URL, endpoint and credentials, then retry") from None
     except FileNotFoundError:
         raise StorageError(f"{url}: not found") from None
     except StorageError:
@@ -98,7 +103,12 @@ def open_read(url: str, block_size: int = 8 << 20, *, raw_errors: bool = False, 
             return open(local_path(url), "rb", buffering=1 << 20)
         fs, path = get_fs(url, **storage_options)
         return fs.open(path, "rb", block_size=block_size, cache_type="readahead")
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        cause = exc.__cause__
+        if raw_errors and cause is not None and getattr(cause, "status", None) != 404:
+            # fsspec's HTTP backend reports *any* failed size probe (a 503, a reset) as
+            # FileNotFoundError: hand the real, transient cause to the caller's retry loop
+            raise ConnectionError(f"{url}: cannot open ({type(cause).__name__}: {cause})") from None
         raise StorageError(f"{url}: not found") from None
     except StorageError:
         raise

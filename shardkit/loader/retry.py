@@ -46,6 +46,17 @@ def is_transient(exc: BaseException) -> bool:
     return any(c.__module__.split(".")[0] in _NETWORK_MODULES or c.__module__ == "http.client" for c in type(exc).__mro__)
 
 
+_BACKEND_DIRS = ("/fsspec/", "/s3fs/", "/gcsfs/", "/adlfs/")
+
+
+def _raised_by_backend(exc: BaseException) -> bool:
+    """True when the innermost frame of ``exc`` is in a storage backend (not a bug of ours)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and any(d in tb.tb_frame.f_code.co_filename for d in _BACKEND_DIRS)
+
+
 def backend_options(url: str, storage_options: dict[str, Any]) -> dict[str, Any]:
     """``storage_options`` for reading shards, with the backend's slow retry loops off where we own retries.
 
@@ -166,6 +177,8 @@ class RetryingFile(io.RawIOBase):
                 if isinstance(exc, _FATAL):
                     raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc})") from None
                 if not is_transient(exc):
+                    if _raised_by_backend(exc):  # e.g. fsspec's HTTP file on a 404 page: "no range requests"
+                        raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc}); is the shard there?") from None
                     raise
                 self._drop()
                 now = time.monotonic()
