@@ -66,7 +66,10 @@ def exists(url: str, **storage_options: Any) -> bool:
     if is_local(url):
         return os.path.exists(local_path(url))
     fs, path = get_fs(url, **storage_options)
-    return bool(fs.exists(path))
+    try:
+        return bool(fs.exists(path))
+    except Exception as exc:  # noqa: BLE001 - backends raise their own types (botocore, aiohttp...)
+        raise StorageError(f"{url}: cannot check ({type(exc).__name__}: {exc}); check the URL, endpoint and credentials") from None
 
 
 def read_bytes(url: str, **storage_options: Any) -> bytes:

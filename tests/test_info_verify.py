@@ -136,3 +136,22 @@ def test_cli_convert_and_merge_summary(tmp_path, src, capsys):
     assert "train: 15 samples in 3 shards" in out and "val: 6 samples in 1 shards" in out
     assert main(["convert", src, dest, "--short-side", "40", "--shard-size", "7", "--quiet", "--workers", "1"]) == 0
     assert "converted 0 images, skipped 0 files, kept 4 finished shards" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_cli_storage_backend_failure_is_one_line(tmp_path):
+    """An unreachable S3 endpoint (a closed port on 127.0.0.1) is a one-line error, exit 2, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import free_port
+
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_EC2_METADATA_DISABLED="true")
+    out = subprocess.run(
+        [sys.executable, "-m", "shardkit", "info", "s3://bucket/ds", "--endpoint-url", f"http://127.0.0.1:{free_port()}"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shardkit info: error:") and "s3://bucket/ds" in lines[0], out.stderr

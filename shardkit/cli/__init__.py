@@ -42,6 +42,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_BACKEND_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "fsspec", "google", "requests", "urllib3")
+
+
+def _from_storage_backend(exc: BaseException) -> bool:
+    """True for errors raised by a storage backend (credentials, endpoint, network), not by shardkit."""
+    return any(c.__module__.split(".")[0] in _BACKEND_MODULES for c in type(exc).__mro__)
+
+
+def _quiet_broken_pipe() -> int:
+    """`shardkit info URL | head`: the reader went away; not an error of ours."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``shardkit`` console script."""
     parser = build_parser()
@@ -51,11 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     except ShardkitError as exc:
         print(f"shardkit {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # e.g. `shardkit info URL | head`: the reader went away; not an error of ours
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except Exception as exc:
+        if not _from_storage_backend(exc):
+            raise  # a bug of ours: keep the traceback
+        print(
+            f"shardkit {args.command}: error: the storage backend failed ({type(exc).__name__}: {exc}); "
+            "check the URL, the endpoint (--endpoint-url) and the credentials",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print(f"shardkit {args.command}: interrupted; re-run the same command to resume", file=sys.stderr)
         return 130
