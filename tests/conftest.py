@@ -6,7 +6,6 @@ import functools
 import http.server
 import os
 import threading
-import time
 
 import pytest
 

@@ -364,6 +364,17 @@ def write_raw_dataset(root: str, shards: list[tuple[bytes, int]], classes: list[
     return root
 
 
+def tree_digests(root: str) -> dict[str, str]:
+    """relative path -> sha256 of every file below ``root`` (byte-identical output checks)."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
 def tree_snapshot(root: str) -> dict[str, int]:
     """relative path -> size of everything below ``root`` (links not followed)."""
     out = {}

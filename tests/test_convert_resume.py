@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
 import signal
@@ -13,23 +12,14 @@ import time
 
 import numpy as np
 import pytest
+
+from helpers import tree_digests
 from PIL import Image
 
 from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
 from shardkit.errors import ConvertError, StorageError
 from shardkit.manifest import load_manifest
 from shardkit.sampledata import make_image, make_imagefolder
-
-
-def tree(root: str) -> dict[str, str]:
-    """relative path -> sha256 of every file below ``root``."""
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 def make_mixed_sizes(root: str) -> str:
@@ -56,7 +46,7 @@ def test_same_bytes_whatever_workers(tmp_path, small_src):
     a = convert(small_src, str(tmp_path / "w1"), OPTS, workers=1, quiet=True)
     b = convert(small_src, str(tmp_path / "w2"), OPTS, workers=2, quiet=True)
     assert a.converted == b.converted == 48
-    assert tree(str(tmp_path / "w1")) == tree(str(tmp_path / "w2"))
+    assert tree_digests(str(tmp_path / "w1")) == tree_digests(str(tmp_path / "w2"))
     m = load_manifest(str(tmp_path / "w1"))
     assert len(m.shards) > 2 and all(s.bytes <= 40_000 for s in m.shards)
 
@@ -72,27 +62,27 @@ def test_byte_cap_exact_with_overflow(tmp_path):
     assert all(s.bytes <= 120_000 or s.samples == 1 for s in m.shards)
     assert m.num_samples == 60 and m.class_counts == [30, 30]
     again = convert(src, str(tmp_path / "out2"), opts, workers=1, quiet=True)
-    assert again.converted == 60 and tree(str(tmp_path / "out")) == tree(str(tmp_path / "out2"))
+    assert again.converted == 60 and tree_digests(str(tmp_path / "out")) == tree_digests(str(tmp_path / "out2"))
 
 
 def test_rerun_resumes_and_refuses_other_options(tmp_path, small_src):
     dest = str(tmp_path / "out")
     first = convert(small_src, dest, OPTS, workers=1, quiet=True)
-    clean = tree(dest)
+    clean = tree_digests(dest)
     again = convert(small_src, dest, OPTS, workers=1, quiet=True)
     assert again.converted == 0 and again.splits[0].shards_resumed == first.splits[0].shards_written
-    assert tree(dest) == clean
+    assert tree_digests(dest) == clean
     # a damaged finished shard is noticed by checksum and redone
     shard = os.path.join(dest, "train-000001.tar")
     with open(shard, "r+b") as f:
         f.seek(2000)
         f.write(b"\x00\xff")
     redo = convert(small_src, dest, OPTS, workers=1, quiet=True)
-    assert redo.splits[0].shards_written == 1 and tree(dest) == clean
+    assert redo.splits[0].shards_written == 1 and tree_digests(dest) == clean
     other = ConvertOptions(image=ImageOptions(short_side=48, quality=70), shard_bytes=40_000, seed=7)
     with pytest.raises(ConvertError, match="different conversion.*--overwrite"):
         convert(small_src, dest, other, workers=1, quiet=True)
-    assert tree(dest) == clean
+    assert tree_digests(dest) == clean
     convert(small_src, dest, other, workers=1, quiet=True, overwrite=True)
     m = load_manifest(dest)
     assert m.options["quality"] == 70
@@ -122,7 +112,7 @@ def test_write_error_keeps_work_resumable(tmp_path, small_src, monkeypatch):
     monkeypatch.setattr(job, "write_shard", real)
     res = convert(small_src, dest, OPTS, workers=1, quiet=True)
     assert res.splits[0].shards_resumed == 2
-    assert tree(dest) == tree(clean)
+    assert tree_digests(dest) == tree_digests(clean)
 
 
 def test_multitask_merge_equals_single_task(tmp_path):
@@ -140,8 +130,8 @@ def test_multitask_merge_equals_single_task(tmp_path):
     convert(src, multi, opts, workers=1, quiet=True, num_tasks=3, task_index=1)
     manifests = merge(multi)
     assert [m.split for m in manifests] == ["train", "val"]
-    assert tree(single) == tree(multi)
-    assert merge(multi) and tree(single) == tree(multi)  # merge is idempotent
+    assert tree_digests(single) == tree_digests(multi)
+    assert merge(multi) and tree_digests(single) == tree_digests(multi)  # merge is idempotent
 
 
 def _wait_for(pred, timeout: float) -> bool:
@@ -181,5 +171,5 @@ def test_kill9_then_rerun_gives_identical_bytes(tmp_path):
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
                           check=True, timeout=120, capture_output=True, text=True)
     assert "kept" in done.stdout  # finished shards were kept, not redone
-    assert tree(dest) == tree(clean)
+    assert tree_digests(dest) == tree_digests(clean)
     shutil.rmtree(src)

@@ -8,7 +8,6 @@ freeing space completes with the same bytes.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import signal
@@ -18,7 +17,7 @@ import time
 
 import pytest
 
-from helpers import wait_for
+from helpers import tree_digests, wait_for
 
 from shardkit.manifest import load_manifest
 from shardkit.sampledata import make_imagefolder
@@ -26,19 +25,9 @@ from shardkit.sampledata import make_imagefolder
 ARGS = ["--short-side", "48", "--shard-size", "8", "--workers", "1", "--quiet", "--seed", "3"]
 
 
-def tree(root: str) -> dict[str, str]:
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
-
-
 def shards_and_manifest(root: str) -> dict[str, str]:
     """The deliverable: shards and manifest (the resume journal under _shardkit/ is bookkeeping)."""
-    return {k: v for k, v in tree(root).items() if not k.startswith("_shardkit")}
+    return {k: v for k, v in tree_digests(root).items() if not k.startswith("_shardkit")}
 
 
 def _convert(src: str, dest: str, **kw) -> subprocess.Popen:
@@ -137,7 +126,7 @@ def test_disk_full_is_a_clear_error_and_rerun_completes(src, clean, small_disk):
     assert not any(f.endswith((".part", ".tmp")) or f.startswith(".tmp-") for f in visible), visible
     ref = shards_and_manifest(clean)
     for f in visible:  # whatever shard is visible is complete: the same bytes as in the uninterrupted run
-        assert tree(dest)[f] == ref[f], f"incomplete shard {f} is visible"
+        assert tree_digests(dest)[f] == ref[f], f"incomplete shard {f} is visible"
     assert 0 < len(visible) < len([k for k in ref if k.endswith(".tar")])
     # free space (grow the filesystem) and rerun
     r = subprocess.run(["mount", "-o", "remount,size=64m", small_disk], capture_output=True, text=True)

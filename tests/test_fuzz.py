@@ -147,9 +147,6 @@ def test_fuzz_pax_records(records, typ):
 def test_fuzz_jpeg_decode(edits, cut, preset):
     import torch
 
-    from shardkit.loader.config import ImageConfig
-    from shardkit.loader.decode import CropDecoder
-
     data = bytearray(_JPEG)
     for pos, val in edits:
         if pos < len(data):

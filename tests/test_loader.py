@@ -7,7 +7,6 @@ import logging
 import os
 from collections import Counter
 
-import numpy as np
 import pytest
 import torch
 

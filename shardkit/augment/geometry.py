@@ -158,7 +158,7 @@ def warp(
     Returns:
         ``[B, C, *sizes[-1]]`` images of ``out_dtype``.
     """
-    b, c = x.shape[0], x.shape[1]
+    b = x.shape[0]
     out_size = sizes[-1]
     x = x.to(torch.float32)
     device = x.device
