@@ -12,7 +12,7 @@ from PIL import Image
 from helpers import jpeg_bytes
 
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode import CropDecoder, PilDecoder, make_decoder, rrc_params, sample_rng
+from shardkit.loader.decode import CropDecoder, PilDecoder, make_decoder, rrc_boxes, sample_uniforms
 
 
 def ks_stat(a: np.ndarray, b: np.ndarray) -> float:
@@ -32,7 +32,8 @@ def test_rrc_geometry_matches_torchvision(size):
     torch.manual_seed(0)
     img = torch.empty(3, height, width)
     tv = np.array([RandomResizedCrop.get_params(img, (0.08, 1.0), (3 / 4, 4 / 3)) for _ in range(n)], dtype=np.float64)
-    ours = np.array([rrc_params(sample_rng(7, 0, g), width, height, (0.08, 1.0), (3 / 4, 4 / 3)) for g in range(n)], dtype=np.float64)
+    u = sample_uniforms(7, 0, np.arange(n))
+    ours = np.stack(rrc_boxes(np.full(n, width), np.full(n, height), u, (0.08, 1.0), (3 / 4, 4 / 3)), axis=1).astype(np.float64)
     for a, b in ((ours, tv),):
         features = {
             "area": a[:, 2] * a[:, 3] / (width * height),
@@ -55,10 +56,32 @@ def test_rrc_geometry_matches_torchvision(size):
 
 def test_crop_depends_on_sample_not_topology():
     d = CropDecoder(ImageConfig(), seed=3)
-    assert d.geometry(300, 200, 1, 42) == d.geometry(300, 200, 1, 42)
-    assert d.geometry(300, 200, 1, 42) != d.geometry(300, 200, 2, 42)
-    flips = [d.geometry(300, 200, 0, g)[1] for g in range(400)]
-    assert 0.4 < np.mean(flips) < 0.6
+    sizes = np.array([[300, 200]] * 400)
+
+    def geo(epoch, gids):
+        c = d.geometry(sizes[: len(gids)], epoch, np.asarray(gids))
+        return c.boxes, c.flips
+
+    boxes, flips = geo(1, range(400))
+    # a sample's crop depends only on (seed, epoch, gid): not on its batch or position in it
+    again, again_flips = geo(1, range(399, -1, -1))
+    assert np.array_equal(boxes, again[::-1]) and np.array_equal(flips, again_flips[::-1])
+    alone = geo(1, [42])
+    assert np.array_equal(alone[0][0], boxes[42]) and alone[1][0] == flips[42]
+    assert not np.array_equal(geo(2, range(400))[0], boxes)  # epochs differ
+    assert not np.array_equal(CropDecoder(ImageConfig(), seed=4).geometry(sizes, 1, np.arange(400)).boxes, boxes)  # seeds differ
+    assert 0.4 < flips.mean() < 0.6
+    assert len({tuple(b) for b in boxes}) > 390  # samples of one batch get their own crops
+
+
+def test_sample_uniforms_are_uniform_and_independent():
+    u = sample_uniforms(0, 0, np.arange(20000), k=4)
+    assert u.shape == (20000, 4) and (u >= 0).all() and (u < 1).all()
+    for col in range(4):
+        assert ks_stat(u[:, col], np.linspace(0, 1, 20000, endpoint=False)) < 1.63 * np.sqrt(2 / 20000)
+    assert abs(np.corrcoef(u[:, 0], u[:, 1])[0, 1]) < 0.03
+    assert abs(np.corrcoef(u[:-1, 0], u[1:, 0])[0, 1]) < 0.03  # neighbouring gids
+    assert np.array_equal(sample_uniforms(0, 0, np.array([2**40 + 5]), 4), sample_uniforms(0, 0, np.array([2**40 + 5]), 4))
 
 
 @pytest.mark.parametrize("size", [(300, 200), (180, 260), (1200, 900)])
@@ -81,7 +104,7 @@ def test_train_preset_output_and_dct_scaling(monkeypatch):
     dec = CropDecoder(ImageConfig(size=64), 0)
     calls = []
     orig = dec.decoder.decode
-    monkeypatch.setattr(dec.decoder, "decode", lambda d, w, h: calls.append((w, h)) or orig(d, w, h))
+    monkeypatch.setattr(dec.decoder, "decode", lambda d, w, h, fast=False: calls.append((w, h)) or orig(d, w, h, fast))
     out = torch.zeros(3, 64, 64, dtype=torch.uint8)
     dec(data, out, 0, 0)
     assert out.float().std() > 5  # a real image landed in the batch slot
@@ -114,3 +137,40 @@ def test_decoders_agree():
 def test_unknown_decoder_lists_choices():
     with pytest.raises(ValueError, match="choose one of"):
         make_decoder("ffmpeg")
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_train_crop_matches_torchvision_resized_crop(fast):
+    """The decoded slot is torchvision's resized_crop (+ hflip) of the stored image with the drawn box."""
+    from torchvision.transforms.v2 import functional as F
+
+    data = jpeg_bytes(3, 4, (180, 140))  # output larger than any crop: no DCT scaling, only the resize can differ
+    dec = CropDecoder(ImageConfig(size=144, fast_decode=fast), seed=5)
+    full = torch.from_numpy(PilDecoder().decode(data, 180, 140)).permute(2, 0, 1)
+    gids = np.arange(24)
+    crops = dec.geometry(np.array([[180, 140]] * len(gids)), 2, gids)
+    assert crops.flips.any() and not crops.flips.all()
+    for g in gids:
+        out = torch.empty(3, 144, 144, dtype=torch.uint8)
+        dec(data, out, 2, int(g))
+        left, top, right, bottom = (int(v) for v in crops.boxes[g])
+        ref = F.resized_crop(full, top, left, bottom - top, right - left, [144, 144], antialias=True)
+        if crops.flips[g]:
+            ref = F.horizontal_flip(ref)
+        diff = (out.float() - ref.float()).abs().mean().item()
+        assert diff < (2.5 if fast else 0.5), (g, diff)  # exact; fast IDCT + plain chroma upsampling: ~2 levels
+
+
+def test_batches_are_channels_last_unless_asked_otherwise(tmp_path):
+    from helpers import write_dataset
+
+    import shardkit
+
+    root = str(tmp_path / "ds")
+    write_dataset(root, num_samples=40, shard_size=20)
+    a = next(iter(shardkit.load(root, batch_size=16, shuffle=False, num_workers=0)))[0]
+    b = next(iter(shardkit.load(root, batch_size=16, shuffle=False, num_workers=0, channels_last=False)))[0]
+    assert a.shape == b.shape == (16, 3, 224, 224)
+    assert a.is_contiguous(memory_format=torch.channels_last) and b.is_contiguous()
+    assert torch.equal(a, b)
+    assert ImageConfig().fast_decode and not ImageConfig(preset="eval").fast_decode

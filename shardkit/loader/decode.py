@@ -3,9 +3,10 @@
 Crop geometry is computed on the stored image size before decoding:
 
 * train: torchvision's ``RandomResizedCrop.get_params`` (10 attempts, then a
-  center crop clamped to the ratio range) and a horizontal flip with p=0.5, drawn
-  from a numpy generator seeded by ``(seed, epoch, global id)`` so a sample's
-  crop does not depend on the number of ranks or workers;
+  center crop clamped to the ratio range) and a horizontal flip with p=0.5, for a
+  whole batch at once from uniforms that are a hash of ``(seed, epoch, global id)``
+  (:func:`sample_uniforms`), so a sample's crop does not depend on the number of
+  ranks or workers, and no Python runs per sample to draw it;
 * eval: torchvision's ``Resize(resize_size)`` + ``CenterCrop(size)`` expressed
   as one box in the original image.
 
@@ -13,7 +14,8 @@ Then the JPEG is decoded with DCT scaling (libjpeg-turbo decodes at 1/2, 1/4,
 1/8 scale almost for free) as far down as the crop still has ``size`` pixels,
 and the box is resized to ``size`` x ``size`` with an antialiased bilinear
 filter (torch's vectorised uint8 kernel: 2-3x faster than PIL's ``resize``),
-written straight into the batch (``3 x size x size`` view). Decoders (measured in the README): simplejpeg
+written straight into the batch (``3 x size x size`` view; channels-last batches
+are the kernel's native layout, a contiguous one costs a transposing pass). Decoders (measured in the README): simplejpeg
 (libjpeg-turbo, fastest), PIL with ``draft`` (fallback for anything that is not
 a baseline RGB/gray JPEG, and when simplejpeg is not installed), and
 ``torchvision.io.decode_jpeg`` (no DCT scaling; kept for comparison).
@@ -24,7 +26,7 @@ from __future__ import annotations
 import io
 import math
 import time
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 from PIL import Image
@@ -39,34 +41,70 @@ Box = tuple[float, float, float, float]  #: (left, top, right, bottom) in stored
 _MAX_EVAL_ASPECT = 4
 
 
-def sample_rng(seed: int, epoch: int, gid: int) -> np.random.Generator:
-    """The generator of one sample's random choices (independent of topology)."""
-    return np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, gid & 0xFFFFFFFF, gid >> 32, 0xC409])
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+#: uniforms per sample the train preset consumes: 10 RandomResizedCrop attempts x (area, ratio), top, left, flip
+CROP_UNIFORMS = 23
 
 
-def rrc_params(rng: np.random.Generator, width: int, height: int, scale: tuple[float, float], ratio: tuple[float, float]) -> tuple[int, int, int, int]:
-    """``(top, left, h, w)`` exactly as torchvision's ``RandomResizedCrop.get_params`` draws them."""
-    area = height * width
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target_area = area * rng.uniform(scale[0], scale[1])
-        aspect = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
-        w = int(round(math.sqrt(target_area * aspect)))
-        h = int(round(math.sqrt(target_area / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            i = int(rng.integers(0, height - h + 1))
-            j = int(rng.integers(0, width - w + 1))
-            return i, j, h, w
-    in_ratio = width / height
-    if in_ratio < min(ratio):
-        w = width
-        h = int(round(w / min(ratio)))
-    elif in_ratio > max(ratio):
-        h = height
-        w = int(round(h * max(ratio)))
-    else:
-        w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic, no warnings on arrays)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def sample_uniforms(seed: int, epoch: int, gids: np.ndarray, k: int = CROP_UNIFORMS) -> np.ndarray:
+    """``[len(gids), k]`` uniforms in [0, 1): a pure function of ``(seed, epoch, gid, column)``.
+
+    A counter-based hash (splitmix64 over the key and a counter), so a whole batch
+    draws its random numbers in a few vectorised operations and a sample's draws do
+    not depend on which rank or worker decodes it, or on what else is in its batch.
+    """
+    key = _mix64(np.array([seed], np.int64).astype(np.uint64) + _GOLDEN)
+    key = _mix64(key ^ (np.array([epoch], np.int64).astype(np.uint64) + _GOLDEN))
+    per_sample = _mix64(key ^ _mix64(np.asarray(gids, np.int64).astype(np.uint64) + _GOLDEN))
+    counters = (np.arange(1, k + 1, dtype=np.uint64) * _GOLDEN)[None, :]
+    bits = _mix64(per_sample[:, None] + counters)
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def rrc_boxes(
+    widths: np.ndarray, heights: np.ndarray, u: np.ndarray, scale: tuple[float, float], ratio: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """torchvision's ``RandomResizedCrop.get_params`` for a whole batch of image sizes at once.
+
+    Up to 10 attempts of an area fraction uniform in ``scale`` and an aspect ratio
+    log-uniform in ``ratio`` (rounded like torchvision); the first box that fits is
+    placed uniformly at random; if none fits, a centre crop with the ratio clamped
+    into ``ratio``.
+
+    Args:
+        widths, heights: ``[n]`` stored image sizes.
+        u: ``[n, >= 22]`` uniforms (columns 0-9 areas, 10-19 ratios, 20 top, 21 left).
+
+    Returns:
+        ``(top, left, h, w)``, each ``[n]`` int64.
+    """
+    wf, hf = np.asarray(widths, np.float64), np.asarray(heights, np.float64)
+    area = (wf * hf)[:, None]
+    target = area * (scale[0] + (scale[1] - scale[0]) * u[:, :10])
+    lo, hi = math.log(ratio[0]), math.log(ratio[1])
+    aspect = np.exp(lo + (hi - lo) * u[:, 10:20])
+    w = np.round(np.sqrt(target * aspect))
+    h = np.round(np.sqrt(target / aspect))
+    ok = (w > 0) & (w <= wf[:, None]) & (h > 0) & (h <= hf[:, None])
+    rows, first = np.arange(len(wf)), ok.argmax(axis=1)
+    found = ok.any(axis=1)
+    in_ratio = wf / hf
+    rmin, rmax = min(ratio), max(ratio)
+    fw = np.where(in_ratio > rmax, np.round(hf * rmax), wf)
+    fh = np.where(in_ratio < rmin, np.round(wf / rmin), hf)
+    w = np.where(found, w[rows, first], fw)
+    h = np.where(found, h[rows, first], fh)
+    top = np.where(found, np.floor(u[:, 20] * (hf - h + 1)), np.floor((hf - h) / 2))
+    left = np.where(found, np.floor(u[:, 21] * (wf - w + 1)), np.floor((wf - w) / 2))
+    return top.astype(np.int64), left.astype(np.int64), h.astype(np.int64), w.astype(np.int64)
 
 
 def center_box(width: int, height: int, size: int, resize_size: int) -> Box:
@@ -82,7 +120,11 @@ def center_box(width: int, height: int, size: int, resize_size: int) -> Box:
 
 
 class JpegDecoder:
-    """Decodes ``data`` to an RGB array of at least ``min_w`` x ``min_h`` (DCT-scaled)."""
+    """Decodes ``data`` to an RGB array of at least ``min_w`` x ``min_h`` (DCT-scaled).
+
+    ``fast`` asks for libjpeg-turbo's fast integer IDCT and plain chroma upsampling
+    where the decoder offers them (simplejpeg); others ignore it.
+    """
 
     name = "base"
 
@@ -91,7 +133,7 @@ class JpegDecoder:
         with Image.open(io.BytesIO(data)) as im:
             return im.size
 
-    def decode(self, data: bytes, min_w: int, min_h: int) -> np.ndarray:
+    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
         raise NotImplementedError
 
 
@@ -100,7 +142,7 @@ class PilDecoder(JpegDecoder):
 
     name = "pil"
 
-    def decode(self, data: bytes, min_w: int, min_h: int) -> np.ndarray:
+    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as im:
             if im.format == "JPEG":
                 im.draft("RGB", (min_w, min_h))
@@ -125,9 +167,11 @@ class SimplejpegDecoder(JpegDecoder):
         except ValueError:
             return self._pil.header(data)
 
-    def decode(self, data: bytes, min_w: int, min_h: int) -> np.ndarray:
+    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
         try:
-            return self._sj.decode_jpeg(data, colorspace="RGB", min_width=min_w, min_height=min_h, min_factor=1.0)
+            return self._sj.decode_jpeg(
+                data, colorspace="RGB", min_width=min_w, min_height=min_h, min_factor=1.0, fastdct=fast, fastupsample=fast
+            )
         except ValueError:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)
             return self._pil.decode(data, min_w, min_h)
 
@@ -144,7 +188,7 @@ class TorchvisionDecoder(JpegDecoder):
         self._torch, self._decode, self._mode = torch, decode_jpeg, ImageReadMode.RGB
         self._pil = PilDecoder()
 
-    def decode(self, data: bytes, min_w: int, min_h: int) -> np.ndarray:
+    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
         try:
             t = self._decode(self._torch.frombuffer(bytearray(data), dtype=self._torch.uint8), mode=self._mode)
             return t.permute(1, 2, 0).numpy()
@@ -172,44 +216,77 @@ def make_decoder(name: str = "auto") -> JpegDecoder:
         raise ValueError(f"invalid decoder {name!r}; choose one of {['auto', *DECODERS]}") from None
 
 
+class Crops:
+    """Crop geometry of a batch: ``boxes`` ``[n, 4]`` (left, top, right, bottom in stored-image
+    pixels) and ``flips`` ``[n]`` bool."""
+
+    __slots__ = ("boxes", "flips")
+
+    def __init__(self, boxes: np.ndarray, flips: np.ndarray):
+        self.boxes, self.flips = boxes, flips
+
+
 class CropDecoder:
-    """Turns JPEG bytes into one ``3 x size x size`` uint8 image of the configured preset.
+    """Turns JPEG bytes into ``3 x size x size`` uint8 images of the configured preset.
+
+    The batch path is three steps: :meth:`header` per sample (no pixels decoded),
+    :meth:`geometry` once for the whole batch (vectorised), :meth:`decode_into` per
+    sample. ``decoder(data, out, epoch, gid)`` does all three for one sample.
 
     Args:
         cfg: image options.
-        seed: the loader's seed (with ``epoch`` and the sample's global id it seeds the crop).
+        seed: the loader's seed (with ``epoch`` and the sample's global id it keys the crop).
     """
 
     def __init__(self, cfg: ImageConfig, seed: int):
         self.cfg, self.seed = cfg, seed
         self.decoder = make_decoder(cfg.decoder)
+        self.fast = bool(cfg.fast_decode)
         self.times = np.zeros(2)  #: cumulative seconds (decode, crop/resize)
 
-    def geometry(self, width: int, height: int, epoch: int, gid: int) -> tuple[Box, bool]:
-        """The crop box in the stored image and whether to flip."""
-        c = self.cfg
-        if c.preset is Preset.EVAL:
-            return center_box(width, height, c.size, c.resize_size), False  # type: ignore[arg-type]
-        rng = sample_rng(self.seed, epoch, gid)
-        top, left, h, w = rrc_params(rng, width, height, c.scale, c.ratio)
-        flip = bool(c.flip and rng.random() < 0.5)
-        return (float(left), float(top), float(left + w), float(top + h)), flip
-
-    def __call__(self, data: bytes, out: "torch.Tensor", epoch: int, gid: int) -> None:
-        """Decode ``data`` into ``out`` (a ``3 x size x size`` uint8 tensor view).
+    def header(self, data: bytes) -> tuple[int, int]:
+        """``(width, height)`` from the header.
 
         Raises:
             ValueError: the header declares no pixels or more than ``max_pixels`` (nothing is decoded).
         """
         width, height = self.decoder.header(data)
+        if width < 1 or height < 1 or width * height > self.cfg.max_pixels:
+            raise ValueError(f"image declares {width} x {height} pixels (limit {self.cfg.max_pixels} pixels: max_pixels)")
+        return width, height
+
+    def geometry(self, sizes: np.ndarray, epoch: int, gids: np.ndarray) -> Crops:
+        """Crop boxes and flips of a batch; ``sizes`` is ``[n, 2]`` (width, height)."""
         c = self.cfg
-        if width < 1 or height < 1 or width * height > c.max_pixels:
-            raise ValueError(f"image declares {width} x {height} pixels (limit {c.max_pixels} pixels: max_pixels)")
+        sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
+        n = len(sizes)
         if c.preset is Preset.EVAL:
-            resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, self.times)  # type: ignore[arg-type]
+            boxes = np.array([center_box(int(w), int(h), c.size, c.resize_size) for w, h in sizes], np.float64).reshape(n, 4)  # type: ignore[arg-type]
+            return Crops(boxes, np.zeros(n, bool))
+        u = sample_uniforms(self.seed, epoch, gids)
+        top, left, h, w = rrc_boxes(sizes[:, 0], sizes[:, 1], u, c.scale, c.ratio)
+        boxes = np.stack([left, top, left + w, top + h], axis=1).astype(np.float64)
+        flips = (u[:, 22] < 0.5) if c.flip else np.zeros(n, bool)
+        return Crops(boxes, flips)
+
+    def decode_into(self, data: bytes, width: int, height: int, box: Sequence[float], flip: bool, out: "torch.Tensor") -> None:
+        """Decode ``data`` (header already read) into ``out``, a ``3 x size x size`` uint8 view,
+        cropping ``box`` (a row of :attr:`Crops.boxes`; the eval preset recomputes its own)."""
+        c = self.cfg
+        if c.preset is Preset.EVAL:
+            resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, self.times, self.fast)  # type: ignore[arg-type]
         else:
-            box, flip = self.geometry(width, height, epoch, gid)
-            resized_crop(self.decoder, data, width, height, box, c.size, flip, out, self.times)
+            resized_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, self.times, self.fast)  # type: ignore[arg-type]
+
+    def __call__(self, data: bytes, out: "torch.Tensor", epoch: int, gid: int) -> None:
+        """Decode one sample into ``out`` (a ``3 x size x size`` uint8 tensor view).
+
+        Raises:
+            ValueError: the header declares no pixels or more than ``max_pixels`` (nothing is decoded).
+        """
+        width, height = self.header(data)
+        crops = self.geometry(np.array([[width, height]]), epoch, np.array([gid]))
+        self.decode_into(data, width, height, crops.boxes[0].tolist(), bool(crops.flips[0]), out)
 
     def decode_full(self, data: bytes) -> np.ndarray:
         """The whole image at stored resolution (HxWx3 uint8)."""
@@ -217,17 +294,46 @@ class CropDecoder:
         return self.decoder.decode(data, w, h)
 
 
-def _resize(chw: "torch.Tensor", h: int, w: int) -> "torch.Tensor":
-    """Antialiased bilinear resize of a uint8 ``3 x H x W`` view (torch's vectorised uint8 kernel)."""
-    import torch.nn.functional as F
+def channels_last_empty(shape: tuple[int, ...]) -> "torch.Tensor":
+    """An uninitialised uint8 ``[..., 3, H, W]`` tensor whose bytes are laid out ``[..., H, W, 3]``."""
+    import torch
 
-    if chw.shape[1] == h and chw.shape[2] == w:
-        return chw
-    return F.interpolate(chw[None], size=(h, w), mode="bilinear", antialias=True, align_corners=False)[0]
+    *lead, c, h, w = shape
+    t = torch.empty((*lead, h, w, c), dtype=torch.uint8)
+    return t.movedim(-1, -3)
+
+
+_upsample = None
+
+
+def _resize_into(chw: "torch.Tensor", out: "torch.Tensor") -> None:
+    """Antialiased bilinear resize of a uint8 ``3 x h x w`` view into ``out`` (``3 x H x W``).
+
+    torch's vectorised uint8 kernel writes its result straight into ``out``; it is
+    fastest when ``out`` is channels-last (NHWC bytes), its native layout.
+    """
+    global _upsample
+    if chw.shape[1:] == out.shape[1:]:
+        out.copy_(chw)
+        return
+    if _upsample is None:
+        import torch
+
+        _upsample = torch._C._nn._upsample_bilinear2d_aa
+    _upsample(chw[None], tuple(out.shape[1:]), False, None, None, out=out[None])
 
 
 def resized_crop(
-    decoder: JpegDecoder, data: bytes, width: int, height: int, box: Box, size: int, flip: bool, out: "torch.Tensor", times: Optional[np.ndarray] = None
+    decoder: JpegDecoder,
+    data: bytes,
+    width: int,
+    height: int,
+    box: Box,
+    size: int,
+    flip: bool,
+    out: "torch.Tensor",
+    times: Optional[np.ndarray] = None,
+    fast: bool = False,
 ) -> None:
     """Decode at the smallest DCT scale that keeps ``box`` >= ``size`` px, resize ``box`` to ``size`` into ``out``.
 
@@ -238,21 +344,29 @@ def resized_crop(
     t0 = time.perf_counter()
     bw, bh = box[2] - box[0], box[3] - box[1]
     reduce = max(1.0, min(bw / size, bh / size))  # how much smaller the decode may be
-    arr = decoder.decode(data, max(1, math.ceil(width / reduce)), max(1, math.ceil(height / reduce)))
+    arr = decoder.decode(data, max(1, math.ceil(width / reduce)), max(1, math.ceil(height / reduce)), fast)
     t1 = time.perf_counter()
     dh, dw = arr.shape[0], arr.shape[1]
     sx, sy = dw / width, dh / height
     x0, y0 = min(dw - 1, int(round(box[0] * sx))), min(dh - 1, int(round(box[1] * sy)))
     x1, y1 = max(x0 + 1, min(dw, int(round(box[2] * sx)))), max(y0 + 1, min(dh, int(round(box[3] * sy))))
-    chw = torch.from_numpy(arr).permute(2, 0, 1)[:, y0:y1, x0:x1]
-    res = _resize(chw, size, size)
-    out.copy_(res.flip(-1) if flip else res)
+    _resize_into(torch.from_numpy(arr).permute(2, 0, 1)[:, y0:y1, x0:x1], out)
+    if flip:
+        out.copy_(out.flip(-1))
     if times is not None:
         times += (t1 - t0, time.perf_counter() - t1)
 
 
 def resize_center_crop(
-    decoder: JpegDecoder, data: bytes, width: int, height: int, resize_size: int, size: int, out: "torch.Tensor", times: Optional[np.ndarray] = None
+    decoder: JpegDecoder,
+    data: bytes,
+    width: int,
+    height: int,
+    resize_size: int,
+    size: int,
+    out: "torch.Tensor",
+    times: Optional[np.ndarray] = None,
+    fast: bool = False,
 ) -> None:
     """torchvision ``Resize(resize_size)`` + ``CenterCrop(size)``, decoding at a reduced DCT scale when possible."""
     import torch
@@ -260,17 +374,18 @@ def resize_center_crop(
     if max(width, height) > _MAX_EVAL_ASPECT * min(width, height):
         # A panorama (or a hostile 65000 x 1 header): resizing the whole image first would
         # allocate resize_size^2 x aspect pixels; crop the same box first, then resize it.
-        return resized_crop(decoder, data, width, height, center_box(width, height, size, resize_size), size, False, out, times)
+        return resized_crop(decoder, data, width, height, center_box(width, height, size, resize_size), size, False, out, times, fast)
     t0 = time.perf_counter()
     if width <= height:
         new_w, new_h = resize_size, int(resize_size * height / width)
     else:
         new_w, new_h = int(resize_size * width / height), resize_size
-    arr = decoder.decode(data, new_w, new_h)
+    arr = decoder.decode(data, new_w, new_h, fast)
     t1 = time.perf_counter()
-    res = _resize(torch.from_numpy(arr).permute(2, 0, 1), new_h, new_w)
+    full = channels_last_empty((3, new_h, new_w))
+    _resize_into(torch.from_numpy(arr).permute(2, 0, 1), full)
     top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
-    out.copy_(res[:, top : top + size, left : left + size])
+    out.copy_(full[:, top : top + size, left : left + size])
     if times is not None:
         times += (t1 - t0, time.perf_counter() - t1)
 

@@ -62,9 +62,20 @@ class Batch:
     counters: np.ndarray = field(default_factory=lambda: np.zeros(len(COUNTERS)))
     raw: Optional[list[RawSample]] = None
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Sent from a worker: the image tensor travels through shared memory (torch's reducer);
+        # labels and ids go inline as numpy arrays, not as two more shared-memory segments
+        # (each one a file, a mapping and a file-descriptor hand-off per batch).
+        return _rebuild_batch, (self.images, self.labels.numpy(), self.gids.numpy(), self.keys, self.worker, self.counters, self.raw)
+
     def pin_memory(self, device: Any = None) -> "Batch":
         """Pinned copy (called by DataLoader's pin-memory thread)."""
         return replace(self, images=self.images.pin_memory(), labels=self.labels.pin_memory())
+
+
+def _rebuild_batch(images: torch.Tensor, labels: np.ndarray, gids: np.ndarray, keys: list[str], worker: int, counters: np.ndarray,
+                   raw: Optional[list[RawSample]]) -> Batch:
+    return Batch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys, worker, counters, raw)
 
 
 def _skip(sample: RawSample, reason: str, strict: bool, counters: Counters) -> None:
@@ -187,16 +198,20 @@ class _one_thread:
             torch.set_num_threads(self.threads)
 
 
-def _alloc(shape: tuple[int, ...], shared: bool) -> torch.Tensor:
-    """A uint8 tensor, allocated directly in shared memory inside DataLoader workers
-    (so the hand-off to the main process does not copy it again)."""
+def _alloc(shape: tuple[int, int, int, int], shared: bool, channels_last: bool) -> torch.Tensor:
+    """A uint8 ``[n, 3, S, S]`` batch, allocated directly in shared memory inside DataLoader
+    workers (so the hand-off to the main process does not copy it again); with
+    ``channels_last`` its bytes are laid out ``[n, S, S, 3]``."""
+    n, c, h, w = shape
+    phys = (n, h, w, c) if channels_last else shape
     if shared:
         try:
-            n = int(np.prod(shape))
-            return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(n)).view(shape)
+            t = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(n * c * h * w)).view(phys)
         except (AttributeError, RuntimeError):  # pragma: no cover - older torch
-            return torch.empty(shape, dtype=torch.uint8).share_memory_()
-    return torch.empty(shape, dtype=torch.uint8)
+            t = torch.empty(phys, dtype=torch.uint8).share_memory_()
+    else:
+        t = torch.empty(phys, dtype=torch.uint8)
+    return t.permute(0, 3, 1, 2) if channels_last else t
 
 
 @dataclass
@@ -240,28 +255,43 @@ def decode_batches(samples: Iterable[RawSample], *, spec: BatchSpec, decoder: Op
 
 
 def _decode_one_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: float) -> Batch:
-    """Decode ``good`` into one preallocated ``[n, 3, S, S]`` uint8 tensor; bad images are skipped."""
-    size, hook = decoder.cfg.size, decoder.cfg.hook
-    images = _alloc((len(good), 3, size, size), spec.shared)
-    labels = np.empty(len(good), np.int64)
-    gids = np.empty(len(good), np.int64)
-    keys = []
-    n = 0
-    before = decoder.times.copy()
+    """Decode ``good`` into one preallocated ``[n, 3, S, S]`` uint8 tensor; bad images are skipped.
+
+    Headers first (no pixels; an unreadable or oversized one skips its sample), then
+    the crop geometry of the whole batch in one vectorised call, then one decode +
+    crop/resize per sample straight into its slot of the batch.
+    """
+    cfg = decoder.cfg
+    ok, sizes = [], []
     for s in good:
         try:
-            decoder(s.jpeg, images[n], spec.epoch, s.gid)  # type: ignore[arg-type]
+            sizes.append(decoder.header(s.jpeg))  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - any header failure is a bad sample
+            _skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
+            continue
+        ok.append(s)
+    gids_in = np.fromiter((s.gid for s in ok), np.int64, len(ok))
+    crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in)
+    boxes, flips = crops.boxes.tolist(), crops.flips.tolist()
+    images = _alloc((len(ok), 3, cfg.size, cfg.size), spec.shared, cfg.channels_last)
+    kept, keys = [], []
+    before = decoder.times.copy()
+    for i, s in enumerate(ok):
+        out = images[len(kept)]
+        try:
+            decoder.decode_into(s.jpeg, sizes[i][0], sizes[i][1], boxes[i], flips[i], out)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
             _skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
             continue
-        apply_hook(hook, images[n], s)  # errors in the user's hook are the user's: not skipped
-        labels[n], gids[n] = s.label, s.gid
+        apply_hook(cfg.hook, out, s)  # errors in the user's hook are the user's: not skipped
+        kept.append(i)
         keys.append(s.key)
-        n += 1
+    n = len(kept)
+    labels = torch.tensor([ok[i].label for i in kept], dtype=torch.int64)
     spent = decoder.times - before
     counters.add("decode_s", spent[0])
     counters.add("resize_s", spent[1])
     counters.add("collate_s", time.perf_counter() - t0 - spent.sum())
     counters.add("samples", n)
     counters.add("batches", 1)
-    return Batch(images[:n], torch.from_numpy(labels[:n]), torch.from_numpy(gids[:n]), keys, spec.worker, counters.v.copy())
+    return Batch(images[:n], labels, torch.from_numpy(gids_in[kept]), keys, spec.worker, counters.v.copy())
