@@ -27,6 +27,7 @@ from ..plan import RankSplit, Segment, Stream, epoch_stream, rank_split, worker_
 from ..world import World, detect
 from .config import LoaderConfig
 from .decode import CropDecoder
+from .pool import WorkerPool
 from .sources import ShardOpener, check_url
 from .stages import Batch, BatchSpec, BlockReader, Counters, decode_batches, plan_blocks, read_blocks
 
@@ -67,8 +68,11 @@ class ShardDataset(IterableDataset):
         world = detect(rank, world_size)
         self.rank, self.world_size = world.rank, world.world_size
         self.history: tuple[Segment, ...] = ()
-        # [epoch, batches_done]: shared with (persistent) workers
-        self._position = torch.zeros(2, dtype=torch.int64).share_memory_()
+        # [epoch, batches_done, pool generation]: shared with (persistent) workers
+        self._position = torch.zeros(3, dtype=torch.int64).share_memory_()
+        #: shared flag table of the batch-buffer pool (set by ShardLoader before workers start; None: no pool)
+        self.pool_flags: Optional[torch.Tensor] = None
+        self._pool_buffers: dict[int, torch.Tensor] = {}  # a worker's slot buffers (worker-local)
 
     # ------------------------------------------------------------------ position
 
@@ -130,7 +134,11 @@ class ShardDataset(IterableDataset):
                              num_classes=len(self.manifest.classes) or None)
         decoder = None if cfg.raw else CropDecoder(cfg.image, cfg.seed)
         in_worker = get_worker_info() is not None
-        spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, shared=in_worker, worker=world.worker)
+        pool = None
+        if in_worker and self.pool_flags is not None and not cfg.raw:
+            s = cfg.image.size
+            pool = WorkerPool(self.pool_flags, world.worker, int(self._position[2]), self._pool_buffers, cfg.batch_size * 3 * s * s)
+        spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, shared=in_worker, worker=world.worker, pool=pool)
         pipeline = wds.DataPipeline(
             _Const(plan.blocks),
             _Stage(read_blocks, reader=reader, chunk=cfg.batch_size),

@@ -34,6 +34,7 @@ from ..manifest import Manifest
 from ..plan import RankSplit, Segment, fingerprint
 from .config import ImageConfig, LoaderConfig, SourceConfig, plan_to_dict
 from .dataset import ShardDataset
+from .pool import MainPool, pool_for
 from .stages import COUNTERS, Batch
 
 STATE_FORMAT = "shardkit-loader-state"
@@ -94,6 +95,7 @@ class ShardLoader:
         self._t1 = 0.0
         self._batches = 0
         self._consumed = 0  # batches handed out since the dataset's position was last set
+        self._pool: Optional[MainPool] = None  # shared-memory batch buffers of the current workers
 
     # ------------------------------------------------------------------ DataLoader
 
@@ -115,7 +117,16 @@ class ShardLoader:
                     kw["timeout"] = c.timeout
             self._dl = DataLoader(ds, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
             self._dl_history = ds.history
+            self._new_pool()
+        elif not self._dl.persistent_workers:
+            self._new_pool()  # every iteration starts new worker processes: a new flag table for them
         return self._dl
+
+    def _new_pool(self) -> None:
+        """A buffer pool for the worker processes about to start (set before they fork)."""
+        c = self.config
+        self._pool = pool_for(c.num_workers, c.prefetch_factor or 4, c.raw)
+        self.dataset.pool_flags = None if self._pool is None else self._pool.flags
 
     def __len__(self) -> int:
         """Batches this rank yields per full epoch (the same on every rank)."""
@@ -123,7 +134,7 @@ class ShardLoader:
 
     def close(self) -> None:
         """Stop the worker processes now (persistent ones too); the loader stays usable (new workers on the next ``iter``)."""
-        dl, self._dl, self._dl_history = self._dl, None, None
+        dl, self._dl, self._dl_history, self._pool = self._dl, None, None, None
         it = getattr(dl, "_iterator", None) if dl is not None else None
         if it is not None:
             shutdown = getattr(it, "_shutdown_workers", None)
@@ -141,6 +152,9 @@ class ShardLoader:
         ds = self.dataset
         self._sync_position()
         dl = self._dataloader()
+        pool = self._pool
+        if pool is not None:
+            ds._position[2] = pool.next_generation()
         self._counters, self._wait, self._batches = {}, 0.0, 0
         self._t0 = time.perf_counter()
         it = iter(dl)
@@ -163,6 +177,8 @@ class ShardLoader:
                     ) from exc
                 raise
             self._wait += time.perf_counter() - t
+            if pool is not None:
+                pool.received(batch.worker, batch.pool_slot, batch.pool_token, batch.images, batch.copied)
             self._counters[batch.worker] = batch.counters
             self._batches += 1
             self._consumed += 1  # a batch counts as consumed once handed out

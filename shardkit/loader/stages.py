@@ -21,6 +21,7 @@ import torch
 from ..errors import DataError
 from ..plan import Block
 from .decode import CropDecoder, apply_hook
+from .pool import WorkerPool, new_segment
 from .reader import RawSample, ShardReader, TarDamage
 from .sources import ShardOpener
 
@@ -52,6 +53,9 @@ class Batch:
         worker: DataLoader worker id that made it.
         counters: the worker's cumulative :data:`COUNTERS` for this epoch.
         raw: with ``raw=True``: the batch's :class:`RawSample` objects instead of images.
+        pool_slot: the worker's shared-memory slot holding ``images`` (-1: not pooled).
+        pool_token: the slot's token (:mod:`shardkit.loader.pool`).
+        copied: ``images`` is a copy (pinned), no longer the slot's memory.
     """
 
     images: torch.Tensor
@@ -61,21 +65,25 @@ class Batch:
     worker: int = 0
     counters: np.ndarray = field(default_factory=lambda: np.zeros(len(COUNTERS)))
     raw: Optional[list[RawSample]] = None
+    pool_slot: int = -1
+    pool_token: int = 0
+    copied: bool = False
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Sent from a worker: the image tensor travels through shared memory (torch's reducer);
         # labels and ids go inline as numpy arrays, not as two more shared-memory segments
         # (each one a file, a mapping and a file-descriptor hand-off per batch).
-        return _rebuild_batch, (self.images, self.labels.numpy(), self.gids.numpy(), self.keys, self.worker, self.counters, self.raw)
+        return _rebuild_batch, (self.images, self.labels.numpy(), self.gids.numpy(), self.keys, self.worker, self.counters, self.raw,
+                                self.pool_slot, self.pool_token, self.copied)
 
     def pin_memory(self, device: Any = None) -> "Batch":
         """Pinned copy (called by DataLoader's pin-memory thread)."""
-        return replace(self, images=self.images.pin_memory(), labels=self.labels.pin_memory())
+        return replace(self, images=self.images.pin_memory(), labels=self.labels.pin_memory(), copied=True)
 
 
 def _rebuild_batch(images: torch.Tensor, labels: np.ndarray, gids: np.ndarray, keys: list[str], worker: int, counters: np.ndarray,
-                   raw: Optional[list[RawSample]]) -> Batch:
-    return Batch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys, worker, counters, raw)
+                   raw: Optional[list[RawSample]], pool_slot: int, pool_token: int, copied: bool) -> Batch:
+    return Batch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys, worker, counters, raw, pool_slot, pool_token, copied)
 
 
 def _skip(sample: RawSample, reason: str, strict: bool, counters: Counters) -> None:
@@ -198,20 +206,23 @@ class _one_thread:
             torch.set_num_threads(self.threads)
 
 
-def _alloc(shape: tuple[int, int, int, int], shared: bool, channels_last: bool) -> torch.Tensor:
-    """A uint8 ``[n, 3, S, S]`` batch, allocated directly in shared memory inside DataLoader
-    workers (so the hand-off to the main process does not copy it again); with
-    ``channels_last`` its bytes are laid out ``[n, S, S, 3]``."""
+def _alloc(shape: tuple[int, int, int, int], spec: "BatchSpec", channels_last: bool) -> tuple[torch.Tensor, int, int]:
+    """A uint8 ``[n, 3, S, S]`` batch and its pool ``(slot, token)``.
+
+    Inside DataLoader workers it lives in shared memory (so the hand-off to the main
+    process copies nothing): a reused pool slot when one is free, else a new segment.
+    With ``channels_last`` its bytes are laid out ``[n, S, S, 3]``.
+    """
     n, c, h, w = shape
     phys = (n, h, w, c) if channels_last else shape
-    if shared:
-        try:
-            t = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(n * c * h * w)).view(phys)
-        except (AttributeError, RuntimeError):  # pragma: no cover - older torch
-            t = torch.empty(phys, dtype=torch.uint8).share_memory_()
+    slot, token = -1, 0
+    if spec.pool is not None:
+        t, slot, token = spec.pool.take(phys)
+    elif spec.shared:
+        t = new_segment(phys)
     else:
         t = torch.empty(phys, dtype=torch.uint8)
-    return t.permute(0, 3, 1, 2) if channels_last else t
+    return (t.permute(0, 3, 1, 2) if channels_last else t), slot, token
 
 
 @dataclass
@@ -225,6 +236,7 @@ class BatchSpec:
     raw: bool = False
     shared: bool = False
     worker: int = 0
+    pool: Optional[WorkerPool] = None
 
 
 def decode_batches(samples: Iterable[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters) -> Iterator[Batch]:
@@ -273,7 +285,7 @@ def _decode_one_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDe
     gids_in = np.fromiter((s.gid for s in ok), np.int64, len(ok))
     crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in)
     boxes, flips = crops.boxes.tolist(), crops.flips.tolist()
-    images = _alloc((len(ok), 3, cfg.size, cfg.size), spec.shared, cfg.channels_last)
+    images, slot, token = _alloc((len(ok), 3, cfg.size, cfg.size), spec, cfg.channels_last)
     kept, keys = [], []
     before = decoder.times.copy()
     for i, s in enumerate(ok):
@@ -294,4 +306,4 @@ def _decode_one_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDe
     counters.add("collate_s", time.perf_counter() - t0 - spent.sum())
     counters.add("samples", n)
     counters.add("batches", 1)
-    return Batch(images[:n], labels, torch.from_numpy(gids_in[kept]), keys, spec.worker, counters.v.copy())
+    return Batch(images[:n], labels, torch.from_numpy(gids_in[kept]), keys, spec.worker, counters.v.copy(), pool_slot=slot, pool_token=token)
