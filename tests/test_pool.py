@@ -99,3 +99,12 @@ def test_new_worker_processes_get_a_new_table(url):
     for batch in again:
         check(batch, ref)
     loader.close()
+
+
+def test_reuse_can_be_switched_off(url):
+    ref = reference(url, 0)
+    loader = shardkit.load(url, num_workers=2, reuse_buffers=False, **OPTS)
+    for batch in loader:
+        check(batch, ref)
+    assert loader._pool is None
+    loader.close()

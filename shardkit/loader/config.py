@@ -146,6 +146,9 @@ class LoaderConfig:
             ``DataLoader``); a bound turns any stuck worker into an error instead of a hang.
         strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
         raw: yield raw samples (bytes, label, metadata) instead of decoded batches.
+        reuse_buffers: workers reuse their shared-memory batch buffers once the main process
+            no longer references a batch (:mod:`shardkit.loader.pool`); False: a new segment per
+            batch, as plain ``DataLoader`` does.
     """
 
     batch_size: int = 64
@@ -165,6 +168,7 @@ class LoaderConfig:
     timeout: float = 0.0
     strict: bool = False
     raw: bool = False
+    reuse_buffers: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", EpochPolicy.parse(self.policy))

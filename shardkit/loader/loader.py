@@ -125,7 +125,7 @@ class ShardLoader:
     def _new_pool(self) -> None:
         """A buffer pool for the worker processes about to start (set before they fork)."""
         c = self.config
-        self._pool = pool_for(c.num_workers, c.prefetch_factor or 4, c.raw)
+        self._pool = pool_for(c.num_workers, c.prefetch_factor or 4, c.raw) if c.reuse_buffers else None
         self.dataset.pool_flags = None if self._pool is None else self._pool.flags
 
     def __len__(self) -> int:
