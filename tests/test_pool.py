@@ -36,9 +36,10 @@ def check(batch, ref):
         assert torch.equal(img, ref[k]), k
 
 
-def test_slots_are_reused_when_batches_are_dropped(url):
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_slots_are_reused_when_batches_are_dropped(url, context):
     ref = reference(url, 0)
-    loader = shardkit.load(url, num_workers=2, **OPTS)
+    loader = shardkit.load(url, num_workers=2, **{**OPTS, "multiprocessing_context": context})
     seen = 0
     for batch in loader:
         check(batch, ref)
