@@ -109,3 +109,16 @@ def test_reuse_can_be_switched_off(url):
         check(batch, ref)
     assert loader._pool is None
     loader.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (pinned memory)")
+def test_pinned_batches_free_their_slot_at_once(url):
+    ref = reference(url, 0)
+    loader = shardkit.load(url, num_workers=2, **{**OPTS, "pin_memory": True})
+    kept = list(loader)  # all held: they are pinned copies, so no slot stays lent
+    for batch in kept:
+        assert batch[0].is_pinned() and batch[0].is_contiguous(memory_format=torch.channels_last)
+        check(batch, ref)
+    pool = loader._pool
+    assert pool.pooled == len(loader) and pool.unpooled == 0 and pool.num_held() == 0
+    loader.close()

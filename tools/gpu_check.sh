@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for issue #4 (GpuAugment + DevicePrefetcher), about 3-4 minutes on one H200.
+# GPU check for issue #4 (GpuAugment + DevicePrefetcher) and the loader's pinned path (#3), about 3-4 minutes on one H200.
 #
 # Runs the augment/prefetch tests with their CUDA parametrizations (including
 # the no-host-sync test under torch.cuda.set_sync_debug_mode("error")), then
@@ -31,6 +31,8 @@ nvidia-smi -L || true
 
 echo "== tests (CUDA parametrizations included) =="
 timeout 150 "$PY" -m pytest -q -p no:cacheprovider --noconftest tests/test_augment.py tests/test_augment_random.py tests/test_prefetch.py 2>&1 | tail -25 || status=1
+echo "== loader: pinned batches and the buffer pool (needs webdataset, simplejpeg, fsspec importable) =="
+timeout 90 "$PY" -m pytest -q -p no:cacheprovider --noconftest tests/test_pool.py 2>&1 | tail -8 || status=1
 
 echo "== benchmark: 224^2, batch 256, cuda =="
 timeout 270 "$PY" tools/bench_augment.py --device cuda --batch 256 --size 224 --input-size 256 \
