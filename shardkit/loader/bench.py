@@ -119,6 +119,7 @@ def bench(
                 break
         dt = time.perf_counter() - t0
         st = loader.stats
+        loader.close()  # its workers must not compete with the next measurement
         mb = st.bytes_read / 1e6 * (n / max(1, st.samples))
         report.points.append(SweepPoint(nw, n / dt if dt > 0 else 0.0, mb / dt if dt > 0 else 0.0, st))
     report.decode_ceiling, report.decoder = decode_ceiling(url, image=image, **options)
