@@ -122,3 +122,41 @@ def test_pinned_batches_free_their_slot_at_once(url):
     pool = loader._pool
     assert pool.pooled == len(loader) and pool.unpooled == 0 and pool.num_held() == 0
     loader.close()
+
+
+def test_a_kept_storage_object_keeps_its_slot(url):
+    ref = reference(url, 0)
+    loader = shardkit.load(url, num_workers=2, **OPTS)
+    it = iter(loader)
+    images, _, keys = next(it)
+    shape, stride = images.shape, images.stride()
+    storage = images.untyped_storage()  # the very Python object the pool holds: use count alone cannot see it
+    del images
+    for _ in it:
+        pass
+    again = torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape, stride)
+    check((again, None, keys), ref)
+    loader.close()
+
+
+def test_other_dataloaders_over_the_dataset_never_take_slots(url):
+    from torch.utils.data import DataLoader
+
+    loader = shardkit.load(url, num_workers=2, **OPTS)
+    for _ in loader:
+        pass
+    assert loader.dataset.pool_state is None  # only the loader's private copy has it
+    dl = DataLoader(loader.dataset, batch_size=None, num_workers=3, multiprocessing_context="fork")  # more workers than rows
+    held = [(b.images, b.images.clone()) for b in dl]
+    assert all(b.pool_slot == -1 for b in dl)
+    for _ in loader:
+        pass
+    assert all(torch.equal(a, c) for a, c in held)
+    loader.close()
+
+
+def test_a_short_batch_owns_exactly_its_bytes(url):
+    loader = shardkit.load(url, num_workers=2, **{**OPTS, "batch_size": 7})  # 120 = 17 x 7 + 1
+    sizes = [(len(images), images.untyped_storage().nbytes()) for images, _, _ in loader]
+    assert sizes[-1] == (1, 3 * 24 * 24)  # no other samples' leftover pixels behind a partial batch
+    loader.close()

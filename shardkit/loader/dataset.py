@@ -16,6 +16,7 @@ stream itself; :class:`shardkit.loader.ShardLoader` rebuilds its DataLoader then
 
 from __future__ import annotations
 
+import copy
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
@@ -27,7 +28,7 @@ from ..plan import RankSplit, Segment, Stream, epoch_stream, rank_split, worker_
 from ..world import World, detect
 from .config import LoaderConfig
 from .decode import CropDecoder
-from .pool import WorkerPool
+from .pool import PoolState, WorkerPool
 from .sources import ShardOpener, check_url
 from .stages import Batch, BatchSpec, BlockReader, Counters, decode_batches, plan_blocks, read_blocks
 
@@ -68,11 +69,19 @@ class ShardDataset(IterableDataset):
         world = detect(rank, world_size)
         self.rank, self.world_size = world.rank, world.world_size
         self.history: tuple[Segment, ...] = ()
-        # [epoch, batches_done, pool generation]: shared with (persistent) workers
-        self._position = torch.zeros(3, dtype=torch.int64).share_memory_()
-        #: shared flag table of the batch-buffer pool (set by ShardLoader before workers start; None: no pool)
-        self.pool_flags: Optional[torch.Tensor] = None
+        # [epoch, batches_done]: shared with (persistent) workers
+        self._position = torch.zeros(2, dtype=torch.int64).share_memory_()
+        #: the batch-buffer pool's shared state: set only on ShardLoader's private copy of the dataset
+        #: (:func:`with_pool`), so no other DataLoader's workers ever take a slot
+        self.pool_state: Optional[PoolState] = None
         self._pool_buffers: dict[int, torch.Tensor] = {}  # a worker's slot buffers (worker-local)
+
+    def with_pool(self, state: Optional[PoolState]) -> "ShardDataset":
+        """A shallow copy whose workers write batches into the pool ``state`` (position stays shared)."""
+        ds = copy.copy(self)
+        ds.pool_state = state
+        ds._pool_buffers = {}
+        return ds
 
     # ------------------------------------------------------------------ position
 
@@ -135,9 +144,9 @@ class ShardDataset(IterableDataset):
         decoder = None if cfg.raw else CropDecoder(cfg.image, cfg.seed)
         in_worker = get_worker_info() is not None
         pool = None
-        if in_worker and self.pool_flags is not None and not cfg.raw:
+        if in_worker and self.pool_state is not None and not cfg.raw:
             s = cfg.image.size
-            pool = WorkerPool(self.pool_flags, world.worker, int(self._position[2]), self._pool_buffers, cfg.batch_size * 3 * s * s)
+            pool = WorkerPool(self.pool_state, world.worker, self._pool_buffers, cfg.batch_size * 3 * s * s)
         spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, shared=in_worker, worker=world.worker, pool=pool)
         pipeline = wds.DataPipeline(
             _Const(plan.blocks),

@@ -96,6 +96,7 @@ class ShardLoader:
         self._batches = 0
         self._consumed = 0  # batches handed out since the dataset's position was last set
         self._pool: Optional[MainPool] = None  # shared-memory batch buffers of the current workers
+        self._dl_dataset: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
 
     # ------------------------------------------------------------------ DataLoader
 
@@ -115,7 +116,8 @@ class ShardLoader:
                     kw["multiprocessing_context"] = c.multiprocessing_context
                 if c.timeout:
                     kw["timeout"] = c.timeout
-            self._dl = DataLoader(ds, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
+            self._dl_dataset = ds.with_pool(None)  # private: only this DataLoader's workers see the pool
+            self._dl = DataLoader(self._dl_dataset, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
             self._dl_history = ds.history
             self._new_pool()
         elif not self._dl.persistent_workers:
@@ -126,7 +128,7 @@ class ShardLoader:
         """A buffer pool for the worker processes about to start (set before they fork)."""
         c = self.config
         self._pool = pool_for(c.num_workers, c.prefetch_factor or 4, c.raw) if c.reuse_buffers else None
-        self.dataset.pool_flags = None if self._pool is None else self._pool.flags
+        self._dl_dataset.pool_state = None if self._pool is None else self._pool.state
 
     def __len__(self) -> int:
         """Batches this rank yields per full epoch (the same on every rank)."""
@@ -134,7 +136,7 @@ class ShardLoader:
 
     def close(self) -> None:
         """Stop the worker processes now (persistent ones too); the loader stays usable (new workers on the next ``iter``)."""
-        dl, self._dl, self._dl_history, self._pool = self._dl, None, None, None
+        dl, self._dl, self._dl_history, self._pool, self._dl_dataset = self._dl, None, None, None, None
         it = getattr(dl, "_iterator", None) if dl is not None else None
         if it is not None:
             shutdown = getattr(it, "_shutdown_workers", None)
@@ -154,7 +156,7 @@ class ShardLoader:
         dl = self._dataloader()
         pool = self._pool
         if pool is not None:
-            ds._position[2] = pool.next_generation()
+            pool.next_generation()
         self._counters, self._wait, self._batches = {}, 0.0, 0
         self._t0 = time.perf_counter()
         it = iter(dl)
