@@ -93,11 +93,11 @@ def read_bytes(url: str, **storage_options: Any) -> bytes:
         raise StorageError(f"{url}: cannot read ({exc})") from None
 
 
-def open_read(url: str, block_size: int = 8 << 20, *, raw_errors: bool = False, **storage_options: Any) -> IO[bytes]:
+def open_read(url: str, block_size: int = 8 << 20, *, raw_errors: bool = False, cache_type: str = "readahead", **storage_options: Any) -> IO[bytes]:
     """A binary file object for sequential reading with read-ahead.
 
     Local files use a large OS-level buffer; remote files use fsspec's
-    ``readahead`` cache with ``block_size`` bytes per request. With
+    ``cache_type`` (default ``readahead``) with ``block_size`` bytes per request. With
     ``raw_errors`` the backend's I/O errors propagate unchanged (for a caller
     that retries transient ones); a missing file is always a :class:`StorageError`.
     """
@@ -105,7 +105,7 @@ def open_read(url: str, block_size: int = 8 << 20, *, raw_errors: bool = False, 
         if is_local(url):
             return open(local_path(url), "rb", buffering=1 << 20)
         fs, path = get_fs(url, **storage_options)
-        return fs.open(path, "rb", block_size=block_size, cache_type="readahead")
+        return fs.open(path, "rb", block_size=block_size, cache_type=cache_type)
     except FileNotFoundError as exc:
         cause = exc.__cause__
         if raw_errors and cause is not None and getattr(cause, "status", None) != 404:
