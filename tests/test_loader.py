@@ -284,3 +284,38 @@ def test_worker_timeout_option_reaches_dataloader(datasets):
     loader, batches = run_rank(ds.url, 0, 1, num_workers=1, timeout=60)
     assert loader._dataloader().timeout == 60
     assert sorted(k for b in batches for k in b) == sorted(ds.keys)
+
+
+@pytest.mark.parametrize("shuffled", [True, False])
+def test_read_ahead_emits_the_same_samples_and_stops_its_thread(datasets, shuffled):
+    import threading
+
+    import numpy as np
+
+    from shardkit.loader.config import SourceConfig
+    from shardkit.loader.sources import ShardOpener
+    from shardkit.loader.stages import BlockReader, Counters, read_blocks
+    from shardkit.plan import Block
+
+    ds = shardkit.ShardDataset(datasets["many_shards"].url)
+    rng = np.random.default_rng(0)
+    blocks = []
+    for start in range(0, 36, 12):
+        gids = np.arange(start, start + 12)
+        blocks.append(Block(gids, rng.permutation(12) if shuffled else np.arange(12)))
+
+    def keys(read_ahead, stop=None):
+        reader = BlockReader(ds.urls, ds.shard_bytes, ds.shard_offsets, ShardOpener(SourceConfig()), Counters())
+        out = []
+        gen = read_blocks(blocks, reader=reader, chunk=5, read_ahead=read_ahead)
+        for s in gen:
+            out.append(s.key)
+            if len(out) == stop:
+                gen.close()  # a pass abandoned mid-way
+                break
+        return out
+
+    threads = threading.active_count()
+    assert keys(True) == keys(False)
+    assert keys(True, stop=7) == keys(False)[:7]
+    assert threading.active_count() == threads  # the read-ahead thread ended with its pass

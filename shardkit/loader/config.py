@@ -133,7 +133,8 @@ class LoaderConfig:
         source: :class:`SourceConfig`.
         seed: seed of shard order, shuffle blocks and crops.
         shuffle: shuffle shards and samples (False: manifest order, e.g. for evaluation).
-        shuffle_buffer: samples per worker shuffle block (memory: one block of JPEG bytes per worker).
+        shuffle_buffer: samples per worker shuffle block (memory: up to two blocks of JPEG bytes per
+            worker, the one being decoded and the next one, read ahead on a thread).
         shuffle_initial: size of the first block (starts faster); 0 means ``shuffle_buffer``.
         policy: uneven epochs over ranks: ``"pad"`` (repeat a few samples) or ``"drop"``.
         drop_last: drop each rank's last partial batch.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -172,25 +173,52 @@ def plan_blocks(blocks: Sequence[Block]) -> Iterator[Block]:
     yield from blocks
 
 
-def read_blocks(blocks: Iterable[Block], *, reader: BlockReader, chunk: int = 64) -> Iterator[RawSample]:
+def _pieces(blocks: Iterable[Block], chunk: int) -> Iterator[tuple[np.ndarray, Optional[np.ndarray]]]:
+    """``(gids to read, emission order or None)`` per read: a shuffled block at once; a block in
+    stored order (no shuffle) ``chunk`` samples at a time, so an evaluation pass holds one batch of
+    JPEG bytes per worker, not its whole chunk of the epoch."""
+    for block in blocks:
+        n = len(block.gids)
+        if n > chunk and np.array_equal(block.order, np.arange(n)):
+            for i in range(0, n, chunk):
+                yield block.gids[i : i + chunk], None
+        else:
+            yield block.gids, block.order
+
+
+def read_blocks(blocks: Iterable[Block], *, reader: BlockReader, chunk: int = 64, read_ahead: bool = True) -> Iterator[RawSample]:
     """Stage 1: read each block sequentially, emit its samples in the block's shuffled order.
 
-    A block emitted in stored order (no shuffle: one block is a worker's whole
-    chunk of the epoch) is read ``chunk`` samples at a time, so an evaluation
-    pass holds one batch of JPEG bytes per worker, not its whole chunk.
+    With ``read_ahead`` the next block is read on a background thread while this one is
+    decoded, so a remote shard's round trips (or a cold disk) overlap with decoding
+    instead of stalling the worker (memory: two blocks of JPEG bytes per worker). Only
+    one read is in flight at a time, so the reader is never used concurrently.
     """
+    pieces = _pieces(blocks, chunk)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="shardkit-read") if read_ahead else None
     try:
-        for block in blocks:
-            n = len(block.gids)
-            if n > chunk and np.array_equal(block.order, np.arange(n)):
-                for i in range(0, n, chunk):
-                    yield from reader.read(block.gids[i : i + chunk])
-                continue
-            samples = reader.read(block.gids)
-            for i in block.order.tolist():
-                yield samples[i]
+        pending: Optional[tuple[Any, Optional[np.ndarray]]] = None
+        for gids, order in pieces:
+            nxt = (pool.submit(reader.read, gids) if pool is not None else reader.read(gids)), order
+            if pending is not None:
+                yield from _emit(pending)
+            pending = nxt
+        if pending is not None:
+            yield from _emit(pending)
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)  # the in-flight read ends before the reader closes
         reader.close()
+
+
+def _emit(pending: tuple[Any, Optional[np.ndarray]]) -> Iterator[RawSample]:
+    got, order = pending
+    samples = got.result() if isinstance(got, Future) else got
+    if order is None:
+        yield from samples
+    else:
+        for i in order.tolist():
+            yield samples[i]
 
 
 class _one_thread:
