@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections import Counter
 
 import pytest
@@ -315,7 +316,77 @@ def test_read_ahead_emits_the_same_samples_and_stops_its_thread(datasets, shuffl
                 break
         return out
 
-    threads = threading.active_count()
+    def read_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("shardkit-read")]
+
     assert keys(True) == keys(False)
     assert keys(True, stop=7) == keys(False)[:7]
-    assert threading.active_count() == threads  # the read-ahead thread ended with its pass
+    deadline = time.monotonic() + 10
+    while read_threads() and time.monotonic() < deadline:  # close() does not wait: the thread ends just after
+        time.sleep(0.01)
+    assert not read_threads()
+
+
+class _FakeReader:
+    """Stands in for BlockReader: reads take ``delay`` seconds, block ``fail`` raises; records misuse."""
+
+    def __init__(self, fail: int = -1, delay: float = 0.02):
+        self.fail, self.delay, self.calls, self.active = fail, delay, [], 0
+        self.overlap = self.closed_during_read = False
+
+    def read(self, gids):
+        self.active += 1
+        self.overlap |= self.active > 1
+        try:
+            block = int(gids[0]) // 10
+            self.calls.append(block)
+            time.sleep(self.delay)
+            if block == self.fail:
+                raise ConnectionError(f"block {block} failed")
+            return gids.tolist()
+        finally:
+            self.active -= 1
+
+    def close(self):
+        self.closed_during_read |= self.active > 0
+
+
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_a_failed_read_surfaces_in_order_and_nothing_is_read_after_it(read_ahead):
+    import numpy as np
+
+    from shardkit.loader.stages import read_blocks
+    from shardkit.plan import Block
+
+    blocks = [Block(np.arange(s, s + 10), np.arange(10)[::-1].copy()) for s in range(0, 60, 10)]
+    reader, out = _FakeReader(fail=3), []
+    with pytest.raises(ConnectionError, match="block 3"):
+        for s in read_blocks(blocks, reader=reader, read_ahead=read_ahead):
+            out.append(s)
+    assert out == [g for s in range(0, 30, 10) for g in range(s + 9, s - 1, -1)]  # blocks 0-2, each exactly once
+    deadline = time.monotonic() + 5
+    while reader.active and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reader.calls == [0, 1, 2, 3] and not reader.overlap and not reader.closed_during_read
+
+
+def test_closing_early_does_not_wait_for_a_slow_read():
+    import numpy as np
+
+    from shardkit.loader.stages import read_blocks
+    from shardkit.plan import Block
+
+    blocks = [Block(np.arange(s, s + 10), np.arange(10)) for s in range(0, 40, 10)]
+    reader = _FakeReader(delay=0.0)
+    gen = read_blocks(blocks, reader=reader, chunk=64)
+    next(gen)  # block 0 emitting, block 1's read in flight
+    reader.delay = 2.0  # block 2's read (started at the end of block 0) is slow: a stalled endpoint
+    for _ in range(10):
+        next(gen)
+    t = time.monotonic()
+    gen.close()
+    assert time.monotonic() - t < 1.0
+    deadline = time.monotonic() + 5
+    while reader.active and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not reader.overlap and not reader.closed_during_read

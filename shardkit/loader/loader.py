@@ -45,7 +45,8 @@ STATE_VERSION = 1
 class LoaderStats:
     """What one epoch (or the epoch so far) cost.
 
-    Worker-side seconds are summed over workers (CPU time spent per stage);
+    Worker-side seconds are summed over workers (time spent per stage; ``read_s`` is the wall
+    time of reads, which run on a thread that overlaps decoding);
     ``wait_s`` is wall time the training loop spent waiting for the next batch;
     ``retries`` counts remote reads that failed and were retried (from the byte offset where they broke).
     """

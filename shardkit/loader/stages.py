@@ -175,8 +175,8 @@ def plan_blocks(blocks: Sequence[Block]) -> Iterator[Block]:
 
 def _pieces(blocks: Iterable[Block], chunk: int) -> Iterator[tuple[np.ndarray, Optional[np.ndarray]]]:
     """``(gids to read, emission order or None)`` per read: a shuffled block at once; a block in
-    stored order (no shuffle) ``chunk`` samples at a time, so an evaluation pass holds one batch of
-    JPEG bytes per worker, not its whole chunk of the epoch."""
+    stored order (no shuffle) ``chunk`` samples at a time, so an evaluation pass holds a batch or
+    two of JPEG bytes per worker (the one emitted and the one read ahead), not its whole chunk."""
     for block in blocks:
         n = len(block.gids)
         if n > chunk and np.array_equal(block.order, np.arange(n)):
@@ -190,30 +190,43 @@ def read_blocks(blocks: Iterable[Block], *, reader: BlockReader, chunk: int = 64
     """Stage 1: read each block sequentially, emit its samples in the block's shuffled order.
 
     With ``read_ahead`` the next block is read on a background thread while this one is
-    decoded, so a remote shard's round trips (or a cold disk) overlap with decoding
-    instead of stalling the worker (memory: two blocks of JPEG bytes per worker). Only
-    one read is in flight at a time, so the reader is never used concurrently.
+    emitted (decoded), so a remote shard's round trips (or a cold disk) overlap with
+    decoding instead of stalling the worker (memory: two blocks of JPEG bytes per worker).
+    A block's read starts only once the previous read has succeeded, so at most one read is
+    in flight, the reader is never used by two threads, and a failed read surfaces at once.
+    Closing the stage early does not wait for an in-flight read: the read thread closes the
+    reader when that read ends.
     """
     pieces = _pieces(blocks, chunk)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="shardkit-read") if read_ahead else None
+    if not read_ahead:
+        try:
+            for gids, order in pieces:
+                yield from _emit(reader.read(gids), order)
+        finally:
+            reader.close()
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="shardkit-read")
+    inflight: Optional[tuple[Future, Optional[np.ndarray]]] = None
     try:
-        pending: Optional[tuple[Any, Optional[np.ndarray]]] = None
-        for gids, order in pieces:
-            nxt = (pool.submit(reader.read, gids) if pool is not None else reader.read(gids)), order
-            if pending is not None:
-                yield from _emit(pending)
-            pending = nxt
-        if pending is not None:
-            yield from _emit(pending)
+        first = next(pieces, None)
+        if first is not None:
+            inflight = pool.submit(reader.read, first[0]), first[1]
+        while inflight is not None:
+            fut, order = inflight
+            inflight = None
+            samples = fut.result()  # raises the read's error here, in order
+            nxt = next(pieces, None)
+            if nxt is not None:
+                inflight = pool.submit(reader.read, nxt[0]), nxt[1]
+            yield from _emit(samples, order)
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)  # the in-flight read ends before the reader closes
-        reader.close()
+        if inflight is not None:
+            inflight[0].cancel()  # not started yet: dropped; running: ends in the background
+        pool.submit(reader.close)  # after any in-flight read, on the read thread
+        pool.shutdown(wait=False)
 
 
-def _emit(pending: tuple[Any, Optional[np.ndarray]]) -> Iterator[RawSample]:
-    got, order = pending
-    samples = got.result() if isinstance(got, Future) else got
+def _emit(samples: list[RawSample], order: Optional[np.ndarray]) -> Iterator[RawSample]:
     if order is None:
         yield from samples
     else:
