@@ -11,8 +11,8 @@ batch, so every rank yields the same number of batches and resume stays exact.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -186,6 +186,46 @@ def _pieces(blocks: Iterable[Block], chunk: int) -> Iterator[tuple[np.ndarray, O
             yield block.gids, block.order
 
 
+class _BlockRead:
+    """One read of ``reader`` on its own daemon thread: a worker process's exit never waits for
+    it (a non-daemon thread would hold up the exit until a remote read finished)."""
+
+    def __init__(self, reader: BlockReader, gids: np.ndarray):
+        self.reader = reader
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._finished = self._close_after = False
+        self._samples: list[RawSample] = []
+        self._error: Optional[BaseException] = None
+        threading.Thread(target=self._run, args=(gids,), name="shardkit-read", daemon=True).start()
+
+    def _run(self, gids: np.ndarray) -> None:
+        try:
+            self._samples = self.reader.read(gids)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer by result()
+            self._error = exc
+        finally:
+            with self._lock:
+                self._finished, close = True, self._close_after
+            self._done.set()
+            if close:
+                self.reader.close()
+
+    def result(self) -> list[RawSample]:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._samples
+
+    def close_reader_when_done(self) -> None:
+        """Close the reader now, or (if this read still runs) on its thread when it ends."""
+        with self._lock:
+            if not self._finished:
+                self._close_after = True
+                return
+        self.reader.close()
+
+
 def read_blocks(blocks: Iterable[Block], *, reader: BlockReader, chunk: int = 64, read_ahead: bool = True) -> Iterator[RawSample]:
     """Stage 1: read each block sequentially, emit its samples in the block's shuffled order.
 
@@ -194,7 +234,7 @@ def read_blocks(blocks: Iterable[Block], *, reader: BlockReader, chunk: int = 64
     decoding instead of stalling the worker (memory: two blocks of JPEG bytes per worker).
     A block's read starts only once the previous read has succeeded, so at most one read is
     in flight, the reader is never used by two threads, and a failed read surfaces at once.
-    Closing the stage early does not wait for an in-flight read: the read thread closes the
+    Closing the stage early does not wait for an in-flight read: its thread closes the
     reader when that read ends.
     """
     pieces = _pieces(blocks, chunk)
@@ -205,25 +245,24 @@ def read_blocks(blocks: Iterable[Block], *, reader: BlockReader, chunk: int = 64
         finally:
             reader.close()
         return
-    pool = ThreadPoolExecutor(1, thread_name_prefix="shardkit-read")
-    inflight: Optional[tuple[Future, Optional[np.ndarray]]] = None
+    inflight: Optional[tuple[_BlockRead, Optional[np.ndarray]]] = None
     try:
         first = next(pieces, None)
         if first is not None:
-            inflight = pool.submit(reader.read, first[0]), first[1]
+            inflight = _BlockRead(reader, first[0]), first[1]
         while inflight is not None:
-            fut, order = inflight
+            read, order = inflight
             inflight = None
-            samples = fut.result()  # raises the read's error here, in order
+            samples = read.result()  # raises the read's error here, in order
             nxt = next(pieces, None)
             if nxt is not None:
-                inflight = pool.submit(reader.read, nxt[0]), nxt[1]
+                inflight = _BlockRead(reader, nxt[0]), nxt[1]
             yield from _emit(samples, order)
     finally:
         if inflight is not None:
-            inflight[0].cancel()  # not started yet: dropped; running: ends in the background
-        pool.submit(reader.close)  # after any in-flight read, on the read thread
-        pool.shutdown(wait=False)
+            inflight[0].close_reader_when_done()
+        else:
+            reader.close()
 
 
 def _emit(samples: list[RawSample], order: Optional[np.ndarray]) -> Iterator[RawSample]:
