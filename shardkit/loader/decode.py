@@ -288,11 +288,6 @@ class CropDecoder:
         crops = self.geometry(np.array([[width, height]]), epoch, np.array([gid]))
         self.decode_into(data, width, height, crops.boxes[0].tolist(), bool(crops.flips[0]), out)
 
-    def decode_full(self, data: bytes) -> np.ndarray:
-        """The whole image at stored resolution (HxWx3 uint8)."""
-        w, h = self.decoder.header(data)
-        return self.decoder.decode(data, w, h)
-
 
 def channels_last_empty(shape: tuple[int, ...]) -> "torch.Tensor":
     """An uninitialised uint8 ``[..., 3, H, W]`` tensor whose bytes are laid out ``[..., H, W, 3]``."""
