@@ -103,19 +103,19 @@ def bench(
 ) -> BenchReport:
     """Measure the loader on ``url``: one epoch-slice of ``batches`` batches per worker count.
 
-    The first batch (worker start-up, first shuffle block) is excluded from the rate.
+    The first batch of every worker (start-up, first shuffle block) is excluded from the rate.
     """
     image = ImageConfig(preset=preset, size=size)  # type: ignore[arg-type]
     report = BenchReport(url=url, batch_size=batch_size)
     for nw in workers:
         loader = load(url, batch_size=batch_size, num_workers=nw, preset=preset, size=size, persistent_workers=False, **options)
-        n, t0 = 0, 0.0
+        n, t0, warm = 0, 0.0, max(1, nw)
         for i, (images, _) in enumerate(loader):
-            if i == 0:
+            if i == warm - 1:
                 t0 = time.perf_counter()
-            else:
+            elif i >= warm:
                 n += len(images)
-            if i >= batches:
+            if i >= batches + warm - 1:
                 break
         dt = time.perf_counter() - t0
         st = loader.stats
