@@ -34,42 +34,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from helpers import children, num_threads, open_fds, rss_bytes, wait_for  # noqa: E402
 
 
-# ----------------------------------------------------------------------------- /proc counters
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(x) for x in f.read().split()]
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return out
-
-
-def _status(pid: int, key: str) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0
-
-
-def _rss(pid: int) -> int:
-    return _status(pid, "VmRSS") * 1024
-
-
-def _fds(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except (FileNotFoundError, ProcessLookupError):
-        return 0
+# ----------------------------------------------------------------------------- /proc counters: tests/helpers.py
 
 
 def _shm() -> set[str]:
@@ -189,8 +158,8 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
 
             storage.read_bytes(url + "/manifest.json")
         shm0 = _shm()
-        before = set(_children(me))  # e.g. a multiprocessing resource tracker started earlier: not ours
-        start = {"fds": _fds(me), "threads": _status(me, "Threads"), "children": len(before)}
+        before = set(children(me))  # e.g. a multiprocessing resource tracker started earlier: not ours
+        start = {"fds": open_fds(me), "threads": num_threads(me), "children": len(before)}
         report = SoakReport(epochs, samples, workers, remote, start, {}, cache_limit=cache_size or 0)
         loader = shardkit.load(url, batch_size=batch_size, num_workers=workers, size=image_size, pin_memory=False,
                                persistent_workers=True, with_keys=True, cache_dir=cache_dir, cache_size=cache_size,
@@ -200,8 +169,8 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
             seen = [k for _, _, ks in loader for k in ks]
             if len(seen) != len(keys) or set(seen) != set(keys):
                 report.failures.append(f"epoch {epoch}: {len(seen)} samples delivered, {len(set(seen))} distinct, expected {len(keys)}")
-            kids = [k for k in _children(me) if k not in before]
-            wrss = [_rss(k) for k in kids]
+            kids = [k for k in children(me) if k not in before]
+            wrss = [rss_bytes(k) for k in kids]
             cache_bytes = 0
             if cache_dir:
                 from shardkit.loader.cache import ShardCache
@@ -209,15 +178,15 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
                 cache_bytes = ShardCache(cache_dir, cache_size).usage()
                 if cache_size is not None and cache_bytes > cache_size:
                     report.failures.append(f"epoch {epoch}: cache holds {cache_bytes} bytes > limit {cache_size}")
-            snap = Snapshot(epoch + 1, time.perf_counter() - t0, _rss(me), wrss, _fds(me), _status(me, "Threads"), len(kids), cache_bytes)
+            snap = Snapshot(epoch + 1, time.perf_counter() - t0, rss_bytes(me), wrss, open_fds(me), num_threads(me), len(kids), cache_bytes)
             report.snapshots.append(snap)
             log(f"epoch {epoch + 1:3d}: {snap.seconds:7.1f} s  main RSS {snap.main_rss / 2**20:7.1f} MiB  workers RSS "
                 f"{' '.join(f'{r / 2**20:.1f}' for r in wrss)} MiB  fds {snap.fds}  threads {snap.threads}  children {snap.children}"
                 + (f"  cache {cache_bytes / 2**20:.1f}/{cache_size / 2**20:.1f} MiB" if cache_dir else ""))  # type: ignore[operator]
         loader.close()
         del loader
-        ok = _wait(lambda: len(_children(me)) <= start["children"] and _fds(me) <= start["fds"] and _status(me, "Threads") <= start["threads"], 15)
-        report.after_close = {"fds": _fds(me), "threads": _status(me, "Threads"), "children": len(_children(me))}
+        ok = wait_for(lambda: len(children(me)) <= start["children"] and open_fds(me) <= start["fds"] and num_threads(me) <= start["threads"], 15)
+        report.after_close = {"fds": open_fds(me), "threads": num_threads(me), "children": len(children(me))}
         if not ok:
             report.failures.append(f"after close: {report.after_close} != start {start}")
         for which in ("main", "workers"):
@@ -247,15 +216,6 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
         shutil.rmtree(private_tmp, ignore_errors=True)
 
 
-def _wait(pred, timeout: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return bool(pred())
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=20)
@@ -271,13 +231,18 @@ def main(argv: Optional[list[str]] = None) -> int:
              remote=a.remote, max_growth=a.max_growth)
     print(f"RSS growth after epoch 2: main {r.growth('main'):+.2%}, workers {r.growth('workers'):+.2%}; "
           f"start {r.start} -> after close {r.after_close}; temp files left: {len(r.leftover_tmp) + len(r.leftover_shm)}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(asdict(r), f, indent=1)
-    for msg in r.failures:
+    return finish(r, a.json)
+
+
+def finish(report, json_path: Optional[str]) -> int:  # type: ignore[no-untyped-def]
+    """Write ``report`` (a dataclass with ``failures``) to ``json_path``, print the verdict, return the exit status."""
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(asdict(report), f, indent=1)
+    for msg in report.failures:
         print("FAIL:", msg)
-    print("OK" if not r.failures else "FAILED")
-    return 1 if r.failures else 0
+    print("OK" if not report.failures else "FAILED")
+    return 1 if report.failures else 0
 
 
 if __name__ == "__main__":

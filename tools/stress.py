@@ -21,13 +21,15 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from soak import _children, _fds, _rss, make_dataset  # noqa: E402
+from helpers import children, open_fds, rss_bytes  # noqa: E402
+from soak import finish, make_dataset  # noqa: E402
 
 
 @dataclass
@@ -95,10 +97,10 @@ def stress(*, shards: int = 10_000, per_shard: int = 2, workers: int = 8, shuffl
 
         def monitor() -> None:
             while not stop.is_set():
-                r.peak_main_mib = max(r.peak_main_mib, _rss(me) / 2**20)
-                for c in _children(me):
-                    r.peak_worker_mib = max(r.peak_worker_mib, _rss(c) / 2**20)
-                    r.peak_worker_fds = max(r.peak_worker_fds, _fds(c))
+                r.peak_main_mib = max(r.peak_main_mib, rss_bytes(me) / 2**20)
+                for c in children(me):
+                    r.peak_worker_mib = max(r.peak_worker_mib, rss_bytes(c) / 2**20)
+                    r.peak_worker_fds = max(r.peak_worker_fds, open_fds(c))
                 time.sleep(0.02)
 
         th = threading.Thread(target=monitor, daemon=True)
@@ -135,13 +137,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     a = p.parse_args(argv)
     r = stress(shards=a.shards, per_shard=a.per_shard, workers=a.workers, shuffle_buffer=a.shuffle_buffer,
                manifest_shards=a.manifest_shards, manifest_s=a.manifest_s)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(asdict(r), f, indent=1)
-    for msg in r.failures:
-        print("FAIL:", msg)
-    print("OK" if not r.failures else "FAILED")
-    return 1 if r.failures else 0
+    return finish(r, a.json)
 
 
 if __name__ == "__main__":
