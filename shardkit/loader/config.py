@@ -53,8 +53,8 @@ class ImageConfig:
             less decode time; pixel differences of a few levels, invisible to training). Default
             (None): on for ``train``, off for ``eval``, whose output stays close to torchvision's.
         channels_last: batches are ``[B, 3, S, S]`` in channels-last memory format (NHWC bytes,
-            as the resize kernel writes them and as GPU training wants them: about 40 % cheaper
-            per image than NCHW). ``False``: contiguous NCHW batches (one more transposing copy).
+            as the resize kernel writes them and as GPU training wants them; NCHW batches measured
+            15 % slower). ``False``: contiguous NCHW batches (one more transposing pass).
         max_pixels: images whose header declares more pixels are skipped (and counted) without
             decoding: a decompression bomb (a few KB declaring 65000 x 65000) cannot make a worker
             allocate gigabytes. Default: PIL's ``MAX_IMAGE_PIXELS`` (89,478,485, about 9500 x 9500).
