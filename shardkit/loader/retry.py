@@ -19,12 +19,19 @@ everything longer than s3fs's quick retries. fsspec's HTTP backend has no
 retries of its own. Not retried: missing objects, denied access, and any
 error that is not an I/O or network error (a bug must not look like a flaky
 network).
+
+Logging tells one story per outage (:class:`RetryLog`): the first failed read of a
+URL is logged once, a long outage gets a reminder at most every ``repeat_s``
+seconds, and one line says when the URL recovered ("recovered after 7 retries
+over 4.1 s"); giving up is the :class:`StorageError` itself. The counts stay in
+``loader.stats.retries``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import time
 from typing import IO, Any, Callable, Optional
 
@@ -81,6 +88,44 @@ def backoff_s(url: str, attempt: int) -> float:
     return base * (0.5 + int.from_bytes(h, "big") / 65535 / 2)  # in [0.5, 1] x base
 
 
+class RetryLog:
+    """Log one story per outage of a URL: its first failure, rare reminders, then its recovery.
+
+    Args:
+        logger: where the lines go (all warnings: a user who saw the failure sees its end).
+        repeat_s: while a URL keeps failing, at most one reminder line per ``repeat_s`` seconds.
+        clock: seconds, monotonic (tests pass a fake clock).
+    """
+
+    def __init__(self, logger: logging.Logger, *, repeat_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
+        self._log, self.repeat_s, self._clock = logger, repeat_s, clock
+        self._last: dict[str, float] = {}  # url -> when its last line was logged (only URLs in an outage)
+
+    def failed(self, url: str, offset: int, attempt: int, exc: BaseException) -> None:
+        """Retry number ``attempt`` (1-based) of a read of ``url`` at ``offset`` is about to be made."""
+        now = self._clock()
+        last = self._last.get(url)
+        if last is None:
+            self._log.warning("shardkit: %s: read at byte %d failed (%s: %s); retrying quietly until it recovers",
+                              url, offset, type(exc).__name__, exc)
+        elif now - last >= self.repeat_s:
+            self._log.warning("shardkit: %s: still failing after %d retries (%s: %s); retrying", url, attempt - 1,
+                              type(exc).__name__, exc)
+        else:
+            return
+        self._last[url] = now
+
+    def recovered(self, url: str, retries: int, seconds: float) -> None:
+        """A read of ``url`` succeeded after ``retries`` retries over ``seconds``."""
+        if self._last.pop(url, None) is not None:
+            self._log.warning("shardkit: %s: recovered after %d %s over %.1f s", url, retries,
+                              "retry" if retries == 1 else "retries", seconds)
+
+    def gave_up(self, url: str) -> None:
+        """The read of ``url`` was given up (the caller raises the error): the story ends there."""
+        self._last.pop(url, None)
+
+
 class RetryingFile(io.RawIOBase):
     """A read-only, seekable view of ``url`` that reopens at the current offset after transient errors.
 
@@ -89,7 +134,8 @@ class RetryingFile(io.RawIOBase):
         open_fn: opens ``url`` from its start (an fsspec file, seekable; seeking before reading is free).
         max_retries: retries of one failing read before giving up.
         retry_budget_s: seconds one read may keep failing before giving up.
-        on_retry: called as ``on_retry(url, offset, exc)`` before each retry (counting, logging).
+        on_retry: called as ``on_retry(url, offset, exc)`` before each retry (counting).
+        log: tells the story of an outage (first failure, recovery); None: silent.
         sleep: the wait function (tests pass a fake clock).
     """
 
@@ -101,12 +147,13 @@ class RetryingFile(io.RawIOBase):
         max_retries: int,
         retry_budget_s: float,
         on_retry: Optional[Callable[[str, int, BaseException], None]] = None,
+        log: Optional[RetryLog] = None,
         sleep: Callable[[float], None] = time.sleep,
     ):
         super().__init__()
         self.url, self._open_fn = url, open_fn
         self.max_retries, self.retry_budget_s = max_retries, retry_budget_s
-        self._on_retry, self._sleep = on_retry, sleep
+        self._on_retry, self._log, self._sleep = on_retry, log, sleep
         self._f: Optional[IO[bytes]] = None
         self._pos = 0
         self.retries = 0  #: retries made so far (all reads together)
@@ -172,7 +219,10 @@ class RetryingFile(io.RawIOBase):
                     self._f = self._open_fn()
                 if self._f.tell() != self._pos:
                     self._f.seek(self._pos)
-                return op(self._f)
+                result = op(self._f)
+                if failures and self._log is not None:
+                    self._log.recovered(self.url, failures, time.monotonic() - first)
+                return result
             except Exception as exc:  # noqa: BLE001 - classified just below
                 if isinstance(exc, _FATAL):
                     raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc})") from None
@@ -186,6 +236,8 @@ class RetryingFile(io.RawIOBase):
                 failures += 1
                 spent = now - first
                 if failures > self.max_retries or spent >= self.retry_budget_s:
+                    if self._log is not None:
+                        self._log.gave_up(self.url)
                     raise StorageError(
                         f"{self.url}: read at byte {self._pos} still failing after {failures - 1} retries "
                         f"over {spent:.1f} s ({type(exc).__name__}: {exc}); check the endpoint and network, "
@@ -194,4 +246,6 @@ class RetryingFile(io.RawIOBase):
                 self.retries += 1
                 if self._on_retry is not None:
                     self._on_retry(self.url, self._pos, exc)
+                if self._log is not None:
+                    self._log.failed(self.url, self._pos, failures, exc)
                 self._sleep(min(backoff_s(self.url, failures), max(0.0, self.retry_budget_s - spent)))

@@ -21,7 +21,7 @@ from .. import storage
 from ..errors import StorageError
 from .cache import ShardCache, copy_stream
 from .config import SourceConfig
-from .retry import RetryingFile, backend_options
+from .retry import RetryingFile, RetryLog, backend_options
 
 log = logging.getLogger("shardkit.loader")
 
@@ -43,6 +43,7 @@ class ShardOpener:
         self.cfg = cfg
         self.cache = ShardCache(cfg.cache_dir, cfg.cache_size) if cfg.cache_dir else None
         self.retries = 0  #: remote reads retried so far (all shards together)
+        self.retry_log = RetryLog(log)
 
     def open(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
         """A binary file positioned at the start of shard ``url`` (``nbytes``: size from the manifest)."""
@@ -75,12 +76,12 @@ class ShardOpener:
         def open_fn() -> IO[bytes]:
             return storage.open_read(url, block_size=block_size, raw_errors=True, cache_type="none", **opts)
 
-        raw = RetryingFile(url, open_fn, max_retries=self.cfg.max_retries, retry_budget_s=self.cfg.retry_budget_s, on_retry=self._retried)
+        raw = RetryingFile(url, open_fn, max_retries=self.cfg.max_retries, retry_budget_s=self.cfg.retry_budget_s, on_retry=self._retried,
+                           log=self.retry_log)
         return io.BufferedReader(raw, buffer_size=block_size)
 
     def _retried(self, url: str, offset: int, exc: BaseException) -> None:
         self.retries += 1
-        log.warning("shardkit: %s: read at byte %d failed (%s: %s); retrying", url, offset, type(exc).__name__, exc)
 
 
 def _gopen_fsspec(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> IO[bytes]:
