@@ -8,7 +8,7 @@ HELP = "run the whole workflow on sample data shardkit makes itself (no download
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..demo import DemoOptions
+    from ..demo_options import DemoOptions  # not ..demo: that imports torch (1 s) for every command
 
     d = DemoOptions()
     p.add_argument("--workdir", default=d.workdir, help="where sample images and shards go (default: %(default)s)")
