@@ -89,6 +89,8 @@ class PrintEpoch(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.t0 = time.perf_counter()
 
+    on_train_start = on_train_epoch_start  # a run resumed mid-epoch does not start the epoch again
+
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
             m = {k: float(v) for k, v in trainer.callback_metrics.items()}
