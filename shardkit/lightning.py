@@ -7,7 +7,10 @@
     trainer = Trainer(strategy="ddp", devices=8, callbacks=[ModelCheckpoint(every_n_train_steps=1000)])
     trainer.fit(model, datamodule=dm, ckpt_path="last")   # resumes mid-epoch, batch for batch
 
-How the seams are closed (Lightning 2.x, ``lightning`` or ``pytorch_lightning``):
+The DataModule is a ``lightning.pytorch`` one when ``lightning`` is installed, else a
+``pytorch_lightning`` one: use the ``Trainer`` of the same package.
+
+How the seams are closed (Lightning 2.x):
 
 * **No sampler over shardkit's split.** Lightning injects a ``DistributedSampler`` only into
   ``torch.utils.data.DataLoader`` objects; the loaders returned here are not ``DataLoader`` s,
