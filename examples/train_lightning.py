@@ -55,7 +55,9 @@ class CatDog(pl.LightningModule):
     def _log_keys(self, stage: str, keys: list[str]) -> None:
         if self._log_file is None:
             self._log_file = open(os.path.join(self.log_dir, f"rank{self.global_rank}.jsonl"), "a")
-        self._log_file.write(json.dumps({"stage": stage, "epoch": self.current_epoch, "step": self.global_step, "keys": list(keys)}) + "\n")
+        aug_seed = getattr(self.trainer.datamodule.gpu_augment, "seed", None)  # per rank
+        rec = {"stage": stage, "epoch": self.current_epoch, "step": self.global_step, "keys": list(keys), "aug_seed": aug_seed}
+        self._log_file.write(json.dumps(rec) + "\n")
         self._log_file.flush()  # an abrupt exit loses nothing
 
     def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:

@@ -100,7 +100,8 @@ class ShardDataModule(pl.LightningDataModule):
         val: URL of the validation split, or ``None``.
         gpu_augment: applied on the device to training batches (``on_after_batch_transfer``), e.g.
             a :class:`~shardkit.augment.GpuAugment`; one that mixes labels (MixUp, CutMix) is called
-            with ``(images, labels)``.
+            with ``(images, labels)``. A ``GpuAugment`` is reseeded with its seed + the global rank
+            when the loaders are built, so that ranks draw different parameters.
         val_gpu_augment: the same for validation batches (usually just ``Normalize``).
         val_options: :func:`shardkit.load` options for the validation loader only (e.g. ``batch_size``).
         **load_options: :func:`shardkit.load` options for both loaders (``batch_size``,
@@ -128,6 +129,7 @@ class ShardDataModule(pl.LightningDataModule):
                 raise TypeError(f"ShardDataModule takes {name} from the Trainer; remove {name}= from its options")
         self.train_url, self.val_url = train, val
         self.gpu_augment, self.val_gpu_augment = gpu_augment, val_gpu_augment
+        self._augment_seed: Optional[int] = getattr(gpu_augment, "seed", None)  # rank 0's; rank r draws from + r
         self.train_options = {"preset": "train", "shuffle": True, **load_options}
         self.val_options = {**load_options, "preset": "eval", "shuffle": False, "drop_last": False, **(val_options or {})}
         self._train: Optional[TrainerLoader] = None
@@ -164,6 +166,8 @@ class ShardDataModule(pl.LightningDataModule):
         rank, world = self._ensure_topology()
         if self._train is None:
             self._train = TrainerLoader(load(self.train_url, rank=rank, world_size=world, **self.train_options), self._current_epoch)
+            if self._augment_seed is not None and hasattr(self.gpu_augment, "manual_seed"):
+                self.gpu_augment.manual_seed(self._augment_seed + (rank or 0))
         if self._restored is not None:
             self._train.load_state_dict(self._restored)
             self._restored = None

@@ -148,6 +148,7 @@ def test_ddp_two_processes_equal_batches_exactly_once(tmp_path, data):
     steps = read_keys(logs, "train")
     assert sorted(steps) == [0, 1] and len(steps[0]) == len(steps[1]) == 4  # 15 samples per rank: 3 x 4 + 3
     assert Counter(k for r in steps.values() for s in r for k in s["keys"]) == Counter(train.keys)
+    assert {r: {s["aug_seed"] for s in steps[r]} for r in steps} == {0: {3}, 1: {4}}  # GpuAugment seed + rank
     vals = read_keys(logs, "val")
     assert len(vals[0]) == len(vals[1])
     assert Counter(k for r in vals.values() for s in r for k in s["keys"]) == Counter(val.keys)
