@@ -22,7 +22,7 @@ import torch
 pl = pytest.importorskip("lightning.pytorch")
 
 import shardkit  # noqa: E402
-from helpers import write_dataset  # noqa: E402
+from helpers import dataloader_workers, wait_for, write_dataset  # noqa: E402
 from shardkit.augment import GpuAugment, Normalize  # noqa: E402
 from shardkit.lightning import ShardDataModule  # noqa: E402
 
@@ -100,6 +100,34 @@ def test_fit_epochs_exactly_once_and_val_does_not_move_train(data):
     assert model.train_keys[:per_epoch] != model.train_keys[per_epoch:]  # the Trainer's epoch reached the loader
     # sanity check (2 batches), then a whole validation pass, in manifest order, twice per epoch
     assert model.val_passes == [(True, val.keys[:8])] + [(False, val.keys)] * 4
+
+
+class Fails(pl.LightningModule):
+    """Plain ``(images, labels)`` uint8 batches; raises at the third step."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.steps = 0
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        assert images.dtype == torch.uint8  # no gpu_augment: the loader's batches as they are
+        self.steps += 1
+        if self.steps == 3:
+            raise RuntimeError("boom")
+        return torch.nn.functional.cross_entropy(self.lin(images.float().mean((2, 3))), labels)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_failed_run_stops_the_workers(data):
+    dm = ShardDataModule(os.path.join(data[0], "train"), batch_size=4, size=16, num_workers=2)  # persistent workers, no val
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer(max_epochs=1).fit(Fails(), datamodule=dm)
+    assert wait_for(lambda: not dataloader_workers(), timeout=30), dataloader_workers()  # on_exception closed them
 
 
 def test_rank_comes_from_the_trainer(data):
