@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - depends on what is installed
             "shardkit.lightning needs PyTorch Lightning: pip install 'shardkit[lightning]' (or install pytorch_lightning)"
         ) from None
 
-from .loader import ShardLoader, load
+from . import ShardLoader, load  # the public names (served lazily by shardkit/__init__.py)
 
 __all__ = ["ShardDataModule", "TrainerLoader"]
 
@@ -74,7 +74,8 @@ class TrainerLoader:
 
     def __iter__(self) -> Iterator[Any]:
         # a generator: the epoch is read when Lightning asks for the first batch, not when it
-        # creates the iterator (it does so before restoring a checkpoint's loop state)
+        # creates the iterator (with trainer.estimated_stepping_batches in configure_optimizers
+        # that is before the checkpoint's epoch is restored: set_epoch(0) would drop the position)
         if self._epoch is None:
             self.loader.load_state_dict(self._start)
         else:
