@@ -251,6 +251,7 @@ class _SplitCheck:
         self.m, self.where, self.quick, self.report, self.so = m, where, quick, report, so
         self.keys: set[str] = set()
         self.counts = [0] * len(m.classes)
+        self.unread = False  # a shard is missing or not fully readable: its class counts are unknown
 
     def add(self, name: str, key: str, msg: str) -> None:
         self.report.problems.append(Problem(self.m.split, self.where + name, key, msg))
@@ -262,6 +263,7 @@ class _SplitCheck:
         url = m.shard_url(index)
         size = size_of(url, **self.so)
         if size is None:
+            self.unread = True
             return self.add(s.name, "", "shard is missing")
         if size != s.bytes:
             self.add(s.name, "", f"size is {size} bytes, manifest says {s.bytes}")
@@ -296,6 +298,7 @@ class _SplitCheck:
                 self.keys.add(smp.key)
                 self._fields(name, smp.key, smp.label, smp.meta_bytes, smp.jpeg)  # type: ignore[arg-type]
         except TarDamage as exc:
+            self.unread = True
             self.add(name, "", f"not a readable tar after {n} samples ({exc.what} at byte {exc.offset})")
         if n != expected:
             self.add(name, "", f"holds {n} samples, manifest says {expected}")
@@ -327,7 +330,7 @@ class _SplitCheck:
             self.add(iname, "", "sample index does not match the tar (the loader detects this and falls back to the header walk)")
 
     def finish(self) -> None:
-        if not self.quick and self.m.class_counts and self.counts != self.m.class_counts:
+        if not self.quick and not self.unread and self.m.class_counts and self.counts != self.m.class_counts:
             self.add(MANIFEST_NAME, "", f"class counts in the shards {self.counts} differ from the manifest {self.m.class_counts}")
 
 
@@ -371,6 +374,7 @@ def verify(url: str, *, quick: bool = False, quiet: bool = True, **storage_optio
                 try:
                     check.shard(i)
                 except ShardkitError as exc:
+                    check.unread = True
                     check.add(s.name, "", str(exc))
                 report.shards += 1
                 bar.update(s.bytes)
