@@ -58,7 +58,7 @@ def split_member(name: str) -> Optional[tuple[str, str]]:
     stem, dot, ext = base.partition(".")
     if len(name) > MAX_NAME:
         raise UnsafeName(f"member name of {len(name)} characters (limit {MAX_NAME})", name[:200], ext[:20])
-    if name.startswith("/") or ".." in name.split("/"):
+    if name[:1] == "/" or ".." in name and ".." in name.split("/"):
         raise UnsafeName(f"unsafe member name {name[:200]!r} (absolute or '..')", d + slash + stem, ext)
     if not dot or not stem or base.startswith("__"):
         return None

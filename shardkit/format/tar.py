@@ -52,7 +52,7 @@ class TarDamage(Exception):
         self.url, self.offset, self.what = url, offset, what
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Member:
     """One sample member as found by the walk: its field, where its data lies, and where its headers begin."""
 
@@ -64,7 +64,7 @@ class Member:
     unsafe: Optional[str] = None  #: why the name is damage (:class:`UnsafeName`), or ``None``
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Layout:
     """Where the sample last read lies: bytes ``[start, end)`` of the shard and its members in order."""
 
