@@ -155,7 +155,7 @@ class Manifest:
                 class_counts=[_count(c) for c in d.get("class_counts", [])],
                 skipped=skipped,
                 shardkit_version=str(d.get("shardkit_version", "")),
-                sample_index=str(d.get("sample_index", "")) if version >= 2 else "",
+                sample_index=_text(d.get("sample_index", "")) if version >= 2 else "",
                 version=version,
                 url=url,
             )
@@ -194,6 +194,12 @@ class Manifest:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _text(x: Any) -> str:
+    if not isinstance(x, str):
+        raise TypeError(f"{x!r} is not a string")
+    return x
 
 
 def _count(x: Any) -> int:

@@ -262,3 +262,82 @@ def test_verify_summary_and_paths_of_a_single_folder_dataset(ds, capsys):
     assert not os.path.exists(os.path.join(ds, "train"))
     os.remove(os.path.join(ds, "train-000001.tar"))
     assert [str(p) for p in verify(ds).problems] == ["train-000001.tar: shard is missing"]
+
+
+# --- bounded fuzzing of the index: any damage is refused or detected, never wrong bytes --------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from shardkit.format import EncodedSample, write_tar  # noqa: E402
+from shardkit.format.index import SampleIndex  # noqa: E402
+
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+def _fuzz_shard():
+    import io
+
+    samples = [EncodedSample(f"k{i:03d}", J[i % len(J)], i % 3, {"class": CLASSES[i % 3]}) for i in range(9)]
+    buf = io.BytesIO()
+    w = write_tar(samples, buf)
+    return buf.getvalue(), w
+
+
+_DATA, _WRITTEN = _fuzz_shard()
+_INDEX = _WRITTEN.index.to_bytes()
+
+
+def _walk_bytes(data: bytes) -> list:
+    import io
+
+    r = ShardReader(io.BytesIO(data), "s.tar", num_classes=3)
+    out = []
+    try:
+        while (s := r.read(r.index, r.index)) is not None:
+            out.append(s)
+    except Exception:  # noqa: BLE001 - TarDamage: the walk stops; compare what it delivered
+        pass
+    return out
+
+
+@pytest.mark.timeout(120)
+@FUZZ
+@given(flips=st.lists(st.tuples(st.integers(0, len(_INDEX) - 5), st.integers(1, 255)), min_size=1, max_size=3),
+       span=st.tuples(st.integers(0, 8), st.integers(1, 9)))
+def test_fuzz_index_damage_is_refused_or_detected(flips, span):
+    body = bytearray(_INDEX[:-4])
+    for at, x in flips:
+        body[at] ^= x
+    body = bytes(body)
+    data = body + struct.pack("<I", zlib.crc32(body))  # a consistent CRC: only the content checks remain
+    try:
+        idx = SampleIndex.from_bytes(data, "s.idx", shard_bytes=len(_DATA), shard_sha256=_WRITTEN.sha256)
+    except IndexDamage:
+        return
+    a, b = min(span), max(span)
+    if a == b or b > len(idx):
+        return
+    lo, hi = idx.byte_range(a, b)
+    try:
+        got = idx.slice(_DATA[lo:hi], a, b, url="s.tar", first_gid=a, num_classes=3)
+    except IndexMismatch:
+        return
+    assert got == _walk_bytes(_DATA)[a:b]  # accepted: then it is exactly what the header walk reads
+
+
+@pytest.mark.timeout(120)
+@FUZZ
+@given(flips=st.lists(st.tuples(st.integers(0, len(_DATA) - 1), st.integers(1, 255)), min_size=1, max_size=3))
+def test_fuzz_damaged_shard_bytes_never_differ_from_the_walk(flips):
+    data = bytearray(_DATA)
+    for at, x in flips:
+        data[at] ^= x
+    data = bytes(data)
+    idx = _WRITTEN.index
+    lo, hi = idx.byte_range(0, len(idx))
+    try:
+        got = idx.slice(data[lo:hi], 0, len(idx), url="s.tar", first_gid=0, num_classes=3)
+    except IndexMismatch:
+        return  # the loader then reads the shard with the walk
+    assert got == _walk_bytes(data)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Iterable, Optional
 
 from .index import SampleIndex, build_index
-from .members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT
+from .members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, split_member
 from .tar import Layout, Member, pad
 
 
@@ -88,8 +88,9 @@ def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
             start = tf.offset
             members = []
             for ext in sorted(fields):
-                data = fields[ext]
-                ti = tarfile.TarInfo(f"{s.key}.{ext}")
+                data, name = fields[ext], f"{s.key}.{ext}"
+                assert split_member(name) == (s.key, ext)  # what readers will make of it (KEY_PATTERN ensures it)
+                ti = tarfile.TarInfo(name)
                 ti.size, ti.mtime, ti.mode, ti.uname, ti.gname = len(data), 0, 0o444, "shardkit", "shardkit"
                 at = tf.offset
                 tf.addfile(ti, io.BytesIO(data))
