@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterator, Optional
@@ -27,6 +28,7 @@ from .format.tar import Layout, ShardReader, TarDamage
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
 
 _JOURNAL_DIR = "_shardkit"  # shardkit.convert.journal.JOURNAL_DIR (not imported: reading a dataset needs no converter)
+_RECORD = re.compile(r".+-[0-9]{6}\.json")  # a finished planned shard's journal record
 _FINISH = ("finish it by rerunning the same 'shardkit convert SRC DEST' command "
            "(after a multi-task conversion: run the missing tasks, then 'shardkit merge DEST')")
 
@@ -60,7 +62,7 @@ def _incomplete(url: str, files: list[str], dirs: list[str], **so: Any) -> Optio
 
             planned = int(json.loads(storage.read_bytes(plan_url, **so)).get("num_planned", 0))
             _, jfiles = _list(storage.join(url, _JOURNAL_DIR), **so)
-            records = sum(1 for f in jfiles if f.endswith(".json") and f != "plan.json")
+            records = sum(1 for f in jfiles if _RECORD.fullmatch(f))
             done = f", {records} of {planned} planned shards finished" if planned else ", planned but no shard finished"
         except (ShardkitError, ValueError, TypeError, AttributeError):
             done = ", its conversion plan is unreadable"

@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from ..errors import ManifestError
     from ..inspect import find_splits, split_info
     from .convert import storage_options
 
@@ -27,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
     splits = [split_info(m) for m in found.manifests]
     for inc in found.incomplete:
         print(f"warning: {inc.url}: {inc.detail}", file=sys.stderr)
+    if not splits:
+        raise ManifestError(f"{args.url}: no finished split (see the warning above)")
     if args.json:
         print(json.dumps([s.to_dict() for s in splits], indent=1, ensure_ascii=False))
         return 0

@@ -28,8 +28,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from .. import storage
 from ..errors import ConvertError
 from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
-from ..format.index import index_url
-from ..shardformat import EncodedSample, write_tar
+from ..format import EncodedSample, index_url, write_tar
 from . import _fs, journal, plan
 from .discover import Layout, SplitSource, scan
 from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_thread, process, single_thread

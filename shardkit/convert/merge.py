@@ -18,8 +18,7 @@ from typing import Any
 from .. import __version__, storage
 from ..errors import ConvertError
 from ..manifest import Manifest, ShardInfo, manifest_url
-from ..format.index import INDEX_FORMAT, index_url
-from ..shardformat import EncodedSample, write_tar
+from ..format import INDEX_FORMAT, EncodedSample, index_url, write_tar
 from . import _fs, journal, plan
 
 _SHOW = 10
