@@ -341,3 +341,17 @@ def test_fuzz_damaged_shard_bytes_never_differ_from_the_walk(flips):
     except IndexMismatch:
         return  # the loader then reads the shard with the walk
     assert got == _walk_bytes(data)
+
+
+def test_rerun_over_shards_without_index_does_not_claim_one(tmp_path):
+    # shards resumed from a conversion by a shardkit without the index (no .idx files): the manifest claims none
+    src = make_imagefolder(str(tmp_path / "src"), num_classes=2, per_class=4)
+    dest = str(tmp_path / "ds")
+    convert(src, dest, OPTS, workers=1, quiet=True)
+    for f in os.listdir(dest):
+        if f.endswith(".idx"):
+            os.remove(os.path.join(dest, f))
+    os.remove(os.path.join(dest, "manifest.json"))
+    res = convert(src, dest, OPTS, workers=1, quiet=True)
+    assert res.converted == 0 and load_manifest(dest).sample_index == ""
+    assert verify(dest).ok

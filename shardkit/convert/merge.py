@@ -84,9 +84,11 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         **p.options, "samples_per_shard": p.samples_per_shard, "encoder": p.encoder,
         "input_sha256": p.input_sha256, "fingerprint": p.fingerprint,
     }
+    listed = set(_fs.list_dir(split_url, **storage_options)[1])  # shards resumed from an older shardkit have no index
+    indexed = all(index_url(s.name) in listed for s in shards if s is not None)
     m = Manifest(
         split=p.split, classes=list(p.classes), shards=[s for s in shards if s is not None], options=options,
-        class_counts=counts, skipped=skipped, shardkit_version=__version__, sample_index=INDEX_FORMAT,
+        class_counts=counts, skipped=skipped, shardkit_version=__version__, sample_index=INDEX_FORMAT if indexed else "",
     )
     m.validate()
     m.url = manifest_url(split_url)
