@@ -19,6 +19,7 @@ shard (adjacent or not) is damage: its later samples are unusable.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Optional
 
@@ -35,6 +36,7 @@ MAX_NAME = 4096
 MAX_JSON_BYTES = 1 << 20
 MAX_JSON_DEPTH = 64
 _INT64_MAX = (1 << 63) - 1
+_decode = json.JSONDecoder().decode
 
 
 class UnsafeName(ValueError):
@@ -96,14 +98,12 @@ def parse_meta(data: bytes) -> dict:
     Raises:
         ValueError: too large, nested too deep, not JSON or not an object.
     """
-    import json
-
     if len(data) > MAX_JSON_BYTES:
         raise ValueError(f"metadata of {len(data)} bytes (limit {MAX_JSON_BYTES})")
     if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and _depth(data) > MAX_JSON_DEPTH:
         raise ValueError(f"metadata nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        d = json.loads(data)
+        d = _decode(data.decode("utf-8"))  # UnicodeDecodeError is a ValueError
     except (ValueError, RecursionError) as exc:  # RecursionError: cannot happen after the depth check
         raise ValueError(f"metadata is not JSON ({str(exc)[:80]})") from None
     if not isinstance(d, dict):
