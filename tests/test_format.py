@@ -355,3 +355,21 @@ def test_rerun_over_shards_without_index_does_not_claim_one(tmp_path):
     res = convert(src, dest, OPTS, workers=1, quiet=True)
     assert res.converted == 0 and load_manifest(dest).sample_index == ""
     assert verify(dest).ok
+
+
+def test_index_over_http_through_the_loaders_opener(converted, http_root, tmp_path):
+    from shardkit.loader.config import SourceConfig
+    from shardkit.loader.sources import ShardOpener
+
+    base, directory = http_root
+    shutil.copytree(converted, os.path.join(directory, "ds"))
+    m = load_manifest(f"{base}/ds")
+    opener = ShardOpener(SourceConfig(cache_dir=str(tmp_path / "cache")))  # the test server has no range requests
+    s, url = m.shards[1], m.shard_url(1)
+    idx = load_index(url, shard_bytes=s.bytes, shard_sha256=s.sha256, open_fn=opener.open)
+    with opener.open(url, s.bytes) as f:
+        got = idx.read(f, 1, s.samples, url=url, first_gid=7, num_classes=3)
+    walked = _walk(os.path.join(converted, s.name))[1:]
+    assert [(x.key, x.label, x.jpeg, x.meta_bytes) for x in got] == [(x.key, x.label, x.jpeg, x.meta_bytes) for x in walked]
+    assert [x.gid for x in got] == list(range(7, 7 + s.samples - 1)) and all(x.error is None for x in got)
+    assert verify(f"{base}/ds").ok
