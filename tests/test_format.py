@@ -74,6 +74,17 @@ def test_member_rule():
     assert split_member("a..b.jpg") == ("a", ".b.jpg")  # ".." inside a name is not a path component
 
 
+@pytest.mark.timeout(60)
+def test_json_bounds_are_linear_and_ignore_brackets_in_strings():
+    from shardkit.format.members import parse_meta
+
+    assert parse_meta(json.dumps({"s": "[" * 1000, "t": "\\\"[[", "a": [[[1]]] * 40}).encode())["a"][0] == [[1]]
+    for bad, why in [(b"[" * 100_000, "nested deeper"), (b"{" * 65 + b"}" * 65, "nested deeper"), (b'"' + b'\\"' * 500_000, "not JSON"),
+                     (b"{}" + b" " * (1 << 20), "limit"), (b"[1]", "not an object"), (b"\xff{}", "not JSON")]:
+        with pytest.raises(ValueError, match=why):
+            parse_meta(bad)
+
+
 def test_loader_and_verify_agree_sample_by_sample(tmp_path):
     data = tar_bytes(_awkward())
     probe = write_raw_dataset(str(tmp_path / "probe"), [(data, 0)], CLASSES)
