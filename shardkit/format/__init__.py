@@ -4,7 +4,8 @@
 * :mod:`~shardkit.format.sample`: :class:`RawSample`, a sample as read;
 * :mod:`~shardkit.format.tar`: the hardened tar header walk (:class:`ShardReader`);
 * :mod:`~shardkit.format.index`: the per-shard sample index (one range read per block);
-* :mod:`~shardkit.format.writer`: the deterministic writer (tar + index).
+* :mod:`~shardkit.format.writer`: the deterministic writer (tar + index);
+* :mod:`~shardkit.format.splits`: which splits a dataset URL holds, finished or interrupted.
 
 The manifest that lists a split's shards is :mod:`shardkit.manifest`.
 """
