@@ -3,37 +3,29 @@
 Both take a split folder (holding ``manifest.json``) or a dataset root whose
 sub-folders are splits, local or any fsspec URL. :func:`info` reads manifests
 only; :func:`verify` reads every shard: presence, size and sha256 against the
-manifest and, unless ``quick``, the tar structure, every sample's members,
-label, class name, key uniqueness and that every JPEG decodes.
+manifest and, unless ``quick``, every sample as the loader reads it (the same
+header walk and member rule, :mod:`shardkit.format`), plus what only a full
+check can see: the ``.json`` member and its class name, key uniqueness across
+the split, per-class counts, that every JPEG decodes, and that each shard's
+sample index matches its tar. A split folder with shards or a conversion
+journal but no manifest is an incomplete conversion, and a problem.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
-import tarfile
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterator, Optional
 
 from . import storage
-from .errors import ManifestError, ShardkitError
-from .manifest import MANIFEST_NAME, Manifest, load_manifest
-from .shardformat import IMAGE_EXT, LABEL_EXT, META_EXT
-
-
-def load_manifests(url: str, **storage_options: Any) -> list[Manifest]:
-    """The manifest at ``url``, or those of its split sub-folders (sorted); :class:`ManifestError` if none."""
-    if storage.exists(storage.join(url, MANIFEST_NAME), **storage_options) or url.rstrip("/").endswith(".json"):
-        return [load_manifest(url, **storage_options)]
-    from .convert._fs import list_dir
-
-    dirs, _ = list_dir(url, **storage_options)
-    found = [storage.join(url, d) for d in dirs if storage.exists(storage.join(url, d, MANIFEST_NAME), **storage_options)]
-    if not found:
-        raise ManifestError(f"{url}: no {MANIFEST_NAME} here or in its sub-folders; is this a dataset written by 'shardkit convert'?")
-    return [load_manifest(u, **storage_options) for u in found]
+from .errors import ShardkitError
+from .format.index import INDEX_FORMAT, IndexDamage, build_index, index_url, load_index
+from .format.members import IMAGE_EXT, LABEL_EXT, META_EXT, parse_meta
+from .format.splits import Found, Incomplete, find_splits, load_manifests
+from .format.tar import Layout, ShardReader, TarDamage
+from .manifest import MANIFEST_NAME, Manifest
 
 
 @dataclass
@@ -49,6 +41,7 @@ class SplitInfo:
     bytes: int
     skipped: dict[str, int]
     options: dict[str, Any]
+    sample_index: str = ""
 
     @property
     def mean_sample_bytes(self) -> float:
@@ -61,24 +54,31 @@ class SplitInfo:
             "split": self.split, "url": self.url, "shards": self.shards, "samples": self.samples, "bytes": self.bytes,
             "mean_sample_bytes": round(self.mean_sample_bytes, 1),
             "classes": {c: n for c, n in zip(self.classes, self.class_counts)} if self.class_counts else {c: None for c in self.classes},
-            "skipped": self.skipped, "options": self.options,
+            "skipped": self.skipped, "options": self.options, "sample_index": self.sample_index,
         }
+
+
+def split_info(m: Manifest) -> SplitInfo:
+    """The summary of one split from its manifest."""
+    return SplitInfo(
+        split=m.split, url=m.base_url, classes=m.classes, class_counts=m.class_counts, shards=len(m.shards),
+        samples=m.num_samples, bytes=m.num_bytes, skipped=dict(Counter(s.reason for s in m.skipped)), options=m.options,
+        sample_index=m.sample_index,
+    )
 
 
 def info(url: str, **storage_options: Any) -> list[SplitInfo]:
     """Per-split summaries of the dataset at ``url`` (manifests only, no shard is read)."""
-    out = []
-    for m in load_manifests(url, **storage_options):
-        out.append(SplitInfo(
-            split=m.split, url=m.base_url, classes=m.classes, class_counts=m.class_counts, shards=len(m.shards),
-            samples=m.num_samples, bytes=m.num_bytes, skipped=dict(Counter(s.reason for s in m.skipped)), options=m.options,
-        ))
-    return out
+    return [split_info(m) for m in load_manifests(url, **storage_options)]
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a dataset: where (split, shard, key) and what."""
+    """One thing wrong with a dataset: where (split, path of the shard or folder, key) and what.
+
+    ``shard`` is the path relative to the URL that was verified (``train/train-000000.tar``,
+    or ``train-000000.tar`` when that URL is the split folder).
+    """
 
     split: str
     shard: str
@@ -86,13 +86,12 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.split}/{self.shard}" + (f" key {self.key}" if self.key else "")
-        return f"{where}: {self.message}"
+        return f"{self.shard}" + (f" key {self.key}" if self.key else "") + f": {self.message}"
 
 
 @dataclass
 class VerifyReport:
-    """Result of :func:`verify`."""
+    """Result of :func:`verify` (``samples``: samples checked; with ``quick``, those the manifests list)."""
 
     splits: int = 0
     shards: int = 0
@@ -107,6 +106,8 @@ class VerifyReport:
 
 
 class _HashingReader:
+    """Reads a file front to back, hashing every byte; a forward seek reads (and hashes) the gap."""
+
     def __init__(self, f: IO[bytes]):
         self.f, self.sha, self.n = f, hashlib.sha256(), 0
 
@@ -116,97 +117,153 @@ class _HashingReader:
         self.n += len(b)
         return b
 
+    def seek(self, offset: int) -> int:
+        if offset < self.n:
+            raise ValueError("_HashingReader only seeks forward")
+        while self.n < offset and self.read(min(offset - self.n, 8 << 20)):
+            pass
+        return self.n
+
+    def tell(self) -> int:
+        return self.n
+
     def drain(self) -> None:
         while self.read(8 << 20):
             pass
 
 
-def iter_samples(f: IO[bytes]) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """``(key, {extension: bytes})`` for each sample of a shard read sequentially from ``f``."""
-    key, group = None, {}
-    with tarfile.open(fileobj=f, mode="r|") as tf:  # type: ignore[call-overload]
-        for m in tf:
-            if not m.isfile():
-                continue
-            k, _, ext = m.name.partition(".")
-            if k != key and key is not None:
-                yield key, group
-                group = {}
-            key = k
-            group[ext] = tf.extractfile(m).read()
-    if key is not None:
-        yield key, group
+def iter_samples(f: IO[bytes], url: str = "<shard>") -> Iterator[tuple[str, dict[str, bytes]]]:
+    """``(key, {extension: bytes})`` of each sample of a shard written by shardkit (``jpg``, ``cls``, ``json``).
+
+    Raises:
+        ValueError: a sample is unusable or the tar is damaged (the message names it).
+    """
+    r = ShardReader(f, url)
+    try:
+        while (s := r.read(r.index)) is not None:
+            if s.error:
+                raise ValueError(f"{url}: sample {s.index} ({s.key}): {s.error}")
+            yield s.key, {LABEL_EXT: b"%d" % s.label, IMAGE_EXT: s.jpeg or b"", META_EXT: s.meta_bytes}
+    except TarDamage as exc:
+        raise ValueError(str(exc)) from None
 
 
-def _check_sample(key: str, g: dict[str, bytes], m: Manifest, add) -> int | None:
+def _check_image(jpeg: bytes) -> Optional[str]:
     from PIL import Image, UnidentifiedImageError
 
-    missing = [e for e in (LABEL_EXT, IMAGE_EXT, META_EXT) if e not in g]
-    if missing:
-        add(key, f"missing member(s) {', '.join('.' + e for e in missing)}")
-        return None
     try:
-        label = int(g[LABEL_EXT])
-    except ValueError:
-        add(key, f"label {g[LABEL_EXT][:20]!r} is not an integer")
-        return None
-    if not 0 <= label < len(m.classes):
-        add(key, f"label {label} is outside the {len(m.classes)} classes")
-        return None
-    try:
-        meta = json.loads(g[META_EXT])
-        if meta.get("class") != m.classes[label]:
-            add(key, f"metadata class {meta.get('class')!r} does not match label {label} ({m.classes[label]!r})")
-    except (ValueError, AttributeError) as exc:
-        add(key, f"metadata is not a JSON object ({exc})")
-    try:
-        with Image.open(io.BytesIO(g[IMAGE_EXT])) as im:
+        with Image.open(io.BytesIO(jpeg)) as im:
             im.load()
             if im.format != "JPEG":
-                add(key, f"image is {im.format}, not JPEG")
+                return f"image is {im.format}, not JPEG"
     except UnidentifiedImageError:
-        add(key, "image does not decode (not a recognised image format)")
+        return "image does not decode (not a recognised image format)"
     except Exception as exc:  # noqa: BLE001 - any decoder error is a finding, not a crash
-        add(key, f"image does not decode ({type(exc).__name__}: {exc})")
-    return label
+        return f"image does not decode ({type(exc).__name__}: {exc})"
+    return None
 
 
-def _verify_shard(m: Manifest, index: int, quick: bool, keys: set[str], counts: list[int], report: VerifyReport, **so: Any) -> None:
-    from .convert._fs import size_of
+class _SplitCheck:
+    """Verification of one split's shards (keys and class counts accumulate over the split)."""
 
-    s = m.shards[index]
-    url = m.shard_url(index)
+    def __init__(self, m: Manifest, where: str, quick: bool, report: VerifyReport, so: dict[str, Any]):
+        self.m, self.where, self.quick, self.report, self.so = m, where, quick, report, so
+        self.keys: set[str] = set()
+        self.counts = [0] * len(m.classes)
+        self.unread = False  # a shard is missing or not fully readable: its class counts are unknown
 
-    def add(key: str, msg: str) -> None:
-        report.problems.append(Problem(m.split, s.name, key, msg))
+    def add(self, name: str, key: str, msg: str) -> None:
+        self.report.problems.append(Problem(self.m.split, self.where + name, key, msg))
 
-    size = size_of(url, **so)
-    if size is None:
-        return add("", "shard is missing")
-    if size != s.bytes:
-        add("", f"size is {size} bytes, manifest says {s.bytes}")
-    with storage.open_read(url, **so) as f:
-        r = _HashingReader(f)
-        if not quick:
-            n = 0
-            try:
-                for key, g in iter_samples(r):  # type: ignore[arg-type]
-                    n += 1
-                    if key in keys:
-                        add(key, "key appears more than once in the split")
-                    keys.add(key)
-                    label = _check_sample(key, g, m, add)
-                    if label is not None:
-                        counts[label] += 1
-            except (tarfile.TarError, OSError, EOFError) as exc:
-                add("", f"not a readable tar after {n} samples ({exc})")
-            if n != s.samples:
-                add("", f"holds {n} samples, manifest says {s.samples}")
-            report.samples += n
-        r.drain()
-    if r.sha.hexdigest() != s.sha256:
-        add("", "sha256 does not match the manifest (the shard changed or is damaged)")
-    report.bytes += r.n
+    def shard(self, index: int) -> None:
+        from .convert._fs import size_of  # shardkit.storage.size_of once the storage helpers are merged there
+
+        m, s = self.m, self.m.shards[index]
+        url = m.shard_url(index)
+        size = size_of(url, **self.so)
+        if size is None:
+            self.unread = True
+            return self.add(s.name, "", "shard is missing")
+        if size != s.bytes:
+            self.add(s.name, "", f"size is {size} bytes, manifest says {s.bytes}")
+        layouts: list[Layout] = []
+        keys: list[str] = []
+        with storage.open_read(url, **self.so) as f:
+            r = _HashingReader(f)
+            if self.quick:
+                self.report.samples += s.samples
+            else:
+                self._samples(ShardReader(r, url, num_classes=len(m.classes)), s.name, s.samples, layouts, keys)  # type: ignore[arg-type]
+            r.drain()
+        if r.sha.hexdigest() != s.sha256:
+            self.add(s.name, "", "sha256 does not match the manifest (the shard changed or is damaged)")
+        self.report.bytes += r.n
+        if m.sample_index:
+            self._index(index, None if self.quick else (layouts, keys))
+
+    def _samples(self, reader: ShardReader, name: str, expected: int, layouts: list[Layout], keys: list[str]) -> None:
+        n = 0
+        try:
+            while (smp := reader.read(reader.index)) is not None:
+                n += 1
+                assert reader.layout is not None
+                layouts.append(reader.layout)
+                keys.append(smp.key)
+                if smp.error:  # the loader skips exactly these samples, for exactly this reason
+                    self.add(name, smp.key, smp.error)
+                    continue
+                if smp.key in self.keys:
+                    self.add(name, smp.key, "key appears more than once in the split")
+                self.keys.add(smp.key)
+                self._fields(name, smp.key, smp.label, smp.meta_bytes, smp.jpeg)  # type: ignore[arg-type]
+        except TarDamage as exc:
+            self.unread = True
+            self.add(name, "", f"not a readable tar after {n} samples ({exc.what} at byte {exc.offset})")
+        if n != expected:
+            self.add(name, "", f"holds {n} samples, manifest says {expected}")
+        self.report.samples += n
+
+    def _fields(self, name: str, key: str, label: int, meta_bytes: bytes, jpeg: bytes) -> None:
+        classes = self.m.classes
+        self.counts[label] += 1
+        if not meta_bytes:
+            self.add(name, key, f"missing member .{META_EXT}")
+        else:
+            cls = parse_meta(meta_bytes).get("class")  # the reader already refused a bad .json
+            if cls != classes[label]:
+                self.add(name, key, f"metadata class {cls!r} does not match label {label} ({classes[label]!r})")
+        bad = _check_image(jpeg)
+        if bad:
+            self.add(name, key, bad)
+
+    def _index(self, index: int, walked: Optional[tuple[list[Layout], list[str]]]) -> None:
+        m, s = self.m, self.m.shards[index]
+        iname = index_url(s.name)
+        if m.sample_index != INDEX_FORMAT:
+            return self.add(iname, "", f"sample index format {m.sample_index!r} is unknown to this shardkit (the loader reads the tar without it)")
+        try:
+            idx = load_index(m.shard_url(index), shard_bytes=s.bytes, shard_sha256=s.sha256, **self.so)
+        except IndexDamage as exc:
+            return self.add(iname, "", f"sample index unusable, the loader falls back to the header walk ({exc})")
+        if walked is not None and idx != build_index(*walked, s.bytes, s.sha256):
+            self.add(iname, "", "sample index does not match the tar (the loader detects this and falls back to the header walk)")
+
+    def finish(self) -> None:
+        if not self.quick and not self.unread and self.m.class_counts and self.counts != self.m.class_counts:
+            self.add(MANIFEST_NAME, "", f"class counts in the shards {self.counts} differ from the manifest {self.m.class_counts}")
+
+
+def _relative(url: str, base: str) -> str:
+    """``base`` relative to ``url`` with a trailing separator ('' if equal; ``base`` itself if not below)."""
+    u, b = url.rstrip("/\\"), base.rstrip("/\\")
+    if u.endswith(".json"):
+        u = u.rsplit("/", 1)[0] if "/" in u else "."
+    if b == u or b == ".":
+        return ""
+    for sep in ("/", "\\"):
+        if b.startswith(u + sep):
+            return b[len(u) + 1:] + "/"
+    return b + "/"
 
 
 def verify(url: str, *, quick: bool = False, quiet: bool = True, **storage_options: Any) -> VerifyReport:
@@ -214,29 +271,35 @@ def verify(url: str, *, quick: bool = False, quiet: bool = True, **storage_optio
 
     Args:
         url: split folder or dataset root, local or fsspec URL.
-        quick: sizes and sha256 only (no decoding).
+        quick: sizes, sha256 and index checksums only (no decoding).
         quiet: no progress bar.
         storage_options: fsspec options.
 
     Returns:
-        a report whose ``problems`` name the split, shard and key of each problem.
+        a report whose ``problems`` name the path, key and what is wrong; an unfinished
+        conversion (a split folder without manifest) is a problem naming the command that finishes it.
     """
     from tqdm.auto import tqdm
 
-    manifests = load_manifests(url, **storage_options)
-    report = VerifyReport(splits=len(manifests))
-    total = sum(m.num_bytes for m in manifests)
+    found = find_splits(url, **storage_options)
+    report = VerifyReport(splits=len(found.manifests) + len(found.incomplete))
+    for inc in found.incomplete:
+        report.problems.append(Problem("", _relative(url, inc.url) or "./", "", inc.detail))
+    total = sum(m.num_bytes for m in found.manifests)
     with tqdm(total=total, unit="B", unit_scale=True, desc="verify", disable=quiet, dynamic_ncols=True) as bar:
-        for m in manifests:
-            keys: set[str] = set()
-            counts = [0] * len(m.classes)
+        for m in found.manifests:
+            check = _SplitCheck(m, _relative(url, m.base_url), quick, report, dict(storage_options))
             for i, s in enumerate(m.shards):
                 try:
-                    _verify_shard(m, i, quick, keys, counts, report, **storage_options)
+                    check.shard(i)
                 except ShardkitError as exc:
-                    report.problems.append(Problem(m.split, s.name, "", str(exc)))
+                    check.unread = True
+                    check.add(s.name, "", str(exc))
                 report.shards += 1
                 bar.update(s.bytes)
-            if not quick and m.class_counts and counts != m.class_counts:
-                report.problems.append(Problem(m.split, MANIFEST_NAME, "", f"class counts in the shards {counts} differ from the manifest {m.class_counts}"))
+            check.finish()
     return report
+
+
+__all__ = ["Found", "Incomplete", "Problem", "SplitInfo", "VerifyReport", "find_splits", "info", "split_info", "iter_samples", "load_manifests",
+           "verify"]

@@ -4,8 +4,11 @@ One JSON file per split, ``<dataset>/<split>/manifest.json`` (or
 ``<dataset>/manifest.json`` for a single ImageFolder). It records the format
 version, the shardkit version, the conversion options, the classes
 (index -> name, as a list), one entry per shard ``{name, samples, bytes,
-sha256}``, per-class counts and every source file that was skipped with its
-reason. Readers check ``version`` and refuse unknown ones; shard names are
+sha256}``, per-class counts, every source file that was skipped with its
+reason and (version 2) ``sample_index``: the format of the per-shard sample
+index sidecars (:mod:`shardkit.format.index`; ``""``: none). Readers check
+``version`` and refuse unknown ones; version 1 manifests (written before the
+sample index) stay readable as datasets without an index. Shard names are
 validated so that a manifest cannot point outside its own directory unless the
 caller opts in.
 """
@@ -21,7 +24,9 @@ from . import storage
 from .errors import ManifestError, ShardkitError
 
 FORMAT = "shardkit-manifest"
-VERSION = 1
+VERSION = 2
+#: manifest versions this shardkit reads (1: before the sample index)
+READABLE_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 _MAX_COUNT = 1 << 40
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.tar$")
@@ -62,6 +67,7 @@ class Manifest:
     class_counts: list[int] = field(default_factory=list)
     skipped: list[SkippedFile] = field(default_factory=list)
     shardkit_version: str = ""
+    sample_index: str = ""  #: format of the shards' index sidecars (``shardkit.format.INDEX_FORMAT``), ``""`` if none
     version: int = VERSION
     url: str = field(default="", compare=False, repr=False)
 
@@ -95,6 +101,12 @@ class Manifest:
         """URL of shard ``index``."""
         return storage.join(self.base_url, self.shards[index].name)
 
+    def index_url(self, index: int) -> str:
+        """URL of the sample index sidecar of shard ``index`` (present when :attr:`sample_index` is set)."""
+        from .format.index import index_url
+
+        return index_url(self.shard_url(index))
+
     def shard_urls(self) -> list[str]:
         """URLs of all shards, in order (one join per shard: fast for 100,000 shards)."""
         base = self.base_url
@@ -125,10 +137,10 @@ class Manifest:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ManifestError(f"{where}: not a shardkit manifest (missing \"format\": \"{FORMAT}\")")
         version = d.get("version")
-        if version != VERSION:
+        if not _is_int(version) or version not in READABLE_VERSIONS:
             raise ManifestError(
                 f"{where}: manifest version {version!r} is not supported by this shardkit "
-                f"(reads version {VERSION}); upgrade shardkit or re-convert the dataset"
+                f"(reads versions {', '.join(map(str, READABLE_VERSIONS))}); upgrade shardkit or re-convert the dataset"
             )
         try:
             if not isinstance(d["shards"], list) or not isinstance(d["classes"], list) or not isinstance(d.get("class_counts", []), list):
@@ -143,6 +155,7 @@ class Manifest:
                 class_counts=[_count(c) for c in d.get("class_counts", [])],
                 skipped=skipped,
                 shardkit_version=str(d.get("shardkit_version", "")),
+                sample_index=_text(d.get("sample_index", "")) if version >= 2 else "",
                 version=version,
                 url=url,
             )
@@ -181,6 +194,12 @@ class Manifest:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _text(x: Any) -> str:
+    if not isinstance(x, str):
+        raise TypeError(f"{x!r} is not a string")
+    return x
 
 
 def _count(x: Any) -> int:

@@ -94,7 +94,7 @@ def test_write_error_keeps_work_resumable(tmp_path, small_src, monkeypatch):
 
     clean = str(tmp_path / "clean")
     convert(small_src, clean, OPTS, workers=1, quiet=True)
-    real, calls = job.write_shard, []
+    real, calls = job.write_tar, []
 
     def failing(samples, f):
         calls.append(1)
@@ -102,14 +102,14 @@ def test_write_error_keeps_work_resumable(tmp_path, small_src, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(samples, f)
 
-    monkeypatch.setattr(job, "write_shard", failing)
+    monkeypatch.setattr(job, "write_tar", failing)
     dest = str(tmp_path / "out")
     with pytest.raises(StorageError, match="No space left on device.*rerun"):
         convert(small_src, dest, OPTS, workers=1, quiet=True)
     files = os.listdir(dest)
     assert "manifest.json" not in files and not any(f.endswith(".part") for f in files)
     assert sorted(f for f in files if f.endswith(".tar")) == ["train-000000.tar", "train-000001.tar"]
-    monkeypatch.setattr(job, "write_shard", real)
+    monkeypatch.setattr(job, "write_tar", real)
     res = convert(small_src, dest, OPTS, workers=1, quiet=True)
     assert res.splits[0].shards_resumed == 2
     assert tree_digests(dest) == tree_digests(clean)

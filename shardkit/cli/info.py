@@ -18,15 +18,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..inspect import info
+    import sys
+
+    from ..errors import ManifestError
+    from ..inspect import find_splits, split_info
     from .convert import storage_options
 
-    splits = info(args.url, **storage_options(args))
+    found = find_splits(args.url, **storage_options(args))
+    splits = [split_info(m) for m in found.manifests]
+    for inc in found.incomplete:
+        print(f"warning: {inc.url}: {inc.detail}", file=sys.stderr)
+    if not splits:
+        raise ManifestError(f"{args.url}: no finished split (see the warning above)")
     if args.json:
         print(json.dumps([s.to_dict() for s in splits], indent=1, ensure_ascii=False))
         return 0
     for s in splits:
-        print(f"split {s.split}: {s.samples} samples, {len(s.classes)} classes, {s.shards} shards, "
+        index = ", sample index" if s.sample_index else ""
+        print(f"split {s.split}: {s.samples} samples, {len(s.classes)} classes, {s.shards} shards{index}, "
               f"{s.bytes / 1e6:.1f} MB, mean {s.mean_sample_bytes / 1e3:.1f} kB per sample  ({s.url})")
         counts = s.class_counts or [None] * len(s.classes)
         for i, (c, n) in enumerate(zip(s.classes, counts)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "check that every shard is present, intact (size, sha256) and decodes; exit 1 on any problem"
+HELP = "check that every shard is present, intact (size, sha256, sample index) and decodes, and that no split is half-converted; exit 1 on any problem"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,7 +23,10 @@ def run(args: argparse.Namespace) -> int:
     report = verify(args.url, quick=args.quick, quiet=args.quiet, **storage_options(args))
     for p in report.problems:
         print(p)
-    what = "checksums of" if args.quick else "samples in"
     status = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-    print(f"{status}: {what} {report.shards} shards, {report.samples} samples, {report.bytes / 1e6:.1f} MB in {report.splits} split(s)")
+    if args.quick:
+        what = f"checksums of {report.shards} shards ({report.samples} samples listed, not decoded)"
+    else:
+        what = f"samples in {report.shards} shards, {report.samples} samples"
+    print(f"{status}: {what}, {report.bytes / 1e6:.1f} MB in {report.splits} split(s)")
     return 0 if report.ok else 1

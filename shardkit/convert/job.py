@@ -28,7 +28,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from .. import storage
 from ..errors import ConvertError
 from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
-from ..shardformat import EncodedSample, write_shard
+from ..format import EncodedSample, index_url, write_tar
 from . import _fs, journal, plan
 from .discover import Layout, SplitSource, scan
 from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_thread, process, single_thread
@@ -131,8 +131,10 @@ def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> En
 
 
 def _write_part(url: str, name: str, samples: list[EncodedSample], storage_options: dict) -> journal.Part:
-    n, nbytes, sha = _fs.publish(url, lambda f: write_shard(samples, f), **storage_options)
-    return journal.Part(name=name, samples=n, bytes=nbytes, sha256=sha)
+    w = _fs.publish(url, lambda f: write_tar(samples, f), **storage_options)
+    if w.index is not None and url.endswith(".tar"):  # a shard's sample index, before its journal record
+        _fs.put_bytes(index_url(url), w.index.to_bytes(), **storage_options)
+    return journal.Part(name=name, samples=w.samples, bytes=w.bytes, sha256=w.sha256)
 
 
 def _part_ok(url: str, part: journal.Part | None, storage_options: dict) -> bool:

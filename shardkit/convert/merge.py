@@ -18,7 +18,7 @@ from typing import Any
 from .. import __version__, storage
 from ..errors import ConvertError
 from ..manifest import Manifest, ShardInfo, manifest_url
-from ..shardformat import EncodedSample, write_shard
+from ..format import INDEX_FORMAT, EncodedSample, index_url, write_tar
 from . import _fs, journal, plan
 
 _SHOW = 10
@@ -74,17 +74,21 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     for g, (a, b) in enumerate(plan.pack(sizes, shard_size, shard_bytes)):
         name = journal.shard_name(p.split, p.num_planned + g)
         batch = overflow[a:b]
-        n, nbytes, sha = _fs.publish(storage.join(split_url, name), lambda f: write_shard(batch, f), **storage_options)
-        shards.append(ShardInfo(name=name, samples=n, bytes=nbytes, sha256=sha))
+        w = _fs.publish(storage.join(split_url, name), lambda f: write_tar(batch, f), **storage_options)
+        if w.index is not None:
+            _fs.put_bytes(index_url(storage.join(split_url, name)), w.index.to_bytes(), **storage_options)
+        shards.append(ShardInfo(name=name, samples=w.samples, bytes=w.bytes, sha256=w.sha256))
     counts = [sum(col) for col in zip(*(r.class_counts for r in records if r))] if records else []
     skipped = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
     options = {
         **p.options, "samples_per_shard": p.samples_per_shard, "encoder": p.encoder,
         "input_sha256": p.input_sha256, "fingerprint": p.fingerprint,
     }
+    listed = set(_fs.list_dir(split_url, **storage_options)[1])  # shards resumed from an older shardkit have no index
+    indexed = all(index_url(s.name) in listed for s in shards if s is not None)
     m = Manifest(
         split=p.split, classes=list(p.classes), shards=[s for s in shards if s is not None], options=options,
-        class_counts=counts, skipped=skipped, shardkit_version=__version__,
+        class_counts=counts, skipped=skipped, shardkit_version=__version__, sample_index=INDEX_FORMAT if indexed else "",
     )
     m.validate()
     m.url = manifest_url(split_url)

@@ -1,0 +1,269 @@
+"""The sample index: where every sample's members lie in its shard, so a block is one range read.
+
+``shardkit convert`` writes one small sidecar per shard, ``<split>-NNNNNN.idx``
+next to ``<split>-NNNNNN.tar`` (why a sidecar and not the manifest: a reader
+loads the index of the shards it reads, when it reads them, and the manifest of a
+100,000-shard split stays the size it was; about 40 bytes per sample, 0.04 % of
+the shard). The sidecar is little-endian binary:
+
+* a header: magic ``SKINDEX1``, samples ``n``, fields ``k``, the shard's size and
+  sha256 (the index belongs to exactly these bytes), the lengths of two blobs;
+* the field names (``cls``, ``jpg``, ``json``) and the ``n`` keys, ``\\n``-joined UTF-8;
+* ``starts``: uint64 ``[n + 1]``, sample ``i`` is bytes ``[starts[i], starts[i+1])``;
+* ``offsets``, ``sizes``: uint32 ``[n, k]``, member data offsets (relative to the
+  sample's start) and sizes;
+* a CRC-32 of everything before it.
+
+Trust: :func:`load_index` checks the CRC, that the index names the shard's size
+and sha256 from the manifest, that its keys obey the member rule and are unique,
+and that the ranges are ordered. :meth:`SampleIndex.slice` checks, for every
+member it hands out, the tar header in front of it (checksum, name, size), so a
+wrong index is detected (:class:`IndexMismatch`) instead of delivering wrong
+bytes: the caller then falls back to the header walk (:mod:`shardkit.format.tar`),
+which also serves datasets written before the index. ``shardkit verify`` checks
+each sidecar against the tar it describes.
+
+Example (what the loader's block read does)::
+
+    from shardkit.format.index import IndexDamage, load_index
+
+    m = load_manifest(url)                         # m.sample_index == INDEX_FORMAT: the shards have sidecars
+    info = m.shards[k]
+    try:
+        idx = load_index(m.shard_url(k), shard_bytes=info.bytes, shard_sha256=info.sha256)  # once per shard
+        samples = idx.read(f, i, j, url=m.shard_url(k), first_gid=offset + i, num_classes=len(m.classes))
+    except IndexDamage:                            # IndexMismatch is one: no index, or it disagrees with the tar
+        ...                                        # read samples i .. j-1 with ShardReader instead
+
+``idx.read`` is ``idx.byte_range(i, j)`` (samples i .. j-1 are bytes ``[lo, hi)``),
+one ``f.seek(lo); f.read(hi - lo)``, and :meth:`SampleIndex.slice` of those bytes;
+callers that fetch ranges themselves (one ranged GET) call ``slice`` directly.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import IO, Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from .members import UnsafeName, split_member
+from .sample import LOADED_EXTS, RawSample, check_sample, store_field
+from .tar import BLOCK, Layout, ShardReader, header_ok, octal
+
+#: the manifest's ``sample_index`` value for shards with a sidecar in this format
+INDEX_FORMAT = "sidecar-1"
+INDEX_SUFFIX = ".idx"
+_MAGIC = b"SKINDEX1"
+_HEAD = struct.Struct("<8sIIQ32sII")  # magic, n, k, shard bytes, shard sha256, exts blob, keys blob
+_U32 = (1 << 32) - 1
+#: largest sidecar accepted (a 100,000-sample shard needs about 5 MB)
+MAX_INDEX_BYTES = 1 << 28
+
+
+class IndexDamage(Exception):
+    """A sidecar index is missing, corrupt, or describes other bytes than the shard."""
+
+
+class IndexMismatch(IndexDamage):
+    """The index and the tar bytes disagree (read the shard with the header walk instead)."""
+
+
+def index_url(shard_url: str) -> str:
+    """URL of the sidecar index of ``shard_url`` (``x.tar`` -> ``x.idx``)."""
+    return (shard_url[:-4] if shard_url.endswith(".tar") else shard_url) + INDEX_SUFFIX
+
+
+@dataclass(frozen=True, eq=False)
+class SampleIndex:
+    """Where each sample of one shard lies (see the module docstring)."""
+
+    keys: tuple[str, ...]
+    exts: tuple[str, ...]
+    starts: np.ndarray  #: uint64 [n + 1]
+    offsets: np.ndarray  #: uint32 [n, k]
+    sizes: np.ndarray  #: uint32 [n, k]
+    shard_bytes: int
+    shard_sha256: str
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SampleIndex) and self.to_bytes() == other.to_bytes()
+
+    def byte_range(self, start: int, stop: int) -> tuple[int, int]:
+        """``(lo, hi)``: samples ``start .. stop-1`` are bytes ``[lo, hi)`` of the shard."""
+        if not 0 <= start < stop <= len(self.keys):
+            raise IndexError(f"samples {start}..{stop} outside 0..{len(self.keys)}")
+        return int(self.starts[start]), int(self.starts[stop])
+
+    def slice(self, data: bytes, start: int, stop: int, *, url: str, first_gid: int = -1,
+              num_classes: Optional[int] = None) -> list[RawSample]:
+        """The samples ``start .. stop-1`` out of ``data``, the bytes :meth:`byte_range` names.
+
+        Returns the same :class:`RawSample` objects the header walk returns (only
+        ``jpg``, ``cls`` and ``json`` are loaded; a bad label or ``.json`` makes its
+        sample's ``error``).
+
+        Raises:
+            IndexMismatch: ``data`` has the wrong length, or a member's tar header does not
+                match the index (checksum, name or size): read these samples with the walk.
+        """
+        lo, hi = self.byte_range(start, stop)
+        if len(data) != hi - lo:
+            raise IndexMismatch(f"{url}: range read returned {len(data)} bytes, index says {hi - lo}")
+        starts = (self.starts[start:stop] - np.uint64(lo)).tolist()
+        offs, sizes = self.offsets[start:stop].tolist(), self.sizes[start:stop].tolist()
+        names = [("." + e).encode("utf-8") for e in self.exts]
+        loaded = [e in LOADED_EXTS for e in self.exts]
+        out = []
+        for s in range(stop - start):
+            key = self.keys[start + s]
+            kb = key.encode("utf-8")
+            gid = first_gid + s if first_gid >= 0 else -1
+            sample = RawSample(key=key, gid=gid, shard=url, index=start + s)
+            base = starts[s]
+            for c, ext in enumerate(self.exts):
+                at, size = base + offs[s][c], sizes[s][c]
+                hdr = data[at - BLOCK : at]
+                name = kb + names[c]
+                if len(hdr) != BLOCK or hdr[: len(name)] != name or hdr[len(name) : len(name) + 1] != b"\0" \
+                        or not header_ok(hdr) or octal(hdr[124:136]) != size or at + size > len(data):
+                    raise IndexMismatch(f"{url}: sample {start + s} ({key}.{ext}): the tar header at byte {lo + at - BLOCK} does not match the index")
+                if loaded[c]:
+                    store_field(sample, ext, data[at : at + size])
+            check_sample(sample, num_classes)
+            out.append(sample)
+        return out
+
+    def read(self, f: IO[bytes], start: int, stop: int, *, url: str, first_gid: int = -1,
+             num_classes: Optional[int] = None) -> list[RawSample]:
+        """Samples ``start .. stop-1`` with one range read from the shard open as ``f`` (see :meth:`slice`)."""
+        lo, hi = self.byte_range(start, stop)
+        f.seek(lo)
+        return self.slice(f.read(hi - lo), start, stop, url=url, first_gid=first_gid, num_classes=num_classes)
+
+    def to_bytes(self) -> bytes:
+        """The sidecar's bytes."""
+        exts = "\n".join(self.exts).encode("utf-8")
+        keys = "\n".join(self.keys).encode("utf-8")
+        body = b"".join([
+            _HEAD.pack(_MAGIC, len(self.keys), len(self.exts), self.shard_bytes, bytes.fromhex(self.shard_sha256), len(exts), len(keys)),
+            exts, keys, self.starts.astype("<u8").tobytes(), self.offsets.astype("<u4").tobytes(), self.sizes.astype("<u4").tobytes(),
+        ])
+        return body + struct.pack("<I", zlib.crc32(body))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, url: str = "<index>", *, shard_bytes: Optional[int] = None,
+                   shard_sha256: Optional[str] = None) -> "SampleIndex":
+        """Parse and check a sidecar (see the module docstring); :class:`IndexDamage` naming ``url`` if it is unusable."""
+        if len(data) < _HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
+            raise IndexDamage(f"{url}: not a sample index or damaged (CRC mismatch)")
+        magic, n, k, nbytes, sha, le, lk = _HEAD.unpack_from(data)
+        if magic != _MAGIC:
+            raise IndexDamage(f"{url}: not a shardkit sample index (magic {magic!r})")
+        if shard_bytes is not None and nbytes != shard_bytes or shard_sha256 is not None and sha.hex() != shard_sha256:
+            raise IndexDamage(f"{url}: describes another shard (size or sha256 differ from the manifest)")
+        pos = _HEAD.size
+        need = pos + le + lk + 8 * (n + 1) + 8 * n * k + 4
+        if need != len(data) or k == 0:
+            raise IndexDamage(f"{url}: {len(data)} bytes where {n} samples of {k} fields need {need}")
+        try:
+            exts = tuple(data[pos : pos + le].decode("utf-8").split("\n"))
+            keys = tuple(data[pos + le : pos + le + lk].decode("utf-8").split("\n")) if n else ()
+        except UnicodeDecodeError:
+            raise IndexDamage(f"{url}: keys or fields are not UTF-8") from None
+        pos += le + lk
+        starts = np.frombuffer(data, "<u8", n + 1, pos).astype(np.uint64)
+        offsets = np.frombuffer(data, "<u4", n * k, pos + 8 * (n + 1)).reshape(n, k).astype(np.uint32)
+        sizes = np.frombuffer(data, "<u4", n * k, pos + 8 * (n + 1) + 4 * n * k).reshape(n, k).astype(np.uint32)
+        idx = cls(keys, exts, starts, offsets, sizes, nbytes, sha.hex())
+        idx._check(url)
+        return idx
+
+    def _check(self, url: str) -> None:
+        n, k = len(self.keys), len(self.exts)
+        if len(set(self.exts)) != k or len(set(self.keys)) != n:
+            raise IndexDamage(f"{url}: repeated keys or fields")
+        for key in self.keys:
+            for ext in self.exts:
+                try:
+                    if split_member(f"{key}.{ext}") != (key, ext):
+                        raise IndexDamage(f"{url}: {key}.{ext} is not a sample member name")
+                except UnsafeName as exc:
+                    raise IndexDamage(f"{url}: {exc}") from None
+        s = self.starts.astype(np.int64)
+        if n and (np.any(np.diff(s) <= 0) or s[-1] > self.shard_bytes or np.any(self.offsets < BLOCK)
+                  or np.any(self.offsets.astype(np.int64) + self.sizes > (np.diff(s))[:, None])):
+            raise IndexDamage(f"{url}: sample ranges out of order or outside the shard")
+
+
+def build_index(layouts: Sequence[Layout], keys: Sequence[str], shard_bytes: int, shard_sha256: str) -> Optional[SampleIndex]:
+    """The index of a shard from its samples' layouts, or ``None`` if the shard cannot be indexed.
+
+    Indexable: every sample has the same fields in the same order, each member's data follows
+    its one 512-byte header (no pax or long-name headers), samples are contiguous, and offsets
+    and sizes fit 32 bits.
+    """
+    if not layouts:
+        return None
+    exts = tuple(m.ext for m in layouts[0].members)
+    n, k = len(layouts), len(exts)
+    starts = np.empty(n + 1, np.uint64)
+    offsets = np.empty((n, k), np.int64)
+    sizes = np.empty((n, k), np.int64)
+    for i, lay in enumerate(layouts):
+        if tuple(m.ext for m in lay.members) != exts or (i and lay.start != starts[i]):
+            return None
+        if any(m.data_offset != m.start + BLOCK or m.unsafe for m in lay.members):
+            return None
+        starts[i], starts[i + 1] = lay.start, lay.end
+        offsets[i] = [m.data_offset - lay.start for m in lay.members]
+        sizes[i] = [m.size for m in lay.members]
+    if offsets.max() > _U32 or sizes.max() > _U32 or len(set(keys)) != n:
+        return None
+    return SampleIndex(tuple(keys), exts, starts, offsets.astype(np.uint32), sizes.astype(np.uint32), shard_bytes, shard_sha256)
+
+
+def index_from_walk(f: IO[bytes], url: str, shard_bytes: int, shard_sha256: str) -> Optional[SampleIndex]:
+    """Walk the headers of the shard open as ``f`` and build its index (``None``: not indexable).
+
+    ``verify`` compares this with the sidecar; it also indexes shards written before the index.
+    """
+    r = ShardReader(f, url)
+    layouts, keys = [], []
+    while (s := r.read(r.index)) is not None:
+        assert r.layout is not None
+        layouts.append(r.layout)
+        keys.append(s.key)
+    return build_index(layouts, keys, shard_bytes, shard_sha256)
+
+
+def load_index(shard_url: str, *, shard_bytes: int, shard_sha256: str, open_fn: Optional[Callable[[str], IO[bytes]]] = None,
+               **storage_options: Any) -> SampleIndex:
+    """Load and check the sidecar index of ``shard_url`` (local path or any fsspec URL).
+
+    Args:
+        shard_url: the shard (its sidecar is :func:`index_url`).
+        shard_bytes, shard_sha256: the shard's size and sha256 from the manifest.
+        open_fn: opens a URL for reading (the loader's opener); default :func:`shardkit.storage.open_read`.
+        storage_options: fsspec options for the default opener.
+
+    Raises:
+        IndexDamage: missing, unreadable, corrupt or for another shard (read the shard with the walk).
+    """
+    from .. import storage
+    from ..errors import ShardkitError
+
+    url = index_url(shard_url)
+    try:
+        with (open_fn(url) if open_fn is not None else storage.open_read(url, **storage_options)) as f:
+            data = f.read(MAX_INDEX_BYTES + 1)
+    except (ShardkitError, OSError) as exc:
+        raise IndexDamage(f"{url}: cannot read the sample index ({exc})") from None
+    if len(data) > MAX_INDEX_BYTES:
+        raise IndexDamage(f"{url}: sample index larger than {MAX_INDEX_BYTES} bytes")
+    return SampleIndex.from_bytes(data, url, shard_bytes=shard_bytes, shard_sha256=shard_sha256)

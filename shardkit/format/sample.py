@@ -1,0 +1,67 @@
+"""One sample as read from a shard (:class:`RawSample`), filled the same way by the header walk and the index."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .members import IMAGE_EXT, LABEL_EXT, META_EXT, label_error, parse_label, parse_meta
+
+#: the fields a reader loads; every other member is skipped unread (and never unpickled)
+LOADED_EXTS = frozenset((IMAGE_EXT, LABEL_EXT, META_EXT))
+
+
+@dataclass
+class RawSample:
+    """One sample as stored: JPEG bytes, label and metadata, plus where it came from.
+
+    Attributes:
+        key: sample key (``__key__`` in webdataset terms).
+        gid: global sample id (``shard_offsets[shard] + index``).
+        shard: URL of its shard.
+        index: position in its shard.
+        jpeg: the image bytes (``None`` if missing).
+        label: class index (``None`` if missing or unreadable).
+        meta_bytes: the raw ``.json`` member (``b""`` if missing).
+        error: why this sample cannot be used, or ``None``.
+    """
+
+    key: str
+    gid: int
+    shard: str
+    index: int
+    jpeg: Optional[bytes] = None
+    label: Optional[int] = None
+    meta_bytes: bytes = b""
+    error: Optional[str] = None
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The sample's metadata (parsed JSON; ``{}`` if missing or invalid)."""
+        try:
+            return parse_meta(self.meta_bytes) if self.meta_bytes else {}
+        except ValueError:
+            return {}
+
+
+def store_field(sample: RawSample, ext: str, data: bytes) -> None:
+    """Put member ``ext`` of ``sample`` in place (only :data:`LOADED_EXTS` are ever passed)."""
+    if ext == IMAGE_EXT:
+        sample.jpeg = data
+    elif ext == LABEL_EXT:
+        try:
+            sample.label = parse_label(data)
+        except ValueError:
+            sample.error = sample.error or f"unreadable label {data[:20]!r}"
+    elif ext == META_EXT:
+        sample.meta_bytes = data
+        try:
+            parse_meta(data)
+        except ValueError as exc:
+            sample.error = sample.error or f"bad .{META_EXT} member: {exc}"
+
+
+def check_sample(sample: RawSample, num_classes: Optional[int]) -> None:
+    """Set ``sample.error`` when image or label make it unusable (the one label rule)."""
+    if not sample.error:
+        sample.error = label_error(sample.jpeg, sample.label, num_classes)
