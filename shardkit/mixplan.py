@@ -1,0 +1,268 @@
+"""Planning a mixed epoch: interleave the sources, split over ranks x workers, resume.
+
+Pure functions of (mixture, plan options, seed, epoch, topology, batches done), on
+sample indices only. They mirror :mod:`shardkit.plan` and reuse its rank split,
+worker chunks, shuffle blocks and block permutations, so for one source every
+:class:`~shardkit.plan.Block` is exactly the single-dataset plan's.
+
+1. **Interleave.** Epoch ``e`` holds ``c_i`` samples of source ``i``
+   (:meth:`shardkit.mixture.Mixture.counts`), each source's in its stream order.
+   Mixed position order is the Sainte-Lague (Webster) merge: source ``i``'s
+   ``k``-th sample has key ``(k + 1/2) / c_i``; keys ascending, ties to the lower
+   source. Keys compare exactly in integers, and the position of any sample, or the
+   samples of any window, cost O(sources) each (:func:`window`) -- nothing is
+   materialised per epoch. Each source's samples are spread evenly: over any window
+   of ``L`` positions, source ``i`` holds ``L * c_i / N`` samples, less than
+   ``1 + S * c_i / N`` off (``S`` sources; two sources: the floor or the ceiling).
+2. **Split.** The mixed stream of ``N`` positions is split like one dataset's
+   (:func:`shardkit.plan.rank_split`, :func:`shardkit.plan.worker_chunks`): every
+   rank the same batches, ``PAD`` repeats the first positions, ``DROP`` leaves the
+   last out; each worker reads one contiguous chunk, which is a contiguous run of
+   every source's stream, so reads stay sequential inside shards.
+3. **Shuffle within source.** A worker emits its chunk in shuffle blocks, as for one
+   dataset, but the block's permutation keeps the source pattern of the stream: slot
+   ``t`` of the block emits a sample of the source at stream position ``t``, drawn in
+   the block permutation's order (:func:`by_source`). So every emitted batch -- a
+   window of the stream -- keeps the interleave's shares (stratified batches). A
+   block's ids are grouped by source, each in stream order, so the reader opens each
+   source's shards in turn instead of switching per sample.
+4. **Resume.** Same topology: ``batches_done`` skips whole blocks and the emitted part
+   of one block, as in :func:`shardkit.plan.worker_plan` (O(1) in consumed batches).
+   Elastic: :func:`remaining` keeps the positions not yet emitted on any rank, in
+   stream order (an :class:`Explicit` stream), and plans them for the new topology.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .mixture import Mixture, source_epoch
+from .plan import Block, PlanConfig, Segment, Stream, WorkerPlan, _block_bounds, _block_perm, batches_emitted, rank_split, worker_chunks
+from .world import World
+
+_MAX_EPOCH = 1 << 31  # keys compare as (2k+1) * c_j in int64: 2 * c_i * c_j < 2**62
+
+
+# --------------------------------------------------------------------------- interleave
+
+
+def _before(ci: np.ndarray, k: np.ndarray, cj: int, ties: bool) -> np.ndarray:
+    """Samples of a source with count ``cj`` ordered before sample ``k`` of a source with count ``ci``."""
+    x = (2 * k + 1) * cj
+    odd = x // ci if ties else (x - 1) // ci  # largest 2m+1 with (2m+1) * ci < x (<= x on ties)
+    return np.minimum((odd + 1) // 2, cj)
+
+
+def positions(counts: np.ndarray, source: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Mixed positions of sample ``k`` of ``source`` (vectorised over both)."""
+    counts = np.asarray(counts, np.int64)
+    source, k = np.broadcast_arrays(np.asarray(source, np.int64), np.asarray(k, np.int64))
+    ci = counts[source]
+    pos = k.copy()
+    for j, cj in enumerate(counts.tolist()):
+        if cj == 0:
+            continue
+        mine = source == j
+        pos += np.where(mine, 0, _before(np.maximum(ci, 1), k, cj, False) * (source < j) + _before(np.maximum(ci, 1), k, cj, True) * (source > j))
+    return pos
+
+
+def prefix(counts: np.ndarray, a: int) -> np.ndarray:
+    """Samples of each source at mixed positions ``< a`` (binary search, all sources at once)."""
+    counts = np.asarray(counts, np.int64)
+    lo, hi = np.zeros(len(counts), np.int64), counts.copy()
+    src = np.arange(len(counts), dtype=np.int64)
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        below = positions(counts, src, np.minimum(mid, np.maximum(counts - 1, 0))) < a
+        below &= mid < counts
+        lo = np.where((lo < hi) & below, mid + 1, lo)
+        hi = np.where((lo < hi) & ~below, mid, hi)
+    return lo
+
+
+def window(counts: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(source, k)`` of mixed positions ``[a, b)``: sample ``k`` of each one's source."""
+    counts = np.asarray(counts, np.int64)
+    if int(counts.sum()) >= _MAX_EPOCH:
+        raise ValueError(f"an epoch of {int(counts.sum())} samples is too large to interleave (at most {_MAX_EPOCH - 1})")
+    src = np.empty(b - a, np.int64)
+    kk = np.empty(b - a, np.int64)
+    k0, k1 = prefix(counts, a), prefix(counts, b)
+    for i in range(len(counts)):
+        ks = np.arange(k0[i], k1[i], dtype=np.int64)
+        at = positions(counts, np.full(len(ks), i), ks) - a
+        src[at] = i
+        kk[at] = ks
+    return src, kk
+
+
+# --------------------------------------------------------------------------- mixed streams
+
+
+class MixedStream(Protocol):
+    """The samples of (the rest of) a mixed epoch, in stream order."""
+
+    def __len__(self) -> int: ...
+
+    def window(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(source, mixture sample id)`` of stream positions ``[a, b)``."""
+        ...
+
+
+@dataclass(frozen=True, eq=False)
+class MixedEpoch:
+    """A fresh mixed epoch: the sources' epoch streams, interleaved (nothing materialised).
+
+    Attributes:
+        counts: samples of each source.
+        streams: each source's samples in stream order (mixture sample ids).
+    """
+
+    counts: np.ndarray
+    streams: tuple[Stream, ...]
+
+    def __len__(self) -> int:
+        return int(np.sum(self.counts))
+
+    def window(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        src, k = window(self.counts, a, b)
+        gids = np.empty(len(src), np.int64)
+        for i, s in enumerate(self.streams):
+            mine = src == i
+            if mine.any():
+                gids[mine] = s.global_ids_at(k[mine])
+        return src, gids
+
+
+@dataclass(frozen=True, eq=False)
+class Explicit:
+    """The rest of an epoch after an elastic re-plan: the kept samples, listed."""
+
+    sources: np.ndarray
+    gids: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.gids)
+
+    def window(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.sources[a:b], self.gids[a:b]
+
+
+def mixed_epoch(mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = True) -> MixedEpoch:
+    """Epoch ``epoch`` of ``mixture`` (same on every rank and worker)."""
+    streams = tuple(source_epoch(mixture, i, seed=seed, epoch=epoch, shuffle=shuffle) for i in range(len(mixture.sources)))
+    return MixedEpoch(mixture.counts(epoch), streams)
+
+
+def _virtual(stream: MixedStream, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
+    """``window`` of virtual positions ``[c0, c1)``; positions past the end wrap to the start (padding)."""
+    n = len(stream)
+    if n == 0 or c1 <= c0:
+        z = np.zeros(0, np.int64)
+        return z, z
+    parts = []
+    p = c0
+    while p < c1:
+        a = p % n
+        b = min(n, a + (c1 - p))
+        parts.append(stream.window(a, b))
+        p += b - a
+    return np.concatenate([s for s, _ in parts]), np.concatenate([g for _, g in parts])
+
+
+def by_source(perm: np.ndarray, sources: np.ndarray) -> np.ndarray:
+    """A block's emission order: slot ``t`` emits a sample of ``sources[t]``'s source, the
+    samples of each source taken in ``perm``'s order (with one source: ``perm`` itself)."""
+    if len(sources) == 0 or sources.min() == sources.max():
+        return perm
+    slots = np.argsort(sources, kind="stable")
+    order = np.empty_like(perm)
+    order[slots] = perm[np.argsort(sources[perm], kind="stable")]
+    return order
+
+
+def _chunk(stream_len: int, cfg: PlanConfig, world: World, batches_done: int) -> tuple[World, int, int, int, np.ndarray]:
+    """(role, chunk start, chunk stop, samples emitted, block bounds) of ``world`` after ``batches_done``."""
+    split = rank_split(stream_len, world.world_size, cfg)
+    ws, we = worker_chunks(split, world.num_workers, cfg.batch_size)
+    c0 = world.rank * split.per_rank + int(ws[world.worker])
+    c1 = world.rank * split.per_rank + int(we[world.worker])
+    skip = min(c1 - c0, batches_emitted(batches_done, world.worker, world.num_workers) * cfg.batch_size)
+    return world, c0, c1, skip, _block_bounds(c1 - c0, cfg)
+
+
+def worker_plan(stream: MixedStream, cfg: PlanConfig, world: World, *, epoch: int, batches_done: int = 0, generation: int = 0) -> WorkerPlan:
+    """The rest of the mixed epoch for ``world`` after the rank consumed ``batches_done`` batches
+    (arguments as :func:`shardkit.plan.worker_plan`). Blocks hold mixture sample ids."""
+    n = len(stream)
+    # a resumed DataLoader starts collecting at its worker 0: it takes the role of the worker of the next batch
+    world = world.with_worker((world.worker + batches_done) % world.num_workers, world.num_workers)
+    world, c0, c1, skip, bounds = _chunk(n, cfg, world, batches_done)
+    first = int(np.searchsorted(bounds, skip, side="right")) - 1 if c1 > c0 else len(bounds) - 1
+    off = int(bounds[first])
+    src, gids = _virtual(stream, c0 + off, c1)
+    blocks = []
+    for b in range(first, len(bounds) - 1):
+        b0, b1 = int(bounds[b]), int(bounds[b + 1])
+        if b1 <= skip:
+            continue
+        s, g = src[b0 - off : b1 - off], gids[b0 - off : b1 - off]
+        order = by_source(_block_perm(cfg, epoch, generation, world, b, b1 - b0), s)
+        if b0 < skip:  # resume inside this block: keep only what was not emitted, in the same order
+            rest = order[skip - b0 :]
+            keep = np.sort(rest)
+            s, g, order = s[keep], g[keep], np.searchsorted(keep, rest)
+        group = np.argsort(s, kind="stable")  # read each source's run in turn
+        inv = np.empty_like(group)
+        inv[group] = np.arange(len(group))
+        blocks.append(Block(gids=g[group], order=inv[order]))
+    return WorkerPlan(world=world, split=rank_split(n, world.world_size, cfg), chunk=(c0, c1), skip=skip, blocks=tuple(blocks))
+
+
+def emitted_positions(stream: MixedStream, cfg: PlanConfig, world: World, *, epoch: int, batches_done: int, generation: int = 0) -> np.ndarray:
+    """Virtual stream positions worker role ``world`` has emitted after ``batches_done`` batches (any order)."""
+    world, c0, c1, skip, bounds = _chunk(len(stream), cfg, world, batches_done)
+    b = int(np.searchsorted(bounds, skip, side="right")) - 1
+    full = np.arange(c0, c0 + int(bounds[b]), dtype=np.int64)
+    if skip == int(bounds[b]) or b >= len(bounds) - 1:
+        return full
+    b0, b1 = int(bounds[b]), int(bounds[b + 1])
+    src, _ = _virtual(stream, c0 + b0, c0 + b1)
+    order = by_source(_block_perm(cfg, epoch, generation, world, b, b1 - b0), src)
+    return np.concatenate([full, c0 + b0 + order[: skip - b0]])
+
+
+def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers: int, *, epoch: int, batches_done: int,
+              generation: int = 0) -> Explicit:
+    """The samples of ``stream`` not yet emitted on any rank, in stream order (elastic resume).
+
+    As :func:`shardkit.plan.remaining_stream`: samples the old split dropped stay dropped;
+    a sample seen through padding counts as seen.
+    """
+    n = len(stream)
+    src, gids = stream.window(0, n)
+    if n == 0:
+        return Explicit(src, gids)
+    seen = np.zeros(n, dtype=bool)
+    assigned = np.zeros(n, dtype=bool)
+    split = rank_split(n, world_size, cfg)
+    for r in range(world_size):
+        a0 = r * split.per_rank
+        assigned[np.arange(a0, a0 + split.used, dtype=np.int64) % n] = True
+        for w in range(num_workers):
+            pos = emitted_positions(stream, cfg, World(r, world_size, w, num_workers), epoch=epoch, batches_done=batches_done, generation=generation)
+            seen[pos % n] = True
+    keep = np.flatnonzero(assigned & ~seen)
+    return Explicit(src[keep], gids[keep])
+
+
+def epoch_stream(mixture: Mixture, cfg: PlanConfig, epoch: int, history: Sequence[Segment] = ()) -> MixedStream:
+    """The mixed stream still to read in ``epoch`` after the finished segments in ``history``."""
+    stream: MixedStream = mixed_epoch(mixture, seed=cfg.seed, epoch=epoch, shuffle=cfg.shuffle)
+    for gen, seg in enumerate(history):
+        stream = remaining(stream, cfg, seg.world_size, seg.num_workers, epoch=epoch, batches_done=seg.batches_done, generation=gen)
+    return stream
