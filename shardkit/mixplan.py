@@ -106,6 +106,9 @@ def window(counts: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
 class MixedStream(Protocol):
     """The samples of (the rest of) a mixed epoch, in stream order."""
 
+    #: some source is seen more than once in the epoch (then no batch is let hold a sample twice)
+    repeats: bool
+
     def __len__(self) -> int: ...
 
     def window(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
@@ -124,6 +127,7 @@ class MixedEpoch:
 
     counts: np.ndarray
     streams: tuple[Stream, ...]
+    repeats: bool = False
 
     def __len__(self) -> int:
         return int(np.sum(self.counts))
@@ -144,6 +148,7 @@ class Explicit:
 
     sources: np.ndarray
     gids: np.ndarray
+    repeats: bool = False
 
     def __len__(self) -> int:
         return len(self.gids)
@@ -155,7 +160,8 @@ class Explicit:
 def mixed_epoch(mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = True) -> MixedEpoch:
     """Epoch ``epoch`` of ``mixture`` (same on every rank and worker)."""
     streams = tuple(source_epoch(mixture, i, seed=seed, epoch=epoch, shuffle=shuffle) for i in range(len(mixture.sources)))
-    return MixedEpoch(mixture.counts(epoch), streams)
+    counts = mixture.counts(epoch)
+    return MixedEpoch(counts, streams, repeats=bool(np.any(counts > mixture.sizes)))
 
 
 def _virtual(stream: MixedStream, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
@@ -185,6 +191,43 @@ def by_source(perm: np.ndarray, sources: np.ndarray) -> np.ndarray:
     return order
 
 
+def spread_repeats(order: np.ndarray, gids: np.ndarray, sources: np.ndarray, start: int, batch_size: int) -> np.ndarray:
+    """``order`` with a sample that would appear twice in one batch swapped with a sample of the
+    same source from another batch of the block (the first one, in slot order after it, that
+    repeats nothing in either batch). ``gids`` and ``sources`` are the block's in stream order;
+    slot ``t`` belongs to batch ``(start + t) // batch_size``. Without a fitting sample (a source
+    with fewer distinct samples in the block than its slots in one batch) the repeat stays."""
+    emitted = gids[order]
+    batch = (start + np.arange(len(order))) // batch_size
+    idx = np.lexsort((emitted, batch))
+    dup = (batch[idx][1:] == batch[idx][:-1]) & (emitted[idx][1:] == emitted[idx][:-1])
+    if not dup.any():
+        return order
+    order, emitted = order.copy(), emitted.copy()
+
+    def in_batch(t: int) -> np.ndarray:  # the emitted ids of slot t's batch
+        x = int(batch[t])
+        return emitted[max(0, x * batch_size - start) : max(0, (x + 1) * batch_size - start)]
+
+    for t in idx[1:][dup].tolist():
+        if np.count_nonzero(in_batch(t) == emitted[t]) < 2:
+            continue  # fixed by an earlier swap
+        same = np.flatnonzero(sources == sources[t])
+        for u in np.roll(same, -int(np.searchsorted(same, t))).tolist():
+            if batch[u] != batch[t] and not np.any(in_batch(t) == emitted[u]) and not np.any(in_batch(u) == emitted[t]):
+                order[t], order[u] = order[u], order[t]
+                emitted[t], emitted[u] = emitted[u], emitted[t]
+                break
+    return order
+
+
+def _block_order(stream: MixedStream, cfg: PlanConfig, epoch: int, generation: int, world: World, block: int, src: np.ndarray,
+                 gids: np.ndarray, start: int) -> np.ndarray:
+    """Emission order of a block whose stream-order sources and ids are ``src``, ``gids``, at chunk offset ``start``."""
+    order = by_source(_block_perm(cfg, epoch, generation, world, block, len(src)), src)
+    return spread_repeats(order, gids, src, start, cfg.batch_size) if stream.repeats else order
+
+
 def _chunk(stream_len: int, cfg: PlanConfig, world: World, batches_done: int) -> tuple[World, int, int, int, np.ndarray]:
     """(role, chunk start, chunk stop, samples emitted, block bounds) of ``world`` after ``batches_done``."""
     split = rank_split(stream_len, world.world_size, cfg)
@@ -211,7 +254,7 @@ def worker_plan(stream: MixedStream, cfg: PlanConfig, world: World, *, epoch: in
         if b1 <= skip:
             continue
         s, g = src[b0 - off : b1 - off], gids[b0 - off : b1 - off]
-        order = by_source(_block_perm(cfg, epoch, generation, world, b, b1 - b0), s)
+        order = _block_order(stream, cfg, epoch, generation, world, b, s, g, b0)
         if b0 < skip:  # resume inside this block: keep only what was not emitted, in the same order
             rest = order[skip - b0 :]
             keep = np.sort(rest)
@@ -231,8 +274,8 @@ def emitted_positions(stream: MixedStream, cfg: PlanConfig, world: World, *, epo
     if skip == int(bounds[b]) or b >= len(bounds) - 1:
         return full
     b0, b1 = int(bounds[b]), int(bounds[b + 1])
-    src, _ = _virtual(stream, c0 + b0, c0 + b1)
-    order = by_source(_block_perm(cfg, epoch, generation, world, b, b1 - b0), src)
+    src, gids = _virtual(stream, c0 + b0, c0 + b1)
+    order = _block_order(stream, cfg, epoch, generation, world, b, src, gids, b0)
     return np.concatenate([full, c0 + b0 + order[: skip - b0]])
 
 
@@ -257,7 +300,7 @@ def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers
             pos = emitted_positions(stream, cfg, World(r, world_size, w, num_workers), epoch=epoch, batches_done=batches_done, generation=generation)
             seen[pos % n] = True
     keep = np.flatnonzero(assigned & ~seen)
-    return Explicit(src[keep], gids[keep])
+    return Explicit(src[keep], gids[keep], repeats=stream.repeats)
 
 
 def epoch_stream(mixture: Mixture, cfg: PlanConfig, epoch: int, history: Sequence[Segment] = ()) -> MixedStream:
