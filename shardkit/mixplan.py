@@ -84,6 +84,26 @@ def prefix(counts: np.ndarray, a: int) -> np.ndarray:
     return lo
 
 
+def _positions_of(counts: np.ndarray, i: int, k: np.ndarray) -> np.ndarray:
+    """:func:`positions` of samples ``k`` of one source ``i`` (in-place integer passes, the hot path)."""
+    ci = int(counts[i])
+    pos = k.copy()
+    odd = 2 * k + 1
+    tmp = np.empty_like(k)
+    for j, cj in enumerate(counts.tolist()):
+        if j == i or cj == 0:
+            continue
+        np.multiply(odd, cj, out=tmp)
+        if j > i:  # ties go to the lower source
+            tmp -= 1
+        tmp //= ci
+        tmp += 1
+        tmp >>= 1
+        np.minimum(tmp, cj, out=tmp)
+        pos += tmp
+    return pos
+
+
 def window(counts: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     """``(source, k)`` of mixed positions ``[a, b)``: sample ``k`` of each one's source."""
     counts = np.asarray(counts, np.int64)
@@ -94,7 +114,8 @@ def window(counts: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     k0, k1 = prefix(counts, a), prefix(counts, b)
     for i in range(len(counts)):
         ks = np.arange(k0[i], k1[i], dtype=np.int64)
-        at = positions(counts, np.full(len(ks), i), ks) - a
+        at = _positions_of(counts, i, ks)
+        at -= a
         src[at] = i
         kk[at] = ks
     return src, kk
@@ -287,9 +308,9 @@ def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers
     a sample seen through padding counts as seen.
     """
     n = len(stream)
-    src, gids = stream.window(0, n)
+    listed = Explicit(*stream.window(0, n), repeats=stream.repeats)  # materialised once: the readers' blocks are slices of it
     if n == 0:
-        return Explicit(src, gids)
+        return listed
     seen = np.zeros(n, dtype=bool)
     assigned = np.zeros(n, dtype=bool)
     split = rank_split(n, world_size, cfg)
@@ -297,10 +318,10 @@ def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers
         a0 = r * split.per_rank
         assigned[np.arange(a0, a0 + split.used, dtype=np.int64) % n] = True
         for w in range(num_workers):
-            pos = emitted_positions(stream, cfg, World(r, world_size, w, num_workers), epoch=epoch, batches_done=batches_done, generation=generation)
+            pos = emitted_positions(listed, cfg, World(r, world_size, w, num_workers), epoch=epoch, batches_done=batches_done, generation=generation)
             seen[pos % n] = True
     keep = np.flatnonzero(assigned & ~seen)
-    return Explicit(src[keep], gids[keep], repeats=stream.repeats)
+    return Explicit(listed.sources[keep], listed.gids[keep], repeats=stream.repeats)
 
 
 def epoch_stream(mixture: Mixture, cfg: PlanConfig, epoch: int, history: Sequence[Segment] = ()) -> MixedStream:
