@@ -9,8 +9,8 @@ import pytest
 
 from shardkit import plan
 from shardkit.errors import ShardkitError
-from shardkit.mixplan import Explicit, by_source, epoch_stream, mixed_epoch, positions, remaining, window, worker_plan
-from shardkit.mixture import (
+from shardkit.mix import Explicit, by_source, epoch_stream, mixed_epoch, positions, remaining, window, worker_plan
+from shardkit.mix import (
     LabelMode,
     Mixture,
     Source,

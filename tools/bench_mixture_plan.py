@@ -17,8 +17,7 @@ import time
 
 import numpy as np
 
-from shardkit.mixplan import mixed_epoch, worker_plan
-from shardkit.mixture import Mixture, Source
+from shardkit.mix import Mixture, Source, mixed_epoch, worker_plan
 from shardkit.plan import PlanConfig, partition_ranges, rank_split
 from shardkit.world import World
 

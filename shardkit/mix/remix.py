@@ -1,0 +1,68 @@
+"""Resuming a state saved with one mixture: refuse another mixture, or (``allow_remix``) switch at the next epoch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ShardkitError
+from ..plan import fingerprint
+from .mixture import Mixture
+from .source import Source
+
+
+def mixture_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What differs between two :meth:`Mixture.describe` values, one phrase each (empty: the same)."""
+    out = []
+    if saved.get("epoch_size") != current.get("epoch_size"):
+        out.append(f"epoch_size {saved.get('epoch_size')} -> {current.get('epoch_size')}")
+    a, b = saved.get("sources", []), current.get("sources", [])
+    if len(a) != len(b):
+        out.append(f"{len(a)} sources -> {len(b)}")
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x.get("fingerprint") != y.get("fingerprint"):
+            out.append(f"source {i}: other data (shard sizes differ)")
+        for k in ("weight", "repeat", "choose"):
+            if x.get(k) != y.get(k):
+                out.append(f"source {i}: {k} {x.get(k)} -> {y.get(k)}")
+    return out
+
+
+def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, allow_remix: bool = False) -> tuple[Mixture, Mixture]:
+    """The mixtures to plan with after loading a state saved in ``epoch`` with mixture ``saved``:
+    ``(for the rest of epoch, from epoch + 1 on)``.
+
+    The same mixture: ``current`` with the saved bookkeeping, for both. Another one (only with
+    ``allow_remix``): the saved mixture finishes ``epoch`` (its sources are found among
+    ``current``'s by their shard sizes), then ``current`` continues each shared source's stream.
+
+    Raises:
+        ShardkitError: the mixtures differ without ``allow_remix`` (naming every difference), or a
+            source of the saved mixture that must finish the epoch is not among ``current``'s.
+    """
+    if not check_remix(saved, current.describe(), allow_remix=allow_remix):
+        same = current.with_history(saved)
+        return same, same
+    by_fp = {fingerprint(s): (src, s) for src, s in zip(current.sources, current.shard_sizes)}
+    srcs, sizes = [], []
+    for i, d in enumerate(saved["sources"]):
+        if d["fingerprint"] not in by_fp:
+            raise ShardkitError(f"saved mixture's source {i} is not among the current sources, so epoch {epoch} cannot finish as saved; "
+                                f"add it back, or start the new mixture now with set_epoch({epoch + 1})")
+        src, s = by_fp[d["fingerprint"]]
+        srcs.append(Source(src.url, weight=d.get("weight"), repeat=d.get("repeat"), choose=d.get("choose"), storage_options=src.storage_options))
+        sizes.append(s)
+    old = Mixture(tuple(srcs), tuple(sizes), saved.get("epoch_size")).with_history(saved)
+    return old, current.continue_from(old, epoch + 1)
+
+
+def check_remix(saved: dict[str, Any], current: dict[str, Any], *, allow_remix: bool = False) -> bool:
+    """Whether a state saved with mixture ``saved`` may resume with ``current``; True when they differ.
+
+    Raises:
+        ShardkitError: they differ and ``allow_remix`` is False (the message lists every difference).
+    """
+    diff = mixture_diff(saved, current)
+    if diff and not allow_remix:
+        raise ShardkitError(f"loader state was saved with another mixture ({'; '.join(diff)}); resume with the same sources, "
+                            "or pass allow_remix=True to finish this epoch as saved and switch at the next epoch")
+    return bool(diff)
