@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import numpy as np
@@ -20,9 +21,11 @@ from shardkit.mix import (
     check_remix,
     label_space,
     qualify_keys,
+    resume_mixtures,
     selection,
     source_epoch,
 )
+from shardkit.mix import source_seed as source_seed_of
 from shardkit.plan import EpochPolicy, PlanConfig, Segment, Stream
 from shardkit.world import World
 
@@ -339,3 +342,27 @@ def test_no_batch_holds_a_sample_twice(R, W):
         got = Counter(int(g) for r in range(R) for b in rank_batches(stream, cfg, R, W, r, epoch=e) for g in b)
         split = plan.rank_split(len(stream), R, cfg)
         assert sum((got - Counter(epoch_gids(m, e, e).tolist())).values()) == split.padded
+
+
+def test_remix_continues_each_shared_source_without_replacement():
+    old = mix((A, {"weight": 0.5}), (B, {"weight": 0.5}))
+    new = Mixture((Source("a", weight=0.8), Source("c", weight=0.2)), (A, C))
+    saved = json.loads(json.dumps(old.describe()))  # what a state dict holds
+    with pytest.raises(ShardkitError, match=r"source 0: weight 0.5 -> 0.8; source 1: other data"):
+        resume_mixtures(saved, new, 2, mid_epoch=True)
+    with pytest.raises(ShardkitError, match=r"source 1 is not among the current sources.*set_epoch\(3\)"):
+        resume_mixtures(saved, new, 2, mid_epoch=True, allow_remix=True)  # b is gone: epoch 2 cannot finish as saved
+    now, same = resume_mixtures(saved, new, 3, mid_epoch=False, allow_remix=True)  # at an epoch's start: switch at once
+    assert now is same and now.first_epoch == 3 and now.offsets == (int(old.starts(3)[0]), 0)
+    keep_b = Mixture(new.sources + (Source("b", weight=0.1),), (A, C, B))
+    finish, after = resume_mixtures(saved, keep_b, 2, mid_epoch=True, allow_remix=True)
+    assert [s.url for s in finish.sources] == ["a", "b"]  # the saved mixture finishes epoch 2 (found by shard sizes)...
+    assert list(finish.counts(2)) == list(old.counts(2)) and after.first_epoch == 3  # ...the new one starts at epoch 3
+    ids_a = [source_epoch(finish if e < 3 else after, 0, seed=1, epoch=e).global_ids() for e in range(6)]
+    total = sum(len(x) for x in ids_a)
+    assert list(np.concatenate(ids_a)) == list(selection(A, seed=1, start=0, count=total).global_ids())  # one stream, no gap or repeat
+    assert after.seed_keys == (0, 2, 1)  # c is new: a fresh seed, not b's; b keeps its own
+    assert list(source_epoch(after, 1, seed=1, epoch=3).global_ids() - after.gid_base[1]) == list(
+        selection(C, seed=source_seed_of(1, 2), start=0, count=int(after.counts(3)[1])).global_ids())
+    again, _ = resume_mixtures(json.loads(json.dumps(after.describe())), keep_b, 4, mid_epoch=True)  # saved after the switch
+    assert again.first_epoch == 3 and list(again.starts(4)) == list(after.starts(4))

@@ -179,7 +179,8 @@ class Mixture:
         """JSON-friendly identity of the mixture (data fingerprints and specs), for state dicts."""
         return {
             "epoch_size": self.epoch_size,
-            "sources": [{"fingerprint": fingerprint(s), **src.spec()} for s, src in zip(self.shard_sizes, self.sources)],
+            "sources": [{"fingerprint": fingerprint(s), "samples": int(n), **src.spec()}
+                        for s, n, src in zip(self.shard_sizes, self.sizes, self.sources)],
             "first_epoch": self.first_epoch,
             "offsets": list(self.offsets),  # type: ignore[arg-type]
             "seed_keys": list(self.seed_keys),  # type: ignore[arg-type]

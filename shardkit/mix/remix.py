@@ -27,13 +27,15 @@ def mixture_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return out
 
 
-def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, allow_remix: bool = False) -> tuple[Mixture, Mixture]:
+def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, mid_epoch: bool, allow_remix: bool = False) -> tuple[Mixture, Mixture]:
     """The mixtures to plan with after loading a state saved in ``epoch`` with mixture ``saved``:
     ``(for the rest of epoch, from epoch + 1 on)``.
 
     The same mixture: ``current`` with the saved bookkeeping, for both. Another one (only with
-    ``allow_remix``): the saved mixture finishes ``epoch`` (its sources are found among
-    ``current``'s by their shard sizes), then ``current`` continues each shared source's stream.
+    ``allow_remix``): ``mid_epoch``, the saved mixture finishes ``epoch`` (its sources are found
+    among ``current``'s by their shard sizes) and ``current`` takes over at ``epoch + 1``; at an
+    epoch's start, ``current`` takes over at once. Either way each source of both continues its
+    stream where the saved mixture left it (no sample repeats or is skipped by the switch).
 
     Raises:
         ShardkitError: the mixtures differ without ``allow_remix`` (naming every difference), or a
@@ -45,13 +47,17 @@ def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, allo
     by_fp = {fingerprint(s): (src, s) for src, s in zip(current.sources, current.shard_sizes)}
     srcs, sizes = [], []
     for i, d in enumerate(saved["sources"]):
-        if d["fingerprint"] not in by_fp:
+        src, s = by_fp.get(d["fingerprint"], (None, None))
+        if src is None and mid_epoch:
             raise ShardkitError(f"saved mixture's source {i} is not among the current sources, so epoch {epoch} cannot finish as saved; "
                                 f"add it back, or start the new mixture now with set_epoch({epoch + 1})")
-        src, s = by_fp[d["fingerprint"]]
-        srcs.append(Source(src.url, weight=d.get("weight"), repeat=d.get("repeat"), choose=d.get("choose"), storage_options=src.storage_options))
-        sizes.append(s)
+        # a source that is gone only counts (its size shares out the weighted seats): one placeholder shard
+        srcs.append(Source(src.url if src else f"<saved source {i}>", weight=d.get("weight"), repeat=d.get("repeat"), choose=d.get("choose")))
+        sizes.append(s if s is not None else [int(d["samples"])])
     old = Mixture(tuple(srcs), tuple(sizes), saved.get("epoch_size")).with_history(saved)
+    if not mid_epoch:
+        new = current.continue_from(old, epoch)
+        return new, new
     return old, current.continue_from(old, epoch + 1)
 
 
