@@ -1,7 +1,7 @@
 """Weighted mixtures of several datasets: what each source contributes to each epoch.
 
 Pure functions of (sources' shard sizes, specs, seed, epoch); no data is touched.
-:mod:`shardkit.mixplan` interleaves the sources and splits the mixed epoch over
+:mod:`shardkit.mix.plan` interleaves the sources and splits the mixed epoch over
 ranks and workers.
 
 The model:
@@ -9,7 +9,7 @@ The model:
 1. **Specs.** Each :class:`Source` asks for exactly one of ``weight`` (a share of
    the epoch), ``repeat`` (passes over the source per epoch, fractional allowed) or
    ``choose`` (samples per epoch). A lone source may omit all three (``repeat=1``).
-2. **Counts** (:func:`epoch_counts`), the rounding rule:
+2. **Counts** (:meth:`Mixture.counts`), the rounding rule:
 
    * ``choose``: exactly ``choose`` every epoch;
    * ``repeat``: cumulative rounding down, ``floor((e+1)*repeat*size) - floor(e*repeat*size)``
@@ -17,7 +17,9 @@ The model:
      and any whole number of passes lands exactly on the pass boundary;
    * ``weight``: the epoch size (``epoch_size``, else the sum of all sources' sizes) minus
      the repeat/choose counts is shared by largest remainder of ``seats * w / sum(w)``,
-     ties to the lower source index. Counts always sum to the epoch size.
+     ties to the lower source index, so the counts sum to the epoch size. Without weighted
+     sources the epoch size is the sum of the counts (fractional repeats make it vary by
+     a sample or so from epoch to epoch).
 3. **Selection** (:func:`selection`): every source has an infinite stream, pass after
    pass, each pass its shards in a seeded order (:meth:`shardkit.plan.Stream.full_epoch`
    with the source's seed). Epoch ``e`` takes the next ``count`` samples of that stream,
@@ -26,7 +28,12 @@ The model:
    one-source mixture is exactly today's single-dataset epoch.
 
 Sample ids of a mixture are global: source ``i``'s shards follow source ``i-1``'s in one
-shard list (:attr:`Mixture.shard_offsets`), so the existing readers need no change.
+shard list (:attr:`Mixture.shard_offsets`), so a reader addresses any source's shard by
+one index and :meth:`Mixture.source_of` tells a batch's sources from its ids.
+
+A mixture changed mid-training (``allow_remix``) is a new :class:`Mixture` whose
+``first_epoch``, ``offsets`` and ``seed_keys`` continue each shared source's stream
+(:meth:`Mixture.continue_from`, :func:`shardkit.mix.resume_mixtures`).
 """
 
 from __future__ import annotations

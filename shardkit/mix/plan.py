@@ -6,14 +6,17 @@ worker chunks, shuffle blocks and block permutations, so for one source every
 :class:`~shardkit.plan.Block` is exactly the single-dataset plan's.
 
 1. **Interleave.** Epoch ``e`` holds ``c_i`` samples of source ``i``
-   (:meth:`shardkit.mixture.Mixture.counts`), each source's in its stream order.
+   (:meth:`shardkit.mix.Mixture.counts`), each source's in its stream order.
    Mixed position order is the Sainte-Lague (Webster) merge: source ``i``'s
    ``k``-th sample has key ``(k + 1/2) / c_i``; keys ascending, ties to the lower
    source. Keys compare exactly in integers, and the position of any sample, or the
    samples of any window, cost O(sources) each (:func:`window`) -- nothing is
-   materialised per epoch. Each source's samples are spread evenly: over any window
-   of ``L`` positions, source ``i`` holds ``L * c_i / N`` samples, less than
-   ``1 + S * c_i / N`` off (``S`` sources; two sources: the floor or the ceiling).
+   materialised per epoch. Each source's samples are spread evenly: any window of
+   ``L`` consecutive positions (wrapping around at the end) holds, of source ``i``,
+   ``L * c_i / N`` samples at most ``1 + (S - 2) * c_i / N`` off, with ``S`` sources
+   of ``N`` samples in all (in any window, source ``i`` is at most 1 off the interval's
+   share; summing over sources gives the rest). Two sources: the floor or the ceiling
+   of ``L * c_i / N`` (the merge is a mechanical word, hence balanced).
 2. **Split.** The mixed stream of ``N`` positions is split like one dataset's
    (:func:`shardkit.plan.rank_split`, :func:`shardkit.plan.worker_chunks`): every
    rank the same batches, ``PAD`` repeats the first positions, ``DROP`` leaves the
