@@ -24,6 +24,7 @@ from shardkit.mix import (
     resume_mixtures,
     selection,
     source_epoch,
+    source_epochs,
 )
 from shardkit.mix import source_seed as source_seed_of
 from shardkit.plan import EpochPolicy, PlanConfig, Segment, Stream
@@ -52,7 +53,7 @@ def rank_batches(stream, cfg, R, W, r, *, plan_fn=worker_plan, epoch=0, batches_
 
 
 def epoch_gids(m: Mixture, seed: int, epoch: int) -> np.ndarray:
-    return np.concatenate([source_epoch(m, i, seed=seed, epoch=epoch).global_ids() for i in range(len(m.sources))])
+    return np.concatenate([s.global_ids() for s in source_epochs(m, seed=seed, epoch=epoch)])
 
 
 # --------------------------------------------------------------------------- bad input

@@ -227,9 +227,16 @@ def selection(shard_sizes: Sequence[int], *, seed: int, start: int, count: int, 
     return Stream(shard[keep], lo, hi, offsets)
 
 
+def source_epochs(mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = True) -> tuple[Stream, ...]:
+    """Each source's samples of ``epoch``, in its stream order, as mixture sample ids."""
+    starts, counts = mixture.starts(epoch), mixture.counts(epoch)
+    out = []
+    for i, key in enumerate(mixture.seed_keys):  # type: ignore[arg-type]
+        local = selection(mixture.shard_sizes[i], seed=source_seed(seed, key), start=int(starts[i]), count=int(counts[i]), shuffle=shuffle)
+        out.append(Stream(local.run_shard + mixture.shard_base[i], local.run_start, local.run_stop, mixture.shard_offsets))
+    return tuple(out)
+
+
 def source_epoch(mixture: Mixture, source: int, *, seed: int, epoch: int, shuffle: bool = True) -> Stream:
-    """Source ``source``'s samples of ``epoch``, in stream order, as mixture sample ids."""
-    key = mixture.seed_keys[source]  # type: ignore[index]
-    local = selection(mixture.shard_sizes[source], seed=source_seed(seed, key), start=int(mixture.starts(epoch)[source]),
-                      count=int(mixture.counts(epoch)[source]), shuffle=shuffle)
-    return Stream(local.run_shard + mixture.shard_base[source], local.run_start, local.run_stop, mixture.shard_offsets)
+    """Source ``source``'s samples of ``epoch`` (:func:`source_epochs`)."""
+    return source_epochs(mixture, seed=seed, epoch=epoch, shuffle=shuffle)[source]

@@ -45,7 +45,7 @@ import numpy as np
 from ..plan import Block, PlanConfig, Segment, Stream, WorkerPlan, _block_bounds, _block_perm, batches_emitted, rank_split, worker_chunks
 from ..world import World
 from .interleave import window
-from .mixture import Mixture, source_epoch
+from .mixture import Mixture, source_epochs
 
 
 class MixedStream(Protocol):
@@ -104,7 +104,7 @@ class Explicit:
 
 def mixed_epoch(mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = True) -> MixedEpoch:
     """Epoch ``epoch`` of ``mixture`` (same on every rank and worker)."""
-    streams = tuple(source_epoch(mixture, i, seed=seed, epoch=epoch, shuffle=shuffle) for i in range(len(mixture.sources)))
+    streams = source_epochs(mixture, seed=seed, epoch=epoch, shuffle=shuffle)
     counts = mixture.counts(epoch)
     return MixedEpoch(counts, streams, repeats=bool(np.any(counts > mixture.sizes)))
 
