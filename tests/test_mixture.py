@@ -68,6 +68,14 @@ def test_source_rejects_bad_specs(kw, msg):
         Source("x", **kw)
 
 
+def test_source_normalises_numbers():
+    s = Source("x", choose=np.int64(5), storage_options={"anon": True})
+    assert s.choose == 5 and type(s.choose) is int and s.spec() == {"weight": None, "repeat": None, "choose": 5}
+    assert Source("x", weight=np.float32(0.5)).weight == 0.5 and hash(s) == hash(Source("x", choose=5))  # options do not count
+    with pytest.raises(ValueError, match="non-empty string"):
+        Source("")
+
+
 def test_mixture_rejects_bad_lists():
     with pytest.raises(ValueError, match="source 1 .* give one of"):
         as_sources([Source("a", weight=1), "b"])

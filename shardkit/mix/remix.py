@@ -52,7 +52,8 @@ def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, mid_
             raise ShardkitError(f"saved mixture's source {i} is not among the current sources, so epoch {epoch} cannot finish as saved; "
                                 f"add it back, or start the new mixture now with set_epoch({epoch + 1})")
         # a source that is gone only counts (its size shares out the weighted seats): one placeholder shard
-        srcs.append(Source(src.url if src else f"<saved source {i}>", weight=d.get("weight"), repeat=d.get("repeat"), choose=d.get("choose")))
+        srcs.append(Source(src.url if src else f"<saved source {i}>", weight=d.get("weight"), repeat=d.get("repeat"), choose=d.get("choose"),
+                           storage_options=src.storage_options if src else None))
         sizes.append(s if s is not None else [int(d["samples"])])
     old = Mixture(tuple(srcs), tuple(sizes), saved.get("epoch_size")).with_history(saved)
     if not mid_epoch:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Optional, Sequence
@@ -19,22 +20,29 @@ class Source:
         weight: share of each epoch (normalised over the weighted sources).
         repeat: passes over the source per epoch (0.5: half of it per epoch).
         choose: exactly this many samples per epoch.
-        storage_options: fsspec options for this source's URL.
+        storage_options: fsspec options for this source's URL (None: the loader's).
     """
 
     url: str
     weight: Optional[float] = None
     repeat: Optional[float] = None
     choose: Optional[int] = None
-    storage_options: dict[str, Any] = field(default_factory=dict, compare=False)
+    storage_options: Optional[dict[str, Any]] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url:
+            raise ValueError(f"source url must be a non-empty string, got {self.url!r}")
         for name in ("weight", "repeat"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, Fraction)) or not math.isfinite(v) or v < 0):
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"source {self.url!r}: {name} must be a finite number >= 0, got {v!r}")
-        if self.choose is not None and (isinstance(self.choose, bool) or not isinstance(self.choose, int) or self.choose < 1):
-            raise ValueError(f"source {self.url!r}: choose must be an integer >= 1, got {self.choose!r}")
+            object.__setattr__(self, name, int(v) if isinstance(v, numbers.Integral) else float(v))  # plain, JSON-friendly
+        if self.choose is not None:
+            if isinstance(self.choose, bool) or not isinstance(self.choose, numbers.Integral) or self.choose < 1:
+                raise ValueError(f"source {self.url!r}: choose must be an integer >= 1, got {self.choose!r}")
+            object.__setattr__(self, "choose", int(self.choose))
         if len(self.given) > 1:
             raise ValueError(f"source {self.url!r}: give one of weight, repeat or choose, not {' and '.join(self.given)}")
 
@@ -105,6 +113,6 @@ def check_data(sources: Sequence[Source], data: Sequence[SourceData]) -> None:
                                 f"{dict(data[0].image)}; convert both with the same --short-side/--max-side")
 
 
-def exact(v: "float | int | Fraction") -> Fraction:
+def exact(v: "float | int") -> Fraction:
     """A spec value as the decimal it prints as (0.3 is 3/10, not the nearest binary fraction)."""
-    return v if isinstance(v, Fraction) else Fraction(str(v)) if isinstance(v, float) else Fraction(v)
+    return Fraction(repr(v)) if isinstance(v, float) else Fraction(v)
