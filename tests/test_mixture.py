@@ -375,3 +375,19 @@ def test_remix_continues_each_shared_source_without_replacement():
         selection(C, seed=source_seed_of(1, 2), start=0, count=int(after.counts(3)[1])).global_ids())
     again, _ = resume_mixtures(json.loads(json.dumps(after.describe())), keep_b, 4, mid_epoch=True)  # saved after the switch
     assert again.first_epoch == 3 and list(again.starts(4)) == list(after.starts(4))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_source_remaining_equals_single_dataset(seed):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 9, size=int(rng.integers(1, 12))).tolist()
+    m = Mixture((Source("a"),), (sizes,))
+    for _ in range(8):
+        cfg = PlanConfig(batch_size=int(rng.integers(1, 6)), seed=seed, shuffle=bool(rng.integers(0, 4)), shuffle_buffer=int(rng.integers(1, 9)),
+                         shuffle_initial=int(rng.integers(0, 5)), drop_last=bool(rng.integers(0, 2)), policy=list(EpochPolicy)[int(rng.integers(0, 2))])
+        R, W = int(rng.integers(1, 5)), int(rng.integers(1, 4))
+        stream = epoch_stream(m, cfg, 1)
+        k = int(rng.integers(0, plan.rank_split(len(stream), R, cfg).num_batches + 2))
+        mine = remaining(stream, cfg, R, W, epoch=1, batches_done=k)
+        theirs = plan.remaining_stream(plan.epoch_stream(sizes, cfg, 1, []), cfg, R, W, epoch=1, batches_done=k)
+        assert list(mine.gids) == list(theirs.global_ids()), (cfg, R, W, k)

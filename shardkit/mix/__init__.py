@@ -16,13 +16,13 @@ from __future__ import annotations
 from .interleave import positions, prefix, window
 from .labels import LabelMode, LabelSpace, label_space, qualify_keys
 from .mixture import Mixture, selection, source_epoch, source_epochs, source_seed
-from .plan import Explicit, MixedEpoch, MixedStream, by_source, emitted_positions, epoch_stream, mixed_epoch, remaining, spread_repeats, worker_plan
+from .plan import Explicit, MixedEpoch, MixedStream, by_source, epoch_stream, mixed_epoch, remaining, spread_repeats, worker_plan
 from .remix import check_remix, mixture_diff, resume_mixtures
 from .source import Source, SourceData, as_sources, check_data, check_specs
 
 __all__ = [
     "Explicit", "LabelMode", "LabelSpace", "MixedEpoch", "MixedStream", "Mixture", "Source", "SourceData", "as_sources", "by_source",
-    "check_data", "check_remix", "check_specs", "emitted_positions", "epoch_stream", "label_space", "mixed_epoch", "mixture_diff",
+    "check_data", "check_remix", "check_specs", "epoch_stream", "label_space", "mixed_epoch", "mixture_diff",
     "positions", "prefix", "qualify_keys", "remaining", "resume_mixtures", "selection", "source_epoch", "source_epochs", "source_seed", "spread_repeats",
     "window", "worker_plan",
 ]

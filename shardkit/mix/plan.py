@@ -42,7 +42,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ..plan import Block, PlanConfig, Segment, Stream, WorkerPlan, _block_bounds, _block_perm, batches_emitted, rank_split, worker_chunks
+from ..plan import (Block, PlanConfig, Segment, Stream, WorkerPlan, _block_bounds, _block_perm, batches_emitted, partition_ranges, rank_split,
+                    worker_chunks)
 from ..world import World
 from .interleave import window
 from .mixture import Mixture, source_epochs
@@ -211,39 +212,60 @@ def worker_plan(stream: MixedStream, cfg: PlanConfig, world: World, *, epoch: in
     return WorkerPlan(world=world, split=rank_split(n, world.world_size, cfg), chunk=(c0, c1), skip=skip, blocks=tuple(blocks))
 
 
-def emitted_positions(stream: MixedStream, cfg: PlanConfig, world: World, *, epoch: int, batches_done: int, generation: int = 0) -> np.ndarray:
-    """Virtual stream positions worker role ``world`` has emitted after ``batches_done`` batches (any order)."""
-    world, c0, c1, skip, bounds = _chunk(len(stream), cfg, world, batches_done)
-    b = int(np.searchsorted(bounds, skip, side="right")) - 1
-    full = np.arange(c0, c0 + int(bounds[b]), dtype=np.int64)
-    if skip == int(bounds[b]) or b >= len(bounds) - 1:
-        return full
-    b0, b1 = int(bounds[b]), int(bounds[b + 1])
-    src, gids = _virtual(stream, c0 + b0, c0 + b1)
-    order = _block_order(stream, cfg, epoch, generation, world, b, src, gids, b0)
-    return np.concatenate([full, c0 + b0 + order[: skip - b0]])
+def _covered(n: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Which of ``n`` stream positions the virtual ranges ``[starts, stops)`` cover (past ``n``: wrapped)."""
+    size = max(n, int(stops.max()) if len(stops) else 0)
+    diff = np.zeros(size + 1, np.int64)
+    np.add.at(diff, starts, 1)
+    np.add.at(diff, stops, -1)
+    cov = np.cumsum(diff[:-1]) > 0
+    out = cov[:n].copy()
+    for a in range(n, size, n):  # padding: positions past the end are the stream's first ones again
+        out[: min(n, size - a)] |= cov[a : a + n]
+    return out
+
+
+def _whole_blocks(length: np.ndarray, skip: np.ndarray, cfg: PlanConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per chunk of ``length`` with ``skip`` samples emitted: (samples in whole blocks before ``skip``,
+    index of the block holding ``skip``, that block's end) -- :func:`shardkit.plan._block_bounds`, vectorised."""
+    if not cfg.shuffle:
+        return np.where(skip >= length, length, 0), np.zeros_like(skip), length
+    first, buf = cfg.shuffle_initial or cfg.shuffle_buffer, cfg.shuffle_buffer
+    later = skip >= first
+    whole = np.where(later, first + (skip - first) // buf * buf, 0)
+    whole = np.where(skip >= length, length, np.where(length <= first, 0, whole))
+    block = np.where(whole == 0, 0, 1 + (whole - first) // buf)
+    end = np.minimum(length, np.where(block == 0, first, whole + buf))
+    return whole, block, end
 
 
 def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers: int, *, epoch: int, batches_done: int,
               generation: int = 0) -> Explicit:
     """The samples of ``stream`` not yet emitted on any rank, in stream order (elastic resume).
 
-    As :func:`shardkit.plan.remaining_stream`: samples the old split dropped stay dropped;
-    a sample seen through padding counts as seen.
+    As :func:`shardkit.plan.remaining_stream`: samples the old split dropped stay dropped; a
+    sample seen through padding counts as seen. Whole blocks are ranges (one pass over the
+    epoch); only each reader's partly emitted block is planned again.
     """
     n = len(stream)
-    listed = Explicit(*stream.window(0, n), repeats=stream.repeats)  # materialised once: the readers' blocks are slices of it
+    listed = Explicit(*stream.window(0, n), repeats=stream.repeats)  # materialised once: the partial blocks are slices of it
     if n == 0:
         return listed
-    seen = np.zeros(n, dtype=bool)
-    assigned = np.zeros(n, dtype=bool)
     split = rank_split(n, world_size, cfg)
-    for r in range(world_size):
-        a0 = r * split.per_rank
-        assigned[np.arange(a0, a0 + split.used, dtype=np.int64) % n] = True
-        for w in range(num_workers):
-            pos = emitted_positions(listed, cfg, World(r, world_size, w, num_workers), epoch=epoch, batches_done=batches_done, generation=generation)
-            seen[pos % n] = True
+    rank0 = np.arange(world_size, dtype=np.int64) * split.per_rank
+    assigned = _covered(n, rank0, rank0 + split.used)
+    starts, stops = partition_ranges(n, world_size, num_workers, cfg)
+    roles = np.tile(np.arange(num_workers, dtype=np.int64), world_size)
+    done = np.maximum(0, (batches_done - roles + num_workers - 1) // num_workers)  # batches each reader emitted
+    skip = np.minimum(stops - starts, done * cfg.batch_size)
+    whole, block, end = _whole_blocks(stops - starts, skip, cfg)
+    seen = _covered(n, starts, starts + whole)
+    for i in np.flatnonzero(whole < skip).tolist():  # the block each reader was emitting
+        c0, b0 = int(starts[i]), int(whole[i])
+        src, gids = _virtual(listed, c0 + b0, c0 + int(end[i]))
+        world = World(i // num_workers, world_size, i % num_workers, num_workers)
+        order = _block_order(listed, cfg, epoch, generation, world, int(block[i]), src, gids, b0)
+        seen[(c0 + b0 + order[: int(skip[i]) - b0]) % n] = True
     keep = np.flatnonzero(assigned & ~seen)
     return Explicit(listed.sources[keep], listed.gids[keep], repeats=stream.repeats)
 
