@@ -317,6 +317,11 @@ def test_labels_merged_and_per_source():
     with pytest.raises(ValueError, match="choose one of"):
         LabelMode.parse("union")
     assert qualify_keys([1, 0], ["00000042", "x"]) == ["1/00000042", "0/x"]
+    same = label_space([["b", "a"], ["b", "a"]])  # one class list (one source): kept as is, labels unchanged
+    assert same.classes == ("b", "a") and list(same.map(np.array([0, 1]), np.array([7, 1]))) == [7, 1]
+    assert label_space([[]]).classes == ()  # a lone unlabelled source passes its labels through
+    with pytest.raises(ValueError, match="source 1 has no class names"):
+        label_space([["a"], []])
 
 
 def test_remix_refused_naming_the_difference():
