@@ -196,6 +196,18 @@ def shares_ok(batch_sources: np.ndarray, counts: np.ndarray) -> bool:
     return bool(np.all(dev < 1)) if S == 2 else bool(np.all(dev <= 1 + (S - 2) * counts / n))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_every_window_of_the_interleave_keeps_the_shares(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(6):
+        counts = rng.integers(0, 30, size=int(rng.integers(2, 6))) * rng.integers(1, 4)
+        counts[0] += 1
+        src = np.tile(window(counts, 0, int(counts.sum()))[0], 2)  # windows wrap around (padding)
+        for L in range(1, int(counts.sum()) + 1):
+            for a in range(0, int(counts.sum()), 3):
+                assert shares_ok(src[a : a + L], counts), (counts, a, L)
+
+
 @pytest.mark.parametrize("specs", [
     [(A, {"weight": 0.7}), (C, {"weight": 0.3})],
     [(A, {"repeat": 1}), (B, {"repeat": 3}), (C, {"choose": 9})],
