@@ -52,8 +52,8 @@ def rank_batches(stream, cfg, R, W, r, *, plan_fn=worker_plan, epoch=0, batches_
     return out
 
 
-def epoch_gids(m: Mixture, seed: int, epoch: int) -> np.ndarray:
-    return np.concatenate([s.global_ids() for s in source_epochs(m, seed=seed, epoch=epoch)])
+def epoch_gids(m: Mixture, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    return np.concatenate([s.global_ids() for s in source_epochs(m, seed=seed, epoch=epoch, shuffle=shuffle)])
 
 
 # --------------------------------------------------------------------------- bad input
@@ -408,3 +408,51 @@ def test_one_source_remaining_equals_single_dataset(seed):
         mine = remaining(stream, cfg, R, W, epoch=1, batches_done=k)
         theirs = plan.remaining_stream(plan.epoch_stream(sizes, cfg, 1, []), cfg, R, W, epoch=1, batches_done=k)
         assert list(mine.gids) == list(theirs.global_ids()), (cfg, R, W, k)
+
+
+def random_mixture(rng: np.random.Generator) -> Mixture:
+    """1-4 sources of 1-4 shards (some empty), each with a random weight, repeat or choose."""
+    specs = []
+    for _ in range(int(rng.integers(1, 5))):
+        sizes = rng.integers(0, 7, size=int(rng.integers(1, 5))).tolist()
+        sizes[0] += 1
+        kind = int(rng.integers(0, 3))
+        if kind == 0:
+            kw = {"weight": float(rng.integers(0, 4)) + 0.5}
+        elif kind == 1:
+            kw = {"repeat": float(rng.choice([0.5, 1, 1.5, 2, 3]))}
+        else:
+            kw = {"choose": int(rng.integers(1, 12))}
+        specs.append((sizes, kw))
+    fixed = sum(kw.get("choose", 0) + int(np.ceil(kw.get("repeat", 0) * sum(sizes))) for sizes, kw in specs)
+    weighted = any("weight" in kw for _, kw in specs)
+    return mix(*specs, epoch_size=fixed + int(rng.integers(1, 40)) if weighted else None)
+
+
+@pytest.mark.parametrize("seed", range(20))  # 300 seeds pass too (8 s)
+def test_random_mixtures_exactly_once_resume_and_elastic(seed):
+    rng = np.random.default_rng(100 + seed)
+    m = random_mixture(rng)
+    cfg = PlanConfig(batch_size=int(rng.integers(1, 6)), seed=seed, shuffle=bool(rng.integers(0, 4)), shuffle_buffer=int(rng.integers(1, 9)),
+                     shuffle_initial=int(rng.integers(0, 5)), drop_last=bool(rng.integers(0, 2)), policy=list(EpochPolicy)[int(rng.integers(0, 2))])
+    e = int(rng.integers(0, 4))
+    (R0, W0), (R1, W1) = [(int(rng.integers(1, 4)), int(rng.integers(1, 4))) for _ in range(2)]
+    stream = epoch_stream(m, cfg, e)
+    planned = Counter(epoch_gids(m, seed, e, cfg.shuffle).tolist())
+    split = plan.rank_split(len(stream), R0, cfg)
+    full = [rank_batches(stream, cfg, R0, W0, r, epoch=e) for r in range(R0)]
+    got = Counter(int(g) for bs in full for b in bs for g in b)
+    assert sum((got - planned).values()) == split.padded and sum((planned - got).values()) == split.dropped
+    assert all(shares_ok(m.source_of(b), m.counts(e)) for bs in full for b in bs)
+    k = int(rng.integers(0, split.num_batches + 1))
+    for r in range(R0):
+        assert [list(b) for b in rank_batches(stream, cfg, R0, W0, r, epoch=e, batches_done=k)] == [list(b) for b in full[r][k:]]
+    seen = Counter(int(g) for bs in full for b in bs[:k] for g in b)
+    rest = epoch_stream(m, cfg, e, [Segment(R0, W0, k)])
+    second = plan.rank_split(len(rest), R1, cfg)
+    later = Counter(int(g) for r in range(R1) for b in rank_batches(rest, cfg, R1, W1, r, epoch=e, generation=1) for g in b)
+    everything = seen + later
+    if cfg.policy is EpochPolicy.PAD and not cfg.drop_last:
+        assert not planned - everything and sum((everything - planned).values()) <= split.padded + second.padded
+    else:
+        assert not everything - planned and sum((planned - everything).values()) == split.dropped + second.dropped
