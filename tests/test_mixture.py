@@ -456,3 +456,14 @@ def test_random_mixtures_exactly_once_resume_and_elastic(seed):
         assert not planned - everything and sum((everything - planned).values()) <= split.padded + second.padded
     else:
         assert not everything - planned and sum((planned - everything).values()) == split.dropped + second.dropped
+
+
+def test_unshuffled_mixture_reads_in_bounded_blocks_in_stream_order():
+    m = mix((A, {"weight": 0.5}), (C, {"weight": 0.5}))
+    cfg = PlanConfig(batch_size=4, shuffle=False, shuffle_buffer=8, shuffle_initial=0)
+    stream = mixed_epoch(m, seed=0, epoch=0, shuffle=False)
+    wp = worker_plan(stream, cfg, World(), epoch=0)
+    assert max(len(b.gids) for b in wp.blocks) <= 8  # one block of bytes in memory, not the chunk
+    assert list(wp.emission_order()) == list(stream.window(0, len(stream))[1])  # evaluation order: the stream's
+    rest = worker_plan(stream, cfg, World(), epoch=0, batches_done=3)
+    assert list(rest.emission_order()) == list(wp.emission_order()[12:])

@@ -37,7 +37,7 @@ worker chunks, shuffle blocks and block permutations, so for one source every
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -54,6 +54,8 @@ class MixedStream(Protocol):
 
     #: some source is seen more than once in the epoch (then no batch is let hold a sample twice)
     repeats: bool
+    #: the stream mixes sources (then unshuffled chunks are cut in blocks too, see :func:`_blocked`)
+    mixed: bool
 
     def __len__(self) -> int: ...
 
@@ -74,6 +76,7 @@ class MixedEpoch:
     counts: np.ndarray
     streams: tuple[Stream, ...]
     repeats: bool = False
+    mixed: bool = False
 
     def __len__(self) -> int:
         return int(np.sum(self.counts))
@@ -95,6 +98,7 @@ class Explicit:
     sources: np.ndarray
     gids: np.ndarray
     repeats: bool = False
+    mixed: bool = False
 
     def __len__(self) -> int:
         return len(self.gids)
@@ -107,7 +111,7 @@ def mixed_epoch(mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = True
     """Epoch ``epoch`` of ``mixture`` (same on every rank and worker)."""
     streams = source_epochs(mixture, seed=seed, epoch=epoch, shuffle=shuffle)
     counts = mixture.counts(epoch)
-    return MixedEpoch(counts, streams, repeats=bool(np.any(counts > mixture.sizes)))
+    return MixedEpoch(counts, streams, repeats=bool(np.any(counts > mixture.sizes)), mixed=len(counts) > 1)
 
 
 def _virtual(stream: MixedStream, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
@@ -174,6 +178,14 @@ def _block_order(stream: MixedStream, cfg: PlanConfig, epoch: int, generation: i
     return spread_repeats(order, gids, src, start, cfg.batch_size) if stream.repeats else order
 
 
+def _blocked(stream: MixedStream, cfg: PlanConfig) -> PlanConfig:
+    """The options whose shuffle blocks cut a chunk. Unshuffled, one dataset's chunk is one block
+    that the reader takes a batch at a time (its order is the identity); a mixed block's ids are
+    grouped by source, so it is read whole: unshuffled mixed chunks are cut like shuffled ones
+    (blocks of ``shuffle_buffer``, emitted in stream order), to hold one block of bytes, not a chunk."""
+    return replace(cfg, shuffle=True) if stream.mixed and not cfg.shuffle else cfg
+
+
 def _chunk(stream_len: int, cfg: PlanConfig, world: World, batches_done: int) -> tuple[World, int, int, int, np.ndarray]:
     """(role, chunk start, chunk stop, samples emitted, block bounds) of ``world`` after ``batches_done``."""
     split = rank_split(stream_len, world.world_size, cfg)
@@ -190,7 +202,7 @@ def worker_plan(stream: MixedStream, cfg: PlanConfig, world: World, *, epoch: in
     n = len(stream)
     # a resumed DataLoader starts collecting at its worker 0: it takes the role of the worker of the next batch
     world = world.with_worker((world.worker + batches_done) % world.num_workers, world.num_workers)
-    world, c0, c1, skip, bounds = _chunk(n, cfg, world, batches_done)
+    world, c0, c1, skip, bounds = _chunk(n, _blocked(stream, cfg), world, batches_done)
     first = int(np.searchsorted(bounds, skip, side="right")) - 1 if c1 > c0 else len(bounds) - 1
     off = int(bounds[first])
     src, gids = _virtual(stream, c0 + off, c1)
@@ -248,7 +260,7 @@ def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers
     epoch); only each reader's partly emitted block is planned again.
     """
     n = len(stream)
-    listed = Explicit(*stream.window(0, n), repeats=stream.repeats)  # materialised once: the partial blocks are slices of it
+    listed = Explicit(*stream.window(0, n), repeats=stream.repeats, mixed=stream.mixed)  # materialised once: the partial blocks are slices of it
     if n == 0:
         return listed
     split = rank_split(n, world_size, cfg)
@@ -258,7 +270,7 @@ def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers
     roles = np.tile(np.arange(num_workers, dtype=np.int64), world_size)
     done = np.maximum(0, (batches_done - roles + num_workers - 1) // num_workers)  # batches each reader emitted
     skip = np.minimum(stops - starts, done * cfg.batch_size)
-    whole, block, end = _whole_blocks(stops - starts, skip, cfg)
+    whole, block, end = _whole_blocks(stops - starts, skip, _blocked(stream, cfg))
     seen = _covered(n, starts, starts + whole)
     for i in np.flatnonzero(whole < skip).tolist():  # the block each reader was emitting
         c0, b0 = int(starts[i]), int(whole[i])
@@ -267,7 +279,7 @@ def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers
         order = _block_order(listed, cfg, epoch, generation, world, int(block[i]), src, gids, b0)
         seen[(c0 + b0 + order[: int(skip[i]) - b0]) % n] = True
     keep = np.flatnonzero(assigned & ~seen)
-    return Explicit(listed.sources[keep], listed.gids[keep], repeats=stream.repeats)
+    return Explicit(listed.sources[keep], listed.gids[keep], repeats=stream.repeats, mixed=stream.mixed)
 
 
 def epoch_stream(mixture: Mixture, cfg: PlanConfig, epoch: int, history: Sequence[Segment] = ()) -> MixedStream:
