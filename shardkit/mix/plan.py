@@ -146,7 +146,9 @@ def spread_repeats(order: np.ndarray, gids: np.ndarray, sources: np.ndarray, sta
     same source from another batch of the block (the first one, in slot order after it, that
     repeats nothing in either batch). ``gids`` and ``sources`` are the block's in stream order;
     slot ``t`` belongs to batch ``(start + t) // batch_size``. Without a fitting sample (a source
-    with fewer distinct samples in the block than its slots in one batch) the repeat stays."""
+    with fewer distinct samples in the block than its slots in one batch) the repeat stays; the
+    search tries at most ``4 * len(order)`` candidates per block (deterministic, so every plan of
+    the block agrees), which bounds its cost when a tiny source fills the batches."""
     emitted = gids[order]
     batch = (start + np.arange(len(order))) // batch_size
     idx = np.lexsort((emitted, batch))
@@ -159,11 +161,15 @@ def spread_repeats(order: np.ndarray, gids: np.ndarray, sources: np.ndarray, sta
         x = int(batch[t])
         return emitted[max(0, x * batch_size - start) : max(0, (x + 1) * batch_size - start)]
 
+    budget = 4 * len(order)
     for t in idx[1:][dup].tolist():
         if np.count_nonzero(in_batch(t) == emitted[t]) < 2:
             continue  # fixed by an earlier swap
         same = np.flatnonzero(sources == sources[t])
         for u in np.roll(same, -int(np.searchsorted(same, t))).tolist():
+            budget -= 1
+            if budget < 0:
+                return order
             if batch[u] != batch[t] and not np.any(in_batch(t) == emitted[u]) and not np.any(in_batch(u) == emitted[t]):
                 order[t], order[u] = order[u], order[t]
                 emitted[t], emitted[u] = emitted[u], emitted[t]
