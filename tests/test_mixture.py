@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 from collections import Counter
 
 import numpy as np
@@ -86,6 +87,9 @@ def test_mixture_rejects_bad_lists():
     with pytest.raises(ValueError, match="at least one source"):
         as_sources([])
     assert as_sources("a") == (Source("a"),)  # a lone URL: repeat 1, as today
+    assert as_sources([pathlib.Path("/d/a")]) == (Source("/d/a"),)
+    with pytest.raises(TypeError, match="not int"):
+        as_sources([Source("a", weight=1), 3])
     with pytest.raises(ValueError, match="epoch_size applies to weighted"):
         mix((A, {"repeat": 1}), (B, {"choose": 3}), epoch_size=10)
     with pytest.raises(ValueError, match="more than the epoch size 20"):

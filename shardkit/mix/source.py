@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import numbers
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -56,10 +57,19 @@ class Source:
         return {n: getattr(self, n) for n in ("weight", "repeat", "choose")}
 
 
-def as_sources(sources: "str | Source | Sequence[str | Source]") -> tuple[Source, ...]:
-    """Normalise ``load``'s first argument: a URL or :class:`Source`, or a list of them."""
-    items = [sources] if isinstance(sources, (str, Source)) else list(sources)
-    out = tuple(s if isinstance(s, Source) else Source(str(s)) for s in items)
+def as_sources(sources: "str | os.PathLike[str] | Source | Sequence[str | os.PathLike[str] | Source]") -> tuple[Source, ...]:
+    """Normalise ``load``'s first argument: a URL (or path) or :class:`Source`, or a list of them.
+
+    Raises:
+        TypeError: something else (a loaded ``Manifest`` is the loader's own lone-source case).
+        ValueError: see :func:`check_specs`.
+    """
+    one = (str, os.PathLike, Source)
+    items = [sources] if isinstance(sources, one) else list(sources)  # type: ignore[arg-type]
+    for s in items:
+        if not isinstance(s, one):
+            raise TypeError(f"a mixture's sources are URLs or shardkit.Source objects, not {type(s).__name__}")
+    out = tuple(s if isinstance(s, Source) else Source(os.fspath(s)) for s in items)
     check_specs(out)
     return out
 
