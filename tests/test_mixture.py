@@ -94,6 +94,8 @@ def test_mixture_rejects_bad_lists():
         mix((A, {"repeat": 1}), (B, {"choose": 3}), epoch_size=10)
     with pytest.raises(ValueError, match="more than the epoch size 20"):
         mix((A, {"weight": 1}), (B, {"choose": 30}), epoch_size=20)
+    with pytest.raises(ValueError, match="up to 11 samples per epoch"):  # 0.5 x 7 is 3 or 4 samples: refused at once, not in epoch 1
+        mix(([7], {"repeat": 0.5}), (B, {"choose": 7}), (C, {"weight": 1}), epoch_size=10)
     with pytest.raises(ShardkitError, match="source 1 .* no samples"):
         mix((A, {"weight": 1}), ([0, 0], {"weight": 1}))
 

@@ -98,7 +98,12 @@ class Mixture:
         for i, (s, n) in enumerate(zip(self.sources, totals)):
             if n == 0 and len(self.sources) > 1:
                 raise ShardkitError(f"source {i} ({s.url}) has no samples; convert it again or leave it out of the mixture")
-        self.counts(self.first_epoch)  # validates that the fixed counts fit the epoch
+        if any(s.weight is not None for s in self.sources):  # the repeat/choose counts must fit every epoch
+            most = sum(math.ceil(exact(s.repeat) * n) if s.repeat is not None else (s.choose or 0) for s, n in zip(self.sources, totals.tolist()))
+            total = self.epoch_size if self.epoch_size is not None else int(totals.sum())
+            if most > total:
+                raise ValueError(f"repeat/choose sources take up to {most} samples per epoch, more than the epoch size {total}; "
+                                 "raise epoch_size or lower them")
 
     sizes: np.ndarray = field(init=False, repr=False)  #: samples per source
     shard_base: np.ndarray = field(init=False, repr=False)  #: first mixture shard index of each source (+ total)
