@@ -398,6 +398,10 @@ def test_remix_continues_each_shared_source_without_replacement():
         selection(C, seed=source_seed_of(1, 2), start=0, count=int(after.counts(3)[1])).global_ids())
     again, _ = resume_mixtures(json.loads(json.dumps(after.describe())), keep_b, 4, mid_epoch=True)  # saved after the switch
     assert again.first_epoch == 3 and list(again.starts(4)) == list(after.starts(4))
+    # saved while the old mixture finishes epoch 2 (a switch pending): resumes without allow_remix, the switch still at epoch 3
+    f2, a2 = resume_mixtures(json.loads(json.dumps(finish.describe())), keep_b, 2, mid_epoch=True, saved_next=json.loads(json.dumps(after.describe())))
+    assert list(f2.counts(2)) == list(finish.counts(2)) and list(f2.starts(2)) == list(finish.starts(2))
+    assert a2.first_epoch == 3 and a2.offsets == after.offsets and a2.seed_keys == after.seed_keys
 
 
 @pytest.mark.parametrize("seed", range(6))

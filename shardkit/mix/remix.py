@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from ..errors import ShardkitError
 from ..plan import fingerprint
@@ -27,7 +27,8 @@ def mixture_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return out
 
 
-def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, mid_epoch: bool, allow_remix: bool = False) -> tuple[Mixture, Mixture]:
+def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, mid_epoch: bool, allow_remix: bool = False,
+                    saved_next: Optional[dict[str, Any]] = None) -> tuple[Mixture, Mixture]:
     """The mixtures to plan with after loading a state saved in ``epoch`` with mixture ``saved``:
     ``(for the rest of epoch, from epoch + 1 on)``.
 
@@ -36,14 +37,28 @@ def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, mid_
     among ``current``'s by their shard sizes) and ``current`` takes over at ``epoch + 1``; at an
     epoch's start, ``current`` takes over at once. Either way each source of both continues its
     stream where the saved mixture left it (no sample repeats or is skipped by the switch).
+    ``saved_next``: the mixture a state saved during such a finishing epoch switches to (save
+    both ``describe()`` values); when ``current`` is that one, the switch goes on without ``allow_remix``.
 
     Raises:
         ShardkitError: the mixtures differ without ``allow_remix`` (naming every difference), or a
             source of the saved mixture that must finish the epoch is not among ``current``'s.
     """
-    if not check_remix(saved, current.describe(), allow_remix=allow_remix):
+    pending = saved_next is not None and not mixture_diff(saved_next, current.describe())
+    if not pending and not check_remix(saved, current.describe(), allow_remix=allow_remix):
         same = current.with_history(saved)
         return same, same
+    old = _saved_mixture(saved, current, epoch, mid_epoch)
+    if not mid_epoch:
+        new = current.continue_from(old, epoch)
+        return new, new
+    if pending:
+        return old, current.with_history(saved_next)  # type: ignore[arg-type]
+    return old, current.continue_from(old, epoch + 1)
+
+
+def _saved_mixture(saved: dict[str, Any], current: Mixture, epoch: int, mid_epoch: bool) -> Mixture:
+    """The mixture ``saved`` describes, its sources found among ``current``'s by their shard sizes."""
     by_fp = {fingerprint(s): (src, s) for src, s in zip(current.sources, current.shard_sizes)}
     srcs, sizes = [], []
     for i, d in enumerate(saved["sources"]):
@@ -55,11 +70,7 @@ def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, mid_
         srcs.append(Source(src.url if src else f"<saved source {i}>", weight=d.get("weight"), repeat=d.get("repeat"), choose=d.get("choose"),
                            storage_options=src.storage_options if src else None))
         sizes.append(s if s is not None else [int(d["samples"])])
-    old = Mixture(tuple(srcs), tuple(sizes), saved.get("epoch_size")).with_history(saved)
-    if not mid_epoch:
-        new = current.continue_from(old, epoch)
-        return new, new
-    return old, current.continue_from(old, epoch + 1)
+    return Mixture(tuple(srcs), tuple(sizes), saved.get("epoch_size")).with_history(saved)
 
 
 def check_remix(saved: dict[str, Any], current: dict[str, Any], *, allow_remix: bool = False) -> bool:
