@@ -1,0 +1,221 @@
+"""DeviceDecoder (decode_on="device"): same crops as the worker path, batched decode, fallbacks, drops.
+
+Tolerances against the worker path (:class:`CropDecoder`, per-sample decode + torch's antialiased
+bilinear uint8 resize), on CPU where both decode with libjpeg-turbo:
+
+* eval preset, and train with ``fast_decode=False`` when no DCT scaling applies: max 2 levels
+  (the worker's fixed-point filter weights and its rounding between the two passes);
+* default train preset: mean absolute difference <= 6 levels; the difference is the worker's
+  decode (fast integer IDCT, plain chroma upsampling, DCT-scaled decode of large crops), which
+  the device path does not imitate (it decodes at full resolution, exactly).
+
+On CUDA nvJPEG's IDCT and chroma upsampling differ from libjpeg-turbo's: mean <= 2 levels.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from helpers import jpeg_bytes
+from PIL import Image
+
+import shardkit.devicedecode as dd
+from shardkit.devicedecode import DeviceDecoder, batch_geometry, jpeg_route
+from shardkit.loader.config import ImageConfig
+from shardkit.loader.decode import CropDecoder, channels_last_empty
+from shardkit.sampledata import make_image
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
+SEED, EPOCH = 7, 3
+
+
+def encode(size: tuple[int, int], seed: int, mode: str = "RGB", fmt: str = "JPEG", **kw) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(make_image(seed % 3, seed, size)).convert(mode).save(buf, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}), **kw)
+    return buf.getvalue()
+
+
+def worker_path(cfg: ImageConfig, jpegs: list[bytes], gids: np.ndarray) -> tuple[torch.Tensor, list[int]]:
+    """What the loader's worker makes of the samples (decoded one by one), and which it keeps."""
+    cd = CropDecoder(cfg, SEED)
+    out = channels_last_empty((len(jpegs), 3, cfg.size, cfg.size))
+    kept = []
+    for i, data in enumerate(jpegs):
+        try:
+            cd(data, out[len(kept)], EPOCH, int(gids[i]))
+        except Exception:  # noqa: BLE001 - the worker skips it
+            continue
+        kept.append(i)
+    return out[: len(kept)], kept
+
+
+def device_path(cfg: ImageConfig, jpegs: list, gids: np.ndarray, device: str, **kw) -> tuple[dd.DecodedBatch, dd.BatchGeometry, DeviceDecoder]:
+    geo = batch_geometry(CropDecoder(cfg, SEED), jpegs, EPOCH, gids)
+    dec = DeviceDecoder(cfg, device, **kw)
+    return dec([jpegs[i] for i in geo.kept], geo.sizes, geo.crops), geo, dec
+
+
+def diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a.cpu().int() - b.cpu().int()).abs().float()
+
+
+# landscape, portrait, a panorama (eval crops it first), square; at size 24 (eval: resize 27) the worker decodes
+# them at full size (libjpeg-turbo scales by k/8 only when a smaller scale still covers the target)
+MIXED = [(40, 30), (30, 40), (100, 20), (29, 29)]
+
+
+def test_boxes_are_the_worker_boxes_and_independent_of_the_batch():
+    cfg = ImageConfig(preset="train", size=24)
+    jpegs = [encode(MIXED[i % 4], i) for i in range(12)]
+    gids = np.arange(500, 512)
+    geo = batch_geometry(CropDecoder(cfg, SEED), jpegs, EPOCH, gids)
+    cd = CropDecoder(cfg, SEED)
+    for i in range(12):  # the worker computes each sample's crop from (seed, epoch, gid) alone
+        one = cd.geometry(np.array([cd.header(jpegs[i])]), EPOCH, gids[i : i + 1])
+        assert geo.crops.boxes[i].tolist() == one.boxes[0].tolist() and bool(geo.crops.flips[i]) == bool(one.flips[0])
+    perm = np.random.default_rng(0).permutation(12)
+    shuffled = batch_geometry(CropDecoder(cfg, SEED), [jpegs[i] for i in perm], EPOCH, gids[perm])
+    assert np.array_equal(shuffled.crops.boxes, geo.crops.boxes[perm]) and np.array_equal(shuffled.crops.flips, geo.crops.flips[perm])
+    assert geo.crops.flips.any() and not geo.crops.flips.all()
+    # and the pixels of a sample do not depend on the rest of its batch
+    full, _, _ = device_path(cfg, jpegs, gids, "cpu")
+    half, _, _ = device_path(cfg, jpegs[:5], gids[:5], "cpu")
+    assert torch.equal(full.images[:5], half.images)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_eval_matches_worker_bilinear(device):
+    cfg = ImageConfig(preset="eval", size=24)  # resize 27: no DCT scaling of these sizes in the worker
+    jpegs = [encode(MIXED[i % 4], i) for i in range(8)]
+    gids = np.arange(8)
+    ref, kept = worker_path(cfg, jpegs, gids)
+    got, _, dec = device_path(cfg, jpegs, gids, device)
+    assert kept == list(range(8)) and got.kept.tolist() == kept and got.errors == ()
+    d = diff(got.images, ref)
+    if device == "cpu":
+        assert d.max() <= 2, d.max()
+    else:
+        assert d.mean() <= 2, d.mean()
+    assert dec.stats.batched == 8 and dec.stats.samples == 8 and not dec.stats.fallback
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_train_matches_worker(device):
+    gids = np.arange(100, 112)
+    # accurate decode and only upscaling crops: the worker decodes at full size too
+    exact = ImageConfig(preset="train", size=48, fast_decode=False)
+    jpegs = [encode(MIXED[i % 4], i) for i in range(12)]
+    ref, _ = worker_path(exact, jpegs, gids)
+    got, _, _ = device_path(exact, jpegs, gids, device)
+    d = diff(got.images, ref)
+    assert d.mean() <= 2 and (device != "cpu" or d.max() <= 2), (d.mean(), d.max())
+    # the default train preset: the worker decodes with the fast IDCT and DCT-scales large crops
+    default = ImageConfig(preset="train", size=16)
+    jpegs = [encode((64, 48), i) for i in range(12)]
+    ref, _ = worker_path(default, jpegs, gids)
+    got, _, _ = device_path(default, jpegs, gids, device)
+    assert diff(got.images, ref).mean() <= 6
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_output_dtype_layout_shape(device, channels_last):
+    cfg = ImageConfig(preset="train", size=20, channels_last=channels_last)
+    jpegs = [encode(MIXED[i % 4], i) for i in range(5)]
+    geo = batch_geometry(CropDecoder(cfg, SEED), jpegs, EPOCH, np.arange(5))
+    x = DeviceDecoder(cfg, device)([torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs], geo.sizes, geo.crops).images  # tensors work too
+    assert x.dtype == torch.uint8 and tuple(x.shape) == (5, 3, 20, 20) and x.device.type == device
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    assert x.is_contiguous(memory_format=fmt)
+    empty = DeviceDecoder(cfg, device)([], np.zeros((0, 2), np.int64), dd.Crops(np.zeros((0, 4)), np.zeros(0, bool)))
+    assert tuple(empty.images.shape) == (0, 3, 20, 20) and len(empty.kept) == 0
+
+
+def test_routes_by_header():
+    rgb = (40, 30)
+    assert jpeg_route(encode(rgb, 0)) is None
+    assert jpeg_route(encode(rgb, 0, subsampling=0)) is None  # 4:4:4
+    assert jpeg_route(encode(rgb, 0, subsampling=1)) is None  # 4:2:2
+    assert jpeg_route(encode(rgb, 0, mode="L")) is None  # gray
+    assert jpeg_route(encode(rgb, 0, progressive=True)) == "progressive"
+    assert jpeg_route(encode(rgb, 0, mode="CMYK")) == "cmyk"
+    assert jpeg_route(encode(rgb, 0, fmt="PNG")) == "not-jpeg"
+    assert jpeg_route(jpeg_bytes(1)[:10]) == "damaged"
+    data = encode(rgb, 0)
+    assert jpeg_route(torch.frombuffer(bytearray(data), dtype=torch.uint8)) is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fallbacks_are_decoded_on_cpu_and_counted(device):
+    cfg = ImageConfig(preset="eval", size=24)
+    size = (40, 30)
+    jpegs = [encode(size, 0), encode(size, 1, progressive=True), encode(size, 2, mode="CMYK"), encode(size, 3, mode="L"),
+             encode(size, 4, fmt="PNG"), encode(size, 5, subsampling=0)]
+    gids = np.arange(6)
+    ref, kept = worker_path(cfg, jpegs, gids)
+    got, _, dec = device_path(cfg, jpegs, gids, device)
+    assert kept == list(range(6)) and got.kept.tolist() == kept  # the batch stays whole
+    d = diff(got.images, ref)
+    assert (d.max() <= 2) if device == "cpu" else (d.mean() <= 2), d.max()
+    assert dec.stats.fallback == Counter({"progressive": 1, "cmyk": 1, "not-jpeg": 1})
+    assert dec.stats.batched + dec.stats.retried == 3 and dec.stats.corrupt == 0 and dec.stats.samples == 6
+    if device == "cpu":
+        assert dec.stats.batched == 3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_corrupt_sample_is_dropped_like_the_worker(device):
+    cfg = ImageConfig(preset="eval", size=24)
+    good = [encode((40, 30), i) for i in range(7)]
+    broken = good[3][: len(good[3]) * 2 // 3]  # header intact, scan cut short
+    no_header = b"\xff\xd8\xff\xe0garbage"
+    jpegs = good[:3] + [broken] + good[3:5] + [no_header] + good[5:]
+    gids = np.arange(len(jpegs))
+    ref, kept = worker_path(cfg, jpegs, gids)
+    got, geo, dec = device_path(cfg, jpegs, gids, device)
+    assert [e[0] for e in geo.errors] == [6]  # unreadable header: skipped before decoding, as in the worker
+    assert geo.kept[got.kept].tolist() == kept == [0, 1, 2, 4, 5, 7, 8]  # the same samples survive both paths
+    assert [e[0] for e in got.errors] == [3] and "cannot decode image" in got.errors[0][1]
+    assert dec.stats.corrupt == 1 and dec.stats.samples == 7 and dec.stats.batched + dec.stats.retried == 7
+    d = diff(got.images, ref)
+    assert (d.max() <= 2) if device == "cpu" else (d.mean() <= 2)
+    clean, _, _ = device_path(cfg, [jpegs[i] for i in kept], gids[kept], device)  # bisection does not change good samples
+    assert torch.equal(clean.images.cpu(), got.images.cpu())
+
+
+def test_batchable_samples_are_decoded_in_one_list_call(monkeypatch):
+    calls = []
+    real = dd._decode_list
+
+    def counting(tensors, device):
+        calls.append(len(tensors))
+        return real(tensors, device)
+
+    monkeypatch.setattr(dd, "_decode_list", counting)
+    cfg = ImageConfig(preset="train", size=16)
+    jpegs = [encode(MIXED[i % 4], i) for i in range(10)] + [encode((40, 30), 10, progressive=True)]
+    got, _, dec = device_path(cfg, jpegs, np.arange(11), "cpu")
+    assert calls == [10] and dec.stats.batched == 10 and len(got.kept) == 11
+
+
+def test_canvas_budget_does_not_change_pixels():
+    cfg = ImageConfig(preset="train", size=16)
+    jpegs = [encode(MIXED[i % 4], i) for i in range(9)]
+    whole, _, _ = device_path(cfg, jpegs, np.arange(9), "cpu")
+    one_by_one, _, _ = device_path(cfg, jpegs, np.arange(9), "cpu", max_canvas_pixels=1)
+    assert torch.equal(whole.images, one_by_one.images)
+    assert [len(c) for c in dd._chunks(np.array([4, 1, 9, 100]), np.array([2, 1, 3, 10]), np.array([2, 1, 3, 10]), 30)] == [3, 1]
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError, match="hook"):
+        DeviceDecoder(ImageConfig(hook=abs))
+    with pytest.raises(ValueError, match="max_canvas_pixels"):
+        DeviceDecoder(ImageConfig(), max_canvas_pixels=0)
+    dec = DeviceDecoder(ImageConfig(size=16))
+    with pytest.raises(ValueError, match="must match"):
+        dec([jpeg_bytes(0)], np.zeros((2, 2), np.int64), dd.Crops(np.zeros((2, 4)), np.zeros(2, bool)))
