@@ -359,10 +359,11 @@ class DeviceDecoder:
             sel = torch.as_tensor(idx).to(self.device)
             wx = _weights(px_t[sel], s, canvas.shape[3], flips[sel])  # [k, S, Wc]
             wy = _weights(py_t[sel], s, canvas.shape[2], None)  # [k, S, Hc]
-            rows = torch.matmul(canvas, wx.transpose(1, 2)[:, None])  # [k, 3, Hc, S]
+            k, c, hc, wc = canvas.shape
+            rows = torch.bmm(canvas.view(k, c * hc, wc), wx.transpose(1, 2))  # [k, 3*Hc, S]: every row resized
             del canvas
-            res = torch.matmul(wy[:, None], rows)  # [k, 3, S, S]
-            result[sel] = res.round_().clamp_(0, 255).to(torch.uint8)
+            res = torch.bmm(wy.repeat_interleave(c, dim=0), rows.view(k * c, hc, s))  # [k*3, S, S]
+            result[sel] = res.view(k, c, s, s).round_().clamp_(0, 255).to(torch.uint8)
         return result
 
     def __call__(self, jpegs: Sequence[Jpeg], sizes: np.ndarray, crops: Crops) -> DecodedBatch:
