@@ -229,6 +229,25 @@ def _weights(p: Tensor, size: int, window: int, flip: Optional[Tensor]) -> Tenso
     return w
 
 
+def padded(images: list[Tensor]) -> Tensor:
+    """``[k, C, max H, max W]``: the ``C x H x W`` images zero-padded at the bottom and right, in one list call."""
+    try:
+        with warnings.catch_warnings():  # strided nested tensors (two ragged dims) warn that they are a prototype
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.nested.as_nested_tensor(images).to_padded_tensor(0)
+    except (RuntimeError, NotImplementedError):  # a device/dtype without nested-tensor support
+        return padded_by_copy(images)
+
+
+def padded_by_copy(images: list[Tensor]) -> Tensor:
+    """:func:`padded` with one copy per image."""
+    h, w = max(t.shape[1] for t in images), max(t.shape[2] for t in images)
+    out = images[0].new_zeros((len(images), images[0].shape[0], h, w))
+    for i, t in enumerate(images):
+        out[i, :, : t.shape[1], : t.shape[2]] = t
+    return out
+
+
 def _chunks(areas: np.ndarray, heights: np.ndarray, widths: np.ndarray, budget: int) -> list[np.ndarray]:
     """Group sample indices (sorted by window area) into canvases of at most ``budget`` pixels (at least one sample each)."""
     order = np.argsort(areas, kind="stable")
@@ -353,9 +372,7 @@ class DeviceDecoder:
         for idx in _chunks(wws * whs, whs, wws, self.max_canvas_pixels):
             li = idx.tolist()
             views = [images[i][:, wy0[i] : wy0[i] + whs[i], wx0[i] : wx0[i] + wws[i]] for i in li]
-            with warnings.catch_warnings():  # strided nested tensors (two ragged dims) warn that they are a prototype
-                warnings.simplefilter("ignore", UserWarning)
-                canvas = torch.nested.as_nested_tensor(views).to_padded_tensor(0).float()  # [k, 3, Hc, Wc], one list call
+            canvas = padded(views).float()  # [k, 3, Hc, Wc]
             sel = torch.as_tensor(idx).to(self.device)
             wx = _weights(px_t[sel], s, canvas.shape[3], flips[sel])  # [k, S, Wc]
             wy = _weights(py_t[sel], s, canvas.shape[2], None)  # [k, S, Hc]

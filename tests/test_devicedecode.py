@@ -208,6 +208,8 @@ def test_canvas_budget_does_not_change_pixels():
     whole, _, _ = device_path(cfg, jpegs, np.arange(9), "cpu")
     one_by_one, _, _ = device_path(cfg, jpegs, np.arange(9), "cpu", max_canvas_pixels=1)
     assert torch.equal(whole.images, one_by_one.images)
+    views = [torch.arange(3 * h * w, dtype=torch.uint8).view(3, h, w)[:, 1:, ::2] for h, w in [(5, 7), (9, 4), (2, 2)]]
+    assert torch.equal(dd.padded(views), dd.padded_by_copy(views))
     assert [len(c) for c in dd._chunks(np.array([4, 1, 9, 100]), np.array([2, 1, 3, 10]), np.array([2, 1, 3, 10]), 30)] == [3, 1]
 
 
