@@ -81,6 +81,8 @@ def jpeg_route(data: Jpeg) -> Optional[str]:
         if m == 0xEE and bytes(b[i + 4 : i + 9]) == b"Adobe" and i + 15 < n:
             adobe_rgb = b[i + 15] == 0  # APP14 transform 0: RGB (or CMYK) coded without YCbCr
         if m in _SOF:
+            if i + 2 + seg_len > n:
+                return "damaged"
             if m not in (0xC0, 0xC1):
                 return "progressive" if m in (0xC2, 0xC6, 0xCA, 0xCE) else "sof"
             seg = b[i + 4 : i + 2 + seg_len]

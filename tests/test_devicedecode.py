@@ -221,3 +221,43 @@ def test_invalid_arguments():
     dec = DeviceDecoder(ImageConfig(size=16))
     with pytest.raises(ValueError, match="must match"):
         dec([jpeg_bytes(0)], np.zeros((2, 2), np.int64), dd.Crops(np.zeros((2, 4)), np.zeros(2, bool)))
+
+
+def test_route_never_raises_on_damaged_headers():
+    data = encode((40, 30), 0)
+    routes = {jpeg_route(data[:n]) for n in range(0, 700, 7)}  # every prefix through the headers
+    assert routes <= {"not-jpeg", "damaged", None}
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        junk = np.frombuffer(data[:400], np.uint8).copy()
+        junk[rng.integers(2, 400, 8)] = rng.integers(0, 256, 8)
+        assert jpeg_route(junk.tobytes()) in {None, "damaged", "progressive", "sof", "precision", "cmyk", "components", "rgb", "subsampling"}
+
+
+@pytest.mark.parametrize("preset", ["eval", "train"])
+def test_raw_loader_batches_decoded_on_device_equal_the_loaders(tmp_path, preset):
+    """The loader's raw batches (2 workers) decoded on the device give the decoded loader's batches:
+    the same keys in the same order, every key once, and the same pixels within the stated tolerance."""
+    from helpers import write_dataset
+
+    import shardkit
+
+    ds = write_dataset(str(tmp_path / "train"), num_samples=40, shard_size=9, size=(40, 30))
+    opts = dict(batch_size=8, num_workers=2, seed=SEED, preset=preset, size=24, shuffle=preset == "train", fast_decode=False)
+    decoded = list(shardkit.load(ds.url, with_keys=True, **opts))
+    raw_loader = shardkit.load(ds.url, raw=True, **opts)
+    cfg = raw_loader.config.image  # the loader's own image options
+    cd, dec = CropDecoder(cfg, SEED), DeviceDecoder(cfg, "cpu")
+    keys, worst = [], 0.0
+    for (images, labels, batch_keys), raw in zip(decoded, raw_loader, strict=True):
+        geo = batch_geometry(cd, [s.jpeg for s in raw], raw_loader.epoch, np.array([s.gid for s in raw]))
+        out = dec([raw[i].jpeg for i in geo.kept], geo.sizes, geo.crops)
+        kept = [raw[i] for i in geo.kept[out.kept]]
+        assert [s.key for s in kept] == list(batch_keys) and [s.label for s in kept] == labels.tolist()
+        d = diff(out.images, images)
+        worst = max(worst, float(d.mean()))
+        if preset == "eval":
+            assert d.max() <= 2
+        keys += [s.key for s in kept]
+    assert sorted(keys) == sorted(ds.keys)
+    assert worst <= 6
