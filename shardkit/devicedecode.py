@@ -10,7 +10,7 @@ JPEG bytes, the geometry and the labels. :class:`DeviceDecoder` then
    YCbCr/gray JPEGs with standard subsampling go to one batched
    ``torchvision.io.decode_jpeg(list, device=...)`` call (nvJPEG on CUDA,
    libjpeg-turbo on CPU); the rest (progressive, CMYK/YCCK, unusual subsampling,
-   12-bit, not a JPEG) are decoded on the CPU by the worker path's own decoder
+   12-bit, not a JPEG, cut short) are decoded on the CPU by the worker path's own decoder
    and copied to the device. The route depends on the header only, so the
    counts are the same on every device;
 2. if the batched call fails (a damaged file with a good header), bisects the
@@ -51,6 +51,8 @@ Jpeg = Union[bytes, bytearray, memoryview, Tensor]
 
 #: chroma/luma sampling factors (h, v) of the luma component that nvJPEG's batched decode takes (4:4:4, 4:2:2, 4:4:0, 4:2:0)
 _LUMA_FACTORS = {(1, 1), (2, 1), (1, 2), (2, 2)}
+#: bytes at the end searched for the end-of-image marker (encoders may pad after it)
+_EOI_WINDOW = 64
 #: start-of-frame markers other than DHT (C4), JPG (C8) and DAC (CC)
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 
@@ -61,7 +63,8 @@ def jpeg_route(data: Jpeg) -> Optional[str]:
     Reads markers up to the frame header only (no pixels): a baseline or extended
     sequential Huffman JPEG (SOF0/SOF1), 8-bit, with 1 component or 3 YCbCr
     components in 4:4:4/4:2:2/4:4:0/4:2:0 is batched; anything else is routed
-    to the CPU decoder (``"progressive"``, ``"cmyk"``, ``"subsampling"``, ...).
+    to the CPU decoder (``"progressive"``, ``"cmyk"``, ``"subsampling"``, ...), and so is a
+    file without an end-of-image marker in its last 64 bytes (``"truncated"``, or trailing data).
     """
     b = memoryview(data.numpy() if isinstance(data, Tensor) else data).cast("B")  # no copy
     if bytes(b[:2]) != b"\xff\xd8":
@@ -90,7 +93,7 @@ def jpeg_route(data: Jpeg) -> Optional[str]:
                 return "precision"
             comps = seg[5]
             if comps == 1:
-                return None
+                return _tail(b)
             if comps == 4:
                 return "cmyk"
             if comps != 3 or len(seg) < 15:
@@ -100,11 +103,17 @@ def jpeg_route(data: Jpeg) -> Optional[str]:
             factors = [seg[7 + 3 * k] for k in range(3)]
             if (factors[0] >> 4, factors[0] & 15) not in _LUMA_FACTORS or factors[1] != 0x11 or factors[2] != 0x11:
                 return "subsampling"
-            return None
+            return _tail(b)
         if m == 0xDA:  # scan before any frame header
             return "damaged"
         i += 2 + seg_len
     return "damaged"
+
+
+def _tail(b: memoryview) -> Optional[str]:
+    # libjpeg (CPU) fails on a cut-off scan like the worker path does; a hardware decoder may fill in
+    # the rest instead: route such files to the CPU so that they are dropped on every device alike
+    return None if b"\xff\xd9" in bytes(b[-_EOI_WINDOW:]) else "truncated"
 
 
 @dataclass

@@ -145,6 +145,8 @@ def test_routes_by_header():
     assert jpeg_route(encode(rgb, 0, mode="CMYK")) == "cmyk"
     assert jpeg_route(encode(rgb, 0, fmt="PNG")) == "not-jpeg"
     assert jpeg_route(jpeg_bytes(1)[:10]) == "damaged"
+    assert jpeg_route(data := jpeg_bytes(1)) is None and jpeg_route(data[:-300]) == "truncated"
+    assert jpeg_route(data + bytes(40)) is None  # padding after the end-of-image marker
     data = encode(rgb, 0)
     assert jpeg_route(torch.frombuffer(bytearray(data), dtype=torch.uint8)) is None
 
@@ -171,16 +173,19 @@ def test_fallbacks_are_decoded_on_cpu_and_counted(device):
 def test_corrupt_sample_is_dropped_like_the_worker(device):
     cfg = ImageConfig(preset="eval", size=24)
     good = [encode((40, 30), i) for i in range(7)]
-    broken = good[3][: len(good[3]) * 2 // 3]  # header intact, scan cut short
+    broken = good[3][: len(good[3]) * 2 // 3]  # header intact, scan cut short: routed to the CPU, which fails
+    i = good[4].index(b"\xff\xc4")
+    bogus = good[4][: i + 5] + b"\xff" * 16 + good[4][i + 21 :]  # a Huffman table libjpeg rejects: the batched call fails
     no_header = b"\xff\xd8\xff\xe0garbage"
-    jpegs = good[:3] + [broken] + good[3:5] + [no_header] + good[5:]
+    jpegs = good[:3] + [broken] + good[3:5] + [no_header] + good[5:] + [bogus]
     gids = np.arange(len(jpegs))
     ref, kept = worker_path(cfg, jpegs, gids)
     got, geo, dec = device_path(cfg, jpegs, gids, device)
     assert [e[0] for e in geo.errors] == [6]  # unreadable header: skipped before decoding, as in the worker
     assert geo.kept[got.kept].tolist() == kept == [0, 1, 2, 4, 5, 7, 8]  # the same samples survive both paths
-    assert [e[0] for e in got.errors] == [3] and "cannot decode image" in got.errors[0][1]
-    assert dec.stats.corrupt == 1 and dec.stats.samples == 7 and dec.stats.batched + dec.stats.retried == 7
+    assert [geo.kept[e[0]] for e in got.errors] == [3, 9] and all("cannot decode image" in e[1] for e in got.errors)
+    assert dec.stats.corrupt == 2 and dec.stats.samples == 7 and dec.stats.fallback == Counter({"truncated": 1})
+    assert dec.stats.batched + dec.stats.retried == 7
     d = diff(got.images, ref)
     assert (d.max() <= 2) if device == "cpu" else (d.mean() <= 2)
     clean, _, _ = device_path(cfg, [jpegs[i] for i in kept], gids[kept], device)  # bisection does not change good samples
@@ -225,13 +230,13 @@ def test_invalid_arguments():
 
 def test_route_never_raises_on_damaged_headers():
     data = encode((40, 30), 0)
-    routes = {jpeg_route(data[:n]) for n in range(0, 700, 7)}  # every prefix through the headers
-    assert routes <= {"not-jpeg", "damaged", None}
+    routes = {jpeg_route(data[:n]) for n in range(0, len(data) - 2, 7)}  # prefixes
+    assert routes <= {"not-jpeg", "damaged", "truncated"}
     rng = np.random.default_rng(0)
     for _ in range(200):
         junk = np.frombuffer(data[:400], np.uint8).copy()
         junk[rng.integers(2, 400, 8)] = rng.integers(0, 256, 8)
-        assert jpeg_route(junk.tobytes()) in {None, "damaged", "progressive", "sof", "precision", "cmyk", "components", "rgb", "subsampling"}
+        assert jpeg_route(junk.tobytes() + data[400:]) in {None, "damaged", "truncated", "progressive", "sof", "precision", "cmyk", "components", "rgb", "subsampling"}
 
 
 @pytest.mark.parametrize("preset", ["eval", "train"])
@@ -261,3 +266,25 @@ def test_raw_loader_batches_decoded_on_device_equal_the_loaders(tmp_path, preset
         keys += [s.key for s in kept]
     assert sorted(keys) == sorted(ds.keys)
     assert worst <= 6
+
+
+def test_a_sample_the_batched_decoder_rejects_is_decoded_on_cpu(monkeypatch):
+    """Fault injection: the batched decoder rejects one sample (as nvJPEG may for a file libjpeg reads);
+    bisection still decodes the others in batches and the one alone on the CPU, pixels unchanged."""
+    cfg = ImageConfig(preset="eval", size=24)
+    jpegs = [encode(MIXED[i % 4], i) for i in range(9)]
+    clean, _, _ = device_path(cfg, jpegs, np.arange(9), "cpu")
+    real, calls = dd._decode_list, []
+
+    def rejecting(tensors, device):
+        calls.append(len(tensors))
+        if any(bytes(t.numpy()) == jpegs[5] for t in tensors):
+            raise RuntimeError("Error while decoding JPEG images: injected")
+        return real(tensors, device)
+
+    monkeypatch.setattr(dd, "_decode_list", rejecting)
+    got, _, dec = device_path(cfg, jpegs, np.arange(9), "cpu")
+    assert got.kept.tolist() == list(range(9)) and got.errors == ()
+    assert dec.stats.retried == 1 and dec.stats.batched == 8 and dec.stats.corrupt == 0
+    assert calls[0] == 9 and len(calls) <= 2 * 4 + 1  # bisection: O(log n) calls for one bad sample
+    assert torch.equal(got.images, clean.images)
