@@ -18,7 +18,7 @@ JPEG bytes, the geometry and the labels. :class:`DeviceDecoder` then
    alone on the CPU; a sample no decoder can read is *dropped* (the batch is one
    smaller, as the worker path's skip rule), reported in
    :attr:`DecodedBatch.errors` and counted;
-3. crops and resizes every sample in one batched pass: per sample and axis, a
+3. crops and resizes every sample in one batched pass (:mod:`shardkit.cropresize`): per sample and axis, a
    dense ``[S, window]`` matrix of the antialiased bilinear filter torch's
    ``interpolate(mode="bilinear", antialias=True)`` uses (the worker's resize),
    clamped where the worker clamps (the crop box in train, the whole image in
@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .cropresize import axis_params, resized_crops
 from .loader.config import ImageConfig, Preset
 from .loader.decode import _MAX_EVAL_ASPECT, CropDecoder, Crops, make_decoder
 
@@ -204,77 +205,6 @@ def _decode_list(tensors: list[Tensor], device: torch.device) -> list[Tensor]:
     return list(out)
 
 
-def _axis_params(size: int, lengths: np.ndarray, decoded: np.ndarray, b0: np.ndarray, b1: np.ndarray, clamp_box: np.ndarray) -> np.ndarray:
-    """Per-sample resampling parameters of one axis, ``[n, 5]`` float64: start, scale, lo, hi, and the window start.
-
-    Output pixel ``o`` samples the decoded image around ``start + (o + 0.5) * scale``
-    with taps clamped to ``[lo, hi)``: the worker's integer crop (train, and eval
-    panoramas) or the whole image (eval: ``Resize`` then ``CenterCrop``).
-    """
-    s = decoded / lengths
-    x0 = np.minimum(decoded - 1, np.round(b0 * s))
-    x1 = np.maximum(x0 + 1, np.minimum(decoded, np.round(b1 * s)))
-    start = np.where(clamp_box, x0, b0 * s)
-    scale = np.where(clamp_box, (x1 - x0) / size, (b1 - b0) * s / size)
-    lo = np.where(clamp_box, x0, 0.0)
-    hi = np.where(clamp_box, x1, decoded)
-    support = np.maximum(scale, 1.0)
-    w_lo = np.maximum(lo, np.floor(start + 0.5 * scale - support + 0.5))
-    w_hi = np.minimum(hi, np.floor(start + (size - 0.5) * scale + support + 0.5))
-    return np.stack([start, scale, lo, hi, w_lo, np.maximum(w_hi, w_lo + 1)], axis=1)
-
-
-def _weights(p: Tensor, size: int, window: int, flip: Optional[Tensor]) -> Tensor:
-    """``[n, size, window]`` float32 rows of torch's antialiased bilinear filter (see :func:`_axis_params`)."""
-    start, scale, lo, hi, w_lo = (p[:, k, None, None] for k in range(5))
-    o = torch.arange(size, device=p.device, dtype=p.dtype)[None, :, None]
-    j = w_lo + torch.arange(window, device=p.device, dtype=p.dtype)[None, None, :]  # absolute source index
-    center = start + (o + 0.5) * scale
-    support = scale.clamp(min=1.0)
-    w = (1 - ((j + 0.5 - center) / support).abs()).clamp(min=0)
-    valid = (j >= torch.maximum(lo, torch.floor(center - support + 0.5))) & (j < torch.minimum(hi, torch.floor(center + support + 0.5)))
-    w = w * valid
-    w = w / w.sum(-1, keepdim=True).clamp(min=1e-12)
-    if flip is not None:
-        w = torch.where(flip[:, None, None], w.flip(1), w)
-    return w
-
-
-def padded(images: list[Tensor]) -> Tensor:
-    """``[k, C, max H, max W]``: the ``C x H x W`` images zero-padded at the bottom and right, in one list call."""
-    try:
-        with warnings.catch_warnings():  # strided nested tensors (two ragged dims) warn that they are a prototype
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.nested.as_nested_tensor(images).to_padded_tensor(0)
-    except (RuntimeError, NotImplementedError):  # a device/dtype without nested-tensor support
-        return padded_by_copy(images)
-
-
-def padded_by_copy(images: list[Tensor]) -> Tensor:
-    """:func:`padded` with one copy per image."""
-    h, w = max(t.shape[1] for t in images), max(t.shape[2] for t in images)
-    out = images[0].new_zeros((len(images), images[0].shape[0], h, w))
-    for i, t in enumerate(images):
-        out[i, :, : t.shape[1], : t.shape[2]] = t
-    return out
-
-
-def _chunks(areas: np.ndarray, heights: np.ndarray, widths: np.ndarray, budget: int) -> list[np.ndarray]:
-    """Group sample indices (sorted by window area) into canvases of at most ``budget`` pixels (at least one sample each)."""
-    order = np.argsort(areas, kind="stable")
-    out, cur, mh, mw = [], [], 0, 0
-    for i in order.tolist():
-        h, w = max(mh, int(heights[i])), max(mw, int(widths[i]))
-        if cur and (len(cur) + 1) * h * w > budget:
-            out.append(np.array(cur, np.int64))
-            cur, h, w = [], int(heights[i]), int(widths[i])
-        cur.append(i)
-        mh, mw = h, w
-    if cur:
-        out.append(np.array(cur, np.int64))
-    return out
-
-
 class DeviceDecoder:
     """Decodes a batch's JPEG bytes on ``device`` into the loader's ``[n, 3, S, S]`` uint8 crops.
 
@@ -351,48 +281,25 @@ class DeviceDecoder:
 
     # --- crop + resize ------------------------------------------------------
 
-    def _params(self, sizes: np.ndarray, dims: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``[n, 6]`` x- and y-axis parameters (:func:`_axis_params`) of decoded images of ``dims`` (h, w)."""
-        n = len(sizes)
-        if self.cfg.preset is Preset.EVAL:
-            clamp_box = sizes.max(1) > _MAX_EVAL_ASPECT * sizes.min(1)  # the worker crops panoramas first
-        else:
-            clamp_box = np.ones(n, bool)
-        s = self.cfg.size
-        px = _axis_params(s, sizes[:, 0].astype(np.float64), dims[:, 1].astype(np.float64), boxes[:, 0], boxes[:, 2], clamp_box)
-        py = _axis_params(s, sizes[:, 1].astype(np.float64), dims[:, 0].astype(np.float64), boxes[:, 1], boxes[:, 3], clamp_box)
-        return px, py
-
     def resize(self, images: list[Tensor], sizes: np.ndarray, crops: Crops) -> Tensor:
         """Crop ``crops.boxes`` (stored-image pixels, ``sizes`` (width, height)) of ``images`` and resize them to
         ``size`` (antialiased bilinear, as the worker), flipping where ``crops.flips``: uint8 ``[n, 3, S, S]``."""
         s, n = self.cfg.size, len(images)
         shape = (n, s, s, 3) if self.cfg.channels_last else (n, 3, s, s)
-        result = torch.empty(shape, dtype=torch.uint8, device=self.device)
+        out = torch.empty(shape, dtype=torch.uint8, device=self.device)
         if self.cfg.channels_last:
-            result = result.permute(0, 3, 1, 2)
+            out = out.permute(0, 3, 1, 2)
         if n == 0:
-            return result
+            return out
         dims = np.array([img.shape[1:] for img in images], np.int64)
-        px, py = self._params(sizes, dims, np.asarray(crops.boxes, np.float64))
-        wx0, wy0 = px[:, 4].astype(np.int64), py[:, 4].astype(np.int64)
-        wws, whs = (px[:, 5] - px[:, 4]).astype(np.int64), (py[:, 5] - py[:, 4]).astype(np.int64)
-        flips = torch.as_tensor(np.asarray(crops.flips, bool)).to(self.device)
-        px_t = torch.as_tensor(px, dtype=torch.float32).to(self.device)  # float32: exact for indices below 2**24
-        py_t = torch.as_tensor(py, dtype=torch.float32).to(self.device)
-        for idx in _chunks(wws * whs, whs, wws, self.max_canvas_pixels):
-            li = idx.tolist()
-            views = [images[i][:, wy0[i] : wy0[i] + whs[i], wx0[i] : wx0[i] + wws[i]] for i in li]
-            canvas = padded(views).float()  # [k, 3, Hc, Wc]
-            sel = torch.as_tensor(idx).to(self.device)
-            wx = _weights(px_t[sel], s, canvas.shape[3], flips[sel])  # [k, S, Wc]
-            wy = _weights(py_t[sel], s, canvas.shape[2], None)  # [k, S, Hc]
-            k, c, hc, wc = canvas.shape
-            rows = torch.bmm(canvas.view(k, c * hc, wc), wx.transpose(1, 2))  # [k, 3*Hc, S]: every row resized
-            del canvas
-            res = torch.bmm(wy.repeat_interleave(c, dim=0), rows.view(k * c, hc, s))  # [k*3, S, S]
-            result[sel] = res.view(k, c, s, s).round_().clamp_(0, 255).to(torch.uint8)
-        return result
+        boxes = np.asarray(crops.boxes, np.float64)
+        if self.cfg.preset is Preset.EVAL:
+            clamp_box = sizes.max(1) > _MAX_EVAL_ASPECT * sizes.min(1)  # the worker crops panoramas first
+        else:
+            clamp_box = np.ones(n, bool)
+        px = axis_params(s, sizes[:, 0].astype(np.float64), dims[:, 1].astype(np.float64), boxes[:, 0], boxes[:, 2], clamp_box)
+        py = axis_params(s, sizes[:, 1].astype(np.float64), dims[:, 0].astype(np.float64), boxes[:, 1], boxes[:, 3], clamp_box)
+        return resized_crops(images, px, py, np.asarray(crops.flips, bool), out, self.max_canvas_pixels)
 
     def __call__(self, jpegs: Sequence[Jpeg], sizes: np.ndarray, crops: Crops) -> DecodedBatch:
         """Decode, crop and resize one batch.

@@ -23,6 +23,7 @@ import torch
 from helpers import jpeg_bytes
 from PIL import Image
 
+import shardkit.cropresize as cr
 import shardkit.devicedecode as dd
 from shardkit.devicedecode import DeviceDecoder, batch_geometry, jpeg_route
 from shardkit.loader.config import ImageConfig
@@ -214,8 +215,8 @@ def test_canvas_budget_does_not_change_pixels():
     one_by_one, _, _ = device_path(cfg, jpegs, np.arange(9), "cpu", max_canvas_pixels=1)
     assert torch.equal(whole.images, one_by_one.images)
     views = [torch.arange(3 * h * w, dtype=torch.uint8).view(3, h, w)[:, 1:, ::2] for h, w in [(5, 7), (9, 4), (2, 2)]]
-    assert torch.equal(dd.padded(views), dd.padded_by_copy(views))
-    assert [len(c) for c in dd._chunks(np.array([4, 1, 9, 100]), np.array([2, 1, 3, 10]), np.array([2, 1, 3, 10]), 30)] == [3, 1]
+    assert torch.equal(cr.padded(views), cr.padded_by_copy(views))
+    assert [len(c) for c in cr.canvas_groups(np.array([4, 1, 9, 100]), np.array([2, 1, 3, 10]), np.array([2, 1, 3, 10]), 30)] == [3, 1]
 
 
 def test_invalid_arguments():
@@ -288,3 +289,37 @@ def test_a_sample_the_batched_decoder_rejects_is_decoded_on_cpu(monkeypatch):
     assert dec.stats.retried == 1 and dec.stats.batched == 8 and dec.stats.corrupt == 0
     assert calls[0] == 9 and len(calls) <= 2 * 4 + 1  # bisection: O(log n) calls for one bad sample
     assert torch.equal(got.images, clean.images)
+
+
+def test_filter_is_torchs_antialiased_bilinear():
+    """cropresize against F.interpolate(antialias=True) in float: integer crops (train) and resize-then-crop (eval)."""
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(1)
+    s, n = 16, 12
+    images = [torch.from_numpy(rng.integers(0, 256, (3, int(h), int(w)), dtype=np.uint8)) for h, w in rng.integers(6, 70, (n, 2))]
+    dims = np.array([t.shape[1:] for t in images])  # (h, w)
+    x0, y0 = (rng.random(n) * dims[:, 1] * 0.5).astype(int), (rng.random(n) * dims[:, 0] * 0.5).astype(int)
+    x1 = x0 + 1 + (rng.random(n) * (dims[:, 1] - x0 - 1)).astype(int)
+    y1 = y0 + 1 + (rng.random(n) * (dims[:, 0] - y0 - 1)).astype(int)
+    flips = rng.random(n) < 0.5
+    box = np.ones(n, bool)
+    px = cr.axis_params(s, dims[:, 1].astype(float), dims[:, 1].astype(float), x0.astype(float), x1.astype(float), box)
+    py = cr.axis_params(s, dims[:, 0].astype(float), dims[:, 0].astype(float), y0.astype(float), y1.astype(float), box)
+    got = cr.resized_crops(images, px, py, flips, torch.empty(n, 3, s, s, dtype=torch.uint8), 1 << 20)
+    for i, t in enumerate(images):
+        ref = F.interpolate(t[None, :, y0[i] : y1[i], x0[i] : x1[i]].float(), size=(s, s), mode="bilinear", antialias=True, align_corners=False)
+        ref = ref.round().clamp(0, 255)[0]
+        assert (got[i].float() - (ref.flip(-1) if flips[i] else ref)).abs().max() <= 1, i
+    # eval: the whole image resized to (nh, nw), then an s x s window at (top, left) of it
+    nh, nw = dims[:, 0] // 2 + s, dims[:, 1] // 2 + s
+    top, left = (nh - s) // 2, (nw - s) // 2
+    sx, sy = nw / dims[:, 1], nh / dims[:, 0]
+    whole = np.zeros(n, bool)
+    px = cr.axis_params(s, dims[:, 1].astype(float), dims[:, 1].astype(float), left / sx, (left + s) / sx, whole)
+    py = cr.axis_params(s, dims[:, 0].astype(float), dims[:, 0].astype(float), top / sy, (top + s) / sy, whole)
+    got = cr.resized_crops(images, px, py, np.zeros(n, bool), torch.empty(n, 3, s, s, dtype=torch.uint8), 1 << 20)
+    for i, t in enumerate(images):
+        ref = F.interpolate(t[None].float(), size=(int(nh[i]), int(nw[i])), mode="bilinear", antialias=True, align_corners=False)
+        ref = ref.round().clamp(0, 255)[0, :, top[i] : top[i] + s, left[i] : left[i] + s]
+        assert (got[i].float() - ref).abs().max() <= 1, i
