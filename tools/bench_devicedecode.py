@@ -184,20 +184,34 @@ def main(argv: list[str] | None = None) -> int:
         dec = DeviceDecoder(cfg, device)
         aug = chain(device)
         res: dict[str, Any] = {"device": name, "batch": args.batch, "images": images, "size": args.size}
+
+        def save() -> None:  # after every part: a run cut short by a time limit keeps what it measured
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(res, f, indent=1)
+
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # as in a loader worker
         res.update(timed("worker_cropdecoder_1thread", worker_path(cfg), batches, torch.device("cpu"), repeats))
         torch.set_num_threads(threads)
-        res.update(timed("device_decode_only", lambda b: dec.decode([s.jpeg for s in b], np.array([[341, 256]] * len(b)))[0], batches, device, repeats))
-        res.update(timed("device_decode_crop", device_path(cfg, dec, None), batches, device, repeats))
-        res.update(timed("device_decode_crop_augment", device_path(cfg, dec, aug), batches, device, repeats))
+        save()
+        parts = {
+            "device_decode_only": lambda b: dec.decode([s.jpeg for s in b], np.array([[341, 256]] * len(b)))[0],
+            "device_decode_crop": device_path(cfg, dec, None),
+            "device_decode_crop_augment": device_path(cfg, dec, aug),
+        }
+        for part, fn in parts.items():
+            res.update(timed(part, fn, batches, device, repeats))
+            save()
         res["device_decoder_stats"] = {"batched": dec.stats.batched, "fallback": dict(dec.stats.fallback), "retried": dec.stats.retried, "corrupt": dec.stats.corrupt}
         print(f"  decoder stats: {res['device_decoder_stats']}")
         if args.e2e:
-            res.update(end_to_end(ds.url, cfg, device, args))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+            try:
+                res.update(end_to_end(ds.url, cfg, device, args))
+            except Exception as exc:  # noqa: BLE001 - keep the figures measured so far
+                res["e2e_error"] = f"{type(exc).__name__}: {exc}"
+                print(f"  end to end failed: {res['e2e_error']}")
+        save()
     return 0
 
 

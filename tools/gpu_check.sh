@@ -9,7 +9,8 @@
 #   tools/gpu_check.sh augment         #   tools/bench_augment.py on cuda: shardkit eager/compiled vs Kornia vs per-image
 #                                      #   torchvision, ResNet-50 bf16 step with/without augmentation, loader + prefetch
 # (sections can be combined: tools/gpu_check.sh tests decode). Figures go to $OUT (or .) as
-# bench_devicedecode_cuda.json and bench_augment_cuda.json, the log to $OUT/gpu_check.log.
+# bench_devicedecode_cuda.json and bench_augment_cuda.json (written as each part finishes), the log to
+# $OUT/gpu_check.log, the full test output to $OUT/pytest_cuda.log and $OUT/pytest_pool.log.
 #
 # Needs python3 with torch + torchvision + pytest (+ webdataset, simplejpeg, fsspec for the loader parts).
 # Kornia is optional: carry a pure-Python copy made here with
@@ -42,9 +43,11 @@ for section in $SECTIONS; do
     tests)
       echo "== tests (CUDA parametrizations included) =="
       timeout 150 "$PY" -m pytest -q -p no:cacheprovider --noconftest -rs tests/test_augment.py tests/test_augment_random.py \
-          tests/test_prefetch.py tests/test_devicedecode.py 2>&1 | tail -30 || status=1
+          tests/test_prefetch.py tests/test_devicedecode.py > "$OUTDIR/pytest_cuda.log" 2>&1 || status=1
+      tail -30 "$OUTDIR/pytest_cuda.log"   # the whole output stays in $OUT/pytest_cuda.log
       echo "== loader: pinned batches and the buffer pool (needs webdataset, simplejpeg, fsspec importable) =="
-      timeout 90 "$PY" -m pytest -q -p no:cacheprovider --noconftest tests/test_pool.py 2>&1 | tail -8 || status=1
+      timeout 90 "$PY" -m pytest -q -p no:cacheprovider --noconftest tests/test_pool.py > "$OUTDIR/pytest_pool.log" 2>&1 || status=1
+      tail -8 "$OUTDIR/pytest_pool.log"
       ;;
     decode)
       echo "== device decode: nvJPEG + batched crop + augmentation, batch 256, 256-px shards; loader with 2 workers =="
