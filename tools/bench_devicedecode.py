@@ -11,7 +11,8 @@ photo-like), train preset at 224^2. Per batch, in one process:
   tools/bench_augment.py on the device (rotation 15 deg, colour jitter, random
   grayscale, normalisation -> bf16 channels_last; the crop and flip are the decoder's).
 
-Reported: img/s of each part, the main process's CPU seconds per batch, peak device
+Reported: img/s of each part (on CPU everything on one thread: figures per core), the main
+process's CPU seconds per batch, peak device
 memory per batch (CUDA), and the decoder's fallback counts. ``--e2e`` also runs the
 loader with ``--workers`` workers: decode in the workers (+ DevicePrefetcher + the same
 chain) against raw batches decoded on the device.
@@ -193,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # as in a loader worker
         res.update(timed("worker_cropdecoder_1thread", worker_path(cfg), batches, torch.device("cpu"), repeats))
-        torch.set_num_threads(threads)
+        if cuda:  # on CPU the device path runs on 1 thread too: per-core figures, no oversubscription
+            torch.set_num_threads(threads)
         save()
         parts = {
             "device_decode_only": lambda b: dec.decode([s.jpeg for s in b], np.array([[341, 256]] * len(b)))[0],
