@@ -50,18 +50,19 @@ def axis_params(size: int, lengths: np.ndarray, decoded: np.ndarray, b0: np.ndar
 
 
 def _weights(p: Tensor, size: int, window: int, flip: Optional[Tensor]) -> Tensor:
-    """``[n, size, window]`` float32 rows of torch's antialiased bilinear filter (see :func:`axis_params`)."""
+    """``[n, size, window]`` float32 rows of torch's antialiased bilinear filter (see :func:`axis_params`);
+    ``flip``: positions (int64, on ``p``'s device) whose rows are reversed (a horizontal flip)."""
     start, scale, lo, hi, w_lo = (p[:, k, None, None] for k in range(5))
     o = torch.arange(size, device=p.device, dtype=p.dtype)[None, :, None]
     j = w_lo + torch.arange(window, device=p.device, dtype=p.dtype)[None, None, :]  # absolute source index
-    center = start + (o + 0.5) * scale
+    center = start + (o + 0.5) * scale  # [n, size, 1]
     support = scale.clamp(min=1.0)
-    w = (1 - ((j + 0.5 - center) / support).abs()).clamp(min=0)
-    valid = (j >= torch.maximum(lo, torch.floor(center - support + 0.5))) & (j < torch.minimum(hi, torch.floor(center + support + 0.5)))
-    w = w * valid
-    w = w / w.sum(-1, keepdim=True).clamp(min=1e-12)
-    if flip is not None:
-        w = torch.where(flip[:, None, None], w.flip(1), w)
+    w = j + 0.5 - center  # the one [n, size, window] float tensor; the rest is in place
+    w.div_(support).abs_().neg_().add_(1).clamp_(min=0)
+    w.mul_((j >= torch.maximum(lo, torch.floor(center - support + 0.5))) & (j < torch.minimum(hi, torch.floor(center + support + 0.5))))
+    w.div_(w.sum(-1, keepdim=True).clamp_(min=1e-12))
+    if flip is not None and len(flip):
+        w[flip] = w[flip].flip(1)
     return w
 
 
@@ -110,7 +111,6 @@ def resized_crops(images: list[Tensor], px: np.ndarray, py: np.ndarray, flips: n
     s, device = out.shape[-1], out.device
     x0, y0 = px[:, 4].astype(np.int64), py[:, 4].astype(np.int64)
     ws, hs = (px[:, 5] - px[:, 4]).astype(np.int64), (py[:, 5] - py[:, 4]).astype(np.int64)
-    flips_t = torch.as_tensor(np.asarray(flips, bool)).to(device)
     px_t = torch.as_tensor(px, dtype=torch.float32).to(device)  # float32: exact for indices below 2**24
     py_t = torch.as_tensor(py, dtype=torch.float32).to(device)
     for idx in canvas_groups(ws * hs, hs, ws, max_canvas_pixels):
@@ -118,7 +118,8 @@ def resized_crops(images: list[Tensor], px: np.ndarray, py: np.ndarray, flips: n
         canvas = padded(views).float()  # [k, C, Hc, Wc]
         sel = torch.as_tensor(idx).to(device)
         k, c, hc, wc = canvas.shape
-        wx = _weights(px_t[sel], s, wc, flips_t[sel])  # [k, S, Wc]
+        flipped = torch.as_tensor(np.flatnonzero(np.asarray(flips, bool)[idx])).to(device)  # positions within the group
+        wx = _weights(px_t[sel], s, wc, flipped)  # [k, S, Wc]
         wy = _weights(py_t[sel], s, hc, None)  # [k, S, Hc]
         rows = torch.bmm(canvas.view(k, c * hc, wc), wx.transpose(1, 2))  # [k, C*Hc, S]: every row resized
         del canvas
