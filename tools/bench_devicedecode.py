@@ -13,12 +13,13 @@ photo-like), train preset at 224^2. Per batch, in one process:
 
 Reported: img/s of each part (on CPU everything on one thread: figures per core), the main
 process's CPU seconds per batch, peak device
-memory per batch (CUDA), and the decoder's fallback counts. ``--e2e`` also runs the
+memory per batch (CUDA), and the decoder's fallback counts. ``--resnet50``: a ResNet-50 bf16
+train step alone vs fed by the whole device path in the same stream (its cost to training). ``--e2e`` also runs the
 loader with ``--workers`` workers: decode in the workers (+ DevicePrefetcher + the same
 chain) against raw batches decoded on the device.
 
     python tools/bench_devicedecode.py                          # CPU smoke run (small)
-    python tools/bench_devicedecode.py --device cuda --e2e --json out.json
+    python tools/bench_devicedecode.py --device cuda --e2e --resnet50 --json out.json
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_augment import resnet50_overhead  # noqa: E402
 from helpers import write_dataset  # noqa: E402
 
 import shardkit  # noqa: E402
@@ -165,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--e2e", action=argparse.BooleanOptionalAction, default=False, help="also time the loader with --workers workers, both ways")
     ap.add_argument("--e2e-batches", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--resnet50", action=argparse.BooleanOptionalAction, default=False,
+                    help="also time a ResNet-50 bf16 train step alone and fed by the device path (decode + crop + chain)")
     ap.add_argument("--out", default=None, help="directory for the shards (default: a temporary one)")
     ap.add_argument("--json", default=None, help="write the figures to this file")
     args = ap.parse_args(argv)
@@ -204,6 +209,18 @@ def main(argv: list[str] | None = None) -> int:
         }
         for part, fn in parts.items():
             res.update(timed(part, fn, batches, device, repeats))
+            save()
+        if args.resnet50:
+            feed = device_path(cfg, dec, aug)
+            cycle = iter(range(1 << 62))
+
+            def fed(_: torch.Tensor) -> torch.Tensor:  # the next batch through the whole device path
+                return feed(batches[next(cycle) % len(batches)])
+
+            r50 = resnet50_overhead(fed, torch.empty(args.batch, device=device), max(2, len(batches)))
+            res.update({f"device_path_{k}": v for k, v in r50.items()})
+            print(f"  ResNet-50 bf16 train step: {r50['resnet50_step_img_s']:,.0f} img/s alone, {r50['resnet50_aug_step_img_s']:,.0f} img/s "
+                  f"fed by decode + crop + chain in the same stream ({r50['overhead_pct']:.1f}% overhead)", flush=True)
             save()
         res["device_decoder_stats"] = {"batched": dec.stats.batched, "fallback": dict(dec.stats.fallback), "retried": dec.stats.retried, "corrupt": dec.stats.corrupt}
         print(f"  decoder stats: {res['device_decoder_stats']}")

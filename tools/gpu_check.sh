@@ -5,7 +5,8 @@
 #   tools/gpu_check.sh tests           #   tests with CUDA parametrizations: augment (incl. the no-host-sync test under
 #                                      #   torch.cuda.set_sync_debug_mode("error")), prefetch, device decode, pinned pool
 #   tools/gpu_check.sh decode          #   tools/bench_devicedecode.py on cuda: nvJPEG decode + crop + augmentation chain,
-#                                      #   batch 256 of 341x256 JPEGs, peak memory; loader with 2 workers both ways
+#                                      #   batch 256 of 341x256 JPEGs, peak memory; loader with 2 workers both ways;
+#                                      #   ResNet-50 bf16 step alone vs fed by the device path
 #   tools/gpu_check.sh augment         #   tools/bench_augment.py on cuda: shardkit eager/compiled vs Kornia vs per-image
 #                                      #   torchvision, ResNet-50 bf16 step with/without augmentation, loader + prefetch
 # (sections can be combined: tools/gpu_check.sh tests decode). Figures go to $OUT (or .) as
@@ -52,7 +53,7 @@ for section in $SECTIONS; do
     decode)
       echo "== device decode: nvJPEG + batched crop + augmentation, batch 256, 256-px shards; loader with 2 workers =="
       timeout 240 "$PY" tools/bench_devicedecode.py --device cuda --batch 256 --images 2048 --repeats 3 \
-          --e2e --workers 2 --e2e-batches 24 --json "$OUTDIR/bench_devicedecode_cuda.json" || status=1
+          --e2e --workers 2 --e2e-batches 24 --resnet50 --json "$OUTDIR/bench_devicedecode_cuda.json" || status=1
       ;;
     augment)
       echo "== augmentation benchmark: 224^2, batch 256, cuda =="
