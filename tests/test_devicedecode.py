@@ -323,3 +323,19 @@ def test_filter_is_torchs_antialiased_bilinear():
         ref = F.interpolate(t[None].float(), size=(int(nh[i]), int(nw[i])), mode="bilinear", antialias=True, align_corners=False)
         ref = ref.round().clamp(0, 255)[0, :, top[i] : top[i] + s, left[i] : left[i] + s]
         assert (got[i].float() - ref).abs().max() <= 1, i
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_device_memory_is_freed_per_batch():
+    cfg = ImageConfig(preset="train", size=32)
+    jpegs = [encode(MIXED[i % 4], i) for i in range(16)] + [encode((40, 30), 99, progressive=True)]
+    geo = batch_geometry(CropDecoder(cfg, SEED), jpegs, EPOCH, np.arange(len(jpegs)))
+    dec = DeviceDecoder(cfg, "cuda")
+    dec(jpegs, geo.sizes, geo.crops)  # warm-up: nvJPEG's own buffers
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    for _ in range(3):
+        out = dec(jpegs, geo.sizes, geo.crops)
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_allocated() - base <= out.images.numel() + (2 << 20)  # only the output stays
+        del out
