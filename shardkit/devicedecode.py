@@ -246,6 +246,8 @@ class DeviceDecoder:
                 out[i] = img
             self.stats.batched += len(idx)
             return
+        except torch.cuda.OutOfMemoryError:  # not the data's fault: no bisection, no drop
+            raise
         except RuntimeError as exc:
             if len(idx) > 1:
                 half = len(idx) // 2
@@ -264,19 +266,18 @@ class DeviceDecoder:
         """Full-resolution ``3 x H x W`` uint8 images on the device (``None`` where undecodable) and the errors."""
         out: list[Optional[Tensor]] = [None] * len(jpegs)
         errors: list[tuple[int, str]] = []
-        batch: list[int] = []
-        for i, data in enumerate(jpegs):
-            reason = jpeg_route(data)
+        routes = [jpeg_route(data) for data in jpegs]
+        batch = [i for i, r in enumerate(routes) if r is None]
+        if batch:  # first, so that the device works while the CPU decodes the rest
+            self._decode_batched(batch, {i: _as_tensor(jpegs[i]) for i in batch}, jpegs, sizes, out, errors)
+        for i, reason in enumerate(routes):
             if reason is None:
-                batch.append(i)
                 continue
             self.stats.fallback[reason] += 1
             try:
-                out[i] = self._cpu_decode(data, sizes[i, 0], sizes[i, 1])
+                out[i] = self._cpu_decode(jpegs[i], sizes[i, 0], sizes[i, 1])
             except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
                 errors.append((i, f"cannot decode image ({type(exc).__name__}: {exc})"))
-        if batch:
-            self._decode_batched(batch, {i: _as_tensor(jpegs[i]) for i in batch}, jpegs, sizes, out, errors)
         return out, sorted(errors)
 
     # --- crop + resize ------------------------------------------------------
