@@ -162,12 +162,14 @@ class BatchGeometry:
         errors: ``(position, message)`` of the samples whose header was not (skipped, as the worker path does).
         sizes: int64 ``[n, 2]`` (width, height) from the headers of the kept samples.
         crops: their crop boxes and flips (:meth:`CropDecoder.geometry`).
+        routes: their :func:`jpeg_route` (computed here, in the worker, not per sample in the consumer).
     """
 
     kept: np.ndarray
     errors: tuple[tuple[int, str], ...]
     sizes: np.ndarray
     crops: Crops
+    routes: tuple[Optional[str], ...]
 
 
 def batch_geometry(decoder: CropDecoder, jpegs: Sequence[bytes], epoch: int, gids: np.ndarray) -> BatchGeometry:
@@ -175,7 +177,8 @@ def batch_geometry(decoder: CropDecoder, jpegs: Sequence[bytes], epoch: int, gid
 
     Exactly the worker path's first two steps: :meth:`CropDecoder.header` per sample
     (an unreadable or oversized header skips its sample) and one vectorised
-    :meth:`CropDecoder.geometry` call keyed by ``(seed, epoch, gid)``.
+    :meth:`CropDecoder.geometry` call keyed by ``(seed, epoch, gid)``; plus each kept
+    sample's :func:`jpeg_route`.
     """
     kept, errors, sizes = [], [], []
     for i, data in enumerate(jpegs):
@@ -187,7 +190,8 @@ def batch_geometry(decoder: CropDecoder, jpegs: Sequence[bytes], epoch: int, gid
         kept.append(i)
     idx = np.array(kept, np.int64)
     size_arr = np.array(sizes, np.int64).reshape(-1, 2)
-    return BatchGeometry(idx, tuple(errors), size_arr, decoder.geometry(size_arr, epoch, np.asarray(gids, np.int64)[idx]))
+    crops = decoder.geometry(size_arr, epoch, np.asarray(gids, np.int64)[idx])
+    return BatchGeometry(idx, tuple(errors), size_arr, crops, tuple(jpeg_route(jpegs[i]) for i in kept))
 
 
 def _as_tensor(data: Jpeg) -> Tensor:
@@ -217,7 +221,7 @@ class DeviceDecoder:
             their windows); float32 memory is 12 bytes per pixel. Default 2**26 (~800 MB), which
             holds a whole batch of 256 from 256-px shards.
 
-    Call ``decoder(jpegs, sizes, crops)`` with the :class:`BatchGeometry` fields of the worker.
+    Call ``decoder(jpegs, sizes, crops, routes)`` with the :class:`BatchGeometry` fields of the worker.
     """
 
     def __init__(self, image: ImageConfig, device: Union[torch.device, str] = "cpu", *, max_canvas_pixels: int = 1 << 26):
@@ -262,11 +266,15 @@ class DeviceDecoder:
         except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
             errors.append((i, f"cannot decode image ({type(first).__name__}: {first}; CPU: {type(exc).__name__}: {exc})"))
 
-    def decode(self, jpegs: Sequence[Jpeg], sizes: np.ndarray) -> tuple[list[Optional[Tensor]], list[tuple[int, str]]]:
+    def decode(self, jpegs: Sequence[Jpeg], sizes: np.ndarray,
+               routes: Optional[Sequence[Optional[str]]] = None) -> tuple[list[Optional[Tensor]], list[tuple[int, str]]]:
         """Full-resolution ``3 x H x W`` uint8 images on the device (``None`` where undecodable) and the errors."""
         out: list[Optional[Tensor]] = [None] * len(jpegs)
         errors: list[tuple[int, str]] = []
-        routes = [jpeg_route(data) for data in jpegs]
+        if routes is None:
+            routes = [jpeg_route(data) for data in jpegs]
+        elif len(routes) != len(jpegs):
+            raise ValueError(f"got {len(jpegs)} images and {len(routes)} routes; they must match")
         batch = [i for i, r in enumerate(routes) if r is None]
         if batch:  # first, so that the device works while the CPU decodes the rest
             self._decode_batched(batch, {i: _as_tensor(jpegs[i]) for i in batch}, jpegs, sizes, out, errors)
@@ -302,13 +310,15 @@ class DeviceDecoder:
         py = axis_params(s, sizes[:, 1].astype(np.float64), dims[:, 0].astype(np.float64), boxes[:, 1], boxes[:, 3], clamp_box)
         return resized_crops(images, px, py, np.asarray(crops.flips, bool), out, self.max_canvas_pixels)
 
-    def __call__(self, jpegs: Sequence[Jpeg], sizes: np.ndarray, crops: Crops) -> DecodedBatch:
+    def __call__(self, jpegs: Sequence[Jpeg], sizes: np.ndarray, crops: Crops,
+                 routes: Optional[Sequence[Optional[str]]] = None) -> DecodedBatch:
         """Decode, crop and resize one batch.
 
         Args:
             jpegs: the samples' encoded bytes (``bytes`` or 1-D uint8 CPU tensors).
             sizes: int64 ``[n, 2]`` (width, height) from their headers (:attr:`BatchGeometry.sizes`).
             crops: their crop boxes and flips (:attr:`BatchGeometry.crops`).
+            routes: their :func:`jpeg_route` if already known (:attr:`BatchGeometry.routes`); else computed here.
 
         Returns:
             A :class:`DecodedBatch`; undecodable samples are dropped and listed in ``errors``.
@@ -316,7 +326,7 @@ class DeviceDecoder:
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         if len(jpegs) != len(sizes) or len(sizes) != len(crops.boxes):
             raise ValueError(f"got {len(jpegs)} images, {len(sizes)} sizes and {len(crops.boxes)} crop boxes; they must match")
-        decoded, errors = self.decode(jpegs, sizes)
+        decoded, errors = self.decode(jpegs, sizes, routes)
         kept = np.array([i for i, img in enumerate(decoded) if img is not None], np.int64)
         images = [decoded[i] for i in kept.tolist()]
         del decoded

@@ -57,7 +57,7 @@ def worker_path(cfg: ImageConfig, jpegs: list[bytes], gids: np.ndarray) -> tuple
 def device_path(cfg: ImageConfig, jpegs: list, gids: np.ndarray, device: str, **kw) -> tuple[dd.DecodedBatch, dd.BatchGeometry, DeviceDecoder]:
     geo = batch_geometry(CropDecoder(cfg, SEED), jpegs, EPOCH, gids)
     dec = DeviceDecoder(cfg, device, **kw)
-    return dec([jpegs[i] for i in geo.kept], geo.sizes, geo.crops), geo, dec
+    return dec([jpegs[i] for i in geo.kept], geo.sizes, geo.crops, geo.routes), geo, dec
 
 
 def diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -206,6 +206,9 @@ def test_batchable_samples_are_decoded_in_one_list_call(monkeypatch):
     jpegs = [encode(MIXED[i % 4], i) for i in range(10)] + [encode((40, 30), 10, progressive=True)]
     got, _, dec = device_path(cfg, jpegs, np.arange(11), "cpu")
     assert calls == [10] and dec.stats.batched == 10 and len(got.kept) == 11
+    again = DeviceDecoder(cfg, "cpu")  # routes computed by the decoder itself: the same
+    geo = batch_geometry(CropDecoder(cfg, SEED), jpegs, EPOCH, np.arange(11))
+    assert torch.equal(again(jpegs, geo.sizes, geo.crops).images, got.images) and again.stats == dec.stats
 
 
 def test_canvas_budget_does_not_change_pixels():
@@ -227,6 +230,8 @@ def test_invalid_arguments():
     dec = DeviceDecoder(ImageConfig(size=16))
     with pytest.raises(ValueError, match="must match"):
         dec([jpeg_bytes(0)], np.zeros((2, 2), np.int64), dd.Crops(np.zeros((2, 4)), np.zeros(2, bool)))
+    with pytest.raises(ValueError, match="routes"):
+        dec([jpeg_bytes(0)], np.zeros((1, 2), np.int64), dd.Crops(np.zeros((1, 4)), np.zeros(1, bool)), routes=[None, None])
 
 
 def test_route_never_raises_on_damaged_headers():
@@ -257,7 +262,7 @@ def test_raw_loader_batches_decoded_on_device_equal_the_loaders(tmp_path, preset
     keys, worst = [], 0.0
     for (images, labels, batch_keys), raw in zip(decoded, raw_loader, strict=True):
         geo = batch_geometry(cd, [s.jpeg for s in raw], raw_loader.epoch, np.array([s.gid for s in raw]))
-        out = dec([raw[i].jpeg for i in geo.kept], geo.sizes, geo.crops)
+        out = dec([raw[i].jpeg for i in geo.kept], geo.sizes, geo.crops, geo.routes)
         kept = [raw[i] for i in geo.kept[out.kept]]
         assert [s.key for s in kept] == list(batch_keys) and [s.label for s in kept] == labels.tolist()
         d = diff(out.images, images)

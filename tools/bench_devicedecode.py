@@ -90,7 +90,7 @@ def device_path(cfg: ImageConfig, dec: DeviceDecoder, aug: GpuAugment | None) ->
     def run(samples: list[Any]) -> torch.Tensor:
         jpegs = [s.jpeg for s in samples]
         geo = batch_geometry(cd, jpegs, EPOCH, np.array([s.gid for s in samples]))
-        x = dec([jpegs[i] for i in geo.kept], geo.sizes, geo.crops).images
+        x = dec([jpegs[i] for i in geo.kept], geo.sizes, geo.crops, geo.routes).images
         return aug(x) if aug is not None else x
 
     return run
