@@ -142,6 +142,10 @@ def test_routes_by_header():
     assert jpeg_route(encode(rgb, 0, subsampling=0)) is None  # 4:4:4
     assert jpeg_route(encode(rgb, 0, subsampling=1)) is None  # 4:2:2
     assert jpeg_route(encode(rgb, 0, mode="L")) is None  # gray
+    exif = Image.Exif()
+    exif[0x010F] = "camera"  # APP1 (EXIF) and APP2 (ICC) segments before the frame header are skipped
+    assert jpeg_route(encode(rgb, 0, exif=exif.tobytes(), icc_profile=b"\0" * 3000)) is None
+    assert jpeg_route(encode(rgb, 0, optimize=True, restart_marker_blocks=1)) is None
     assert jpeg_route(encode(rgb, 0, progressive=True)) == "progressive"
     assert jpeg_route(encode(rgb, 0, mode="CMYK")) == "cmyk"
     assert jpeg_route(encode(rgb, 0, fmt="PNG")) == "not-jpeg"
