@@ -86,13 +86,56 @@ def test_gives_up_after_max_retries_naming_url_and_offset():
 
 @pytest.mark.timeout(30)
 def test_outage_longer_than_budget_is_a_bounded_error():
+    """Given up within the budget plus one attempt: every attempt starts before the budget (counted from
+    the first failure) has run out, the last failure is past it, and the error follows that failure at once."""
+    starts, ends = [], []
+
     def open_fn():
+        starts.append(time.monotonic())
+        time.sleep(0.05)  # an attempt that takes a while (a connect timeout, say)
+        ends.append(time.monotonic())
         raise ConnectionRefusedError("connection refused")
 
-    t = time.monotonic()
-    with pytest.raises(StorageError, match=r"s3://b/x.tar: read at byte 0 still failing .* over \d"):
-        RetryingFile("s3://b/x.tar", open_fn, max_retries=1000, retry_budget_s=0.6)
-    assert 0.5 < time.monotonic() - t < 3
+    budget = 0.6
+    with pytest.raises(StorageError, match=r"s3://b/x.tar: read at byte 0 still failing .* over \d") as info:
+        RetryingFile("s3://b/x.tar", open_fn, max_retries=1000, retry_budget_s=budget)
+    raised = time.monotonic()
+    first = ends[0]
+    late = 0.05  # a sleep may wake up a little late on a busy machine
+    assert len(starts) > 2 and all(t < first + budget + late for t in starts), (first, starts)
+    assert ends[-1] - first >= budget  # not given up early
+    assert raised - ends[-1] < 0.25, raised - ends[-1]  # the error comes right after the last attempt (no sleep after it)
+    spent = float(re.search(r"over ([\d.]+) s", str(info.value)).group(1))  # as reported, rounded to 0.1 s
+    assert budget - 0.05 <= spent <= budget + (ends[-1] - starts[-1]) + late + 0.05, spent
+
+
+def _requested_sleeps(url: str, failures: int, budget: float = 1000.0) -> list[float]:
+    """The waits RetryingFile asks for while a read of ``url`` fails ``failures`` times, then succeeds."""
+    open_fn, _, _ = _flaky(b"x" * 100, fail_at=set(range(1, failures + 1)))
+    sleeps: list[float] = []
+    f = RetryingFile(url, open_fn, max_retries=failures + 1, retry_budget_s=budget, sleep=sleeps.append)
+    assert f.read(10) == b"x" * 10 and f.retries == failures
+    return sleeps
+
+
+def test_retries_back_off_exponentially_capped_with_jitter():
+    urls = [f"s3://b/ds/train-{i:06d}.tar" for i in range(16)]
+    runs = {u: _requested_sleeps(u, 24) for u in urls}
+    for u, s in runs.items():
+        assert len(s) == 24 and all(x > 0 for x in s), s
+        assert s == _requested_sleeps(u, 24)  # deterministic: a function of (url, attempt), no clock, no pid
+        # growth: each wait doubles (within the jitter factor 2) until the cap...
+        assert all(1.0 <= b / a <= 4.0 for a, b in zip(s[:5], s[1:6])), s
+        assert s[5] >= 8 * s[0], s
+        # ... cap: the late waits stop growing (within the jitter) and stay at most 5 s
+        late = s[-8:]
+        assert max(late) <= 2 * min(late) and max(s) <= 5.0, late
+    # jitter: the same attempt waits differently for different shards, by at most a factor 2
+    for attempt in (0, 3, 20):
+        waits = [runs[u][attempt] for u in urls]
+        assert len(set(waits)) > len(urls) // 2 and max(waits) <= 2 * min(waits), waits
+    # and no wait outlasts the budget that is left
+    assert max(_requested_sleeps(urls[0], 12, budget=0.3)) <= 0.3
 
 
 def test_what_is_retried():
