@@ -376,6 +376,31 @@ def tar_bytes(members: list, fmt: int = tarfile.PAX_FORMAT) -> bytes:
     return buf.getvalue()
 
 
+class RecordingFile(io.BytesIO):
+    """An in-memory file that records the byte range ``[start, stop)`` of every read."""
+
+    def __init__(self, data: bytes):
+        super().__init__(data)
+        self.reads: list[tuple[int, int]] = []
+
+    def read(self, n=-1):
+        start = self.tell()
+        b = super().read(n)
+        if b:
+            self.reads.append((start, start + len(b)))
+        return b
+
+    def touched(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The recorded reads that overlap ``[start, stop)``."""
+        return [(a, b) for a, b in self.reads if a < stop and start < b]
+
+
+def member_ranges(data: bytes) -> dict[str, tuple[int, int]]:
+    """member name -> byte range ``[start, stop)`` of its data in the tar ``data``."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        return {m.name: (m.offset_data, m.offset_data + m.size) for m in tf.getmembers() if m.isfile()}
+
+
 def write_raw_dataset(root: str, shards: list[tuple[bytes, int]], classes: list[str], split: str = "train") -> str:
     """Write already built shard bytes (with their sample counts) and a valid manifest under ``root``."""
     os.makedirs(root, exist_ok=True)
