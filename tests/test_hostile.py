@@ -207,7 +207,7 @@ def test_dataset_urls_that_run_commands_or_point_elsewhere_refused(tmp_path):
     assert not marker.exists()
 
 
-def test_wrong_checksum_found_by_verify(tmp_path):
+def test_wrong_checksum_found_by_verify(tmp_path, capsys):
     from shardkit.cli import main
 
     ds = write_dataset(str(tmp_path / "ds"), num_samples=12, shard_size=4)
@@ -216,4 +216,7 @@ def test_wrong_checksum_found_by_verify(tmp_path):
     m["shards"][1]["sha256"] = "f" * 64
     with open(path, "w") as f:
         json.dump(m, f)
-    assert main(["verify", ds.url, "--quick"]) != 0
+    assert main(["verify", ds.url, "--quick"]) == 1  # 1: problems found (2 would be a usage error)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "train/train-000001.tar: sha256 does not match the manifest (the shard changed or is damaged)", out
+    assert out[1].startswith("1 problem(s): checksums of 3 shards,") and len(out) == 2, out
