@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import resource
 import tracemalloc
 
 import numpy as np
@@ -187,23 +186,63 @@ def test_decoded_odd_images_are_right():
     assert abs(int(t[1].float().mean()) - 200) < 10 and t.float().std((1, 2)).max() < 1  # one pixel: a flat image
 
 
-def test_bombs_refused_before_any_allocation():
+_FRESH_DECODE = r"""
+import json, sys, torch
+from shardkit.loader.config import ImageConfig
+from shardkit.loader.decode import CropDecoder
+
+def peak_kib():  # this process's RSS high-water mark (VmHWM starts afresh at exec; ru_maxrss keeps the parent's)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+dec = CropDecoder(ImageConfig(size=16), seed=0)
+out = torch.zeros(3, 16, 16, dtype=torch.uint8)
+dec(open(sys.argv[1], "rb").read(), out, 0, 0)  # a normal image first: lazy imports and buffers in place
+before = peak_kib()
+errors = []
+for path in sys.argv[2:]:
+    try:
+        dec(open(path, "rb").read(), out, 0, 0)
+        errors.append(None)
+    except Exception as exc:
+        errors.append(str(exc))
+print(json.dumps({"grew_kib": peak_kib() - before, "errors": errors}))
+"""
+
+
+def test_bombs_refused_before_any_allocation(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    bombs = (_bomb(), _bomb(20000, 20000), _png_bomb())
     tracemalloc.start()
     try:
         dec = CropDecoder(ImageConfig(size=16), seed=0)
-        import torch
-
         out = torch.zeros(3, 16, 16, dtype=torch.uint8)
-        peak0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        for data in (_bomb(), _bomb(20000, 20000), _png_bomb()):
+        for data in bombs:
             with pytest.raises(Exception) as info:
                 dec(data, out, 0, 0)
             assert "max_pixels" in str(info.value) or "decompression bomb" in str(info.value).lower()
         _, peak = tracemalloc.get_traced_memory()
         assert peak < 8 << 20  # python-side allocations stay tiny
-        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak0 < 64 << 10  # KiB: no native spike either
     finally:
         tracemalloc.stop()
+    # no native spike either: measured as the peak RSS growth of a fresh process
+    paths = []
+    for i, data in enumerate((jpeg_bytes(0, 0, (64, 48)), *bombs)):
+        paths.append(str(tmp_path / f"img{i}"))
+        with open(paths[-1], "wb") as f:
+            f.write(data)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    res = subprocess.run([sys.executable, "-c", _FRESH_DECODE, *paths], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads(res.stdout.splitlines()[-1])
+    assert all(e and ("max_pixels" in e or "decompression bomb" in e.lower()) for e in report["errors"]), report
+    assert report["grew_kib"] < 16 << 10, report  # KiB: the peak RSS grew by less than 16 MiB
     small = CropDecoder(ImageConfig(size=16, max_pixels=1000), seed=0)  # the limit is an option
     with pytest.raises(ValueError, match="max_pixels"):
         small(jpeg_bytes(0, 0, (64, 48)), out, 0, 0)
