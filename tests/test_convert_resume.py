@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -168,8 +169,9 @@ def test_kill9_then_rerun_gives_identical_bytes(tmp_path):
             proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
     assert not os.path.exists(os.path.join(dest, "manifest.json")), "the conversion finished before the kill"
+    finished = sorted(n for n in os.listdir(dest) if re.fullmatch(r"train-\d{6}\.tar", n))  # renamed into place: complete
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
                           check=True, timeout=120, capture_output=True, text=True)
-    assert "kept" in done.stdout  # finished shards were kept, not redone
+    assert f", kept {len(finished)} finished shards" in done.stdout, (finished, done.stdout)  # every finished shard kept, not redone
     assert tree_digests(dest) == tree_digests(clean)
     shutil.rmtree(src)
