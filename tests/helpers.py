@@ -337,6 +337,29 @@ def num_threads(pid: int) -> int:
         return 0
 
 
+#: for scripts run by :func:`run_fresh`: this process's RSS high-water mark in KiB. ``VmHWM`` starts
+#: afresh at exec; ``ru_maxrss`` does not (Linux carries the parent's peak across fork and exec).
+PEAK_KIB = """
+def peak_kib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+"""
+
+
+def run_fresh(code: str, *args: str, timeout: float = 120) -> dict:
+    """Run ``code`` in a fresh Python process (this checkout's shardkit, ``PEAK_KIB`` defined); return
+    the JSON object it prints on its last stdout line."""
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    res = subprocess.run([sys.executable, "-c", PEAK_KIB + code, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.splitlines()[-1])
+
+
 @dataclass(frozen=True)
 class Resources:
     """A snapshot of one process's resources."""

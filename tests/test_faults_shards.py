@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
+from helpers import jpeg_bytes, run_fresh, tar_bytes, write_dataset, write_raw_dataset
 
 import shardkit
 from shardkit.errors import DataError
@@ -190,11 +190,6 @@ _FRESH_DECODE = r"""
 import json, sys, torch
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode import CropDecoder
-
-def peak_kib():  # this process's RSS high-water mark (VmHWM starts afresh at exec; ru_maxrss keeps the parent's)
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-
 dec = CropDecoder(ImageConfig(size=16), seed=0)
 out = torch.zeros(3, 16, 16, dtype=torch.uint8)
 dec(open(sys.argv[1], "rb").read(), out, 0, 0)  # a normal image first: lazy imports and buffers in place
@@ -211,10 +206,6 @@ print(json.dumps({"grew_kib": peak_kib() - before, "errors": errors}))
 
 
 def test_bombs_refused_before_any_allocation(tmp_path):
-    import json
-    import subprocess
-    import sys
-
     import torch
 
     bombs = (_bomb(), _bomb(20000, 20000), _png_bomb())
@@ -236,11 +227,7 @@ def test_bombs_refused_before_any_allocation(tmp_path):
         paths.append(str(tmp_path / f"img{i}"))
         with open(paths[-1], "wb") as f:
             f.write(data)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    res = subprocess.run([sys.executable, "-c", _FRESH_DECODE, *paths], capture_output=True, text=True, timeout=120, env=env)
-    assert res.returncode == 0, res.stderr[-2000:]
-    report = json.loads(res.stdout.splitlines()[-1])
+    report = run_fresh(_FRESH_DECODE, *paths)
     assert all(e and ("max_pixels" in e or "decompression bomb" in e.lower()) for e in report["errors"]), report
     assert report["grew_kib"] < 16 << 10, report  # KiB: the peak RSS grew by less than 16 MiB
     small = CropDecoder(ImageConfig(size=16, max_pixels=1000), seed=0)  # the limit is an option
