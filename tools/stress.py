@@ -8,7 +8,8 @@ per sample, tar headers included, + 1 KiB of Python objects each), plus ``--slac
 process grows by at most the batches in flight (``prefetch_factor`` 2 per worker), the delivered keys
 and ``--slack-mib``; at most a few fds are open per worker
 (one shard at a time, plus batches in flight); loading a manifest of ``--manifest-shards`` shards takes under
-``--manifest-s`` seconds (best of 3), and so does building the loader on it.
+``--manifest-s`` seconds (best of 3), and so do building the loader on it and planning an epoch of it
+over 1,024 nodes x 8 ranks x 8 workers (the figure the README quotes).
 
     python tools/stress.py                          # 8 workers, 10,000 shards x 2 samples, buffer 5000
     python tools/stress.py --shards 2000 --workers 4 --manifest-shards 100000
@@ -55,7 +56,29 @@ class StressReport:
     manifest_shards: int = 0
     manifest_load_s: float = 0.0
     loader_build_s: float = 0.0
+    plan_s: float = 0.0  #: planning ``manifest_shards`` shards over 1,024 x 8 ranks x 8 workers (best of 3)
     failures: list[str] = field(default_factory=list)
+
+
+def plan_timing(n: int, world_size: int = 1024 * 8, workers: int = 8) -> float:
+    """Best of 3 seconds to plan an epoch of ``n`` shards of ~1000 samples over ``world_size`` ranks x ``workers``:
+    the shuffled stream, every reader's range, and one worker's plan (what ``tests/test_plan.py`` checks exactly)."""
+    import numpy as np
+
+    from shardkit.plan import PlanConfig, Stream, partition_ranges, worker_plan
+    from shardkit.world import World
+
+    sizes = np.full(n, 1000, dtype=np.int64)
+    sizes[::7] = 997
+    cfg = PlanConfig(batch_size=256, seed=0)
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        stream = Stream.full_epoch(sizes, seed=0, epoch=3)
+        partition_ranges(len(stream), world_size, workers, cfg)
+        worker_plan(stream, cfg, World(rank=world_size // 2, world_size=world_size, worker=workers - 1, num_workers=workers), epoch=3)
+        best = min(best, time.perf_counter() - t)
+    return best
 
 
 def manifest_timing(n: int, workdir: str) -> tuple[float, float]:
@@ -141,7 +164,9 @@ def stress(*, shards: int = 10_000, per_shard: int = 2, workers: int = 8, shuffl
         if manifest_shards:
             r.manifest_load_s, r.loader_build_s = manifest_timing(manifest_shards, work)
             log(f"manifest of {manifest_shards} shards: load_manifest {r.manifest_load_s:.3f} s, shardkit.load {r.loader_build_s:.3f} s (best of 3)")
-            for what, s in (("load_manifest", r.manifest_load_s), ("shardkit.load", r.loader_build_s)):
+            r.plan_s = plan_timing(manifest_shards)
+            log(f"plan of {manifest_shards} shards over 1,024 x 8 ranks x 8 workers: {r.plan_s:.3f} s (best of 3)")
+            for what, s in (("load_manifest", r.manifest_load_s), ("shardkit.load", r.loader_build_s), ("planning", r.plan_s)):
                 if s > manifest_s:
                     r.failures.append(f"{what} on {manifest_shards} shards took {s:.2f} s (limit {manifest_s} s)")
         ds = os.path.join(work, "ds")
