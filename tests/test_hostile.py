@@ -218,5 +218,5 @@ def test_wrong_checksum_found_by_verify(tmp_path, capsys):
         json.dump(m, f)
     assert main(["verify", ds.url, "--quick"]) == 1  # 1: problems found (2 would be a usage error)
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "train/train-000001.tar: sha256 does not match the manifest (the shard changed or is damaged)", out
-    assert out[1].startswith("1 problem(s): checksums of 3 shards,") and len(out) == 2, out
+    assert out[0].endswith("train-000001.tar: sha256 does not match the manifest (the shard changed or is damaged)"), out
+    assert out[1].startswith("1 problem(s): checksums of 3 shards") and len(out) == 2, out
