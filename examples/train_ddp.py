@@ -11,7 +11,7 @@ point and start the same command again: it resumes from the checkpoint in the
 middle of the epoch, with the same or a different number of processes.
 
 Test hooks (used by tests/test_distributed.py): ``--log-ids DIR`` writes the
-sample keys of every step per rank, ``--stop-after N`` exits (as if preempted)
+sample keys of every step per rank (and the padding the loader reports), ``--stop-after N`` exits (as if preempted)
 after N steps, having saved a checkpoint.
 """
 
@@ -98,10 +98,11 @@ def main(argv: list[str] | None = None) -> None:
     for epoch in range(start_epoch, args.epochs):
         loader.set_epoch(epoch)
         prefetcher = DevicePrefetcher(loader, device, transform=None)
+        padded = loader.epoch_info.padded if log else 0  # samples repeated to even out the ranks this epoch
         t0, seen, correct, loss_sum = time.perf_counter(), 0, 0, 0.0
         for images, labels, *keys in prefetcher:
             if log:
-                log.write(json.dumps({"epoch": epoch, "step": step, "keys": list(keys[0])}) + "\n")
+                log.write(json.dumps({"epoch": epoch, "step": step, "keys": list(keys[0]), "padded": padded}) + "\n")
                 log.flush()
             if args.no_train:
                 flag = torch.ones(1, device=device)

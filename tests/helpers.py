@@ -105,7 +105,7 @@ class ProxyRequest:
     method: str
     path: str
     range: str
-    outcome: str  # "ok", "500", "503", "reset", "cut", "down"
+    outcome: str  # "ok", "403", "500", "503", "reset", "cut", "down"
 
 
 class FaultProxy:
@@ -117,7 +117,9 @@ class FaultProxy:
     reset (the client sees a connection broken mid-stream). Whether the n-th occurrence of a
     given ``(method, path, Range)`` is hit depends only on ``(seed, method, path, Range, n)``,
     so the faults do not depend on how concurrent workers interleave. ``down()`` makes every
-    connection fail (reset on accept) until ``up()``. Every response says ``Connection: close``.
+    connection fail (reset on accept) until ``up()``. ``fail(path_part, outcome, times)`` scripts
+    a fault instead of drawing one: the next ``times`` requests (all, with ``None``) whose path
+    contains ``path_part`` get ``outcome``. Every response says ``Connection: close``.
     """
 
     def __init__(self, upstream: str, *, seed: int = 0, error_rate: float = 0.0, reset_rate: float = 0.0, cut_rate: float = 0.0):
@@ -127,6 +129,7 @@ class FaultProxy:
         self._seen: dict[tuple[str, str, str], int] = {}
         self._lock = threading.Lock()
         self._down = threading.Event()
+        self._rules: list[list] = []  # [path_part, outcome, remaining or None, method or ""]
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -153,6 +156,23 @@ class FaultProxy:
 
     def up(self) -> None:
         self._down.clear()
+
+    def fail(self, path_part: str, outcome: str, times: "int | None" = None, method: str = "") -> None:
+        """Answer the next ``times`` requests (every one with ``None``) whose path contains ``path_part``
+        (and whose method is ``method``, if given) with ``outcome``."""
+        if outcome not in ("403", "500", "503", "reset", "cut"):
+            raise ValueError(f"outcome {outcome!r}: use one of 403, 500, 503, reset, cut")
+        with self._lock:
+            self._rules.append([path_part, outcome, times, method])
+
+    def _scripted(self, method: str, path: str) -> "str | None":
+        with self._lock:
+            for rule in self._rules:
+                if rule[0] in path and rule[3] in ("", method) and (rule[2] is None or rule[2] > 0):
+                    if rule[2] is not None:
+                        rule[2] -= 1
+                    return rule[1]
+        return None
 
     def set_rates(self, *, error_rate: float = 0.0, reset_rate: float = 0.0, cut_rate: float = 0.0) -> None:
         self.error_rate, self.reset_rate, self.cut_rate = error_rate, reset_rate, cut_rate
@@ -204,7 +224,10 @@ class FaultProxy:
             return self._reset(h)
         x = self._draw(method, path, rng)
         outcome = "ok"
-        if x < self.error_rate:
+        scripted = self._scripted(method, path)
+        if scripted is not None:
+            outcome = scripted
+        elif x < self.error_rate:
             outcome = "503" if x < self.error_rate / 2 else "500"
         elif x < self.error_rate + self.reset_rate:
             outcome = "reset"
@@ -213,14 +236,16 @@ class FaultProxy:
         self.log.append(ProxyRequest(method, path, rng, outcome))
         if outcome == "reset":
             return self._reset(h)
-        if outcome in ("500", "503"):
-            msg = b"<Error><Code>" + (b"SlowDown" if outcome == "503" else b"InternalError") + b"</Code></Error>"
+        if outcome in ("403", "500", "503"):
+            code = {"403": b"AccessDenied", "500": b"InternalError", "503": b"SlowDown"}[outcome]
+            msg = b"<Error><Code>" + code + b"</Code><Message>injected</Message></Error>"
             h.send_response(int(outcome))
             h.send_header("Content-Type", "application/xml")
             h.send_header("Content-Length", str(len(msg)))
             h.send_header("Connection", "close")
             h.end_headers()
-            h.wfile.write(msg)
+            if method != "HEAD":  # a HEAD response has no body
+                h.wfile.write(msg)
             h.close_connection = True
             return
         conn = http.client.HTTPConnection(self.upstream, timeout=30)
@@ -312,6 +337,29 @@ def num_threads(pid: int) -> int:
         return 0
 
 
+#: for scripts run by :func:`run_fresh`: this process's RSS high-water mark in KiB. ``VmHWM`` starts
+#: afresh at exec; ``ru_maxrss`` does not (Linux carries the parent's peak across fork and exec).
+PEAK_KIB = """
+def peak_kib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+"""
+
+
+def run_fresh(code: str, *args: str, timeout: float = 120) -> dict:
+    """Run ``code`` in a fresh Python process (this checkout's shardkit, ``PEAK_KIB`` defined); return
+    the JSON object it prints on its last stdout line."""
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    res = subprocess.run([sys.executable, "-c", PEAK_KIB + code, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.splitlines()[-1])
+
+
 @dataclass(frozen=True)
 class Resources:
     """A snapshot of one process's resources."""
@@ -349,6 +397,31 @@ def tar_bytes(members: list, fmt: int = tarfile.PAX_FORMAT) -> bytes:
                 ti.size = len(data)
                 tf.addfile(ti, io.BytesIO(data))
     return buf.getvalue()
+
+
+class RecordingFile(io.BytesIO):
+    """An in-memory file that records the byte range ``[start, stop)`` of every read."""
+
+    def __init__(self, data: bytes):
+        super().__init__(data)
+        self.reads: list[tuple[int, int]] = []
+
+    def read(self, n=-1):
+        start = self.tell()
+        b = super().read(n)
+        if b:
+            self.reads.append((start, start + len(b)))
+        return b
+
+    def touched(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The recorded reads that overlap ``[start, stop)``."""
+        return [(a, b) for a, b in self.reads if a < stop and start < b]
+
+
+def member_ranges(data: bytes) -> dict[str, tuple[int, int]]:
+    """member name -> byte range ``[start, stop)`` of its data in the tar ``data``."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        return {m.name: (m.offset_data, m.offset_data + m.size) for m in tf.getmembers() if m.isfile()}
 
 
 def write_raw_dataset(root: str, shards: list[tuple[bytes, int]], classes: list[str], split: str = "train") -> str:

@@ -385,7 +385,7 @@ def test_apply_traces_without_graph_breaks():
     """fullgraph tracing fails on .item(), data-dependent Python branches and
     dynamic shapes, i.e. on anything that would synchronise with the host."""
     x = noise_images(4, 24, 24)
-    ops = [RandomResizedCrop(16), HorizontalFlip(), RandomRotation(20, fill=3), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2), GaussianBlur(3), Normalize(IMAGENET_MEAN, IMAGENET_STD), RandomErasing(), CutMix(4)]
+    ops = [RandomResizedCrop(16), HorizontalFlip(), RandomRotation(20, fill=3), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2), GaussianBlur(3), Normalize(IMAGENET_MEAN, IMAGENET_STD), RandomErasing(), MixUp(4), CutMix(4)]
     aug = GpuAugment(ops, seed=0, output_dtype=torch.bfloat16, memory_format="channels_last")
     params = aug.sample_params(4, (24, 24), "cpu")
     labels = torch.tensor([0, 1, 2, 3])
@@ -398,7 +398,8 @@ def test_apply_traces_without_graph_breaks():
 
 def test_uniform_to_params_traces_without_graph_breaks():
     """The per-sample parameter maths (everything but the generator draws) has no
-    host sync either: e.g. RandomResizedCrop's 10-attempt rejection sampling."""
+    host sync either: e.g. RandomResizedCrop's 10-attempt rejection sampling.
+    (The generator draws: tests/test_augment_no_sync.py.)"""
     ops = [RandomResizedCrop(16), HorizontalFlip(), RandomRotation(20), RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5), ColorJitter(0.4, 0.4, 0.4, 0.1, order="random"), RandomGrayscale(0.2), GaussianBlur(3), RandomErasing()]
     sizes = [(24, 24)] + [(16, 16)] * (len(ops) - 1)
     gen = torch.Generator().manual_seed(0)

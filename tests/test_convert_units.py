@@ -148,7 +148,9 @@ def test_order_and_tasks_are_partitions():
     owned = [plan.task_shards(11, 4, i) for i in range(4)]
     assert sorted(j for o in owned for j in o) == list(range(11))
     assert plan.shard_ranges(10, 4) == [(0, 4), (4, 8), (8, 10)]
-    assert plan.samples_per_shard(1000, 100, 10**6, [20_000] * 5) == 44
+    for cap in (10**6, 3 * 10**5, 123_457):  # the byte cap binds: shards stay within it, and are not much smaller
+        n = plan.samples_per_shard(1000, 100, cap, [20_000] * 5)
+        assert plan.shard_bytes_for(n * 20_000) <= cap < plan.shard_bytes_for((n + 1) * 20_000) / plan.FILL_TARGET * 1.1, (cap, n)
     assert plan.samples_per_shard(1000, 30, 10**6, [20_000] * 5) == 30
     assert plan.samples_per_shard(10, None, 10**9, [20_000]) == 10
 

@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from helpers import write_dataset
+from helpers import tree_digests, write_dataset
 
 from shardkit.errors import ManifestError
 from shardkit.manifest import Manifest, load_manifest
@@ -33,7 +33,9 @@ def test_roundtrip_and_tar_contents(tmp_path):
 def test_writer_is_deterministic(tmp_path):
     a = write_dataset(str(tmp_path / "a"), num_samples=9, shard_size=4)
     b = write_dataset(str(tmp_path / "b"), num_samples=9, shard_size=4)
-    assert [s.sha256 for s in a.manifest.shards] == [s.sha256 for s in b.manifest.shards]
+    files_a, files_b = tree_digests(a.url), tree_digests(b.url)
+    assert files_a == files_b and len(files_a) == 4  # 3 shards and the manifest, byte-identical
+    assert [files_a[s.name] for s in a.manifest.shards] == [s.sha256 for s in a.manifest.shards]  # the recorded digests are the files'
 
 
 def _manifest_json(**over):

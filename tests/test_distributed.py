@@ -97,20 +97,27 @@ def test_two_nodes_c10d_rendezvous(tmp_path):
     assert set(ids) == set(range(30)) and sum(ids.values()) == 30
 
 
-def _batches_by_step(per_rank: dict[int, list[dict]]) -> dict[tuple[int, int], list[int]]:
-    return {(r, s["step"]): s["keys"] for r, steps in per_rank.items() for s in steps}
+def _ordered(per_rank: dict[int, list[dict]]) -> dict[int, list[tuple[int, list[int]]]]:
+    """rank -> [(step, sample numbers)] in the order the rank logged them."""
+    return {r: [(s["step"], s["keys"]) for s in steps] for r, steps in per_rank.items()}
 
 
 def test_mid_epoch_resume_equals_uninterrupted(tmp_path):
     ds = write_dataset(str(tmp_path / "ds"), num_samples=44, shard_size=5)
-    full, resumed = tmp_path / "full", tmp_path / "resumed"
-    full.mkdir()
-    resumed.mkdir()
+    full, before, after = tmp_path / "full", tmp_path / "before", tmp_path / "after"
+    for d in (full, before, after):
+        d.mkdir()
     torchrun(2, data_args(ds.url, str(full)))
     ckpt = str(tmp_path / "ckpt.pt")
-    torchrun(2, data_args(ds.url, str(resumed), "--checkpoint", ckpt, "--stop-after", "2"))
-    torchrun(2, data_args(ds.url, str(resumed), "--checkpoint", ckpt))
-    assert _batches_by_step(read_logs(str(resumed))) == _batches_by_step(read_logs(str(full)))
+    torchrun(2, data_args(ds.url, str(before), "--checkpoint", ckpt, "--stop-after", "2"))
+    torchrun(2, data_args(ds.url, str(after), "--checkpoint", ckpt))
+    full_log, first, second = (_ordered(read_logs(str(d))) for d in (full, before, after))
+    assert sorted(first) == sorted(second) == sorted(full_log) == [0, 1]
+    for r in full_log:
+        assert [step for step, _ in first[r]] == [0, 1]
+        assert second[r][0][0] == 2, f"rank {r} resumed at step {second[r][0][0]}, not at step 2"
+        # batch for batch, in order: the two runs together are the uninterrupted run
+        assert first[r] + second[r] == full_log[r]
 
 
 @pytest.mark.parametrize("before,after", [(3, 2), (2, 3)])
@@ -125,8 +132,14 @@ def test_elastic_resume_exactly_once(tmp_path, before, after):
     torchrun(before, data_args(ds.url, str(logs / "a"), "--checkpoint", ckpt, "--stop-after", "2"))
     torchrun(after, data_args(ds.url, str(logs / "b"), "--checkpoint", ckpt))
     first, second = read_logs(str(logs / "a")), read_logs(str(logs / "b"))
+    assert sorted(first) == list(range(before)) and sorted(second) == list(range(after))
     assert len({len(s) for s in second.values()}) == 1  # equal batch counts after the resize too
-    ids = Counter(i for part in (first, second) for steps in part.values() for s in steps for i in s["keys"])
-    assert set(ids) == set(range(n))
-    repeats = sum(c - 1 for c in ids.values())
-    assert repeats < before + after  # only padding (reported by the loader) may repeat
+    seen = Counter(i for steps in first.values() for s in steps for i in s["keys"])
+    rest = Counter(i for steps in second.values() for s in steps for i in s["keys"])
+    (pad_before,) = {s["padded"] for steps in first.values() for s in steps}  # what each loader reports
+    (pad_after,) = {s["padded"] for steps in second.values() for s in steps}
+    assert not set(seen) & set(rest), "samples seen before the checkpoint were delivered again"
+    assert set(seen) | set(rest) == set(range(n))
+    # after the resize the only repeats are exactly the padding the resumed loader reports
+    assert sum(rest.values()) - len(rest) == pad_after, (sum(rest.values()), len(rest), pad_after)
+    assert sum(seen.values()) - len(seen) <= pad_before  # the first run stopped early: at most its padding

@@ -86,13 +86,56 @@ def test_gives_up_after_max_retries_naming_url_and_offset():
 
 @pytest.mark.timeout(30)
 def test_outage_longer_than_budget_is_a_bounded_error():
+    """Given up within the budget plus one attempt: every attempt starts before the budget (counted from
+    the first failure) has run out, the last failure is past it, and the error follows that failure at once."""
+    starts, ends = [], []
+
     def open_fn():
+        starts.append(time.monotonic())
+        time.sleep(0.05)  # an attempt that takes a while (a connect timeout, say)
+        ends.append(time.monotonic())
         raise ConnectionRefusedError("connection refused")
 
-    t = time.monotonic()
-    with pytest.raises(StorageError, match=r"s3://b/x.tar: read at byte 0 still failing .* over \d"):
-        RetryingFile("s3://b/x.tar", open_fn, max_retries=1000, retry_budget_s=0.6)
-    assert 0.5 < time.monotonic() - t < 3
+    budget = 0.6
+    with pytest.raises(StorageError, match=r"s3://b/x.tar: read at byte 0 still failing .* over \d") as info:
+        RetryingFile("s3://b/x.tar", open_fn, max_retries=1000, retry_budget_s=budget)
+    raised = time.monotonic()
+    first = ends[0]
+    late = 0.05  # a sleep may wake up a little late on a busy machine
+    assert len(starts) > 2 and all(t < first + budget + late for t in starts), (first, starts)
+    assert ends[-1] - first >= budget  # not given up early
+    assert raised - ends[-1] < 0.25, raised - ends[-1]  # the error comes right after the last attempt (no sleep after it)
+    spent = float(re.search(r"over ([\d.]+) s", str(info.value)).group(1))  # as reported, rounded to 0.1 s
+    assert budget - 0.05 <= spent <= budget + (ends[-1] - starts[-1]) + late + 0.05, spent
+
+
+def _requested_sleeps(url: str, failures: int, budget: float = 1000.0) -> list[float]:
+    """The waits RetryingFile asks for while a read of ``url`` fails ``failures`` times, then succeeds."""
+    open_fn, _, _ = _flaky(b"x" * 100, fail_at=set(range(1, failures + 1)))
+    sleeps: list[float] = []
+    f = RetryingFile(url, open_fn, max_retries=failures + 1, retry_budget_s=budget, sleep=sleeps.append)
+    assert f.read(10) == b"x" * 10 and f.retries == failures
+    return sleeps
+
+
+def test_retries_back_off_exponentially_capped_with_jitter():
+    urls = [f"s3://b/ds/train-{i:06d}.tar" for i in range(16)]
+    runs = {u: _requested_sleeps(u, 24) for u in urls}
+    for u, s in runs.items():
+        assert len(s) == 24 and all(x > 0 for x in s), s
+        assert s == _requested_sleeps(u, 24)  # deterministic: a function of (url, attempt), no clock, no pid
+        # growth: each wait doubles (within the jitter factor 2) until the cap...
+        assert all(1.0 <= b / a <= 4.0 for a, b in zip(s[:5], s[1:6])), s
+        assert s[5] >= 8 * s[0], s
+        # ... cap: the late waits stop growing (within the jitter) and stay at most 5 s
+        late = s[-8:]
+        assert max(late) <= 2 * min(late) and max(s) <= 5.0, late
+    # jitter: the same attempt waits differently for different shards, by at most a factor 2
+    for attempt in (0, 3, 20):
+        waits = [runs[u][attempt] for u in urls]
+        assert len(set(waits)) > len(urls) // 2 and max(waits) <= 2 * min(waits), waits
+    # and no wait outlasts the budget that is left
+    assert max(_requested_sleeps(urls[0], 12, budget=0.3)) <= 0.3
 
 
 def test_what_is_retried():
@@ -190,7 +233,17 @@ def test_outage_mid_epoch_resumes_at_offset(remote_ds, s3_endpoint):
     assert down, "the outage hit no read"
     path, start, _, _ = gets[down[0]]
     after = next(g for g in gets[down[-1] + 1 :] if g[0] == path)
-    assert start > 0 and after[1] >= start - BLOCK and after[1] > 0, (gets[down[0]], after)  # resumed near the break, not at 0
+    assert start > 0 and after[1] == start, (gets[down[0]], after)  # resumed exactly at the broken read
+    _assert_each_byte_fetched_once(gets, ds.manifest.shards)
+
+
+def _assert_each_byte_fetched_once(gets, shards) -> None:
+    """The successful range requests of every shard tile it from byte 0: no byte fetched twice, none missing."""
+    for s in shards:
+        ranges = sorted((start, min(end, s.bytes - 1)) for p, start, end, o in gets if p.endswith("/" + s.name) and o == "ok")
+        assert ranges and ranges[0][0] == 0, (s.name, ranges)
+        for (_, e0), (s1, _) in zip(ranges, ranges[1:]):
+            assert s1 == e0 + 1, (s.name, "overlap or gap", ranges)  # an overlap is a re-read
 
 
 @pytest.mark.slow
@@ -203,10 +256,53 @@ def test_endpoint_down_longer_than_budget_raises_naming_url(remote_ds, s3_endpoi
         next(it)
         proxy.down()
         t = time.monotonic()
-        with pytest.raises(StorageError, match=rf"s3://{bucket}/ds/train-\d+\.tar: read at byte \d+ still failing .*raise max_retries / retry_budget_s"):
+        with pytest.raises(StorageError, match=rf"s3://{bucket}/ds/train-\d+\.tar: read at byte \d+ still failing .*raise max_retries / retry_budget_s") as info:
             for _ in it:
                 pass
-        assert time.monotonic() - t < 20
+        assert time.monotonic() - t < 20  # not a hang (the exact bound: test_outage_longer_than_budget_is_a_bounded_error)
+    spent = float(re.search(r"over ([\d.]+) s", str(info.value)).group(1))
+    assert spent >= 1.5 - 0.05, str(info.value)  # given up by the budget, not early
+
+
+@pytest.mark.timeout(60)
+def test_botocore_does_not_retry_behind_our_back(remote_ds, s3_endpoint):
+    """Counted on the wire: the one failed request is the one retry the loader counts (botocore sent it once)."""
+    ds, bucket, opts = remote_ds
+    with FaultProxy(s3_endpoint) as proxy:
+        proxy.fail("/ds/train-000002.tar", "500", times=1, method="GET")  # InternalError: botocore would retry it, s3fs does not
+        loader = shardkit.load(f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=0, shuffle=False, **KW)
+        keys = [k for _, _, ks in loader for k in ks]
+        log = list(proxy.log)
+    assert keys == ds.keys
+    failed = [r for r in log if r.outcome != "ok"]
+    assert len(failed) == 1 and loader.stats.retries == 1, (failed, loader.stats.retries)
+    again = [r for r in log if r.path == failed[0].path and r.method == failed[0].method and r.range == failed[0].range]
+    assert len(again) == 2, again  # sent once, retried once by the loader: attempts did not multiply
+
+
+@pytest.mark.timeout(60)
+def test_missing_and_denied_objects_are_not_retried(remote_ds, s3_endpoint):
+    """moto answers 404 for a deleted shard; the proxy answers S3's 403 AccessDenied. With retries allowed,
+    the shard sees exactly the requests of one open with retries off (the backend's own probes), then the error."""
+    import s3fs
+
+    ds, bucket, opts = remote_ds
+    s3fs.S3FileSystem(**opts).rm(f"{bucket}/ds/{ds.manifest.shards[2].name}")
+
+    def requests_for(name: str, inject: "str | None", max_retries: int) -> list:
+        with FaultProxy(s3_endpoint) as proxy:
+            if inject:
+                proxy.fail(f"/ds/{name}", inject)
+            loader = shardkit.load(f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=0, shuffle=False,
+                                   max_retries=max_retries, **KW)
+            with pytest.raises(StorageError, match=rf"{name}: (not found|cannot read \(PermissionError)"):
+                list(loader)
+            assert loader.stats.retries == 0
+            return [(r.method, r.range, r.outcome) for r in proxy.log if r.path.endswith("/" + name)]
+
+    for name, inject in (("train-000001.tar", "403"), ("train-000002.tar", None)):  # denied, missing
+        once = requests_for(name, inject, max_retries=0)
+        assert once and requests_for(name, inject, max_retries=5) == once, once
 
 
 @pytest.mark.slow
@@ -287,8 +383,15 @@ def test_http_missing_shard_is_not_found_at_once_while_a_503_is_retried(tmp_path
     ds = write_dataset(str(tmp_path / "ds"), num_samples=12, shard_size=4, size=(32, 24))
     shutil.copytree(ds.url, os.path.join(directory, "ds"))
     os.remove(os.path.join(directory, "ds", ds.manifest.shards[1].name))
-    t0 = time.monotonic()
     kw = {k: v for k, v in KW.items() if k != "shuffle_buffer"}
-    with pytest.raises(StorageError, match="train-000001.tar: not found"):  # the local server has no range requests: cache
-        list(shardkit.load(f"{base}/ds", num_workers=0, shuffle=False, cache_dir=str(tmp_path / "cache"), **kw))
-    assert time.monotonic() - t0 < 10  # not retried for the whole budget
+    with FaultProxy(base) as proxy:
+        proxy.fail("/ds/train-000000.tar", "503", times=2)  # the probe of shard 0 (HEAD, then GET) answers 503
+        loader = shardkit.load(f"{proxy.url}/ds", num_workers=0, shuffle=False, cache_dir=str(tmp_path / "cache"), max_retries=3, **kw)
+        with pytest.raises(StorageError, match="train-000001.tar: not found"):  # the local server has no range requests: cache
+            list(loader)
+        log = list(proxy.log)
+    shard0 = [r.outcome for r in log if r.path.endswith("/train-000000.tar")]
+    shard1 = [(r.method, r.outcome) for r in log if r.path.endswith("/train-000001.tar")]
+    assert shard0[:2] == ["503", "503"] and "ok" in shard0[2:], shard0  # the 503s were sent, then retried and read
+    probe = shard0.count("503")  # the requests of one probe (the first probe of shard 0 got only 503s)
+    assert len(shard1) <= probe and {o for _, o in shard1} == {"ok"}, shard1  # the 404: one probe, not retried

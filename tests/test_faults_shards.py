@@ -11,14 +11,13 @@ from __future__ import annotations
 import io
 import logging
 import os
-import resource
 import tracemalloc
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
+from helpers import jpeg_bytes, run_fresh, tar_bytes, write_dataset, write_raw_dataset
 
 import shardkit
 from shardkit.errors import DataError
@@ -85,7 +84,7 @@ def test_corrupt_header_reported_at_its_offset_and_verify_finds_it(ds, capsys):
     assert keys == [k for k in ds.keys if not "k000015" <= k <= "k000019"]
     with pytest.raises(DataError, match=rf"train-000001.tar: damaged tar at byte {hdr}: header checksum mismatch"):
         list(shardkit.load(ds.url, batch_size=5, num_workers=0, shuffle=False, strict=True, **SMALL))
-    assert main(["verify", ds.url, "--quick"]) != 0
+    assert main(["verify", ds.url, "--quick"]) == 1  # problems found (not 2: an error)
     out = capsys.readouterr()
     assert "train-000001.tar" in out.out + out.err and "sha256" in (out.out + out.err).lower()
 
@@ -100,7 +99,7 @@ def test_flipped_bytes_inside_an_image_found_by_verify(ds, capsys):
         f.write(bytes(200))
     keys = _keys(shardkit.load(ds.url, batch_size=5, num_workers=0, with_keys=True, **SMALL))
     assert len(keys) in (39, 40) and len(set(keys)) == len(keys)  # decoded with damage, or skipped: never twice, never a crash
-    assert main(["verify", ds.url, "--quick"]) != 0
+    assert main(["verify", ds.url, "--quick"]) == 1  # problems found (not 2: an error)
     assert "train-000003.tar" in capsys.readouterr().out
 
 
@@ -187,23 +186,50 @@ def test_decoded_odd_images_are_right():
     assert abs(int(t[1].float().mean()) - 200) < 10 and t.float().std((1, 2)).max() < 1  # one pixel: a flat image
 
 
-def test_bombs_refused_before_any_allocation():
+_FRESH_DECODE = r"""
+import json, sys, torch
+from shardkit.loader.config import ImageConfig
+from shardkit.loader.decode import CropDecoder
+dec = CropDecoder(ImageConfig(size=16), seed=0)
+out = torch.zeros(3, 16, 16, dtype=torch.uint8)
+dec(open(sys.argv[1], "rb").read(), out, 0, 0)  # a normal image first: lazy imports and buffers in place
+before = peak_kib()
+errors = []
+for path in sys.argv[2:]:
+    try:
+        dec(open(path, "rb").read(), out, 0, 0)
+        errors.append(None)
+    except Exception as exc:
+        errors.append(str(exc))
+print(json.dumps({"grew_kib": peak_kib() - before, "errors": errors}))
+"""
+
+
+def test_bombs_refused_before_any_allocation(tmp_path):
+    import torch
+
+    bombs = (_bomb(), _bomb(20000, 20000), _png_bomb())
     tracemalloc.start()
     try:
         dec = CropDecoder(ImageConfig(size=16), seed=0)
-        import torch
-
         out = torch.zeros(3, 16, 16, dtype=torch.uint8)
-        peak0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        for data in (_bomb(), _bomb(20000, 20000), _png_bomb()):
+        for data in bombs:
             with pytest.raises(Exception) as info:
                 dec(data, out, 0, 0)
             assert "max_pixels" in str(info.value) or "decompression bomb" in str(info.value).lower()
         _, peak = tracemalloc.get_traced_memory()
         assert peak < 8 << 20  # python-side allocations stay tiny
-        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak0 < 64 << 10  # KiB: no native spike either
     finally:
         tracemalloc.stop()
+    # no native spike either: measured as the peak RSS growth of a fresh process
+    paths = []
+    for i, data in enumerate((jpeg_bytes(0, 0, (64, 48)), *bombs)):
+        paths.append(str(tmp_path / f"img{i}"))
+        with open(paths[-1], "wb") as f:
+            f.write(data)
+    report = run_fresh(_FRESH_DECODE, *paths)
+    assert all(e and ("max_pixels" in e or "decompression bomb" in e.lower()) for e in report["errors"]), report
+    assert report["grew_kib"] < 16 << 10, report  # KiB: the peak RSS grew by less than 16 MiB
     small = CropDecoder(ImageConfig(size=16, max_pixels=1000), seed=0)  # the limit is an option
     with pytest.raises(ValueError, match="max_pixels"):
         small(jpeg_bytes(0, 0, (64, 48)), out, 0, 0)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import jpeg_bytes, tar_bytes, tree_snapshot, write_dataset, write_raw_dataset
+from helpers import RecordingFile, jpeg_bytes, member_ranges, tar_bytes, tree_snapshot, write_dataset, write_raw_dataset
 
 import shardkit
 from shardkit.errors import ManifestError, StorageError
@@ -65,12 +65,17 @@ def test_pickles_numpy_objects_and_torch_files_never_deserialised(tmp_path):
         else:
             assert sum(len(lb) for _, lb in loader) == 6
     assert not os.path.exists(marker)
-    # and webdataset (which would unpickle .pyd) is not what reads them: the bytes are never read at all
-    with open(os.path.join(root, "train-000000.tar"), "rb") as f:
-        r = ShardReader(f, "x.tar")
-        while r.read(r.index) is not None:
-            pass
-        assert r.bytes_read < os.path.getsize(os.path.join(root, "train-000000.tar")) / 2
+    # and webdataset (which would unpickle .pyd) is not what reads them: not a byte of them is read
+    with open(os.path.join(root, "train-000000.tar"), "rb") as fh:
+        data = fh.read()
+    f = RecordingFile(data)
+    r = ShardReader(f, "x.tar")
+    while r.read(r.index) is not None:
+        pass
+    foreign = {n: rng for n, rng in member_ranges(data).items() if n.rsplit(".", 1)[1] in evil}
+    assert len(foreign) == 6 * len(evil)
+    assert {n: f.touched(*rng) for n, rng in foreign.items() if f.touched(*rng)} == {}
+    assert f.touched(*member_ranges(data)["s0.jpg"])  # (the recording works: images are read)
 
 
 def _info(name: str, kind: bytes, linkname: str = "") -> tarfile.TarInfo:
@@ -202,7 +207,7 @@ def test_dataset_urls_that_run_commands_or_point_elsewhere_refused(tmp_path):
     assert not marker.exists()
 
 
-def test_wrong_checksum_found_by_verify(tmp_path):
+def test_wrong_checksum_found_by_verify(tmp_path, capsys):
     from shardkit.cli import main
 
     ds = write_dataset(str(tmp_path / "ds"), num_samples=12, shard_size=4)
@@ -211,4 +216,7 @@ def test_wrong_checksum_found_by_verify(tmp_path):
     m["shards"][1]["sha256"] = "f" * 64
     with open(path, "w") as f:
         json.dump(m, f)
-    assert main(["verify", ds.url, "--quick"]) != 0
+    assert main(["verify", ds.url, "--quick"]) == 1  # 1: problems found (2 would be a usage error)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("train-000001.tar: sha256 does not match the manifest (the shard changed or is damaged)"), out
+    assert out[1].startswith("1 problem(s): checksums of 3 shards") and len(out) == 2, out

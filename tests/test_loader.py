@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections import Counter
 
@@ -156,7 +157,8 @@ def test_batches_are_uint8_and_stats(datasets):
         n += len(images)
     st = loader.stats
     assert n == st.samples == 36 and st.skipped == 0 and st.batches == len(loader) == 5
-    assert st.bytes_read > 0 and st.wait_s >= 0 and st.decode_s > 0
+    assert st.bytes_read > 0 and st.decode_s > 0
+    assert 0 < st.wait_s <= st.elapsed_s  # the loop waited on the workers for part of the epoch, not more
 
 
 def test_eval_preset_is_deterministic_and_labels_match(datasets):
@@ -276,7 +278,16 @@ def test_bench_cli(datasets, capsys):
 
     assert main(["bench", datasets["few_shards"].url, "--workers", "0,1", "--batches", "2", "--batch-size", "4", "--size", "16"]) == 0
     out = capsys.readouterr().out
-    assert "img/s" in out and "decode-only ceiling" in out and "input-bound" in out
+    rows = {int(m[0]): m for m in re.findall(r"^\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+)%\s+(\d+)%\s+(\d+)%\s+(\d+)%\s+([\d.]+)ms$", out, re.M)}
+    assert sorted(rows) == [0, 1], out  # one row per worker count asked for
+    for row in rows.values():
+        assert int(row[1]) > 0 and 96 <= sum(int(x) for x in row[3:7]) <= 104, row  # the time shares add up (rounded)
+    best_w = max(rows, key=lambda w: int(rows[w][1]))
+    best = re.search(r"^best: (\d+) img/s with (\d+) workers = ([\d.]+) ms per batch of 4$", out, re.M)
+    assert best and (int(best[1]), int(best[2])) == (int(rows[best_w][1]), best_w), out
+    assert abs(float(best[3]) - 4 / int(best[1]) * 1000) <= 0.05 + 0.01 * float(best[3]), out
+    assert re.search(r"^decode-only ceiling .*: (\d+) img/s$", out, re.M), out
+    assert f"takes less than {best[3]} ms per batch of 4" in out  # the input-bound check uses the best figure
     assert main(["bench", "/nonexistent/ds", "--workers", "0"]) == 2
 
 

@@ -131,4 +131,4 @@ def test_planning_scales_to_100k_shards_65536_readers():
     assert starts[0] == 0 and np.all(starts[1:] == stops[:-1]) and stops[-1] == split.per_rank * 8192
     assert split.per_rank * 8192 - len(stream) == split.padded < 8192
     assert plan.num_samples == stops[5000 * 8 + 7] - starts[5000 * 8 + 7]
-    assert elapsed < 5.0  # generous for a loaded 2-core CI box; typically ~0.1 s
+    assert elapsed < 5.0  # only a guard against a blow-up (a loaded CI box); the figure: python tools/stress.py

@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from helpers import write_dataset
+from helpers import RecordingFile, member_ranges, write_dataset
 
 from shardkit.loader.reader import ShardReader, TarDamage
 
@@ -49,17 +49,36 @@ def test_skip_reads_only_headers(tmp_path):
         r.read(3)
 
 
-def test_foreign_members_ignored_never_unpickled():
-    evil = pickle.dumps(object())
+class _Marker:
+    """Unpickling this creates the file ``path`` (a stand-in for running arbitrary code)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_foreign_members_ignored_never_unpickled(tmp_path):
+    marker = tmp_path / "UNPICKLED"
+    evil = pickle.dumps(_Marker(str(marker)))
+    pickle.loads(evil)  # the payload works: unpickling it creates the marker
+    assert marker.exists()
+    marker.unlink()
     data = _tar([("a.cls", b"1"), ("a.jpg", b"JPEG"), ("a.pyd", evil), ("a.json", b'{"x": 1}'),
                  ("dir/b.cls", b"2"), ("dir/b.jpg", b"J2"), ("__meta__.txt", b"x")])
-    cf = CountingFile(data)
-    r = ShardReader(cf, "mem.tar")
+    f = RecordingFile(data)
+    r = ShardReader(f, "mem.tar")
     a = r.read(0)
     assert (a.key, a.label, a.jpeg, a.meta) == ("a", 1, b"JPEG", {"x": 1}) and not hasattr(a, "extra")
     b = r.read(1)
     assert (b.key, b.label, b.jpeg) == ("dir/b", 2, b"J2")
     assert r.read(2) is None
+    assert not marker.exists()
+    ranges = member_ranges(data)
+    for name in ("a.pyd", "__meta__.txt"):  # foreign members: not a byte of them is read
+        assert f.touched(*ranges[name]) == [], (name, ranges[name], f.reads)
+    assert f.touched(*ranges["a.jpg"]) != []  # (the recording works: the image was read)
 
 
 @pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
