@@ -152,6 +152,21 @@ class ShardLoader:
         self.close()
 
     def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self._iterate()
+        except RuntimeError as exc:
+            # torch's SIGCHLD watchdog raises "... is killed by signal" at any point of the main
+            # thread (not only in next()): the same one-line story as a death seen in next()
+            dead = _reported_dead(exc)
+            if not dead:
+                raise
+            try:
+                self.close()
+            except RuntimeError:
+                pass
+            raise RuntimeError(_death_message(dead, exc)) from exc
+
+    def _iterate(self) -> Iterator[Any]:
         ds = self.dataset
         self._sync_position()
         dl = self._dataloader()
@@ -170,14 +185,11 @@ class ShardLoader:
             except BaseException as exc:
                 # A worker died or raised: its DataLoader (persistent workers included) cannot be
                 # reused; the next iter() starts fresh workers at the batches already handed out.
-                dead = _dead_workers(it) if isinstance(exc, Exception) else []
+                dead = (_dead_workers(it) or _reported_dead(exc)) if isinstance(exc, Exception) else []
                 self.close()
                 if dead and not isinstance(exc, ShardkitError):
                     # e.g. ConnectionResetError while receiving a batch from a worker the OOM killer took
-                    raise RuntimeError(
-                        f"DataLoader worker (pid {', '.join(dead)}) died mid-epoch ({type(exc).__name__}: {exc}); "
-                        "out of memory or killed from outside? Iterating the loader again continues the epoch with new workers"
-                    ) from exc
+                    raise RuntimeError(_death_message(dead, exc)) from exc
                 raise
             self._wait += time.perf_counter() - t
             if pool is not None:
@@ -314,6 +326,25 @@ def _dead_workers(it: Any, wait_s: float = 1.0) -> list[str]:
         how = f"killed by {signal.Signals(-w.exitcode).name}" if w.exitcode < 0 else f"exit status {w.exitcode}"
         out.append(f"{w.pid} ({how})")
     return out
+
+
+def _death_message(dead: list[str], exc: BaseException) -> str:
+    return (f"DataLoader worker (pid {', '.join(dead)}) died mid-epoch ({type(exc).__name__}: {exc}); "
+            "out of memory or killed from outside? Iterating the loader again continues the epoch with new workers")
+
+
+def _reported_dead(exc: BaseException) -> list[str]:
+    """The workers torch's own watchdog reported dead ("DataLoader worker (pid(s) 12) is killed by signal: Killed."),
+    when it reaped them before :func:`_dead_workers` could read their exit status."""
+    import re
+    import signal
+
+    m = re.search(r"DataLoader worker \(pids?\(?s?\)? ([\d, ]+)\) is killed by signal: (.+?)\.", str(exc))
+    if m is None:
+        return []
+    names = {signal.strsignal(s): s.name for s in signal.Signals if signal.strsignal(s)}
+    how = f"killed by {names.get(m.group(2).strip(), m.group(2).strip())}"
+    return [f"{pid.strip()} ({how})" for pid in m.group(1).split(",") if pid.strip()]
 
 
 def load(
