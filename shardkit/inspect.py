@@ -27,7 +27,7 @@ def load_manifests(url: str, **storage_options: Any) -> list[Manifest]:
     """The manifest at ``url``, or those of its split sub-folders (sorted); :class:`ManifestError` if none."""
     if storage.exists(storage.join(url, MANIFEST_NAME), **storage_options) or url.rstrip("/").endswith(".json"):
         return [load_manifest(url, **storage_options)]
-    from .convert._fs import list_dir
+    from .storage import list_dir
 
     dirs, _ = list_dir(url, **storage_options)
     found = [storage.join(url, d) for d in dirs if storage.exists(storage.join(url, d, MANIFEST_NAME), **storage_options)]
@@ -172,7 +172,7 @@ def _check_sample(key: str, g: dict[str, bytes], m: Manifest, add) -> int | None
 
 
 def _verify_shard(m: Manifest, index: int, quick: bool, keys: set[str], counts: list[int], report: VerifyReport, **so: Any) -> None:
-    from .convert._fs import size_of
+    from .storage import size_of
 
     s = m.shards[index]
     url = m.shard_url(index)

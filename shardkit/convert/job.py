@@ -29,7 +29,7 @@ from .. import storage
 from ..errors import ConvertError
 from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from ..shardformat import EncodedSample, write_shard
-from . import _fs, journal, plan
+from . import journal, plan
 from .discover import Layout, SplitSource, scan
 from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_thread, process, single_thread
 from .merge import finalize_split
@@ -131,16 +131,16 @@ def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> En
 
 
 def _write_part(url: str, name: str, samples: list[EncodedSample], storage_options: dict) -> journal.Part:
-    n, nbytes, sha = _fs.publish(url, lambda f: write_shard(samples, f), **storage_options)
+    n, nbytes, sha = storage.publish(url, lambda f: write_shard(samples, f), **storage_options)
     return journal.Part(name=name, samples=n, bytes=nbytes, sha256=sha)
 
 
 def _part_ok(url: str, part: journal.Part | None, storage_options: dict) -> bool:
     if part is None:
         return True
-    if _fs.size_of(url, **storage_options) != part.bytes:
+    if storage.size_of(url, **storage_options) != part.bytes:
         return False
-    return _fs.sha256_of(url, **storage_options) == (part.bytes, part.sha256)
+    return storage.sha256_of(url, **storage_options) == (part.bytes, part.sha256)
 
 
 class SplitJob:
@@ -178,12 +178,12 @@ class SplitJob:
             self.plan = existing
 
     def _clear(self) -> None:
-        _fs.remove(journal.journal_url(self.url), recursive=True, **self.so)
-        _fs.remove(storage.join(self.url, MANIFEST_NAME), **self.so)
+        storage.remove(journal.journal_url(self.url), recursive=True, **self.so)
+        storage.remove(storage.join(self.url, MANIFEST_NAME), **self.so)
         prefix = f"{self.src.name}-"
-        for name in _fs.list_dir(self.url, **self.so)[1]:
+        for name in storage.list_dir(self.url, **self.so)[1]:
             if name.startswith(prefix) and name.endswith(".tar") or name.startswith("." + prefix):
-                _fs.remove(storage.join(self.url, name), **self.so)
+                storage.remove(storage.join(self.url, name), **self.so)
 
     def ensure_plan(self, encoder: Encoder, task_index: int) -> None:
         """Run the pilot (if the plan is new) and write ``plan.json``."""
@@ -201,7 +201,7 @@ class SplitJob:
         self.plan.samples_per_shard = n
         self.plan.num_planned = len(plan.shard_ranges(len(self.items), n))
         storage.makedirs(journal.journal_url(self.url), **self.so)
-        _fs.put_bytes(journal.journal_url(self.url, journal.PLAN_NAME), self.plan.to_json(), tag=f"task{task_index}", **self.so)
+        storage.put_bytes(journal.journal_url(self.url, journal.PLAN_NAME), self.plan.to_json(), tag=f"task{task_index}", **self.so)
 
     def finished(self, j: int) -> journal.ShardRecord | None:
         """The record of planned shard ``j`` if it and its files check out, else ``None``."""
@@ -234,7 +234,7 @@ class SplitJob:
             fingerprint=self.plan.fingerprint, index=j, shard=shard, overflow=over, class_counts=counts,
             skipped=skipped, bytes_in=sum(it.size for it in items),
         )
-        _fs.put_bytes(journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so)
+        storage.put_bytes(journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so)
         return rec
 
     def run(self, encoder: Encoder, owned: list[int], quiet: bool) -> SplitResult:

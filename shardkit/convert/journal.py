@@ -25,7 +25,7 @@ from .. import storage
 from ..errors import ConvertError, ShardkitError
 from ..manifest import ShardInfo, SkippedFile
 
-JOURNAL_DIR = "_shardkit"
+JOURNAL_DIR = storage.WORK_DIR
 PLAN_NAME = "plan.json"
 PLAN_FORMAT = "shardkit-convert-plan"
 PLAN_VERSION = 1

@@ -19,7 +19,7 @@ from .. import __version__, storage
 from ..errors import ConvertError
 from ..manifest import Manifest, ShardInfo, manifest_url
 from ..shardformat import EncodedSample, write_shard
-from . import _fs, journal, plan
+from . import journal, plan
 
 _SHOW = 10
 
@@ -55,9 +55,9 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     lost = []
     for r in records:
         assert r is not None
-        if r.shard and _fs.size_of(storage.join(split_url, r.shard.name), **storage_options) != r.shard.bytes:
+        if r.shard and storage.size_of(storage.join(split_url, r.shard.name), **storage_options) != r.shard.bytes:
             lost.append(r.shard.name)
-        if r.overflow and _fs.size_of(journal.journal_url(split_url, r.overflow.name), **storage_options) != r.overflow.bytes:
+        if r.overflow and storage.size_of(journal.journal_url(split_url, r.overflow.name), **storage_options) != r.overflow.bytes:
             lost.append(f"{journal.JOURNAL_DIR}/{r.overflow.name}")
     if lost:
         raise ConvertError(
@@ -74,7 +74,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     for g, (a, b) in enumerate(plan.pack(sizes, shard_size, shard_bytes)):
         name = journal.shard_name(p.split, p.num_planned + g)
         batch = overflow[a:b]
-        n, nbytes, sha = _fs.publish(storage.join(split_url, name), lambda f: write_shard(batch, f), **storage_options)
+        n, nbytes, sha = storage.publish(storage.join(split_url, name), lambda f: write_shard(batch, f), **storage_options)
         shards.append(ShardInfo(name=name, samples=n, bytes=nbytes, sha256=sha))
     counts = [sum(col) for col in zip(*(r.class_counts for r in records if r))] if records else []
     skipped = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
@@ -88,7 +88,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     )
     m.validate()
     m.url = manifest_url(split_url)
-    _fs.put_bytes(m.url, m.to_json().encode("utf-8"), **storage_options)  # like save_manifest, crash-litter free
+    storage.put_bytes(m.url, m.to_json().encode("utf-8"), **storage_options)  # like save_manifest, crash-litter free
     return m
 
 
@@ -96,7 +96,7 @@ def split_urls(dest: str, **storage_options: Any) -> list[str]:
     """The split folders of a dataset: ``dest`` itself if it holds a conversion, else its sub-folders that do."""
     if storage.exists(journal.journal_url(dest, journal.PLAN_NAME), **storage_options):
         return [dest]
-    dirs, _ = _fs.list_dir(dest, **storage_options)
+    dirs, _ = storage.list_dir(dest, **storage_options)
     return [storage.join(dest, d) for d in dirs if storage.exists(journal.journal_url(storage.join(dest, d), journal.PLAN_NAME), **storage_options)]
 
 
