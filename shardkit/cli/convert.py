@@ -1,16 +1,12 @@
-"""``shardkit convert SRC DEST``: ImageFolder -> WebDataset shards (maps arguments to :func:`shardkit.convert.convert`).
-
-Also holds the storage arguments shared by ``merge``, ``info`` and ``verify``.
-"""
+"""``shardkit convert SRC DEST``: ImageFolder -> WebDataset shards (maps arguments to :func:`shardkit.convert.convert`)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import sys
-from typing import Any
+
+from . import add_storage_arguments, option_error, storage_options
 
 HELP = "convert an ImageFolder (or a folder of splits) into verified, resumable WebDataset shards"
 
@@ -24,33 +20,6 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid size {text!r}: use bytes or a number with KB/MB/GB/TB (KiB/MiB/... for binary)")
     base = 1024 if m.group(3) else 1000
     return int(float(m.group(1)) * base ** "_kmgt".index((m.group(2) or "_").lower()))
-
-
-def _key_value(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
-    try:
-        return key, json.loads(value)
-    except ValueError:
-        return key, value
-
-
-def add_storage_arguments(p: argparse.ArgumentParser) -> None:
-    """``--endpoint-url`` and ``--storage-option KEY=VALUE`` for fsspec URLs."""
-    g = p.add_argument_group("storage (fsspec URLs)")
-    g.add_argument("--endpoint-url", default=os.environ.get("SHARDKIT_ENDPOINT_URL"),
-                   help="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: $SHARDKIT_ENDPOINT_URL)")
-    g.add_argument("--storage-option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
-                   help="fsspec option (VALUE parsed as JSON when possible); repeatable, e.g. anon=true")
-
-
-def storage_options(args: argparse.Namespace) -> dict[str, Any]:
-    """fsspec options from the storage arguments."""
-    opts: dict[str, Any] = dict(args.storage_option)
-    if args.endpoint_url:
-        opts.setdefault("client_kwargs", {})["endpoint_url"] = args.endpoint_url
-    return opts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -105,23 +74,33 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.workers is not None and args.workers < 1:
             raise ValueError("--workers must be at least 1")
+        if args.num_tasks < 1:
+            raise ValueError(f"--num-tasks must be at least 1, not {args.num_tasks}")
         if not 0 <= args.task_index < args.num_tasks:
-            raise ValueError(f"--task-index must be in 0..{args.num_tasks - 1}")
+            raise ValueError(f"--task-index must be in 0..{args.num_tasks - 1} for --num-tasks {args.num_tasks}, not {args.task_index}")
     except ValueError as exc:
         from ..errors import ConvertError
 
-        raise ConvertError(str(exc)) from None
+        raise ConvertError(option_error(exc, args)) from None
     result = convert(
         args.src, args.dest, options, workers=args.workers, num_tasks=args.num_tasks, task_index=args.task_index,
         overwrite=args.overwrite, quiet=args.quiet, storage_options=storage_options(args),
     )
     resumed = sum(s.shards_resumed for s in result.splits)
+    reasons = ", ".join(f"{n} {r}" for r, n in result.skipped_reasons.items())
     print(
-        f"converted {result.converted} images, skipped {result.skipped} files"
+        f"converted {result.converted} images, skipped {result.skipped} files" + (f" ({reasons})" if reasons else "")
         + (f", kept {resumed} finished shards" if resumed else "")
         + f"; {_mb(result.bytes_in)} in -> {_mb(result.bytes_out)} out; "
         f"{result.seconds:.1f} s, {result.images_per_second:.1f} img/s"
     )
+    dup, bad = result.skipped_reasons.get("duplicate_file", 0), result.skipped_reasons.get("bad_name", 0)
+    if dup:
+        print(f"warning: {dup} paths lead to a file already converted (symlinks or hard links); each real file is one "
+              "sample, the other paths are listed as duplicate_file in the manifest", file=sys.stderr)
+    if bad:
+        print(f"warning: {bad} files have names that are not valid UTF-8 and were not converted (bad_name in the manifest); "
+              "rename them to convert them", file=sys.stderr)
     for s in result.splits:
         if s.manifest is not None:
             m = s.manifest

@@ -18,7 +18,16 @@ split has every class. Files are listed recursively below each class folder
 (forward slashes); that order, not the file system's, defines sample keys.
 Files that can never be samples are reported with a :class:`SkipReason`:
 wrong extension (``not_an_image``), outside a class folder
-(``not_in_class_folder``), or not stat-able (``unreadable``).
+(``not_in_class_folder``), not stat-able (``unreadable``), a file or class
+folder name that is not valid UTF-8 (``bad_name``: it cannot be named in the
+JSON manifest; it is listed there with its undecodable bytes as ``\\xNN``, and a
+class folder with such a name is not a class).
+
+A real file reached by several paths (a symlinked class folder, a symlink
+loop, a hard link) is one sample: the path without a symlink on its way wins,
+else the first in (split, path) order; the others are ``duplicate_file``.
+:data:`NOT_CANDIDATES` lists the reasons for files that were never meant to be
+samples (``--strict`` ignores them).
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from dataclasses import dataclass, field
 from ..errors import ConvertError
 from .imageproc import IMAGE_EXTENSIONS, SkipReason
 
+#: discovery skips of files that were never meant to be samples: ``strict`` does not fail on them
+NOT_CANDIDATES = frozenset({SkipReason.NOT_AN_IMAGE, SkipReason.NOT_IN_CLASS_FOLDER, SkipReason.DUPLICATE_FILE})
 #: folder names that ``Layout.AUTO`` treats as splits
 SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "testing", "dev", "eval"})
 
@@ -110,25 +121,77 @@ def resolve_layout(root: str, layout: Layout) -> Layout:
     return Layout.IMAGEFOLDER
 
 
-def _scan_split(root: str, name: str, directory: str, class_index: dict[str, int]) -> SplitSource:
+def json_safe(text: str) -> str:
+    """``text`` as valid Unicode: bytes of a name that is not UTF-8 (``surrogateescape``) become ``\\xNN``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _bad_name(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    split: int
+    rel: str
+    path: str
+    label: int
+
+
+def _scan_split(root: str, name: str, directory: str, class_index: dict[str, int], n: int, out: list[_Candidate]) -> SplitSource:
+    """The split's class list and discovery-time skips; its image candidates are appended to ``out``."""
     split = SplitSource(name=name, directory=directory, files=[], class_names=_subdirs(directory))
     for f in _top_files(directory):
-        split.skipped.append((_rel(root, os.path.join(directory, f)), SkipReason.NOT_IN_CLASS_FOLDER, "file outside any class folder"))
+        split.skipped.append((json_safe(_rel(root, os.path.join(directory, f))), SkipReason.NOT_IN_CLASS_FOLDER, "file outside any class folder"))
     for cls in split.class_names:
+        bad_class = _bad_name(cls)
         for path in _walk_files(os.path.join(directory, cls)):
             rel = _rel(root, path)
-            if not path.lower().endswith(IMAGE_EXTENSIONS):
+            if bad_class:
+                split.skipped.append((json_safe(rel), SkipReason.BAD_NAME, "class folder name is not valid UTF-8; rename the folder to convert it"))
+            elif _bad_name(rel):
+                split.skipped.append((json_safe(rel), SkipReason.BAD_NAME, "file name is not valid UTF-8; rename the file to convert it"))
+            elif not path.lower().endswith(IMAGE_EXTENSIONS):
                 split.skipped.append((rel, SkipReason.NOT_AN_IMAGE, "file name extension is not an image type"))
-                continue
-            try:
-                size = os.stat(path).st_size
-            except OSError as exc:
-                split.skipped.append((rel, SkipReason.UNREADABLE, f"cannot stat: {exc.strerror or exc}"))
-                continue
-            split.files.append(SourceFile(rel, class_index[cls], size))
-    split.files.sort(key=lambda s: s.relpath)
-    split.skipped.sort()
+            else:
+                out.append(_Candidate(n, rel, path, class_index[cls]))
     return split
+
+
+def _is_real(root_real: str, c: _Candidate) -> bool:
+    """True if ``c`` is the file's own location below SRC (no symlink on its way)."""
+    return os.path.realpath(c.path) == os.path.join(root_real, *c.rel.split("/"))
+
+
+def _add_files(root: str, splits: list[SplitSource], candidates: list[_Candidate]) -> None:
+    """Stat each candidate; a real file reached by several paths is a sample once (see module docstring)."""
+    groups: dict[tuple[int, int], list[tuple[_Candidate, int]]] = {}
+    for c in sorted(candidates, key=lambda c: (c.split, c.rel)):
+        try:
+            st = os.stat(c.path)
+        except OSError as exc:
+            splits[c.split].skipped.append((c.rel, SkipReason.UNREADABLE, f"cannot stat: {exc.strerror or exc}"))
+            continue
+        groups.setdefault((st.st_dev, st.st_ino), []).append((c, st.st_size))
+    root_real = os.path.realpath(root)
+    for group in groups.values():
+        first = 0
+        if len(group) > 1:
+            first = min(range(len(group)), key=lambda i: (not _is_real(root_real, group[i][0]), group[i][0].split, group[i][0].rel))
+        winner = group[first][0]
+        for i, (c, size) in enumerate(group):
+            if i == first:
+                splits[c.split].files.append(SourceFile(c.rel, c.label, size))
+            else:
+                where = winner.rel if winner.split == c.split else f"{winner.rel} in split {splits[winner.split].name}"
+                splits[c.split].skipped.append((c.rel, SkipReason.DUPLICATE_FILE, f"the same file as {where} (symlink or hard link)"))
+    for split in splits:
+        split.files.sort(key=lambda s: s.relpath)
+        split.skipped.sort()
 
 
 def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> Source:
@@ -151,16 +214,19 @@ def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> Source
                 raise ConvertError(f"{src}: no split folders (expected {src}/train/<class>/...)")
         else:
             split_dirs = [(split, src)]
-        classes = sorted({c for _, d in split_dirs for c in _subdirs(d)})
-        if not classes:
+        folders = {c for _, d in split_dirs for c in _subdirs(d)}
+        classes = sorted(c for c in folders if not _bad_name(c))
+        if not folders:
             raise ConvertError(f"{src}: no class folders (expected one subfolder per class, e.g. {src}/cat/1.jpg)")
         index = {c: i for i, c in enumerate(classes)}
-        splits = [_scan_split(src, name, d, index) for name, d in split_dirs]
+        candidates: list[_Candidate] = []
+        splits = [_scan_split(src, name, d, index, n, candidates) for n, (name, d) in enumerate(split_dirs)]
+        _add_files(src, splits, candidates)
     except PermissionError as exc:
         raise ConvertError(f"{src}: cannot list the source folder ({exc})") from None
     if resolved == Layout.SPLITS:
         for f in _top_files(src):
-            splits[0].skipped.insert(0, (f, SkipReason.NOT_IN_CLASS_FOLDER, "file outside any split folder"))
+            splits[0].skipped.insert(0, (json_safe(f), SkipReason.NOT_IN_CLASS_FOLDER, "file outside any split folder"))
     if not any(s.files for s in splits):
         raise ConvertError(
             f"{src}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)} in any case below the class folders)"

@@ -74,6 +74,8 @@ class SkipReason(str, enum.Enum):
     TOO_MANY_PIXELS = "too_many_pixels"
     UNREADABLE = "unreadable"
     NOT_IN_CLASS_FOLDER = "not_in_class_folder"
+    BAD_NAME = "bad_name"
+    DUPLICATE_FILE = "duplicate_file"
 
 
 class SkipImage(Exception):

@@ -30,7 +30,8 @@ from ..errors import ConvertError
 from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from ..shardformat import EncodedSample, write_shard
 from . import journal, plan
-from .discover import Layout, SplitSource, scan
+from .dest import check_overlap, dest_lock
+from .discover import NOT_CANDIDATES, Layout, SplitSource, scan
 from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_thread, process, single_thread
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
@@ -161,21 +162,39 @@ class SplitJob:
         )
 
     def check_dest(self, overwrite: bool) -> None:
-        """Refuse a DEST holding a different conversion (or clear it with ``overwrite``)."""
+        """Refuse a DEST holding a different conversion or shard-named files shardkit did not write (or clear them with ``overwrite``)."""
         existing = journal.read_plan(self.url, **self.so)
-        other = existing is not None and existing.fingerprint != self.plan.fingerprint
+        old, ours = existing, existing is not None
         if existing is None and storage.exists(storage.join(self.url, MANIFEST_NAME), **self.so):
             m = load_manifest(self.url, **self.so)
-            other = m.options.get("fingerprint") != self.plan.fingerprint
-        if other and not overwrite:
+            old = journal.Plan(
+                split=m.split, options=m.options, classes=m.classes, encoder=m.options.get("encoder", ""),
+                input_sha256=m.options.get("input_sha256", ""), num_items=-1, samples_per_shard=0, num_planned=0, key_width=0,
+            )
+            if m.options.get("fingerprint") == self.plan.fingerprint:
+                old, ours = None, True
+        elif existing is not None and existing.fingerprint == self.plan.fingerprint:
+            old = None
+        if old is not None and not overwrite:
             raise ConvertError(
-                f"{self.url} already holds a different conversion (other options, input or encoder); "
+                f"{self.url} already holds a different conversion ({'; '.join(journal.differences(old, self.plan))}); "
                 "pass --overwrite to replace it, or choose another DEST"
             )
-        if other:
+        if not ours and old is None and not overwrite:
+            foreign = self._shard_files()
+            if foreign:
+                raise ConvertError(
+                    f"{storage.join(self.url, foreign[0])}: a file named like a shard of this conversion that shardkit did not "
+                    f"write ({len(foreign)} such files in DEST); pass --overwrite to replace them, or choose another DEST"
+                )
+        if old is not None or (existing is None and overwrite):
             self._clear()
         elif existing is not None:
             self.plan = existing
+
+    def _shard_files(self) -> list[str]:
+        prefix = f"{self.src.name}-"
+        return [n for n in storage.list_dir(self.url, **self.so)[1] if n.startswith(prefix) and n.endswith(".tar")]
 
     def _clear(self) -> None:
         storage.remove(journal.journal_url(self.url), recursive=True, **self.so)
@@ -242,7 +261,8 @@ class SplitJob:
         from tqdm.auto import tqdm
 
         ranges = plan.shard_ranges(len(self.items), self.plan.samples_per_shard)
-        result = SplitResult(split=self.src.name, url=self.url, skipped=len(self.plan.skipped))
+        result = SplitResult(split=self.src.name, url=self.url)
+        result.add_skipped(self.plan.skipped)
         todo = []
         for j in owned:
             rec = self.finished(j)
@@ -250,7 +270,7 @@ class SplitJob:
                 todo.append(j)
             else:
                 result.shards_resumed += 1
-                result.skipped += len(rec.skipped)
+                result.add_skipped(rec.skipped)
         total = sum(ranges[j][1] - ranges[j][0] for j in owned)
         done = total - sum(ranges[j][1] - ranges[j][0] for j in todo)
         needs = {j: [it for it in self.items[slice(*ranges[j])] if it.index not in self.cache] for j in todo}
@@ -273,7 +293,7 @@ class SplitJob:
                 rec = self.finish_shard(j, items, outcomes)
                 result.shards_written += 1
                 result.converted += sum(rec.class_counts)
-                result.skipped += len(rec.skipped)
+                result.add_skipped(rec.skipped)
                 result.bytes_in += rec.bytes_in
                 result.bytes_out += (rec.shard.bytes if rec.shard else 0) + (rec.overflow.bytes if rec.overflow else 0)
         return result
@@ -325,12 +345,22 @@ def convert(
     if workers < 1:
         raise ValueError("workers must be at least 1")
     plan.task_shards(0, num_tasks, task_index)  # validates
+    check_overlap(src, dest)
     source = scan(src, options.layout, options.split)
     for s in source.splits:
-        if options.strict and s.skipped:
-            p, r, d = s.skipped[0]
+        failed = [(p, r, d) for p, r, d in s.skipped if r not in NOT_CANDIDATES]
+        if options.strict and failed:
+            p, r, d = failed[0]
             raise ConvertError(f"{p}: skipped ({r.value}: {d}) and --strict is set")
     jobs = [SplitJob(s, source.classes, _split_url(dest, source.layout, s.name), options, so) for s in source.splits]
+    with dest_lock(dest, task_index):
+        return _run_jobs(src, jobs, options, workers, num_tasks, task_index, overwrite, quiet, so, t0)
+
+
+def _run_jobs(
+    src: str, jobs: list[SplitJob], options: ConvertOptions, workers: int, num_tasks: int, task_index: int,
+    overwrite: bool, quiet: bool, so: dict[str, Any], t0: float,
+) -> ConvertResult:
     for job in jobs:
         job.check_dest(overwrite)
     results = []

@@ -83,6 +83,25 @@ class Plan:
             raise ConvertError(f"{url}: unreadable conversion plan ({exc}); rerun with --overwrite") from None
 
 
+def differences(old: Plan, new: Plan) -> list[str]:
+    """What makes ``new`` a different conversion from ``old``, in words (options as their CLI names)."""
+    out = [
+        f"--{k.replace('_', '-')} was {old.options.get(k)!r}, now {v!r}"
+        for k, v in new.options.items() if old.options.get(k) != v
+    ]
+    if old.split != new.split:
+        out.append(f"split was {old.split!r}, now {new.split!r}")
+    if old.classes != new.classes:
+        gone, added = sorted(set(old.classes) - set(new.classes)), sorted(set(new.classes) - set(old.classes))
+        out.append("classes differ" + (f" (no longer: {', '.join(gone[:5])})" if gone else "") + (f" (new: {', '.join(added[:5])})" if added else ""))
+    if old.input_sha256 != new.input_sha256:
+        counts = f": {old.num_items} files then, {new.num_items} now" if old.num_items >= 0 and old.num_items != new.num_items else ""
+        out.append(f"the input listing differs (files added, removed, resized or relabelled{counts})")
+    if old.encoder != new.encoder:
+        out.append(f"the encoder was {old.encoder!r}, now {new.encoder!r}")
+    return out or ["an unknown conversion format"]
+
+
 @dataclass
 class Part:
     """A tar written for a planned shard: the shard itself or its overflow."""

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..manifest import Manifest
+from ..manifest import Manifest, SkippedFile
 from .discover import Layout
 from .imageproc import ImageOptions
 
@@ -25,10 +25,12 @@ class ConvertOptions:
         shuffle: shuffle samples before sharding (``False`` keeps sorted folder order).
         shard_size: at most this many samples per shard (``None``: no count cap).
         shard_bytes: at most this many bytes per shard (``None``: no byte cap); a
-            single sample larger than the cap gets a shard of its own.
+            single sample larger than the cap gets a shard of its own. With
+            neither cap, each split is one shard.
         layout: how SRC is organised (:class:`Layout`).
         split: split name for the ``imagefolder`` layout.
-        strict: raise :class:`shardkit.ConvertError` on the first skipped file.
+        strict: raise :class:`shardkit.ConvertError` on the first file that should have
+            converted and did not (files that are not candidates, such as `notes.txt`, do not count).
     """
 
     image: ImageOptions = field(default_factory=ImageOptions)
@@ -42,8 +44,6 @@ class ConvertOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layout", Layout(self.layout))
-        if self.shard_size is None and self.shard_bytes is None:
-            raise ValueError("set shard_size, shard_bytes or both")
         if self.shard_size is not None and self.shard_size < 1:
             raise ValueError(f"shard_size must be positive, not {self.shard_size}")
         if self.shard_bytes is not None and self.shard_bytes < 1:
@@ -75,6 +75,7 @@ class SplitResult:
         url: split directory (local path or URL).
         converted: samples encoded and written by this run.
         skipped: source files of this split that are not samples (whole split, known so far).
+        skipped_reasons: ``skipped`` by reason code.
         shards_written: planned shards written by this run.
         shards_resumed: planned shards found complete (checksum verified) and kept.
         bytes_in: source bytes read by this run.
@@ -86,11 +87,18 @@ class SplitResult:
     url: str
     converted: int = 0
     skipped: int = 0
+    skipped_reasons: dict[str, int] = field(default_factory=dict)
     shards_written: int = 0
     shards_resumed: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
     manifest: Manifest | None = None
+
+    def add_skipped(self, files: list[SkippedFile]) -> None:
+        """Count ``files`` as skipped."""
+        self.skipped += len(files)
+        for f in files:
+            self.skipped_reasons[f.reason] = self.skipped_reasons.get(f.reason, 0) + 1
 
 
 @dataclass
@@ -109,6 +117,15 @@ class ConvertResult:
     def skipped(self) -> int:
         """Source files that are not samples."""
         return sum(s.skipped for s in self.splits)
+
+    @property
+    def skipped_reasons(self) -> dict[str, int]:
+        """Skipped source files by reason code."""
+        out: dict[str, int] = {}
+        for s in self.splits:
+            for r, n in s.skipped_reasons.items():
+                out[r] = out.get(r, 0) + n
+        return dict(sorted(out.items()))
 
     @property
     def bytes_in(self) -> int:

@@ -114,8 +114,10 @@ def shard_ranges(num_items: int, per_shard: int) -> list[tuple[int, int]]:
 
 def task_shards(num_shards: int, num_tasks: int, task_index: int) -> list[int]:
     """Planned shards owned by task ``task_index`` of ``num_tasks`` (round robin)."""
-    if num_tasks < 1 or not 0 <= task_index < num_tasks:
-        raise ValueError(f"invalid task {task_index} of {num_tasks}: need 0 <= task_index < num_tasks")
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be at least 1, not {num_tasks}")
+    if not 0 <= task_index < num_tasks:
+        raise ValueError(f"task_index must be in 0..{num_tasks - 1} for num_tasks {num_tasks}, not {task_index}")
     return list(range(task_index, num_shards, num_tasks))
 
 
