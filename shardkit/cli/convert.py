@@ -8,7 +8,8 @@ import sys
 
 from . import add_storage_arguments, option_error, storage_options
 
-HELP = "convert an ImageFolder (or a folder of splits) into verified, resumable WebDataset shards"
+HELP = ("convert an ImageFolder, a folder of splits, a folder labelled by --label-regex, a CSV/TSV/JSONL listing "
+        "or a Hugging Face dataset (hf:PATH) into verified, resumable WebDataset shards")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 
@@ -23,9 +24,10 @@ def parse_size(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..convert import DEFAULT_SHARD_BYTES, Layout, Resample
+    from ..convert import DEFAULT_SHARD_BYTES, LabelType, Layout, Resample
 
-    p.add_argument("src", metavar="SRC", help="ImageFolder root (one folder per class) or a root of split folders")
+    p.add_argument("src", metavar="SRC", help="ImageFolder root (one folder per class), a root of split folders, "
+                   "a listing (.csv, .tsv, .jsonl; path or URL) or hf:PATH (a Hugging Face dataset saved on disk)")
     p.add_argument("dest", metavar="DEST", help="output folder or fsspec URL (s3://bucket/prefix, file://...)")
     g = p.add_argument_group("images")
     size = g.add_mutually_exclusive_group()
@@ -46,7 +48,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layout", choices=[v.value for v in Layout], default=Layout.AUTO.value,
                    help="auto (default), imagefolder (SRC/<class>/...) or splits (SRC/<split>/<class>/...)")
     g.add_argument("--split", default="train", help="split name for an imagefolder SRC (default train)")
-    g.add_argument("--strict", action="store_true", help="fail on the first file that cannot be converted")
+    g.add_argument("--val-fraction", type=float, default=0.0, metavar="F",
+                   help="carve a split 'val' from a source without splits: round(F*n) of each class's n inputs (seeded)")
+    g.add_argument("--strict", action="store_true", help="fail on the first file that should have converted and did not")
+    g = p.add_argument_group("listings, labels in file names, Hugging Face datasets")
+    g.add_argument("--path-col", default="path", help="listing column with the image path (default path)")
+    g.add_argument("--label-col", default="label", help="listing / Hugging Face column with the label (default label)")
+    g.add_argument("--split-col", default=None, help="listing column with each row's split (default: one split)")
+    g.add_argument("--root", default=None, help="folder or URL the listing's relative paths start from (default: the listing's folder)")
+    g.add_argument("--label-type", choices=[t.value for t in LabelType], default=LabelType.AUTO.value,
+                   help="listing labels are class names or integer indices (default auto: detect, and say which)")
+    g.add_argument("--label-regex", default=None, metavar="REGEX",
+                   help="folder SRC: the first capture group searched in each file's relative path is its class, e.g. '^(cat|dog)\\.'")
+    g.add_argument("--image-col", default="image", help="Hugging Face column with the image (default image)")
     g = p.add_argument_group("execution")
     g.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     g.add_argument("--num-tasks", type=int, default=1, help="split the work over K tasks/machines (then run 'shardkit merge')")
@@ -61,16 +75,21 @@ def _mb(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..convert import ConvertOptions, ImageOptions, convert
+    from ..convert import ConvertOptions, ImageOptions, SourceOptions, convert
 
     try:
         image = ImageOptions(
             short_side=None if args.max_side else args.short_side, max_side=args.max_side,
             quality=args.quality, max_pixels=args.max_pixels, resample=args.resample,
         )
+        source = SourceOptions(
+            path_col=args.path_col, label_col=args.label_col, split_col=args.split_col, root=args.root,
+            label_type=args.label_type, label_regex=args.label_regex, image_col=args.image_col,
+        )
         options = ConvertOptions(
             image=image, seed=args.seed, shuffle=args.shuffle, shard_size=args.shard_size,
-            shard_bytes=args.shard_bytes or None, layout=args.layout, split=args.split, strict=args.strict,
+            shard_bytes=args.shard_bytes or None, layout=args.layout, split=args.split, source=source,
+            val_fraction=args.val_fraction, strict=args.strict,
         )
         if args.workers is not None and args.workers < 1:
             raise ValueError("--workers must be at least 1")
@@ -87,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite, quiet=args.quiet, storage_options=storage_options(args),
     )
     resumed = sum(s.shards_resumed for s in result.splits)
+    for note in result.notes:
+        print(note)
     reasons = ", ".join(f"{n} {r}" for r, n in result.skipped_reasons.items())
     print(
         f"converted {result.converted} images, skipped {result.skipped} files" + (f" ({reasons})" if reasons else "")

@@ -34,10 +34,16 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConvertError
 from .imageproc import IMAGE_EXTENSIONS, SkipReason
+from .source import Reader, Source, SourceFile, SplitSource
+
+if TYPE_CHECKING:
+    from .options import ConvertOptions
 
 #: discovery skips of files that were never meant to be samples: ``strict`` does not fail on them
 NOT_CANDIDATES = frozenset({SkipReason.NOT_AN_IMAGE, SkipReason.NOT_IN_CLASS_FOLDER, SkipReason.DUPLICATE_FILE})
@@ -51,36 +57,6 @@ class Layout(str, enum.Enum):
     AUTO = "auto"
     IMAGEFOLDER = "imagefolder"
     SPLITS = "splits"
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """One candidate image: path relative to SRC (``/``-separated), class index, size in bytes."""
-
-    relpath: str
-    label: int
-    size: int
-
-
-@dataclass
-class SplitSource:
-    """Everything discovered about one split."""
-
-    name: str
-    directory: str
-    files: list[SourceFile]
-    skipped: list[tuple[str, SkipReason, str]] = field(default_factory=list)
-    class_names: list[str] = field(default_factory=list)  # classes present in this split
-
-
-@dataclass
-class Source:
-    """A scanned SRC: resolved layout, class list and splits (sorted by name)."""
-
-    root: str
-    layout: Layout
-    classes: list[str]
-    splits: list[SplitSource]
 
 
 def _subdirs(path: str) -> list[str]:
@@ -231,4 +207,83 @@ def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> Source
         raise ConvertError(
             f"{src}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)} in any case below the class folders)"
         )
-    return Source(root=src, layout=resolved, classes=classes, splits=splits)
+    return Source(root=src, classes=classes, splits=splits, nested=resolved == Layout.SPLITS, reader=Reader(src), local_dir=src)
+
+
+def compile_label_regex(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled; :class:`ConvertError` if it is invalid or has no capture group."""
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise ConvertError(f"--label-regex {pattern!r}: not a valid regular expression ({exc})") from None
+    if rx.groups < 1:
+        raise ConvertError(f"--label-regex {pattern!r} has no capture group; put the class name in one, e.g. '^(cat|dog)\\.'")
+    return rx
+
+
+def scan_regex(src: str, pattern: str, split: str = "train") -> Source:
+    """Scan the folder ``src`` (flat or nested): the class of a file is the first capture group of ``pattern``
+    searched in its path relative to ``src``; files that do not match are ``no_label``. Classes are the sorted names.
+    """
+    rx = compile_label_regex(pattern)
+    if not os.path.isdir(src):
+        raise ConvertError(f"{src}: source folder does not exist" if not os.path.exists(src) else f"{src}: source is not a folder")
+    out = SplitSource(name=split, directory=src, files=[])
+    named: list[tuple[str, str, str]] = []
+    try:
+        paths = _walk_files(src)
+    except PermissionError as exc:
+        raise ConvertError(f"{src}: cannot list the source folder ({exc})") from None
+    for path in paths:
+        rel = _rel(src, path)
+        bad = _bad_name(rel)
+        m = None if bad else rx.search(rel)
+        if bad:
+            out.skipped.append((json_safe(rel), SkipReason.BAD_NAME, "file name is not valid UTF-8; rename the file to convert it"))
+        elif not path.lower().endswith(IMAGE_EXTENSIONS):
+            out.skipped.append((rel, SkipReason.NOT_AN_IMAGE, "file name extension is not an image type"))
+        elif m is None or not m.group(1):
+            out.skipped.append((rel, SkipReason.NO_LABEL, f"path does not match --label-regex {pattern!r}"))
+        else:
+            named.append((rel, path, m.group(1)))
+    classes = sorted({c for _, _, c in named})
+    if not classes:
+        raise ConvertError(f"{src}: no image path matches --label-regex {pattern!r} (paths are relative to SRC, '/'-separated)")
+    index = {c: i for i, c in enumerate(classes)}
+    out.class_names = classes
+    _add_files(src, [out], [_Candidate(0, rel, path, index[c]) for rel, path, c in named])
+    return Source(
+        root=src, classes=classes, splits=[out], nested=False, reader=Reader(src), local_dir=src,
+        notes=[f"{len(classes)} classes from --label-regex: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}"],
+    )
+
+
+def discover(src: Any, options: "ConvertOptions", **storage_options: Any) -> Source:
+    """The :class:`Source` for SRC of any kind: a listing file, ``hf:PATH`` or a ``datasets.Dataset``,
+    WebDataset tars, a folder with ``label_regex``, or class folders; then ``val_fraction`` is applied.
+    """
+    from .listing import is_listing, scan_listing
+
+    so = options.source
+    if not isinstance(src, str):
+        from .hf import scan_hf
+
+        source = scan_hf(src, so, options.split)
+    elif src.startswith("hf:"):
+        from .hf import scan_hf
+
+        source = scan_hf(src[3:], so, options.split)
+    elif is_listing(src):
+        source = scan_listing(src, so, options.split, **storage_options)
+    elif so.label_regex is not None:
+        source = scan_regex(src, so.label_regex, options.split)
+    else:
+        source = scan(src, options.layout, options.split)
+    if options.val_fraction:
+        from .source import carve_val
+
+        try:
+            carve_val(source, options.val_fraction, options.seed)
+        except ValueError as exc:
+            raise ConvertError(f"{source.root}: {exc}") from None
+    return source

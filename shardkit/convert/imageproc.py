@@ -76,6 +76,10 @@ class SkipReason(str, enum.Enum):
     NOT_IN_CLASS_FOLDER = "not_in_class_folder"
     BAD_NAME = "bad_name"
     DUPLICATE_FILE = "duplicate_file"
+    MISSING_FILE = "missing_file"
+    NO_LABEL = "no_label"
+    BAD_LABEL = "bad_label"
+    DUPLICATE_PATH = "duplicate_path"
 
 
 class SkipImage(Exception):

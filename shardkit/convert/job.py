@@ -31,7 +31,8 @@ from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from ..shardformat import EncodedSample, write_shard
 from . import journal, plan
 from .dest import check_overlap, dest_lock
-from .discover import NOT_CANDIDATES, Layout, SplitSource, scan
+from .discover import NOT_CANDIDATES, discover
+from .source import MissingFile, Reader, SplitSource
 from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_thread, process, single_thread
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
@@ -50,13 +51,15 @@ class Outcome:
     detail: str = ""
 
 
-def encode_chunk(root: str, items: Sequence[plan.Item], image: ImageOptions) -> list[Outcome]:
+def encode_chunk(reader: Reader, items: Sequence[plan.Item], image: ImageOptions) -> list[Outcome]:
     """Encode ``items`` (worker entry point; top-level so spawn can import it)."""
     out = []
     for it in items:
         try:
-            with open(os.path.join(root, *it.relpath.split("/")), "rb") as f:
-                data = f.read()
+            data = reader.read(it.relpath, it.ref)
+        except MissingFile as exc:
+            out.append(Outcome(None, SkipReason.MISSING_FILE.value, f"{exc}: no such file"))
+            continue
         except OSError as exc:
             out.append(Outcome(None, SkipReason.UNREADABLE.value, str(exc.strerror or exc)))
             continue
@@ -87,8 +90,8 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 class Encoder:
     """Encodes chunks of items in order: in this process (``workers == 1``) or in a spawn process pool."""
 
-    def __init__(self, root: str, image: ImageOptions, workers: int):
-        self.root, self.image, self.workers = root, image, workers
+    def __init__(self, reader: Reader, image: ImageOptions, workers: int):
+        self.reader, self.image, self.workers = reader, image, workers
         self.pool = None
         if workers > 1:
             from concurrent.futures import ProcessPoolExecutor
@@ -107,14 +110,14 @@ class Encoder:
         if self.pool is None:
             with one_thread():  # one core, like each pool worker
                 for c in chunks:
-                    yield encode_chunk(self.root, c, self.image)
+                    yield encode_chunk(self.reader, c, self.image)
             return
         from concurrent.futures.process import BrokenProcessPool
 
         window: collections.deque = collections.deque()
         try:
             for c in chunks:
-                window.append(self.pool.submit(encode_chunk, self.root, list(c), self.image))
+                window.append(self.pool.submit(encode_chunk, self.reader, list(c), self.image))
                 if len(window) >= self.workers * _WINDOW_PER_WORKER:
                     yield window.popleft().result()
             while window:
@@ -127,7 +130,7 @@ class Encoder:
 
 
 def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> EncodedSample:
-    meta = {"path": item.relpath, "class": classes[item.label], "width": enc.width, "height": enc.height}
+    meta = {**(item.meta or {}), "path": item.relpath, "class": classes[item.label], "width": enc.width, "height": enc.height}
     return EncodedSample(plan.make_key(item.index, width), enc.jpeg, item.label, meta)
 
 
@@ -152,7 +155,7 @@ class SplitJob:
         self.so = storage_options
         self.items = plan.order(src.files, options.seed, options.shuffle)
         self.cache: dict[int, Outcome] = {}  # pilot outcomes by key index, reused when their shard is encoded
-        listing = [[f.relpath, f.label, f.size] for f in src.files]
+        listing = [[f.relpath, f.label, f.size] + ([dict(f.meta)] if f.meta else []) for f in src.files]
         skipped = [SkippedFile(p, r.value, d) for p, r, d in src.skipped]
         self.plan = journal.Plan(
             split=src.name, options=options.recorded(), classes=classes, encoder=encoder_version(),
@@ -299,12 +302,12 @@ class SplitJob:
         return result
 
 
-def _split_url(dest: str, layout: Layout, split: str) -> str:
-    return dest if layout == Layout.IMAGEFOLDER else storage.join(dest, split)
+def _split_url(dest: str, nested: bool, split: str) -> str:
+    return storage.join(dest, split) if nested else dest
 
 
 def convert(
-    src: str,
+    src: Any,
     dest: str,
     options: ConvertOptions | None = None,
     *,
@@ -315,10 +318,12 @@ def convert(
     quiet: bool = False,
     storage_options: dict[str, Any] | None = None,
 ) -> ConvertResult:
-    """Convert the ImageFolder (or folder of splits) ``src`` into WebDataset shards under ``dest``.
+    """Convert ``src`` into WebDataset shards under ``dest``.
 
     Args:
-        src: local source folder.
+        src: a local folder of class folders (or of split folders, or any folder with
+            ``options.source.label_regex``); a ``.csv``/``.tsv``/``.jsonl`` listing (path or
+            URL); ``"hf:PATH"`` or a ``datasets.Dataset`` (see :mod:`shardkit.convert.discover`).
         dest: local path or fsspec URL; a split-folder SRC gets ``dest/<split>/``.
         options: what to produce (:class:`ConvertOptions`); the same options
             and input always give byte-identical output.
@@ -345,26 +350,29 @@ def convert(
     if workers < 1:
         raise ValueError("workers must be at least 1")
     plan.task_shards(0, num_tasks, task_index)  # validates
-    check_overlap(src, dest)
-    source = scan(src, options.layout, options.split)
+    source = discover(src, options, **so)
+    if source.local_dir is not None:
+        check_overlap(source.local_dir, dest)
     for s in source.splits:
         failed = [(p, r, d) for p, r, d in s.skipped if r not in NOT_CANDIDATES]
         if options.strict and failed:
             p, r, d = failed[0]
             raise ConvertError(f"{p}: skipped ({r.value}: {d}) and --strict is set")
-    jobs = [SplitJob(s, source.classes, _split_url(dest, source.layout, s.name), options, so) for s in source.splits]
+    jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so) for s in source.splits]
     with dest_lock(dest, task_index):
-        return _run_jobs(src, jobs, options, workers, num_tasks, task_index, overwrite, quiet, so, t0)
+        result = _run_jobs(source.reader, jobs, options, workers, num_tasks, task_index, overwrite, quiet, so, t0)
+    result.notes = list(source.notes)
+    return result
 
 
 def _run_jobs(
-    src: str, jobs: list[SplitJob], options: ConvertOptions, workers: int, num_tasks: int, task_index: int,
+    reader: Reader, jobs: list[SplitJob], options: ConvertOptions, workers: int, num_tasks: int, task_index: int,
     overwrite: bool, quiet: bool, so: dict[str, Any], t0: float,
 ) -> ConvertResult:
     for job in jobs:
         job.check_dest(overwrite)
     results = []
-    with Encoder(src, options.image, workers) as encoder:
+    with Encoder(reader, options.image, workers) as encoder:
         for job in jobs:
             job.ensure_plan(encoder, task_index)
             owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)

@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Sequence, TypeVar
+from typing import Any, Mapping, Sequence, TypeVar
 
 from ..shardformat import EncodedSample, meta_bytes
-from .discover import SourceFile
+from .source import SourceFile
 
 #: pilot size used to estimate encoded bytes per sample
 PILOT_SAMPLES = 64
@@ -43,12 +43,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Item:
-    """One planned sample: its key index (sorted position) and source file."""
+    """One planned sample: its key index (sorted position) and source item (see :mod:`shardkit.convert.source`)."""
 
     index: int
     relpath: str
     label: int
     size: int
+    ref: str = ""
+    meta: Mapping[str, Any] | None = None
 
 
 def key_width(num_files: int) -> int:
@@ -64,7 +66,7 @@ def make_key(index: int, width: int) -> str:
 def order(files: Sequence[SourceFile], seed: int, shuffle: bool) -> list[Item]:
     """Items in shard order: keys from sorted order, then shuffled with ``seed`` if ``shuffle``."""
     ordered = sorted(files, key=lambda f: f.relpath)
-    items = [Item(i, f.relpath, f.label, f.size) for i, f in enumerate(ordered)]
+    items = [Item(i, f.relpath, f.label, f.size, f.ref, f.meta) for i, f in enumerate(ordered)]
     if shuffle:
         random.Random(seed).shuffle(items)
     return items
