@@ -253,3 +253,90 @@ def test_listing_and_images_on_s3(tmp_path, s3):
     convert(os.path.join(src, "..", "list2.csv"), local, ConvertOptions(image=IMG, shard_size=4, seed=1, source=SourceOptions(root=src)),
             workers=1, quiet=True)
     assert _samples(dest) == _samples(local)
+
+
+def _tar(path: str, members: list[tuple[str, bytes]]) -> str:
+    import io
+
+    with tarfile.open(path, "w") as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _jpeg(label: int, seed: int, fmt: str = "JPEG") -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    Image.fromarray(make_image(label, seed, (40, 30))).save(buf, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+    return buf.getvalue()
+
+
+def _make_tars(folder: str) -> tuple[str, dict[str, tuple[int, bytes]], dict[str, str]]:
+    """Two foreign tars; returns (brace pattern, {identity: (label, image bytes)}, {identity: skip reason})."""
+    os.makedirs(folder)
+    good: dict[str, tuple[int, bytes]] = {}
+    members = [[], []]
+    for t in range(2):
+        for i in range(5):
+            key = f"s{t}{i:03d}"
+            img = _jpeg(i % 2, 10 * t + i)
+            members[t] += [(f"{key}.jpg", img), (f"{key}.cls", str(i % 2).encode()), (f"{key}.json", json.dumps({"caption": f"c{key}"}).encode())]
+            good[f"part-{t}.tar/{key}"] = (i % 2, img)
+    png = _jpeg(1, 99, "PNG")
+    members[0] += [("x/png1.png", png), ("x/png1.cls", b"1"), ("x/png1.seg.png", b"mask")]  # a key with a folder; seg.png is not png
+    good["part-0.tar/x/png1"] = (1, png)
+    members[1] += [("noimg.cls", b"0"), ("noimg.txt", b"hi"), ("nolabel.jpg", _jpeg(0, 7)), ("badlabel.jpg", _jpeg(0, 8)),
+                   ("badlabel.cls", b"-1"), ("s1000.jpg", _jpeg(0, 9)), ("s1000.cls", b"0")]  # s1000 again, not adjacent
+    skips = {"part-1.tar/noimg": "missing_file", "part-1.tar/nolabel": "no_label", "part-1.tar/badlabel": "bad_label",
+             "part-1.tar/s1000 (again)": "duplicate_path"}
+    for t in range(2):
+        _tar(os.path.join(folder, f"part-{t}.tar"), members[t])
+    return os.path.join(folder, "part-{0..1}.tar"), good, skips
+
+
+def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
+    pattern, good, skips = _make_tars(str(tmp_path / "in"))
+    opts = ConvertOptions(image=IMG, shard_size=4, seed=3)
+    dest = str(tmp_path / "out")
+    r = convert(pattern, dest, opts, workers=1, quiet=True)
+    assert r.notes == ["2 tars; labels read as class indices (--label-type index): 2 classes"]
+    m = load_manifest(dest)
+    assert {s.path: s.reason for s in m.skipped} == skips
+    samples = _samples(dest)
+    assert {g["json"]["path"]: g["cls"] for g in samples.values()} == {k: v[0] for k, v in good.items()}
+    assert all(g["json"]["caption"] == "c" + g["json"]["path"].split("/")[-1] for g in samples.values() if "png" not in g["json"]["path"])
+    convert(pattern, str(tmp_path / "w2"), opts, workers=2, quiet=True)
+    assert tree_digests(dest) == tree_digests(str(tmp_path / "w2"))
+    # --copy keeps JPEG bytes as they are; the PNG is converted
+    copy = ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=4, seed=3)
+    convert(pattern, str(tmp_path / "copy"), copy, workers=1, quiet=True)
+    for g in _samples(str(tmp_path / "copy")).values():
+        src = good[g["json"]["path"]][1]
+        assert (g["jpg"] == src) == (not g["json"]["path"].endswith("png1"))
+        assert Image.open(__import__("io").BytesIO(g["jpg"])).format == "JPEG"
+    # labels from a .json field, as names
+    _tar(str(tmp_path / "named.tar"), [("a.jpg", _jpeg(0, 1)), ("a.json", b'{"animal": "dog", "k": 1}'),
+                                       ("b.jpg", _jpeg(1, 2)), ("b.json", b'{"animal": "cat"}'), ("c.jpg", _jpeg(1, 3))])
+    r = convert(str(tmp_path / "named.tar"), str(tmp_path / "named"), ConvertOptions(image=IMG, shard_size=4, source=SourceOptions(label_json_field="animal")),
+                workers=1, quiet=True)
+    m = load_manifest(str(tmp_path / "named"))
+    assert m.classes == ["cat", "dog"] and [(s.path, s.reason) for s in m.skipped] == [("named.tar/c", "no_label")]
+    assert {g["json"]["path"]: (g["cls"], g["json"].get("k")) for g in _samples(str(tmp_path / "named")).values()} == {
+        "named.tar/a": (1, 1), "named.tar/b": (0, None)}
+    rc, _, err = _cli(capsys, str(tmp_path / "in" / "nothing-{0..3}.tar"), str(tmp_path / "x"))
+    assert rc == 2 and "matches no tar" in err and len(err.strip().splitlines()) == 1
+
+
+def test_webdataset_tars_on_s3(tmp_path, s3):
+    import s3fs
+
+    so, bucket = s3
+    pattern, good, skips = _make_tars(str(tmp_path / "in"))
+    s3fs.S3FileSystem(**so).put(str(tmp_path / "in"), f"{bucket}/in", recursive=True)
+    opts = ConvertOptions(image=IMG, shard_size=4, seed=3)
+    convert(pattern, str(tmp_path / "local"), opts, workers=1, quiet=True)
+    convert(f"s3://{bucket}/in/part-{{0..1}}.tar", str(tmp_path / "remote"), opts, workers=1, quiet=True, storage_options=so)
+    assert _shards(str(tmp_path / "local")) == _shards(str(tmp_path / "remote"))

@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..convert import DEFAULT_SHARD_BYTES, LabelType, Layout, Resample
 
     p.add_argument("src", metavar="SRC", help="ImageFolder root (one folder per class), a root of split folders, "
-                   "a listing (.csv, .tsv, .jsonl; path or URL) or hf:PATH (a Hugging Face dataset saved on disk)")
+                   "a listing (.csv, .tsv, .jsonl; path or URL), WebDataset tars (x.tar, 'shards/{000..009}.tar', URLs) "
+                   "or hf:PATH (a Hugging Face dataset saved on disk)")
     p.add_argument("dest", metavar="DEST", help="output folder or fsspec URL (s3://bucket/prefix, file://...)")
     g = p.add_argument_group("images")
     size = g.add_mutually_exclusive_group()
@@ -37,6 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--resample", choices=[v.value for v in Resample], default=Resample.BILINEAR.value,
                    help="antialiasing resize filter (default bilinear, as torchvision's Resize)")
     g.add_argument("--max-pixels", type=int, default=100_000_000, help="skip larger images as too_many_pixels (default 100M)")
+    g.add_argument("--copy", action="store_true",
+                   help="keep upright RGB/grayscale JPEGs byte for byte (no decode, resize or re-encode); others are converted")
     g = p.add_argument_group("shards")
     g.add_argument("--shard-size", type=int, default=None, help="at most this many samples per shard")
     g.add_argument("--shard-bytes", type=parse_size, default=DEFAULT_SHARD_BYTES,
@@ -61,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--label-regex", default=None, metavar="REGEX",
                    help="folder SRC: the first capture group searched in each file's relative path is its class, e.g. '^(cat|dog)\\.'")
     g.add_argument("--image-col", default="image", help="Hugging Face column with the image (default image)")
+    g.add_argument("--image-key", default="jpg;jpeg;png;webp", help="WebDataset tar SRC: image member extensions, in order")
+    g.add_argument("--label-key", default="cls", help="WebDataset tar SRC: member extension with the label (default cls)")
+    g.add_argument("--label-json-field", default=None, metavar="FIELD", help="WebDataset tar SRC: read the label from this .json field")
     g = p.add_argument_group("execution")
     g.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     g.add_argument("--num-tasks", type=int, default=1, help="split the work over K tasks/machines (then run 'shardkit merge')")
@@ -80,11 +86,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         image = ImageOptions(
             short_side=None if args.max_side else args.short_side, max_side=args.max_side,
-            quality=args.quality, max_pixels=args.max_pixels, resample=args.resample,
+            quality=args.quality, max_pixels=args.max_pixels, resample=args.resample, copy=args.copy,
         )
         source = SourceOptions(
             path_col=args.path_col, label_col=args.label_col, split_col=args.split_col, root=args.root,
             label_type=args.label_type, label_regex=args.label_regex, image_col=args.image_col,
+            image_key=args.image_key, label_key=args.label_key, label_json_field=args.label_json_field,
         )
         options = ConvertOptions(
             image=image, seed=args.seed, shuffle=args.shuffle, shard_size=args.shard_size,

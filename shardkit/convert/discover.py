@@ -263,6 +263,7 @@ def discover(src: Any, options: "ConvertOptions", **storage_options: Any) -> Sou
     WebDataset tars, a folder with ``label_regex``, or class folders; then ``val_fraction`` is applied.
     """
     from .listing import is_listing, scan_listing
+    from .tars import is_tar_source, scan_tars
 
     so = options.source
     if not isinstance(src, str):
@@ -275,6 +276,8 @@ def discover(src: Any, options: "ConvertOptions", **storage_options: Any) -> Sou
         source = scan_hf(src[3:], so, options.split)
     elif is_listing(src):
         source = scan_listing(src, so, options.split, **storage_options)
+    elif is_tar_source(src):
+        source = scan_tars(src, so, options.split, **storage_options)
     elif so.label_regex is not None:
         source = scan_regex(src, so.label_regex, options.split)
     else:

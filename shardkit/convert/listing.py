@@ -22,18 +22,16 @@ import csv
 import io
 import json
 import posixpath
-import re
 from typing import Any, Iterator
 
 from .. import storage
 from ..errors import ConvertError, ShardkitError
 from .imageproc import SkipReason
-from .options import LabelType, SourceOptions, valid_split_name
-from .source import Reader, Source, SourceFile, SplitSource
+from .options import SourceOptions, valid_split_name
+from .source import Reader, Source, SourceFile, SplitSource, read_labels
 
 #: file name endings read as listings
 LISTING_SUFFIXES = (".csv", ".tsv", ".jsonl")
-_INT = re.compile(r"^\s*[+-]?\d+\s*$")
 #: fields of a sample's ``.json`` that shardkit writes itself (a listing column may not use them)
 RESERVED_FIELDS = ("path", "class", "width", "height")
 
@@ -66,23 +64,6 @@ def _rows(url: str, text: str) -> tuple[list[str], Iterator[tuple[int, dict[str,
             yield reader.line_num, {k: v for k, v in row.items() if k is not None}
 
     return columns, gen()
-
-
-def _is_index(value: Any) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and bool(_INT.match(value)))
-
-
-def _label_type(url: str, labels: list[tuple[int, Any]], wanted: LabelType) -> LabelType:
-    if wanted != LabelType.AUTO:
-        return wanted
-    idx = next(((n, v) for n, v in labels if _is_index(v)), None)
-    name = next(((n, v) for n, v in labels if not _is_index(v)), None)
-    if idx and name:
-        raise ConvertError(
-            f"{url}: mixed labels: {name[1]!r} (line {name[0]}) is a class name and {idx[1]!r} (line {idx[0]}) a class index; "
-            "pass --label-type name (all are names) or --label-type index"
-        )
-    return LabelType.INDEX if idx else LabelType.NAME
 
 
 def _location(root: str, path: str) -> tuple[str, str]:
@@ -144,20 +125,13 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
         entries.append((n, ident, where, label.strip() if isinstance(label, str) else label, s, extra))
     if not entries:
         raise ConvertError(f"{url}: no row with both a path and a label")
-    ltype = _label_type(url, [(e[0], e[3]) for e in entries], opts.label_type)
-    if ltype == LabelType.NAME:
-        classes = sorted({str(e[3]) for e in entries})
-        labels = {str(c): i for i, c in enumerate(classes)}
+    classes, indices, ltype = read_labels(url, [(f"line {e[0]}", e[3]) for e in entries], opts.label_type)
     good = []
-    for n, ident, where, label, s, extra in entries:
-        if ltype == LabelType.NAME:
-            good.append((ident, where, labels[str(label)], s, extra))
-        elif not _is_index(label) or int(label) < 0:
+    for (n, ident, where, label, s, extra), index in zip(entries, indices):
+        if index is None:
             skipped.setdefault(s, []).append((ident, SkipReason.BAD_LABEL, f"line {n}: {label!r} is not a class index (0, 1, ...)"))
         else:
-            good.append((ident, where, int(label), s, extra))
-    if ltype == LabelType.INDEX:
-        classes = [str(i) for i in range(max((g[2] for g in good), default=-1) + 1)]
+            good.append((ident, where, index, s, extra))
     splits: dict[str, SplitSource] = {}
     for s in sorted({g[3] for g in good} | set(skipped)):
         splits[s] = SplitSource(name=s, directory=url, files=[], skipped=skipped.get(s, []))
@@ -174,7 +148,7 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
         sp.files.sort(key=lambda f: f.relpath)
         sp.skipped.sort()
         sp.class_names = sorted({classes[f.label] for f in sp.files})
-    kind = "class names" if ltype == LabelType.NAME else "class indices"
+    kind = "class names" if ltype.value == "name" else "class indices"
     note = f"labels read as {kind} (--label-type {ltype.value}): {len(classes)} classes"
     return Source(
         root=url, classes=classes, splits=kept, nested=bool(opts.split_col),

@@ -42,6 +42,10 @@ class SourceOptions:
         label_regex: for a folder SRC: the first capture group of this regex, searched in the
             file's path relative to SRC, is its class name (instead of class folders).
         image_col: Hugging Face column holding the image.
+        image_key: WebDataset tar source: image member extensions, tried in order (``;``-separated).
+        label_key: WebDataset tar source: member extension holding the label (e.g. ``cls``).
+        label_json_field: WebDataset tar source: read the label from this field of the
+            ``.json`` member instead of ``label_key``.
     """
 
     path_col: str = "path"
@@ -51,6 +55,9 @@ class SourceOptions:
     label_type: LabelType = LabelType.AUTO
     label_regex: str | None = None
     image_col: str = "image"
+    image_key: str = "jpg;jpeg;png;webp"
+    label_key: str = "cls"
+    label_json_field: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -115,6 +122,7 @@ class ConvertOptions:
             "quality": self.image.quality,
             "max_pixels": self.image.max_pixels,
             "resample": self.image.resample.value,
+            **({"copy": True} if self.image.copy else {}),
             "seed": self.seed,
             "shuffle": self.shuffle,
             "shard_size": self.shard_size,

@@ -9,7 +9,8 @@ look at the kind. Per item it gives:
   defines sample keys, and it is the ``path`` in the sample's ``.json``;
 * ``label`` (index into ``Source.classes``) and ``size`` (source bytes, 0 if
   unknown without a request per file);
-* ``ref``: where :class:`Reader` finds the bytes (empty: ``root/relpath``);
+* ``ref``: where :class:`Reader` finds the bytes: a path or URL, a member of a
+  tar (:func:`tar_ref`), or empty for ``root/relpath``;
 * ``meta``: extra fields for the sample's ``.json`` (e.g. a listing's other columns).
 
 :func:`carve_val` splits a validation set off a source that has none
@@ -22,12 +23,50 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import storage
-from ..errors import StorageError
+from ..errors import ConvertError, StorageError
 from .imageproc import SkipReason
+
+if TYPE_CHECKING:
+    from .options import LabelType
+
+_INT = re.compile(r"^\s*[+-]?\d+\s*$")
+
+
+def is_index(value: Any) -> bool:
+    """True for an integer label (an ``int`` or a string of digits)."""
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and bool(_INT.match(value)))
+
+
+def read_labels(src: str, values: Sequence[tuple[str, Any]], wanted: "LabelType") -> tuple[list[str], list[int | None], "LabelType"]:
+    """Classes and each label's index (``None``: not a valid index) from ``(where, raw label)`` pairs.
+
+    ``name``: classes are the sorted distinct labels; ``index``: labels are class indices, classes
+    ``"0"``..``"K-1"`` (``K`` = largest + 1); ``auto``: ``index`` if every label is an integer,
+    ``name`` if none is, :class:`ConvertError` for a mix (naming one of each).
+    """
+    from .options import LabelType
+
+    kind = LabelType(wanted)
+    if kind == LabelType.AUTO:
+        idx = next(((w, v) for w, v in values if is_index(v)), None)
+        name = next(((w, v) for w, v in values if not is_index(v)), None)
+        if idx and name:
+            raise ConvertError(
+                f"{src}: mixed labels: {name[1]!r} ({name[0]}) is a class name and {idx[1]!r} ({idx[0]}) a class index; "
+                "pass --label-type name (all are names) or --label-type index"
+            )
+        kind = LabelType.INDEX if idx else LabelType.NAME
+    if kind == LabelType.NAME:
+        classes = sorted({str(v).strip() for _, v in values})
+        pos = {c: i for i, c in enumerate(classes)}
+        return classes, [pos[str(v).strip()] for _, v in values], kind
+    labels = [int(v) if is_index(v) and int(v) >= 0 else None for _, v in values]
+    return [str(i) for i in range(max((x for x in labels if x is not None), default=-1) + 1)], labels, kind
 
 
 @dataclass(frozen=True)
@@ -52,6 +91,15 @@ class SplitSource:
     class_names: list[str] = field(default_factory=list)  # classes present in this split
 
 
+#: prefix of a ``ref`` naming a member of a tar: ``tar:<offset>:<size>:<url>``
+TAR_REF = "tar:"
+
+
+def tar_ref(url: str, offset: int, size: int) -> str:
+    """The ``ref`` of the ``size`` bytes at ``offset`` in the tar at ``url``."""
+    return f"{TAR_REF}{offset}:{size}:{url}"
+
+
 class MissingFile(Exception):
     """Raised by a :class:`Reader` for an item whose file is not there (skipped as ``missing_file``)."""
 
@@ -69,16 +117,23 @@ class Reader:
         self.storage_options = dict(storage_options or {})
 
     def read(self, relpath: str, ref: str) -> bytes:
+        start = end = None
         url = ref or os.path.join(self.root, *relpath.split("/"))
+        if url.startswith(TAR_REF):  # a tar member: tar:<offset>:<size>:<url>
+            offset, size, url = url[len(TAR_REF):].split(":", 2)
+            start, end = int(offset), int(offset) + int(size)
         if storage.is_local(url):
             try:
                 with open(storage.local_path(url), "rb") as f:
-                    return f.read()
+                    if start is None:
+                        return f.read()
+                    f.seek(start)
+                    return f.read(end - start)  # type: ignore[operator]
             except FileNotFoundError:
                 raise MissingFile(url) from None
         fs, path = storage.get_fs(url, **self.storage_options)
         try:
-            return bytes(fs.cat_file(path))
+            return bytes(fs.cat_file(path, start=start, end=end))
         except FileNotFoundError:
             raise MissingFile(url) from None
         except Exception as exc:  # noqa: BLE001 - backends raise their own types

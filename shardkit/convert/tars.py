@@ -1,0 +1,136 @@
+"""Existing WebDataset tars as SRC: re-shard, re-size, re-encode (or ``--copy``) someone else's shards.
+
+SRC is one ``.tar`` path or fsspec URL, or a brace pattern such as
+``s3://bucket/laion/{00000..00099}.tar`` (every tar it names must exist).
+Members form samples by WebDataset's rule: the key is the member name up to
+the first dot of its base name, and consecutive members with the same key are
+one sample. A sample's identity (its ``path`` in the new ``.json``) is
+``<tar name>/<key>``, where the tar name is its URL below the folder the
+tars share. Per sample:
+
+* the image is the first member whose extension is in ``image_key``
+  (``jpg;jpeg;png;webp``); none: ``missing_file``;
+* the label is the ``label_key`` member (``cls``), or the ``label_json_field``
+  field of the ``.json`` member; none: ``no_label``; read as names or indices
+  like a listing's (:func:`shardkit.convert.source.read_labels`); not a
+  valid index: ``bad_label``;
+* the fields of the ``.json`` member are kept in the new ``.json``
+  (except ``path``, ``class``, ``width`` and ``height``, which shardkit writes);
+* a key that appears again later in the tars is ``duplicate_path``.
+
+Only member headers and the small label/metadata members are read while
+scanning; images are read by byte range when encoded.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import tarfile
+from typing import Any
+
+from .. import storage
+from ..errors import ConvertError
+from .imageproc import SkipReason
+from .listing import RESERVED_FIELDS
+from .options import SourceOptions
+from .source import Reader, Source, SourceFile, SplitSource, read_labels, tar_ref
+
+_KEY = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's base_plus_ext
+_SMALL = 1 << 20  # label / metadata members larger than this are not read
+
+
+def is_tar_source(src: str) -> bool:
+    """True if ``src`` names tars (a ``.tar`` path, URL or brace pattern)."""
+    return src.lower().rstrip("/").endswith(".tar")
+
+
+def expand(src: str) -> list[str]:
+    """The tar URLs of ``src`` (brace patterns expanded), in order."""
+    from braceexpand import braceexpand
+
+    return list(braceexpand(src))
+
+
+def _members(url: str, **storage_options: Any) -> list[tuple[str, int, int]]:
+    """``(name, data offset, size)`` of each regular file in the tar at ``url``."""
+    with storage.open_read(url, **storage_options) as f:
+        try:
+            with tarfile.open(fileobj=f, mode="r:") as tf:
+                return [(m.name, m.offset_data, m.size) for m in tf.getmembers() if m.isfile()]
+        except tarfile.TarError as exc:
+            raise ConvertError(f"{url}: not a readable tar ({exc}); check the file, or leave it out of SRC") from None
+
+
+def _read(url: str, offset: int, size: int, **storage_options: Any) -> bytes:
+    return Reader("", storage_options).read("", tar_ref(url, offset, size))
+
+
+def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_options: Any) -> Source:
+    """Scan the tars of ``src`` (see module docstring)."""
+    urls = expand(src)
+    missing = [u for u in urls if not storage.exists(u, **storage_options)]
+    if len(missing) == len(urls):
+        raise ConvertError(f"{src}: matches no tar (looked for {len(urls)}: {urls[0]}{' ...' if len(urls) > 1 else ''})")
+    if missing:
+        raise ConvertError(f"{src}: {len(missing)} of {len(urls)} tars do not exist, e.g. {missing[0]}; fix the pattern")
+    prefix = posixpath.commonprefix(urls)
+    base = prefix[: prefix.rfind("/") + 1]  # the folder the tars share
+    image_exts = [e.strip().lower() for e in opts.image_key.split(";") if e.strip()]
+    out = SplitSource(name=split, directory=src, files=[])
+    found: list[tuple[str, str, int, int, Any, dict[str, Any]]] = []  # identity, url, offset, size, label, extra
+    seen: set[str] = set()
+    for url in urls:
+        name = url[len(base):]
+        groups: list[tuple[str, dict[str, tuple[int, int]]]] = []
+        for member, offset, size in _members(url, **storage_options):
+            m = _KEY.match(member)
+            key, ext = (m.group(1), m.group(2).lower()) if m else (member, "")
+            if not groups or groups[-1][0] != key:
+                groups.append((key, {}))
+            groups[-1][1][ext] = (offset, size)
+        for key, g in groups:
+            ident = f"{name}/{key}"
+            if ident in seen:
+                out.skipped.append((f"{ident} (again)", SkipReason.DUPLICATE_PATH, "this key appears twice in the tar"))
+                continue
+            seen.add(ident)
+            image = next((e for e in image_exts if e in g), None)
+            meta: Any = None
+            if "json" in g and g["json"][1] <= _SMALL:
+                try:
+                    meta = json.loads(_read(url, *g["json"], **storage_options))
+                except ValueError:
+                    meta = None
+            extra = {k: v for k, v in meta.items() if k not in RESERVED_FIELDS} if isinstance(meta, dict) else {}
+            label: Any = None
+            if opts.label_json_field is not None:
+                label = extra.pop(opts.label_json_field, None)
+            elif opts.label_key.lower() in g and g[opts.label_key.lower()][1] <= _SMALL:
+                label = _read(url, *g[opts.label_key.lower()], **storage_options).decode("utf-8", "replace").strip()
+            if image is None:
+                exts = ", ".join("." + e for e in sorted(g) if e) or "none"
+                out.skipped.append((ident, SkipReason.MISSING_FILE, f"no image member ({opts.image_key}); members: {exts}"))
+            elif label is None or label == "":
+                where = f"field {opts.label_json_field!r} of .json" if opts.label_json_field else f".{opts.label_key}"
+                out.skipped.append((ident, SkipReason.NO_LABEL, f"no label ({where})"))
+            else:
+                found.append((ident, url, *g[image], label, extra))
+    if not found:
+        raise ConvertError(f"{src}: no sample with both an image ({opts.image_key}) and a label")
+    classes, indices, kind = read_labels(src, [(f"sample {f[0]}", f[4]) for f in found], opts.label_type)
+    for (ident, url, offset, size, label, extra), index in zip(found, indices):
+        if index is None:
+            out.skipped.append((ident, SkipReason.BAD_LABEL, f"{label!r} is not a class index (0, 1, ...)"))
+        else:
+            out.files.append(SourceFile(ident, index, size, tar_ref(url, offset, size), extra or None))
+    out.files.sort(key=lambda f: f.relpath)
+    out.skipped.sort()
+    out.class_names = sorted({classes[f.label] for f in out.files})
+    what = "class names" if kind.value == "name" else "class indices"
+    return Source(
+        root=src, classes=classes, splits=[out], nested=False, reader=Reader("", storage_options),
+        notes=[f"{len(urls)} tars; labels read as {what} (--label-type {kind.value}): {len(classes)} classes"],
+    )
+
