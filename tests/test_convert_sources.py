@@ -53,7 +53,7 @@ def _write_csv(path: str, header: list[str], rows: list[list], delimiter: str = 
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(["convert", *argv, "--quiet", "--workers", "1"])
+    rc = main(["convert", *argv, "--quiet", *([] if "--workers" in argv else ["--workers", "1"])])
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -340,3 +340,43 @@ def test_webdataset_tars_on_s3(tmp_path, s3):
     convert(pattern, str(tmp_path / "local"), opts, workers=1, quiet=True)
     convert(f"s3://{bucket}/in/part-{{0..1}}.tar", str(tmp_path / "remote"), opts, workers=1, quiet=True, storage_options=so)
     assert _shards(str(tmp_path / "local")) == _shards(str(tmp_path / "remote"))
+
+
+def _hf_dataset(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    images = [_jpeg(i % 3, i) for i in range(7)] + [_jpeg(0, 50, "PNG")]
+    labels = [i % 3 for i in range(7)] + [-1]  # -1: no label in a ClassLabel
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["zebra", "ant", "moth"]),
+                                  "caption": datasets.Value("string")})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in images], "label": labels,
+                                     "caption": [f"c{i}" for i in range(8)]}, features=features)
+    return datasets, ds, images
+
+
+def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys):
+    datasets, ds, images = _hf_dataset(tmp_path)
+    path = str(tmp_path / "hfds")
+    ds.save_to_disk(path)
+    dest = str(tmp_path / "out")
+    rc, out, err = _cli(capsys, f"hf:{path}", dest, "--shard-size", "3", "--short-side", "16", "--workers", "2")
+    assert rc == 0, err
+    assert "3 classes from the ClassLabel feature 'label'" in out
+    m = load_manifest(dest)
+    assert m.classes == ["zebra", "ant", "moth"] and m.class_counts == [3, 2, 2]  # ClassLabel order, not sorted
+    assert [(s.path, s.reason) for s in m.skipped] == [("row-00000007", "no_label")]
+    samples = _samples(dest)
+    assert {g["json"]["path"]: (g["cls"], g["json"]["caption"]) for g in samples.values()} == {
+        f"row-{i:08d}": (i % 3, f"c{i}") for i in range(7)}
+    # the object API and a DatasetDict (two splits), same samples for the same rows
+    convert(ds, str(tmp_path / "obj"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
+    assert _samples(str(tmp_path / "obj")) == samples
+    dd = datasets.DatasetDict({"train": ds.select(range(5)), "validation": ds.select(range(5, 8))})
+    r = convert(dd, str(tmp_path / "dd"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
+    assert sorted(s.split for s in r.splits) == ["train", "validation"]
+    assert load_manifest(str(tmp_path / "dd" / "validation")).num_samples == 2
+    rc, _, err = _cli(capsys, f"hf:{path}", str(tmp_path / "x"), "--image-col", "img")
+    assert rc == 2 and "no column 'img' (--image-col); its columns are: image, label, caption" in err
+    ds.to_parquet(str(tmp_path / "d.parquet"))
+    rc, _, err = _cli(capsys, f"hf:{tmp_path / 'd.parquet'}", str(tmp_path / "pq"), "--shard-size", "3", "--short-side", "16")
+    assert rc == 0, err
+    assert _samples(str(tmp_path / "pq")) == samples
