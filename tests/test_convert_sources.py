@@ -380,3 +380,61 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys):
     rc, _, err = _cli(capsys, f"hf:{tmp_path / 'd.parquet'}", str(tmp_path / "pq"), "--shard-size", "3", "--short-side", "16")
     assert rc == 0, err
     assert _samples(str(tmp_path / "pq")) == samples
+
+
+def test_info_and_verify_accept_every_source_kind(tmp_path):
+    from shardkit.inspect import info, verify
+
+    pattern, _, _ = _make_tars(str(tmp_path / "in"))
+    convert(pattern, str(tmp_path / "copy"), ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=4),
+            workers=1, quiet=True)
+    root, rows, _ = _odd_listing_data(tmp_path)
+    listing = _write_csv(str(tmp_path / "l.csv"), ["path", "label", "part", "photographer"], rows)
+    convert(listing, str(tmp_path / "list"), ConvertOptions(image=IMG, shard_size=4, source=SourceOptions(root=root, split_col="part")),
+            workers=1, quiet=True)
+    for d, splits in (("copy", 1), ("list", 2)):
+        report = verify(str(tmp_path / d), quiet=True)
+        assert report.ok, report.problems
+        assert len(info(str(tmp_path / d))) == splits
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_listing_conversion_killed_then_rerun_is_byte_identical(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import numpy as np
+
+    root = str(tmp_path / "imgs")
+    os.makedirs(root)
+    base = np.asarray(make_image(1, 0, (480, 360)))
+    rows = []
+    for i in range(80):
+        Image.fromarray(np.clip(base.astype(np.int16) + i % 7, 0, 255).astype(np.uint8)).save(f"{root}/{i:03d}.jpg", quality=90)
+        rows.append([f"{i:03d}.jpg", f"c{i % 3}", f"note {i}"])
+    listing = _write_csv(str(tmp_path / "l.csv"), ["path", "label", "note"], rows)
+    args = ["--root", root, "--short-side", "128", "--shard-size", "6", "--workers", "1", "--quiet"]
+    clean = str(tmp_path / "clean")
+    convert(listing, clean, ConvertOptions(image=ImageOptions(short_side=128), shard_size=6, source=SourceOptions(root=root)),
+            workers=1, quiet=True)
+    dest = str(tmp_path / "dest")
+    proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", listing, dest, *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(dest, "train-000001.tar")) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert not os.path.exists(os.path.join(dest, "manifest.json")), "the conversion finished before the kill"
+    done = subprocess.run([sys.executable, "-m", "shardkit", "convert", listing, dest, *args],
+                          check=True, timeout=120, capture_output=True, text=True)
+    assert "kept" in done.stdout
+    assert tree_digests(dest) == tree_digests(clean)
