@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from shardkit.cli import build_parser, main
-from shardkit.convert import ConvertOptions, ImageOptions, convert
+from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
 from shardkit.errors import ConvertError
 from shardkit.manifest import load_manifest
 from shardkit.sampledata import make_imagefolder
@@ -142,6 +142,9 @@ def test_refusal_of_a_different_conversion_says_what_differs(tmp_path):
     convert(src, dest, OPTS, workers=1, quiet=True)
     with pytest.raises(ConvertError, match=r"different conversion \(--seed was 7, now 8\); pass --overwrite"):
         convert(src, dest, ConvertOptions(image=OPTS.image, shard_size=8, seed=8), workers=1, quiet=True)
+    with pytest.raises(ConvertError, match=r"\(--copy was the default, now True; --label-regex was the default, now '\(\.\)'; classes differ"):
+        convert(src, dest, ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=8, seed=7,
+                                          source=SourceOptions(label_regex="(.)")), workers=1, quiet=True)
     cls = sorted(os.listdir(src))[0]
     extra = os.path.join(src, cls, "zz_new.jpg")
     with open(extra, "wb") as f:

@@ -25,6 +25,8 @@ from .options import SourceOptions
 from .source import Reader, Source, SourceFile, SplitSource, read_labels
 
 _REF = "hf:"
+#: ``Value`` dtypes kept in the sample's ``.json`` (others, e.g. timestamps, are not JSON values)
+_JSON_DTYPES = ("string", "large_string", "bool", "int", "uint", "float")
 
 
 def _load(path: str) -> Any:
@@ -105,7 +107,7 @@ def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
         part = part.cast_column(opts.image_col, datasets.Image(decode=False))
         sizes = _byte_sizes(part, opts.image_col)
         extra_cols = [c for c, f in part.features.items() if c not in (opts.image_col, opts.label_col)
-                      and isinstance(f, datasets.Value) and c not in RESERVED_FIELDS]
+                      and isinstance(f, datasets.Value) and f.dtype.startswith(_JSON_DTYPES) and c not in RESERVED_FIELDS]
         table = part.select_columns([opts.label_col, *extra_cols]).to_dict()
         labels = table.pop(opts.label_col)
         for i, label in enumerate(labels):

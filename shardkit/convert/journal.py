@@ -83,11 +83,21 @@ class Plan:
             raise ConvertError(f"{url}: unreadable conversion plan ({exc}); rerun with --overwrite") from None
 
 
+#: manifest option fields that are derived or identities, not options (not compared by :func:`differences`)
+_DERIVED = frozenset({"samples_per_shard", "encoder", "input_sha256", "fingerprint"})
+
+
 def differences(old: Plan, new: Plan) -> list[str]:
     """What makes ``new`` a different conversion from ``old``, in words (options as their CLI names)."""
+
+    def flat(options: dict[str, Any]) -> dict[str, Any]:  # {"source": {"path_col": ...}} -> {"path_col": ...}
+        return {**{k: v for k, v in options.items() if k != "source"}, **(options.get("source") or {})}
+
+    was, now = flat(old.options), flat(new.options)
+    keys = [k for k in now if k not in _DERIVED] + sorted(k for k in was if k not in now and k not in _DERIVED)
     out = [
-        f"--{k.replace('_', '-')} was {old.options.get(k)!r}, now {v!r}"
-        for k, v in new.options.items() if old.options.get(k) != v
+        f"--{k.replace('_', '-')} was {repr(was[k]) if k in was else 'the default'}, now {repr(now[k]) if k in now else 'the default'}"
+        for k in keys if was.get(k) != now.get(k)
     ]
     if old.split != new.split:
         out.append(f"split was {old.split!r}, now {new.split!r}")
