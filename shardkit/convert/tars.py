@@ -53,18 +53,28 @@ def expand(src: str) -> list[str]:
     return list(braceexpand(src))
 
 
-def _members(url: str, **storage_options: Any) -> list[tuple[str, int, int]]:
-    """``(name, data offset, size)`` of each regular file in the tar at ``url``."""
+def _members(url: str, small: frozenset[str], **storage_options: Any) -> list[tuple[str, str, int, int, bytes | None]]:
+    """``(key, extension, data offset, size, content)`` of each regular file in the tar at ``url``, in order;
+    content only for extensions in ``small`` (labels, metadata) up to :data:`_SMALL` bytes.
+
+    One open file serves headers and small members, so a remote tar is read in a few large requests.
+    """
+    out = []
     with storage.open_read(url, **storage_options) as f:
         try:
             with tarfile.open(fileobj=f, mode="r:") as tf:
-                return [(m.name, m.offset_data, m.size) for m in tf.getmembers() if m.isfile()]
+                members = [m for m in tf.getmembers() if m.isfile()]
         except tarfile.TarError as exc:
             raise ConvertError(f"{url}: not a readable tar ({exc}); check the file, or leave it out of SRC") from None
-
-
-def _read(url: str, offset: int, size: int, **storage_options: Any) -> bytes:
-    return Reader("", storage_options).read("", tar_ref(url, offset, size))
+        for m in members:
+            km = _KEY.match(m.name)
+            key, ext = (km.group(1), km.group(2).lower()) if km else (m.name, "")
+            data = None
+            if ext in small and m.size <= _SMALL:
+                f.seek(m.offset_data)
+                data = f.read(m.size)
+            out.append((key, ext, m.offset_data, m.size, data))
+    return out
 
 
 def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_options: Any) -> Source:
@@ -78,18 +88,18 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
     prefix = posixpath.commonprefix(urls)
     base = prefix[: prefix.rfind("/") + 1]  # the folder the tars share
     image_exts = [e.strip().lower() for e in opts.image_key.split(";") if e.strip()]
+    label_ext = opts.label_key.lower()
+    small = frozenset({"json", label_ext})
     out = SplitSource(name=split, directory=src, files=[])
     found: list[tuple[str, str, int, int, Any, dict[str, Any]]] = []  # identity, url, offset, size, label, extra
     seen: set[str] = set()
     for url in urls:
         name = url[len(base):]
-        groups: list[tuple[str, dict[str, tuple[int, int]]]] = []
-        for member, offset, size in _members(url, **storage_options):
-            m = _KEY.match(member)
-            key, ext = (m.group(1), m.group(2).lower()) if m else (member, "")
+        groups: list[tuple[str, dict[str, tuple[int, int, bytes | None]]]] = []
+        for key, ext, offset, size, data in _members(url, small, **storage_options):
             if not groups or groups[-1][0] != key:
                 groups.append((key, {}))
-            groups[-1][1][ext] = (offset, size)
+            groups[-1][1][ext] = (offset, size, data)
         for key, g in groups:
             ident = f"{name}/{key}"
             if ident in seen:
@@ -98,17 +108,17 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
             seen.add(ident)
             image = next((e for e in image_exts if e in g), None)
             meta: Any = None
-            if "json" in g and g["json"][1] <= _SMALL:
+            if "json" in g and g["json"][2] is not None:
                 try:
-                    meta = json.loads(_read(url, *g["json"], **storage_options))
+                    meta = json.loads(g["json"][2])
                 except ValueError:
                     meta = None
             extra = {k: v for k, v in meta.items() if k not in RESERVED_FIELDS} if isinstance(meta, dict) else {}
             label: Any = None
             if opts.label_json_field is not None:
                 label = extra.pop(opts.label_json_field, None)
-            elif opts.label_key.lower() in g and g[opts.label_key.lower()][1] <= _SMALL:
-                label = _read(url, *g[opts.label_key.lower()], **storage_options).decode("utf-8", "replace").strip()
+            elif label_ext in g and g[label_ext][2] is not None:
+                label = g[label_ext][2].decode("utf-8", "replace").strip()  # type: ignore[union-attr]
             if image is None:
                 exts = ", ".join("." + e for e in sorted(g) if e) or "none"
                 out.skipped.append((ident, SkipReason.MISSING_FILE, f"no image member ({opts.image_key}); members: {exts}"))
@@ -116,7 +126,7 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
                 where = f"field {opts.label_json_field!r} of .json" if opts.label_json_field else f".{opts.label_key}"
                 out.skipped.append((ident, SkipReason.NO_LABEL, f"no label ({where})"))
             else:
-                found.append((ident, url, *g[image], label, extra))
+                found.append((ident, url, g[image][0], g[image][1], label, extra))
     if not found:
         raise ConvertError(f"{src}: no sample with both an image ({opts.image_key}) and a label")
     classes, indices, kind = read_labels(src, [(f"sample {f[0]}", f[4]) for f in found], opts.label_type)
