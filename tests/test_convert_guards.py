@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import tarfile
 
 import pytest
+
+from helpers import split_samples
 
 from shardkit.cli import build_parser, main
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
@@ -23,16 +24,7 @@ def _src(path, **kw) -> str:
 
 def _paths(dest: str) -> dict[str, int]:
     """``{source path: label}`` of every sample in the split at ``dest``."""
-    m = load_manifest(dest)
-    out: dict[str, int] = {}
-    for i in range(len(m.shards)):
-        with tarfile.open(m.shard_url(i)) as tf:
-            for mem in tf.getmembers():
-                if mem.name.endswith(".json"):
-                    meta = json.loads(tf.extractfile(mem).read())
-                    assert meta["path"] not in out
-                    out[meta["path"]] = m.classes.index(meta["class"])
-    return out
+    return {g["json"]["path"]: g["cls"] for g in split_samples(dest).values()}
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:

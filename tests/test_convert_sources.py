@@ -15,7 +15,7 @@ import tarfile
 import pytest
 from PIL import Image
 
-from helpers import tree_digests
+from helpers import kill_when, split_samples, tree_digests
 from shardkit.cli import main
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert, merge
 from shardkit.errors import ConvertError
@@ -23,21 +23,6 @@ from shardkit.manifest import load_manifest
 from shardkit.sampledata import make_image, make_imagefolder
 
 IMG = ImageOptions(short_side=16)
-
-
-def _samples(split_dir: str) -> dict[str, dict]:
-    """``{key: {"cls", "json", "jpg"}}`` of every sample in the split at ``split_dir``."""
-    m = load_manifest(split_dir)
-    out: dict[str, dict] = {}
-    for i in range(len(m.shards)):
-        with tarfile.open(m.shard_url(i)) as tf:
-            for mem in tf.getmembers():
-                key, ext = mem.name.split(".", 1)
-                out.setdefault(key, {})[ext] = tf.extractfile(mem).read()
-    for g in out.values():
-        g["json"] = json.loads(g["json"])
-        g["cls"] = int(g["cls"])
-    return out
 
 
 def _shards(dest: str) -> dict[str, str]:
@@ -58,7 +43,7 @@ def _cli(capsys, *argv: str) -> tuple[int, str, str]:
     return rc, out, err
 
 
-def test_imagefolder_and_equivalent_csv_convert_to_identical_samples(tmp_path):
+def test_imagefolder_and_equivalent_csv_convert_to_identicalsplit_samples(tmp_path):
     src = make_imagefolder(str(tmp_path / "src"), num_classes=3, per_class=4, seed=2)
     rows = [[f"{c}/{f}", c] for c in sorted(os.listdir(src)) for f in sorted(os.listdir(os.path.join(src, c)))]
     listing = _write_csv(str(tmp_path / "train.csv"), ["path", "label"], rows)
@@ -67,7 +52,7 @@ def test_imagefolder_and_equivalent_csv_convert_to_identical_samples(tmp_path):
     r = convert(listing, str(tmp_path / "b"), ConvertOptions(image=IMG, shard_size=5, seed=1, source=SourceOptions(root=src)),
                 workers=1, quiet=True)
     assert r.notes == ["labels read as class names (--label-type name): 3 classes"]
-    assert _samples(str(tmp_path / "a")) == _samples(str(tmp_path / "b"))
+    assert split_samples(str(tmp_path / "a")) == split_samples(str(tmp_path / "b"))
     assert _shards(str(tmp_path / "a")) == _shards(str(tmp_path / "b"))  # even the shard bytes
     assert load_manifest(str(tmp_path / "a")).classes == load_manifest(str(tmp_path / "b")).classes
 
@@ -120,7 +105,7 @@ def test_listing_with_odd_rows_every_row_accounted(tmp_path, kind):
     dest = str(tmp_path / "out")
     r = convert(listing, dest, opts, workers=1, quiet=True)
     assert r.complete and sorted(s.split for s in r.splits) == ["train", "val"]
-    samples = {s: _samples(os.path.join(dest, s)) for s in ("train", "val")}
+    samples = {s: split_samples(os.path.join(dest, s)) for s in ("train", "val")}
     got = {g["json"]["path"]: (s, g["json"]["class"], g["json"]["photographer"]) for s in samples for g in samples[s].values()}
     expected = {}
     for p, label, part, who in rows:
@@ -153,7 +138,7 @@ def test_listing_index_labels_and_bad_labels(tmp_path, capsys):
     assert "labels read as class indices (--label-type index): 3 classes" in out
     m = load_manifest(dest)
     assert m.classes == ["0", "1", "2"] and m.class_counts == [2, 2, 2]
-    assert all(g["cls"] == files.index(g["json"]["path"]) % 3 for g in _samples(dest).values())
+    assert all(g["cls"] == files.index(g["json"]["path"]) % 3 for g in split_samples(dest).values())
     # mixed names and indices: refused in one line, naming both
     mixed = _write_csv(str(tmp_path / "mixed.csv"), ["path", "label"], [[files[0], "3"], [files[1], "cat"]])
     rc, _, err = _cli(capsys, mixed, str(tmp_path / "m"), "--root", root)
@@ -198,7 +183,7 @@ def test_label_regex_on_a_flat_folder(tmp_path, capsys):
     m = load_manifest(dest)
     assert m.classes == ["cat", "dog"] and m.class_counts == [4, 4]
     assert {s.path: s.reason for s in m.skipped} == {"bird.1.jpg": "no_label", "notes.txt": "not_an_image"}
-    for g in _samples(dest).values():
+    for g in split_samples(dest).values():
         assert g["json"]["class"] == g["json"]["path"].split("/")[-1].split(".")[0] == m.classes[g["cls"]]
     rc, _, err = _cli(capsys, src, str(tmp_path / "x"), "--label-regex", r"^cat|dog\.")
     assert rc == 2 and "has no capture group" in err
@@ -218,14 +203,14 @@ def test_val_fraction_is_stratified_exact_and_deterministic(tmp_path):
     val = load_manifest(str(tmp_path / "o1" / "val"))
     train = load_manifest(str(tmp_path / "o1" / "train"))
     assert val.class_counts == [3, 2, 0] and train.class_counts == [7, 3, 1]  # round(0.3 * n) per class
-    paths = [g["json"]["path"] for d in ("train", "val") for g in _samples(str(tmp_path / "o1" / d)).values()]
+    paths = [g["json"]["path"] for d in ("train", "val") for g in split_samples(str(tmp_path / "o1" / d)).values()]
     assert sorted(paths) == sorted(f"{c}/{i}.jpg" for c, n in (("a", 10), ("b", 5), ("c", 1)) for i in range(n))
     convert(src, str(tmp_path / "o2"), opts, workers=2, quiet=True)
     assert tree_digests(str(tmp_path / "o1")) == tree_digests(str(tmp_path / "o2"))
     other = convert(src, str(tmp_path / "o3"), ConvertOptions(image=IMG, shard_size=4, seed=6, val_fraction=0.3), workers=1, quiet=True)
     assert other.complete
-    assert {g["json"]["path"] for g in _samples(str(tmp_path / "o3" / "val")).values()} != {
-        g["json"]["path"] for g in _samples(str(tmp_path / "o1" / "val")).values()}
+    assert {g["json"]["path"] for g in split_samples(str(tmp_path / "o3" / "val")).values()} != {
+        g["json"]["path"] for g in split_samples(str(tmp_path / "o1" / "val")).values()}
     splits = make_imagefolder(str(tmp_path / "sp"), num_classes=2, per_class=2, splits={"train": 2, "val": 1})
     with pytest.raises(ConvertError, match="--val-fraction needs a source with one split"):
         convert(splits, str(tmp_path / "o4"), opts, workers=1, quiet=True)
@@ -252,7 +237,7 @@ def test_listing_and_images_on_s3(tmp_path, s3):
     shutil.copy(listing, os.path.join(src, "..", "list2.csv"))
     convert(os.path.join(src, "..", "list2.csv"), local, ConvertOptions(image=IMG, shard_size=4, seed=1, source=SourceOptions(root=src)),
             workers=1, quiet=True)
-    assert _samples(dest) == _samples(local)
+    assert split_samples(dest) == split_samples(local)
 
 
 def _tar(path: str, members: list[tuple[str, bytes]]) -> str:
@@ -305,7 +290,7 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
     assert r.notes == ["2 tars; labels read as class indices (--label-type index): 2 classes"]
     m = load_manifest(dest)
     assert {s.path: s.reason for s in m.skipped} == skips
-    samples = _samples(dest)
+    samples = split_samples(dest)
     assert {g["json"]["path"]: g["cls"] for g in samples.values()} == {k: v[0] for k, v in good.items()}
     assert all(g["json"]["caption"] == "c" + g["json"]["path"].split("/")[-1] for g in samples.values() if "png" not in g["json"]["path"])
     convert(pattern, str(tmp_path / "w2"), opts, workers=2, quiet=True)
@@ -313,7 +298,7 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
     # --copy keeps JPEG bytes as they are; the PNG is converted
     copy = ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=4, seed=3)
     convert(pattern, str(tmp_path / "copy"), copy, workers=1, quiet=True)
-    for g in _samples(str(tmp_path / "copy")).values():
+    for g in split_samples(str(tmp_path / "copy")).values():
         src = good[g["json"]["path"]][1]
         assert (g["jpg"] == src) == (not g["json"]["path"].endswith("png1"))
         assert Image.open(__import__("io").BytesIO(g["jpg"])).format == "JPEG"
@@ -324,7 +309,7 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
                 workers=1, quiet=True)
     m = load_manifest(str(tmp_path / "named"))
     assert m.classes == ["cat", "dog"] and [(s.path, s.reason) for s in m.skipped] == [("named.tar/c", "no_label")]
-    assert {g["json"]["path"]: (g["cls"], g["json"].get("k")) for g in _samples(str(tmp_path / "named")).values()} == {
+    assert {g["json"]["path"]: (g["cls"], g["json"].get("k")) for g in split_samples(str(tmp_path / "named")).values()} == {
         "named.tar/a": (1, 1), "named.tar/b": (0, None)}
     rc, _, err = _cli(capsys, str(tmp_path / "in" / "nothing-{0..3}.tar"), str(tmp_path / "x"))
     assert rc == 2 and "matches no tar" in err and len(err.strip().splitlines()) == 1
@@ -364,12 +349,12 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys):
     m = load_manifest(dest)
     assert m.classes == ["zebra", "ant", "moth"] and m.class_counts == [3, 2, 2]  # ClassLabel order, not sorted
     assert [(s.path, s.reason) for s in m.skipped] == [("row-00000007", "no_label")]
-    samples = _samples(dest)
+    samples = split_samples(dest)
     assert {g["json"]["path"]: (g["cls"], g["json"]["caption"]) for g in samples.values()} == {
         f"row-{i:08d}": (i % 3, f"c{i}") for i in range(7)}
     # the object API and a DatasetDict (two splits), same samples for the same rows
     convert(ds, str(tmp_path / "obj"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
-    assert _samples(str(tmp_path / "obj")) == samples
+    assert split_samples(str(tmp_path / "obj")) == samples
     dd = datasets.DatasetDict({"train": ds.select(range(5)), "validation": ds.select(range(5, 8))})
     r = convert(dd, str(tmp_path / "dd"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
     assert sorted(s.split for s in r.splits) == ["train", "validation"]
@@ -379,7 +364,7 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys):
     ds.to_parquet(str(tmp_path / "d.parquet"))
     rc, _, err = _cli(capsys, f"hf:{tmp_path / 'd.parquet'}", str(tmp_path / "pq"), "--shard-size", "3", "--short-side", "16")
     assert rc == 0, err
-    assert _samples(str(tmp_path / "pq")) == samples
+    assert split_samples(str(tmp_path / "pq")) == samples
 
 
 def test_info_and_verify_accept_every_source_kind(tmp_path):
@@ -401,10 +386,8 @@ def test_info_and_verify_accept_every_source_kind(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_listing_conversion_killed_then_rerun_is_byte_identical(tmp_path):
-    import signal
     import subprocess
     import sys
-    import time
 
     import numpy as np
 
@@ -423,16 +406,7 @@ def test_listing_conversion_killed_then_rerun_is_byte_identical(tmp_path):
     dest = str(tmp_path / "dest")
     proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", listing, dest, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(os.path.join(dest, "train-000001.tar")) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+    assert kill_when(proc, lambda: os.path.exists(os.path.join(dest, "train-000001.tar")), 60), "no shard appeared"
     assert not os.path.exists(os.path.join(dest, "manifest.json")), "the conversion finished before the kill"
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", listing, dest, *args],
                           check=True, timeout=120, capture_output=True, text=True)
