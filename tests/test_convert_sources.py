@@ -295,6 +295,15 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
     assert all(g["json"]["caption"] == "c" + g["json"]["path"].split("/")[-1] for g in samples.values() if "png" not in g["json"]["path"])
     convert(pattern, str(tmp_path / "w2"), opts, workers=2, quiet=True)
     assert tree_digests(dest) == tree_digests(str(tmp_path / "w2"))
+    for i in (1, 0):
+        convert(pattern, str(tmp_path / "t2"), opts, workers=1, quiet=True, num_tasks=2, task_index=i)
+    merge(str(tmp_path / "t2"))
+    assert tree_digests(dest) == tree_digests(str(tmp_path / "t2"))
+    # re-sharding tars into a DEST below them is fine; into the folder that holds them is refused (--overwrite would delete them)
+    assert convert(pattern, str(tmp_path / "in" / "resharded"), opts, workers=1, quiet=True).complete
+    with pytest.raises(ConvertError, match="SRC is inside DEST"):
+        convert(pattern, str(tmp_path / "in"), opts, workers=1, quiet=True, overwrite=True)
+    assert sorted(f for f in os.listdir(tmp_path / "in") if f.endswith(".tar")) == ["part-0.tar", "part-1.tar"]
     # --copy keeps JPEG bytes as they are; the PNG is converted
     copy = ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=4, seed=3)
     convert(pattern, str(tmp_path / "copy"), copy, workers=1, quiet=True)

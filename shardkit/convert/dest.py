@@ -3,6 +3,8 @@
 * :func:`check_overlap`: a local DEST inside SRC (or SRC inside DEST) is
   refused. Discovering DEST's shards as a class or split on the next run
   would relabel the data, so this is refused rather than guessed around.
+  Tars given by name may hold DEST below them, but not lie inside DEST
+  (``--overwrite`` would delete them).
 * :func:`dest_lock`: while a conversion task runs, it holds an exclusive
   ``flock`` on ``DEST/.shardkit-task<I>.lock``, a file holding its pid and
   host. A second conversion of the same task index (a rerun started while the
@@ -30,12 +32,13 @@ def _inside(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
 
 
-def check_overlap(src: str, dest: str) -> None:
-    """:class:`ConvertError` if ``dest`` is ``src``, inside it, or contains it (local paths only)."""
+def check_overlap(src: str, dest: str, *, dest_in_src: bool = True) -> None:
+    """:class:`ConvertError` if ``dest`` is ``src``, inside it (unless not ``dest_in_src``: for sources that are
+    listed, not walked), or contains it (local paths only)."""
     if not storage.is_local(dest):
         return
     s, d = os.path.realpath(src), os.path.realpath(storage.local_path(dest))
-    if _inside(d, s):
+    if dest_in_src and _inside(d, s):
         raise ConvertError(
             f"{dest}: DEST is inside SRC {src} (its shards would be read as input on the next run); choose a DEST outside SRC"
         )

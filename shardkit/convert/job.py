@@ -352,7 +352,7 @@ def convert(
     plan.task_shards(0, num_tasks, task_index)  # validates
     source = discover(src, options, **so)
     if source.local_dir is not None:
-        check_overlap(source.local_dir, dest)
+        check_overlap(source.local_dir, dest, dest_in_src=source.walked)
     for s in source.splits:
         failed = [(p, r, d) for p, r, d in s.skipped if r not in NOT_CANDIDATES]
         if options.strict and failed:

@@ -152,6 +152,7 @@ class Source:
         reader: reads items' bytes.
         notes: facts the summary should tell (e.g. how labels were read).
         local_dir: a local folder SRC lives in (checked against DEST), if any.
+        walked: ``local_dir`` is walked to find the items (then DEST may not be inside it either).
     """
 
     root: str
@@ -161,6 +162,7 @@ class Source:
     reader: Reader
     notes: list[str] = field(default_factory=list)
     local_dir: str | None = None
+    walked: bool = True
 
 
 def carve_val(source: Source, fraction: float, seed: int, val_name: str = "val") -> None:

@@ -25,6 +25,7 @@ scanning; images are read by byte range when encoded.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import re
 import tarfile
@@ -139,8 +140,10 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
     out.skipped.sort()
     out.class_names = sorted({classes[f.label] for f in out.files})
     what = "class names" if kind.value == "name" else "class indices"
+    local = [storage.local_path(u) for u in urls if storage.is_local(u)]
     return Source(
         root=src, classes=classes, splits=[out], nested=False, reader=Reader("", storage_options),
+        local_dir=os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in local]) if local else None, walked=False,
         notes=[f"{len(urls)} tars; labels read as {what} (--label-type {kind.value}): {len(classes)} classes"],
     )
 
