@@ -163,6 +163,11 @@ def test_bad_listings_are_one_line_errors(tmp_path, capsys):
     bad.write_text('{"path": "a.jpg", "label": "x"}\n{oops\n')
     rc, _, err = _cli(capsys, str(bad), str(tmp_path / "o"))
     assert rc == 2 and "line 2 is not valid JSON" in err
+    for opt in (["--label-regex", "(a)"], ["--image-key", "png"], ["--layout", "splits"]):
+        rc, _, err = _cli(capsys, listing, str(tmp_path / "o"), *opt)
+        assert rc == 2 and f"{opt[0]} does not apply to this SRC (a listing file)" in err
+    rc, _, err = _cli(capsys, str(tmp_path), str(tmp_path / "o"), "--split-col", "s")
+    assert rc == 2 and "--split-col does not apply to this SRC (a folder)" in err
     rc, _, err = _cli(capsys, str(tmp_path / "nope.csv"), str(tmp_path / "o"))
     assert rc == 2 and "nope.csv" in err and "not found" in err
     for e in (err,):

@@ -258,6 +258,16 @@ def scan_regex(src: str, pattern: str, split: str = "train") -> Source:
     )
 
 
+#: the :class:`SourceOptions` fields each kind of SRC uses (others must keep their defaults)
+_APPLIES = {
+    "folder": {"label_regex"},
+    "listing": {"path_col", "label_col", "split_col", "root", "label_type"},
+    "tars": {"image_key", "label_key", "label_json_field", "label_type"},
+    "hf": {"image_col", "label_col", "label_type"},
+}
+_KIND_NAMES = {"folder": "folder", "listing": "listing file", "tars": "set of WebDataset tars", "hf": "Hugging Face dataset"}
+
+
 def discover(src: Any, options: "ConvertOptions", **storage_options: Any) -> Source:
     """The :class:`Source` for SRC of any kind: a listing file, ``hf:PATH`` or a ``datasets.Dataset``,
     WebDataset tars, a folder with ``label_regex``, or class folders; then ``val_fraction`` is applied.
@@ -266,19 +276,23 @@ def discover(src: Any, options: "ConvertOptions", **storage_options: Any) -> Sou
     from .tars import is_tar_source, scan_tars
 
     so = options.source
-    if not isinstance(src, str):
+    kind = "hf" if not isinstance(src, str) or src.startswith("hf:") else (
+        "listing" if is_listing(src) else "tars" if is_tar_source(src) else "folder")
+    unused = sorted(set(so.recorded()) - _APPLIES[kind])
+    if unused or (options.layout != Layout.AUTO and kind != "folder"):
+        flag = "--" + (unused[0] if unused else "layout").replace("_", "-")
+        raise ConvertError(f"{flag} does not apply to this SRC (a {_KIND_NAMES[kind]}); leave it out")
+    if kind == "hf":
         from .hf import scan_hf
 
-        source = scan_hf(src, so, options.split)
-    elif src.startswith("hf:"):
-        from .hf import scan_hf
-
-        source = scan_hf(src[3:], so, options.split)
-    elif is_listing(src):
+        source = scan_hf(src[3:] if isinstance(src, str) else src, so, options.split)
+    elif kind == "listing":
         source = scan_listing(src, so, options.split, **storage_options)
-    elif is_tar_source(src):
+    elif kind == "tars":
         source = scan_tars(src, so, options.split, **storage_options)
     elif so.label_regex is not None:
+        if options.layout != Layout.AUTO:
+            raise ConvertError("--layout does not apply with --label-regex (the regex gives the classes); leave it out")
         source = scan_regex(src, so.label_regex, options.split)
     else:
         source = scan(src, options.layout, options.split)

@@ -19,7 +19,8 @@ tars share. Per sample:
 * a key that appears again later in the tars is ``duplicate_path``.
 
 Only member headers and the small label/metadata members are read while
-scanning; images are read by byte range when encoded.
+scanning (:data:`SCAN_THREADS` tars at a time; a remote tar is read in large
+blocks, so about its size), and images again by byte range when encoded.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from .source import Reader, Source, SourceFile, SplitSource, read_labels, tar_re
 
 _KEY = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's base_plus_ext
 _SMALL = 1 << 20  # label / metadata members larger than this are not read
+#: tars scanned at once (their headers and small members; I/O bound, so threads)
+SCAN_THREADS = 8
 
 
 def is_tar_source(src: str) -> bool:
@@ -94,10 +97,15 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
     out = SplitSource(name=split, directory=src, files=[])
     found: list[tuple[str, str, int, int, Any, dict[str, Any]]] = []  # identity, url, offset, size, label, extra
     seen: set[str] = set()
-    for url in urls:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(SCAN_THREADS) as pool:  # tars are scanned concurrently, results taken in order
+        listed = pool.map(lambda u: _members(u, small, **storage_options), urls)
+        scanned = list(zip(urls, listed))
+    for url, members in scanned:
         name = url[len(base):]
         groups: list[tuple[str, dict[str, tuple[int, int, bytes | None]]]] = []
-        for key, ext, offset, size, data in _members(url, small, **storage_options):
+        for key, ext, offset, size, data in members:
             if not groups or groups[-1][0] != key:
                 groups.append((key, {}))
             groups[-1][1][ext] = (offset, size, data)
