@@ -343,12 +343,12 @@ def test_webdataset_tars_on_s3(tmp_path, s3):
 
 def _hf_dataset(tmp_path):
     datasets = pytest.importorskip("datasets")
-    images = [_jpeg(i % 3, i) for i in range(7)] + [_jpeg(0, 50, "PNG")]
-    labels = [i % 3 for i in range(7)] + [-1]  # -1: no label in a ClassLabel
+    images = [_jpeg(i % 3, i) for i in range(7)] + [_jpeg(0, 50, "PNG"), None]
+    labels = [i % 3 for i in range(7)] + [-1, 1]  # -1: no label in a ClassLabel; the last row has no image
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["zebra", "ant", "moth"]),
                                   "caption": datasets.Value("string")})
-    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in images], "label": labels,
-                                     "caption": [f"c{i}" for i in range(8)]}, features=features)
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} if b else None for b in images], "label": labels,
+                                     "caption": [f"c{i}" for i in range(9)]}, features=features)
     return datasets, ds, images
 
 
@@ -362,14 +362,14 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys):
     assert "3 classes from the ClassLabel feature 'label'" in out
     m = load_manifest(dest)
     assert m.classes == ["zebra", "ant", "moth"] and m.class_counts == [3, 2, 2]  # ClassLabel order, not sorted
-    assert [(s.path, s.reason) for s in m.skipped] == [("row-00000007", "no_label")]
+    assert [(s.path, s.reason) for s in m.skipped] == [("row-00000007", "no_label"), ("row-00000008", "missing_file")]
     samples = split_samples(dest)
     assert {g["json"]["path"]: (g["cls"], g["json"]["caption"]) for g in samples.values()} == {
         f"row-{i:08d}": (i % 3, f"c{i}") for i in range(7)}
     # the object API and a DatasetDict (two splits), same samples for the same rows
     convert(ds, str(tmp_path / "obj"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
     assert split_samples(str(tmp_path / "obj")) == samples
-    dd = datasets.DatasetDict({"train": ds.select(range(5)), "validation": ds.select(range(5, 8))})
+    dd = datasets.DatasetDict({"train": ds.select(range(5)), "validation": ds.select(range(5, 9))})
     r = convert(dd, str(tmp_path / "dd"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
     assert sorted(s.split for s in r.splits) == ["train", "validation"]
     assert load_manifest(str(tmp_path / "dd" / "validation")).num_samples == 2

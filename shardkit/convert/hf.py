@@ -22,7 +22,7 @@ from ..errors import ConvertError
 from .imageproc import SkipReason
 from .listing import RESERVED_FIELDS
 from .options import SourceOptions
-from .source import Reader, Source, SourceFile, SplitSource, read_labels
+from .source import MissingFile, Reader, Source, SourceFile, SplitSource, read_labels
 
 _REF = "hf:"
 #: ``Value`` dtypes kept in the sample's ``.json`` (others, e.g. timestamps, are not JSON values)
@@ -77,8 +77,10 @@ class HFReader(Reader):
         if self.splits is None:
             self.splits = _opened(self.path, self.split, self.image_col)  # type: ignore[arg-type]
         value = self.splits[split][int(row)][self.image_col]
-        if value.get("bytes") is not None:
+        if value and value.get("bytes") is not None:
             return bytes(value["bytes"])
+        if not value or not value.get("path"):
+            raise MissingFile(f"split {split} row {row}: no image")
         return super().read(relpath, value["path"])
 
 
