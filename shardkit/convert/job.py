@@ -14,6 +14,11 @@ single task or by ``shardkit merge``.
 
 Scale-out: task ``i`` of ``K`` converts planned shards ``j % K == i``; every
 task computes the same plan (the pilot is deterministic too).
+
+Sources: :func:`~shardkit.convert.discover.discover` turns any kind of SRC
+into splits of items and a picklable reader (:mod:`shardkit.convert.source`);
+nothing here depends on the kind. Before writing, DEST is checked against SRC
+and locked for this task (:mod:`shardkit.convert.dest`).
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ from ..shardformat import EncodedSample, write_shard
 from . import journal, plan
 from .dest import check_overlap, dest_lock
 from .discover import NOT_CANDIDATES, discover
-from .source import MissingFile, Reader, SplitSource
 from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_thread, process, single_thread
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
+from .source import MissingFile, Reader, SplitSource
 
 #: images per unit of work sent to a worker process
 CHUNK = 16
@@ -323,8 +328,9 @@ def convert(
     Args:
         src: a local folder of class folders (or of split folders, or any folder with
             ``options.source.label_regex``); a ``.csv``/``.tsv``/``.jsonl`` listing (path or
-            URL); ``"hf:PATH"`` or a ``datasets.Dataset`` (see :mod:`shardkit.convert.discover`).
-        dest: local path or fsspec URL; a split-folder SRC gets ``dest/<split>/``.
+            URL); WebDataset tars (a ``.tar`` path, URL or brace pattern); ``"hf:PATH"`` or a
+            ``datasets.Dataset``/``DatasetDict`` (see :func:`shardkit.convert.discover.discover`).
+        dest: local path or fsspec URL; a SRC with several splits gets ``dest/<split>/``.
         options: what to produce (:class:`ConvertOptions`); the same options
             and input always give byte-identical output.
         workers: encoding processes (default: all cores); changes speed only.
@@ -359,25 +365,16 @@ def convert(
             p, r, d = failed[0]
             raise ConvertError(f"{p}: skipped ({r.value}: {d}) and --strict is set")
     jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so) for s in source.splits]
-    with dest_lock(dest, task_index):
-        result = _run_jobs(source.reader, jobs, options, workers, num_tasks, task_index, overwrite, quiet, so, t0)
-    result.notes = list(source.notes)
-    return result
-
-
-def _run_jobs(
-    reader: Reader, jobs: list[SplitJob], options: ConvertOptions, workers: int, num_tasks: int, task_index: int,
-    overwrite: bool, quiet: bool, so: dict[str, Any], t0: float,
-) -> ConvertResult:
-    for job in jobs:
-        job.check_dest(overwrite)
     results = []
-    with Encoder(reader, options.image, workers) as encoder:
+    with dest_lock(dest, task_index):
         for job in jobs:
-            job.ensure_plan(encoder, task_index)
-            owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
-            res = job.run(encoder, owned, quiet)
-            if num_tasks == 1:
-                res.manifest = finalize_split(job.url, **so)
-            results.append(res)
-    return ConvertResult(splits=results, seconds=time.monotonic() - t0)
+            job.check_dest(overwrite)
+        with Encoder(source.reader, options.image, workers) as encoder:
+            for job in jobs:
+                job.ensure_plan(encoder, task_index)
+                owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
+                res = job.run(encoder, owned, quiet)
+                if num_tasks == 1:
+                    res.manifest = finalize_split(job.url, **so)
+                results.append(res)
+    return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
