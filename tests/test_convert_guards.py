@@ -103,6 +103,8 @@ def test_symlinked_class_folders_and_loops_visit_each_real_file_once(tmp_path, c
     os.symlink(os.path.join(src, a), os.path.join(src, "z_alias_of_a"))  # a class folder that is a link to another
     os.symlink(src, os.path.join(src, b, "up"))  # loop: the whole SRC again below b
     os.symlink(os.path.join(src, a), os.path.join(src, a, "self"))  # loop onto itself
+    first_b = sorted(f for f in os.listdir(os.path.join(src, b)) if f.endswith(".jpg"))[0]
+    os.link(os.path.join(src, b, first_b), os.path.join(src, a, "hardlink.jpg"))  # a hard link is a file of its own
     dest = str(tmp_path / "out")
     rc, out, err = _cli(capsys, src, dest, "--shard-size", "8")
     assert rc == 0 and "duplicate_file" in err

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     )
     dup, bad = result.skipped_reasons.get("duplicate_file", 0), result.skipped_reasons.get("bad_name", 0)
     if dup:
-        print(f"warning: {dup} paths lead to a file already converted (symlinks or hard links); each real file is one "
+        print(f"warning: {dup} paths lead through symlinks to a file already converted; each real file is one "
               "sample, the other paths are listed as duplicate_file in the manifest", file=sys.stderr)
     if bad:
         print(f"warning: {bad} files have names that are not valid UTF-8 and were not converted (bad_name in the manifest); "

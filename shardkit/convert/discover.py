@@ -24,8 +24,9 @@ JSON manifest; it is listed there with its undecodable bytes as ``\\xNN``, and a
 class folder with such a name is not a class).
 
 A real file reached by several paths (a symlinked class folder, a symlink
-loop, a hard link) is one sample: the path without a symlink on its way wins,
-else the first in (split, path) order; the others are ``duplicate_file``.
+loop: paths that resolve to the same file; hard links are separate files) is
+one sample: the path without a symlink on its way wins, else the first in
+(split, path) order; the others are ``duplicate_file``.
 :data:`NOT_CANDIDATES` lists the reasons for files that were never meant to be
 samples (``--strict`` ignores them).
 """
@@ -154,7 +155,16 @@ def _add_files(root: str, splits: list[SplitSource], candidates: list[_Candidate
             continue
         groups.setdefault((st.st_dev, st.st_ino), []).append((c, st.st_size))
     root_real = os.path.realpath(root)
-    for group in groups.values():
+    by_path: list[list[tuple[_Candidate, int]]] = []
+    for group in groups.values():  # same inode; the same resolved path is the same file (hard links are not)
+        if len(group) == 1:
+            by_path.append(group)
+            continue
+        real: dict[str, list[tuple[_Candidate, int]]] = {}
+        for c, size in group:
+            real.setdefault(os.path.realpath(c.path), []).append((c, size))
+        by_path.extend(real.values())
+    for group in by_path:
         first = 0
         if len(group) > 1:
             first = min(range(len(group)), key=lambda i: (not _is_real(root_real, group[i][0]), group[i][0].split, group[i][0].rel))
@@ -164,7 +174,7 @@ def _add_files(root: str, splits: list[SplitSource], candidates: list[_Candidate
                 splits[c.split].files.append(SourceFile(c.rel, c.label, size))
             else:
                 where = winner.rel if winner.split == c.split else f"{winner.rel} in split {splits[winner.split].name}"
-                splits[c.split].skipped.append((c.rel, SkipReason.DUPLICATE_FILE, f"the same file as {where} (symlink or hard link)"))
+                splits[c.split].skipped.append((c.rel, SkipReason.DUPLICATE_FILE, f"the same file as {where} (through a symlink)"))
     for split in splits:
         split.files.sort(key=lambda s: s.relpath)
         split.skipped.sort()
