@@ -116,6 +116,9 @@ def test_listing_with_odd_rows_every_row_accounted(tmp_path, kind):
     skipped = {s.path: s.reason for split in ("train", "val") for s in load_manifest(os.path.join(dest, split)).skipped}
     assert skipped == skips
     assert len(got) + len(skipped) == len(rows)  # every row accounted
+    strict = ConvertOptions(image=IMG, shard_size=3, seed=4, source=opts.source, strict=True)
+    with pytest.raises(ConvertError, match=r"--strict"):
+        convert(listing, str(tmp_path / "strict"), strict, workers=1, quiet=True)
     for s in samples.values():
         for key, g in s.items():
             assert g["cls"] == ["cat", "dog"].index(g["json"]["class"])
@@ -399,7 +402,8 @@ def test_info_and_verify_accept_every_source_kind(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_listing_conversion_killed_then_rerun_is_byte_identical(tmp_path):
+@pytest.mark.parametrize("kind", ["listing", "tars"])
+def test_conversion_of_a_listing_or_tars_killed_then_rerun_is_byte_identical(tmp_path, kind):
     import subprocess
     import sys
 
@@ -408,21 +412,27 @@ def test_listing_conversion_killed_then_rerun_is_byte_identical(tmp_path):
     root = str(tmp_path / "imgs")
     os.makedirs(root)
     base = np.asarray(make_image(1, 0, (480, 360)))
-    rows = []
+    rows, members = [], []
     for i in range(80):
         Image.fromarray(np.clip(base.astype(np.int16) + i % 7, 0, 255).astype(np.uint8)).save(f"{root}/{i:03d}.jpg", quality=90)
         rows.append([f"{i:03d}.jpg", f"c{i % 3}", f"note {i}"])
-    listing = _write_csv(str(tmp_path / "l.csv"), ["path", "label", "note"], rows)
-    args = ["--root", root, "--short-side", "128", "--shard-size", "6", "--workers", "1", "--quiet"]
+        members += [(f"{i:03d}.jpg", open(f"{root}/{i:03d}.jpg", "rb").read()), (f"{i:03d}.cls", str(i % 3).encode())]
+    if kind == "listing":
+        src = _write_csv(str(tmp_path / "l.csv"), ["path", "label", "note"], rows)
+        args, source = ["--root", root], SourceOptions(root=root)
+    else:
+        _tar(str(tmp_path / "a.tar"), members[:80])
+        _tar(str(tmp_path / "b.tar"), members[80:])
+        src, args, source = str(tmp_path / "{a,b}.tar"), [], SourceOptions()
+    args += ["--short-side", "128", "--shard-size", "6", "--workers", "1", "--quiet"]
     clean = str(tmp_path / "clean")
-    convert(listing, clean, ConvertOptions(image=ImageOptions(short_side=128), shard_size=6, source=SourceOptions(root=root)),
-            workers=1, quiet=True)
+    convert(src, clean, ConvertOptions(image=ImageOptions(short_side=128), shard_size=6, source=source), workers=1, quiet=True)
     dest = str(tmp_path / "dest")
-    proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", listing, dest, *args],
+    proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert kill_when(proc, lambda: os.path.exists(os.path.join(dest, "train-000001.tar")), 60), "no shard appeared"
     assert not os.path.exists(os.path.join(dest, "manifest.json")), "the conversion finished before the kill"
-    done = subprocess.run([sys.executable, "-m", "shardkit", "convert", listing, dest, *args],
+    done = subprocess.run([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
                           check=True, timeout=120, capture_output=True, text=True)
     assert "kept" in done.stdout
     assert tree_digests(dest) == tree_digests(clean)

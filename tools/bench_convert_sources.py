@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> None:
-    from shardkit.convert import ConvertOptions, ImageOptions, convert
+    from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
     from shardkit.sampledata import IMAGENET_LIKE, make_imagefolder
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -50,8 +50,6 @@ def main() -> None:
                 for name in sorted(os.listdir(os.path.join(src, c))):
                     w.writerow([f"{c}/{name}", c])
         opts = ConvertOptions(image=ImageOptions(short_side=256), shard_size=64)
-        from shardkit.convert import SourceOptions
-
         listing_opts = ConvertOptions(image=opts.image, shard_size=64, source=SourceOptions(root=src))
         tars_dir = os.path.join(tmp, "tars")  # originals re-packed as tars: what a foreign pipeline would hand over
         copy_src = ConvertOptions(image=ImageOptions(short_side=256, copy=True), shard_size=64, shuffle=False)
