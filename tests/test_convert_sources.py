@@ -166,6 +166,9 @@ def test_bad_listings_are_one_line_errors(tmp_path, capsys):
     bad.write_text('{"path": "a.jpg", "label": "x"}\n{oops\n')
     rc, _, err = _cli(capsys, str(bad), str(tmp_path / "o"))
     assert rc == 2 and "line 2 is not valid JSON" in err
+    bad.write_text('{"path": "a.jpg", "label": "x", "deep": ' + "[" * 100000 + "]" * 100000 + "}\n")
+    rc, _, err = _cli(capsys, str(bad), str(tmp_path / "o"))
+    assert rc == 2 and "line 1 is not valid JSON (RecursionError" in err
     for opt in (["--label-regex", "(a)"], ["--image-key", "png"], ["--layout", "splits"]):
         rc, _, err = _cli(capsys, listing, str(tmp_path / "o"), *opt)
         assert rc == 2 and f"{opt[0]} does not apply to this SRC (a listing file)" in err
@@ -282,9 +285,11 @@ def _make_tars(folder: str) -> tuple[str, dict[str, tuple[int, bytes]], dict[str
     members[0] += [("x/png1.png", png), ("x/png1.cls", b"1"), ("x/png1.seg.png", b"mask")]  # a key with a folder; seg.png is not png
     good["part-0.tar/x/png1"] = (1, png)
     members[1] += [("noimg.cls", b"0"), ("noimg.txt", b"hi"), ("nolabel.jpg", _jpeg(0, 7)), ("badlabel.jpg", _jpeg(0, 8)),
-                   ("badlabel.cls", b"-1"), ("s1000.jpg", _jpeg(0, 9)), ("s1000.cls", b"0")]  # s1000 again, not adjacent
+                   ("badlabel.cls", b"-1"), ("s1000.jpg", _jpeg(0, 9)), ("s1000.cls", b"0"),  # s1000 again, not adjacent
+                   ("deep.jpg", _jpeg(0, 10)), ("deep.cls", b"0"), ("deep.json", b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+                   ("broken.jpg", _jpeg(0, 11)), ("broken.cls", b"0"), ("broken.json", b'{"a": ')]
     skips = {"part-1.tar/noimg": "missing_file", "part-1.tar/nolabel": "no_label", "part-1.tar/badlabel": "bad_label",
-             "part-1.tar/s1000 (again)": "duplicate_path"}
+             "part-1.tar/s1000 (again)": "duplicate_path", "part-1.tar/deep": "bad_metadata", "part-1.tar/broken": "bad_metadata"}
     for t in range(2):
         _tar(os.path.join(folder, f"part-{t}.tar"), members[t])
     return os.path.join(folder, "part-{0..1}.tar"), good, skips
@@ -436,3 +441,18 @@ def test_conversion_of_a_listing_or_tars_killed_then_rerun_is_byte_identical(tmp
                           check=True, timeout=120, capture_output=True, text=True)
     assert "kept" in done.stdout
     assert tree_digests(dest) == tree_digests(clean)
+
+
+def test_extra_fields_too_large_or_deep_for_a_sample_json():
+    from shardkit.convert.source import MAX_EXTRA_DEPTH, extra_problem
+
+    nested: dict = {}
+    cur = nested
+    for _ in range(MAX_EXTRA_DEPTH - 1):
+        cur["x"] = {}
+        cur = cur["x"]
+    assert extra_problem(nested) is None
+    cur["x"] = [1]
+    assert "deeper than" in extra_problem(nested)
+    assert "bytes of JSON" in extra_problem({"caption": "x" * (300 << 10)})
+    assert "not JSON values" in extra_problem({"when": object()})

@@ -83,6 +83,7 @@ class SkipReason(str, enum.Enum):
     NO_LABEL = "no_label"
     BAD_LABEL = "bad_label"
     DUPLICATE_PATH = "duplicate_path"
+    BAD_METADATA = "bad_metadata"
 
 
 class SkipImage(Exception):

@@ -7,7 +7,8 @@ is accounted for: it becomes a sample, or it is skipped with a reason: empty
 path or no such file (``missing_file``, found when the file is read, so that
 a listing gives the same keys on local disk and on object storage), empty label (``no_label``), a label that is not a valid index
 (``bad_label``), a path already listed by an earlier row (``duplicate_path``).
-Other columns are kept in each sample's ``.json``.
+Other columns are kept in each sample's ``.json`` (a row whose other columns are too large or
+deep for it is ``bad_metadata``, see :func:`~shardkit.convert.source.extra_problem`).
 
 Labels (``--label-type``): ``name`` makes every label a class name (classes
 sorted, as ImageFolder does); ``index`` reads integer class indices (classes
@@ -28,7 +29,7 @@ from .. import storage
 from ..errors import ConvertError, ShardkitError
 from .imageproc import SkipReason
 from .options import SourceOptions, valid_split_name
-from .source import Reader, Source, SourceFile, SplitSource, read_labels
+from .source import Reader, Source, SourceFile, SplitSource, extra_problem, read_labels
 
 #: file name endings read as listings
 LISTING_SUFFIXES = (".csv", ".tsv", ".jsonl")
@@ -49,8 +50,8 @@ def _rows(url: str, text: str) -> tuple[list[str], Iterator[tuple[int, dict[str,
         for n, line in lines:
             try:
                 row = json.loads(line)
-            except ValueError as exc:
-                raise ConvertError(f"{url}: line {n} is not valid JSON ({exc}); fix or remove that line") from None
+            except (ValueError, RecursionError) as exc:
+                raise ConvertError(f"{url}: line {n} is not valid JSON ({type(exc).__name__}: {str(exc)[:100]}); fix or remove that line") from None
             if not isinstance(row, dict):
                 raise ConvertError(f"{url}: line {n} is not a JSON object; each line must be one object like {{\"path\": ..., \"label\": ...}}")
             rows.append((n, row))
@@ -122,6 +123,10 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
             skipped.setdefault(s, []).append((ident, SkipReason.NO_LABEL, f"line {n}: empty {opts.label_col!r}"))
             continue
         extra = {k: v for k, v in row.items() if k not in used}
+        problem = extra_problem(extra)
+        if problem:
+            skipped.setdefault(s, []).append((ident, SkipReason.BAD_METADATA, f"line {n}: {problem}"))
+            continue
         entries.append((n, ident, where, label.strip() if isinstance(label, str) else label, s, extra))
     if not entries:
         raise ConvertError(f"{url}: no row with both a path and a label")

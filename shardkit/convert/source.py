@@ -21,6 +21,7 @@ whatever the workers or tasks.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -35,6 +36,27 @@ if TYPE_CHECKING:
     from .options import LabelType
 
 _INT = re.compile(r"^\s*[+-]?\d+\s*$")
+#: bounds on the extra fields a source puts into a sample's ``.json`` (well inside what shard readers accept)
+MAX_EXTRA_BYTES = 256 << 10
+MAX_EXTRA_DEPTH = 32
+
+
+def extra_problem(extra: Mapping[str, Any]) -> str | None:
+    """Why ``extra`` cannot go into a sample's ``.json`` (not JSON values, too large, too deep), or ``None``."""
+    try:
+        size = len(json.dumps(extra, ensure_ascii=False).encode("utf-8"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"extra fields are not JSON values ({type(exc).__name__})"
+    if size > MAX_EXTRA_BYTES:
+        return f"extra fields take {size} bytes of JSON (limit {MAX_EXTRA_BYTES})"
+    stack: list[tuple[Any, int]] = [(extra, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_EXTRA_DEPTH:
+            return f"extra fields nested deeper than {MAX_EXTRA_DEPTH} levels"
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        stack.extend((v, depth + 1) for v in children if isinstance(v, (dict, list)))
+    return None
 
 
 def is_index(value: Any) -> bool:

@@ -16,6 +16,8 @@ tars share. Per sample:
   valid index: ``bad_label``;
 * the fields of the ``.json`` member are kept in the new ``.json``
   (except ``path``, ``class``, ``width`` and ``height``, which shardkit writes);
+  a ``.json`` that is not valid JSON, or too large or deep
+  (:func:`~shardkit.convert.source.extra_problem`), is ``bad_metadata``;
 * a key that appears again later in the tars is ``duplicate_path``.
 
 Only member headers and the small label/metadata members are read while
@@ -37,7 +39,7 @@ from ..errors import ConvertError
 from .imageproc import SkipReason
 from .listing import RESERVED_FIELDS
 from .options import SourceOptions
-from .source import Reader, Source, SourceFile, SplitSource, read_labels, tar_ref
+from .source import Reader, Source, SourceFile, SplitSource, extra_problem, read_labels, tar_ref
 
 _KEY = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's base_plus_ext
 _SMALL = 1 << 20  # label / metadata members larger than this are not read
@@ -117,12 +119,16 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
             seen.add(ident)
             image = next((e for e in image_exts if e in g), None)
             meta: Any = None
-            if "json" in g and g["json"][2] is not None:
+            problem = None
+            if "json" in g:
                 try:
+                    if g["json"][2] is None:
+                        raise ValueError(f"{g['json'][1]} bytes")
                     meta = json.loads(g["json"][2])
-                except ValueError:
-                    meta = None
+                except (ValueError, RecursionError) as exc:
+                    problem = f"its .json member is not usable JSON ({type(exc).__name__}: {str(exc)[:80]})"
             extra = {k: v for k, v in meta.items() if k not in RESERVED_FIELDS} if isinstance(meta, dict) else {}
+            problem = problem or extra_problem(extra)
             label: Any = None
             if opts.label_json_field is not None:
                 label = extra.pop(opts.label_json_field, None)
@@ -131,6 +137,8 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
             if image is None:
                 exts = ", ".join("." + e for e in sorted(g) if e) or "none"
                 out.skipped.append((ident, SkipReason.MISSING_FILE, f"no image member ({opts.image_key}); members: {exts}"))
+            elif problem:
+                out.skipped.append((ident, SkipReason.BAD_METADATA, problem))
             elif label is None or label == "":
                 where = f"field {opts.label_json_field!r} of .json" if opts.label_json_field else f".{opts.label_key}"
                 out.skipped.append((ident, SkipReason.NO_LABEL, f"no label ({where})"))
