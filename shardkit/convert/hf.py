@@ -9,7 +9,7 @@ is ``row-<i>`` (zero-padded), its image the ``image_col`` column (an
 ``label_col`` column. Class names come from a ``ClassLabel`` feature
 (its order is the class index, ``-1`` is ``no_label``); other labels are
 read as names or indices like a listing's. Other scalar columns are kept
-in each sample's ``.json``.
+in each sample's ``.json`` (a row whose columns are too large for it is ``bad_metadata``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ..errors import ConvertError
 from .imageproc import SkipReason
 from .listing import RESERVED_FIELDS
 from .options import SourceOptions
-from .source import MissingFile, Reader, Source, SourceFile, SplitSource, read_labels
+from .source import MissingFile, Reader, Source, SourceFile, SplitSource, extra_problem, read_labels
 
 _REF = "hf:"
 #: ``Value`` dtypes kept in the sample's ``.json`` (others, e.g. timestamps, are not JSON values)
@@ -131,8 +131,11 @@ def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
         note = f"labels read as {'class names' if kind.value == 'name' else 'class indices'} (--label-type {kind.value}): {len(classes)} classes"
     for k, index in zip(usable, indices):
         name, row, label, extra, size = raw[k]
+        problem = extra_problem(extra)
         if index is None:
             by_name[name].skipped.append((ident[k], SkipReason.BAD_LABEL, f"{label!r} is not a class index"))
+        elif problem:
+            by_name[name].skipped.append((ident[k], SkipReason.BAD_METADATA, f"split {name} row {row}: {problem}"))
         else:
             by_name[name].files.append(SourceFile(ident[k], index, size, f"{_REF}{name}:{row}", extra or None))
     for s in splits:
