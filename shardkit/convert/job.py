@@ -209,7 +209,7 @@ class SplitJob:
         storage.remove(storage.join(self.url, MANIFEST_NAME), **self.so)
         prefix = f"{self.src.name}-"
         for name in storage.list_dir(self.url, **self.so)[1]:
-            if name.startswith(prefix) and name.endswith(".tar") or name.startswith("." + prefix):
+            if name.startswith(prefix) and name.endswith((".tar", ".idx")) or name.startswith("." + prefix):  # .idx: sample indexes
                 storage.remove(storage.join(self.url, name), **self.so)
 
     def ensure_plan(self, encoder: Encoder, task_index: int) -> None:
