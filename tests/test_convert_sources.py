@@ -169,6 +169,9 @@ def test_bad_listings_are_one_line_errors(tmp_path, capsys):
     bad.write_text('{"path": "a.jpg", "label": "x", "deep": ' + "[" * 100000 + "]" * 100000 + "}\n")
     rc, _, err = _cli(capsys, str(bad), str(tmp_path / "o"))
     assert rc == 2 and "line 1 is not valid JSON (RecursionError" in err
+    bad.write_text('{"path": "a.jpg", "label": ["x"]}\n{"path": "b.jpg", "label": ""}\n')
+    rc, _, err = _cli(capsys, str(bad), str(tmp_path / "o"))
+    assert rc == 2 and "no row with a usable path and label (e.g. line 1: ['x'] is not a class name or index)" in err
     for opt in (["--label-regex", "(a)"], ["--image-key", "png"], ["--layout", "splits"]):
         rc, _, err = _cli(capsys, listing, str(tmp_path / "o"), *opt)
         assert rc == 2 and f"{opt[0]} does not apply to this SRC (a listing file)" in err

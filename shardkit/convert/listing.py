@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import posixpath
 from typing import Any, Iterator
 
@@ -122,6 +123,9 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
         if label is None or (isinstance(label, str) and not label.strip()):
             skipped.setdefault(s, []).append((ident, SkipReason.NO_LABEL, f"line {n}: empty {opts.label_col!r}"))
             continue
+        if isinstance(label, bool) or not isinstance(label, (str, int)):
+            skipped.setdefault(s, []).append((ident, SkipReason.BAD_LABEL, f"line {n}: {label!r} is not a class name or index"))
+            continue
         extra = {k: v for k, v in row.items() if k not in used}
         problem = extra_problem(extra)
         if problem:
@@ -129,7 +133,8 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
             continue
         entries.append((n, ident, where, label.strip() if isinstance(label, str) else label, s, extra))
     if not entries:
-        raise ConvertError(f"{url}: no row with both a path and a label")
+        first = next((d for sk in skipped.values() for _, _, d in sk), "the listing has no rows")
+        raise ConvertError(f"{url}: no row with a usable path and label (e.g. {first})")
     classes, indices, ltype = read_labels(url, [(f"line {e[0]}", e[3]) for e in entries], opts.label_type)
     good = []
     for (n, ident, where, label, s, extra), index in zip(entries, indices):
@@ -146,7 +151,8 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
     empty = [sp for sp in splits.values() if not sp.files]
     kept = [sp for sp in splits.values() if sp.files]
     if not kept:
-        raise ConvertError(f"{url}: none of its {len(seen)} listed files can be converted (see the reasons with --strict)")
+        first = next(d for sp in empty for _, _, d in sp.skipped)
+        raise ConvertError(f"{url}: no row with a usable path and label (e.g. {first})")
     for sp in empty:  # a split with nothing to convert: its rows are accounted in the first split
         kept[0].skipped += sp.skipped
     for sp in kept:
@@ -162,14 +168,10 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
 
 
 def _dirname(path: str) -> str:
-    import os
-
     return os.path.dirname(storage.local_path(path)) or "."
 
 
 def _local_size(path: str) -> int | None:
-    import os
-
     try:
         return os.stat(storage.local_path(path)).st_size
     except OSError:
