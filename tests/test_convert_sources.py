@@ -363,8 +363,9 @@ def _hf_dataset(tmp_path):
     return datasets, ds, images
 
 
-def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys):
+def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys, monkeypatch):
     datasets, ds, images = _hf_dataset(tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))  # parquet reads cache there
     path = str(tmp_path / "hfds")
     ds.save_to_disk(path)
     dest = str(tmp_path / "out")
@@ -390,6 +391,14 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys):
     rc, _, err = _cli(capsys, f"hf:{tmp_path / 'd.parquet'}", str(tmp_path / "pq"), "--shard-size", "3", "--short-side", "16")
     assert rc == 0, err
     assert split_samples(str(tmp_path / "pq")) == samples
+    # a local dataset repository (data files named by split), as a hub snapshot looks
+    os.makedirs(tmp_path / "repo" / "data")
+    ds.to_parquet(str(tmp_path / "repo" / "data" / "train-00000-of-00001.parquet"))
+    ds.select(range(3)).to_parquet(str(tmp_path / "repo" / "data" / "test-00000-of-00001.parquet"))
+    rc, _, err = _cli(capsys, f"hf:{tmp_path / 'repo'}", str(tmp_path / "repo-out"), "--shard-size", "3", "--short-side", "16")
+    assert rc == 0, err
+    assert split_samples(str(tmp_path / "repo-out" / "train")) == samples
+    assert load_manifest(str(tmp_path / "repo-out" / "test")).num_samples == 3
 
 
 def test_info_and_verify_accept_every_source_kind(tmp_path):

@@ -1,5 +1,7 @@
-"""A Hugging Face dataset as SRC: ``hf:PATH`` (a ``save_to_disk`` folder, a ``.parquet`` or ``.arrow`` file)
-or a ``datasets.Dataset`` / ``DatasetDict`` given to :func:`shardkit.convert.convert`.
+"""A Hugging Face dataset as SRC: ``hf:PATH`` (a ``save_to_disk`` folder, a ``.parquet`` or ``.arrow`` file,
+or a local dataset repository: a folder of data files such as ``data/train-00000-of-00002.parquet``, read with
+``datasets.load_dataset``, which caches it in the usual Hugging Face cache) or a ``datasets.Dataset`` /
+``DatasetDict`` given to :func:`shardkit.convert.convert`.
 
 Needs the optional ``datasets`` package (``pip install 'shardkit[hf]'``). A
 ``DatasetDict`` gives one split per entry (``DEST/<split>/``); a single
@@ -25,6 +27,8 @@ from .options import SourceOptions
 from .source import MissingFile, Reader, Source, SourceFile, SplitSource, extra_problem, read_labels
 
 _REF = "hf:"
+#: files that mark a ``save_to_disk`` folder (a Dataset, a DatasetDict)
+_SAVED_MARKERS = ("state.json", "dataset_dict.json")
 #: ``Value`` dtypes kept in the sample's ``.json`` (others, e.g. timestamps, are not JSON values)
 _JSON_DTYPES = ("string", "large_string", "bool", "int", "uint", "float")
 
@@ -35,12 +39,14 @@ def _load(path: str) -> Any:
     except ImportError:
         raise ConvertError(f"hf:{path}: the Hugging Face source needs the datasets package: pip install 'shardkit[hf]'") from None
     if not os.path.exists(path):
-        raise ConvertError(f"hf:{path}: does not exist (expected a save_to_disk folder, or a .parquet or .arrow file)")
+        raise ConvertError(f"hf:{path}: does not exist (expected a save_to_disk folder, a folder of data files, or a .parquet or .arrow file)")
     try:
         if path.endswith(".parquet"):
             return datasets.Dataset.from_parquet(path)
         if path.endswith(".arrow"):
             return datasets.Dataset.from_file(path)
+        if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, m)) for m in _SAVED_MARKERS):
+            return datasets.load_dataset(path)  # a local dataset repository: data files (parquet, ...) with splits in their names
         return datasets.load_from_disk(path)
     except (FileNotFoundError, ValueError) as exc:
         raise ConvertError(f"hf:{path}: not a dataset saved by datasets ({exc})") from None
