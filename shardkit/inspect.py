@@ -176,7 +176,7 @@ class _SplitCheck:
         self.report.problems.append(Problem(self.m.split, self.where + name, key, msg))
 
     def shard(self, index: int) -> None:
-        from .convert._fs import size_of  # shardkit.storage.size_of once the storage helpers are merged there
+        from .storage import size_of
 
         m, s = self.m, self.m.shards[index]
         url = m.shard_url(index)

@@ -469,3 +469,39 @@ def process_name(pid: int) -> str:
 def dataloader_workers(pid: int | None = None) -> list[int]:
     """Children of ``pid`` that are DataLoader workers (torch names them ``pt_data_worker``)."""
     return [c for c in children(os.getpid() if pid is None else pid) if process_name(c).startswith("pt_data_worker")]
+
+
+def kill_when(proc: "subprocess.Popen", pred, timeout: float) -> bool:
+    """SIGKILL ``proc`` as soon as ``pred()`` holds (or after ``timeout`` s); returns whether ``pred()`` held. Always reaps it."""
+    import signal
+
+    try:
+        held = wait_for(pred, timeout, interval=0.005)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        return held
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def split_samples(split_dir: str) -> dict[str, dict]:
+    """``{key: {"cls": int, "json": dict, "jpg": bytes}}`` of every sample of the converted split at ``split_dir``."""
+    import json
+
+    from shardkit.manifest import load_manifest
+
+    m = load_manifest(split_dir)
+    out: dict[str, dict] = {}
+    for i in range(len(m.shards)):
+        with tarfile.open(m.shard_url(i)) as tf:
+            for mem in tf.getmembers():
+                key, ext = mem.name.split(".", 1)
+                assert ext not in out.setdefault(key, {}), f"{key}.{ext} twice"
+                out[key][ext] = tf.extractfile(mem).read()
+    for g in out.values():
+        g["json"] = json.loads(g["json"])
+        g["cls"] = int(g["cls"])
+    return out

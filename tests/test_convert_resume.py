@@ -9,12 +9,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from helpers import tree_digests
+from helpers import kill_when, tree_digests
 from PIL import Image
 
 from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
@@ -135,15 +134,6 @@ def test_multitask_merge_equals_single_task(tmp_path):
     assert merge(multi) and tree_digests(single) == tree_digests(multi)  # merge is idempotent
 
 
-def _wait_for(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.005)
-    return False
-
-
 @pytest.mark.slow
 def test_kill9_then_rerun_gives_identical_bytes(tmp_path):
     src = str(tmp_path / "src")
@@ -159,14 +149,7 @@ def test_kill9_then_rerun_gives_identical_bytes(tmp_path):
     dest = str(tmp_path / "dest")
     proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        assert _wait_for(lambda: os.path.exists(os.path.join(dest, "train-000001.tar")), 60), "no shard appeared"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+    assert kill_when(proc, lambda: os.path.exists(os.path.join(dest, "train-000001.tar")), 60), "no shard appeared"
     assert proc.returncode == -signal.SIGKILL
     assert not os.path.exists(os.path.join(dest, "manifest.json")), "the conversion finished before the kill"
     def stat(n):

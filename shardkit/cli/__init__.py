@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
+import re
 import sys
+from typing import Any
 
 from ..errors import ShardkitError
 
@@ -25,6 +29,53 @@ COMMANDS = {
     "bench": "bench",
     "demo": "demo",
 }
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def add_storage_arguments(p: argparse.ArgumentParser) -> None:
+    """``--endpoint-url`` and ``--storage-option KEY=VALUE`` for fsspec URLs."""
+    g = p.add_argument_group("storage (fsspec URLs)")
+    g.add_argument("--endpoint-url", default=os.environ.get("SHARDKIT_ENDPOINT_URL"),
+                   help="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: $SHARDKIT_ENDPOINT_URL)")
+    g.add_argument("--storage-option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="fsspec option (VALUE parsed as JSON when possible); repeatable, e.g. anon=true")
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    """fsspec options from the storage arguments."""
+    opts: dict[str, Any] = dict(args.storage_option)
+    if args.endpoint_url:
+        opts.setdefault("client_kwargs", {})["endpoint_url"] = args.endpoint_url
+    return opts
+
+
+_FIELD = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+
+
+def option_error(exc: Exception, args: argparse.Namespace) -> str:
+    """A library ``ValueError`` message with field names (``shard_size``) replaced by their options (``--shard-size``)."""
+    dests = set(vars(args))
+    return _FIELD.sub(lambda m: "--" + m.group(0).replace("_", "-") if m.group(0) in dests else m.group(0), str(exc))
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, not {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from . import add_storage_arguments, positive_int, storage_options
 
 HELP = "measure the loader on a dataset: img/s, MB/s, per-stage breakdown, worker sweep, decode-only ceiling"
 
@@ -22,18 +23,19 @@ def _int_list(text: str) -> list[int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", metavar="URL", help="dataset split directory or manifest.json (path or fsspec URL)")
     p.add_argument("--workers", type=_int_list, default=[0, 1, 2], help="worker counts to sweep (default 0,1,2)")
-    p.add_argument("--batches", type=int, default=30, help="batches measured per worker count (default 30)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batches", type=positive_int, default=30, help="batches measured per worker count (default 30)")
+    p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--preset", choices=["train", "eval"], default="train")
     p.add_argument("--size", type=int, default=224, help="output image size (default 224)")
-    p.add_argument("--storage-options", type=json.loads, default=None, metavar="JSON", help='fsspec options, e.g. \'{"anon": true}\'')
     p.add_argument("--plot", metavar="PNG", help="also save a plot (needs matplotlib)")
+    add_storage_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..loader.bench import bench, plot
 
-    opts = {"storage_options": args.storage_options} if args.storage_options else {}
+    so = storage_options(args)
+    opts = {"storage_options": so} if so else {}
     report = bench(args.url, workers=args.workers, batches=args.batches, batch_size=args.batch_size, preset=args.preset, size=args.size, **opts)
     print(report.format())
     if args.plot:

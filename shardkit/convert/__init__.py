@@ -1,6 +1,6 @@
-"""``shardkit convert``: ImageFolder -> verified, resumable, deterministic WebDataset shards.
+"""``shardkit convert``: ImageFolders, listings, labelled file names, Hugging Face datasets -> verified, resumable, deterministic WebDataset shards.
 
-One public entry point, :func:`convert`, configured by :class:`ConvertOptions`;
+One public entry point, :func:`convert`, configured by :class:`ConvertOptions` (and :class:`SourceOptions` for SRC that is not class folders);
 :func:`merge` finishes a conversion split over several tasks. See
 :mod:`shardkit.convert.job` for how determinism, resume and scale-out work,
 :mod:`shardkit.convert.plan` for shard boundaries and
@@ -13,16 +13,18 @@ from .discover import Layout
 from .imageproc import ImageOptions, Resample, SkipReason
 from .job import convert
 from .merge import merge
-from .options import DEFAULT_SHARD_BYTES, ConvertOptions, ConvertResult, SplitResult
+from .options import DEFAULT_SHARD_BYTES, ConvertOptions, ConvertResult, LabelType, SourceOptions, SplitResult
 
 __all__ = [
     "DEFAULT_SHARD_BYTES",
     "ConvertOptions",
     "ConvertResult",
     "ImageOptions",
+    "LabelType",
     "Layout",
     "Resample",
     "SkipReason",
+    "SourceOptions",
     "SplitResult",
     "convert",
     "merge",

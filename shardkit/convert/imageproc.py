@@ -26,6 +26,9 @@ Pipeline for one file:
 7. Encode a baseline (non-progressive) JPEG at ``quality`` with 4:2:0 chroma
    subsampling, no optimisation pass and no metadata.
 
+With ``copy``, an upright RGB or grayscale JPEG skips steps 3-7: its bytes
+are kept as they are (the header is still checked).
+
 Fast path (when torch and simplejpeg import; otherwise everything is Pillow):
 
 * a baseline RGB JPEG that needs no draft and no EXIF rotation is decoded by
@@ -74,6 +77,13 @@ class SkipReason(str, enum.Enum):
     TOO_MANY_PIXELS = "too_many_pixels"
     UNREADABLE = "unreadable"
     NOT_IN_CLASS_FOLDER = "not_in_class_folder"
+    BAD_NAME = "bad_name"
+    DUPLICATE_FILE = "duplicate_file"
+    MISSING_FILE = "missing_file"
+    NO_LABEL = "no_label"
+    BAD_LABEL = "bad_label"
+    DUPLICATE_PATH = "duplicate_path"
+    BAD_METADATA = "bad_metadata"
 
 
 class SkipImage(Exception):
@@ -108,6 +118,9 @@ class ImageOptions:
         quality: JPEG quality, 1-95.
         max_pixels: larger images (width x height) are skipped as ``too_many_pixels``.
         resample: resize filter.
+        copy: keep a source JPEG's bytes as they are (no decode, no resize, no re-encode) when it
+            is an upright (no EXIF rotation) RGB or grayscale JPEG within ``max_pixels``; other
+            images are converted as usual.
     """
 
     short_side: int | None = 256
@@ -115,6 +128,7 @@ class ImageOptions:
     quality: int = 90
     max_pixels: int = 100_000_000
     resample: Resample = Resample.BILINEAR
+    copy: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -212,6 +226,8 @@ def _process_open(im: Image.Image, data: bytes, opts: ImageOptions) -> Encoded:
     if w * h > opts.max_pixels:
         raise SkipImage(SkipReason.TOO_MANY_PIXELS, f"{w}x{h} = {w * h} pixels > max_pixels {opts.max_pixels}")
     orientation = im.getexif().get(0x0112, 1)
+    if opts.copy and im.format == "JPEG" and im.mode in ("RGB", "L") and orientation == 1:
+        return Encoded(data, w, h)
     ow, oh = (h, w) if orientation in (5, 6, 7, 8) else (w, h)
     tw, th = target_size(w, h, opts)  # in stored orientation: the scale factor does not depend on rotation
     fast = _fast()

@@ -14,6 +14,11 @@ single task or by ``shardkit merge``.
 
 Scale-out: task ``i`` of ``K`` converts planned shards ``j % K == i``; every
 task computes the same plan (the pilot is deterministic too).
+
+Sources: :func:`~shardkit.convert.discover.discover` turns any kind of SRC
+into splits of items and a picklable reader (:mod:`shardkit.convert.source`);
+nothing here depends on the kind. Before writing, DEST is checked against SRC
+and locked for this task (:mod:`shardkit.convert.dest`).
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ from .. import storage
 from ..errors import ConvertError
 from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from ..format import EncodedSample, index_url, write_tar
-from . import _fs, journal, plan
-from .discover import Layout, SplitSource, scan
+from . import journal, plan
+from .dest import check_overlap, dest_lock
+from .discover import NOT_CANDIDATES, discover
 from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_thread, process, single_thread
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
+from .source import MissingFile, Reader, SplitSource
 
 #: images per unit of work sent to a worker process
 CHUNK = 16
@@ -49,13 +56,15 @@ class Outcome:
     detail: str = ""
 
 
-def encode_chunk(root: str, items: Sequence[plan.Item], image: ImageOptions) -> list[Outcome]:
+def encode_chunk(reader: Reader, items: Sequence[plan.Item], image: ImageOptions) -> list[Outcome]:
     """Encode ``items`` (worker entry point; top-level so spawn can import it)."""
     out = []
     for it in items:
         try:
-            with open(os.path.join(root, *it.relpath.split("/")), "rb") as f:
-                data = f.read()
+            data = reader.read(it.relpath, it.ref)
+        except MissingFile as exc:
+            out.append(Outcome(None, SkipReason.MISSING_FILE.value, f"{exc}: no such file"))
+            continue
         except OSError as exc:
             out.append(Outcome(None, SkipReason.UNREADABLE.value, str(exc.strerror or exc)))
             continue
@@ -86,8 +95,8 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 class Encoder:
     """Encodes chunks of items in order: in this process (``workers == 1``) or in a spawn process pool."""
 
-    def __init__(self, root: str, image: ImageOptions, workers: int):
-        self.root, self.image, self.workers = root, image, workers
+    def __init__(self, reader: Reader, image: ImageOptions, workers: int):
+        self.reader, self.image, self.workers = reader, image, workers
         self.pool = None
         if workers > 1:
             from concurrent.futures import ProcessPoolExecutor
@@ -106,14 +115,14 @@ class Encoder:
         if self.pool is None:
             with one_thread():  # one core, like each pool worker
                 for c in chunks:
-                    yield encode_chunk(self.root, c, self.image)
+                    yield encode_chunk(self.reader, c, self.image)
             return
         from concurrent.futures.process import BrokenProcessPool
 
         window: collections.deque = collections.deque()
         try:
             for c in chunks:
-                window.append(self.pool.submit(encode_chunk, self.root, list(c), self.image))
+                window.append(self.pool.submit(encode_chunk, self.reader, list(c), self.image))
                 if len(window) >= self.workers * _WINDOW_PER_WORKER:
                     yield window.popleft().result()
             while window:
@@ -126,23 +135,23 @@ class Encoder:
 
 
 def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> EncodedSample:
-    meta = {"path": item.relpath, "class": classes[item.label], "width": enc.width, "height": enc.height}
+    meta = {**(item.meta or {}), "path": item.relpath, "class": classes[item.label], "width": enc.width, "height": enc.height}
     return EncodedSample(plan.make_key(item.index, width), enc.jpeg, item.label, meta)
 
 
 def _write_part(url: str, name: str, samples: list[EncodedSample], storage_options: dict) -> journal.Part:
-    w = _fs.publish(url, lambda f: write_tar(samples, f), **storage_options)
+    w = storage.publish(url, lambda f: write_tar(samples, f), **storage_options)
     if w.index is not None and url.endswith(".tar"):  # a shard's sample index, before its journal record
-        _fs.put_bytes(index_url(url), w.index.to_bytes(), **storage_options)
+        storage.put_bytes(index_url(url), w.index.to_bytes(), **storage_options)
     return journal.Part(name=name, samples=w.samples, bytes=w.bytes, sha256=w.sha256)
 
 
 def _part_ok(url: str, part: journal.Part | None, storage_options: dict) -> bool:
     if part is None:
         return True
-    if _fs.size_of(url, **storage_options) != part.bytes:
+    if storage.size_of(url, **storage_options) != part.bytes:
         return False
-    return _fs.sha256_of(url, **storage_options) == (part.bytes, part.sha256)
+    return storage.sha256_of(url, **storage_options) == (part.bytes, part.sha256)
 
 
 class SplitJob:
@@ -153,7 +162,7 @@ class SplitJob:
         self.so = storage_options
         self.items = plan.order(src.files, options.seed, options.shuffle)
         self.cache: dict[int, Outcome] = {}  # pilot outcomes by key index, reused when their shard is encoded
-        listing = [[f.relpath, f.label, f.size] for f in src.files]
+        listing = [[f.relpath, f.label, f.size] + ([dict(f.meta)] if f.meta else []) for f in src.files]
         skipped = [SkippedFile(p, r.value, d) for p, r, d in src.skipped]
         self.plan = journal.Plan(
             split=src.name, options=options.recorded(), classes=classes, encoder=encoder_version(),
@@ -163,29 +172,47 @@ class SplitJob:
         )
 
     def check_dest(self, overwrite: bool) -> None:
-        """Refuse a DEST holding a different conversion (or clear it with ``overwrite``)."""
+        """Refuse a DEST holding a different conversion or shard-named files shardkit did not write (or clear them with ``overwrite``)."""
         existing = journal.read_plan(self.url, **self.so)
-        other = existing is not None and existing.fingerprint != self.plan.fingerprint
+        old, ours = existing, existing is not None
         if existing is None and storage.exists(storage.join(self.url, MANIFEST_NAME), **self.so):
             m = load_manifest(self.url, **self.so)
-            other = m.options.get("fingerprint") != self.plan.fingerprint
-        if other and not overwrite:
+            old = journal.Plan(
+                split=m.split, options=m.options, classes=m.classes, encoder=m.options.get("encoder", ""),
+                input_sha256=m.options.get("input_sha256", ""), num_items=-1, samples_per_shard=0, num_planned=0, key_width=0,
+            )
+            if m.options.get("fingerprint") == self.plan.fingerprint:
+                old, ours = None, True
+        elif existing is not None and existing.fingerprint == self.plan.fingerprint:
+            old = None
+        if old is not None and not overwrite:
             raise ConvertError(
-                f"{self.url} already holds a different conversion (other options, input or encoder); "
+                f"{self.url} already holds a different conversion ({'; '.join(journal.differences(old, self.plan))}); "
                 "pass --overwrite to replace it, or choose another DEST"
             )
-        if other:
+        if not ours and old is None and not overwrite:
+            foreign = self._shard_files()
+            if foreign:
+                raise ConvertError(
+                    f"{storage.join(self.url, foreign[0])}: a file named like a shard of this conversion that shardkit did not "
+                    f"write ({len(foreign)} such files in DEST); pass --overwrite to replace them, or choose another DEST"
+                )
+        if old is not None or (existing is None and overwrite):
             self._clear()
         elif existing is not None:
             self.plan = existing
 
-    def _clear(self) -> None:
-        _fs.remove(journal.journal_url(self.url), recursive=True, **self.so)
-        _fs.remove(storage.join(self.url, MANIFEST_NAME), **self.so)
+    def _shard_files(self) -> list[str]:
         prefix = f"{self.src.name}-"
-        for name in _fs.list_dir(self.url, **self.so)[1]:
-            if name.startswith(prefix) and name.endswith(".tar") or name.startswith("." + prefix):
-                _fs.remove(storage.join(self.url, name), **self.so)
+        return [n for n in storage.list_dir(self.url, **self.so)[1] if n.startswith(prefix) and n.endswith(".tar")]
+
+    def _clear(self) -> None:
+        storage.remove(journal.journal_url(self.url), recursive=True, **self.so)
+        storage.remove(storage.join(self.url, MANIFEST_NAME), **self.so)
+        prefix = f"{self.src.name}-"
+        for name in storage.list_dir(self.url, **self.so)[1]:
+            if name.startswith(prefix) and name.endswith((".tar", ".idx")) or name.startswith("." + prefix):  # .idx: sample indexes
+                storage.remove(storage.join(self.url, name), **self.so)
 
     def ensure_plan(self, encoder: Encoder, task_index: int) -> None:
         """Run the pilot (if the plan is new) and write ``plan.json``."""
@@ -203,7 +230,7 @@ class SplitJob:
         self.plan.samples_per_shard = n
         self.plan.num_planned = len(plan.shard_ranges(len(self.items), n))
         storage.makedirs(journal.journal_url(self.url), **self.so)
-        _fs.put_bytes(journal.journal_url(self.url, journal.PLAN_NAME), self.plan.to_json(), tag=f"task{task_index}", **self.so)
+        storage.put_bytes(journal.journal_url(self.url, journal.PLAN_NAME), self.plan.to_json(), tag=f"task{task_index}", **self.so)
 
     def finished(self, j: int) -> journal.ShardRecord | None:
         """The record of planned shard ``j`` if it and its files check out, else ``None``."""
@@ -236,7 +263,7 @@ class SplitJob:
             fingerprint=self.plan.fingerprint, index=j, shard=shard, overflow=over, class_counts=counts,
             skipped=skipped, bytes_in=sum(it.size for it in items),
         )
-        _fs.put_bytes(journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so)
+        storage.put_bytes(journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so)
         return rec
 
     def run(self, encoder: Encoder, owned: list[int], quiet: bool) -> SplitResult:
@@ -244,7 +271,8 @@ class SplitJob:
         from tqdm.auto import tqdm
 
         ranges = plan.shard_ranges(len(self.items), self.plan.samples_per_shard)
-        result = SplitResult(split=self.src.name, url=self.url, skipped=len(self.plan.skipped))
+        result = SplitResult(split=self.src.name, url=self.url)
+        result.add_skipped(self.plan.skipped)
         todo = []
         for j in owned:
             rec = self.finished(j)
@@ -252,7 +280,7 @@ class SplitJob:
                 todo.append(j)
             else:
                 result.shards_resumed += 1
-                result.skipped += len(rec.skipped)
+                result.add_skipped(rec.skipped)
         total = sum(ranges[j][1] - ranges[j][0] for j in owned)
         done = total - sum(ranges[j][1] - ranges[j][0] for j in todo)
         needs = {j: [it for it in self.items[slice(*ranges[j])] if it.index not in self.cache] for j in todo}
@@ -275,18 +303,18 @@ class SplitJob:
                 rec = self.finish_shard(j, items, outcomes)
                 result.shards_written += 1
                 result.converted += sum(rec.class_counts)
-                result.skipped += len(rec.skipped)
+                result.add_skipped(rec.skipped)
                 result.bytes_in += rec.bytes_in
                 result.bytes_out += (rec.shard.bytes if rec.shard else 0) + (rec.overflow.bytes if rec.overflow else 0)
         return result
 
 
-def _split_url(dest: str, layout: Layout, split: str) -> str:
-    return dest if layout == Layout.IMAGEFOLDER else storage.join(dest, split)
+def _split_url(dest: str, nested: bool, split: str) -> str:
+    return storage.join(dest, split) if nested else dest
 
 
 def convert(
-    src: str,
+    src: Any,
     dest: str,
     options: ConvertOptions | None = None,
     *,
@@ -297,11 +325,14 @@ def convert(
     quiet: bool = False,
     storage_options: dict[str, Any] | None = None,
 ) -> ConvertResult:
-    """Convert the ImageFolder (or folder of splits) ``src`` into WebDataset shards under ``dest``.
+    """Convert ``src`` into WebDataset shards under ``dest``.
 
     Args:
-        src: local source folder.
-        dest: local path or fsspec URL; a split-folder SRC gets ``dest/<split>/``.
+        src: a local folder of class folders (or of split folders, or any folder with
+            ``options.source.label_regex``); a ``.csv``/``.tsv``/``.jsonl`` listing (path or
+            URL); WebDataset tars (a ``.tar`` path, URL or brace pattern); ``"hf:PATH"`` or a
+            ``datasets.Dataset``/``DatasetDict`` (see :func:`shardkit.convert.discover.discover`).
+        dest: local path or fsspec URL; a SRC with several splits gets ``dest/<split>/``.
         options: what to produce (:class:`ConvertOptions`); the same options
             and input always give byte-identical output.
         workers: encoding processes (default: all cores); changes speed only.
@@ -327,21 +358,25 @@ def convert(
     if workers < 1:
         raise ValueError("workers must be at least 1")
     plan.task_shards(0, num_tasks, task_index)  # validates
-    source = scan(src, options.layout, options.split)
+    source = discover(src, options, **so)
+    if source.local_dir is not None:
+        check_overlap(source.local_dir, dest, dest_in_src=source.walked)
     for s in source.splits:
-        if options.strict and s.skipped:
-            p, r, d = s.skipped[0]
+        failed = [(p, r, d) for p, r, d in s.skipped if r not in NOT_CANDIDATES]
+        if options.strict and failed:
+            p, r, d = failed[0]
             raise ConvertError(f"{p}: skipped ({r.value}: {d}) and --strict is set")
-    jobs = [SplitJob(s, source.classes, _split_url(dest, source.layout, s.name), options, so) for s in source.splits]
-    for job in jobs:
-        job.check_dest(overwrite)
+    jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so) for s in source.splits]
     results = []
-    with Encoder(src, options.image, workers) as encoder:
+    with dest_lock(dest, task_index):
         for job in jobs:
-            job.ensure_plan(encoder, task_index)
-            owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
-            res = job.run(encoder, owned, quiet)
-            if num_tasks == 1:
-                res.manifest = finalize_split(job.url, **so)
-            results.append(res)
-    return ConvertResult(splits=results, seconds=time.monotonic() - t0)
+            job.check_dest(overwrite)
+        with Encoder(source.reader, options.image, workers) as encoder:
+            for job in jobs:
+                job.ensure_plan(encoder, task_index)
+                owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
+                res = job.run(encoder, owned, quiet)
+                if num_tasks == 1:
+                    res.manifest = finalize_split(job.url, **so)
+                results.append(res)
+    return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))

@@ -25,7 +25,7 @@ from .. import storage
 from ..errors import ConvertError, ShardkitError
 from ..manifest import ShardInfo, SkippedFile
 
-JOURNAL_DIR = "_shardkit"
+JOURNAL_DIR = storage.WORK_DIR
 PLAN_NAME = "plan.json"
 PLAN_FORMAT = "shardkit-convert-plan"
 PLAN_VERSION = 1
@@ -81,6 +81,35 @@ class Plan:
             return cls(**d)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ConvertError(f"{url}: unreadable conversion plan ({exc}); rerun with --overwrite") from None
+
+
+#: manifest option fields that are derived or identities, not options (not compared by :func:`differences`)
+_DERIVED = frozenset({"samples_per_shard", "encoder", "input_sha256", "fingerprint"})
+
+
+def differences(old: Plan, new: Plan) -> list[str]:
+    """What makes ``new`` a different conversion from ``old``, in words (options as their CLI names)."""
+
+    def flat(options: dict[str, Any]) -> dict[str, Any]:  # {"source": {"path_col": ...}} -> {"path_col": ...}
+        return {**{k: v for k, v in options.items() if k != "source"}, **(options.get("source") or {})}
+
+    was, now = flat(old.options), flat(new.options)
+    keys = [k for k in now if k not in _DERIVED] + sorted(k for k in was if k not in now and k not in _DERIVED)
+    out = [
+        f"--{k.replace('_', '-')} was {repr(was[k]) if k in was else 'the default'}, now {repr(now[k]) if k in now else 'the default'}"
+        for k in keys if was.get(k) != now.get(k)
+    ]
+    if old.split != new.split:
+        out.append(f"split was {old.split!r}, now {new.split!r}")
+    if old.classes != new.classes:
+        gone, added = sorted(set(old.classes) - set(new.classes)), sorted(set(new.classes) - set(old.classes))
+        out.append("classes differ" + (f" (no longer: {', '.join(gone[:5])})" if gone else "") + (f" (new: {', '.join(added[:5])})" if added else ""))
+    if old.input_sha256 != new.input_sha256:
+        counts = f": {old.num_items} files then, {new.num_items} now" if old.num_items >= 0 and old.num_items != new.num_items else ""
+        out.append(f"the input listing differs (files added, removed, resized or relabelled{counts})")
+    if old.encoder != new.encoder:
+        out.append(f"the encoder was {old.encoder!r}, now {new.encoder!r}")
+    return out or ["an unknown conversion format"]
 
 
 @dataclass

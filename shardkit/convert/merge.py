@@ -19,7 +19,7 @@ from .. import __version__, storage
 from ..errors import ConvertError
 from ..manifest import Manifest, ShardInfo, manifest_url
 from ..format import INDEX_FORMAT, EncodedSample, index_url, write_tar
-from . import _fs, journal, plan
+from . import journal, plan
 
 _SHOW = 10
 
@@ -55,9 +55,9 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     lost = []
     for r in records:
         assert r is not None
-        if r.shard and _fs.size_of(storage.join(split_url, r.shard.name), **storage_options) != r.shard.bytes:
+        if r.shard and storage.size_of(storage.join(split_url, r.shard.name), **storage_options) != r.shard.bytes:
             lost.append(r.shard.name)
-        if r.overflow and _fs.size_of(journal.journal_url(split_url, r.overflow.name), **storage_options) != r.overflow.bytes:
+        if r.overflow and storage.size_of(journal.journal_url(split_url, r.overflow.name), **storage_options) != r.overflow.bytes:
             lost.append(f"{journal.JOURNAL_DIR}/{r.overflow.name}")
     if lost:
         raise ConvertError(
@@ -74,9 +74,9 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     for g, (a, b) in enumerate(plan.pack(sizes, shard_size, shard_bytes)):
         name = journal.shard_name(p.split, p.num_planned + g)
         batch = overflow[a:b]
-        w = _fs.publish(storage.join(split_url, name), lambda f: write_tar(batch, f), **storage_options)
+        w = storage.publish(storage.join(split_url, name), lambda f: write_tar(batch, f), **storage_options)
         if w.index is not None:
-            _fs.put_bytes(index_url(storage.join(split_url, name)), w.index.to_bytes(), **storage_options)
+            storage.put_bytes(index_url(storage.join(split_url, name)), w.index.to_bytes(), **storage_options)
         shards.append(ShardInfo(name=name, samples=w.samples, bytes=w.bytes, sha256=w.sha256))
     counts = [sum(col) for col in zip(*(r.class_counts for r in records if r))] if records else []
     skipped = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
@@ -84,7 +84,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         **p.options, "samples_per_shard": p.samples_per_shard, "encoder": p.encoder,
         "input_sha256": p.input_sha256, "fingerprint": p.fingerprint,
     }
-    listed = set(_fs.list_dir(split_url, **storage_options)[1])  # shards resumed from an older shardkit have no index
+    listed = set(storage.list_dir(split_url, **storage_options)[1])  # shards resumed from an older shardkit have no index
     indexed = all(index_url(s.name) in listed for s in shards if s is not None)
     m = Manifest(
         split=p.split, classes=list(p.classes), shards=[s for s in shards if s is not None], options=options,
@@ -92,7 +92,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     )
     m.validate()
     m.url = manifest_url(split_url)
-    _fs.put_bytes(m.url, m.to_json().encode("utf-8"), **storage_options)  # like save_manifest, crash-litter free
+    storage.put_bytes(m.url, m.to_json().encode("utf-8"), **storage_options)  # like save_manifest, crash-litter free
     return m
 
 
@@ -100,7 +100,7 @@ def split_urls(dest: str, **storage_options: Any) -> list[str]:
     """The split folders of a dataset: ``dest`` itself if it holds a conversion, else its sub-folders that do."""
     if storage.exists(journal.journal_url(dest, journal.PLAN_NAME), **storage_options):
         return [dest]
-    dirs, _ = _fs.list_dir(dest, **storage_options)
+    dirs, _ = storage.list_dir(dest, **storage_options)
     return [storage.join(dest, d) for d in dirs if storage.exists(journal.journal_url(storage.join(dest, d), journal.PLAN_NAME), **storage_options)]
 
 

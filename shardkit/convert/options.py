@@ -2,17 +2,73 @@
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..manifest import Manifest
+from ..manifest import Manifest, SkippedFile
 from .discover import Layout
 from .imageproc import ImageOptions
 
 #: default ``shard_bytes``: a comfortable object-storage object size
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def valid_split_name(name: str) -> bool:
+    """True for a usable split name (letters, digits, ``_``, ``-``, ``.``; not starting with ``-`` or ``.``)."""
+    return bool(_SPLIT_NAME.match(name))
+
+
+class LabelType(str, enum.Enum):
+    """How a listing's labels are read: class ``name``, class ``index``, or ``auto`` (detect; mixed is an error)."""
+
+    AUTO = "auto"
+    NAME = "name"
+    INDEX = "index"
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How to read a SRC that is not plain class folders (defaults fit the usual column names).
+
+    Attributes:
+        path_col: listing column holding the image path (relative to ``root``, absolute, or a URL).
+        label_col: listing column (or Hugging Face column) holding the label.
+        split_col: listing column holding each row's split (``None``: one split).
+        root: folder the listing's relative paths start from (``None``: the listing's folder).
+        label_type: how listing labels are read (:class:`LabelType`).
+        label_regex: for a folder SRC: the first capture group of this regex, searched in the
+            file's path relative to SRC, is its class name (instead of class folders).
+        image_col: Hugging Face column holding the image.
+        image_key: WebDataset tar source: image member extensions, tried in order (``;``-separated).
+        label_key: WebDataset tar source: member extension holding the label (e.g. ``cls``).
+        label_json_field: WebDataset tar source: read the label from this field of the
+            ``.json`` member instead of ``label_key``.
+    """
+
+    path_col: str = "path"
+    label_col: str = "label"
+    split_col: str | None = None
+    root: str | None = None
+    label_type: LabelType = LabelType.AUTO
+    label_regex: str | None = None
+    image_col: str = "image"
+    image_key: str = "jpg;jpeg;png;webp"
+    label_key: str = "cls"
+    label_json_field: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "label_type", LabelType(self.label_type))
+        except ValueError:
+            raise ValueError(f"label_type must be one of {', '.join(t.value for t in LabelType)}, not {self.label_type!r}") from None
+
+    def recorded(self) -> dict[str, Any]:
+        """The options that differ from the defaults (so that plain ImageFolder conversions record none)."""
+        default = SourceOptions()
+        return {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in vars(self).items() if v != getattr(default, k)}
 
 
 @dataclass(frozen=True)
@@ -25,10 +81,15 @@ class ConvertOptions:
         shuffle: shuffle samples before sharding (``False`` keeps sorted folder order).
         shard_size: at most this many samples per shard (``None``: no count cap).
         shard_bytes: at most this many bytes per shard (``None``: no byte cap); a
-            single sample larger than the cap gets a shard of its own.
+            single sample larger than the cap gets a shard of its own. With
+            neither cap, each split is one shard.
         layout: how SRC is organised (:class:`Layout`).
-        split: split name for the ``imagefolder`` layout.
-        strict: raise :class:`shardkit.ConvertError` on the first skipped file.
+        split: split name for the ``imagefolder`` layout (and any source without splits).
+        source: how to read listings, regex-labelled folders, Hugging Face datasets.
+        val_fraction: carve a validation split ``val`` from a source that has one split:
+            exactly ``round(val_fraction * n)`` of each class's ``n`` items (0: off).
+        strict: raise :class:`shardkit.ConvertError` on the first file that should have
+            converted and did not (files that are not candidates, such as `notes.txt`, do not count).
     """
 
     image: ImageOptions = field(default_factory=ImageOptions)
@@ -38,17 +99,19 @@ class ConvertOptions:
     shard_bytes: int | None = DEFAULT_SHARD_BYTES
     layout: Layout = Layout.AUTO
     split: str = "train"
+    source: SourceOptions = field(default_factory=SourceOptions)
+    val_fraction: float = 0.0
     strict: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layout", Layout(self.layout))
-        if self.shard_size is None and self.shard_bytes is None:
-            raise ValueError("set shard_size, shard_bytes or both")
         if self.shard_size is not None and self.shard_size < 1:
             raise ValueError(f"shard_size must be positive, not {self.shard_size}")
         if self.shard_bytes is not None and self.shard_bytes < 1:
             raise ValueError(f"shard_bytes must be positive, not {self.shard_bytes}")
-        if not _SPLIT_NAME.match(self.split):
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), not {self.val_fraction}")
+        if not valid_split_name(self.split):
             raise ValueError(f"split name {self.split!r} must use letters, digits, '_', '-' and '.'")
 
     def recorded(self) -> dict[str, Any]:
@@ -59,10 +122,13 @@ class ConvertOptions:
             "quality": self.image.quality,
             "max_pixels": self.image.max_pixels,
             "resample": self.image.resample.value,
+            **({"copy": True} if self.image.copy else {}),
             "seed": self.seed,
             "shuffle": self.shuffle,
             "shard_size": self.shard_size,
             "shard_bytes": self.shard_bytes,
+            **({"source": self.source.recorded()} if self.source.recorded() else {}),
+            **({"val_fraction": self.val_fraction} if self.val_fraction else {}),
         }
 
 
@@ -75,6 +141,7 @@ class SplitResult:
         url: split directory (local path or URL).
         converted: samples encoded and written by this run.
         skipped: source files of this split that are not samples (whole split, known so far).
+        skipped_reasons: ``skipped`` by reason code.
         shards_written: planned shards written by this run.
         shards_resumed: planned shards found complete (checksum verified) and kept.
         bytes_in: source bytes read by this run.
@@ -86,19 +153,27 @@ class SplitResult:
     url: str
     converted: int = 0
     skipped: int = 0
+    skipped_reasons: dict[str, int] = field(default_factory=dict)
     shards_written: int = 0
     shards_resumed: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
     manifest: Manifest | None = None
 
+    def add_skipped(self, files: list[SkippedFile]) -> None:
+        """Count ``files`` as skipped."""
+        self.skipped += len(files)
+        for f in files:
+            self.skipped_reasons[f.reason] = self.skipped_reasons.get(f.reason, 0) + 1
+
 
 @dataclass
 class ConvertResult:
-    """Outcome of :func:`shardkit.convert.convert`: one :class:`SplitResult` per split, and totals."""
+    """Outcome of :func:`shardkit.convert.convert`: one :class:`SplitResult` per split, totals, and notes about the source."""
 
     splits: list[SplitResult]
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def converted(self) -> int:
@@ -109,6 +184,15 @@ class ConvertResult:
     def skipped(self) -> int:
         """Source files that are not samples."""
         return sum(s.skipped for s in self.splits)
+
+    @property
+    def skipped_reasons(self) -> dict[str, int]:
+        """Skipped source files by reason code."""
+        out: dict[str, int] = {}
+        for s in self.splits:
+            for r, n in s.skipped_reasons.items():
+                out[r] = out.get(r, 0) + n
+        return dict(sorted(out.items()))
 
     @property
     def bytes_in(self) -> int:

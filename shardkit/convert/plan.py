@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Sequence, TypeVar
+from typing import Any, Mapping, Sequence, TypeVar
 
 from ..shardformat import EncodedSample, meta_bytes
-from .discover import SourceFile
+from .source import SourceFile
 
 #: pilot size used to estimate encoded bytes per sample
 PILOT_SAMPLES = 64
@@ -43,12 +43,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Item:
-    """One planned sample: its key index (sorted position) and source file."""
+    """One planned sample: its key index (sorted position) and source item (see :mod:`shardkit.convert.source`)."""
 
     index: int
     relpath: str
     label: int
     size: int
+    ref: str = ""
+    meta: Mapping[str, Any] | None = None
 
 
 def key_width(num_files: int) -> int:
@@ -64,7 +66,7 @@ def make_key(index: int, width: int) -> str:
 def order(files: Sequence[SourceFile], seed: int, shuffle: bool) -> list[Item]:
     """Items in shard order: keys from sorted order, then shuffled with ``seed`` if ``shuffle``."""
     ordered = sorted(files, key=lambda f: f.relpath)
-    items = [Item(i, f.relpath, f.label, f.size) for i, f in enumerate(ordered)]
+    items = [Item(i, f.relpath, f.label, f.size, f.ref, f.meta) for i, f in enumerate(ordered)]
     if shuffle:
         random.Random(seed).shuffle(items)
     return items
@@ -114,8 +116,10 @@ def shard_ranges(num_items: int, per_shard: int) -> list[tuple[int, int]]:
 
 def task_shards(num_shards: int, num_tasks: int, task_index: int) -> list[int]:
     """Planned shards owned by task ``task_index`` of ``num_tasks`` (round robin)."""
-    if num_tasks < 1 or not 0 <= task_index < num_tasks:
-        raise ValueError(f"invalid task {task_index} of {num_tasks}: need 0 <= task_index < num_tasks")
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be at least 1, not {num_tasks}")
+    if not 0 <= task_index < num_tasks:
+        raise ValueError(f"task_index must be in 0..{num_tasks - 1} for num_tasks {num_tasks}, not {task_index}")
     return list(range(task_index, num_shards, num_tasks))
 
 

@@ -61,7 +61,7 @@ def _incomplete(url: str, files: list[str], dirs: list[str], **so: Any) -> Optio
 
 def _list(url: str, **so: Any) -> tuple[list[str], list[str]]:
     """``(sub-folders, files)`` under ``url`` (empty if it does not exist)."""
-    from ..convert._fs import list_dir  # shardkit.storage.list_dir once the storage helpers are merged there
+    from ..storage import list_dir
 
     return list_dir(url, **so)
 

@@ -1,0 +1,106 @@
+"""Guards on DEST before a conversion writes to it: no overlap with SRC, one writer per task.
+
+* :func:`check_overlap`: a local DEST inside SRC (or SRC inside DEST) is
+  refused. Discovering DEST's shards as a class or split on the next run
+  would relabel the data, so this is refused rather than guessed around.
+  Tars given by name may hold DEST below them, but not lie inside DEST
+  (``--overwrite`` would delete them).
+* :func:`dest_lock`: while a conversion task runs, it holds an exclusive
+  ``flock`` on ``DEST/.shardkit-task<I>.lock``, a file holding its pid and
+  host. A second conversion of the same task index (a rerun started while the
+  first still runs) is refused with the holder's pid and host. The kernel
+  drops the lock when its process dies, so a lock file left by a killed run is
+  stale by construction and simply taken over. Tasks of one multi-task
+  conversion (different ``--task-index``) run side by side as designed.
+  Object stores have no locks: there the rule is "one run per task index at a
+  time", which a scheduler's job array gives (README: Many machines).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from typing import Iterator
+
+from .. import storage
+from ..errors import ConvertError
+
+
+def _inside(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
+
+
+def check_overlap(src: str, dest: str, *, dest_in_src: bool = True) -> None:
+    """:class:`ConvertError` if ``dest`` is ``src``, inside it (unless not ``dest_in_src``: for sources that are
+    listed, not walked), or contains it (local paths only)."""
+    if not storage.is_local(dest):
+        return
+    s, d = os.path.realpath(src), os.path.realpath(storage.local_path(dest))
+    if dest_in_src and _inside(d, s):
+        raise ConvertError(
+            f"{dest}: DEST is inside SRC {src} (its shards would be read as input on the next run); choose a DEST outside SRC"
+        )
+    if _inside(s, d):
+        raise ConvertError(f"{src}: SRC is inside DEST {dest}; choose a DEST that does not contain SRC")
+
+
+def lock_name(task_index: int) -> str:
+    """File name of the lock of task ``task_index`` in DEST."""
+    return f".shardkit-task{task_index}.lock"
+
+
+def _holder(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+        return f"pid {d['pid']}, host {d['host']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "pid ?, host ?"
+
+
+@contextlib.contextmanager
+def dest_lock(dest: str, task_index: int = 0) -> Iterator[None]:
+    """Hold task ``task_index``'s lock on a local ``dest`` (no-op for object storage); see module docstring.
+
+    Raises:
+        ConvertError: another live process holds it (naming its pid and host).
+    """
+    if not storage.is_local(dest):
+        yield
+        return
+    import fcntl
+
+    d = storage.local_path(dest)
+    storage.makedirs(d)
+    path = os.path.join(d, lock_name(task_index))
+    for _ in range(10):  # the holder may unlink the file between our open and flock: retry on the new file
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConvertError(
+                f"{dest}: another conversion ({_holder(path)}) is writing DEST (task {task_index}); "
+                "wait for it to finish or stop it, then rerun"
+            ) from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    else:  # pragma: no cover - ten lost races in a row
+        raise ConvertError(f"{dest}: cannot take the conversion lock {path}; rerun")
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode("utf-8"))
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        os.close(fd)
