@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from .config import ImageConfig, LoaderConfig, Preset, SourceConfig
 from .dataset import ShardDataset
-from .loader import LoaderStats, ShardLoader, load
+from .loader import ShardLoader, load
+from .stats import LoaderStats
 from .reader import RawSample
 from .sources import register_with_webdataset
-from .stages import Batch
+from .batching import Batch
 
 __all__ = [
     "Batch",

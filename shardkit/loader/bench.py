@@ -10,9 +10,11 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from ..threads import one_thread
 from .config import ImageConfig
 from .decode import CropDecoder, channels_last_empty
-from .loader import LoaderStats, load
+from .loader import load
+from .stats import LoaderStats
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,6 @@ def decode_ceiling(url: str, *, image: ImageConfig, seed: int = 0, samples: int 
     data = [s.jpeg for batch in itertools.islice(raw, -(-samples // 64)) for s in batch][:samples]
     dec = CropDecoder(image, seed)
     out = channels_last_empty((3, image.size, image.size)) if image.channels_last else torch.empty(3, image.size, image.size, dtype=torch.uint8)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
 
     def run(items: list[bytes]) -> None:
         # the same work per sample as a worker: header, batch geometry, decode + crop/resize
@@ -81,13 +81,11 @@ def decode_ceiling(url: str, *, image: ImageConfig, seed: int = 0, samples: int 
         for i, d in enumerate(items):
             dec.decode_into(d, sizes[i][0], sizes[i][1], boxes[i], flips[i], out)
 
-    try:
+    with one_thread():
         run(data[:16])  # warm up
         t = time.perf_counter()
         run(data)
         dt = time.perf_counter() - t
-    finally:
-        torch.set_num_threads(threads)
     return (len(data) / dt if dt > 0 else 0.0), dec.decoder.name
 
 

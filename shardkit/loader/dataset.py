@@ -4,7 +4,7 @@ In ``__iter__`` a worker finds out who it is (explicit ``rank``/``world_size``
 or ``torch.distributed``, plus ``get_worker_info``), asks
 :func:`shardkit.plan.worker_plan` what to read for the current epoch and
 resume point, and runs a ``webdataset.DataPipeline`` of three stages
-(:mod:`shardkit.loader.stages`): plan blocks -> sequentially read raw
+(:mod:`shardkit.loader.read`, :mod:`shardkit.loader.batching`): plan blocks -> sequentially read raw
 samples in shuffled emission order -> decoded uint8 batches.
 
 The epoch and resume point live in a tiny shared-memory tensor created before
@@ -30,7 +30,9 @@ from .config import LoaderConfig
 from .decode import CropDecoder
 from .pool import PoolState, WorkerPool
 from .sources import ShardOpener, check_url
-from .stages import Batch, BatchSpec, BlockReader, Counters, decode_batches, plan_blocks, read_blocks
+from .batching import Batch, BatchSpec, decode_batches
+from .read import BlockReader, plan_blocks, read_blocks
+from .stats import Counters
 
 
 class ShardDataset(IterableDataset):
@@ -43,7 +45,7 @@ class ShardDataset(IterableDataset):
         rank: this process's rank; with ``world_size``. Default: from ``torch.distributed`` (else 0 of 1).
         world_size: number of ranks.
 
-    Each item is a :class:`shardkit.loader.stages.Batch` (``images`` uint8 ``[n,3,S,S]``,
+    Each item is a :class:`shardkit.loader.batching.Batch` (``images`` uint8 ``[n,3,S,S]``,
     ``labels`` int64 ``[n]``, ``gids``, ``keys``); with ``config.raw`` its ``raw`` field holds the
     :class:`shardkit.loader.reader.RawSample` objects instead of images.
     """

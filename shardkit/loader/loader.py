@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Iterator, Optional
 
 import numpy as np
@@ -35,45 +35,11 @@ from ..plan import RankSplit, Segment, fingerprint
 from .config import ImageConfig, LoaderConfig, SourceConfig, plan_to_dict
 from .dataset import ShardDataset
 from .pool import MainPool, pool_for
-from .stages import COUNTERS, Batch
+from .batching import Batch
+from .stats import LoaderStats, summarise
 
 STATE_FORMAT = "shardkit-loader-state"
 STATE_VERSION = 1
-
-
-@dataclass(frozen=True)
-class LoaderStats:
-    """What one epoch (or the epoch so far) cost.
-
-    Worker-side seconds are summed over workers (time spent per stage; ``read_s`` is the wall
-    time of reads, which run on a thread that overlaps decoding);
-    ``wait_s`` is wall time the training loop spent waiting for the next batch;
-    ``retries`` counts remote reads that failed and were retried (from the byte offset where they broke).
-    """
-
-    batches: int = 0
-    samples: int = 0
-    skipped: int = 0
-    bytes_read: int = 0
-    retries: int = 0
-    wait_s: float = 0.0
-    elapsed_s: float = 0.0
-    read_s: float = 0.0
-    decode_s: float = 0.0
-    resize_s: float = 0.0
-    collate_s: float = 0.0
-
-    @property
-    def images_per_s(self) -> float:
-        """Samples per second of wall time over the epoch so far."""
-        return self.samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    def __str__(self) -> str:
-        return (
-            f"{self.samples} samples in {self.batches} batches, {self.skipped} skipped, "
-            f"{self.bytes_read / 1e6:.1f} MB read, {self.retries} read retries, {self.images_per_s:.0f} img/s, waited {self.wait_s:.2f} s "
-            f"(workers: read {self.read_s:.2f} s, decode {self.decode_s:.2f} s, resize {self.resize_s:.2f} s, collate {self.collate_s:.2f} s)"
-        )
 
 
 class ShardLoader:
@@ -235,21 +201,7 @@ class ShardLoader:
     @property
     def stats(self) -> LoaderStats:
         """Counters of the current or last epoch (samples, skipped, bytes, time waiting...)."""
-        tot = np.sum(list(self._counters.values()), axis=0) if self._counters else np.zeros(len(COUNTERS))
-        d = dict(zip(COUNTERS, tot.tolist()))
-        return LoaderStats(
-            batches=self._batches,
-            samples=int(d["samples"]),
-            skipped=int(d["skipped"]),
-            bytes_read=int(d["bytes_read"]),
-            retries=int(d["retries"]),
-            wait_s=self._wait,
-            elapsed_s=max(0.0, self._t1 - self._t0),
-            read_s=d["read_s"],
-            decode_s=d["decode_s"],
-            resize_s=d["resize_s"],
-            collate_s=d["collate_s"],
-        )
+        return summarise(self._counters.values(), batches=self._batches, wait_s=self._wait, elapsed_s=self._t1 - self._t0)
 
     # ------------------------------------------------------------------ state
 

@@ -1,0 +1,182 @@
+"""The decode stage: raw samples -> the planned batches, each decoded into one preallocated uint8 tensor.
+
+Batch boundaries are fixed by the plan: batch ``j`` of a worker holds the samples
+emitted at positions ``[j*B, (j+1)*B)``; a sample that cannot be read or decoded
+makes its batch one smaller, it never pulls a sample from the next batch, so every
+rank yields the same number of batches and resume stays exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Iterator, Optional
+
+import numpy as np
+import torch
+
+from ..errors import DataError
+from ..threads import one_thread
+from .decode import CropDecoder, apply_hook
+from .pool import WorkerPool, new_segment
+from .reader import RawSample
+from .stats import COUNTERS, Counters
+
+log = logging.getLogger("shardkit.loader")
+
+
+@dataclass
+class Batch:
+    """What a worker sends for one planned batch.
+
+    Attributes:
+        images: uint8 ``[n, 3, S, S]`` (``n <= batch_size``; smaller when samples were skipped).
+        labels: int64 ``[n]``.
+        gids: int64 ``[n]`` global sample ids.
+        keys: sample keys.
+        worker: DataLoader worker id that made it.
+        counters: the worker's cumulative :data:`COUNTERS` for this epoch.
+        raw: with ``raw=True``: the batch's :class:`RawSample` objects instead of images.
+        pool_slot: the worker's shared-memory slot holding ``images`` (-1: not pooled).
+        pool_token: the slot's token (:mod:`shardkit.loader.pool`).
+        copied: ``images`` is a copy (pinned), no longer the slot's memory.
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    gids: torch.Tensor
+    keys: list[str]
+    worker: int = 0
+    counters: np.ndarray = field(default_factory=lambda: np.zeros(len(COUNTERS)))
+    raw: Optional[list[RawSample]] = None
+    pool_slot: int = -1
+    pool_token: int = 0
+    copied: bool = False
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Sent from a worker: the image tensor travels through shared memory (torch's reducer);
+        # labels and ids go inline as numpy arrays, not as two more shared-memory segments
+        # (each one a file, a mapping and a file-descriptor hand-off per batch).
+        return _rebuild_batch, (self.images, self.labels.numpy(), self.gids.numpy(), self.keys, self.worker, self.counters, self.raw,
+                                self.pool_slot, self.pool_token, self.copied)
+
+    def pin_memory(self, device: Any = None) -> "Batch":
+        """Pinned copy (called by DataLoader's pin-memory thread)."""
+        return replace(self, images=self.images.pin_memory(), labels=self.labels.pin_memory(), copied=True)
+
+
+def _rebuild_batch(images: torch.Tensor, labels: np.ndarray, gids: np.ndarray, keys: list[str], worker: int, counters: np.ndarray,
+                   raw: Optional[list[RawSample]], pool_slot: int, pool_token: int, copied: bool) -> Batch:
+    return Batch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys, worker, counters, raw, pool_slot, pool_token, copied)
+
+
+def _skip(sample: RawSample, reason: str, strict: bool, counters: Counters) -> None:
+    msg = f"sample {sample.key!r} of shard {sample.shard}: {reason}"
+    if strict:
+        raise DataError(f"{msg} (strict=True; pass strict=False to skip bad samples)")
+    log.warning("shardkit: skipped %s", msg)
+    counters.add("skipped", 1)
+
+
+def _alloc(shape: tuple[int, int, int, int], spec: "BatchSpec", channels_last: bool) -> tuple[torch.Tensor, int, int]:
+    """A uint8 ``[n, 3, S, S]`` batch and its pool ``(slot, token)``.
+
+    Inside DataLoader workers it lives in shared memory (so the hand-off to the main
+    process copies nothing): a reused pool slot when one is free, else a new segment.
+    With ``channels_last`` its bytes are laid out ``[n, S, S, 3]``.
+    """
+    n, c, h, w = shape
+    phys = (n, h, w, c) if channels_last else shape
+    slot, token = -1, 0
+    if spec.pool is not None:
+        t, slot, token = spec.pool.take(phys)
+    elif spec.shared:
+        t = new_segment(phys)
+    else:
+        t = torch.empty(phys, dtype=torch.uint8)
+    return (t.permute(0, 3, 1, 2) if channels_last else t), slot, token
+
+
+@dataclass
+class BatchSpec:
+    """How the batching stage works (picklable, no lambdas)."""
+
+    batch_size: int
+    num_batches: int  #: batches this worker still emits (fixed by the plan)
+    epoch: int
+    strict: bool = False
+    raw: bool = False
+    shared: bool = False
+    worker: int = 0
+    pool: Optional[WorkerPool] = None
+
+
+def decode_batches(samples: Iterable[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters) -> Iterator[Batch]:
+    """Stage 2: cut emissions into the planned batches, decode each into one preallocated uint8 tensor."""
+    it = iter(samples)
+    for _ in range(spec.num_batches):
+        group = [s for _, s in zip(range(spec.batch_size), it)]
+        t0 = time.perf_counter()
+        good = []
+        for s in group:
+            if s.error:
+                _skip(s, s.error, spec.strict, counters)
+            else:
+                good.append(s)
+        if spec.raw:
+            counters.add("samples", len(good))
+            counters.add("batches", 1)
+            yield Batch(torch.empty(0, dtype=torch.uint8), torch.tensor([s.label for s in good], dtype=torch.int64),
+                        torch.tensor([s.gid for s in good], dtype=torch.int64), [s.key for s in good], spec.worker, counters.v.copy(), good)
+            continue
+        assert decoder is not None
+        # per-image resizes are tiny: torch's intra-op threads only add overhead (10x on a busy
+        # machine). DataLoader workers run with 1 thread anyway; in the main process the user's
+        # setting is restored before the batch is handed out.
+        with one_thread():
+            batch = _decode_one_batch(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
+        yield batch
+
+
+def _decode_one_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: float) -> Batch:
+    """Decode ``good`` into one preallocated ``[n, 3, S, S]`` uint8 tensor; bad images are skipped.
+
+    Headers first (no pixels; an unreadable or oversized one skips its sample), then
+    the crop geometry of the whole batch in one vectorised call, then one decode +
+    crop/resize per sample straight into its slot of the batch.
+    """
+    cfg = decoder.cfg
+    ok, sizes = [], []
+    for s in good:
+        try:
+            sizes.append(decoder.header(s.jpeg))  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - any header failure is a bad sample
+            _skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
+            continue
+        ok.append(s)
+    gids_in = np.fromiter((s.gid for s in ok), np.int64, len(ok))
+    crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in)
+    boxes, flips = crops.boxes.tolist(), crops.flips.tolist()
+    images, slot, token = _alloc((len(ok), 3, cfg.size, cfg.size), spec, cfg.channels_last)
+    kept, keys = [], []
+    before = decoder.times.copy()
+    for i, s in enumerate(ok):
+        out = images[len(kept)]
+        try:
+            decoder.decode_into(s.jpeg, sizes[i][0], sizes[i][1], boxes[i], flips[i], out)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
+            _skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
+            continue
+        apply_hook(cfg.hook, out, s)  # errors in the user's hook are the user's: not skipped
+        kept.append(i)
+        keys.append(s.key)
+    n = len(kept)
+    labels = torch.tensor([ok[i].label for i in kept], dtype=torch.int64)
+    spent = decoder.times - before
+    counters.add("decode_s", spent[0])
+    counters.add("resize_s", spent[1])
+    counters.add("collate_s", time.perf_counter() - t0 - spent.sum())
+    counters.add("samples", n)
+    counters.add("batches", 1)
+    return Batch(images[:n], labels, torch.from_numpy(gids_in[kept]), keys, spec.worker, counters.v.copy(), pool_slot=slot, pool_token=token)
