@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -19,56 +19,48 @@ import torch
 from ..errors import DataError
 from ..threads import one_thread
 from .decode import CropDecoder, apply_hook
-from .pool import WorkerPool, new_segment
 from .reader import RawSample
-from .stats import COUNTERS, Counters
+from .stats import Counters
 
 log = logging.getLogger("shardkit.loader")
 
 
 @dataclass
 class Batch:
-    """What a worker sends for one planned batch.
+    """One planned batch: data only (which worker made it and where its bytes live is the
+    transport's business, :mod:`shardkit.loader.transport`).
 
     Attributes:
         images: uint8 ``[n, 3, S, S]`` (``n <= batch_size``; smaller when samples were skipped).
         labels: int64 ``[n]``.
         gids: int64 ``[n]`` global sample ids.
         keys: sample keys.
-        worker: DataLoader worker id that made it.
-        counters: the worker's cumulative :data:`COUNTERS` for this epoch.
         raw: with ``raw=True``: the batch's :class:`RawSample` objects instead of images.
-        pool_slot: the worker's shared-memory slot holding ``images`` (-1: not pooled).
-        pool_token: the slot's token (:mod:`shardkit.loader.pool`).
-        copied: ``images`` is a copy (pinned), no longer the slot's memory.
     """
 
     images: torch.Tensor
     labels: torch.Tensor
     gids: torch.Tensor
     keys: list[str]
-    worker: int = 0
-    counters: np.ndarray = field(default_factory=lambda: np.zeros(len(COUNTERS)))
     raw: Optional[list[RawSample]] = None
-    pool_slot: int = -1
-    pool_token: int = 0
-    copied: bool = False
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Sent from a worker: the image tensor travels through shared memory (torch's reducer);
         # labels and ids go inline as numpy arrays, not as two more shared-memory segments
         # (each one a file, a mapping and a file-descriptor hand-off per batch).
-        return _rebuild_batch, (self.images, self.labels.numpy(), self.gids.numpy(), self.keys, self.worker, self.counters, self.raw,
-                                self.pool_slot, self.pool_token, self.copied)
+        return _rebuild_batch, (self.images, self.labels.numpy(), self.gids.numpy(), self.keys, self.raw)
 
     def pin_memory(self, device: Any = None) -> "Batch":
         """Pinned copy (called by DataLoader's pin-memory thread)."""
-        return replace(self, images=self.images.pin_memory(), labels=self.labels.pin_memory(), copied=True)
+        return self.copied(torch.Tensor.pin_memory)
+
+    def copied(self, copy: Callable[[torch.Tensor], torch.Tensor]) -> "Batch":
+        """The batch with ``images`` and ``labels`` replaced by ``copy(tensor)`` (e.g. a pinned copy)."""
+        return replace(self, images=copy(self.images), labels=copy(self.labels))
 
 
-def _rebuild_batch(images: torch.Tensor, labels: np.ndarray, gids: np.ndarray, keys: list[str], worker: int, counters: np.ndarray,
-                   raw: Optional[list[RawSample]], pool_slot: int, pool_token: int, copied: bool) -> Batch:
-    return Batch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys, worker, counters, raw, pool_slot, pool_token, copied)
+def _rebuild_batch(images: torch.Tensor, labels: np.ndarray, gids: np.ndarray, keys: list[str], raw: Optional[list[RawSample]]) -> Batch:
+    return Batch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys, raw)
 
 
 def _skip(sample: RawSample, reason: str, strict: bool, counters: Counters) -> None:
@@ -79,23 +71,20 @@ def _skip(sample: RawSample, reason: str, strict: bool, counters: Counters) -> N
     counters.add("skipped", 1)
 
 
-def _alloc(shape: tuple[int, int, int, int], spec: "BatchSpec", channels_last: bool) -> tuple[torch.Tensor, int, int]:
-    """A uint8 ``[n, 3, S, S]`` batch and its pool ``(slot, token)``.
+#: ``alloc(shape) -> uint8 tensor``: where a batch's pixels are written (the transport's slots, or plain memory)
+Alloc = Callable[[tuple[int, ...]], torch.Tensor]
 
-    Inside DataLoader workers it lives in shared memory (so the hand-off to the main
-    process copies nothing): a reused pool slot when one is free, else a new segment.
-    With ``channels_last`` its bytes are laid out ``[n, S, S, 3]``.
-    """
-    n, c, h, w = shape
-    phys = (n, h, w, c) if channels_last else shape
-    slot, token = -1, 0
-    if spec.pool is not None:
-        t, slot, token = spec.pool.take(phys)
-    elif spec.shared:
-        t = new_segment(phys)
-    else:
-        t = torch.empty(phys, dtype=torch.uint8)
-    return (t.permute(0, 3, 1, 2) if channels_last else t), slot, token
+
+def plain_alloc(shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialised uint8 tensor in process memory."""
+    return torch.empty(shape, dtype=torch.uint8)
+
+
+def _alloc_images(n: int, size: int, channels_last: bool, alloc: Alloc) -> torch.Tensor:
+    """A uint8 ``[n, 3, S, S]`` batch from ``alloc``; with ``channels_last`` its bytes are laid out ``[n, S, S, 3]``."""
+    if channels_last:
+        return alloc((n, size, size, 3)).permute(0, 3, 1, 2)
+    return alloc((n, 3, size, size))
 
 
 @dataclass
@@ -107,9 +96,7 @@ class BatchSpec:
     epoch: int
     strict: bool = False
     raw: bool = False
-    shared: bool = False
-    worker: int = 0
-    pool: Optional[WorkerPool] = None
+    alloc: Alloc = plain_alloc  #: where batch pixels go (a module-level function or a picklable object)
 
 
 def decode_batches(samples: Iterable[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters) -> Iterator[Batch]:
@@ -128,7 +115,7 @@ def decode_batches(samples: Iterable[RawSample], *, spec: BatchSpec, decoder: Op
             counters.add("samples", len(good))
             counters.add("batches", 1)
             yield Batch(torch.empty(0, dtype=torch.uint8), torch.tensor([s.label for s in good], dtype=torch.int64),
-                        torch.tensor([s.gid for s in good], dtype=torch.int64), [s.key for s in good], spec.worker, counters.v.copy(), good)
+                        torch.tensor([s.gid for s in good], dtype=torch.int64), [s.key for s in good], good)
             continue
         assert decoder is not None
         # per-image resizes are tiny: torch's intra-op threads only add overhead (10x on a busy
@@ -158,7 +145,7 @@ def _decode_one_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDe
     gids_in = np.fromiter((s.gid for s in ok), np.int64, len(ok))
     crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in)
     boxes, flips = crops.boxes.tolist(), crops.flips.tolist()
-    images, slot, token = _alloc((len(ok), 3, cfg.size, cfg.size), spec, cfg.channels_last)
+    images = _alloc_images(len(ok), cfg.size, cfg.channels_last, spec.alloc)
     kept, keys = [], []
     before = decoder.times.copy()
     for i, s in enumerate(ok):
@@ -179,4 +166,4 @@ def _decode_one_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDe
     counters.add("collate_s", time.perf_counter() - t0 - spent.sum())
     counters.add("samples", n)
     counters.add("batches", 1)
-    return Batch(images[:n], labels, torch.from_numpy(gids_in[kept]), keys, spec.worker, counters.v.copy(), pool_slot=slot, pool_token=token)
+    return Batch(images[:n], labels, torch.from_numpy(gids_in[kept]), keys)

@@ -148,7 +148,7 @@ class LoaderConfig:
         strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
         raw: yield raw samples (bytes, label, metadata) instead of decoded batches.
         reuse_buffers: workers reuse their shared-memory batch buffers once the main process
-            no longer references a batch (:mod:`shardkit.loader.pool`); False: a new segment per
+            no longer references a batch (:mod:`shardkit.loader.transport`); False: new memory per
             batch, as plain ``DataLoader`` does.
     """
 

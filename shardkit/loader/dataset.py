@@ -28,11 +28,11 @@ from ..plan import RankSplit, Segment, Stream, epoch_stream, rank_split, worker_
 from ..world import World, detect
 from .config import LoaderConfig
 from .decode import CropDecoder
-from .pool import PoolState, WorkerPool
 from .sources import ShardOpener, check_url
-from .batching import Batch, BatchSpec, decode_batches
+from .batching import Batch, BatchSpec, decode_batches, plain_alloc
 from .read import BlockReader, plan_blocks, read_blocks
 from .stats import Counters
+from .transport import Envelope, Ring, envelopes
 
 
 class ShardDataset(IterableDataset):
@@ -73,16 +73,14 @@ class ShardDataset(IterableDataset):
         self.history: tuple[Segment, ...] = ()
         # [epoch, batches_done]: shared with (persistent) workers
         self._position = torch.zeros(2, dtype=torch.int64).share_memory_()
-        #: the batch-buffer pool's shared state: set only on ShardLoader's private copy of the dataset
-        #: (:func:`with_pool`), so no other DataLoader's workers ever take a slot
-        self.pool_state: Optional[PoolState] = None
-        self._pool_buffers: dict[int, torch.Tensor] = {}  # a worker's slot buffers (worker-local)
+        self._envelopes = False  # yield transport envelopes (ShardLoader's private copy only)
+        self.ring: Optional[Ring] = None  #: shared batch slots of the current worker processes (private copy only)
 
-    def with_pool(self, state: Optional[PoolState]) -> "ShardDataset":
-        """A shallow copy whose workers write batches into the pool ``state`` (position stays shared)."""
+    def for_loader(self) -> "ShardDataset":
+        """A shallow copy for :class:`ShardLoader`: it yields :class:`Envelope` objects and writes into
+        :attr:`ring` when one is set (position stays shared), so no other DataLoader's workers take a slot."""
         ds = copy.copy(self)
-        ds.pool_state = state
-        ds._pool_buffers = {}
+        ds._envelopes, ds.ring = True, None
         return ds
 
     # ------------------------------------------------------------------ position
@@ -145,16 +143,16 @@ class ShardDataset(IterableDataset):
                              num_classes=len(self.manifest.classes) or None)
         decoder = None if cfg.raw else CropDecoder(cfg.image, cfg.seed)
         in_worker = get_worker_info() is not None
-        pool = None
-        if in_worker and self.pool_state is not None and not cfg.raw:
-            s = cfg.image.size
-            pool = WorkerPool(self.pool_state, world.worker, self._pool_buffers, cfg.batch_size * 3 * s * s)
-        spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, shared=in_worker, worker=world.worker, pool=pool)
-        pipeline = wds.DataPipeline(
+        writer = self.ring.writer(world.worker) if self._envelopes and self.ring is not None and in_worker and not cfg.raw else None
+        spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, alloc=writer or plain_alloc)
+        stages = [
             _Const(plan.blocks),
             _Stage(read_blocks, reader=reader, chunk=cfg.batch_size),
             _Stage(decode_batches, spec=spec, decoder=decoder, counters=counters),
-        )
+        ]
+        if self._envelopes:
+            stages.append(_Stage(envelopes, worker=world.worker, counters=counters, writer=writer))
+        pipeline = wds.DataPipeline(*stages)
         return iter(pipeline)
 
 

@@ -34,8 +34,7 @@ from ..manifest import Manifest
 from ..plan import RankSplit, Segment, fingerprint
 from .config import ImageConfig, LoaderConfig, SourceConfig, plan_to_dict
 from .dataset import ShardDataset
-from .pool import MainPool, pool_for
-from .batching import Batch
+from .transport import Envelope, Ring, ring_slots
 from .stats import LoaderStats, summarise
 
 STATE_FORMAT = "shardkit-loader-state"
@@ -62,7 +61,6 @@ class ShardLoader:
         self._t1 = 0.0
         self._batches = 0
         self._consumed = 0  # batches handed out since the dataset's position was last set
-        self._pool: Optional[MainPool] = None  # shared-memory batch buffers of the current workers
         self._dl_dataset: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
 
     # ------------------------------------------------------------------ DataLoader
@@ -83,19 +81,21 @@ class ShardLoader:
                     kw["multiprocessing_context"] = c.multiprocessing_context
                 if c.timeout:
                     kw["timeout"] = c.timeout
-            self._dl_dataset = ds.with_pool(None)  # private: only this DataLoader's workers see the pool
+            self._dl_dataset = ds.for_loader()  # private: only this DataLoader's workers see the ring
             self._dl = DataLoader(self._dl_dataset, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
             self._dl_history = ds.history
-            self._new_pool()
+            self._new_ring()
         elif not self._dl.persistent_workers:
-            self._new_pool()  # every iteration starts new worker processes: a new flag table for them
+            self._new_ring()  # every iteration starts new worker processes: a new ring for them
         return self._dl
 
-    def _new_pool(self) -> None:
-        """A buffer pool for the worker processes about to start (set before they fork)."""
+    def _new_ring(self) -> None:
+        """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
         c = self.config
-        self._pool = pool_for(c.num_workers, c.prefetch_factor or 4, c.raw) if c.reuse_buffers else None
-        self._dl_dataset.pool_state = None if self._pool is None else self._pool.state
+        if c.num_workers > 0 and not c.raw and c.reuse_buffers:
+            self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor or 4), c.batch_size * 3 * c.image.size**2)
+        else:
+            self._dl_dataset.ring = None
 
     def __len__(self) -> int:
         """Batches this rank yields per full epoch (the same on every rank)."""
@@ -103,7 +103,7 @@ class ShardLoader:
 
     def close(self) -> None:
         """Stop the worker processes now (persistent ones too); the loader stays usable (new workers on the next ``iter``)."""
-        dl, self._dl, self._dl_history, self._pool, self._dl_dataset = self._dl, None, None, None, None
+        dl, self._dl, self._dl_history, self._dl_dataset = self._dl, None, None, None
         it = getattr(dl, "_iterator", None) if dl is not None else None
         if it is not None:
             shutdown = getattr(it, "_shutdown_workers", None)
@@ -121,16 +121,13 @@ class ShardLoader:
         ds = self.dataset
         self._sync_position()
         dl = self._dataloader()
-        pool = self._pool
-        if pool is not None:
-            pool.next_generation()
         self._counters, self._wait, self._batches = {}, 0.0, 0
         self._t0 = time.perf_counter()
         it = iter(dl)
         while True:
             t = time.perf_counter()
             try:
-                batch: Batch = next(it)
+                env: Envelope = next(it)
             except StopIteration:
                 break
             except BaseException as exc:
@@ -146,9 +143,9 @@ class ShardLoader:
                     ) from exc
                 raise
             self._wait += time.perf_counter() - t
-            if pool is not None:
-                pool.received(batch.worker, batch.pool_slot, batch.pool_token, batch.images, batch.copied)
-            self._counters[batch.worker] = batch.counters
+            self._counters[env.worker] = env.counters
+            batch = env.batch
+            del env
             self._batches += 1
             self._consumed += 1  # a batch counts as consumed once handed out
             self._t1 = time.perf_counter()
@@ -158,6 +155,7 @@ class ShardLoader:
             if self.with_keys and not self.config.raw:
                 out = (batch.images, batch.labels, batch.keys)
             yield out
+            del out, batch  # the user's references alone decide when a batch's slot is released
         self._t1 = time.perf_counter()
         self._consumed = 0
         ds.set_epoch(ds.epoch + 1)  # a finished pass advances the epoch

@@ -1,0 +1,215 @@
+"""Transport: the only code that touches memory shared between DataLoader workers and the main process.
+
+A worker decodes each batch straight into shared memory, so the hand-off to the
+main process copies no pixels. Creating, zero-filling, mapping and unmapping a
+new ~10 MB segment per batch costs a worker about a fifth of its time
+(notes/issue-3.md), so :class:`ShardLoader <shardkit.loader.ShardLoader>` gives
+each set of worker processes a :class:`Ring`: a fixed number of *slots* per
+worker (one batch each), allocated in the main process before the workers start.
+
+Buffer lifetime is explicit, with one writer per flag:
+
+* a worker takes a slot whose flag (a small shared ``int64`` table
+  ``[num_workers, slots]``) is 0, writes a nonzero token into the flag, decodes
+  into the slot and sends an :class:`Envelope` that carries the slot's number,
+  not its memory; if no slot is free it decodes into new memory instead (never
+  blocks, never overwrites);
+* when the main process unpickles the envelope it *leases* the slot: the batch's
+  images are a tensor over a fresh numpy view of the slot, and a
+  ``weakref.finalize`` on that view clears the flag once the last tensor, view,
+  storage or numpy array of the batch is gone (torch holds the view until the
+  storage dies). A batch the DataLoader discards (a loop left early) is unpickled
+  and dropped, so its slot comes back too; a pinned copy (``pin_memory``) drops the
+  leased tensor at once.
+* a leased batch sent on to another process (a ``torch.multiprocessing`` queue) is
+  safe by design: the tensor's memory is not torch shared memory, so torch's
+  pickler moves the storage into a new shared segment (one copy) and the slot is
+  released; the other process never sees the slot.
+
+Only the main process clears flags and only a worker sets them, each on its own
+row, so no lock is needed. Batches carry data only (:class:`Batch`); the
+envelope also carries the worker id and its counters, for :class:`ShardLoader`.
+Rings are found by id in a process-local registry of live rings, because
+``DataLoader`` unpickles worker results inside its own machinery.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import weakref
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+import numpy as np
+import torch
+
+from ..errors import ShardkitError
+from .batching import Batch
+from .stats import Counters
+
+#: live rings of this process, by id (weak: a ring lives as long as its loader and its leased batches)
+_RINGS: "weakref.WeakValueDictionary[str, Ring]" = weakref.WeakValueDictionary()
+_ids = itertools.count()
+
+
+def ring_slots(prefetch_factor: int) -> int:
+    """Slots per worker: its batches in flight, one the training step holds, one being received or pinned."""
+    return prefetch_factor + 2
+
+
+class Ring:
+    """Shared batch slots for one set of worker processes (created in the main process).
+
+    Args:
+        num_workers: rows (one per DataLoader worker).
+        slots: slots per worker.
+        slot_bytes: bytes of one slot (a full batch).
+    """
+
+    def __init__(self, num_workers: int, slots: int, slot_bytes: int):
+        self.id = f"{os.getpid()}-{next(_ids)}"
+        self.slots, self.slot_bytes = slots, slot_bytes
+        self.flags = torch.zeros(num_workers, slots, dtype=torch.int64).share_memory_()
+        self.memory = [torch.empty(slots * slot_bytes, dtype=torch.uint8).share_memory_() for _ in range(num_workers)]
+        self._main_views: Optional[list[np.ndarray]] = None
+        self.leased = 0  #: batches received in a slot
+        self.unslotted = 0  #: batches received in new memory (no slot was free)
+        _RINGS[self.id] = self
+
+    def __getstate__(self) -> dict[str, Any]:  # to spawned workers: the shared tensors travel by file descriptor, once
+        return {"id": self.id, "slots": self.slots, "slot_bytes": self.slot_bytes, "flags": self.flags, "memory": self.memory}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _main_views=None, leased=0, unslotted=0)
+
+    # ------------------------------------------------------------------ main process
+
+    def lease(self, worker: int, slot: int, token: int, nbytes: int) -> np.ndarray:
+        """A new numpy view of ``nbytes`` of a worker's slot; the slot is released when it dies."""
+        if self._main_views is None:
+            self._main_views = [m.numpy() for m in self.memory]
+        start = slot * self.slot_bytes
+        view = self._main_views[worker][start : start + nbytes]
+        weakref.finalize(view, self._release, worker, slot, token)
+        self.leased += 1
+        return view
+
+    def _release(self, worker: int, slot: int, token: int) -> None:
+        flags = self.flags.numpy()
+        if flags[worker, slot] == token:
+            flags[worker, slot] = 0
+
+    def in_use(self) -> int:
+        """Slots currently lent out (tests, diagnostics)."""
+        return int((self.flags != 0).sum())
+
+    # ------------------------------------------------------------------ worker
+
+    def writer(self, worker: int) -> "SlotWriter":
+        """The worker side for DataLoader worker ``worker``."""
+        return SlotWriter(self, worker)
+
+
+class SlotWriter:
+    """A worker's side of a :class:`Ring`: hands out free slots as batch buffers (an ``alloc`` for the decode stage)."""
+
+    def __init__(self, ring: Ring, worker: int):
+        self.ring, self.worker = ring, worker
+        self.row = ring.flags.numpy()[worker]
+        self.memory = ring.memory[worker]
+        self._seq = 0
+        self._taken: dict[int, tuple[int, int]] = {}  # data pointer -> (slot, token), until the batch is sent
+
+    def __call__(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """A uint8 tensor of ``shape``: a free slot, or new memory when none is free or it does not fit."""
+        n = int(np.prod(shape))
+        free = np.flatnonzero(self.row == 0)
+        if not n or not len(free) or n > self.ring.slot_bytes:
+            return torch.empty(shape, dtype=torch.uint8)
+        slot = int(free[0])
+        self._seq = self._seq % 0x7FFFFFFFFFFF + 1
+        self.row[slot] = self._seq
+        start = slot * self.ring.slot_bytes
+        t = self.memory[start : start + n].view(shape)
+        self._taken[t.data_ptr()] = (slot, self._seq)
+        return t
+
+    def claim(self, images: torch.Tensor) -> tuple[int, int]:
+        """``(slot, token)`` of a batch's images (``(-1, 0)``: not in a slot)."""
+        return self._taken.pop(images.data_ptr(), (-1, 0))
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A batch on its way from a worker to :class:`ShardLoader`, with what only the transport and loader read.
+
+    Attributes:
+        batch: the data.
+        worker: DataLoader worker id that made it.
+        counters: the worker's cumulative :data:`shardkit.loader.stats.COUNTERS` for this epoch.
+        ring: id of the :class:`Ring` it was made for ("" without one).
+        slot: the worker's slot holding ``batch.images`` (-1: none); only meaningful in the worker.
+        token: the slot's flag value.
+        slot_start: element offset of the slot in the worker's ring memory.
+    """
+
+    batch: Batch
+    worker: int
+    counters: np.ndarray
+    ring: str = ""
+    slot: int = -1
+    token: int = 0
+    slot_start: int = 0
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        b = self.batch
+        if self.slot < 0:
+            return _receive_unslotted, (b, self.worker, self.counters, self.ring)
+        im = b.images
+        offset = im.storage_offset() - self.slot_start
+        nbytes = offset + sum((d - 1) * s for d, s in zip(im.shape, im.stride())) + 1 if im.numel() else 0
+        return _receive_slotted, (self.ring, self.worker, self.slot, self.token, nbytes, tuple(im.shape), im.stride(), offset,
+                                  b.labels.numpy(), b.gids.numpy(), b.keys, self.counters)
+
+    def pin_memory(self, device: Any = None) -> "Envelope":
+        """The envelope with a pinned copy of the batch (DataLoader's pin-memory thread); its slot is released at once."""
+        return self.copied(torch.Tensor.pin_memory)
+
+    def copied(self, copy: Callable[[torch.Tensor], torch.Tensor]) -> "Envelope":
+        """The envelope with the batch's tensors replaced by ``copy(tensor)``; nothing refers to the slot any more."""
+        return replace(self, batch=self.batch.copied(copy), slot=-1, token=0)
+
+
+def _ring(ring_id: str) -> Ring:
+    ring = _RINGS.get(ring_id)
+    if ring is None:
+        raise ShardkitError(
+            f"a batch in shared slot ring {ring_id} arrived in process {os.getpid()}, which does not own that ring "
+            "(its loader was closed or collected while the batch was in flight); iterate the loader again"
+        )
+    return ring
+
+
+def _receive_slotted(ring_id: str, worker: int, slot: int, token: int, nbytes: int, shape: tuple[int, ...], stride: tuple[int, ...],
+                     offset: int, labels: np.ndarray, gids: np.ndarray, keys: list[str], counters: np.ndarray) -> Envelope:
+    """Unpickled in the main process: lease the slot and view the batch in it."""
+    view = _ring(ring_id).lease(worker, slot, token, nbytes)
+    images = torch.from_numpy(view).as_strided(shape, stride, offset)
+    return Envelope(Batch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys), worker, counters)
+
+
+def _receive_unslotted(batch: Batch, worker: int, counters: np.ndarray, ring_id: str) -> Envelope:
+    ring = _RINGS.get(ring_id) if ring_id else None
+    if ring is not None:
+        ring.unslotted += 1
+    return Envelope(batch, worker, counters)
+
+
+def envelopes(batches: Iterable[Batch], *, worker: int, counters: Counters, writer: Optional[SlotWriter] = None) -> Iterator[Envelope]:
+    """Last stage in a worker: wrap each batch with the worker id, a copy of its counters and its slot."""
+    ring = writer.ring.id if writer is not None else ""
+    for b in batches:
+        slot, token = writer.claim(b.images) if writer is not None else (-1, 0)
+        start = slot * writer.ring.slot_bytes if writer is not None and slot >= 0 else 0
+        yield Envelope(b, worker, counters.v.copy(), ring, slot, token, start)
