@@ -392,6 +392,41 @@ class Segment:
     batches_done: int
 
 
+@dataclass(frozen=True)
+class Position:
+    """Where an epoch stands: one immutable value, replaced (never changed) by its owner.
+
+    Attributes:
+        epoch: the epoch (seeds shard order, shuffles and crops).
+        batches_done: batches each rank consumed with the current topology.
+        history: earlier stretches of this epoch read with other topologies (elastic resume).
+    """
+
+    epoch: int = 0
+    batches_done: int = 0
+    history: tuple[Segment, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.epoch < 0 or self.batches_done < 0:
+            raise ValueError(f"epoch and batches_done must be >= 0, got {self.epoch}, {self.batches_done}")
+        object.__setattr__(self, "history", tuple(self.history))
+
+    def advanced(self, batches: int = 1) -> "Position":
+        """The position after ``batches`` more batches of this epoch."""
+        return Position(self.epoch, self.batches_done + batches, self.history)
+
+    def next_epoch(self) -> "Position":
+        """The start of the next epoch."""
+        return Position(self.epoch + 1)
+
+    def replanned(self, world_size: int, num_workers: int) -> "Position":
+        """The same point of the epoch for another topology: what ``world_size`` x ``num_workers``
+        readers consumed becomes a finished :class:`Segment` of the history."""
+        if not self.batches_done:
+            return self
+        return Position(self.epoch, 0, (*self.history, Segment(world_size, num_workers, self.batches_done)))
+
+
 def epoch_stream(shard_sizes: Sequence[int], cfg: PlanConfig, epoch: int, history: Sequence[Segment]) -> Stream:
     """The stream still to read in ``epoch`` after the finished segments in ``history``."""
     stream = Stream.full_epoch(shard_sizes, seed=cfg.seed, epoch=epoch, shuffle=cfg.shuffle)

@@ -7,24 +7,25 @@ resume point, and runs a ``webdataset.DataPipeline`` of three stages
 (:mod:`shardkit.loader.read`, :mod:`shardkit.loader.batching`): plan blocks -> sequentially read raw
 samples in shuffled emission order -> decoded uint8 batches.
 
-The epoch and resume point live in a tiny shared-memory tensor created before
-any worker starts, so :meth:`ShardDataset.set_epoch` on the main copy reaches
-``persistent_workers`` too (they hold a stale pickled/forked copy of
-everything else). A new elastic history (re-planned topology) changes the
-stream itself; :class:`shardkit.loader.ShardLoader` rebuilds its DataLoader then.
+The epoch position (:class:`shardkit.plan.Position`: epoch, batches done,
+topology history) reaches the workers one way, through a tiny shared tensor
+created before any worker starts (:class:`shardkit.loader.transport.PositionBox`),
+so :meth:`ShardDataset.set_epoch` on the main copy reaches ``persistent_workers``
+too (they hold a stale pickled/forked copy of everything else). Each worker
+reads it once, when its iteration starts.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..manifest import Manifest, load_manifest
-from ..plan import RankSplit, Segment, Stream, epoch_stream, rank_split, worker_plan
+from ..plan import Position, RankSplit, Stream, epoch_stream, rank_split, worker_plan
 from ..world import World, detect
 from .config import LoaderConfig
 from .decode import CropDecoder
@@ -32,7 +33,7 @@ from .sources import ShardOpener, check_url
 from .batching import Batch, BatchSpec, decode_batches, plain_alloc
 from .read import BlockReader, plan_blocks, read_blocks
 from .stats import Counters
-from .transport import Envelope, Ring, envelopes
+from .transport import Envelope, PositionBox, Ring, envelopes
 
 
 class ShardDataset(IterableDataset):
@@ -70,9 +71,7 @@ class ShardDataset(IterableDataset):
         self.shard_offsets = np.concatenate([[0], np.cumsum(self.shard_sizes)[:-1]]).astype(np.int64) if self.shard_sizes else np.zeros(0, np.int64)
         world = detect(rank, world_size)
         self.rank, self.world_size = world.rank, world.world_size
-        self.history: tuple[Segment, ...] = ()
-        # [epoch, batches_done]: shared with (persistent) workers
-        self._position = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._position = PositionBox()  # shared with (persistent) workers
         self._envelopes = False  # yield transport envelopes (ShardLoader's private copy only)
         self.ring: Optional[Ring] = None  #: shared batch slots of the current worker processes (private copy only)
 
@@ -86,35 +85,36 @@ class ShardDataset(IterableDataset):
     # ------------------------------------------------------------------ position
 
     @property
-    def epoch(self) -> int:
-        return int(self._position[0])
+    def position(self) -> Position:
+        """The position the next iteration starts from (in workers too)."""
+        return self._position.read()
 
     @property
-    def batches_done(self) -> int:
-        return int(self._position[1])
+    def epoch(self) -> int:
+        return self.position.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning (reaches persistent workers on their next ``iter``)."""
-        self.set_position(epoch, 0, ())
+        self.publish(Position(epoch))
 
-    def set_position(self, epoch: int, batches_done: int, history: Sequence[Segment] = ()) -> None:
-        """Resume ``epoch`` after ``batches_done`` batches of the current topology, after ``history``."""
-        if epoch < 0 or batches_done < 0:
-            raise ValueError("epoch and batches_done must be >= 0")
-        self._position[0] = epoch
-        self._position[1] = batches_done
-        self.history = tuple(history)
+    def publish(self, position: Position) -> None:
+        """Make ``position`` the one the next iteration starts from (call between iterations).
+
+        :class:`ShardLoader` owns the position of its dataset and publishes it when an
+        iteration starts; use this directly only with your own ``DataLoader``.
+        """
+        self._position.write(position)
 
     # ------------------------------------------------------------------ plan
 
-    def stream(self, epoch: Optional[int] = None) -> Stream:
+    def stream(self, position: Optional[Position] = None) -> Stream:
         """The epoch's stream after the elastic history (every rank's samples, in stream order)."""
-        e = self.epoch if epoch is None else epoch
-        return epoch_stream(self.shard_sizes, self.config.plan, e, self.history)
+        pos = self.position if position is None else position
+        return epoch_stream(self.shard_sizes, self.config.plan, pos.epoch, pos.history)
 
-    def rank_split(self, epoch: Optional[int] = None) -> RankSplit:
-        """How the current epoch's stream is split over ranks (padded / dropped counts)."""
-        return rank_split(len(self.stream(epoch)), self.world_size, self.config.plan)
+    def rank_split(self, position: Optional[Position] = None) -> RankSplit:
+        """How the epoch's stream is split over ranks (padded / dropped counts)."""
+        return rank_split(len(self.stream(position)), self.world_size, self.config.plan)
 
     def __len__(self) -> int:
         """Batches this rank yields in a full epoch."""
@@ -135,8 +135,9 @@ class ShardDataset(IterableDataset):
 
         cfg = self.config
         world = self.world()
-        epoch, done = self.epoch, self.batches_done
-        plan = worker_plan(self.stream(epoch), cfg.plan, world, epoch=epoch, batches_done=done, generation=len(self.history))
+        pos = self.position  # read once: this iteration's plan
+        epoch = pos.epoch
+        plan = worker_plan(self.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history))
         num_batches = -(-plan.num_samples // cfg.batch_size)
         counters = Counters()
         reader = BlockReader(self.urls, self.shard_bytes, self.shard_offsets, ShardOpener(cfg.source), counters,

@@ -31,15 +31,12 @@ from torch.utils.data import DataLoader
 
 from ..errors import ShardkitError
 from ..manifest import Manifest
-from ..plan import RankSplit, Segment, fingerprint
-from .config import ImageConfig, LoaderConfig, SourceConfig, plan_to_dict
+from ..plan import Position, RankSplit, rank_split
+from .config import ImageConfig, LoaderConfig, SourceConfig
 from .dataset import ShardDataset
 from .transport import Envelope, Ring, ring_slots
+from .state import from_state, to_state
 from .stats import LoaderStats, summarise
-
-STATE_FORMAT = "shardkit-loader-state"
-STATE_VERSION = 1
-
 
 class ShardLoader:
     """Iterable of ``(images uint8 [B,3,S,S], labels int64 [B])`` batches for this rank.
@@ -54,13 +51,14 @@ class ShardLoader:
         self.config = dataset.config
         self.with_keys = with_keys
         self._dl: Optional[DataLoader] = None
-        self._dl_history: Optional[tuple[Segment, ...]] = None
         self._counters: dict[int, np.ndarray] = {}
         self._wait = 0.0
         self._t0 = 0.0
         self._t1 = 0.0
         self._batches = 0
-        self._consumed = 0  # batches handed out since the dataset's position was last set
+        #: where the epoch stands: the one value state_dict/load_state_dict/set_epoch read and replace;
+        #: advanced per batch handed out, published to the workers when an iteration starts
+        self._position: Position = dataset.position
         self._dl_dataset: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
 
     # ------------------------------------------------------------------ DataLoader
@@ -69,7 +67,7 @@ class ShardLoader:
         ds = self.dataset
         if self._dl is not None and _dead_workers(getattr(self._dl, "_iterator", None), wait_s=0):
             self.close()  # a worker died (torch's SIGCHLD handler may have raised anywhere): start fresh ones
-        if self._dl is None or self._dl_history != ds.history:
+        if self._dl is None:
             c = self.config
             nw = c.num_workers
             persistent = (nw > 0) if c.persistent_workers is None else (c.persistent_workers and nw > 0)
@@ -83,7 +81,6 @@ class ShardLoader:
                     kw["timeout"] = c.timeout
             self._dl_dataset = ds.for_loader()  # private: only this DataLoader's workers see the ring
             self._dl = DataLoader(self._dl_dataset, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
-            self._dl_history = ds.history
             self._new_ring()
         elif not self._dl.persistent_workers:
             self._new_ring()  # every iteration starts new worker processes: a new ring for them
@@ -103,7 +100,7 @@ class ShardLoader:
 
     def close(self) -> None:
         """Stop the worker processes now (persistent ones too); the loader stays usable (new workers on the next ``iter``)."""
-        dl, self._dl, self._dl_history, self._dl_dataset = self._dl, None, None, None
+        dl, self._dl, self._dl_dataset = self._dl, None, None
         it = getattr(dl, "_iterator", None) if dl is not None else None
         if it is not None:
             shutdown = getattr(it, "_shutdown_workers", None)
@@ -118,9 +115,8 @@ class ShardLoader:
         self.close()
 
     def __iter__(self) -> Iterator[Any]:
-        ds = self.dataset
-        self._sync_position()
         dl = self._dataloader()
+        self.dataset.publish(self._position)  # the workers of this iteration read it when they start
         self._counters, self._wait, self._batches = {}, 0.0, 0
         self._t0 = time.perf_counter()
         it = iter(dl)
@@ -147,7 +143,7 @@ class ShardLoader:
             batch = env.batch
             del env
             self._batches += 1
-            self._consumed += 1  # a batch counts as consumed once handed out
+            self._position = self._position.advanced()  # a batch counts as consumed once handed out
             self._t1 = time.perf_counter()
             # A batch whose samples were all skipped (logged, counted) is still yielded, empty:
             # every rank must yield the same number of batches or DDP waits forever.
@@ -157,25 +153,15 @@ class ShardLoader:
             yield out
             del out, batch  # the user's references alone decide when a batch's slot is released
         self._t1 = time.perf_counter()
-        self._consumed = 0
-        ds.set_epoch(ds.epoch + 1)  # a finished pass advances the epoch
-
-    def _sync_position(self) -> None:
-        """Fold batches consumed by an unfinished iteration into the dataset's shared position.
-
-        Workers read the position only when an iteration starts, so it is never
-        changed while one runs (a late-starting worker would see another plan).
-        """
-        if self._consumed:
-            ds = self.dataset
-            ds.set_position(ds.epoch, ds.batches_done + self._consumed, ds.history)
-            self._consumed = 0
+        self._position = self._position.next_epoch()  # a finished pass advances the epoch
+        self.dataset.publish(self._position)
 
     # ------------------------------------------------------------------ epochs and stats
 
     @property
     def epoch(self) -> int:
-        return self.dataset.epoch
+        """The current epoch."""
+        return self._position.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the current epoch (shard order and shuffles change with it).
@@ -186,15 +172,13 @@ class ShardLoader:
         epoch restored by :meth:`load_state_dict` instead of restarting it (a
         finished pass has already moved the loader to the next epoch).
         """
-        if epoch == self.dataset.epoch:
-            return
-        self._consumed = 0
-        self.dataset.set_epoch(epoch)
+        if epoch != self._position.epoch:
+            self._position = Position(epoch)
 
     @property
     def epoch_info(self) -> RankSplit:
         """How this epoch is split over ranks: ``num_batches``, ``padded`` and ``dropped`` samples."""
-        return self.dataset.rank_split()
+        return self.dataset.rank_split(self._position)
 
     @property
     def stats(self) -> LoaderStats:
@@ -208,44 +192,23 @@ class ShardLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """A plain dict with everything needed to continue this epoch exactly (put it in your checkpoint)."""
-        ds = self.dataset
         ws, nw = self._topology()
-        return {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
-            "fingerprint": fingerprint(ds.shard_sizes),
-            "plan": plan_to_dict(self.config.plan),
-            "epoch": ds.epoch,
-            "history": [[s.world_size, s.num_workers, s.batches_done] for s in ds.history],
-            "world_size": ws,
-            "num_workers": nw,
-            "batches_done": ds.batches_done + self._consumed,
-        }
+        return to_state(self._position, manifest=self.dataset.manifest, plan=self.config.plan, world_size=ws, num_workers=nw)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: exactly on the same topology, re-planned (elastic) on another one.
 
         Raises:
-            ShardkitError: the state is from another dataset, other plan options, or an unknown format.
+            ShardkitError: the state is from another dataset (shard sizes, contents or classes differ),
+                other ordering options, an unknown format, or a field has the wrong type or range (named).
         """
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ShardkitError("not a shardkit loader state (missing 'format'); pass what ShardLoader.state_dict() returned")
-        if state.get("version") != STATE_VERSION:
-            raise ShardkitError(f"loader state version {state.get('version')!r} is not supported (this shardkit reads {STATE_VERSION})")
-        ds = self.dataset
-        if state["fingerprint"] != fingerprint(ds.shard_sizes):
-            raise ShardkitError("loader state belongs to another dataset (shard sizes differ); resume with the dataset it was saved from")
-        mine = plan_to_dict(self.config.plan)
-        if state["plan"] != mine:
-            diff = {k: (state["plan"].get(k), v) for k, v in mine.items() if state["plan"].get(k) != v}
-            raise ShardkitError(f"loader state was saved with other ordering options {diff} (saved, now); use the same options to resume")
-        history = [Segment(*map(int, s)) for s in state["history"]]
-        epoch, done = int(state["epoch"]), int(state["batches_done"])
-        if (int(state["world_size"]), int(state["num_workers"])) != self._topology() and done:
-            history.append(Segment(int(state["world_size"]), int(state["num_workers"]), done))
-            done = 0
-        self._consumed = 0
-        ds.set_position(epoch, done, history)
+        ds, plan = self.dataset, self.config.plan
+        ws, nw = self._topology()
+
+        def num_batches(pos: Position, world_size: int) -> int:
+            return rank_split(len(ds.stream(pos)), world_size, plan).num_batches
+
+        self._position = from_state(state, manifest=ds.manifest, plan=plan, world_size=ws, num_workers=nw, num_batches=num_batches)
 
 
 def _dead_workers(it: Any, wait_s: float = 1.0) -> list[str]:

@@ -27,7 +27,13 @@ Buffer lifetime is explicit, with one writer per flag:
   released; the other process never sees the slot.
 
 Only the main process clears flags and only a worker sets them, each on its own
-row, so no lock is needed. Batches carry data only (:class:`Batch`); the
+row, so no lock is needed.
+
+The epoch position goes the other way, main -> workers, through a
+:class:`PositionBox`: a small shared int64 tensor created with the dataset (so
+persistent workers, which hold a stale copy of everything else, see it too),
+written only by the main process while no iteration is starting, read by each
+worker once when its iteration starts. Batches carry data only (:class:`Batch`); the
 envelope also carries the worker id and its counters, for :class:`ShardLoader`.
 Rings are found by id in a process-local registry of live rings, because
 ``DataLoader`` unpickles worker results inside its own machinery.
@@ -45,12 +51,38 @@ import numpy as np
 import torch
 
 from ..errors import ShardkitError
+from ..plan import Position, Segment
 from .batching import Batch
 from .stats import Counters
 
 #: live rings of this process, by id (weak: a ring lives as long as its loader and its leased batches)
 _RINGS: "weakref.WeakValueDictionary[str, Ring]" = weakref.WeakValueDictionary()
 _ids = itertools.count()
+
+
+class PositionBox:
+    """The epoch position, handed one way from the main process to the workers.
+
+    Layout: ``[epoch, batches_done, len(history), (world_size, num_workers, batches_done) * len(history)]``.
+    """
+
+    MAX_HISTORY = 64  #: topology changes within one epoch
+
+    def __init__(self) -> None:
+        self.box = torch.zeros(3 + 3 * self.MAX_HISTORY, dtype=torch.int64).share_memory_()
+
+    def write(self, pos: Position) -> None:
+        """Publish ``pos`` (main process; workers read it when their next iteration starts)."""
+        if len(pos.history) > self.MAX_HISTORY:
+            raise ShardkitError(f"more than {self.MAX_HISTORY} topology changes within epoch {pos.epoch}; finish the epoch on one topology")
+        flat = [pos.epoch, pos.batches_done, len(pos.history)] + [v for s in pos.history for v in (s.world_size, s.num_workers, s.batches_done)]
+        self.box[: len(flat)] = torch.tensor(flat, dtype=torch.int64)
+
+    def read(self) -> Position:
+        """The published position."""
+        v = self.box.tolist()
+        n = v[2]
+        return Position(v[0], v[1], tuple(Segment(*v[3 + 3 * i : 6 + 3 * i]) for i in range(n)))
 
 
 def ring_slots(prefetch_factor: int) -> int:
