@@ -37,7 +37,6 @@ again for the new topology.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import math
 from dataclasses import dataclass
@@ -45,21 +44,20 @@ from typing import Sequence
 
 import numpy as np
 
+from .choices import Choice
 from .world import World
 
 
-class EpochPolicy(str, enum.Enum):
+class EpochPolicy(Choice):
     """What to do when the samples of an epoch do not divide evenly over ranks."""
 
     PAD = "pad"  #: repeat the first few samples so every rank gets ceil(N / R)
     DROP = "drop"  #: leave the last few samples out so every rank gets floor(N / R)
 
-    @classmethod
-    def parse(cls, value: "EpochPolicy | str") -> "EpochPolicy":
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(f"invalid epoch policy {value!r}; choose one of {[p.value for p in cls]}") from None
+
+#: samples per shuffle block, and of the first (smaller, so that emitting starts sooner); the one place of these defaults
+SHUFFLE_BUFFER = 1024
+SHUFFLE_INITIAL = 256
 
 
 @dataclass(frozen=True)
@@ -80,8 +78,8 @@ class PlanConfig:
     batch_size: int
     seed: int = 0
     shuffle: bool = True
-    shuffle_buffer: int = 2000
-    shuffle_initial: int = 0
+    shuffle_buffer: int = SHUFFLE_BUFFER
+    shuffle_initial: int = SHUFFLE_INITIAL
     drop_last: bool = False
     policy: EpochPolicy = EpochPolicy.PAD
 

@@ -271,6 +271,29 @@ def test_unknown_option_lists_valid_ones(datasets):
         shardkit.load(datasets["few_shards"].url, preset="training")
 
 
+@pytest.mark.parametrize("option, bad, valid", [
+    ("decoder", "jpeg", "'auto', 'simplejpeg', 'pil', 'torchvision'"),
+    ("preset", "training", "'train', 'eval'"),
+    ("policy", "wrap", "'pad', 'drop'"),
+    ("multiprocessing_context", "thread", "'fork', 'spawn', 'forkserver'"),
+])
+def test_typed_choices_list_the_valid_values(datasets, option, bad, valid):
+    with pytest.raises(ValueError, match=f"choose one of \\[{valid}\\]"):
+        shardkit.load(datasets["few_shards"].url, **{option: bad})
+
+
+def test_config_defaults_live_in_one_place():
+    from shardkit.loader.config import SourceConfig, default_num_workers
+    from shardkit.plan import PlanConfig
+
+    cfg = shardkit.LoaderConfig()
+    plan = PlanConfig(batch_size=cfg.batch_size)
+    assert (cfg.shuffle_buffer, cfg.shuffle_initial, cfg.seed, cfg.policy) == (plan.shuffle_buffer, plan.shuffle_initial, plan.seed, plan.policy)
+    assert cfg.num_workers == default_num_workers() and cfg.prefetch_factor == 4
+    a, b = SourceConfig(storage_options={"anon": True}), SourceConfig(storage_options={"anon": True})
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+
+
 def test_bench_cli(datasets, capsys):
     from shardkit.cli import main
 

@@ -8,25 +8,42 @@
 
 from __future__ import annotations
 
-import enum
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional
 
-from ..plan import EpochPolicy, PlanConfig
+from ..choices import Choice
+from ..plan import SHUFFLE_BUFFER, SHUFFLE_INITIAL, EpochPolicy, PlanConfig
 
 
-class Preset(str, enum.Enum):
+class Preset(Choice):
     """What the loader does to each image before batching."""
 
     TRAIN = "train"  #: RandomResizedCrop geometry (scale (0.08, 1), ratio (3/4, 4/3)) + horizontal flip
     EVAL = "eval"  #: resize the shorter side to ``resize_size``, center crop ``size`` (deterministic)
 
-    @classmethod
-    def parse(cls, value: "Preset | str") -> "Preset":
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(f"invalid preset {value!r}; choose one of {[p.value for p in cls]}") from None
+
+class Decoder(Choice):
+    """Which JPEG decoder the loader uses (:mod:`shardkit.loader.decode`)."""
+
+    AUTO = "auto"  #: simplejpeg if installed, else PIL
+    SIMPLEJPEG = "simplejpeg"  #: libjpeg-turbo with DCT scaling (fastest); PIL for what it cannot read
+    PIL = "pil"  #: PIL with ``draft`` (DCT scaling)
+    TORCHVISION = "torchvision"  #: ``torchvision.io.decode_jpeg`` at full resolution (for comparison)
+
+
+class MultiprocessingContext(Choice):
+    """How DataLoader worker processes start."""
+
+    FORK = "fork"
+    SPAWN = "spawn"
+    FORKSERVER = "forkserver"
+
+
+def default_num_workers() -> int:
+    """The CPUs this process may run on, at most 8 (the ``num_workers`` default)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(8, cpus)
 
 
 #: ``hook(image HxWx3 uint8, sample) -> image HxWx3 uint8``, called per sample in the worker
@@ -48,7 +65,7 @@ class ImageConfig:
             ``3 x size x size`` uint8 tensor (a view into the batch, modified in place or replaced
             by a returned tensor of the same shape and dtype). It must be picklable (a
             module-level function) when workers are spawned.
-        decoder: ``"auto"`` (fastest available), ``"simplejpeg"``, ``"pil"`` or ``"torchvision"``.
+        decoder: :class:`Decoder`: ``"auto"`` (default: fastest available), ``"simplejpeg"``, ``"pil"`` or ``"torchvision"``.
         fast_decode: libjpeg-turbo's fast integer IDCT and plain chroma upsampling (about 10 %
             less decode time; pixel differences of a few levels, invisible to training). Default
             (None): on for ``train``, off for ``eval``, whose output stays close to torchvision's.
@@ -67,13 +84,14 @@ class ImageConfig:
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip: bool = True
     hook: Optional[SampleHook] = None
-    decoder: str = "auto"
+    decoder: Decoder = Decoder.AUTO
     max_pixels: int = 89_478_485
     fast_decode: Optional[bool] = None
     channels_last: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "preset", Preset.parse(self.preset))
+        object.__setattr__(self, "decoder", Decoder.parse(self.decoder))
         if self.max_pixels < 1:
             raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
         if self.size < 1:
@@ -119,8 +137,9 @@ class SourceConfig:
         if self.max_retries < 0 or self.retry_budget_s < 0:
             raise ValueError(f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}")
 
-    def __hash__(self) -> int:  # storage_options is a dict
-        return id(self)
+    def __hash__(self) -> int:
+        # storage_options (a dict) is left out: equal configs still hash equal, as eq/hash requires
+        return hash(tuple(getattr(self, f.name) for f in fields(self) if f.name != "storage_options"))
 
 
 @dataclass(frozen=True)
@@ -136,13 +155,17 @@ class LoaderConfig:
         shuffle_buffer: samples per worker shuffle block (memory: up to two blocks of JPEG bytes per
             worker, the one being decoded and the next one, read ahead on a thread).
         shuffle_initial: size of the first block (starts faster); 0 means ``shuffle_buffer``.
+            Defaults: :data:`shardkit.plan.SHUFFLE_BUFFER` (1024) and :data:`shardkit.plan.SHUFFLE_INITIAL` (256).
         policy: uneven epochs over ranks: ``"pad"`` (repeat a few samples) or ``"drop"``.
         drop_last: drop each rank's last partial batch.
-        num_workers: DataLoader worker processes (0: load in the main process).
+        num_workers: DataLoader worker processes (0: load in the main process). Default (None):
+            the CPUs available to this process, at most 8 (:func:`default_num_workers`).
         pin_memory: pin batches for fast host-to-GPU copies (only used when CUDA is available).
         persistent_workers: keep workers alive between epochs (default: on when ``num_workers > 0``).
-        prefetch_factor: batches each worker prepares ahead (default 2).
-        multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or None (platform default).
+        prefetch_factor: batches each worker prepares ahead (default 4; each worker also has
+            ``prefetch_factor + 2`` shared batch slots, :mod:`shardkit.loader.transport`).
+        multiprocessing_context: :class:`MultiprocessingContext` (``"fork"``, ``"spawn"``,
+            ``"forkserver"``) or None (default: the platform's).
         timeout: seconds to wait for one batch from a worker before raising (0: wait forever, as
             ``DataLoader``); a bound turns any stuck worker into an error instead of a hang.
         strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
@@ -157,15 +180,15 @@ class LoaderConfig:
     source: SourceConfig = field(default_factory=SourceConfig)
     seed: int = 0
     shuffle: bool = True
-    shuffle_buffer: int = 1024
-    shuffle_initial: int = 256
+    shuffle_buffer: int = SHUFFLE_BUFFER
+    shuffle_initial: int = SHUFFLE_INITIAL
     policy: EpochPolicy = EpochPolicy.PAD
     drop_last: bool = False
-    num_workers: int = 0
+    num_workers: Optional[int] = None
     pin_memory: bool = True
     persistent_workers: Optional[bool] = None
-    prefetch_factor: Optional[int] = None
-    multiprocessing_context: Optional[str] = None
+    prefetch_factor: int = 4
+    multiprocessing_context: Optional[MultiprocessingContext] = None
     timeout: float = 0.0
     strict: bool = False
     raw: bool = False
@@ -173,6 +196,12 @@ class LoaderConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", EpochPolicy.parse(self.policy))
+        if self.num_workers is None:
+            object.__setattr__(self, "num_workers", default_num_workers())
+        if self.multiprocessing_context is not None:
+            object.__setattr__(self, "multiprocessing_context", MultiprocessingContext.parse(self.multiprocessing_context))
+        if self.prefetch_factor < 1:
+            raise ValueError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
         if self.num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
         self.plan  # validates batch_size and shuffle sizes

@@ -34,7 +34,7 @@ from PIL import Image
 if TYPE_CHECKING:
     import torch
 
-from .config import ImageConfig, Preset
+from .config import Decoder, ImageConfig, Preset
 
 Box = tuple[float, float, float, float]  #: (left, top, right, bottom) in stored-image pixels
 #: eval images more elongated than this are cropped before resizing (bounded memory; borders may differ by a level)
@@ -203,17 +203,19 @@ DECODERS: dict[str, Callable[[], JpegDecoder]] = {
 }
 
 
-def make_decoder(name: str = "auto") -> JpegDecoder:
-    """The named decoder; ``"auto"`` is simplejpeg if installed, else PIL."""
-    if name == "auto":
+def make_decoder(name: "Decoder | str" = Decoder.AUTO) -> JpegDecoder:
+    """The named :class:`Decoder`; ``"auto"`` is simplejpeg if installed, else PIL.
+
+    Raises:
+        ValueError: an unknown name (the message lists the valid ones).
+    """
+    choice = Decoder.parse(name)
+    if choice is Decoder.AUTO:
         try:
             return SimplejpegDecoder()
         except ImportError:
             return PilDecoder()
-    try:
-        return DECODERS[name]()
-    except KeyError:
-        raise ValueError(f"invalid decoder {name!r}; choose one of {['auto', *DECODERS]}") from None
+    return DECODERS[choice.value]()
 
 
 class Crops:

@@ -20,7 +20,6 @@ consumed ones); on another topology the rest of the epoch is re-planned
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import fields
 from typing import Any, Iterator, Optional
@@ -73,10 +72,10 @@ class ShardLoader:
             persistent = (nw > 0) if c.persistent_workers is None else (c.persistent_workers and nw > 0)
             kw: dict[str, Any] = {}
             if nw > 0:
-                kw["prefetch_factor"] = c.prefetch_factor or 4
+                kw["prefetch_factor"] = c.prefetch_factor
                 kw["persistent_workers"] = persistent
                 if c.multiprocessing_context:
-                    kw["multiprocessing_context"] = c.multiprocessing_context
+                    kw["multiprocessing_context"] = c.multiprocessing_context.value
                 if c.timeout:
                     kw["timeout"] = c.timeout
             self._dl_dataset = ds.for_loader()  # private: only this DataLoader's workers see the ring
@@ -90,7 +89,7 @@ class ShardLoader:
         """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
         c = self.config
         if c.num_workers > 0 and not c.raw and c.reuse_buffers:
-            self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor or 4), c.batch_size * 3 * c.image.size**2)
+            self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), c.batch_size * 3 * c.image.size**2)
         else:
             self._dl_dataset.ring = None
 
@@ -251,8 +250,8 @@ def load(
             ``num_workers``, ``drop_last``, ``policy``, ``strict``, ``pin_memory``...), of
             :class:`ImageConfig` (``preset``, ``size``, ``resize_size``, ``hook``, ``decoder``...)
             or of :class:`SourceConfig` (``storage_options``, ``cache_dir``, ``cache_size``,
-            ``allow_pipe``, ``allow_unsafe_names``...). ``num_workers`` defaults to the CPUs
-            available to this process (at most 8).
+            ``allow_pipe``, ``allow_unsafe_names``...). Each default is documented once, on
+            its dataclass field (e.g. ``num_workers``: the CPUs available to this process, at most 8).
 
     Returns:
         A :class:`ShardLoader`; ``len()`` is the number of batches per epoch on this rank.
@@ -265,7 +264,7 @@ def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> Loa
     """``config`` (or defaults) with ``options`` routed to the right dataclass."""
     from dataclasses import replace
 
-    base = config or LoaderConfig(num_workers=min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
+    base = config or LoaderConfig()
     groups = {"image": ImageConfig, "source": SourceConfig}
     top_names = {f.name for f in fields(LoaderConfig)} - set(groups)
     per_group: dict[str, dict[str, Any]] = {g: {} for g in groups}
