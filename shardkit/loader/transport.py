@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from multiprocessing import shared_memory
 import weakref
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Optional
@@ -103,26 +104,30 @@ class Ring:
         self.id = f"{os.getpid()}-{next(_ids)}"
         self.slots, self.slot_bytes = slots, slot_bytes
         self.flags = torch.zeros(num_workers, slots, dtype=torch.int64).share_memory_()
-        self.memory = [torch.empty(slots * slot_bytes, dtype=torch.uint8).share_memory_() for _ in range(num_workers)]
-        self._main_views: Optional[list[np.ndarray]] = None
+        # one segment per worker; its pages are allocated when first written (a slot that is never
+        # needed costs no memory), and the name goes when the ring does (or the process: resource tracker)
+        self.memory = [shared_memory.SharedMemory(create=True, size=max(1, slots * slot_bytes)) for _ in range(num_workers)]
+        self._views = [np.ndarray((slots * slot_bytes,), np.uint8, buffer=m.buf) for m in self.memory]
+        weakref.finalize(self, _free, self.memory, self._views)
         self.leased = 0  #: batches received in a slot
         self.unslotted = 0  #: batches received in new memory (no slot was free)
         _RINGS[self.id] = self
 
-    def __getstate__(self) -> dict[str, Any]:  # to spawned workers: the shared tensors travel by file descriptor, once
-        return {"id": self.id, "slots": self.slots, "slot_bytes": self.slot_bytes, "flags": self.flags, "memory": self.memory}
+    def __getstate__(self) -> dict[str, Any]:  # to spawned workers: segment names, the flag table by file descriptor
+        return {"id": self.id, "slots": self.slots, "slot_bytes": self.slot_bytes, "flags": self.flags, "names": [m.name for m in self.memory]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _main_views=None, leased=0, unslotted=0)
+        names = state.pop("names")
+        self.__dict__.update(state, leased=0, unslotted=0)
+        self.memory = [shared_memory.SharedMemory(name=n) for n in names]
+        self._views = [np.ndarray((self.slots * self.slot_bytes,), np.uint8, buffer=m.buf) for m in self.memory]
 
     # ------------------------------------------------------------------ main process
 
     def lease(self, worker: int, slot: int, token: int, nbytes: int) -> np.ndarray:
         """A new numpy view of ``nbytes`` of a worker's slot; the slot is released when it dies."""
-        if self._main_views is None:
-            self._main_views = [m.numpy() for m in self.memory]
         start = slot * self.slot_bytes
-        view = self._main_views[worker][start : start + nbytes]
+        view = self._views[worker][start : start + nbytes]
         weakref.finalize(view, self._release, worker, slot, token)
         self.leased += 1
         return view
@@ -143,13 +148,24 @@ class Ring:
         return SlotWriter(self, worker)
 
 
+def _free(memory: list[shared_memory.SharedMemory], views: list[np.ndarray]) -> None:
+    """Unmap and remove a ring's segments (no lease is left: each one keeps its ring alive)."""
+    views.clear()
+    for m in memory:
+        try:
+            m.close()
+            m.unlink()
+        except (BufferError, OSError):  # pragma: no cover - still mapped by a writer in this process, or already gone
+            pass
+
+
 class SlotWriter:
     """A worker's side of a :class:`Ring`: hands out free slots as batch buffers (an ``alloc`` for the decode stage)."""
 
     def __init__(self, ring: Ring, worker: int):
         self.ring, self.worker = ring, worker
         self.row = ring.flags.numpy()[worker]
-        self.memory = ring.memory[worker]
+        self.memory = torch.from_numpy(ring._views[worker])
         self._seq = 0
         self._taken: dict[int, tuple[int, int]] = {}  # data pointer -> (slot, token), until the batch is sent
 
