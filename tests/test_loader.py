@@ -186,6 +186,34 @@ def test_hook_and_raw_samples(datasets):
     assert s.jpeg[:2] == b"\xff\xd8" and s.label == ds.labels[s.key] and s.meta["class"] == f"c{s.label}"
 
 
+def _batch_hook_mark(images, labels, keys):
+    """Batch hook: writes each sample's label into its top-left pixel and returns a new tensor."""
+    out = images.clone()
+    out[:, :, 0, 0] = labels[:, None].to(torch.uint8)
+    assert len(keys) == len(images)
+    return out
+
+
+def test_batch_hook_runs_once_per_batch_after_the_sample_hook(datasets):
+    ds = datasets["few_shards"]
+    plain = shardkit.load(ds.url, batch_size=6, num_workers=0, shuffle=False, **SMALL)
+    hooked = shardkit.load(ds.url, batch_size=6, num_workers=1, shuffle=False, hook=_hook_invert, batch_hook=_batch_hook_mark, **SMALL)
+    for (x, labels), (y, _) in zip(plain, hooked):
+        expect = 255 - x
+        expect[:, :, 0, 0] = labels[:, None].to(torch.uint8)
+        assert torch.equal(expect, y)
+
+
+def test_eval_geometry_computes_no_boxes():
+    import numpy as np
+
+    from shardkit.loader.config import ImageConfig
+    from shardkit.loader.decode import CropDecoder
+
+    crops = CropDecoder(ImageConfig(preset="eval", size=16), 0).geometry(np.array([[40, 30], [30, 40]]), 0, np.arange(2))
+    assert crops.boxes is None and not crops.flips.any()
+
+
 def _write_with_bad(root, bad_index, n=12, shard_size=6, missing=False):
     os.makedirs(root, exist_ok=True)
     shards, keys = [], []

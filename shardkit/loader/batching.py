@@ -18,7 +18,7 @@ import torch
 
 from ..errors import DataError
 from ..threads import one_thread
-from .decode import CropDecoder, apply_hook
+from .decode import CropDecoder, apply_batch_hook, apply_hook
 from .reader import RawSample
 from .stats import Counters
 
@@ -122,17 +122,19 @@ def decode_batches(samples: Iterable[RawSample], *, spec: BatchSpec, decoder: Op
         # machine). DataLoader workers run with 1 thread anyway; in the main process the user's
         # setting is restored before the batch is handed out.
         with one_thread():
-            batch = _decode_one_batch(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
+            batch = decode_batch(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
         yield batch
 
 
-def _decode_one_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: float) -> Batch:
+def decode_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: Optional[float] = None) -> Batch:
     """Decode ``good`` into one preallocated ``[n, 3, S, S]`` uint8 tensor; bad images are skipped.
 
     Headers first (no pixels; an unreadable or oversized one skips its sample), then
     the crop geometry of the whole batch in one vectorised call, then one decode +
-    crop/resize per sample straight into its slot of the batch.
+    crop/resize (+ flip) per sample straight into its row of the batch, then the user's
+    per-sample ``hook`` and batch-level ``batch_hook``. Counters are updated once per batch.
     """
+    t0 = time.perf_counter() if t0 is None else t0
     cfg = decoder.cfg
     ok, sizes = [], []
     for s in good:
@@ -144,26 +146,25 @@ def _decode_one_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDe
         ok.append(s)
     gids_in = np.fromiter((s.gid for s in ok), np.int64, len(ok))
     crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in)
-    boxes, flips = crops.boxes.tolist(), crops.flips.tolist()
     images = _alloc_images(len(ok), cfg.size, cfg.channels_last, spec.alloc)
-    kept, keys = [], []
-    before = decoder.times.copy()
-    for i, s in enumerate(ok):
-        out = images[len(kept)]
-        try:
-            decoder.decode_into(s.jpeg, sizes[i][0], sizes[i][1], boxes[i], flips[i], out)  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
-            _skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
-            continue
-        apply_hook(cfg.hook, out, s)  # errors in the user's hook are the user's: not skipped
-        kept.append(i)
-        keys.append(s.key)
+
+    def failed(i: int, exc: Exception) -> None:  # any decoder failure is a bad sample
+        _skip(ok[i], f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
+
+    spent = [0.0, 0.0]
+    kept = decoder.decode_batch([s.jpeg for s in ok], sizes, crops, images, failed, spent)  # type: ignore[misc]
     n = len(kept)
+    images = images[:n]
+    if cfg.hook is not None:  # errors in the user's hooks are the user's: not skipped
+        for row, i in enumerate(kept):
+            apply_hook(cfg.hook, images[row], ok[i])
+    keys = [ok[i].key for i in kept]
     labels = torch.tensor([ok[i].label for i in kept], dtype=torch.int64)
-    spent = decoder.times - before
+    if cfg.batch_hook is not None:
+        apply_batch_hook(cfg.batch_hook, images, labels, keys)
     counters.add("decode_s", spent[0])
     counters.add("resize_s", spent[1])
-    counters.add("collate_s", time.perf_counter() - t0 - spent.sum())
+    counters.add("collate_s", time.perf_counter() - t0 - spent[0] - spent[1])
     counters.add("samples", n)
     counters.add("batches", 1)
-    return Batch(images[:n], labels, torch.from_numpy(gids_in[kept]), keys)
+    return Batch(images, labels, torch.from_numpy(gids_in[kept]), keys)

@@ -46,8 +46,10 @@ def default_num_workers() -> int:
     return min(8, cpus)
 
 
-#: ``hook(image HxWx3 uint8, sample) -> image HxWx3 uint8``, called per sample in the worker
+#: ``hook(image 3xSxS uint8, sample) -> image``, called per sample in the worker
 SampleHook = Callable[[Any, Any], Any]
+#: ``batch_hook(images [n,3,S,S] uint8, labels [n] int64, keys) -> images``, called once per batch in the worker
+BatchHook = Callable[[Any, Any, list], Any]
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,10 @@ class ImageConfig:
             ``3 x size x size`` uint8 tensor (a view into the batch, modified in place or replaced
             by a returned tensor of the same shape and dtype). It must be picklable (a
             module-level function) when workers are spawned.
+        batch_hook: optional batch-level CPU transform, ``batch_hook(images, labels, keys) -> images``
+            on the whole ``[n, 3, size, size]`` uint8 batch (after the per-sample ``hook``), modified in
+            place or replaced by a returned tensor of the same shape and dtype (``None`` counts as in
+            place). Prefer it to ``hook`` for anything that can be vectorised. Picklable, like ``hook``.
         decoder: :class:`Decoder`: ``"auto"`` (default: fastest available), ``"simplejpeg"``, ``"pil"`` or ``"torchvision"``.
         fast_decode: libjpeg-turbo's fast integer IDCT and plain chroma upsampling (about 10 %
             less decode time; pixel differences of a few levels, invisible to training). Default
@@ -84,6 +90,7 @@ class ImageConfig:
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip: bool = True
     hook: Optional[SampleHook] = None
+    batch_hook: Optional[BatchHook] = None
     decoder: Decoder = Decoder.AUTO
     max_pixels: int = 89_478_485
     fast_decode: Optional[bool] = None

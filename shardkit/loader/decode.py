@@ -220,11 +220,11 @@ def make_decoder(name: "Decoder | str" = Decoder.AUTO) -> JpegDecoder:
 
 class Crops:
     """Crop geometry of a batch: ``boxes`` ``[n, 4]`` (left, top, right, bottom in stored-image
-    pixels) and ``flips`` ``[n]`` bool."""
+    pixels; ``None`` for the eval preset, whose resize + center crop needs no box) and ``flips`` ``[n]`` bool."""
 
     __slots__ = ("boxes", "flips")
 
-    def __init__(self, boxes: np.ndarray, flips: np.ndarray):
+    def __init__(self, boxes: Optional[np.ndarray], flips: np.ndarray):
         self.boxes, self.flips = boxes, flips
 
 
@@ -244,7 +244,6 @@ class CropDecoder:
         self.cfg, self.seed = cfg, seed
         self.decoder = make_decoder(cfg.decoder)
         self.fast = bool(cfg.fast_decode)
-        self.times = np.zeros(2)  #: cumulative seconds (decode, crop/resize)
 
     def header(self, data: bytes) -> tuple[int, int]:
         """``(width, height)`` from the header.
@@ -262,23 +261,47 @@ class CropDecoder:
         c = self.cfg
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         n = len(sizes)
-        if c.preset is Preset.EVAL:
-            boxes = np.array([center_box(int(w), int(h), c.size, c.resize_size) for w, h in sizes], np.float64).reshape(n, 4)  # type: ignore[arg-type]
-            return Crops(boxes, np.zeros(n, bool))
+        if c.preset is Preset.EVAL:  # the box is implied by the image size (:func:`center_box`)
+            return Crops(None, np.zeros(n, bool))
         u = sample_uniforms(self.seed, epoch, gids)
         top, left, h, w = rrc_boxes(sizes[:, 0], sizes[:, 1], u, c.scale, c.ratio)
         boxes = np.stack([left, top, left + w, top + h], axis=1).astype(np.float64)
         flips = (u[:, 22] < 0.5) if c.flip else np.zeros(n, bool)
         return Crops(boxes, flips)
 
-    def decode_into(self, data: bytes, width: int, height: int, box: Sequence[float], flip: bool, out: "torch.Tensor") -> None:
+    def decode_into(self, data: bytes, width: int, height: int, box: Optional[Sequence[float]], flip: bool, out: "torch.Tensor",
+                    times: Optional[list[float]] = None) -> None:
         """Decode ``data`` (header already read) into ``out``, a ``3 x size x size`` uint8 view,
-        cropping ``box`` (a row of :attr:`Crops.boxes`; the eval preset recomputes its own)."""
+        cropping ``box`` (a row of :attr:`Crops.boxes`; ignored by the eval preset).
+        ``times`` (optional) accumulates seconds ``[decoding, crop/resize]``."""
         c = self.cfg
         if c.preset is Preset.EVAL:
-            resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, self.times, self.fast)  # type: ignore[arg-type]
+            resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, times, self.fast)  # type: ignore[arg-type]
         else:
-            resized_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, self.times, self.fast)  # type: ignore[arg-type]
+            resized_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, times, self.fast)  # type: ignore[arg-type]
+
+    def decode_batch(self, datas: Sequence[bytes], sizes: Sequence[tuple[int, int]], crops: Crops, images: "torch.Tensor",
+                     failed: Callable[[int, Exception], None], times: Optional[list[float]] = None) -> list[int]:
+        """Decode each of ``datas`` into the next free row of ``images`` (``[n, 3, size, size]``).
+
+        A sample whose decode raises is reported to ``failed(i, exc)`` and leaves no row.
+        Flips are applied per row, as part of the resize: one flip per image costs ~14 us,
+        a batched (fancy-indexed) flip of the same rows ~15x more on CPU (notes/issue-10.md).
+
+        Returns:
+            The indices into ``datas`` of the rows written, in order.
+        """
+        boxes = crops.boxes.tolist() if crops.boxes is not None else [None] * len(datas)
+        flips = crops.flips.tolist()
+        kept: list[int] = []
+        for i, data in enumerate(datas):
+            try:
+                self.decode_into(data, sizes[i][0], sizes[i][1], boxes[i], flips[i], images[len(kept)], times)
+            except Exception as exc:  # noqa: BLE001 - reported to the caller, who decides
+                failed(i, exc)
+                continue
+            kept.append(i)
+        return kept
 
     def __call__(self, data: bytes, out: "torch.Tensor", epoch: int, gid: int) -> None:
         """Decode one sample into ``out`` (a ``3 x size x size`` uint8 tensor view).
@@ -288,7 +311,8 @@ class CropDecoder:
         """
         width, height = self.header(data)
         crops = self.geometry(np.array([[width, height]]), epoch, np.array([gid]))
-        self.decode_into(data, width, height, crops.boxes[0].tolist(), bool(crops.flips[0]), out)
+        box = crops.boxes[0].tolist() if crops.boxes is not None else None
+        self.decode_into(data, width, height, box, bool(crops.flips[0]), out)
 
 
 def channels_last_empty(shape: tuple[int, ...]) -> "torch.Tensor":
@@ -329,12 +353,12 @@ def resized_crop(
     size: int,
     flip: bool,
     out: "torch.Tensor",
-    times: Optional[np.ndarray] = None,
+    times: Optional[list[float]] = None,
     fast: bool = False,
 ) -> None:
     """Decode at the smallest DCT scale that keeps ``box`` >= ``size`` px, resize ``box`` to ``size`` into ``out``.
 
-    ``times`` (optional) accumulates seconds spent decoding and resizing.
+    ``times`` (optional) accumulates seconds ``[decoding, crop/resize]``.
     """
     import torch
 
@@ -351,7 +375,8 @@ def resized_crop(
     if flip:
         out.copy_(out.flip(-1))
     if times is not None:
-        times += (t1 - t0, time.perf_counter() - t1)
+        times[0] += t1 - t0
+        times[1] += time.perf_counter() - t1
 
 
 def resize_center_crop(
@@ -362,7 +387,7 @@ def resize_center_crop(
     resize_size: int,
     size: int,
     out: "torch.Tensor",
-    times: Optional[np.ndarray] = None,
+    times: Optional[list[float]] = None,
     fast: bool = False,
 ) -> None:
     """torchvision ``Resize(resize_size)`` + ``CenterCrop(size)``, decoding at a reduced DCT scale when possible."""
@@ -384,7 +409,18 @@ def resize_center_crop(
     top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
     out.copy_(full[:, top : top + size, left : left + size])
     if times is not None:
-        times += (t1 - t0, time.perf_counter() - t1)
+        times[0] += t1 - t0
+        times[1] += time.perf_counter() - t1
+
+
+def apply_batch_hook(hook: Callable, images: "torch.Tensor", labels: "torch.Tensor", keys: list[str]) -> None:
+    """Run the user's batch hook on ``images`` (``[n, 3, S, S]`` uint8) in place, checking its result."""
+    res = hook(images, labels, keys)
+    if res is None or res is images:
+        return
+    if tuple(res.shape) != tuple(images.shape) or str(res.dtype) != str(images.dtype):
+        raise ValueError(f"batch hook returned {res.dtype} {tuple(res.shape)}; it must return uint8 {tuple(images.shape)}")
+    images.copy_(res)
 
 
 def apply_hook(hook: Optional[Callable], image: "torch.Tensor", sample: object) -> None:
