@@ -98,6 +98,12 @@ def _rng(*key: int) -> np.random.Generator:
 # --------------------------------------------------------------------------- streams
 
 
+def shard_offsets(shard_sizes: Sequence[int]) -> np.ndarray:
+    """Global id of each shard's first sample (manifest order): ``[0, s0, s0 + s1, ...]`` without the total."""
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    return (np.cumsum(sizes) - sizes).astype(np.int64)
+
+
 @dataclass(frozen=True, eq=False)
 class Stream:
     """An ordered sequence of samples, stored as runs ``[start, stop)`` inside shards.
@@ -122,7 +128,7 @@ class Stream:
     def full_epoch(cls, shard_sizes: Sequence[int], *, seed: int, epoch: int, shuffle: bool = True) -> "Stream":
         """Every sample once: shards in a seeded per-epoch order (manifest order if not ``shuffle``)."""
         sizes = np.asarray(shard_sizes, dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
+        offsets = shard_offsets(sizes)
         order = _rng(seed, epoch, 1).permutation(len(sizes)) if shuffle else np.arange(len(sizes))
         order = order[sizes[order] > 0]
         return cls(order.astype(np.int64), np.zeros(len(order), np.int64), sizes[order], offsets)
@@ -140,15 +146,6 @@ class Stream:
         starts = np.concatenate([[0], brk])
         stops = np.concatenate([brk, [len(gids)]])
         return cls(shard[starts], index[starts], index[starts] + (stops - starts), shard_offsets)
-
-    def global_ids(self, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Global ids of stream positions ``[start, stop)``."""
-        n = len(self)
-        stop = n if stop is None else stop
-        if not 0 <= start <= stop <= n:
-            raise IndexError(f"stream slice [{start}, {stop}) out of range for length {n}")
-        pos = np.arange(start, stop, dtype=np.int64)
-        return self.global_ids_at(pos)
 
     def global_ids_at(self, positions: np.ndarray) -> np.ndarray:
         """Global ids at arbitrary stream positions."""
@@ -253,10 +250,7 @@ class Block:
 class WorkerPlan:
     """What one worker of one rank does for the rest of the epoch."""
 
-    world: World
-    split: RankSplit
-    chunk: tuple[int, int]  #: virtual stream range of this worker
-    skip: int  #: samples already emitted (resume)
+    world: World  #: the worker's role (its DataLoader worker id rotated by the batches already consumed)
     blocks: tuple[Block, ...]
 
     @property
@@ -320,24 +314,17 @@ def worker_plan(
             perm = np.searchsorted(keep, rest)
         gids = stream.global_ids_at(positions % n) if n else positions
         blocks.append(Block(gids=gids, order=perm))
-    return WorkerPlan(world=world, split=split, chunk=(c0, c1), skip=skip, blocks=tuple(blocks))
+    return WorkerPlan(world=world, blocks=tuple(blocks))
 
 
-def emitted_positions(stream_len: int, cfg: PlanConfig, world: World, *, epoch: int, batches_done: int, generation: int = 0) -> np.ndarray:
-    """Virtual stream positions ``world`` has emitted after ``batches_done`` batches (any order)."""
-    split = rank_split(stream_len, world.world_size, cfg)
-    ws, we = worker_chunks(split, world.num_workers, cfg.batch_size)
-    c0 = world.rank * split.per_rank + int(ws[world.worker])
-    c1 = world.rank * split.per_rank + int(we[world.worker])
-    skip = min(c1 - c0, batches_emitted(batches_done, world.worker, world.num_workers) * cfg.batch_size)
-    bounds = _block_bounds(c1 - c0, cfg)
-    b = int(np.searchsorted(bounds, skip, side="right")) - 1
-    full = np.arange(c0, c0 + int(bounds[b]), dtype=np.int64)
-    if skip == int(bounds[b]) or b >= len(bounds) - 1:
-        return full
-    b0, b1 = int(bounds[b]), int(bounds[b + 1])
-    perm = _block_perm(cfg, epoch, generation, world, b, b1 - b0)
-    return np.concatenate([full, c0 + b0 + perm[: skip - b0]])
+def _emitted_prefix(skip: np.ndarray, length: np.ndarray, cfg: PlanConfig) -> np.ndarray:
+    """Start of the block that emission position ``skip`` falls in, per chunk of ``length`` samples
+    (vectorised :func:`_block_bounds`): every block before it was emitted whole."""
+    first = cfg.shuffle_initial or cfg.shuffle_buffer
+    if not cfg.shuffle:
+        return np.where(skip >= length, length, 0)
+    inner = np.where(skip < first, 0, first + ((skip - first) // cfg.shuffle_buffer) * cfg.shuffle_buffer)
+    return np.where(skip >= length, length, np.where(length <= first, 0, inner))
 
 
 def remaining_stream(
@@ -355,20 +342,38 @@ def remaining_stream(
     Used for elastic resume: a checkpoint taken after ``batches_done`` batches
     with ``world_size`` x ``num_workers`` readers is re-planned for another
     topology. Samples the old split dropped (``DROP``/``drop_last``) stay
-    dropped; a sample seen through padding counts as seen.
+    dropped; a sample seen through padding counts as seen. Vectorised over the
+    readers (:func:`partition_ranges`); only a reader stopped inside a shuffle
+    block draws that block's permutation.
     """
     n = len(stream)
     if n == 0:
         return stream
-    seen = np.zeros(n, dtype=bool)
-    assigned = np.zeros(n, dtype=bool)
     split = rank_split(n, world_size, cfg)
-    for r in range(world_size):
-        a0 = r * split.per_rank
-        assigned[np.arange(a0, a0 + split.used, dtype=np.int64) % n] = True
-        for w in range(num_workers):
-            pos = emitted_positions(n, cfg, World(r, world_size, w, num_workers), epoch=epoch, batches_done=batches_done, generation=generation)
-            seen[pos % n] = True
+    starts, stops = partition_ranges(n, world_size, num_workers, cfg)
+    workers = np.tile(np.arange(num_workers, dtype=np.int64), world_size)
+    emitted = np.maximum(0, (batches_done - workers + num_workers - 1) // num_workers) * cfg.batch_size
+    length = stops - starts
+    skip = np.minimum(length, emitted)
+    prefix = _emitted_prefix(skip, length, cfg)
+    virtual = split.per_rank * world_size  # positions >= n are padding: they wrap to the start
+    marks = np.zeros(virtual + 1, np.int64)  # +1 / -1 at the ends of every wholly emitted range
+    np.add.at(marks, starts, 1)
+    np.add.at(marks, starts + prefix, -1)
+    seen_virtual = np.cumsum(marks[:-1]) > 0
+    for i in np.flatnonzero(skip > prefix):  # readers that stopped inside a block: its first emissions
+        c0, b0, k = int(starts[i]), int(prefix[i]), int(skip[i])
+        bounds = _block_bounds(int(length[i]), cfg)
+        b = int(np.searchsorted(bounds, b0, side="right")) - 1
+        world = World(int(i) // num_workers, world_size, int(workers[i]), num_workers)
+        perm = _block_perm(cfg, epoch, generation, world, b, int(bounds[b + 1]) - b0)
+        seen_virtual[c0 + b0 + perm[: k - b0]] = True
+    seen = np.zeros(n, dtype=bool)
+    seen[np.flatnonzero(seen_virtual) % n] = True
+    assigned = np.zeros(n, dtype=bool)
+    rank_starts = np.arange(world_size, dtype=np.int64) * split.per_rank
+    used = (rank_starts[:, None] + np.arange(split.used, dtype=np.int64)[None, :]).ravel() % n
+    assigned[used] = True
     keep = np.flatnonzero(assigned & ~seen)
     return Stream.from_global_ids(stream.global_ids_at(keep), stream.shard_offsets)
 

@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..manifest import Manifest, load_manifest
-from ..plan import Position, RankSplit, Stream, epoch_stream, rank_split, worker_plan
+from ..plan import Position, RankSplit, Stream, epoch_stream, rank_split, shard_offsets, worker_plan
 from ..world import World, detect
 from .config import LoaderConfig
 from .decode import CropDecoder
@@ -68,7 +68,7 @@ class ShardDataset(IterableDataset):
             check_url(self.urls[0], src)  # validated plain names: every URL has the first one's scheme
         self.shard_sizes = self.manifest.shard_sizes
         self.shard_bytes = [s.bytes for s in self.manifest.shards]
-        self.shard_offsets = np.concatenate([[0], np.cumsum(self.shard_sizes)[:-1]]).astype(np.int64) if self.shard_sizes else np.zeros(0, np.int64)
+        self.shard_offsets = shard_offsets(self.shard_sizes)
         world = detect(rank, world_size)
         self.rank, self.world_size = world.rank, world.world_size
         self._position = PositionBox()  # shared with (persistent) workers
