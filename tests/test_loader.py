@@ -146,6 +146,69 @@ def test_state_from_other_dataset_or_options_refused(datasets):
         c.load_state_dict(a.state_dict())
 
 
+def test_state_from_a_dataset_of_the_same_shape_is_refused(tmp_path):
+    """Issue 11 bug 4: the fingerprint identifies the data (shard sha256s, classes), not only its layout."""
+    a = write_dataset(str(tmp_path / "a"), num_samples=20, shard_size=10, size=(24, 20))
+    b = write_dataset(str(tmp_path / "b"), num_samples=20, shard_size=10, size=(20, 24))  # same counts per shard
+    c = write_dataset(str(tmp_path / "c"), num_samples=20, shard_size=10, size=(24, 20), num_classes=4)
+    state = shardkit.load(a.url, batch_size=4, num_workers=0, **SMALL).state_dict()
+    with pytest.raises(ShardkitError, match=r"another dataset \(shard contents \(sha256\) differ"):
+        shardkit.load(b.url, batch_size=4, num_workers=0, **SMALL).load_state_dict(state)
+    with pytest.raises(ShardkitError, match=r"another dataset \(shard contents \(sha256\), class names differ"):
+        shardkit.load(c.url, batch_size=4, num_workers=0, **SMALL).load_state_dict(state)
+    shardkit.load(a.url, batch_size=4, num_workers=0, **SMALL).load_state_dict(state)  # its own dataset: fine
+    old = {**state, "version": 1, "fingerprint": state["dataset"]["shard_sizes"]}  # a version 1 state still loads
+    del old["dataset"]
+    shardkit.load(a.url, batch_size=4, num_workers=0, **SMALL).load_state_dict(old)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("plan.batch_size", "64", r"'plan.batch_size' must be int, got str '64'"),
+    ("batches_done", 10**9, r"'batches_done' is 1000000000, but epoch 0 has only 9 batches"),
+    ("batches_done", -1, r"'batches_done' must be >= 0"),
+    ("epoch", "3", r"'epoch' must be an int, got str"),
+    ("world_size", 0, r"'world_size' must be >= 1"),
+    ("history", [[2, 1]], r"'history\[0\]' must be"),
+    ("dataset", None, r"'dataset' must be a dict"),
+])
+def test_a_hand_edited_state_is_refused_naming_the_field(datasets, field, value, match):
+    loader = shardkit.load(datasets["many_shards"].url, batch_size=4, num_workers=0, **SMALL)
+    state = loader.state_dict()
+    if field.startswith("plan."):
+        state["plan"] = {**state["plan"], field[5:]: value}
+    else:
+        state[field] = value
+    with pytest.raises(ShardkitError, match=match):
+        loader.load_state_dict(state)
+
+
+def test_missing_or_resized_local_shard_is_refused_when_the_loader_is_built(tmp_path):
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=20, shard_size=10, size=(24, 20))
+    other = write_dataset(str(tmp_path / "other"), num_samples=20, shard_size=10, size=(40, 30))
+    shard = os.path.join(ds.url, "train-000001.tar")
+    os.replace(os.path.join(other.url, "train-000001.tar"), shard)  # another dataset's shard, another size
+    with pytest.raises(StorageError, match=r"train-000001.tar: shard has \d+ bytes, the manifest says \d+ .*`shardkit verify` checks"):
+        shardkit.load(ds.url, num_workers=0, **SMALL)
+    os.remove(shard)
+    with pytest.raises(StorageError, match="train-000001.tar: not found \\(the manifest lists this shard"):
+        shardkit.load(ds.url, num_workers=0, **SMALL)
+
+
+def test_break_then_iterate_continues_the_epoch_and_restart_epoch_starts_over(datasets):
+    url = datasets["few_shards"].url
+    loader = shardkit.load(url, batch_size=6, num_workers=0, **SMALL)
+    assert len(loader) == 6
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert sum(1 for _ in loader) == 4 and loader.epoch == 1  # the rest of epoch 0, then the next epoch
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    loader.restart_epoch()
+    assert sum(1 for _ in loader) == 6 and loader.epoch == 2
+
+
 def test_batches_are_uint8_and_stats(datasets):
     ds = datasets["few_shards"]
     loader = shardkit.load(ds.url, batch_size=8, num_workers=2, size=16, pin_memory=False)
@@ -253,7 +316,9 @@ def test_truncated_shard_delivers_samples_before_damage(tmp_path, caplog):
     size = os.path.getsize(path)
     with open(path, "r+b") as f:
         f.truncate(size // 2)
-    loader = shardkit.load(root, batch_size=4, num_workers=0, shuffle=False, with_keys=True, **SMALL)
+    with pytest.raises(StorageError, match="train-000001.tar: shard has .* bytes, the manifest says .*shardkit verify"):
+        shardkit.load(root, batch_size=4, num_workers=0, **SMALL)  # refused up front by default
+    loader = shardkit.load(root, batch_size=4, num_workers=0, shuffle=False, with_keys=True, check_sizes=False, **SMALL)
     with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
         got = [k for _, _, ks in loader for k in ks]
     assert got == keys[: len(got)] and 6 < len(got) < 12

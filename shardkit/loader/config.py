@@ -124,6 +124,10 @@ class SourceConfig:
         cache_size: cache limit in bytes (least recently used shards are evicted); ``None``: unlimited.
         allow_pipe: accept ``pipe:`` URLs (they run shell commands; off by default).
         allow_unsafe_names: accept manifest shard names that are paths or URLs (trusted manifests only).
+        check_sizes: when the loader is built, check that every local shard exists and has the size
+            the manifest records (one ``stat`` per shard) and refuse otherwise, naming the shard
+            (``shardkit verify`` checks content). ``False``: serve what is readable of a truncated
+            shard (samples after the damage are skipped and counted).
         max_retries: retries of one failing remote read (reopened with a range request at the
             byte offset where it failed, after an exponential backoff) before giving up.
         retry_budget_s: seconds one remote read may keep failing before the loader gives up with
@@ -137,6 +141,7 @@ class SourceConfig:
     cache_size: Optional[int] = None
     allow_pipe: bool = False
     allow_unsafe_names: bool = False
+    check_sizes: bool = True
     max_retries: int = 30
     retry_budget_s: float = 120.0
 

@@ -18,12 +18,15 @@ reads it once, when its iteration starts.
 from __future__ import annotations
 
 import copy
-from typing import Iterator, Optional
+import os
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from .. import storage
+from ..errors import StorageError
 from ..manifest import Manifest, load_manifest
 from ..plan import Position, RankSplit, Stream, epoch_stream, rank_split, shard_offsets, worker_plan
 from ..world import World, detect
@@ -33,7 +36,7 @@ from .sources import ShardOpener, check_url
 from .batching import Batch, BatchSpec, decode_batches, plain_alloc
 from .read import BlockReader, plan_blocks, read_blocks
 from .stats import Counters
-from .transport import Envelope, PositionBox, Ring, envelopes
+from .transport import Envelope, PositionBox, Ring, envelopes, failures_as_items
 
 
 class ShardDataset(IterableDataset):
@@ -66,6 +69,8 @@ class ShardDataset(IterableDataset):
                 check_url(u, src)
         elif self.urls:
             check_url(self.urls[0], src)  # validated plain names: every URL has the first one's scheme
+        if src.check_sizes:
+            check_local_shards(self.manifest, self.urls)
         self.shard_sizes = self.manifest.shard_sizes
         self.shard_bytes = [s.bytes for s in self.manifest.shards]
         self.shard_offsets = shard_offsets(self.shard_sizes)
@@ -153,8 +158,33 @@ class ShardDataset(IterableDataset):
         ]
         if self._envelopes:
             stages.append(_Stage(envelopes, worker=world.worker, counters=counters, writer=writer))
+            if in_worker:
+                stages.append(_Stage(failures_as_items, worker=world.worker))
         pipeline = wds.DataPipeline(*stages)
         return iter(pipeline)
+
+
+def check_local_shards(manifest: Manifest, urls: Sequence[str]) -> None:
+    """Refuse a dataset whose local shards are missing or not the size the manifest records (one stat per shard).
+
+    Raises:
+        StorageError: naming the first such shard (content is what ``shardkit verify`` checks).
+    """
+    for info, url in zip(manifest.shards, urls):
+        if not storage.is_local(url):
+            continue
+        path = storage.local_path(url)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise StorageError(f"{url}: not found (the manifest lists this shard); restore it or convert again") from None
+        except OSError as exc:
+            raise StorageError(f"{url}: cannot stat shard ({exc.strerror or exc})") from None
+        if size != info.bytes:
+            raise StorageError(
+                f"{url}: shard has {size} bytes, the manifest says {info.bytes} (truncated or replaced since conversion?); "
+                "`shardkit verify` checks every shard's content; check_sizes=False serves what is readable"
+            )
 
 
 class _Const:

@@ -33,7 +33,7 @@ from ..manifest import Manifest
 from ..plan import Position, RankSplit, rank_split
 from .config import ImageConfig, LoaderConfig, SourceConfig
 from .dataset import ShardDataset
-from .transport import Envelope, Ring, ring_slots
+from .transport import Envelope, Ring, WorkerFailure, ring_slots
 from .state import from_state, to_state
 from .stats import LoaderStats, summarise
 
@@ -94,7 +94,12 @@ class ShardLoader:
             self._dl_dataset.ring = None
 
     def __len__(self) -> int:
-        """Batches this rank yields per full epoch (the same on every rank)."""
+        """Batches this rank yields per full epoch (the same on every rank).
+
+        An iteration left early (``break``) keeps its place: iterating again continues the
+        same epoch with the batches not yet handed out (fewer than ``len()``), as a resume
+        from :meth:`state_dict` would. :meth:`restart_epoch` starts the epoch over instead.
+        """
         return len(self.dataset)
 
     def close(self) -> None:
@@ -122,7 +127,7 @@ class ShardLoader:
         while True:
             t = time.perf_counter()
             try:
-                env: Envelope = next(it)
+                env: Envelope | WorkerFailure = next(it)
             except StopIteration:
                 break
             except BaseException as exc:
@@ -137,6 +142,9 @@ class ShardLoader:
                         "out of memory or killed from outside? Iterating the loader again continues the epoch with new workers"
                     ) from exc
                 raise
+            if isinstance(env, WorkerFailure):  # a worker's error, as one line (not DataLoader's traceback dump)
+                self.close()
+                raise env.exception() from None
             self._wait += time.perf_counter() - t
             self._counters[env.worker] = env.counters
             batch = env.batch
@@ -173,6 +181,10 @@ class ShardLoader:
         """
         if epoch != self._position.epoch:
             self._position = Position(epoch)
+
+    def restart_epoch(self) -> None:
+        """Start the current epoch over on the next ``iter()`` (after an iteration left early)."""
+        self._position = Position(self._position.epoch)
 
     @property
     def epoch_info(self) -> RankSplit:

@@ -254,6 +254,39 @@ def _receive_unslotted(batch: Batch, worker: int, counters: np.ndarray, ring_id:
     return Envelope(batch, worker, counters)
 
 
+@dataclass(frozen=True)
+class WorkerFailure:
+    """What a worker sends instead of a batch when its iteration fails: the error as one line.
+
+    ``DataLoader`` would re-raise a worker's exception as ``Caught X in DataLoader worker
+    process N. Original Traceback ...``; :class:`ShardLoader` raises :meth:`exception` instead,
+    of the same class where it can, whose message names the shard and the cause.
+    """
+
+    exc_type: type
+    message: str
+    worker: int
+
+    def exception(self) -> BaseException:
+        msg = f"{self.message} (DataLoader worker {self.worker})"
+        try:
+            return self.exc_type(msg)  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - a class that cannot be built from one message
+            return RuntimeError(f"{self.exc_type.__name__}: {msg}")
+
+
+def failures_as_items(items: Iterable[Envelope], *, worker: int) -> Iterator["Envelope | WorkerFailure"]:
+    """Last stage in a worker: an exception ends the iteration as one :class:`WorkerFailure` item."""
+    try:
+        yield from items
+    except Exception as exc:  # noqa: BLE001 - handed to the main process, which raises it
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        exc_type = type(exc) if isinstance(exc, ShardkitError) or type(exc).__module__ == "builtins" else RuntimeError
+        if exc_type is RuntimeError and type(exc) is not RuntimeError:
+            message = f"{type(exc).__name__}: {message}"
+        yield WorkerFailure(exc_type, message, worker)
+
+
 def envelopes(batches: Iterable[Batch], *, worker: int, counters: Counters, writer: Optional[SlotWriter] = None) -> Iterator[Envelope]:
     """Last stage in a worker: wrap each batch with the worker id, a copy of its counters and its slot."""
     ring = writer.ring.id if writer is not None else ""
