@@ -6,14 +6,14 @@ import enum
 import re
 from typing import TypeVar
 
-C = TypeVar("C", bound="Choice")
+_C = TypeVar("_C", bound="Choice")
 
 
 class Choice(str, enum.Enum):
     """A string option with a fixed set of values (members compare equal to their strings)."""
 
     @classmethod
-    def parse(cls: type[C], value: "C | str") -> C:
+    def parse(cls: type[_C], value: "_C | str") -> _C:
         """The member for ``value``.
 
         Raises:

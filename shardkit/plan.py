@@ -147,6 +147,14 @@ class Stream:
         stops = np.concatenate([brk, [len(gids)]])
         return cls(shard[starts], index[starts], index[starts] + (stops - starts), shard_offsets)
 
+    def global_ids(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Global ids of stream positions ``[start, stop)`` (the mixture planner's tests compare streams by them)."""
+        n = len(self)
+        stop = n if stop is None else stop
+        if not 0 <= start <= stop <= n:
+            raise IndexError(f"stream slice [{start}, {stop}) out of range for length {n}")
+        return self.global_ids_at(np.arange(start, stop, dtype=np.int64))
+
     def global_ids_at(self, positions: np.ndarray) -> np.ndarray:
         """Global ids at arbitrary stream positions."""
         run = np.searchsorted(self._ends, positions, side="right")
