@@ -28,7 +28,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 from .. import storage
 from ..errors import StorageError
 from ..manifest import Manifest, load_manifest
-from ..plan import Position, RankSplit, Stream, epoch_stream, rank_split, shard_offsets, worker_plan
+from ..plan import RankSplit, Stream, epoch_stream, rank_split, shard_offsets, worker_plan
+from ..position import Position
 from ..world import World, detect
 from .config import LoaderConfig
 from .decode import CropDecoder

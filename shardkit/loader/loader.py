@@ -30,7 +30,8 @@ from torch.utils.data import DataLoader
 
 from ..errors import ShardkitError
 from ..manifest import Manifest
-from ..plan import Position, RankSplit, rank_split
+from ..plan import RankSplit, rank_split
+from ..position import Position
 from .config import ImageConfig, LoaderConfig, SourceConfig
 from .dataset import ShardDataset
 from .transport import Envelope, Ring, WorkerFailure, ring_slots

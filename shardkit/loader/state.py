@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 from ..errors import ShardkitError
 from ..manifest import Manifest
-from ..plan import PlanConfig, Position, Segment, fingerprint
+from ..plan import PlanConfig
+from ..position import Position, Segment, fingerprint
 from .config import plan_to_dict
 
 STATE_FORMAT = "shardkit-loader-state"

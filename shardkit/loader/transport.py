@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from ..errors import ShardkitError
-from ..plan import Position, Segment
+from ..position import Position, Segment
 from .batching import Batch
 from .stats import Counters
 
