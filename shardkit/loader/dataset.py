@@ -21,7 +21,6 @@ import copy
 import os
 from typing import Iterator, Optional, Sequence
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -31,11 +30,11 @@ from ..manifest import Manifest, load_manifest
 from ..plan import RankSplit, Stream, epoch_stream, rank_split, shard_offsets, worker_plan
 from ..position import Position
 from ..world import World, detect
+from .batching import Batch, BatchSpec, decode_batches, plain_alloc
 from .config import LoaderConfig
 from .decode import CropDecoder
-from .sources import ShardOpener, check_url
-from .batching import Batch, BatchSpec, decode_batches, plain_alloc
 from .read import BlockReader, plan_blocks, read_blocks
+from .sources import ShardOpener, check_url
 from .stats import Counters
 from .transport import Envelope, PositionBox, Ring, envelopes, failures_as_items
 
@@ -136,15 +135,15 @@ class ShardDataset(IterableDataset):
 
     # ------------------------------------------------------------------ iteration
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator["Batch | Envelope"]:
         import webdataset as wds
 
         cfg = self.config
         world = self.world()
         pos = self.position  # read once: this iteration's plan
         epoch = pos.epoch
-        plan = worker_plan(self.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history))
-        num_batches = -(-plan.num_samples // cfg.batch_size)
+        work = worker_plan(self.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history))
+        num_batches = -(-work.num_samples // cfg.batch_size)
         counters = Counters()
         reader = BlockReader(self.urls, self.shard_bytes, self.shard_offsets, ShardOpener(cfg.source), counters,
                              num_classes=len(self.manifest.classes) or None)
@@ -153,7 +152,7 @@ class ShardDataset(IterableDataset):
         writer = self.ring.writer(world.worker) if self._envelopes and self.ring is not None and in_worker and not cfg.raw else None
         spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, alloc=writer or plain_alloc)
         stages = [
-            _Const(plan.blocks),
+            _Const(work.blocks),
             _Stage(read_blocks, reader=reader, chunk=cfg.batch_size),
             _Stage(decode_batches, spec=spec, decoder=decoder, counters=counters),
         ]

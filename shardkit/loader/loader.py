@@ -34,9 +34,9 @@ from ..plan import RankSplit, rank_split
 from ..position import Position
 from .config import ImageConfig, LoaderConfig, SourceConfig
 from .dataset import ShardDataset
-from .transport import Envelope, Ring, WorkerFailure, ring_slots
 from .state import from_state, to_state
 from .stats import LoaderStats, summarise
+from .transport import Envelope, Ring, WorkerFailure, ring_slots
 
 class ShardLoader:
     """Iterable of ``(images uint8 [B,3,S,S], labels int64 [B])`` batches for this rank.

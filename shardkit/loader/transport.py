@@ -43,9 +43,9 @@ from __future__ import annotations
 
 import itertools
 import os
-from multiprocessing import shared_memory
 import weakref
 from dataclasses import dataclass, replace
+from multiprocessing import shared_memory
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
