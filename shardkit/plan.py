@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -55,7 +55,8 @@ class EpochPolicy(Choice):
     DROP = "drop"  #: leave the last few samples out so every rank gets floor(N / R)
 
 
-#: samples per shuffle block, and of the first (smaller, so that emitting starts sooner); the one place of these defaults
+#: samples per shuffle block, and at most in the first one (smaller, so that emitting starts sooner):
+#: the one place of these defaults (``PlanConfig`` and ``LoaderConfig``)
 SHUFFLE_BUFFER = 1024
 SHUFFLE_INITIAL = 256
 
@@ -70,6 +71,7 @@ class PlanConfig:
         shuffle: shuffle shard order and samples; False reads in manifest order.
         shuffle_buffer: samples per shuffle block (memory: one block of raw samples per worker).
         shuffle_initial: size of the first block (start emitting sooner); 0 means ``shuffle_buffer``.
+            Default (None): ``min(SHUFFLE_INITIAL, shuffle_buffer)``.
         drop_last: drop each rank's last partial batch (reported in :class:`RankSplit`);
             implies ``DROP`` for the rank split, since padding a batch that is dropped is pointless.
         policy: how uneven epochs are made even across ranks.
@@ -79,14 +81,16 @@ class PlanConfig:
     seed: int = 0
     shuffle: bool = True
     shuffle_buffer: int = SHUFFLE_BUFFER
-    shuffle_initial: int = SHUFFLE_INITIAL
+    shuffle_initial: Optional[int] = None
     drop_last: bool = False
     policy: EpochPolicy = EpochPolicy.PAD
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.shuffle_buffer < 1 or self.shuffle_initial < 0:
+        if self.shuffle_initial is None:
+            object.__setattr__(self, "shuffle_initial", min(SHUFFLE_INITIAL, self.shuffle_buffer))
+        if self.shuffle_buffer < 1 or self.shuffle_initial < 0:  # type: ignore[operator]
             raise ValueError("shuffle_buffer must be >= 1 and shuffle_initial >= 0")
         object.__setattr__(self, "policy", EpochPolicy.parse(self.policy))
 
@@ -259,6 +263,9 @@ class WorkerPlan:
     """What one worker of one rank does for the rest of the epoch."""
 
     world: World  #: the worker's role (its DataLoader worker id rotated by the batches already consumed)
+    split: RankSplit
+    chunk: tuple[int, int]  #: virtual stream range of this worker
+    skip: int  #: samples already emitted (resume)
     blocks: tuple[Block, ...]
 
     @property
@@ -322,7 +329,7 @@ def worker_plan(
             perm = np.searchsorted(keep, rest)
         gids = stream.global_ids_at(positions % n) if n else positions
         blocks.append(Block(gids=gids, order=perm))
-    return WorkerPlan(world=world, blocks=tuple(blocks))
+    return WorkerPlan(world=world, split=split, chunk=(c0, c1), skip=skip, blocks=tuple(blocks))
 
 
 def _emitted_prefix(skip: np.ndarray, length: np.ndarray, cfg: PlanConfig) -> np.ndarray:

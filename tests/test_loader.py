@@ -381,7 +381,8 @@ def test_config_defaults_live_in_one_place():
 
     cfg = shardkit.LoaderConfig()
     plan = PlanConfig(batch_size=cfg.batch_size)
-    assert (cfg.shuffle_buffer, cfg.shuffle_initial, cfg.seed, cfg.policy) == (plan.shuffle_buffer, plan.shuffle_initial, plan.seed, plan.policy)
+    assert cfg.plan == plan and (plan.shuffle_buffer, plan.shuffle_initial) == (1024, 256)
+    assert shardkit.LoaderConfig(shuffle_buffer=100).plan.shuffle_initial == 100  # the first block is never the larger
     assert cfg.num_workers == default_num_workers() and cfg.prefetch_factor == 4
     a, b = SourceConfig(storage_options={"anon": True}), SourceConfig(storage_options={"anon": True})
     assert a == b and hash(a) == hash(b) and len({a, b}) == 1

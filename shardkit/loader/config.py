@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional
 
 from ..choices import Choice
-from ..plan import SHUFFLE_BUFFER, SHUFFLE_INITIAL, EpochPolicy, PlanConfig
+from ..plan import SHUFFLE_BUFFER, EpochPolicy, PlanConfig
 
 
 class Preset(Choice):
@@ -167,7 +167,8 @@ class LoaderConfig:
         shuffle_buffer: samples per worker shuffle block (memory: up to two blocks of JPEG bytes per
             worker, the one being decoded and the next one, read ahead on a thread).
         shuffle_initial: size of the first block (starts faster); 0 means ``shuffle_buffer``.
-            Defaults: :data:`shardkit.plan.SHUFFLE_BUFFER` (1024) and :data:`shardkit.plan.SHUFFLE_INITIAL` (256).
+            Defaults: :data:`shardkit.plan.SHUFFLE_BUFFER` (1024) and ``min(SHUFFLE_INITIAL, shuffle_buffer)``
+            (:data:`shardkit.plan.SHUFFLE_INITIAL` is 256), both resolved by :class:`shardkit.plan.PlanConfig`.
         policy: uneven epochs over ranks: ``"pad"`` (repeat a few samples) or ``"drop"``.
         drop_last: drop each rank's last partial batch.
         num_workers: DataLoader worker processes (0: load in the main process). Default (None):
@@ -193,7 +194,7 @@ class LoaderConfig:
     seed: int = 0
     shuffle: bool = True
     shuffle_buffer: int = SHUFFLE_BUFFER
-    shuffle_initial: int = SHUFFLE_INITIAL
+    shuffle_initial: Optional[int] = None
     policy: EpochPolicy = EpochPolicy.PAD
     drop_last: bool = False
     num_workers: Optional[int] = None
@@ -216,7 +217,7 @@ class LoaderConfig:
             raise ValueError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
         if self.num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
-        self.plan  # validates batch_size and shuffle sizes
+        self.plan  # validates batch_size and shuffle sizes (PlanConfig resolves the shuffle_initial default)
 
     @property
     def plan(self) -> PlanConfig:

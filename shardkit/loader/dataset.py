@@ -7,7 +7,7 @@ resume point, and runs a ``webdataset.DataPipeline`` of three stages
 (:mod:`shardkit.loader.read`, :mod:`shardkit.loader.batching`): plan blocks -> sequentially read raw
 samples in shuffled emission order -> decoded uint8 batches.
 
-The epoch position (:class:`shardkit.plan.Position`: epoch, batches done,
+The epoch position (:class:`shardkit.position.Position`: epoch, batches done,
 topology history) reaches the workers one way, through a tiny shared tensor
 created before any worker starts (:class:`shardkit.loader.transport.PositionBox`),
 so :meth:`ShardDataset.set_epoch` on the main copy reaches ``persistent_workers``
