@@ -99,7 +99,11 @@ class ShardDataset(IterableDataset):
         return self.position.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its beginning (reaches persistent workers on their next ``iter``)."""
+        """Start ``epoch`` from its beginning (reaches persistent workers on their next ``iter``).
+
+        For your own ``DataLoader``; a :class:`ShardLoader` owns its dataset's position (use
+        ``loader.set_epoch``).
+        """
         self.publish(Position(epoch))
 
     def publish(self, position: Position) -> None:
