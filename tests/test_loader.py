@@ -267,14 +267,17 @@ def test_batch_hook_runs_once_per_batch_after_the_sample_hook(datasets):
         assert torch.equal(expect, y)
 
 
-def test_eval_geometry_computes_no_boxes():
+def test_eval_geometry_boxes_are_vectorised_and_skipped_by_the_cpu_decode():
     import numpy as np
 
     from shardkit.loader.config import ImageConfig
-    from shardkit.loader.decode import CropDecoder
+    from shardkit.loader.decode import CropDecoder, center_box
 
-    crops = CropDecoder(ImageConfig(preset="eval", size=16), 0).geometry(np.array([[40, 30], [30, 40]]), 0, np.arange(2))
-    assert crops.boxes is None and not crops.flips.any()
+    dec = CropDecoder(ImageConfig(preset="eval", size=16, resize_size=19), 0)
+    sizes = np.array([[40, 30], [30, 40], [17, 17], [1000, 3], [3, 1000], [101, 57]])
+    crops = dec.geometry(sizes, 0, np.arange(len(sizes)))  # the device decoder's call: every box
+    assert np.array_equal(crops.boxes, np.array([center_box(int(w), int(h), 16, 19) for w, h in sizes])) and not crops.flips.any()
+    assert dec.geometry(sizes, 0, np.arange(len(sizes)), eval_boxes=False).boxes is None  # the CPU decode's: none
 
 
 def _write_with_bad(root, bad_index, n=12, shard_size=6, missing=False):

@@ -145,7 +145,7 @@ def decode_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder
             continue
         ok.append(s)
     gids_in = np.fromiter((s.gid for s in ok), np.int64, len(ok))
-    crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in)
+    crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in, eval_boxes=False)
     images = _alloc_images(len(ok), cfg.size, cfg.channels_last, spec.alloc)
 
     def failed(i: int, exc: Exception) -> None:  # any decoder failure is a bad sample

@@ -119,6 +119,17 @@ def center_box(width: int, height: int, size: int, resize_size: int) -> Box:
     return left / sx, top / sy, (left + size) / sx, (top + size) / sy
 
 
+def center_boxes(widths: np.ndarray, heights: np.ndarray, size: int, resize_size: int) -> np.ndarray:
+    """:func:`center_box` for a whole batch at once: ``[n, 4]`` boxes (same arithmetic, vectorised)."""
+    w, h = np.asarray(widths, np.float64), np.asarray(heights, np.float64)
+    portrait = w <= h
+    new_w = np.where(portrait, resize_size, np.floor(resize_size * w / np.where(portrait, 1, h)))
+    new_h = np.where(portrait, np.floor(resize_size * h / np.where(portrait, w, 1)), resize_size)
+    top, left = np.round((new_h - size) / 2.0), np.round((new_w - size) / 2.0)
+    sx, sy = new_w / w, new_h / h
+    return np.stack([left / sx, top / sy, (left + size) / sx, (top + size) / sy], axis=1).reshape(-1, 4)
+
+
 class JpegDecoder:
     """Decodes ``data`` to an RGB array of at least ``min_w`` x ``min_h`` (DCT-scaled).
 
@@ -220,7 +231,7 @@ def make_decoder(name: "Decoder | str" = Decoder.AUTO) -> JpegDecoder:
 
 class Crops:
     """Crop geometry of a batch: ``boxes`` ``[n, 4]`` (left, top, right, bottom in stored-image
-    pixels; ``None`` for the eval preset, whose resize + center crop needs no box) and ``flips`` ``[n]`` bool."""
+    pixels; ``None`` when the eval preset's were not asked for) and ``flips`` ``[n]`` bool."""
 
     __slots__ = ("boxes", "flips")
 
@@ -256,13 +267,18 @@ class CropDecoder:
             raise ValueError(f"image declares {width} x {height} pixels (limit {self.cfg.max_pixels} pixels: max_pixels)")
         return width, height
 
-    def geometry(self, sizes: np.ndarray, epoch: int, gids: np.ndarray) -> Crops:
-        """Crop boxes and flips of a batch; ``sizes`` is ``[n, 2]`` (width, height)."""
+    def geometry(self, sizes: np.ndarray, epoch: int, gids: np.ndarray, *, eval_boxes: bool = True) -> Crops:
+        """Crop boxes and flips of a batch; ``sizes`` is ``[n, 2]`` (width, height).
+
+        ``eval_boxes=False``: the eval preset's boxes are not computed (``boxes`` is ``None``),
+        for the CPU decode, whose resize + center crop derives them from the image size.
+        """
         c = self.cfg
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         n = len(sizes)
-        if c.preset is Preset.EVAL:  # the box is implied by the image size (:func:`center_box`)
-            return Crops(None, np.zeros(n, bool))
+        if c.preset is Preset.EVAL:
+            boxes = center_boxes(sizes[:, 0], sizes[:, 1], c.size, c.resize_size) if eval_boxes else None  # type: ignore[arg-type]
+            return Crops(boxes, np.zeros(n, bool))
         u = sample_uniforms(self.seed, epoch, gids)
         top, left, h, w = rrc_boxes(sizes[:, 0], sizes[:, 1], u, c.scale, c.ratio)
         boxes = np.stack([left, top, left + w, top + h], axis=1).astype(np.float64)
