@@ -378,6 +378,20 @@ def test_typed_choices_list_the_valid_values(datasets, option, bad, valid):
         shardkit.load(datasets["few_shards"].url, **{option: bad})
 
 
+def test_derived_image_defaults_follow_the_options():
+    """resize_size and fast_decode are derived from size and preset after the options are applied."""
+    from shardkit.loader.loader import build_config
+
+    img = build_config(None, {"size": 160, "preset": "eval"}).image
+    assert (img.resize_size, img.fast_decode) == (183, False)
+    img = build_config(None, {"size": 288, "preset": "eval"}).image  # was: resize_size (256) must be >= size (288)
+    assert img.resize_size == 329
+    img = build_config(None, {"size": 160, "resize_size": 200, "fast_decode": True, "preset": "eval"}).image
+    assert (img.resize_size, img.fast_decode) == (200, True)  # explicit values stay
+    base = shardkit.LoaderConfig(image=shardkit.loader.ImageConfig(resize_size=300))
+    assert build_config(base, {"size": 160}).image.resize_size == 300  # set on purpose: kept
+
+
 def test_config_defaults_live_in_one_place():
     from shardkit.loader.config import SourceConfig, default_num_workers
     from shardkit.plan import PlanConfig

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Optional
 
 from ..choices import Choice
@@ -104,13 +104,29 @@ class ImageConfig:
         if self.size < 1:
             raise ValueError(f"size must be >= 1, got {self.size}")
         if self.fast_decode is None:
-            object.__setattr__(self, "fast_decode", self.preset is Preset.TRAIN)
+            object.__setattr__(self, "fast_decode", self._derived_fast_decode())
         if self.resize_size is None:
-            object.__setattr__(self, "resize_size", int(round(self.size * 256 / 224)))
+            object.__setattr__(self, "resize_size", self._derived_resize_size())
         if self.resize_size < self.size:  # type: ignore[operator]
             raise ValueError(f"resize_size ({self.resize_size}) must be >= size ({self.size})")
         if not 0 < self.scale[0] <= self.scale[1] or not 0 < self.ratio[0] <= self.ratio[1]:
             raise ValueError(f"invalid scale {self.scale} or ratio {self.ratio}")
+
+
+    def _derived_fast_decode(self) -> bool:
+        return self.preset is Preset.TRAIN
+
+    def _derived_resize_size(self) -> int:
+        return int(round(self.size * 256 / 224))
+
+    def updated(self, **changes: Any) -> "ImageConfig":
+        """``dataclasses.replace`` that derives ``resize_size`` and ``fast_decode`` again from the new
+        ``size``/``preset`` unless they hold values other than their derived ones (set on purpose)."""
+        if "resize_size" not in changes and self.resize_size == self._derived_resize_size():
+            changes["resize_size"] = None
+        if "fast_decode" not in changes and self.fast_decode == self._derived_fast_decode():
+            changes["fast_decode"] = None
+        return replace(self, **changes)
 
 
 @dataclass(frozen=True)

@@ -295,5 +295,6 @@ def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> Loa
             raise TypeError(f"unknown loader option {k!r}; valid options: {', '.join(valid)}")
     for g in groups:
         if per_group[g]:
-            top[g] = replace(getattr(base, g), **per_group[g])
+            group = getattr(base, g)
+            top[g] = group.updated(**per_group[g]) if isinstance(group, ImageConfig) else replace(group, **per_group[g])
     return replace(base, **top)
