@@ -15,7 +15,7 @@ Then the JPEG is decoded with DCT scaling (libjpeg-turbo decodes at 1/2, 1/4,
 and the box is resized to ``size`` x ``size`` with an antialiased bilinear
 filter (torch's vectorised uint8 kernel: 2-3x faster than PIL's ``resize``),
 written straight into the batch (``3 x size x size`` view; channels-last batches
-are the kernel's native layout, a contiguous one costs a transposing pass). Decoders (measured in the README): simplejpeg
+are the kernel's native layout, a contiguous one costs a transposing pass). Decoders (:mod:`shardkit.loader.decoders`, measured in the README): simplejpeg
 (libjpeg-turbo, fastest), PIL with ``draft`` (fallback for anything that is not
 a baseline RGB/gray JPEG, and when simplejpeg is not installed), and
 ``torchvision.io.decode_jpeg`` (no DCT scaling; kept for comparison).
@@ -23,18 +23,17 @@ a baseline RGB/gray JPEG, and when simplejpeg is not installed), and
 
 from __future__ import annotations
 
-import io
 import math
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
-from PIL import Image
 
 if TYPE_CHECKING:
     import torch
 
-from .config import Decoder, ImageConfig, Preset
+from .config import ImageConfig, Preset
+from .decoders import DECODERS, JpegDecoder, PilDecoder, SimplejpegDecoder, TorchvisionDecoder, make_decoder  # noqa: F401 - re-exported
 
 Box = tuple[float, float, float, float]  #: (left, top, right, bottom) in stored-image pixels
 #: eval images more elongated than this are cropped before resizing (bounded memory; borders may differ by a level)
@@ -128,105 +127,6 @@ def center_boxes(widths: np.ndarray, heights: np.ndarray, size: int, resize_size
     top, left = np.round((new_h - size) / 2.0), np.round((new_w - size) / 2.0)
     sx, sy = new_w / w, new_h / h
     return np.stack([left / sx, top / sy, (left + size) / sx, (top + size) / sy], axis=1).reshape(-1, 4)
-
-
-class JpegDecoder:
-    """Decodes ``data`` to an RGB array of at least ``min_w`` x ``min_h`` (DCT-scaled).
-
-    ``fast`` asks for libjpeg-turbo's fast integer IDCT and plain chroma upsampling
-    where the decoder offers them (simplejpeg); others ignore it.
-    """
-
-    name = "base"
-
-    def header(self, data: bytes) -> tuple[int, int]:
-        """``(width, height)`` of the stored image without decoding pixels."""
-        with Image.open(io.BytesIO(data)) as im:
-            return im.size
-
-    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
-        raise NotImplementedError
-
-
-class PilDecoder(JpegDecoder):
-    """PIL with ``draft`` (libjpeg DCT scaling); handles every format PIL reads."""
-
-    name = "pil"
-
-    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
-        with Image.open(io.BytesIO(data)) as im:
-            if im.format == "JPEG":
-                im.draft("RGB", (min_w, min_h))
-            return np.array(im.convert("RGB"))  # writable: torch.from_numpy wants it
-
-
-class SimplejpegDecoder(JpegDecoder):
-    """simplejpeg (libjpeg-turbo) with ``min_width``/``min_height`` DCT scaling; PIL for the rest."""
-
-    name = "simplejpeg"
-
-    def __init__(self) -> None:
-        import simplejpeg
-
-        self._sj = simplejpeg
-        self._pil = PilDecoder()
-
-    def header(self, data: bytes) -> tuple[int, int]:
-        try:
-            h, w, _, _ = self._sj.decode_jpeg_header(data)
-            return w, h
-        except ValueError:
-            return self._pil.header(data)
-
-    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
-        try:
-            return self._sj.decode_jpeg(
-                data, colorspace="RGB", min_width=min_w, min_height=min_h, min_factor=1.0, fastdct=fast, fastupsample=fast
-            )
-        except ValueError:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)
-            return self._pil.decode(data, min_w, min_h)
-
-
-class TorchvisionDecoder(JpegDecoder):
-    """``torchvision.io.decode_jpeg`` at full resolution (no DCT scaling); PIL for the rest."""
-
-    name = "torchvision"
-
-    def __init__(self) -> None:
-        import torch
-        from torchvision.io import ImageReadMode, decode_jpeg
-
-        self._torch, self._decode, self._mode = torch, decode_jpeg, ImageReadMode.RGB
-        self._pil = PilDecoder()
-
-    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
-        try:
-            t = self._decode(self._torch.frombuffer(bytearray(data), dtype=self._torch.uint8), mode=self._mode)
-            return t.permute(1, 2, 0).numpy()
-        except RuntimeError:
-            return self._pil.decode(data, min_w, min_h)
-
-
-DECODERS: dict[str, Callable[[], JpegDecoder]] = {
-    "simplejpeg": SimplejpegDecoder,
-    "pil": PilDecoder,
-    "torchvision": TorchvisionDecoder,
-}
-
-
-def make_decoder(name: "Decoder | str" = Decoder.AUTO) -> JpegDecoder:
-    """The named :class:`Decoder`; ``"auto"`` is simplejpeg if installed, else PIL.
-
-    Raises:
-        ValueError: an unknown name (the message lists the valid ones).
-    """
-    choice = Decoder.parse(name)
-    if choice is Decoder.AUTO:
-        try:
-            return SimplejpegDecoder()
-        except ImportError:
-            return PilDecoder()
-    return DECODERS[choice.value]()
 
 
 class Crops:
