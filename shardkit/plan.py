@@ -37,29 +37,28 @@ again for the new topology.
 
 from __future__ import annotations
 
-import enum
-import hashlib
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
+from .choices import Choice
+from .position import Position, Segment, fingerprint  # noqa: F401 - part of the plan's API
 from .world import World
 
 
-class EpochPolicy(str, enum.Enum):
+class EpochPolicy(Choice):
     """What to do when the samples of an epoch do not divide evenly over ranks."""
 
     PAD = "pad"  #: repeat the first few samples so every rank gets ceil(N / R)
     DROP = "drop"  #: leave the last few samples out so every rank gets floor(N / R)
 
-    @classmethod
-    def parse(cls, value: "EpochPolicy | str") -> "EpochPolicy":
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(f"invalid epoch policy {value!r}; choose one of {[p.value for p in cls]}") from None
+
+#: samples per shuffle block, and at most in the first one (smaller, so that emitting starts sooner):
+#: the one place of these defaults (``PlanConfig`` and ``LoaderConfig``)
+SHUFFLE_BUFFER = 1024
+SHUFFLE_INITIAL = 256
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,7 @@ class PlanConfig:
         shuffle: shuffle shard order and samples; False reads in manifest order.
         shuffle_buffer: samples per shuffle block (memory: one block of raw samples per worker).
         shuffle_initial: size of the first block (start emitting sooner); 0 means ``shuffle_buffer``.
+            Default (None): ``min(SHUFFLE_INITIAL, shuffle_buffer)``.
         drop_last: drop each rank's last partial batch (reported in :class:`RankSplit`);
             implies ``DROP`` for the rank split, since padding a batch that is dropped is pointless.
         policy: how uneven epochs are made even across ranks.
@@ -80,15 +80,17 @@ class PlanConfig:
     batch_size: int
     seed: int = 0
     shuffle: bool = True
-    shuffle_buffer: int = 2000
-    shuffle_initial: int = 0
+    shuffle_buffer: int = SHUFFLE_BUFFER
+    shuffle_initial: Optional[int] = None
     drop_last: bool = False
     policy: EpochPolicy = EpochPolicy.PAD
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.shuffle_buffer < 1 or self.shuffle_initial < 0:
+        if self.shuffle_initial is None:
+            object.__setattr__(self, "shuffle_initial", min(SHUFFLE_INITIAL, self.shuffle_buffer))
+        if self.shuffle_buffer < 1 or self.shuffle_initial < 0:  # type: ignore[operator]
             raise ValueError("shuffle_buffer must be >= 1 and shuffle_initial >= 0")
         object.__setattr__(self, "policy", EpochPolicy.parse(self.policy))
 
@@ -98,6 +100,12 @@ def _rng(*key: int) -> np.random.Generator:
 
 
 # --------------------------------------------------------------------------- streams
+
+
+def shard_offsets(shard_sizes: Sequence[int]) -> np.ndarray:
+    """Global id of each shard's first sample (manifest order): ``[0, s0, s0 + s1, ...]`` without the total."""
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    return (np.cumsum(sizes) - sizes).astype(np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,7 +132,7 @@ class Stream:
     def full_epoch(cls, shard_sizes: Sequence[int], *, seed: int, epoch: int, shuffle: bool = True) -> "Stream":
         """Every sample once: shards in a seeded per-epoch order (manifest order if not ``shuffle``)."""
         sizes = np.asarray(shard_sizes, dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
+        offsets = shard_offsets(sizes)
         order = _rng(seed, epoch, 1).permutation(len(sizes)) if shuffle else np.arange(len(sizes))
         order = order[sizes[order] > 0]
         return cls(order.astype(np.int64), np.zeros(len(order), np.int64), sizes[order], offsets)
@@ -144,13 +152,12 @@ class Stream:
         return cls(shard[starts], index[starts], index[starts] + (stops - starts), shard_offsets)
 
     def global_ids(self, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Global ids of stream positions ``[start, stop)``."""
+        """Global ids of stream positions ``[start, stop)`` (the mixture planner's tests compare streams by them)."""
         n = len(self)
         stop = n if stop is None else stop
         if not 0 <= start <= stop <= n:
             raise IndexError(f"stream slice [{start}, {stop}) out of range for length {n}")
-        pos = np.arange(start, stop, dtype=np.int64)
-        return self.global_ids_at(pos)
+        return self.global_ids_at(np.arange(start, stop, dtype=np.int64))
 
     def global_ids_at(self, positions: np.ndarray) -> np.ndarray:
         """Global ids at arbitrary stream positions."""
@@ -255,7 +262,7 @@ class Block:
 class WorkerPlan:
     """What one worker of one rank does for the rest of the epoch."""
 
-    world: World
+    world: World  #: the worker's role (its DataLoader worker id rotated by the batches already consumed)
     split: RankSplit
     chunk: tuple[int, int]  #: virtual stream range of this worker
     skip: int  #: samples already emitted (resume)
@@ -325,21 +332,14 @@ def worker_plan(
     return WorkerPlan(world=world, split=split, chunk=(c0, c1), skip=skip, blocks=tuple(blocks))
 
 
-def emitted_positions(stream_len: int, cfg: PlanConfig, world: World, *, epoch: int, batches_done: int, generation: int = 0) -> np.ndarray:
-    """Virtual stream positions ``world`` has emitted after ``batches_done`` batches (any order)."""
-    split = rank_split(stream_len, world.world_size, cfg)
-    ws, we = worker_chunks(split, world.num_workers, cfg.batch_size)
-    c0 = world.rank * split.per_rank + int(ws[world.worker])
-    c1 = world.rank * split.per_rank + int(we[world.worker])
-    skip = min(c1 - c0, batches_emitted(batches_done, world.worker, world.num_workers) * cfg.batch_size)
-    bounds = _block_bounds(c1 - c0, cfg)
-    b = int(np.searchsorted(bounds, skip, side="right")) - 1
-    full = np.arange(c0, c0 + int(bounds[b]), dtype=np.int64)
-    if skip == int(bounds[b]) or b >= len(bounds) - 1:
-        return full
-    b0, b1 = int(bounds[b]), int(bounds[b + 1])
-    perm = _block_perm(cfg, epoch, generation, world, b, b1 - b0)
-    return np.concatenate([full, c0 + b0 + perm[: skip - b0]])
+def _emitted_prefix(skip: np.ndarray, length: np.ndarray, cfg: PlanConfig) -> np.ndarray:
+    """Start of the block that emission position ``skip`` falls in, per chunk of ``length`` samples
+    (vectorised :func:`_block_bounds`): every block before it was emitted whole."""
+    first = cfg.shuffle_initial or cfg.shuffle_buffer
+    if not cfg.shuffle:
+        return np.where(skip >= length, length, 0)
+    inner = np.where(skip < first, 0, first + ((skip - first) // cfg.shuffle_buffer) * cfg.shuffle_buffer)
+    return np.where(skip >= length, length, np.where(length <= first, 0, inner))
 
 
 def remaining_stream(
@@ -357,39 +357,43 @@ def remaining_stream(
     Used for elastic resume: a checkpoint taken after ``batches_done`` batches
     with ``world_size`` x ``num_workers`` readers is re-planned for another
     topology. Samples the old split dropped (``DROP``/``drop_last``) stay
-    dropped; a sample seen through padding counts as seen.
+    dropped; a sample seen through padding counts as seen. Vectorised over the
+    readers (:func:`partition_ranges`); only a reader stopped inside a shuffle
+    block draws that block's permutation.
     """
     n = len(stream)
     if n == 0:
         return stream
-    seen = np.zeros(n, dtype=bool)
-    assigned = np.zeros(n, dtype=bool)
     split = rank_split(n, world_size, cfg)
-    for r in range(world_size):
-        a0 = r * split.per_rank
-        assigned[np.arange(a0, a0 + split.used, dtype=np.int64) % n] = True
-        for w in range(num_workers):
-            pos = emitted_positions(n, cfg, World(r, world_size, w, num_workers), epoch=epoch, batches_done=batches_done, generation=generation)
-            seen[pos % n] = True
+    starts, stops = partition_ranges(n, world_size, num_workers, cfg)
+    workers = np.tile(np.arange(num_workers, dtype=np.int64), world_size)
+    emitted = np.maximum(0, (batches_done - workers + num_workers - 1) // num_workers) * cfg.batch_size
+    length = stops - starts
+    skip = np.minimum(length, emitted)
+    prefix = _emitted_prefix(skip, length, cfg)
+    virtual = split.per_rank * world_size  # positions >= n are padding: they wrap to the start
+    marks = np.zeros(virtual + 1, np.int64)  # +1 / -1 at the ends of every wholly emitted range
+    np.add.at(marks, starts, 1)
+    np.add.at(marks, starts + prefix, -1)
+    seen_virtual = np.cumsum(marks[:-1]) > 0
+    for i in np.flatnonzero(skip > prefix):  # readers that stopped inside a block: its first emissions
+        c0, b0, k = int(starts[i]), int(prefix[i]), int(skip[i])
+        bounds = _block_bounds(int(length[i]), cfg)
+        b = int(np.searchsorted(bounds, b0, side="right")) - 1
+        world = World(int(i) // num_workers, world_size, int(workers[i]), num_workers)
+        perm = _block_perm(cfg, epoch, generation, world, b, int(bounds[b + 1]) - b0)
+        seen_virtual[c0 + b0 + perm[: k - b0]] = True
+    seen = np.zeros(n, dtype=bool)
+    seen[np.flatnonzero(seen_virtual) % n] = True
+    assigned = np.zeros(n, dtype=bool)
+    rank_starts = np.arange(world_size, dtype=np.int64) * split.per_rank
+    used = (rank_starts[:, None] + np.arange(split.used, dtype=np.int64)[None, :]).ravel() % n
+    assigned[used] = True
     keep = np.flatnonzero(assigned & ~seen)
     return Stream.from_global_ids(stream.global_ids_at(keep), stream.shard_offsets)
 
 
 # --------------------------------------------------------------------------- resumable position
-
-
-def fingerprint(shard_sizes: Sequence[int]) -> str:
-    """A short hash of the shard sizes, to refuse resuming on a different dataset."""
-    return hashlib.sha256(np.asarray(shard_sizes, dtype=np.int64).tobytes()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A stretch of an epoch read with one topology: ``batches_done`` batches on each rank."""
-
-    world_size: int
-    num_workers: int
-    batches_done: int
 
 
 def epoch_stream(shard_sizes: Sequence[int], cfg: PlanConfig, epoch: int, history: Sequence[Segment]) -> Stream:

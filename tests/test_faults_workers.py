@@ -78,11 +78,28 @@ def test_error_in_a_worker_does_not_leave_a_broken_loader(ds, tmp_path):
     saved = open(victim, "rb").read()
     os.unlink(victim)
     keys = []
-    with pytest.raises(shardkit.StorageError, match="train-000007.tar"):
+    with pytest.raises(shardkit.StorageError, match="train-000007.tar") as err:
         for _, _, ks in loader:
             keys += ks
+    assert "\n" not in str(err.value) and "Caught" not in str(err.value)  # one line, not DataLoader's traceback dump
     with open(victim, "wb") as f:
         f.write(saved)
     keys += [k for _, _, ks in loader for k in ks]
     assert sorted(keys) == sorted(ds.keys)
     loader.close()
+
+
+def _failing_hook(image, sample):
+    if sample.index == 3:
+        raise ValueError(f"cannot handle {sample.key} of {os.path.basename(sample.shard)}")
+    return image
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_error_reaches_the_user_as_one_line(ds):
+    loader = shardkit.load(ds.url, num_workers=2, multiprocessing_context="fork", hook=_failing_hook, **KW)
+    with pytest.raises(ValueError) as err:
+        list(loader)
+    msg = str(err.value)
+    assert "\n" not in msg and "Caught" not in msg and "Traceback" not in msg, msg
+    assert "cannot handle k0000" in msg and ".tar" in msg and "DataLoader worker" in msg

@@ -147,6 +147,69 @@ def test_state_from_other_dataset_or_options_refused(datasets):
         c.load_state_dict(a.state_dict())
 
 
+def test_state_from_a_dataset_of_the_same_shape_is_refused(tmp_path):
+    """Issue 11 bug 4: the fingerprint identifies the data (shard sha256s, classes), not only its layout."""
+    a = write_dataset(str(tmp_path / "a"), num_samples=20, shard_size=10, size=(24, 20))
+    b = write_dataset(str(tmp_path / "b"), num_samples=20, shard_size=10, size=(20, 24))  # same counts per shard
+    c = write_dataset(str(tmp_path / "c"), num_samples=20, shard_size=10, size=(24, 20), num_classes=4)
+    state = shardkit.load(a.url, batch_size=4, num_workers=0, **SMALL).state_dict()
+    with pytest.raises(ShardkitError, match=r"another dataset \(shard contents \(sha256\) differ"):
+        shardkit.load(b.url, batch_size=4, num_workers=0, **SMALL).load_state_dict(state)
+    with pytest.raises(ShardkitError, match=r"another dataset \(shard contents \(sha256\), class names differ"):
+        shardkit.load(c.url, batch_size=4, num_workers=0, **SMALL).load_state_dict(state)
+    shardkit.load(a.url, batch_size=4, num_workers=0, **SMALL).load_state_dict(state)  # its own dataset: fine
+    old = {**state, "version": 1, "fingerprint": state["dataset"]["shard_sizes"]}  # a version 1 state still loads
+    del old["dataset"]
+    shardkit.load(a.url, batch_size=4, num_workers=0, **SMALL).load_state_dict(old)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("plan.batch_size", "64", r"'plan.batch_size' must be int, got str '64'"),
+    ("batches_done", 10**9, r"'batches_done' is 1000000000, but epoch 0 has only 9 batches"),
+    ("batches_done", -1, r"'batches_done' must be >= 0"),
+    ("epoch", "3", r"'epoch' must be an int, got str"),
+    ("world_size", 0, r"'world_size' must be >= 1"),
+    ("history", [[2, 1]], r"'history\[0\]' must be"),
+    ("dataset", None, r"'dataset' must be a dict"),
+])
+def test_a_hand_edited_state_is_refused_naming_the_field(datasets, field, value, match):
+    loader = shardkit.load(datasets["many_shards"].url, batch_size=4, num_workers=0, **SMALL)
+    state = loader.state_dict()
+    if field.startswith("plan."):
+        state["plan"] = {**state["plan"], field[5:]: value}
+    else:
+        state[field] = value
+    with pytest.raises(ShardkitError, match=match):
+        loader.load_state_dict(state)
+
+
+def test_missing_or_resized_local_shard_is_refused_when_the_loader_is_built(tmp_path):
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=20, shard_size=10, size=(24, 20))
+    other = write_dataset(str(tmp_path / "other"), num_samples=20, shard_size=10, size=(40, 30))
+    shard = os.path.join(ds.url, "train-000001.tar")
+    os.replace(os.path.join(other.url, "train-000001.tar"), shard)  # another dataset's shard, another size
+    with pytest.raises(StorageError, match=r"train-000001.tar: shard has \d+ bytes, the manifest says \d+ .*`shardkit verify` checks"):
+        shardkit.load(ds.url, num_workers=0, **SMALL)
+    os.remove(shard)
+    with pytest.raises(StorageError, match="train-000001.tar: not found \\(the manifest lists this shard"):
+        shardkit.load(ds.url, num_workers=0, **SMALL)
+
+
+def test_break_then_iterate_continues_the_epoch_and_restart_epoch_starts_over(datasets):
+    url = datasets["few_shards"].url
+    loader = shardkit.load(url, batch_size=6, num_workers=0, **SMALL)
+    assert len(loader) == 6
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert sum(1 for _ in loader) == 4 and loader.epoch == 1  # the rest of epoch 0, then the next epoch
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    loader.restart_epoch()
+    assert sum(1 for _ in loader) == 6 and loader.epoch == 2
+
+
 def test_batches_are_uint8_and_stats(datasets):
     ds = datasets["few_shards"]
     loader = shardkit.load(ds.url, batch_size=8, num_workers=2, size=16, pin_memory=False)
@@ -188,6 +251,37 @@ def test_hook_and_raw_samples(datasets):
     assert s.jpeg[:2] == b"\xff\xd8" and s.label == ds.labels[s.key] and s.meta["class"] == f"c{s.label}"
 
 
+def _batch_hook_mark(images, labels, keys):
+    """Batch hook: writes each sample's label into its top-left pixel and returns a new tensor."""
+    out = images.clone()
+    out[:, :, 0, 0] = labels[:, None].to(torch.uint8)
+    assert len(keys) == len(images)
+    return out
+
+
+def test_batch_hook_runs_once_per_batch_after_the_sample_hook(datasets):
+    ds = datasets["few_shards"]
+    plain = shardkit.load(ds.url, batch_size=6, num_workers=0, shuffle=False, **SMALL)
+    hooked = shardkit.load(ds.url, batch_size=6, num_workers=1, shuffle=False, hook=_hook_invert, batch_hook=_batch_hook_mark, **SMALL)
+    for (x, labels), (y, _) in zip(plain, hooked):
+        expect = 255 - x
+        expect[:, :, 0, 0] = labels[:, None].to(torch.uint8)
+        assert torch.equal(expect, y)
+
+
+def test_eval_geometry_boxes_are_vectorised_and_skipped_by_the_cpu_decode():
+    import numpy as np
+
+    from shardkit.loader.config import ImageConfig
+    from shardkit.loader.decode import CropDecoder, center_box
+
+    dec = CropDecoder(ImageConfig(preset="eval", size=16, resize_size=19), 0)
+    sizes = np.array([[40, 30], [30, 40], [17, 17], [1000, 3], [3, 1000], [101, 57]])
+    crops = dec.geometry(sizes, 0, np.arange(len(sizes)))  # the device decoder's call: every box
+    assert np.array_equal(crops.boxes, np.array([center_box(int(w), int(h), 16, 19) for w, h in sizes])) and not crops.flips.any()
+    assert dec.geometry(sizes, 0, np.arange(len(sizes)), eval_boxes=False).boxes is None  # the CPU decode's: none
+
+
 def _write_with_bad(root, bad_index, n=12, shard_size=6, missing=False):
     os.makedirs(root, exist_ok=True)
     shards, keys = [], []
@@ -227,7 +321,9 @@ def test_truncated_shard_delivers_samples_before_damage(tmp_path, caplog):
     size = os.path.getsize(path)
     with open(path, "r+b") as f:
         f.truncate(size // 2)
-    loader = shardkit.load(root, batch_size=4, num_workers=0, shuffle=False, with_keys=True, **SMALL)
+    with pytest.raises(StorageError, match="train-000001.tar: shard has .* bytes, the manifest says .*shardkit verify"):
+        shardkit.load(root, batch_size=4, num_workers=0, **SMALL)  # refused up front by default
+    loader = shardkit.load(root, batch_size=4, num_workers=0, shuffle=False, with_keys=True, check_sizes=False, **SMALL)
     with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
         got = [k for _, _, ks in loader for k in ks]
     assert got == keys[: len(got)] and 6 < len(got) < 12
@@ -273,6 +369,44 @@ def test_unknown_option_lists_valid_ones(datasets):
         shardkit.load(datasets["few_shards"].url, preset="training")
 
 
+@pytest.mark.parametrize("option, bad, valid", [
+    ("decoder", "jpeg", "'auto', 'simplejpeg', 'pil', 'torchvision'"),
+    ("preset", "training", "'train', 'eval'"),
+    ("policy", "wrap", "'pad', 'drop'"),
+    ("multiprocessing_context", "thread", "'fork', 'spawn', 'forkserver'"),
+])
+def test_typed_choices_list_the_valid_values(datasets, option, bad, valid):
+    with pytest.raises(ValueError, match=f"choose one of \\[{valid}\\]"):
+        shardkit.load(datasets["few_shards"].url, **{option: bad})
+
+
+def test_derived_image_defaults_follow_the_options():
+    """resize_size and fast_decode are derived from size and preset after the options are applied."""
+    from shardkit.loader.loader import build_config
+
+    img = build_config(None, {"size": 160, "preset": "eval"}).image
+    assert (img.resize_size, img.fast_decode) == (183, False)
+    img = build_config(None, {"size": 288, "preset": "eval"}).image  # was: resize_size (256) must be >= size (288)
+    assert img.resize_size == 329
+    img = build_config(None, {"size": 160, "resize_size": 200, "fast_decode": True, "preset": "eval"}).image
+    assert (img.resize_size, img.fast_decode) == (200, True)  # explicit values stay
+    base = shardkit.LoaderConfig(image=shardkit.loader.ImageConfig(resize_size=300))
+    assert build_config(base, {"size": 160}).image.resize_size == 300  # set on purpose: kept
+
+
+def test_config_defaults_live_in_one_place():
+    from shardkit.loader.config import SourceConfig, default_num_workers
+    from shardkit.plan import PlanConfig
+
+    cfg = shardkit.LoaderConfig()
+    plan = PlanConfig(batch_size=cfg.batch_size)
+    assert cfg.plan == plan and (plan.shuffle_buffer, plan.shuffle_initial) == (1024, 256)
+    assert shardkit.LoaderConfig(shuffle_buffer=100).plan.shuffle_initial == 100  # the first block is never the larger
+    assert cfg.num_workers == default_num_workers() and cfg.prefetch_factor == 4
+    a, b = SourceConfig(storage_options={"anon": True}), SourceConfig(storage_options={"anon": True})
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+
+
 def test_bench_cli(datasets, capsys):
     from shardkit.cli import main
 
@@ -306,7 +440,8 @@ def test_read_ahead_emits_the_same_samples_and_stops_its_thread(datasets, shuffl
 
     from shardkit.loader.config import SourceConfig
     from shardkit.loader.sources import ShardOpener
-    from shardkit.loader.stages import BlockReader, Counters, read_blocks
+    from shardkit.loader.read import BlockReader, read_blocks
+    from shardkit.loader.stats import Counters
     from shardkit.plan import Block
 
     ds = shardkit.ShardDataset(datasets["many_shards"].url)
@@ -366,7 +501,7 @@ class _FakeReader:
 def test_a_failed_read_surfaces_in_order_and_nothing_is_read_after_it(read_ahead):
     import numpy as np
 
-    from shardkit.loader.stages import read_blocks
+    from shardkit.loader.read import read_blocks
     from shardkit.plan import Block
 
     blocks = [Block(np.arange(s, s + 10), np.arange(10)[::-1].copy()) for s in range(0, 60, 10)]
@@ -384,7 +519,7 @@ def test_a_failed_read_surfaces_in_order_and_nothing_is_read_after_it(read_ahead
 def test_closing_early_does_not_wait_for_a_slow_read():
     import numpy as np
 
-    from shardkit.loader.stages import read_blocks
+    from shardkit.loader.read import read_blocks
     from shardkit.plan import Block
 
     blocks = [Block(np.arange(s, s + 10), np.arange(10)) for s in range(0, 40, 10)]

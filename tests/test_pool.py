@@ -1,17 +1,23 @@
-"""Reused shared-memory batch buffers: a batch the user holds (or any view of it) is never overwritten,
-released slots are reused, and slots of batches a DataLoader discarded come back."""
+"""The worker -> main transport (shardkit/loader/transport.py): batches in reused shared slots are never
+overwritten while any view of them lives, slots come back, a batch sent to another process stays intact,
+and a copied (pinned) batch releases its slot at once."""
 
 from __future__ import annotations
 
+import pickle
+from dataclasses import fields
+
 import pytest
 import torch
+import torch.multiprocessing as tmp
+from multiprocessing.reduction import ForkingPickler
 
 from helpers import write_dataset
 
 import shardkit
-from shardkit.loader.pool import pool_supported
-
-pytestmark = pytest.mark.skipif(not pool_supported(), reason="this torch cannot report storage use counts")
+from shardkit.loader.batching import Batch
+from shardkit.loader.transport import Envelope, Ring, envelopes
+from shardkit.loader.stats import Counters
 
 OPTS = dict(batch_size=8, size=24, pin_memory=False, multiprocessing_context="fork", with_keys=True)
 
@@ -36,6 +42,14 @@ def check(batch, ref):
         assert torch.equal(img, ref[k]), k
 
 
+def ring_of(loader):
+    return loader._dl_dataset.ring
+
+
+def test_the_batch_carries_data_only():
+    assert [f.name for f in fields(Batch)] == ["images", "labels", "gids", "keys", "raw"]
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_slots_are_reused_when_batches_are_dropped(url, context):
     ref = reference(url, 0)
@@ -44,16 +58,18 @@ def test_slots_are_reused_when_batches_are_dropped(url, context):
     for batch in loader:
         check(batch, ref)
         seen += len(batch[2])
+    del batch
     assert seen == len(ref)
-    pool = loader._pool
-    assert pool.pooled == len(loader) and pool.unpooled == 0
+    ring = ring_of(loader)
+    assert ring.leased == len(loader) and ring.unslotted == 0  # steady state: no new segment per batch
+    assert ring.in_use() == 0
     loader.close()
 
 
 def test_held_batches_are_never_overwritten(url):
     ref0, ref1 = reference(url, 0), reference(url, 1)
     loader = shardkit.load(url, num_workers=2, persistent_workers=True, **OPTS)
-    kept = list(loader)  # every batch of the epoch held at once: the pool runs dry, new segments take over
+    kept = list(loader)  # every batch of the epoch held at once: the ring runs dry, new memory takes over
     view = kept[0][0][1]  # a view of one image; its batch tensor is dropped below
     expect = view.clone()
     loader.set_epoch(1)
@@ -61,11 +77,12 @@ def test_held_batches_are_never_overwritten(url):
         check(batch, ref1)
     for batch in kept[1:]:
         check(batch, ref0)
-    del kept
+    del kept, batch
     for batch in loader:  # the next pass (epoch 2) reuses the released slots
         pass
     assert torch.equal(view, expect)
-    assert loader._pool.pooled > 0 and loader._pool.unpooled > 0
+    ring = ring_of(loader)
+    assert ring.leased > 0 and ring.unslotted > 0
     loader.close()
 
 
@@ -74,28 +91,30 @@ def test_slots_of_discarded_batches_come_back(url):
     for i, b in enumerate(loader):
         if i == 1:
             break  # the DataLoader discards the batches it prefetched
-    del b  # the batches received are released once nothing references them
+    del b
     loader.set_epoch(1)
     ref = reference(url, 1)
-    pool = loader._pool
+    ring = ring_of(loader)
     for batch in loader:
         check(batch, ref)
-    flags = pool.flags.numpy()
-    assert not ((flags != 0) & (flags >> 32 < pool.generation)).any()  # no slot left to a discarded batch
-    before = pool.unpooled
+    del batch
+    assert ring.in_use() == 0  # the discarded batches were unpickled, dropped and released
+    before = ring.unslotted
     for batch in loader:  # epoch 2: no slot leaked to the discarded batches
         pass
-    assert pool.unpooled == before
+    assert ring.unslotted == before
     loader.close()
 
 
-def test_new_worker_processes_get_a_new_table(url):
+def test_new_worker_processes_get_a_new_ring(url):
     ref = reference(url, 0)
     loader = shardkit.load(url, num_workers=2, persistent_workers=False, **OPTS)
-    first = loader._dataloader() and loader._pool
-    held = next(iter(loader))
-    again = list(loader)  # the epoch again with new workers (non-persistent) and a new flag table
-    assert loader._pool is not first
+    it = iter(loader)
+    held = next(it)
+    first = ring_of(loader)
+    del it
+    again = list(loader)  # the epoch again with new workers (non-persistent) and a new ring
+    assert ring_of(loader) is not first
     check(held, ref)
     for batch in again:
         check(batch, ref)
@@ -107,7 +126,7 @@ def test_reuse_can_be_switched_off(url):
     loader = shardkit.load(url, num_workers=2, reuse_buffers=False, **OPTS)
     for batch in loader:
         check(batch, ref)
-    assert loader._pool is None
+    assert ring_of(loader) is None
     loader.close()
 
 
@@ -119,9 +138,80 @@ def test_pinned_batches_free_their_slot_at_once(url):
     for batch in kept:
         assert batch[0].is_pinned() and batch[0].is_contiguous(memory_format=torch.channels_last)
         check(batch, ref)
-    pool = loader._pool
-    assert pool.pooled == len(loader) and pool.unpooled == 0 and pool.num_held() == 0
+    ring = ring_of(loader)
+    assert ring.leased == len(loader) and ring.unslotted == 0 and ring.in_use() == 0
     loader.close()
+
+
+def _one_envelope(ring, fill=7):
+    """What a worker sends for one batch in slot ring ``ring``, unpickled as the main process does."""
+    writer = ring.writer(0)
+    images = writer((2, 3, 4, 4))
+    images.fill_(fill)
+    batch = Batch(images, torch.tensor([1, 2]), torch.tensor([10, 11]), ["a", "b"])
+    env = next(envelopes([batch], worker=0, counters=Counters(), writer=writer))
+    assert env.slot >= 0
+    return pickle.loads(ForkingPickler.dumps(env))
+
+
+def test_a_copied_batch_releases_its_slot_at_once():
+    """The release logic of the pin-memory path, on CPU: ``Envelope.pin_memory`` is ``copied(Tensor.pin_memory)``."""
+    ring = Ring(1, 2, 2 * 3 * 4 * 4)
+    got = _one_envelope(ring)
+    assert isinstance(got, Envelope) and ring.in_use() == 1 and ring.leased == 1
+    pinned = got.copied(torch.Tensor.clone)  # what the pin thread does, with a CPU copy
+    del got
+    assert ring.in_use() == 0
+    assert torch.equal(pinned.batch.images, torch.full((2, 3, 4, 4), 7, dtype=torch.uint8))
+    assert pinned.batch.keys == ["a", "b"] and pinned.batch.labels.tolist() == [1, 2]
+
+
+def test_a_leased_batch_lives_as_long_as_any_view():
+    ring = Ring(1, 2, 2 * 3 * 4 * 4)
+    got = _one_envelope(ring)
+    images = got.batch.images
+    del got
+    row = images[1].numpy()  # a numpy view of one image
+    del images
+    assert ring.in_use() == 1
+    assert (row == 7).all()
+    del row
+    assert ring.in_use() == 0
+
+
+def _hold(q, done, out):
+    images, expect = q.get()
+    done.wait(120)
+    out.put(bool(torch.equal(images, expect)))
+
+
+def test_a_batch_sent_to_another_process_is_never_overwritten(url):
+    """Safe by design: a leased batch is not torch shared memory, so torch's pickler moves it into a
+    new segment (the slot is released), and the other process never sees the slot."""
+    ctx = tmp.get_context("fork")
+    q, out, done = ctx.Queue(), ctx.Queue(), ctx.Event()
+    child = ctx.Process(target=_hold, args=(q, done, out))
+    child.start()
+    try:
+        loader = shardkit.load(url, num_workers=2, persistent_workers=True, **OPTS)
+        it = iter(loader)
+        images, _, _ = next(it)
+        q.put((images, images.clone()))
+        del images
+        for _ in it:
+            pass
+        for _ in range(2):  # two more epochs through the same slots
+            for _ in loader:
+                pass
+        assert ring_of(loader).unslotted == 0
+        done.set()
+        assert out.get(timeout=120) is True
+        loader.close()
+    finally:
+        done.set()
+        child.join(60)
+        if child.is_alive():
+            child.kill()
 
 
 def test_a_kept_storage_object_keeps_its_slot(url):
@@ -130,7 +220,7 @@ def test_a_kept_storage_object_keeps_its_slot(url):
     it = iter(loader)
     images, _, keys = next(it)
     shape, stride = images.shape, images.stride()
-    storage = images.untyped_storage()  # the very Python object the pool holds: use count alone cannot see it
+    storage = images.untyped_storage()
     del images
     for _ in it:
         pass
@@ -145,10 +235,10 @@ def test_other_dataloaders_over_the_dataset_never_take_slots(url):
     loader = shardkit.load(url, num_workers=2, **OPTS)
     for _ in loader:
         pass
-    assert loader.dataset.pool_state is None  # only the loader's private copy has it
+    assert loader.dataset.ring is None  # only the loader's private copy has one
     dl = DataLoader(loader.dataset, batch_size=None, num_workers=3, multiprocessing_context="fork")  # more workers than rows
     held = [(b.images, b.images.clone()) for b in dl]
-    assert all(b.pool_slot == -1 for b in dl)
+    assert all(isinstance(b, Batch) for b in dl)
     for _ in loader:
         pass
     assert all(torch.equal(a, c) for a, c in held)

@@ -157,6 +157,12 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
             from shardkit import storage
 
             storage.read_bytes(url + "/manifest.json")
+        # the loader's batch slots are multiprocessing.shared_memory segments: Python starts one resource
+        # tracker process per interpreter on first use (it removes leftover segments if we crash) and keeps
+        # it for the life of the process; start it before the baseline, it is not a leak
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
         shm0 = _shm()
         before = set(children(me))  # e.g. a multiprocessing resource tracker started earlier: not ours
         start = {"fds": open_fds(me), "threads": num_threads(me), "children": len(before)}

@@ -47,7 +47,9 @@ class _Stage:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class _Program:
+    """The compiled op sequence for one input size: fused geometric stages and per-op input sizes."""
+
     stages: tuple[_GeometricStage | _Stage, ...]
     op_sizes: tuple[Size, ...]  # size of the image each op receives
     out_size: Size
@@ -115,7 +117,7 @@ class GpuAugment(nn.Module):
             self._offsets.append(total)
             total += op.num_uniforms()
         self._num_uniforms = total
-        self._plans: dict[Size, _Plan] = {}
+        self._programs: dict[Size, _Program] = {}
         self._generators: dict[str, torch.Generator] = {}
         self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
         self._compile = compile
@@ -139,7 +141,7 @@ class GpuAugment(nn.Module):
             self._generators[key] = make_generator(self.seed, device)
         return self._generators[key]
 
-    # --- planning -----------------------------------------------------------
+    # --- compiling -----------------------------------------------------------
 
     @property
     def needs_labels(self) -> bool:
@@ -148,15 +150,15 @@ class GpuAugment(nn.Module):
 
     def output_size(self, size: Size) -> Size:
         """``(height, width)`` of the output for inputs of ``size``."""
-        return self._plan(size).out_size
+        return self._program(size).out_size
 
-    def _plan(self, size: Size) -> _Plan:
+    def _program(self, size: Size) -> _Program:
         size = (int(size[0]), int(size[1]))
-        if size not in self._plans:
-            self._plans[size] = self._make_plan(size)
-        return self._plans[size]
+        if size not in self._programs:
+            self._programs[size] = self._build_program(size)
+        return self._programs[size]
 
-    def _make_plan(self, size: Size) -> _Plan:
+    def _build_program(self, size: Size) -> _Program:
         op_sizes: list[Size] = []
         stages: list[_GeometricStage | _Stage] = []
         run: list[int] = []
@@ -175,7 +177,7 @@ class GpuAugment(nn.Module):
                 close_run()
                 stages.append(_Stage(i))
         close_run()
-        return _Plan(tuple(stages), tuple(op_sizes), size)
+        return _Program(tuple(stages), tuple(op_sizes), size)
 
     def _geometric_stage(self, indices: tuple[int, ...], size: Size) -> _GeometricStage:
         sizes = [size]
@@ -204,11 +206,11 @@ class GpuAugment(nn.Module):
         """Draw every op's per-sample parameters for a batch of ``batch_size``
         images of ``size`` on ``device`` (one list entry per op)."""
         device = torch.device(device)
-        plan = self._plan(size)
+        prog = self._program(size)
         gen = self.generator(device)
         u = torch.rand(batch_size, max(self._num_uniforms, 1), generator=gen, device=device)
         out = []
-        for op, off, op_size in zip(self.ops, self._offsets, plan.op_sizes):
+        for op, off, op_size in zip(self.ops, self._offsets, prog.op_sizes):
             out.append(op.sample(u[:, off : off + op.num_uniforms()], op_size, gen))
         return out
 
@@ -224,12 +226,12 @@ class GpuAugment(nn.Module):
             raise ValueError(f"images must be uint8 (0-255) or float (0-1), got {images.dtype}")
         if labels is not None and self.num_classes is not None:
             labels = soft_labels(labels, self.num_classes)
-        plan = self._plan((images.shape[2], images.shape[3]))
+        prog = self._program((images.shape[2], images.shape[3]))
         x = images
         owned = False  # x is our own float tensor (safe to modify in place)
         dtype = self.compute_dtype
         pending = 1.0 / 255.0 if images.dtype == torch.uint8 else 1.0
-        for stage in plan.stages:
+        for stage in prog.stages:
             if isinstance(stage, _GeometricStage) and stage.crop is not None:
                 t, l_, h, w = stage.crop
                 x = x[:, :, t : t + h, l_ : l_ + w]

@@ -7,12 +7,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-import numpy as np
-import torch
-
+from ..threads import one_thread
 from .config import ImageConfig
-from .decode import CropDecoder, channels_last_empty
-from .loader import LoaderStats, load
+from .batching import BatchSpec, decode_batch
+from .decode import CropDecoder
+from .loader import load
+from .stats import Counters, LoaderStats
 
 
 @dataclass(frozen=True)
@@ -65,30 +65,23 @@ class BenchReport:
 
 
 def decode_ceiling(url: str, *, image: ImageConfig, seed: int = 0, samples: int = 256, **options: Any) -> tuple[float, str]:
-    """img/s of decode + crop/resize alone on the first ``samples`` samples (one core, bytes in memory)."""
+    """img/s of the decode stage alone on the first ``samples`` samples (one core, bytes in memory).
+
+    The same code as a worker's (:func:`shardkit.loader.batching.decode_batch`: headers, batch
+    geometry, decode + crop/resize into one batch tensor), without reading or the hand-off.
+    """
     raw = load(url, batch_size=64, num_workers=0, raw=True, shuffle=False, pin_memory=False, **options)
-    data = [s.jpeg for batch in itertools.islice(raw, -(-samples // 64)) for s in batch][:samples]
+    batches = [batch for batch in itertools.islice(raw, -(-samples // 64))]
+    n = sum(len(b) for b in batches)
     dec = CropDecoder(image, seed)
-    out = channels_last_empty((3, image.size, image.size)) if image.channels_last else torch.empty(3, image.size, image.size, dtype=torch.uint8)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-
-    def run(items: list[bytes]) -> None:
-        # the same work per sample as a worker: header, batch geometry, decode + crop/resize
-        sizes = [dec.header(d) for d in items]
-        crops = dec.geometry(np.array(sizes, np.int64).reshape(-1, 2), 0, np.arange(len(items)))
-        boxes, flips = crops.boxes.tolist(), crops.flips.tolist()
-        for i, d in enumerate(items):
-            dec.decode_into(d, sizes[i][0], sizes[i][1], boxes[i], flips[i], out)
-
-    try:
-        run(data[:16])  # warm up
+    spec = BatchSpec(batch_size=64, num_batches=len(batches), epoch=0)
+    with one_thread():
+        decode_batch(batches[0][:16], spec=spec, decoder=dec, counters=Counters())  # warm up
         t = time.perf_counter()
-        run(data)
+        for b in batches:
+            decode_batch(b, spec=spec, decoder=dec, counters=Counters())
         dt = time.perf_counter() - t
-    finally:
-        torch.set_num_threads(threads)
-    return (len(data) / dt if dt > 0 else 0.0), dec.decoder.name
+    return (n / dt if dt > 0 else 0.0), dec.decoder.name
 
 
 def bench(

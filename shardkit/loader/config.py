@@ -8,29 +8,48 @@
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field, fields
+import os
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Optional
 
-from ..plan import EpochPolicy, PlanConfig
+from ..choices import Choice
+from ..plan import SHUFFLE_BUFFER, EpochPolicy, PlanConfig
 
 
-class Preset(str, enum.Enum):
+class Preset(Choice):
     """What the loader does to each image before batching."""
 
     TRAIN = "train"  #: RandomResizedCrop geometry (scale (0.08, 1), ratio (3/4, 4/3)) + horizontal flip
     EVAL = "eval"  #: resize the shorter side to ``resize_size``, center crop ``size`` (deterministic)
 
-    @classmethod
-    def parse(cls, value: "Preset | str") -> "Preset":
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(f"invalid preset {value!r}; choose one of {[p.value for p in cls]}") from None
+
+class Decoder(Choice):
+    """Which JPEG decoder the loader uses (:mod:`shardkit.loader.decode`)."""
+
+    AUTO = "auto"  #: simplejpeg if installed, else PIL
+    SIMPLEJPEG = "simplejpeg"  #: libjpeg-turbo with DCT scaling (fastest); PIL for what it cannot read
+    PIL = "pil"  #: PIL with ``draft`` (DCT scaling)
+    TORCHVISION = "torchvision"  #: ``torchvision.io.decode_jpeg`` at full resolution (for comparison)
 
 
-#: ``hook(image HxWx3 uint8, sample) -> image HxWx3 uint8``, called per sample in the worker
+class MultiprocessingContext(Choice):
+    """How DataLoader worker processes start."""
+
+    FORK = "fork"
+    SPAWN = "spawn"
+    FORKSERVER = "forkserver"
+
+
+def default_num_workers() -> int:
+    """The CPUs this process may run on, at most 8 (the ``num_workers`` default)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(8, cpus)
+
+
+#: ``hook(image 3xSxS uint8, sample) -> image``, called per sample in the worker
 SampleHook = Callable[[Any, Any], Any]
+#: ``batch_hook(images [n,3,S,S] uint8, labels [n] int64, keys) -> images``, called once per batch in the worker
+BatchHook = Callable[[Any, Any, list], Any]
 
 
 @dataclass(frozen=True)
@@ -48,7 +67,11 @@ class ImageConfig:
             ``3 x size x size`` uint8 tensor (a view into the batch, modified in place or replaced
             by a returned tensor of the same shape and dtype). It must be picklable (a
             module-level function) when workers are spawned.
-        decoder: ``"auto"`` (fastest available), ``"simplejpeg"``, ``"pil"`` or ``"torchvision"``.
+        batch_hook: optional batch-level CPU transform, ``batch_hook(images, labels, keys) -> images``
+            on the whole ``[n, 3, size, size]`` uint8 batch (after the per-sample ``hook``), modified in
+            place or replaced by a returned tensor of the same shape and dtype (``None`` counts as in
+            place). Prefer it to ``hook`` for anything that can be vectorised. Picklable, like ``hook``.
+        decoder: :class:`Decoder`: ``"auto"`` (default: fastest available), ``"simplejpeg"``, ``"pil"`` or ``"torchvision"``.
         fast_decode: libjpeg-turbo's fast integer IDCT and plain chroma upsampling (about 10 %
             less decode time; pixel differences of a few levels, invisible to training). Default
             (None): on for ``train``, off for ``eval``, whose output stays close to torchvision's.
@@ -67,25 +90,43 @@ class ImageConfig:
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip: bool = True
     hook: Optional[SampleHook] = None
-    decoder: str = "auto"
+    batch_hook: Optional[BatchHook] = None
+    decoder: Decoder = Decoder.AUTO
     max_pixels: int = 89_478_485
     fast_decode: Optional[bool] = None
     channels_last: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "preset", Preset.parse(self.preset))
+        object.__setattr__(self, "decoder", Decoder.parse(self.decoder))
         if self.max_pixels < 1:
             raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
         if self.size < 1:
             raise ValueError(f"size must be >= 1, got {self.size}")
         if self.fast_decode is None:
-            object.__setattr__(self, "fast_decode", self.preset is Preset.TRAIN)
+            object.__setattr__(self, "fast_decode", self._derived_fast_decode())
         if self.resize_size is None:
-            object.__setattr__(self, "resize_size", int(round(self.size * 256 / 224)))
+            object.__setattr__(self, "resize_size", self._derived_resize_size())
         if self.resize_size < self.size:  # type: ignore[operator]
             raise ValueError(f"resize_size ({self.resize_size}) must be >= size ({self.size})")
         if not 0 < self.scale[0] <= self.scale[1] or not 0 < self.ratio[0] <= self.ratio[1]:
             raise ValueError(f"invalid scale {self.scale} or ratio {self.ratio}")
+
+
+    def _derived_fast_decode(self) -> bool:
+        return self.preset is Preset.TRAIN
+
+    def _derived_resize_size(self) -> int:
+        return int(round(self.size * 256 / 224))
+
+    def updated(self, **changes: Any) -> "ImageConfig":
+        """``dataclasses.replace`` that derives ``resize_size`` and ``fast_decode`` again from the new
+        ``size``/``preset`` unless they hold values other than their derived ones (set on purpose)."""
+        if "resize_size" not in changes and self.resize_size == self._derived_resize_size():
+            changes["resize_size"] = None
+        if "fast_decode" not in changes and self.fast_decode == self._derived_fast_decode():
+            changes["fast_decode"] = None
+        return replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -99,6 +140,10 @@ class SourceConfig:
         cache_size: cache limit in bytes (least recently used shards are evicted); ``None``: unlimited.
         allow_pipe: accept ``pipe:`` URLs (they run shell commands; off by default).
         allow_unsafe_names: accept manifest shard names that are paths or URLs (trusted manifests only).
+        check_sizes: when the loader is built, check that every local shard exists and has the size
+            the manifest records (one ``stat`` per shard) and refuse otherwise, naming the shard
+            (``shardkit verify`` checks content). ``False``: serve what is readable of a truncated
+            shard (samples after the damage are skipped and counted).
         max_retries: retries of one failing remote read (reopened with a range request at the
             byte offset where it failed, after an exponential backoff) before giving up.
         retry_budget_s: seconds one remote read may keep failing before the loader gives up with
@@ -112,6 +157,7 @@ class SourceConfig:
     cache_size: Optional[int] = None
     allow_pipe: bool = False
     allow_unsafe_names: bool = False
+    check_sizes: bool = True
     max_retries: int = 30
     retry_budget_s: float = 120.0
 
@@ -119,8 +165,9 @@ class SourceConfig:
         if self.max_retries < 0 or self.retry_budget_s < 0:
             raise ValueError(f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}")
 
-    def __hash__(self) -> int:  # storage_options is a dict
-        return id(self)
+    def __hash__(self) -> int:
+        # storage_options (a dict) is left out: equal configs still hash equal, as eq/hash requires
+        return hash(tuple(getattr(self, f.name) for f in fields(self) if f.name != "storage_options"))
 
 
 @dataclass(frozen=True)
@@ -136,19 +183,24 @@ class LoaderConfig:
         shuffle_buffer: samples per worker shuffle block (memory: up to two blocks of JPEG bytes per
             worker, the one being decoded and the next one, read ahead on a thread).
         shuffle_initial: size of the first block (starts faster); 0 means ``shuffle_buffer``.
+            Defaults: :data:`shardkit.plan.SHUFFLE_BUFFER` (1024) and ``min(SHUFFLE_INITIAL, shuffle_buffer)``
+            (:data:`shardkit.plan.SHUFFLE_INITIAL` is 256), both resolved by :class:`shardkit.plan.PlanConfig`.
         policy: uneven epochs over ranks: ``"pad"`` (repeat a few samples) or ``"drop"``.
         drop_last: drop each rank's last partial batch.
-        num_workers: DataLoader worker processes (0: load in the main process).
+        num_workers: DataLoader worker processes (0: load in the main process). Default (None):
+            the CPUs available to this process, at most 8 (:func:`default_num_workers`).
         pin_memory: pin batches for fast host-to-GPU copies (only used when CUDA is available).
         persistent_workers: keep workers alive between epochs (default: on when ``num_workers > 0``).
-        prefetch_factor: batches each worker prepares ahead (default 2).
-        multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or None (platform default).
+        prefetch_factor: batches each worker prepares ahead (default 4; each worker also has
+            ``prefetch_factor + 2`` shared batch slots, :mod:`shardkit.loader.transport`).
+        multiprocessing_context: :class:`MultiprocessingContext` (``"fork"``, ``"spawn"``,
+            ``"forkserver"``) or None (default: the platform's).
         timeout: seconds to wait for one batch from a worker before raising (0: wait forever, as
             ``DataLoader``); a bound turns any stuck worker into an error instead of a hang.
         strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
         raw: yield raw samples (bytes, label, metadata) instead of decoded batches.
         reuse_buffers: workers reuse their shared-memory batch buffers once the main process
-            no longer references a batch (:mod:`shardkit.loader.pool`); False: a new segment per
+            no longer references a batch (:mod:`shardkit.loader.transport`); False: new memory per
             batch, as plain ``DataLoader`` does.
     """
 
@@ -157,15 +209,15 @@ class LoaderConfig:
     source: SourceConfig = field(default_factory=SourceConfig)
     seed: int = 0
     shuffle: bool = True
-    shuffle_buffer: int = 1024
-    shuffle_initial: int = 256
+    shuffle_buffer: int = SHUFFLE_BUFFER
+    shuffle_initial: Optional[int] = None
     policy: EpochPolicy = EpochPolicy.PAD
     drop_last: bool = False
-    num_workers: int = 0
+    num_workers: Optional[int] = None
     pin_memory: bool = True
     persistent_workers: Optional[bool] = None
-    prefetch_factor: Optional[int] = None
-    multiprocessing_context: Optional[str] = None
+    prefetch_factor: int = 4
+    multiprocessing_context: Optional[MultiprocessingContext] = None
     timeout: float = 0.0
     strict: bool = False
     raw: bool = False
@@ -173,9 +225,15 @@ class LoaderConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", EpochPolicy.parse(self.policy))
+        if self.num_workers is None:
+            object.__setattr__(self, "num_workers", default_num_workers())
+        if self.multiprocessing_context is not None:
+            object.__setattr__(self, "multiprocessing_context", MultiprocessingContext.parse(self.multiprocessing_context))
+        if self.prefetch_factor < 1:
+            raise ValueError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
         if self.num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
-        self.plan  # validates batch_size and shuffle sizes
+        self.plan  # validates batch_size and shuffle sizes (PlanConfig resolves the shuffle_initial default)
 
     @property
     def plan(self) -> PlanConfig:

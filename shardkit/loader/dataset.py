@@ -4,33 +4,39 @@ In ``__iter__`` a worker finds out who it is (explicit ``rank``/``world_size``
 or ``torch.distributed``, plus ``get_worker_info``), asks
 :func:`shardkit.plan.worker_plan` what to read for the current epoch and
 resume point, and runs a ``webdataset.DataPipeline`` of three stages
-(:mod:`shardkit.loader.stages`): plan blocks -> sequentially read raw
+(:mod:`shardkit.loader.read`, :mod:`shardkit.loader.batching`): plan blocks -> sequentially read raw
 samples in shuffled emission order -> decoded uint8 batches.
 
-The epoch and resume point live in a tiny shared-memory tensor created before
-any worker starts, so :meth:`ShardDataset.set_epoch` on the main copy reaches
-``persistent_workers`` too (they hold a stale pickled/forked copy of
-everything else). A new elastic history (re-planned topology) changes the
-stream itself; :class:`shardkit.loader.ShardLoader` rebuilds its DataLoader then.
+The epoch position (:class:`shardkit.position.Position`: epoch, batches done,
+topology history) reaches the workers one way, through a tiny shared tensor
+created before any worker starts (:class:`shardkit.loader.transport.PositionBox`),
+so :meth:`ShardDataset.set_epoch` on the main copy reaches ``persistent_workers``
+too (they hold a stale pickled/forked copy of everything else). Each worker
+reads it once, when its iteration starts.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from typing import Iterator, Optional, Sequence
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from .. import storage
+from ..errors import StorageError
 from ..manifest import Manifest, load_manifest
-from ..plan import RankSplit, Segment, Stream, epoch_stream, rank_split, worker_plan
+from ..plan import RankSplit, Stream, epoch_stream, rank_split, shard_offsets, worker_plan
+from ..position import Position
 from ..world import World, detect
+from .batching import Batch, BatchSpec, decode_batches, plain_alloc
 from .config import LoaderConfig
 from .decode import CropDecoder
-from .pool import PoolState, WorkerPool
+from .read import BlockReader, plan_blocks, read_blocks
 from .sources import ShardOpener, check_url
-from .stages import Batch, BatchSpec, BlockReader, Counters, decode_batches, plan_blocks, read_blocks
+from .stats import Counters
+from .transport import Envelope, PositionBox, Ring, envelopes, failures_as_items
 
 
 class ShardDataset(IterableDataset):
@@ -43,7 +49,7 @@ class ShardDataset(IterableDataset):
         rank: this process's rank; with ``world_size``. Default: from ``torch.distributed`` (else 0 of 1).
         world_size: number of ranks.
 
-    Each item is a :class:`shardkit.loader.stages.Batch` (``images`` uint8 ``[n,3,S,S]``,
+    Each item is a :class:`shardkit.loader.batching.Batch` (``images`` uint8 ``[n,3,S,S]``,
     ``labels`` int64 ``[n]``, ``gids``, ``keys``); with ``config.raw`` its ``raw`` field holds the
     :class:`shardkit.loader.reader.RawSample` objects instead of images.
     """
@@ -63,58 +69,61 @@ class ShardDataset(IterableDataset):
                 check_url(u, src)
         elif self.urls:
             check_url(self.urls[0], src)  # validated plain names: every URL has the first one's scheme
+        if src.check_sizes:
+            check_local_shards(self.manifest, self.urls)
         self.shard_sizes = self.manifest.shard_sizes
         self.shard_bytes = [s.bytes for s in self.manifest.shards]
-        self.shard_offsets = np.concatenate([[0], np.cumsum(self.shard_sizes)[:-1]]).astype(np.int64) if self.shard_sizes else np.zeros(0, np.int64)
+        self.shard_offsets = shard_offsets(self.shard_sizes)
         world = detect(rank, world_size)
         self.rank, self.world_size = world.rank, world.world_size
-        self.history: tuple[Segment, ...] = ()
-        # [epoch, batches_done]: shared with (persistent) workers
-        self._position = torch.zeros(2, dtype=torch.int64).share_memory_()
-        #: the batch-buffer pool's shared state: set only on ShardLoader's private copy of the dataset
-        #: (:func:`with_pool`), so no other DataLoader's workers ever take a slot
-        self.pool_state: Optional[PoolState] = None
-        self._pool_buffers: dict[int, torch.Tensor] = {}  # a worker's slot buffers (worker-local)
+        self._position = PositionBox()  # shared with (persistent) workers
+        self._envelopes = False  # yield transport envelopes (ShardLoader's private copy only)
+        self.ring: Optional[Ring] = None  #: shared batch slots of the current worker processes (private copy only)
 
-    def with_pool(self, state: Optional[PoolState]) -> "ShardDataset":
-        """A shallow copy whose workers write batches into the pool ``state`` (position stays shared)."""
+    def for_loader(self) -> "ShardDataset":
+        """A shallow copy for :class:`ShardLoader`: it yields :class:`Envelope` objects and writes into
+        :attr:`ring` when one is set (position stays shared), so no other DataLoader's workers take a slot."""
         ds = copy.copy(self)
-        ds.pool_state = state
-        ds._pool_buffers = {}
+        ds._envelopes, ds.ring = True, None
         return ds
 
     # ------------------------------------------------------------------ position
 
     @property
-    def epoch(self) -> int:
-        return int(self._position[0])
+    def position(self) -> Position:
+        """The position the next iteration starts from (in workers too)."""
+        return self._position.read()
 
     @property
-    def batches_done(self) -> int:
-        return int(self._position[1])
+    def epoch(self) -> int:
+        return self.position.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its beginning (reaches persistent workers on their next ``iter``)."""
-        self.set_position(epoch, 0, ())
+        """Start ``epoch`` from its beginning (reaches persistent workers on their next ``iter``).
 
-    def set_position(self, epoch: int, batches_done: int, history: Sequence[Segment] = ()) -> None:
-        """Resume ``epoch`` after ``batches_done`` batches of the current topology, after ``history``."""
-        if epoch < 0 or batches_done < 0:
-            raise ValueError("epoch and batches_done must be >= 0")
-        self._position[0] = epoch
-        self._position[1] = batches_done
-        self.history = tuple(history)
+        For your own ``DataLoader``; a :class:`ShardLoader` owns its dataset's position (use
+        ``loader.set_epoch``).
+        """
+        self.publish(Position(epoch))
+
+    def publish(self, position: Position) -> None:
+        """Make ``position`` the one the next iteration starts from (call between iterations).
+
+        :class:`ShardLoader` owns the position of its dataset and publishes it when an
+        iteration starts; use this directly only with your own ``DataLoader``.
+        """
+        self._position.write(position)
 
     # ------------------------------------------------------------------ plan
 
-    def stream(self, epoch: Optional[int] = None) -> Stream:
+    def stream(self, position: Optional[Position] = None) -> Stream:
         """The epoch's stream after the elastic history (every rank's samples, in stream order)."""
-        e = self.epoch if epoch is None else epoch
-        return epoch_stream(self.shard_sizes, self.config.plan, e, self.history)
+        pos = self.position if position is None else position
+        return epoch_stream(self.shard_sizes, self.config.plan, pos.epoch, pos.history)
 
-    def rank_split(self, epoch: Optional[int] = None) -> RankSplit:
-        """How the current epoch's stream is split over ranks (padded / dropped counts)."""
-        return rank_split(len(self.stream(epoch)), self.world_size, self.config.plan)
+    def rank_split(self, position: Optional[Position] = None) -> RankSplit:
+        """How the epoch's stream is split over ranks (padded / dropped counts)."""
+        return rank_split(len(self.stream(position)), self.world_size, self.config.plan)
 
     def __len__(self) -> int:
         """Batches this rank yields in a full epoch."""
@@ -130,30 +139,56 @@ class ShardDataset(IterableDataset):
 
     # ------------------------------------------------------------------ iteration
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator["Batch | Envelope"]:
         import webdataset as wds
 
         cfg = self.config
         world = self.world()
-        epoch, done = self.epoch, self.batches_done
-        plan = worker_plan(self.stream(epoch), cfg.plan, world, epoch=epoch, batches_done=done, generation=len(self.history))
-        num_batches = -(-plan.num_samples // cfg.batch_size)
+        pos = self.position  # read once: this iteration's plan
+        epoch = pos.epoch
+        work = worker_plan(self.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history))
+        num_batches = -(-work.num_samples // cfg.batch_size)
         counters = Counters()
         reader = BlockReader(self.urls, self.shard_bytes, self.shard_offsets, ShardOpener(cfg.source), counters,
                              num_classes=len(self.manifest.classes) or None)
         decoder = None if cfg.raw else CropDecoder(cfg.image, cfg.seed)
         in_worker = get_worker_info() is not None
-        pool = None
-        if in_worker and self.pool_state is not None and not cfg.raw:
-            s = cfg.image.size
-            pool = WorkerPool(self.pool_state, world.worker, self._pool_buffers, cfg.batch_size * 3 * s * s)
-        spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, shared=in_worker, worker=world.worker, pool=pool)
-        pipeline = wds.DataPipeline(
-            _Const(plan.blocks),
+        writer = self.ring.writer(world.worker) if self._envelopes and self.ring is not None and in_worker and not cfg.raw else None
+        spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, alloc=writer or plain_alloc)
+        stages = [
+            _Const(work.blocks),
             _Stage(read_blocks, reader=reader, chunk=cfg.batch_size),
             _Stage(decode_batches, spec=spec, decoder=decoder, counters=counters),
-        )
+        ]
+        if self._envelopes:
+            stages.append(_Stage(envelopes, worker=world.worker, counters=counters, writer=writer))
+            if in_worker:
+                stages.append(_Stage(failures_as_items, worker=world.worker))
+        pipeline = wds.DataPipeline(*stages)
         return iter(pipeline)
+
+
+def check_local_shards(manifest: Manifest, urls: Sequence[str]) -> None:
+    """Refuse a dataset whose local shards are missing or not the size the manifest records (one stat per shard).
+
+    Raises:
+        StorageError: naming the first such shard (content is what ``shardkit verify`` checks).
+    """
+    for info, url in zip(manifest.shards, urls):
+        if not storage.is_local(url):
+            continue
+        path = storage.local_path(url)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise StorageError(f"{url}: not found (the manifest lists this shard); restore it or convert again") from None
+        except OSError as exc:
+            raise StorageError(f"{url}: cannot stat shard ({exc.strerror or exc})") from None
+        if size != info.bytes:
+            raise StorageError(
+                f"{url}: shard has {size} bytes, the manifest says {info.bytes} (truncated or replaced since conversion?); "
+                "`shardkit verify` checks every shard's content; check_sizes=False serves what is readable"
+            )
 
 
 class _Const:

@@ -15,7 +15,7 @@ Then the JPEG is decoded with DCT scaling (libjpeg-turbo decodes at 1/2, 1/4,
 and the box is resized to ``size`` x ``size`` with an antialiased bilinear
 filter (torch's vectorised uint8 kernel: 2-3x faster than PIL's ``resize``),
 written straight into the batch (``3 x size x size`` view; channels-last batches
-are the kernel's native layout, a contiguous one costs a transposing pass). Decoders (measured in the README): simplejpeg
+are the kernel's native layout, a contiguous one costs a transposing pass). Decoders (:mod:`shardkit.loader.decoders`, measured in the README): simplejpeg
 (libjpeg-turbo, fastest), PIL with ``draft`` (fallback for anything that is not
 a baseline RGB/gray JPEG, and when simplejpeg is not installed), and
 ``torchvision.io.decode_jpeg`` (no DCT scaling; kept for comparison).
@@ -23,18 +23,17 @@ a baseline RGB/gray JPEG, and when simplejpeg is not installed), and
 
 from __future__ import annotations
 
-import io
 import math
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
-from PIL import Image
 
 if TYPE_CHECKING:
     import torch
 
 from .config import ImageConfig, Preset
+from .decoders import DECODERS, JpegDecoder, PilDecoder, SimplejpegDecoder, TorchvisionDecoder, make_decoder  # noqa: F401 - re-exported
 
 Box = tuple[float, float, float, float]  #: (left, top, right, bottom) in stored-image pixels
 #: eval images more elongated than this are cropped before resizing (bounded memory; borders may differ by a level)
@@ -119,110 +118,24 @@ def center_box(width: int, height: int, size: int, resize_size: int) -> Box:
     return left / sx, top / sy, (left + size) / sx, (top + size) / sy
 
 
-class JpegDecoder:
-    """Decodes ``data`` to an RGB array of at least ``min_w`` x ``min_h`` (DCT-scaled).
-
-    ``fast`` asks for libjpeg-turbo's fast integer IDCT and plain chroma upsampling
-    where the decoder offers them (simplejpeg); others ignore it.
-    """
-
-    name = "base"
-
-    def header(self, data: bytes) -> tuple[int, int]:
-        """``(width, height)`` of the stored image without decoding pixels."""
-        with Image.open(io.BytesIO(data)) as im:
-            return im.size
-
-    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
-        raise NotImplementedError
-
-
-class PilDecoder(JpegDecoder):
-    """PIL with ``draft`` (libjpeg DCT scaling); handles every format PIL reads."""
-
-    name = "pil"
-
-    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
-        with Image.open(io.BytesIO(data)) as im:
-            if im.format == "JPEG":
-                im.draft("RGB", (min_w, min_h))
-            return np.array(im.convert("RGB"))  # writable: torch.from_numpy wants it
-
-
-class SimplejpegDecoder(JpegDecoder):
-    """simplejpeg (libjpeg-turbo) with ``min_width``/``min_height`` DCT scaling; PIL for the rest."""
-
-    name = "simplejpeg"
-
-    def __init__(self) -> None:
-        import simplejpeg
-
-        self._sj = simplejpeg
-        self._pil = PilDecoder()
-
-    def header(self, data: bytes) -> tuple[int, int]:
-        try:
-            h, w, _, _ = self._sj.decode_jpeg_header(data)
-            return w, h
-        except ValueError:
-            return self._pil.header(data)
-
-    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
-        try:
-            return self._sj.decode_jpeg(
-                data, colorspace="RGB", min_width=min_w, min_height=min_h, min_factor=1.0, fastdct=fast, fastupsample=fast
-            )
-        except ValueError:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)
-            return self._pil.decode(data, min_w, min_h)
-
-
-class TorchvisionDecoder(JpegDecoder):
-    """``torchvision.io.decode_jpeg`` at full resolution (no DCT scaling); PIL for the rest."""
-
-    name = "torchvision"
-
-    def __init__(self) -> None:
-        import torch
-        from torchvision.io import ImageReadMode, decode_jpeg
-
-        self._torch, self._decode, self._mode = torch, decode_jpeg, ImageReadMode.RGB
-        self._pil = PilDecoder()
-
-    def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
-        try:
-            t = self._decode(self._torch.frombuffer(bytearray(data), dtype=self._torch.uint8), mode=self._mode)
-            return t.permute(1, 2, 0).numpy()
-        except RuntimeError:
-            return self._pil.decode(data, min_w, min_h)
-
-
-DECODERS: dict[str, Callable[[], JpegDecoder]] = {
-    "simplejpeg": SimplejpegDecoder,
-    "pil": PilDecoder,
-    "torchvision": TorchvisionDecoder,
-}
-
-
-def make_decoder(name: str = "auto") -> JpegDecoder:
-    """The named decoder; ``"auto"`` is simplejpeg if installed, else PIL."""
-    if name == "auto":
-        try:
-            return SimplejpegDecoder()
-        except ImportError:
-            return PilDecoder()
-    try:
-        return DECODERS[name]()
-    except KeyError:
-        raise ValueError(f"invalid decoder {name!r}; choose one of {['auto', *DECODERS]}") from None
+def center_boxes(widths: np.ndarray, heights: np.ndarray, size: int, resize_size: int) -> np.ndarray:
+    """:func:`center_box` for a whole batch at once: ``[n, 4]`` boxes (same arithmetic, vectorised)."""
+    w, h = np.asarray(widths, np.float64), np.asarray(heights, np.float64)
+    portrait = w <= h
+    new_w = np.where(portrait, resize_size, np.floor(resize_size * w / np.where(portrait, 1, h)))
+    new_h = np.where(portrait, np.floor(resize_size * h / np.where(portrait, w, 1)), resize_size)
+    top, left = np.round((new_h - size) / 2.0), np.round((new_w - size) / 2.0)
+    sx, sy = new_w / w, new_h / h
+    return np.stack([left / sx, top / sy, (left + size) / sx, (top + size) / sy], axis=1).reshape(-1, 4)
 
 
 class Crops:
     """Crop geometry of a batch: ``boxes`` ``[n, 4]`` (left, top, right, bottom in stored-image
-    pixels) and ``flips`` ``[n]`` bool."""
+    pixels; ``None`` when the eval preset's were not asked for) and ``flips`` ``[n]`` bool."""
 
     __slots__ = ("boxes", "flips")
 
-    def __init__(self, boxes: np.ndarray, flips: np.ndarray):
+    def __init__(self, boxes: Optional[np.ndarray], flips: np.ndarray):
         self.boxes, self.flips = boxes, flips
 
 
@@ -242,7 +155,6 @@ class CropDecoder:
         self.cfg, self.seed = cfg, seed
         self.decoder = make_decoder(cfg.decoder)
         self.fast = bool(cfg.fast_decode)
-        self.times = np.zeros(2)  #: cumulative seconds (decode, crop/resize)
 
     def header(self, data: bytes) -> tuple[int, int]:
         """``(width, height)`` from the header.
@@ -255,13 +167,17 @@ class CropDecoder:
             raise ValueError(f"image declares {width} x {height} pixels (limit {self.cfg.max_pixels} pixels: max_pixels)")
         return width, height
 
-    def geometry(self, sizes: np.ndarray, epoch: int, gids: np.ndarray) -> Crops:
-        """Crop boxes and flips of a batch; ``sizes`` is ``[n, 2]`` (width, height)."""
+    def geometry(self, sizes: np.ndarray, epoch: int, gids: np.ndarray, *, eval_boxes: bool = True) -> Crops:
+        """Crop boxes and flips of a batch; ``sizes`` is ``[n, 2]`` (width, height).
+
+        ``eval_boxes=False``: the eval preset's boxes are not computed (``boxes`` is ``None``),
+        for the CPU decode, whose resize + center crop derives them from the image size.
+        """
         c = self.cfg
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         n = len(sizes)
         if c.preset is Preset.EVAL:
-            boxes = np.array([center_box(int(w), int(h), c.size, c.resize_size) for w, h in sizes], np.float64).reshape(n, 4)  # type: ignore[arg-type]
+            boxes = center_boxes(sizes[:, 0], sizes[:, 1], c.size, c.resize_size) if eval_boxes else None  # type: ignore[arg-type]
             return Crops(boxes, np.zeros(n, bool))
         u = sample_uniforms(self.seed, epoch, gids)
         top, left, h, w = rrc_boxes(sizes[:, 0], sizes[:, 1], u, c.scale, c.ratio)
@@ -269,14 +185,39 @@ class CropDecoder:
         flips = (u[:, 22] < 0.5) if c.flip else np.zeros(n, bool)
         return Crops(boxes, flips)
 
-    def decode_into(self, data: bytes, width: int, height: int, box: Sequence[float], flip: bool, out: "torch.Tensor") -> None:
+    def decode_into(self, data: bytes, width: int, height: int, box: Optional[Sequence[float]], flip: bool, out: "torch.Tensor",
+                    times: Optional[list[float]] = None) -> None:
         """Decode ``data`` (header already read) into ``out``, a ``3 x size x size`` uint8 view,
-        cropping ``box`` (a row of :attr:`Crops.boxes`; the eval preset recomputes its own)."""
+        cropping ``box`` (a row of :attr:`Crops.boxes`; ignored by the eval preset).
+        ``times`` (optional) accumulates seconds ``[decoding, crop/resize]``."""
         c = self.cfg
         if c.preset is Preset.EVAL:
-            resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, self.times, self.fast)  # type: ignore[arg-type]
+            resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, times, self.fast)  # type: ignore[arg-type]
         else:
-            resized_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, self.times, self.fast)  # type: ignore[arg-type]
+            resized_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, times, self.fast)  # type: ignore[arg-type]
+
+    def decode_batch(self, datas: Sequence[bytes], sizes: Sequence[tuple[int, int]], crops: Crops, images: "torch.Tensor",
+                     failed: Callable[[int, Exception], None], times: Optional[list[float]] = None) -> list[int]:
+        """Decode each of ``datas`` into the next free row of ``images`` (``[n, 3, size, size]``).
+
+        A sample whose decode raises is reported to ``failed(i, exc)`` and leaves no row.
+        Flips are applied per row, as part of the resize: one flip per image costs ~14 us,
+        a batched (fancy-indexed) flip of the same rows ~15x more on CPU (notes/issue-10.md).
+
+        Returns:
+            The indices into ``datas`` of the rows written, in order.
+        """
+        boxes = crops.boxes.tolist() if crops.boxes is not None else [None] * len(datas)
+        flips = crops.flips.tolist()
+        kept: list[int] = []
+        for i, data in enumerate(datas):
+            try:
+                self.decode_into(data, sizes[i][0], sizes[i][1], boxes[i], flips[i], images[len(kept)], times)
+            except Exception as exc:  # noqa: BLE001 - reported to the caller, who decides
+                failed(i, exc)
+                continue
+            kept.append(i)
+        return kept
 
     def __call__(self, data: bytes, out: "torch.Tensor", epoch: int, gid: int) -> None:
         """Decode one sample into ``out`` (a ``3 x size x size`` uint8 tensor view).
@@ -286,7 +227,8 @@ class CropDecoder:
         """
         width, height = self.header(data)
         crops = self.geometry(np.array([[width, height]]), epoch, np.array([gid]))
-        self.decode_into(data, width, height, crops.boxes[0].tolist(), bool(crops.flips[0]), out)
+        box = crops.boxes[0].tolist() if crops.boxes is not None else None
+        self.decode_into(data, width, height, box, bool(crops.flips[0]), out)
 
 
 def channels_last_empty(shape: tuple[int, ...]) -> "torch.Tensor":
@@ -327,12 +269,12 @@ def resized_crop(
     size: int,
     flip: bool,
     out: "torch.Tensor",
-    times: Optional[np.ndarray] = None,
+    times: Optional[list[float]] = None,
     fast: bool = False,
 ) -> None:
     """Decode at the smallest DCT scale that keeps ``box`` >= ``size`` px, resize ``box`` to ``size`` into ``out``.
 
-    ``times`` (optional) accumulates seconds spent decoding and resizing.
+    ``times`` (optional) accumulates seconds ``[decoding, crop/resize]``.
     """
     import torch
 
@@ -349,7 +291,8 @@ def resized_crop(
     if flip:
         out.copy_(out.flip(-1))
     if times is not None:
-        times += (t1 - t0, time.perf_counter() - t1)
+        times[0] += t1 - t0
+        times[1] += time.perf_counter() - t1
 
 
 def resize_center_crop(
@@ -360,7 +303,7 @@ def resize_center_crop(
     resize_size: int,
     size: int,
     out: "torch.Tensor",
-    times: Optional[np.ndarray] = None,
+    times: Optional[list[float]] = None,
     fast: bool = False,
 ) -> None:
     """torchvision ``Resize(resize_size)`` + ``CenterCrop(size)``, decoding at a reduced DCT scale when possible."""
@@ -382,7 +325,18 @@ def resize_center_crop(
     top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
     out.copy_(full[:, top : top + size, left : left + size])
     if times is not None:
-        times += (t1 - t0, time.perf_counter() - t1)
+        times[0] += t1 - t0
+        times[1] += time.perf_counter() - t1
+
+
+def apply_batch_hook(hook: Callable, images: "torch.Tensor", labels: "torch.Tensor", keys: list[str]) -> None:
+    """Run the user's batch hook on ``images`` (``[n, 3, S, S]`` uint8) in place, checking its result."""
+    res = hook(images, labels, keys)
+    if res is None or res is images:
+        return
+    if tuple(res.shape) != tuple(images.shape) or str(res.dtype) != str(images.dtype):
+        raise ValueError(f"batch hook returned {res.dtype} {tuple(res.shape)}; it must return uint8 {tuple(images.shape)}")
+    images.copy_(res)
 
 
 def apply_hook(hook: Optional[Callable], image: "torch.Tensor", sample: object) -> None:

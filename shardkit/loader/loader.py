@@ -20,9 +20,8 @@ consumed ones); on another topology the rest of the epoch is re-planned
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Iterator, Optional
 
 import numpy as np
@@ -31,50 +30,13 @@ from torch.utils.data import DataLoader
 
 from ..errors import ShardkitError
 from ..manifest import Manifest
-from ..plan import RankSplit, Segment, fingerprint
-from .config import ImageConfig, LoaderConfig, SourceConfig, plan_to_dict
+from ..plan import RankSplit, rank_split
+from ..position import Position
+from .config import ImageConfig, LoaderConfig, SourceConfig
 from .dataset import ShardDataset
-from .pool import MainPool, pool_for
-from .stages import COUNTERS, Batch
-
-STATE_FORMAT = "shardkit-loader-state"
-STATE_VERSION = 1
-
-
-@dataclass(frozen=True)
-class LoaderStats:
-    """What one epoch (or the epoch so far) cost.
-
-    Worker-side seconds are summed over workers (time spent per stage; ``read_s`` is the wall
-    time of reads, which run on a thread that overlaps decoding);
-    ``wait_s`` is wall time the training loop spent waiting for the next batch;
-    ``retries`` counts remote reads that failed and were retried (from the byte offset where they broke).
-    """
-
-    batches: int = 0
-    samples: int = 0
-    skipped: int = 0
-    bytes_read: int = 0
-    retries: int = 0
-    wait_s: float = 0.0
-    elapsed_s: float = 0.0
-    read_s: float = 0.0
-    decode_s: float = 0.0
-    resize_s: float = 0.0
-    collate_s: float = 0.0
-
-    @property
-    def images_per_s(self) -> float:
-        """Samples per second of wall time over the epoch so far."""
-        return self.samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    def __str__(self) -> str:
-        return (
-            f"{self.samples} samples in {self.batches} batches, {self.skipped} skipped, "
-            f"{self.bytes_read / 1e6:.1f} MB read, {self.retries} read retries, {self.images_per_s:.0f} img/s, waited {self.wait_s:.2f} s "
-            f"(workers: read {self.read_s:.2f} s, decode {self.decode_s:.2f} s, resize {self.resize_s:.2f} s, collate {self.collate_s:.2f} s)"
-        )
-
+from .state import from_state, to_state
+from .stats import LoaderStats, summarise
+from .transport import Envelope, Ring, WorkerFailure, ring_slots
 
 class ShardLoader:
     """Iterable of ``(images uint8 [B,3,S,S], labels int64 [B])`` batches for this rank.
@@ -89,14 +51,14 @@ class ShardLoader:
         self.config = dataset.config
         self.with_keys = with_keys
         self._dl: Optional[DataLoader] = None
-        self._dl_history: Optional[tuple[Segment, ...]] = None
         self._counters: dict[int, np.ndarray] = {}
         self._wait = 0.0
         self._t0 = 0.0
         self._t1 = 0.0
         self._batches = 0
-        self._consumed = 0  # batches handed out since the dataset's position was last set
-        self._pool: Optional[MainPool] = None  # shared-memory batch buffers of the current workers
+        #: where the epoch stands: the one value state_dict/load_state_dict/set_epoch read and replace;
+        #: advanced per batch handed out, published to the workers when an iteration starts
+        self._position: Position = dataset.position
         self._dl_dataset: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
 
     # ------------------------------------------------------------------ DataLoader
@@ -105,39 +67,45 @@ class ShardLoader:
         ds = self.dataset
         if self._dl is not None and _dead_workers(getattr(self._dl, "_iterator", None), wait_s=0):
             self.close()  # a worker died (torch's SIGCHLD handler may have raised anywhere): start fresh ones
-        if self._dl is None or self._dl_history != ds.history:
+        if self._dl is None:
             c = self.config
             nw = c.num_workers
             persistent = (nw > 0) if c.persistent_workers is None else (c.persistent_workers and nw > 0)
             kw: dict[str, Any] = {}
             if nw > 0:
-                kw["prefetch_factor"] = c.prefetch_factor or 4
+                kw["prefetch_factor"] = c.prefetch_factor
                 kw["persistent_workers"] = persistent
                 if c.multiprocessing_context:
-                    kw["multiprocessing_context"] = c.multiprocessing_context
+                    kw["multiprocessing_context"] = c.multiprocessing_context.value
                 if c.timeout:
                     kw["timeout"] = c.timeout
-            self._dl_dataset = ds.with_pool(None)  # private: only this DataLoader's workers see the pool
+            self._dl_dataset = ds.for_loader()  # private: only this DataLoader's workers see the ring
             self._dl = DataLoader(self._dl_dataset, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
-            self._dl_history = ds.history
-            self._new_pool()
+            self._new_ring()
         elif not self._dl.persistent_workers:
-            self._new_pool()  # every iteration starts new worker processes: a new flag table for them
+            self._new_ring()  # every iteration starts new worker processes: a new ring for them
         return self._dl
 
-    def _new_pool(self) -> None:
-        """A buffer pool for the worker processes about to start (set before they fork)."""
+    def _new_ring(self) -> None:
+        """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
         c = self.config
-        self._pool = pool_for(c.num_workers, c.prefetch_factor or 4, c.raw) if c.reuse_buffers else None
-        self._dl_dataset.pool_state = None if self._pool is None else self._pool.state
+        if c.num_workers > 0 and not c.raw and c.reuse_buffers:
+            self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), c.batch_size * 3 * c.image.size**2)
+        else:
+            self._dl_dataset.ring = None
 
     def __len__(self) -> int:
-        """Batches this rank yields per full epoch (the same on every rank)."""
+        """Batches this rank yields per full epoch (the same on every rank).
+
+        An iteration left early (``break``) keeps its place: iterating again continues the
+        same epoch with the batches not yet handed out (fewer than ``len()``), as a resume
+        from :meth:`state_dict` would. :meth:`restart_epoch` starts the epoch over instead.
+        """
         return len(self.dataset)
 
     def close(self) -> None:
         """Stop the worker processes now (persistent ones too); the loader stays usable (new workers on the next ``iter``)."""
-        dl, self._dl, self._dl_history, self._pool, self._dl_dataset = self._dl, None, None, None, None
+        dl, self._dl, self._dl_dataset = self._dl, None, None
         it = getattr(dl, "_iterator", None) if dl is not None else None
         if it is not None:
             shutdown = getattr(it, "_shutdown_workers", None)
@@ -167,19 +135,15 @@ class ShardLoader:
             raise RuntimeError(_death_message(dead, exc)) from exc
 
     def _iterate(self) -> Iterator[Any]:
-        ds = self.dataset
-        self._sync_position()
         dl = self._dataloader()
-        pool = self._pool
-        if pool is not None:
-            pool.next_generation()
+        self.dataset.publish(self._position)  # the workers of this iteration read it when they start
         self._counters, self._wait, self._batches = {}, 0.0, 0
         self._t0 = time.perf_counter()
         it = iter(dl)
         while True:
             t = time.perf_counter()
             try:
-                batch: Batch = next(it)
+                env: Envelope | WorkerFailure = next(it)
             except StopIteration:
                 break
             except BaseException as exc:
@@ -191,12 +155,15 @@ class ShardLoader:
                     # e.g. ConnectionResetError while receiving a batch from a worker the OOM killer took
                     raise RuntimeError(_death_message(dead, exc)) from exc
                 raise
+            if isinstance(env, WorkerFailure):  # a worker's error, as one line (not DataLoader's traceback dump)
+                self.close()
+                raise env.exception() from None
             self._wait += time.perf_counter() - t
-            if pool is not None:
-                pool.received(batch.worker, batch.pool_slot, batch.pool_token, batch.images, batch.copied)
-            self._counters[batch.worker] = batch.counters
+            self._counters[env.worker] = env.counters
+            batch = env.batch
+            del env
             self._batches += 1
-            self._consumed += 1  # a batch counts as consumed once handed out
+            self._position = self._position.advanced()  # a batch counts as consumed once handed out
             self._t1 = time.perf_counter()
             # A batch whose samples were all skipped (logged, counted) is still yielded, empty:
             # every rank must yield the same number of batches or DDP waits forever.
@@ -204,26 +171,17 @@ class ShardLoader:
             if self.with_keys and not self.config.raw:
                 out = (batch.images, batch.labels, batch.keys)
             yield out
+            del out, batch  # the user's references alone decide when a batch's slot is released
         self._t1 = time.perf_counter()
-        self._consumed = 0
-        ds.set_epoch(ds.epoch + 1)  # a finished pass advances the epoch
-
-    def _sync_position(self) -> None:
-        """Fold batches consumed by an unfinished iteration into the dataset's shared position.
-
-        Workers read the position only when an iteration starts, so it is never
-        changed while one runs (a late-starting worker would see another plan).
-        """
-        if self._consumed:
-            ds = self.dataset
-            ds.set_position(ds.epoch, ds.batches_done + self._consumed, ds.history)
-            self._consumed = 0
+        self._position = self._position.next_epoch()  # a finished pass advances the epoch
+        self.dataset.publish(self._position)
 
     # ------------------------------------------------------------------ epochs and stats
 
     @property
     def epoch(self) -> int:
-        return self.dataset.epoch
+        """The current epoch."""
+        return self._position.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the current epoch (shard order and shuffles change with it).
@@ -234,34 +192,22 @@ class ShardLoader:
         epoch restored by :meth:`load_state_dict` instead of restarting it (a
         finished pass has already moved the loader to the next epoch).
         """
-        if epoch == self.dataset.epoch:
-            return
-        self._consumed = 0
-        self.dataset.set_epoch(epoch)
+        if epoch != self._position.epoch:
+            self._position = Position(epoch)
+
+    def restart_epoch(self) -> None:
+        """Start the current epoch over on the next ``iter()`` (after an iteration left early)."""
+        self._position = Position(self._position.epoch)
 
     @property
     def epoch_info(self) -> RankSplit:
         """How this epoch is split over ranks: ``num_batches``, ``padded`` and ``dropped`` samples."""
-        return self.dataset.rank_split()
+        return self.dataset.rank_split(self._position)
 
     @property
     def stats(self) -> LoaderStats:
         """Counters of the current or last epoch (samples, skipped, bytes, time waiting...)."""
-        tot = np.sum(list(self._counters.values()), axis=0) if self._counters else np.zeros(len(COUNTERS))
-        d = dict(zip(COUNTERS, tot.tolist()))
-        return LoaderStats(
-            batches=self._batches,
-            samples=int(d["samples"]),
-            skipped=int(d["skipped"]),
-            bytes_read=int(d["bytes_read"]),
-            retries=int(d["retries"]),
-            wait_s=self._wait,
-            elapsed_s=max(0.0, self._t1 - self._t0),
-            read_s=d["read_s"],
-            decode_s=d["decode_s"],
-            resize_s=d["resize_s"],
-            collate_s=d["collate_s"],
-        )
+        return summarise(self._counters.values(), batches=self._batches, wait_s=self._wait, elapsed_s=self._t1 - self._t0)
 
     # ------------------------------------------------------------------ state
 
@@ -270,44 +216,23 @@ class ShardLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """A plain dict with everything needed to continue this epoch exactly (put it in your checkpoint)."""
-        ds = self.dataset
         ws, nw = self._topology()
-        return {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
-            "fingerprint": fingerprint(ds.shard_sizes),
-            "plan": plan_to_dict(self.config.plan),
-            "epoch": ds.epoch,
-            "history": [[s.world_size, s.num_workers, s.batches_done] for s in ds.history],
-            "world_size": ws,
-            "num_workers": nw,
-            "batches_done": ds.batches_done + self._consumed,
-        }
+        return to_state(self._position, manifest=self.dataset.manifest, plan=self.config.plan, world_size=ws, num_workers=nw)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: exactly on the same topology, re-planned (elastic) on another one.
 
         Raises:
-            ShardkitError: the state is from another dataset, other plan options, or an unknown format.
+            ShardkitError: the state is from another dataset (shard sizes, contents or classes differ),
+                other ordering options, an unknown format, or a field has the wrong type or range (named).
         """
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ShardkitError("not a shardkit loader state (missing 'format'); pass what ShardLoader.state_dict() returned")
-        if state.get("version") != STATE_VERSION:
-            raise ShardkitError(f"loader state version {state.get('version')!r} is not supported (this shardkit reads {STATE_VERSION})")
-        ds = self.dataset
-        if state["fingerprint"] != fingerprint(ds.shard_sizes):
-            raise ShardkitError("loader state belongs to another dataset (shard sizes differ); resume with the dataset it was saved from")
-        mine = plan_to_dict(self.config.plan)
-        if state["plan"] != mine:
-            diff = {k: (state["plan"].get(k), v) for k, v in mine.items() if state["plan"].get(k) != v}
-            raise ShardkitError(f"loader state was saved with other ordering options {diff} (saved, now); use the same options to resume")
-        history = [Segment(*map(int, s)) for s in state["history"]]
-        epoch, done = int(state["epoch"]), int(state["batches_done"])
-        if (int(state["world_size"]), int(state["num_workers"])) != self._topology() and done:
-            history.append(Segment(int(state["world_size"]), int(state["num_workers"]), done))
-            done = 0
-        self._consumed = 0
-        ds.set_position(epoch, done, history)
+        ds, plan = self.dataset, self.config.plan
+        ws, nw = self._topology()
+
+        def num_batches(pos: Position, world_size: int) -> int:
+            return rank_split(len(ds.stream(pos)), world_size, plan).num_batches
+
+        self._position = from_state(state, manifest=ds.manifest, plan=plan, world_size=ws, num_workers=nw, num_batches=num_batches)
 
 
 def _dead_workers(it: Any, wait_s: float = 1.0) -> list[str]:
@@ -369,8 +294,8 @@ def load(
             ``num_workers``, ``drop_last``, ``policy``, ``strict``, ``pin_memory``...), of
             :class:`ImageConfig` (``preset``, ``size``, ``resize_size``, ``hook``, ``decoder``...)
             or of :class:`SourceConfig` (``storage_options``, ``cache_dir``, ``cache_size``,
-            ``allow_pipe``, ``allow_unsafe_names``...). ``num_workers`` defaults to the CPUs
-            available to this process (at most 8).
+            ``allow_pipe``, ``allow_unsafe_names``...). Each default is documented once, on
+            its dataclass field (e.g. ``num_workers``: the CPUs available to this process, at most 8).
 
     Returns:
         A :class:`ShardLoader`; ``len()`` is the number of batches per epoch on this rank.
@@ -383,7 +308,7 @@ def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> Loa
     """``config`` (or defaults) with ``options`` routed to the right dataclass."""
     from dataclasses import replace
 
-    base = config or LoaderConfig(num_workers=min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
+    base = config or LoaderConfig()
     groups = {"image": ImageConfig, "source": SourceConfig}
     top_names = {f.name for f in fields(LoaderConfig)} - set(groups)
     per_group: dict[str, dict[str, Any]] = {g: {} for g in groups}
@@ -401,5 +326,6 @@ def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> Loa
             raise TypeError(f"unknown loader option {k!r}; valid options: {', '.join(valid)}")
     for g in groups:
         if per_group[g]:
-            top[g] = replace(getattr(base, g), **per_group[g])
+            group = getattr(base, g)
+            top[g] = group.updated(**per_group[g]) if isinstance(group, ImageConfig) else replace(group, **per_group[g])
     return replace(base, **top)

@@ -1,0 +1,204 @@
+"""The read stage: plan blocks -> raw samples, one sequential read per block, the next block read ahead.
+
+:class:`BlockReader` is the seam where a shard's bytes become :class:`RawSample` objects:
+``read(gids)`` gets the samples of one block (consecutive ids of one or more shards, in
+stored order). Today it walks the tar headers (:class:`shardkit.loader.reader.ShardReader`,
+skipping forward without reading data); an index-based read (one range request per block,
+members sliced out by recorded offsets) plugs in here with the same ``read(gids)`` contract.
+:func:`read_blocks` runs those reads one block ahead on a thread and emits each block's
+samples in its planned (shuffled) order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from ..plan import Block
+from .reader import RawSample, ShardReader, TarDamage
+from .sources import ShardOpener
+from .stats import Counters
+
+log = logging.getLogger("shardkit.loader")
+
+
+class BlockReader:
+    """Reads the samples of plan blocks, keeping one shard open across consecutive blocks.
+
+    Args:
+        urls: shard URLs (manifest order).
+        nbytes: shard sizes in bytes (for the cache).
+        shard_offsets: global id of each shard's first sample.
+        opener: opens shard URLs.
+        counters: where read time and bytes are counted.
+        num_classes: labels must lie in ``[0, num_classes)`` (None: any non-negative int64).
+    """
+
+    def __init__(self, urls: Sequence[str], nbytes: Sequence[int], shard_offsets: np.ndarray, opener: ShardOpener, counters: Counters,
+                 num_classes: Optional[int] = None):
+        self.urls, self.nbytes, self.offsets = urls, nbytes, shard_offsets
+        self.num_classes = num_classes
+        self.opener, self.counters = opener, counters
+        self._shard = -1
+        self._reader: Optional[ShardReader] = None
+        self._damaged: dict[int, str] = {}
+        self._counted = 0  # bytes of the open reader already counted
+        self._retries = 0  # opener retries already counted
+
+    def _count_bytes(self) -> None:
+        if self._reader is not None:
+            self.counters.add("bytes_read", self._reader.bytes_read - self._counted)
+            self._counted = self._reader.bytes_read
+        if self.opener.retries != self._retries:
+            self.counters.add("retries", self.opener.retries - self._retries)
+            self._retries = self.opener.retries
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._count_bytes()
+            self._counted = 0
+            self._reader.close()
+            self._reader = None
+            self._shard = -1
+
+    def _reader_for(self, shard: int, index: int) -> ShardReader:
+        if self._reader is None or self._shard != shard or self._reader.index > index:
+            self.close()
+            self._reader = ShardReader(self.opener.open(self.urls[shard], self.nbytes[shard]), self.urls[shard], num_classes=self.num_classes)
+            self._shard = shard
+        return self._reader
+
+    def read(self, gids: np.ndarray) -> list[RawSample]:
+        """The samples ``gids`` (in the given, sequential order); unusable ones carry ``error``."""
+        t0 = time.perf_counter()
+        shards = np.searchsorted(self.offsets, gids, side="right") - 1
+        out = []
+        for gid, shard in zip(gids.tolist(), shards.tolist()):
+            index = gid - int(self.offsets[shard])
+            url = self.urls[shard]
+            if shard in self._damaged:
+                out.append(RawSample(key=f"#{index}", gid=gid, shard=url, index=index, error=self._damaged[shard]))
+                continue
+            try:
+                s = self._reader_for(shard, index).read(index, gid)
+            except TarDamage as exc:
+                log.warning("shardkit: %s; samples after it are skipped", exc)
+                self._damaged[shard] = str(exc)
+                self.close()
+                s = None
+            if s is None:
+                reason = self._damaged.get(shard) or f"shard ends before sample {index} (manifest disagrees)"
+                s = RawSample(key=f"#{index}", gid=gid, shard=url, index=index, error=reason)
+            out.append(s)
+        self._count_bytes()
+        self.counters.add("read_s", time.perf_counter() - t0)
+        return out
+
+
+def plan_blocks(blocks: Sequence[Block]) -> Iterator[Block]:
+    """Stage 0: the worker's plan blocks."""
+    yield from blocks
+
+
+def _pieces(blocks: Iterable[Block], chunk: int) -> Iterator[tuple[np.ndarray, Optional[np.ndarray]]]:
+    """``(gids to read, emission order or None)`` per read: a shuffled block at once; a block in
+    stored order (no shuffle) ``chunk`` samples at a time, so an evaluation pass holds a batch or
+    two of JPEG bytes per worker (the one emitted and the one read ahead), not its whole chunk."""
+    for block in blocks:
+        n = len(block.gids)
+        if n > chunk and np.array_equal(block.order, np.arange(n)):
+            for i in range(0, n, chunk):
+                yield block.gids[i : i + chunk], None
+        else:
+            yield block.gids, block.order
+
+
+class _BlockRead:
+    """One read of ``reader`` on its own daemon thread: a worker process's exit never waits for
+    it (a non-daemon thread would hold up the exit until a remote read finished)."""
+
+    def __init__(self, reader: BlockReader, gids: np.ndarray):
+        self.reader = reader
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._finished = self._close_after = False
+        self._samples: list[RawSample] = []
+        self._error: Optional[BaseException] = None
+        threading.Thread(target=self._run, args=(gids,), name="shardkit-read", daemon=True).start()
+
+    def _run(self, gids: np.ndarray) -> None:
+        try:
+            self._samples = self.reader.read(gids)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer by result()
+            self._error = exc
+        finally:
+            with self._lock:
+                self._finished, close = True, self._close_after
+            self._done.set()
+            if close:
+                self.reader.close()
+
+    def result(self) -> list[RawSample]:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._samples
+
+    def close_reader_when_done(self) -> None:
+        """Close the reader now, or (if this read still runs) on its thread when it ends."""
+        with self._lock:
+            if not self._finished:
+                self._close_after = True
+                return
+        self.reader.close()
+
+
+def read_blocks(blocks: Iterable[Block], *, reader: BlockReader, chunk: int = 64, read_ahead: bool = True) -> Iterator[RawSample]:
+    """Stage 1: read each block sequentially, emit its samples in the block's shuffled order.
+
+    With ``read_ahead`` the next block is read on a background thread while this one is
+    emitted (decoded), so a remote shard's round trips (or a cold disk) overlap with
+    decoding instead of stalling the worker (memory: two blocks of JPEG bytes per worker).
+    A block's read starts only once the previous read has succeeded, so at most one read is
+    in flight, the reader is never used by two threads, and a failed read surfaces at once.
+    Closing the stage early does not wait for an in-flight read: its thread closes the
+    reader when that read ends.
+    """
+    pieces = _pieces(blocks, chunk)
+    if not read_ahead:
+        try:
+            for gids, order in pieces:
+                yield from _emit(reader.read(gids), order)
+        finally:
+            reader.close()
+        return
+    inflight: Optional[tuple[_BlockRead, Optional[np.ndarray]]] = None
+    try:
+        first = next(pieces, None)
+        if first is not None:
+            inflight = _BlockRead(reader, first[0]), first[1]
+        while inflight is not None:
+            read, order = inflight
+            inflight = None
+            samples = read.result()  # raises the read's error here, in order
+            nxt = next(pieces, None)
+            if nxt is not None:
+                inflight = _BlockRead(reader, nxt[0]), nxt[1]
+            yield from _emit(samples, order)
+    finally:
+        if inflight is not None:
+            inflight[0].close_reader_when_done()
+        else:
+            reader.close()
+
+
+def _emit(samples: list[RawSample], order: Optional[np.ndarray]) -> Iterator[RawSample]:
+    if order is None:
+        yield from samples
+    else:
+        for i in order.tolist():
+            yield samples[i]

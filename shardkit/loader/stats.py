@@ -1,0 +1,83 @@
+"""What the loader counts: per-worker counters (cheap to send with each batch) and :class:`LoaderStats`.
+
+A worker keeps one :class:`Counters` vector per epoch, cumulative, and sends a copy
+with every batch in the transport envelope (:mod:`shardkit.loader.transport`); the
+main process keeps the latest vector per worker and sums them into :class:`LoaderStats`.
+Stages add to the counters once per batch or per block read, never per sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+#: names of the per-worker counters sent with every batch (cumulative over the epoch)
+COUNTERS = ("samples", "skipped", "bytes_read", "read_s", "decode_s", "resize_s", "collate_s", "batches", "retries")
+_INDEX = {name: i for i, name in enumerate(COUNTERS)}
+
+
+class Counters:
+    """Cumulative per-worker counters of one epoch (a float64 vector, cheap to send)."""
+
+    def __init__(self) -> None:
+        self.v = np.zeros(len(COUNTERS), np.float64)
+
+    def add(self, name: str, value: float) -> None:
+        self.v[_INDEX[name]] += value
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """What one epoch (or the epoch so far) cost.
+
+    Worker-side seconds are summed over workers (time spent per stage; ``read_s`` is the wall
+    time of reads, which run on a thread that overlaps decoding);
+    ``wait_s`` is wall time the training loop spent waiting for the next batch;
+    ``retries`` counts remote reads that failed and were retried (from the byte offset where they broke).
+    """
+
+    batches: int = 0
+    samples: int = 0
+    skipped: int = 0
+    bytes_read: int = 0
+    retries: int = 0
+    wait_s: float = 0.0
+    elapsed_s: float = 0.0
+    read_s: float = 0.0
+    decode_s: float = 0.0
+    resize_s: float = 0.0
+    collate_s: float = 0.0
+
+    @property
+    def images_per_s(self) -> float:
+        """Samples per second of wall time over the epoch so far."""
+        return self.samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.samples} samples in {self.batches} batches, {self.skipped} skipped, "
+            f"{self.bytes_read / 1e6:.1f} MB read, {self.retries} read retries, {self.images_per_s:.0f} img/s, waited {self.wait_s:.2f} s "
+            f"(workers: read {self.read_s:.2f} s, decode {self.decode_s:.2f} s, resize {self.resize_s:.2f} s, collate {self.collate_s:.2f} s)"
+        )
+
+
+def summarise(per_worker: Iterable[np.ndarray], *, batches: int, wait_s: float, elapsed_s: float) -> LoaderStats:
+    """:class:`LoaderStats` from the latest :class:`Counters` vector of each worker."""
+    vectors = list(per_worker)
+    tot = np.sum(vectors, axis=0) if vectors else np.zeros(len(COUNTERS))
+    d = dict(zip(COUNTERS, tot.tolist()))
+    return LoaderStats(
+        batches=batches,
+        samples=int(d["samples"]),
+        skipped=int(d["skipped"]),
+        bytes_read=int(d["bytes_read"]),
+        retries=int(d["retries"]),
+        wait_s=wait_s,
+        elapsed_s=max(0.0, elapsed_s),
+        read_s=d["read_s"],
+        decode_s=d["decode_s"],
+        resize_s=d["resize_s"],
+        collate_s=d["collate_s"],
+    )
