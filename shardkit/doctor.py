@@ -48,6 +48,7 @@ def measure(
     window: int = 10,
     tolerance: float = 0.05,
     max_batches: int = 10_000,
+    min_batches: int = 0,
     max_s: float = 60.0,
     clock: Callable[[], float] = time.perf_counter,
 ) -> SteadyRate:
@@ -59,6 +60,7 @@ def measure(
         window: batches per window (at least 1).
         tolerance: two consecutive windows within this relative difference are stable.
         max_batches: at most this many timed batches.
+        min_batches: at least this many timed batches before a stable pair may end the measurement.
         max_s: at most this many timed seconds (checked after each batch).
         clock: seconds (tests pass a fake clock).
     """
@@ -86,7 +88,7 @@ def measure(
             windows.append(win_n / dt if dt > 0 else float("inf"))
             last_two = (last_two + [(win_n, dt)])[-2:]
             win_n, win_t0 = 0, now
-            if len(windows) >= 2 and _close(windows[-2], windows[-1], tolerance):
+            if len(windows) >= 2 and batches >= min_batches and _close(windows[-2], windows[-1], tolerance):
                 stop = "stable"
                 break
         if batches >= max_batches:
@@ -130,7 +132,7 @@ def slowest_stage(stats: StageTimes) -> tuple[str, float]:
 
 
 _ADVICE = {
-    "decode": "add CPU workers, decode on the GPU (decode_on=\"device\") or convert at a smaller --short-side",
+    "decode": "add CPU workers or convert at a smaller --short-side",
     "resize": "add CPU workers or convert at a size closer to the training size (--short-side)",
     "read": "cache shards on local disk (cache_dir=...) or move the data closer; reads are the slowest stage",
     "collate": "add CPU workers; collation is the slowest stage (check pin_memory and the batch hook)",
@@ -138,7 +140,7 @@ _ADVICE = {
 
 
 def verdict(*, images_per_s: float, batch_size: int, step_ms: float, stats: Optional[StageTimes] = None,
-            workers: int = 0, cpus: Optional[int] = None) -> str:
+            workers: int = 0, cpus: Optional[int] = None, gpu: bool = False) -> str:
     """One paragraph: is a training step of ``step_ms`` per batch input-bound at ``images_per_s``?"""
     if images_per_s <= 0:
         return "no batches were measured: the loader delivered nothing (check the dataset with `shardkit verify`)"
@@ -152,10 +154,13 @@ def verdict(*, images_per_s: float, batch_size: int, step_ms: float, stats: Opti
     if stats is None:
         return head
     stage, share = slowest_stage(stats)
+    advice = _ADVICE[stage]
+    if stage in ("decode", "resize") and gpu:
+        advice = 'decode on the GPU (decode_on="device": nvJPEG, no CPU decode), or ' + advice
     more = ""
     if cpus is not None and workers < cpus and stage != "read":
         more = f"; {workers} workers on {cpus} CPUs: more workers will help"
-    return f"{head}; slowest stage: {stage} ({100 * share:.0f} % of worker time): {_ADVICE[stage]}{more}"
+    return f"{head}; slowest stage: {stage} ({100 * share:.0f} % of worker time): {advice}{more}"
 
 
 class EpochStats(StageTimes, Protocol):

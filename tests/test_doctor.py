@@ -108,7 +108,8 @@ class Stats:
 def test_verdict_input_bound_names_ms_and_the_stage():
     v = verdict(images_per_s=64 / 0.018, batch_size=64, step_ms=12, stats=Stats(), workers=2, cpus=8)
     assert v.startswith("input-bound: the loader gives a batch of 64 every 18.0 ms, your step takes 12.0 ms")
-    assert "slowest stage: decode (70 % of worker time)" in v and "GPU" in v and "more workers will help" in v
+    assert "slowest stage: decode (70 % of worker time)" in v and "decode_on" not in v and "more workers will help" in v
+    assert 'decode on the GPU (decode_on="device"' in verdict(images_per_s=64 / 0.018, batch_size=64, step_ms=12, stats=Stats(), gpu=True)
 
 
 def test_verdict_not_input_bound():
@@ -120,3 +121,85 @@ def test_slowest_stage_and_epoch_report():
     assert slowest_stage(Stats(read_s=5)) == ("read", pytest.approx(5 / 9.2))
     line = epoch_report(3, Stats())
     assert line == "shardkit epoch 3: waited 50 % of 10.0 s for data, 640 img/s, 2 skipped, 1 retries, slowest stage decode (70 %)"
+
+
+def test_min_batches_keeps_measuring_past_an_early_stable_pair():
+    c = FakeClock()
+    r = measure(stub_loader(c, workers=1, startup_s=0, block_every=0, block_s=0, per_batch_s=0.01), warm=1, window=5,
+                min_batches=40, clock=c)
+    assert r.stable and r.batches == 40
+
+
+# ----------------------------------------------------------------------------- through the real loader and CLI
+
+import logging  # noqa: E402
+import re  # noqa: E402
+
+from helpers import write_dataset  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def small_ds(tmp_path_factory):
+    return write_dataset(str(tmp_path_factory.mktemp("doc") / "ds"), num_samples=48, shard_size=12, size=(32, 24))
+
+
+def test_bench_cli_verdict_follows_the_step_time(small_ds, capsys):
+    from shardkit.cli import main
+
+    args = ["bench", small_ds.url, "--workers", "0", "--batches", "4", "--window", "2", "--batch-size", "4", "--size", "16"]
+    assert main(args + ["--step-ms", "0.001"]) == 0
+    out = capsys.readouterr().out
+    best = float(re.search(r"^best: \d+ img/s with 0 workers = ([\d.]+) ms per batch of 4$", out, re.M)[1])
+    m = re.search(r"^verdict \(--step-ms\): input-bound: the loader gives a batch of 4 every ([\d.]+) ms, your step takes 0.0 ms", out, re.M)
+    assert m and abs(float(m[1]) - best) <= 0.1 + 0.01 * best, out
+    assert "slowest stage: " in out
+    assert main(args + ["--step-ms", "1000000"]) == 0
+    assert re.search(r"^verdict \(--step-ms\): not input-bound: ", capsys.readouterr().out, re.M)
+    assert main(args + ["--step-ms", "0"]) == 2
+
+
+def test_bench_reports_first_batch_and_steadiness(small_ds):
+    from shardkit.loader.bench import bench
+
+    r = bench(small_ds.url, workers=[1], batches=4, window=2, batch_size=4, size=16, max_s=20)
+    (p,) = r.points
+    assert p.first_batch_s > 0 and p.images_per_s > 0
+    assert p.stable == (p.stop == "stable") and p.stop in ("stable", "time limit", "batch limit")
+
+
+def test_bench_plot(small_ds, tmp_path):
+    pytest.importorskip("matplotlib")
+    from shardkit.loader.bench import bench, plot
+
+    r = bench(small_ds.url, workers=[0], batches=2, window=2, batch_size=4, size=16, step_ms=5.0, step_source="test")
+    plot(r, str(tmp_path / "b.png"))
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_step_time_of_a_model_and_unknown_model(small_ds, capsys):
+    from shardkit.cli import main
+    from shardkit.loader.bench import step_time_ms
+
+    assert step_time_ms("mobilenet_v3_small", batch_size=2, size=32, device="cpu", steps=1) > 0
+    assert main(["bench", small_ds.url, "--workers", "0", "--model", "no_such_net", "--device", "cpu"]) == 2
+    assert "--model no_such_net" in capsys.readouterr().err
+
+
+def test_loader_report_and_log_every_epoch(small_ds, caplog):
+    import shardkit
+
+    caplog.set_level(logging.INFO, logger="shardkit.loader")
+    loader = shardkit.load(small_ds.url, batch_size=8, num_workers=0, size=16, pin_memory=False, log_every_epoch=True)
+    for _ in range(2):
+        for _ in loader:
+            pass
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("shardkit epoch")]
+    assert len(lines) == 2 and lines[0].startswith("shardkit epoch 0: waited ") and lines[1].startswith("shardkit epoch 1: ")
+    assert re.fullmatch(r"shardkit epoch 1: waited \d+ % of [\d.]+ s for data, \d+ img/s, 0 skipped, 0 retries, "
+                        r"slowest stage \w+ \(\d+ %\)", lines[1]), lines[1]
+    assert loader.report().startswith("shardkit epoch 2: ")  # the current epoch (nothing read yet: zeros)
+    quiet = shardkit.load(small_ds.url, batch_size=8, num_workers=0, size=16, pin_memory=False)
+    caplog.clear()
+    for _ in quiet:
+        pass
+    assert not [r for r in caplog.records if r.getMessage().startswith("shardkit epoch")]

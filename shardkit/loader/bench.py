@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
+import torch
+
+from ..doctor import measure, verdict
 from ..threads import one_thread
 from .config import ImageConfig
 from .batching import BatchSpec, decode_batch
@@ -17,12 +21,15 @@ from .stats import Counters, LoaderStats
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One worker count: wall-clock throughput and where worker time went."""
+    """One worker count: steady-state throughput, time to the first batch, and where worker time went."""
 
     num_workers: int
     images_per_s: float
     mb_per_s: float
     stats: LoaderStats
+    first_batch_s: float = 0.0
+    stable: bool = False
+    stop: str = ""
 
 
 @dataclass
@@ -34,33 +41,51 @@ class BenchReport:
     points: list[SweepPoint] = field(default_factory=list)
     decode_ceiling: float = 0.0  #: img/s of decode + crop/resize alone, one core, in process
     decoder: str = ""
+    step_ms: Optional[float] = None  #: the training step time to judge against (``--step-ms`` or measured)
+    step_source: str = ""  #: where ``step_ms`` came from
+    cpus: int = 1
+    gpu: bool = False
 
     @property
     def best(self) -> Optional[SweepPoint]:
         return max(self.points, key=lambda p: p.images_per_s) if self.points else None
 
+    def verdict(self) -> Optional[str]:
+        """Input-bound or not, at the best worker count, against :attr:`step_ms` (None without a step time)."""
+        best = self.best
+        if self.step_ms is None or best is None:
+            return None
+        return verdict(images_per_s=best.images_per_s, batch_size=self.batch_size, step_ms=self.step_ms, stats=best.stats,
+                       workers=best.num_workers, cpus=self.cpus, gpu=self.gpu)
+
     def format(self) -> str:
-        """A human-readable report."""
+        """A human-readable report (the first two columns, workers and img/s, are for scripts)."""
         lines = [f"shardkit bench {self.url}  (batch {self.batch_size}, decoder {self.decoder})", ""]
-        lines.append(f"{'workers':>7}  {'img/s':>8}  {'MB/s':>7}  {'read':>6}  {'decode':>6}  {'resize':>6}  {'collate':>7}  {'wait/batch':>10}")
+        lines.append(f"{'workers':>7}  {'img/s':>8}  {'1st batch':>9}  {'MB/s':>7}  {'read':>6}  {'decode':>6}  {'resize':>6}  "
+                     f"{'collate':>7}  {'wait/batch':>10}  steady")
         for p in self.points:
             s = p.stats
             tot = max(1e-9, s.read_s + s.decode_s + s.resize_s + s.collate_s)
             pct = [100 * x / tot for x in (s.read_s, s.decode_s, s.resize_s, s.collate_s)]
             wait = 1000 * s.wait_s / max(1, s.batches)
             lines.append(
-                f"{p.num_workers:>7}  {p.images_per_s:>8.0f}  {p.mb_per_s:>7.1f}  {pct[0]:>5.0f}%  {pct[1]:>5.0f}%  {pct[2]:>5.0f}%  {pct[3]:>6.0f}%  {wait:>8.1f}ms"
+                f"{p.num_workers:>7}  {p.images_per_s:>8.0f}  {p.first_batch_s:>8.2f}s  {p.mb_per_s:>7.1f}  {pct[0]:>5.0f}%  {pct[1]:>5.0f}%  "
+                f"{pct[2]:>5.0f}%  {pct[3]:>6.0f}%  {wait:>8.1f}ms  {'yes' if p.stable else 'no (' + p.stop + ')'}"
             )
-        lines += ["", f"decode-only ceiling (decode + crop/resize, 1 core, in process): {self.decode_ceiling:.0f} img/s"]
+        lines += ["", "img/s: steady state, timed from the moment every worker has delivered its first batch until two "
+                  "consecutive windows agree within 5 %; 1st batch: what every epoch start and resume pays",
+                  f"decode-only ceiling (decode + crop/resize, 1 core, in process): {self.decode_ceiling:.0f} img/s"]
         best = self.best
         if best is not None and best.images_per_s > 0:
             per_batch = self.batch_size / best.images_per_s
-            lines += [
-                f"best: {best.images_per_s:.0f} img/s with {best.num_workers} workers = {1000 * per_batch:.1f} ms per batch of {self.batch_size}",
-                f"input-bound check: a training step that takes less than {1000 * per_batch:.1f} ms per batch of {self.batch_size} "
-                "(without data loading) will wait on this loader; slower steps will not.",
-                "in training, loader.stats.wait_s (time the loop waited for data) should be a small fraction of the epoch.",
-            ]
+            lines.append(f"best: {best.images_per_s:.0f} img/s with {best.num_workers} workers = {1000 * per_batch:.1f} ms per batch of {self.batch_size}")
+            v = self.verdict()
+            if v is not None:
+                lines.append(f"verdict ({self.step_source}): {v}")
+            else:
+                lines.append(f"a training step faster than {1000 * per_batch:.1f} ms per batch of {self.batch_size} (without data loading) "
+                             "will wait on this loader: pass --step-ms T (or --model NAME) for a verdict")
+            lines.append("in training: loader.report() (or log_every_epoch=True) gives the same diagnosis once per epoch")
         return "\n".join(lines)
 
 
@@ -92,47 +117,105 @@ def bench(
     batch_size: int = 64,
     preset: str = "train",
     size: int = 224,
+    window: int = 10,
+    max_s: float = 30.0,
+    step_ms: Optional[float] = None,
+    step_source: str = "",
+    clock: Callable[[], float] = time.perf_counter,
     **options: Any,
 ) -> BenchReport:
-    """Measure the loader on ``url``: one epoch-slice of ``batches`` batches per worker count.
+    """Measure the loader on ``url`` at each worker count, in steady state (:func:`shardkit.doctor.measure`).
 
-    The first batch of every worker (start-up, first shuffle block) is excluded from the rate.
+    The rate clock starts once every worker has delivered its first batch (start-up and the first
+    shuffle block excluded; time to the first batch is reported on its own); at least ``batches``
+    batches are timed, then windows of ``window`` batches until two agree within 5 %, or ``max_s``.
     """
+    if batches < 1 or window < 1:
+        raise ValueError(f"batches and window must be >= 1, got {batches}, {window}")
     image = ImageConfig(preset=preset, size=size)  # type: ignore[arg-type]
-    report = BenchReport(url=url, batch_size=batch_size)
+    report = BenchReport(url=url, batch_size=batch_size, step_ms=step_ms, step_source=step_source,
+                         cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+                         gpu=torch.cuda.is_available())
     for nw in workers:
-        loader = load(url, batch_size=batch_size, num_workers=nw, preset=preset, size=size, persistent_workers=False, **options)
-        n, t0, warm = 0, 0.0, max(1, nw)
-        for i, (images, _) in enumerate(loader):
-            if i == warm - 1:
-                t0 = time.perf_counter()
-            elif i >= warm:
-                n += len(images)
-            if i >= batches + warm - 1:
-                break
-        dt = time.perf_counter() - t0
-        st = loader.stats
-        loader.close()  # its workers must not compete with the next measurement
-        mb = st.bytes_read / 1e6 * (n / max(1, st.samples))
-        report.points.append(SweepPoint(nw, n / dt if dt > 0 else 0.0, mb / dt if dt > 0 else 0.0, st))
+        # persistent workers: a measurement longer than an epoch goes on without restarting them
+        loader = load(url, batch_size=batch_size, num_workers=nw, preset=preset, size=size, persistent_workers=nw > 0, **options)
+        try:
+            r = measure((len(images) for images, _ in _passes(loader)), warm=max(1, nw), window=window,
+                        min_batches=batches, max_batches=max(batches, 100 * window), max_s=max_s, clock=clock)
+            st = loader.stats
+            m = loader.dataset.manifest
+            per_sample = sum(s.bytes for s in m.shards) / max(1, m.num_samples)  # workers read ahead: not bytes_read
+        finally:
+            loader.close()  # its workers must not compete with the next measurement
+        mb_per_s = r.images_per_s * per_sample / 1e6
+        report.points.append(SweepPoint(nw, r.images_per_s, mb_per_s, st, r.first_batch_s, r.stable, r.stop))
     report.decode_ceiling, report.decoder = decode_ceiling(url, image=image, **options)
     return report
 
 
+def _passes(loader: Any) -> Iterator[Any]:
+    """Batches of ``loader``, epoch after epoch (a small dataset does not end the measurement early;
+    a window across an epoch boundary is slower than its neighbours, so it never ends it either)."""
+    while True:
+        n = 0
+        for b in loader:
+            n += 1
+            yield b
+        if n == 0:
+            return
+
+
+def step_time_ms(model: str, *, batch_size: int, size: int, device: str, steps: int = 10) -> float:
+    """Median milliseconds of one training step (forward, backward, SGD) of a torchvision ``model`` on
+    random ``[batch_size, 3, size, size]`` inputs; bf16 autocast and channels-last on CUDA."""
+    import statistics
+
+    import torchvision
+
+    dev = torch.device(device)
+    net = torchvision.models.get_model(model, weights=None).to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch_size, 3, size, size, device=dev).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch_size,), device=dev)
+    times = []
+    for i in range(steps + 2):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        if i >= 2:  # warm-up: kernels, allocator
+            times.append(time.perf_counter() - t)
+    return 1000 * statistics.median(times)
+
+
 def plot(report: BenchReport, path: str) -> None:
-    """Save a PNG of img/s per worker count with the decode ceiling (needs matplotlib)."""
+    """Save a PNG: img/s per worker count (integer ticks), the decode-only ceiling for that many cores,
+    and the rate a training step of ``step_ms`` consumes as a horizontal line (needs matplotlib)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     xs = [p.num_workers for p in report.points]
-    ax.plot(xs, [p.images_per_s for p in report.points], "o-", label="loader")
-    ax.plot(xs, [report.decode_ceiling * max(1, x) for x in xs], "--", label="decode-only ceiling x workers")
-    ax.set_xlabel("workers")
-    ax.set_ylabel("images / s")
-    ax.set_title(f"shardkit bench (batch {report.batch_size})")
-    ax.legend()
+    ax.plot(xs, [p.images_per_s for p in report.points], "o-", lw=2, label="shardkit loader")
+    ax.plot(xs, [report.decode_ceiling * min(max(1, x), report.cpus) for x in xs], "s--", color="gray",
+            label=f"decode-only ceiling × min(workers, {report.cpus} CPUs)")
+    if report.step_ms:
+        need = report.batch_size / (report.step_ms / 1000)
+        ax.axhline(need, color="tab:red", ls=":", label=f"your step ({report.step_ms:.1f} ms/batch) consumes {need:.0f} img/s")
+    ax.set_xticks(sorted(set(xs)))
+    ax.set_xlabel("DataLoader workers")
+    ax.set_ylabel("images / s (steady state)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"shardkit bench (batch {report.batch_size}): below the red line, the GPU waits")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)

@@ -202,6 +202,9 @@ class LoaderConfig:
         reuse_buffers: workers reuse their shared-memory batch buffers once the main process
             no longer references a batch (:mod:`shardkit.loader.transport`); False: new memory per
             batch, as plain ``DataLoader`` does.
+        log_every_epoch: at the end of each epoch, log :meth:`ShardLoader.report`'s line (the share of
+            the epoch the loop waited for data, img/s, skipped, retries, the slowest stage) on the
+            ``shardkit.loader`` logger at INFO level.
     """
 
     batch_size: int = 64
@@ -222,6 +225,7 @@ class LoaderConfig:
     strict: bool = False
     raw: bool = False
     reuse_buffers: bool = True
+    log_every_epoch: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", EpochPolicy.parse(self.policy))

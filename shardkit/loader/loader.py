@@ -20,6 +20,7 @@ consumed ones); on another topology the rest of the epoch is re-planned
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import fields
 from typing import Any, Iterator, Optional
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from ..doctor import epoch_report
 from ..errors import ShardkitError
 from ..manifest import Manifest
 from ..plan import RankSplit, rank_split
@@ -37,6 +39,8 @@ from .dataset import ShardDataset
 from .state import from_state, to_state
 from .stats import LoaderStats, summarise
 from .transport import Envelope, Ring, WorkerFailure, ring_slots
+
+log = logging.getLogger("shardkit.loader")
 
 class ShardLoader:
     """Iterable of ``(images uint8 [B,3,S,S], labels int64 [B])`` batches for this rank.
@@ -173,6 +177,8 @@ class ShardLoader:
             yield out
             del out, batch  # the user's references alone decide when a batch's slot is released
         self._t1 = time.perf_counter()
+        if self.config.log_every_epoch:
+            log.info("%s", self.report())
         self._position = self._position.next_epoch()  # a finished pass advances the epoch
         self.dataset.publish(self._position)
 
@@ -208,6 +214,11 @@ class ShardLoader:
     def stats(self) -> LoaderStats:
         """Counters of the current or last epoch (samples, skipped, bytes, time waiting...)."""
         return summarise(self._counters.values(), batches=self._batches, wait_s=self._wait, elapsed_s=self._t1 - self._t0)
+
+    def report(self) -> str:
+        """One line about the current or last epoch: the share of it the loop waited for data, img/s,
+        skipped samples, read retries and the slowest worker stage (``log_every_epoch=True`` logs it)."""
+        return epoch_report(self._position.epoch, self.stats)
 
     # ------------------------------------------------------------------ state
 
