@@ -99,9 +99,6 @@ def test_png_named_jpg_decodes_to_its_pixels(tmp_path):
     assert diff.max() <= 1, (diff.mean(), diff.max())  # lossless PNG: torchvision's pixels
 
 
-@pytest.mark.xfail(strict=True, reason="shardkit.load(size=S) keeps ImageConfig()'s resize_size of 256 (build_config's "
-                   "dataclasses.replace copies the default computed for size 224): eval crops the centre 16/256 for size 16, "
-                   "and size > 256 is refused")
 def test_eval_resize_size_default_follows_size(tmp_path):
     png = _encode(_pattern(40, 30), "PNG")
     diff = (_load_one(png, tmp_path, size=16).float() - _reference(png, 16).float()).abs()
