@@ -51,7 +51,7 @@ import numpy as np
 
 from .members import UnsafeName, split_member
 from .sample import LOADED_EXTS, RawSample, check_sample, store_field
-from .tar import BLOCK, Layout, ShardReader, header_ok, octal
+from .tar import BLOCK, FILE_TYPES, NAME_FIELD, Layout, ShardReader, header_ok, octal
 
 #: the manifest's ``sample_index`` value for shards with a sidecar in this format
 INDEX_FORMAT = "sidecar-1"
@@ -129,9 +129,9 @@ class SampleIndex:
             for c, ext in enumerate(self.exts):
                 at, size = base + offs[s][c], sizes[s][c]
                 hdr = data[at - BLOCK : at]
-                name = kb + names[c]
-                if len(hdr) != BLOCK or hdr[: len(name)] != name or hdr[len(name) : len(name) + 1] != b"\0" \
-                        or not header_ok(hdr) or octal(hdr[124:136]) != size or at + size > len(data):
+                name = kb + names[c]  # shorter than the name field (_check): the walk reads exactly these bytes
+                if len(hdr) != BLOCK or hdr[: len(name)] != name or hdr[len(name)] != 0 or hdr[156:157] not in FILE_TYPES \
+                        or (hdr[345] and hdr[257:262] == b"ustar") or not header_ok(hdr) or _size(hdr) != size or at + size > len(data):
                     raise IndexMismatch(f"{url}: sample {start + s} ({key}.{ext}): the tar header at byte {lo + at - BLOCK} does not match the index")
                 if loaded[c]:
                     store_field(sample, ext, data[at : at + size])
@@ -162,6 +162,8 @@ class SampleIndex:
         """Parse and check a sidecar (see the module docstring); :class:`IndexDamage` naming ``url`` if it is unusable."""
         if len(data) < _HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
             raise IndexDamage(f"{url}: not a sample index or damaged (CRC mismatch)")
+        if len(data) > MAX_INDEX_BYTES:
+            raise IndexDamage(f"{url}: sample index larger than {MAX_INDEX_BYTES} bytes")
         magic, n, k, nbytes, sha, le, lk = _HEAD.unpack_from(data)
         if magic != _MAGIC:
             raise IndexDamage(f"{url}: not a shardkit sample index (magic {magic!r})")
@@ -195,10 +197,37 @@ class SampleIndex:
                         raise IndexDamage(f"{url}: {key}.{ext} is not a sample member name")
                 except UnsafeName as exc:
                     raise IndexDamage(f"{url}: {exc}") from None
-        s = self.starts.astype(np.int64)
-        if n and (np.any(np.diff(s) <= 0) or s[-1] > self.shard_bytes or np.any(self.offsets < BLOCK)
-                  or np.any(self.offsets.astype(np.int64) + self.sizes > (np.diff(s))[:, None])):
-            raise IndexDamage(f"{url}: sample ranges out of order or outside the shard")
+        if n and max(len(x.encode("utf-8")) for x in self.keys) + 1 + max(len(e.encode("utf-8")) for e in self.exts) >= NAME_FIELD:
+            raise IndexDamage(f"{url}: a member name does not fit a tar header's {NAME_FIELD}-byte name field")
+        why = _layout_error(self.starts, self.offsets, self.sizes, self.shard_bytes)
+        if why:
+            raise IndexDamage(f"{url}: {why}")
+
+
+def _size(hdr: bytes) -> int:
+    """The size field of a header, ``-1`` if malformed."""
+    try:
+        return octal(hdr[124:136])
+    except ValueError:
+        return -1
+
+
+def _layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, shard_bytes: int) -> Optional[str]:
+    """Why these ranges are not a shard's samples laid out back to back, or ``None``.
+
+    Indexed samples start at byte 0 and follow each other, each member's one 512-byte header right
+    after the previous member's padded data: no byte in the indexed range is unchecked by a slice, so
+    no extended header or foreign member can hide between two members and rename one for the walk.
+    """
+    if len(starts) < 2:
+        return None
+    if starts[0] != 0 or np.any(starts[1:] <= starts[:-1]) or starts[-1] > shard_bytes:  # uint64: no wrap-around
+        return "sample ranges out of order, not from byte 0, or outside the shard"
+    off, size = offsets.astype(np.int64), sizes.astype(np.int64)
+    ends = off + (size + BLOCK - 1) // BLOCK * BLOCK  # each member's padded data end, relative to its sample
+    if np.any(off[:, 0] != BLOCK) or np.any(off[:, 1:] != ends[:, :-1] + BLOCK) or np.any(np.diff(starts.astype(np.int64)) != ends[:, -1]):
+        return "members or samples not back to back (a gap between them)"
+    return None
 
 
 def build_index(layouts: Sequence[Layout], keys: Sequence[str], shard_bytes: int, shard_sha256: str) -> Optional[SampleIndex]:
@@ -223,7 +252,9 @@ def build_index(layouts: Sequence[Layout], keys: Sequence[str], shard_bytes: int
         starts[i], starts[i + 1] = lay.start, lay.end
         offsets[i] = [m.data_offset - lay.start for m in lay.members]
         sizes[i] = [m.size for m in lay.members]
-    if offsets.max() > _U32 or sizes.max() > _U32 or len(set(keys)) != n:
+    if offsets.max() > _U32 or sizes.max() > _U32 or len(set(keys)) != n or _layout_error(starts, offsets, sizes, shard_bytes):
+        return None
+    if max(len(x.encode("utf-8")) for x in keys) + 1 + max(len(e.encode("utf-8")) for e in exts) >= NAME_FIELD:
         return None
     return SampleIndex(tuple(keys), exts, starts, offsets.astype(np.uint32), sizes.astype(np.uint32), shard_bytes, shard_sha256)
 
@@ -261,9 +292,26 @@ def load_index(shard_url: str, *, shard_bytes: int, shard_sha256: str, open_fn: 
     url = index_url(shard_url)
     try:
         with (open_fn(url) if open_fn is not None else storage.open_read(url, **storage_options)) as f:
-            data = f.read(MAX_INDEX_BYTES + 1)
+            head = f.read(_HEAD.size)
+            need = _announced(head, url, shard_bytes)  # read what the header announces (bounded), not a fixed maximum
+            data = head + f.read(need - len(head) + 1)
     except (ShardkitError, OSError) as exc:
         raise IndexDamage(f"{url}: cannot read the sample index ({exc})") from None
-    if len(data) > MAX_INDEX_BYTES:
-        raise IndexDamage(f"{url}: sample index larger than {MAX_INDEX_BYTES} bytes")
     return SampleIndex.from_bytes(data, url, shard_bytes=shard_bytes, shard_sha256=shard_sha256)
+
+
+def _announced(head: bytes, url: str, shard_bytes: Optional[int]) -> int:
+    """The sidecar size its header announces; :class:`IndexDamage` unless it is plausible for a shard of ``shard_bytes``.
+
+    Each indexed member takes at least one 512-byte header in the shard, and each member name fits a
+    header's name field: a header announcing more is refused before anything that size is read.
+    """
+    if len(head) < _HEAD.size:
+        raise IndexDamage(f"{url}: not a sample index or damaged (only {len(head)} bytes)")
+    _, n, k, _, _, le, lk = _HEAD.unpack_from(head)
+    need = _HEAD.size + le + lk + 8 * (n + 1) + 8 * n * k + 4
+    limit = MAX_INDEX_BYTES if shard_bytes is None else min(MAX_INDEX_BYTES, shard_bytes)
+    if need > limit or (shard_bytes is not None and n * k * BLOCK > shard_bytes) or le >= k * NAME_FIELD or lk >= (n + 1) * NAME_FIELD:
+        raise IndexDamage(f"{url}: its header announces {n} samples of {k} fields ({need} bytes), impossible for a shard of "
+                          f"{shard_bytes} bytes")
+    return need

@@ -20,9 +20,9 @@ Hostile shards: names are only strings here (the reader never creates a
 file); absolute and ``..`` names, and keys seen before in the shard, make
 their sample unusable; links, devices and directories are not sample members;
 a field that repeats within one key starts a new sample (two samples are never
-merged into one); sizes are checked before anything is allocated (a member to
+merged into one); sizes are checked before anything is allocated or sought (a member to
 load is at most :data:`MAX_MEMBER_BYTES`, an extended header at most
-:data:`MAX_HEADER_BYTES`); malformed numbers and pax records are
+:data:`MAX_HEADER_BYTES`, any member less than :data:`MAX_SIZE`); malformed numbers and pax records are
 :class:`TarDamage`, never another error.
 """
 
@@ -36,11 +36,17 @@ from .members import UnsafeName, duplicate_key_error, split_member
 from .sample import LOADED_EXTS, RawSample, check_sample, store_field
 
 BLOCK = 512
-_FILE_TYPES = (b"0", b"\0", b"7")
+#: type flags of regular-file members (the only ones that can be sample members)
+FILE_TYPES = (b"0", b"\0", b"7")
+#: bytes of a header's name field (longer names need a USTAR prefix, a pax or a GNU long-name header)
+NAME_FIELD = 100
 #: largest member the reader loads into memory (a bigger one makes its sample unusable)
 MAX_MEMBER_BYTES = 1 << 28
 #: largest pax extended header or GNU long name accepted
 MAX_HEADER_BYTES = 1 << 16
+#: largest member size a header may state (the manifest's limit on a shard's size): a bigger one is damage,
+#: not a seek past what a file offset can hold (base-256 sizes reach 2**88)
+MAX_SIZE = 1 << 40
 _ADLER_MOD = 65521
 
 
@@ -132,7 +138,7 @@ def _pax_path(data: bytes) -> Optional[str]:
 
 def member_name(buf: bytes) -> str:
     """The name in a USTAR (or old-style) header block."""
-    name = buf[0:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+    name = buf[0:NAME_FIELD].split(b"\0", 1)[0].decode("utf-8", "replace")
     if buf[257:262] == b"ustar":
         prefix = buf[345:500].split(b"\0", 1)[0].decode("utf-8", "replace")
         if prefix:
@@ -191,6 +197,8 @@ class ShardReader:
                 raise TarDamage(self.url, at, f"malformed header ({exc})") from None
             if (chk - header_sum(buf)) % _ADLER_MOD:
                 raise TarDamage(self.url, at, "header checksum mismatch")
+            if size >= MAX_SIZE:
+                raise TarDamage(self.url, at, f"member size {size} beyond any shard (limit {MAX_SIZE})")
             kind = buf[156:157]
             data_offset = at + BLOCK
             self.pos = data_offset + pad(size)
@@ -205,7 +213,7 @@ class ShardReader:
                 except ValueError as exc:
                     raise TarDamage(self.url, data_offset, f"malformed pax header ({exc})") from None
                 continue
-            if kind not in _FILE_TYPES:  # directories, links, global headers...: not sample members
+            if kind not in FILE_TYPES:  # directories, links, global headers...: not sample members
                 long_name, start = None, self.pos
                 continue
             name = long_name if long_name is not None else member_name(buf)

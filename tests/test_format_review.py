@@ -1,0 +1,210 @@
+"""Review of the shard format package: hostile tar headers and hostile sample indexes.
+
+The index must never hand out a sample the header walk would not (another key, a member the walk skips,
+bytes behind an extended header), and a hostile header or index is damage (``TarDamage``/``IndexDamage``),
+never another exception and never a large allocation.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from helpers import jpeg_bytes, tar_bytes, write_raw_dataset
+
+import shardkit
+from shardkit.format import IndexDamage, IndexMismatch, ShardReader, TarDamage, load_index, write_tar
+from shardkit.format.index import SampleIndex, build_index
+from shardkit.format.writer import EncodedSample
+from shardkit.inspect import verify
+
+CLASSES = ["x", "y", "z"]
+SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
+SAMPLES = [EncodedSample(f"{i:04d}", jpeg_bytes(i % 3, i, (24, 20)), i % 3, {"class": CLASSES[i % 3]}) for i in range(6)]
+
+
+def _shard() -> tuple[bytes, SampleIndex]:
+    buf = io.BytesIO()
+    w = write_tar(SAMPLES, buf)
+    assert w.index is not None
+    return buf.getvalue(), w.index
+
+
+def _walk(data: bytes) -> list:
+    r = ShardReader(io.BytesIO(data), "s", num_classes=3)
+    return [(s.key, s.error) for s in iter(lambda: r.read(r.index), None)]
+
+
+def _fix_checksum(data: bytearray, at: int) -> None:
+    """Recompute the checksum of the header at ``at`` (a tampered header that still passes the checksum)."""
+    h = data[at : at + 512]
+    h[148:156] = b" " * 8
+    data[at + 148 : at + 156] = b"%06o\0 " % sum(h)
+
+
+def _header_of(idx: SampleIndex, i: int, c: int) -> int:
+    return int(idx.starts[i]) + int(idx.offsets[i, c]) - 512
+
+
+def _retarget(idx: SampleIndex, data: bytes) -> SampleIndex:
+    """``idx`` for the tampered shard bytes ``data`` (size and sha256 as a manifest written after it would say)."""
+    import hashlib
+
+    return SampleIndex(idx.keys, idx.exts, idx.starts, idx.offsets, idx.sizes, len(data), hashlib.sha256(data).hexdigest())
+
+
+def _slice_all(idx: SampleIndex, data: bytes) -> list:
+    lo, hi = idx.byte_range(0, len(idx))
+    return [(s.key, s.error) for s in idx.slice(data[lo:hi], 0, len(idx), url="s", num_classes=3)]
+
+
+def test_member_of_another_type_is_not_sliced(tmp_path):
+    """A member the walk skips (a directory, a link) must not be handed out by the index."""
+    data, idx = _shard()
+    tampered = bytearray(data)
+    at = _header_of(idx, 1, idx.exts.index("jpg"))
+    tampered[at + 156 : at + 157] = b"5"  # sample 1's image becomes a directory entry
+    _fix_checksum(tampered, at)
+    walked = _walk(bytes(tampered))
+    assert walked[1] == ("0001", "missing field 'jpg'")
+    with pytest.raises(IndexMismatch):
+        _slice_all(idx, bytes(tampered))
+
+
+def test_ustar_prefix_changes_the_key_for_the_walk_so_the_index_must_see_it():
+    data, idx = _shard()
+    tampered = bytearray(data)
+    for c in range(len(idx.exts)):
+        at = _header_of(idx, 2, c)
+        tampered[at + 345 : at + 350] = b"other"  # USTAR prefix: the member is other/0002.<ext> for the walk
+        _fix_checksum(tampered, at)
+    assert [k for k, _ in _walk(bytes(tampered))][2] == "other/0002"
+    with pytest.raises(IndexMismatch):
+        _slice_all(idx, bytes(tampered))
+
+
+def test_index_cannot_point_behind_an_extended_header():
+    """A pax header names the next member for the walk; an index skipping over it would rename the sample."""
+    import tarfile
+
+    ti = tarfile.TarInfo("a.cls")
+    ti.pax_headers = {"path": "evil.cls"}
+    data = tar_bytes([(ti, b"1"), ("a.jpg", SAMPLES[0].jpeg)])
+    assert [k for k, _ in _walk(data)] == ["evil", "a"]
+    # a consistent, hand-made index that calls bytes [1024, ...) sample "a" with both members
+    r = ShardReader(io.BytesIO(data), "s")
+    r.read(0)
+    cls = r.layout.members[0]
+    r.read(1)
+    jpg = r.layout.members[0]
+    starts = np.array([cls.data_offset - 512, r.layout.end], np.uint64)
+    offsets = np.array([[512, jpg.data_offset - cls.data_offset + 512]], np.uint32)
+    sizes = np.array([[cls.size, jpg.size]], np.uint32)
+    import hashlib
+
+    hostile = SampleIndex(("a",), ("cls", "jpg"), starts, offsets, sizes, len(data), hashlib.sha256(data).hexdigest())
+    with pytest.raises(IndexDamage):
+        SampleIndex.from_bytes(hostile.to_bytes())
+
+
+def _craft(n: int, keys: list[str], exts: list[str], starts, offsets, sizes, nbytes: int) -> bytes:
+    e, k = "\n".join(exts).encode(), "\n".join(keys).encode()
+    head = struct.pack("<8sIIQ32sII", b"SKINDEX1", n, len(offsets[0]) if len(offsets) else 1, nbytes, b"\0" * 32, len(e), len(k))
+    body = head + e + k + np.asarray(starts, "<u8").tobytes() + np.asarray(offsets, "<u4").tobytes() + np.asarray(sizes, "<u4").tobytes()
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def test_hostile_index_fields_are_index_damage():
+    ok = _craft(2, ["a", "b"], ["cls"], [0, 1024, 2048], [[512], [512]], [[1], [1]], 10240)
+    assert len(SampleIndex.from_bytes(ok)) == 2
+    cases = {
+        # a uint64 start above 2**63 passed the ordering check (read as a negative int64): read() then seeks to 2**64
+        "start beyond 2**63": _craft(2, ["a", "b"], ["cls"], [2**64 - 1024, 1024, 2048], [[512], [512]], [[1], [1]], 10240),
+        # the walk reads a name from the 100-byte name field only: a longer name can only match bytes the walk ignores
+        "name longer than a header's name field": _craft(1, ["k" * 120], ["cls"], [0, 1024], [[512]], [[1]], 10240),
+        # members must follow each other (header, data, padding): a gap could hide a header the walk reads
+        "gap between members": _craft(1, ["a"], ["cls", "jpg"], [0, 2560], [[512, 2048]], [[1, 1]], 10240),
+        "gap between samples": _craft(2, ["a", "b"], ["cls"], [0, 1536, 2560], [[512], [512]], [[1], [1]], 10240),
+        "first sample not at byte 0": _craft(1, ["a"], ["cls"], [512, 1536], [[512]], [[1]], 10240),
+    }
+    for what, raw in cases.items():
+        with pytest.raises(IndexDamage):
+            SampleIndex.from_bytes(raw)
+            pytest.fail(what)
+
+
+def test_malformed_size_field_is_a_mismatch_not_a_value_error():
+    data, idx = _shard()
+    tampered = bytearray(data)
+    at = _header_of(idx, 0, 0)
+    tampered[at + 124 : at + 136] = b"9" * 11 + b"\0"  # not octal, checksum fixed
+    _fix_checksum(tampered, at)
+    with pytest.raises(IndexMismatch):
+        _slice_all(idx, bytes(tampered))
+
+
+def test_huge_member_size_is_tar_damage_for_walk_loader_and_verify(tmp_path):
+    data = bytearray(tar_bytes([("a.cls", b"1"), ("a.txt", b"x" * 10), ("a.jpg", SAMPLES[0].jpeg), ("b.cls", b"2")]))
+    data[1024 + 124 : 1024 + 136] = b"\x80" + (2**80).to_bytes(11, "big")  # a.txt: a base-256 size of 2**80 bytes
+    _fix_checksum(data, 1024)
+    with pytest.raises(TarDamage):
+        ShardReader(io.BytesIO(bytes(data)), "s").read(1)
+    root = write_raw_dataset(str(tmp_path / "ds"), [(bytes(data), 2)], CLASSES)
+    with open(root + "/train-000000.tar", "rb") as f:
+        with pytest.raises(TarDamage):
+            ShardReader(f, "s").read(1)
+    msgs = [p.message for p in verify(root).problems]
+    assert any("not a readable tar" in m for m in msgs), msgs
+    loader = shardkit.load(root, batch_size=2, num_workers=0, raw=True, shuffle=False, **SMALL)
+    assert [s for b in loader for s in b] == [] and loader.stats.skipped == 2  # both samples lost to the damage, counted
+
+
+class _Recording:
+    """A file over ``data`` that records how many bytes each read asked for."""
+
+    def __init__(self, data: bytes):
+        self.f, self.asked = io.BytesIO(data), []
+
+    def read(self, n: int = -1) -> bytes:
+        self.asked.append(n)
+        return self.f.read(n)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_load_index_reads_what_the_header_announces_not_256_mib():
+    data, idx = _shard()
+    raw = idx.to_bytes()
+    opened = []
+
+    def open_fn(url):
+        opened.append(_Recording(raw))
+        return opened[-1]
+
+    assert load_index("s.tar", shard_bytes=idx.shard_bytes, shard_sha256=idx.shard_sha256, open_fn=open_fn) == idx
+    assert max(opened[0].asked) <= len(raw)
+    # a header announcing 2**32-1 samples is refused before anything that size is read
+    huge = bytearray(raw)
+    huge[8:12] = struct.pack("<I", 2**32 - 1)
+    raw = bytes(huge)
+    opened.clear()
+    with pytest.raises(IndexDamage):
+        load_index("s.tar", shard_bytes=idx.shard_bytes, shard_sha256=idx.shard_sha256, open_fn=open_fn)
+    assert max(opened[0].asked) <= len(raw)
+
+
+def test_index_from_the_writer_still_loads_and_slices_like_the_walk():
+    data, idx = _shard()
+    back = SampleIndex.from_bytes(idx.to_bytes(), shard_bytes=len(data), shard_sha256=idx.shard_sha256)
+    assert _slice_all(back, data) == _walk(data) == [(s.key, None) for s in SAMPLES]
+    assert build_index([], [], 0, "0" * 64) is None
+    assert json.loads(b"{}") == {}
