@@ -208,3 +208,13 @@ def test_index_from_the_writer_still_loads_and_slices_like_the_walk():
     assert _slice_all(back, data) == _walk(data) == [(s.key, None) for s in SAMPLES]
     assert build_index([], [], 0, "0" * 64) is None
     assert json.loads(b"{}") == {}
+
+
+def test_index_member_larger_than_the_walk_loads_is_refused():
+    """The walk refuses to load a member over MAX_MEMBER_BYTES (a bad sample); the index must not load it either."""
+    from shardkit.format.tar import MAX_MEMBER_BYTES, pad
+
+    size = MAX_MEMBER_BYTES + 1
+    raw = _craft(1, ["a"], ["jpg"], [0, 512 + pad(size)], [[512]], [[size]], 1 << 30)
+    with pytest.raises(IndexDamage):
+        SampleIndex.from_bytes(raw)

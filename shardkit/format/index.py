@@ -14,11 +14,15 @@ the shard). The sidecar is little-endian binary:
   sample's start) and sizes;
 * a CRC-32 of everything before it.
 
-Trust: :func:`load_index` checks the CRC, that the index names the shard's size
-and sha256 from the manifest, that its keys obey the member rule and are unique,
-and that the ranges are ordered. :meth:`SampleIndex.slice` checks, for every
-member it hands out, the tar header in front of it (checksum, name, size), so a
-wrong index is detected (:class:`IndexMismatch`) instead of delivering wrong
+Trust: :func:`load_index` reads only the size the header announces (refused when
+no shard of the manifest's size could need it), checks the CRC, that the index
+names the shard's size and sha256 from the manifest, that its keys obey the member
+rule, are unique and fit a tar header's name field, and that the samples lie back
+to back from byte 0 (each member's one header right after the previous member's
+padded data, none larger than the walk loads): no byte of an indexed range is left
+unchecked, so no extended header or foreign member can hide in it. :meth:`SampleIndex.slice`
+checks, for every member it hands out, the tar header in front of it (checksum,
+name with no USTAR prefix, regular-file type, size), so a wrong index is detected (:class:`IndexMismatch`) instead of delivering wrong
 bytes: the caller then falls back to the header walk (:mod:`shardkit.format.tar`),
 which also serves datasets written before the index. ``shardkit verify`` checks
 each sidecar against the tar it describes.
@@ -51,7 +55,7 @@ import numpy as np
 
 from .members import UnsafeName, split_member
 from .sample import LOADED_EXTS, RawSample, check_sample, store_field
-from .tar import BLOCK, FILE_TYPES, NAME_FIELD, Layout, ShardReader, header_ok, octal
+from .tar import BLOCK, FILE_TYPES, MAX_MEMBER_BYTES, NAME_FIELD, Layout, ShardReader, header_ok, octal
 
 #: the manifest's ``sample_index`` value for shards with a sidecar in this format
 INDEX_FORMAT = "sidecar-1"
@@ -215,7 +219,7 @@ def _size(hdr: bytes) -> int:
 def _layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, shard_bytes: int) -> Optional[str]:
     """Why these ranges are not a shard's samples laid out back to back, or ``None``.
 
-    Indexed samples start at byte 0 and follow each other, each member's one 512-byte header right
+    Indexed samples start at byte 0 and follow each other, no member is larger than the walk loads, each member's one 512-byte header right
     after the previous member's padded data: no byte in the indexed range is unchecked by a slice, so
     no extended header or foreign member can hide between two members and rename one for the walk.
     """
@@ -224,6 +228,8 @@ def _layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, sh
     if starts[0] != 0 or np.any(starts[1:] <= starts[:-1]) or starts[-1] > shard_bytes:  # uint64: no wrap-around
         return "sample ranges out of order, not from byte 0, or outside the shard"
     off, size = offsets.astype(np.int64), sizes.astype(np.int64)
+    if size.max(initial=0) > MAX_MEMBER_BYTES:  # the walk never loads such a member: a range read must not either
+        return f"a member of {size.max()} bytes (limit {MAX_MEMBER_BYTES})"
     ends = off + (size + BLOCK - 1) // BLOCK * BLOCK  # each member's padded data end, relative to its sample
     if np.any(off[:, 0] != BLOCK) or np.any(off[:, 1:] != ends[:, :-1] + BLOCK) or np.any(np.diff(starts.astype(np.int64)) != ends[:, -1]):
         return "members or samples not back to back (a gap between them)"
@@ -234,8 +240,9 @@ def build_index(layouts: Sequence[Layout], keys: Sequence[str], shard_bytes: int
     """The index of a shard from its samples' layouts, or ``None`` if the shard cannot be indexed.
 
     Indexable: every sample has the same fields in the same order, each member's data follows
-    its one 512-byte header (no pax or long-name headers), samples are contiguous, and offsets
-    and sizes fit 32 bits.
+    its one 512-byte header (no pax or long-name headers) right after the previous member,
+    samples are contiguous from byte 0, names fit a header's name field, and no member is
+    larger than the walk loads.
     """
     if not layouts:
         return None
