@@ -218,3 +218,17 @@ def test_index_member_larger_than_the_walk_loads_is_refused():
     raw = _craft(1, ["a"], ["jpg"], [0, 512 + pad(size)], [[512]], [[size]], 1 << 30)
     with pytest.raises(IndexDamage):
         SampleIndex.from_bytes(raw)
+
+
+def test_hostile_conversion_plan_is_a_problem_not_a_crash(tmp_path):
+    """An interrupted split's ``_shardkit/plan.json`` is read to say how far it got: a bad one is 'unreadable'."""
+    import os
+
+    split = tmp_path / "ds" / "val"
+    (split / "_shardkit").mkdir(parents=True)
+    (split / "val-000000.tar").write_bytes(tar_bytes([("a.cls", b"1")]))
+    for bad in (b"[" * 100_000, b'{"num_planned": "x"}', b'{"num_planned": [1]}', b"\xff", b"[]"):
+        (split / "_shardkit" / "plan.json").write_bytes(bad)
+        msgs = [p.message for p in verify(str(tmp_path / "ds")).problems]
+        assert len(msgs) == 1 and "incomplete conversion" in msgs[0] and "plan is unreadable" in msgs[0], (bad[:10], msgs)
+    assert os.path.exists(split / "val-000000.tar")

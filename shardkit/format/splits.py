@@ -53,7 +53,7 @@ def _incomplete(url: str, files: list[str], dirs: list[str], **so: Any) -> Optio
             _, jfiles = _list(storage.join(url, _JOURNAL_DIR), **so)
             records = sum(1 for f in jfiles if _RECORD.fullmatch(f))
             done = f", {records} of {planned} planned shards finished" if planned else ", planned but no shard finished"
-        except (ShardkitError, ValueError, TypeError, AttributeError):
+        except (ShardkitError, ValueError, TypeError, AttributeError, RecursionError):  # a hostile plan.json is no crash
             done = ", its conversion plan is unreadable"
     what = f"{len(shards)} shard(s)" + (f" and a conversion journal ({_JOURNAL_DIR}/)" if _JOURNAL_DIR in dirs else "")
     return Incomplete(url, f"incomplete conversion: {what} but no {MANIFEST_NAME}{done}; {_FINISH}")
