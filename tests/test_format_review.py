@@ -232,3 +232,18 @@ def test_hostile_conversion_plan_is_a_problem_not_a_crash(tmp_path):
         msgs = [p.message for p in verify(str(tmp_path / "ds")).problems]
         assert len(msgs) == 1 and "incomplete conversion" in msgs[0] and "plan is unreadable" in msgs[0], (bad[:10], msgs)
     assert os.path.exists(split / "val-000000.tar")
+
+
+def test_metadata_with_a_name_utf8_cannot_hold_is_written_and_read_back():
+    """A file name that is not valid UTF-8 (surrogate-escaped) must not abort writing its shard."""
+    from shardkit.format.members import parse_meta
+    from shardkit.format.writer import meta_bytes
+
+    meta = {"path": "cls/a\udcff.jpg", "class": "cls"}
+    assert parse_meta(meta_bytes(meta)) == meta
+    assert meta_bytes({"path": "é"}) == '{"path":"é"}'.encode()  # valid names: bytes unchanged
+    buf = io.BytesIO()
+    w = write_tar([EncodedSample("0000", SAMPLES[0].jpeg, 0, meta)], buf)
+    r = ShardReader(io.BytesIO(buf.getvalue()), "s", num_classes=3)
+    s = r.read(0)
+    assert s.error is None and s.meta == meta and w.index is not None

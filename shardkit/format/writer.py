@@ -69,8 +69,16 @@ class _HashingWriter:
 
 
 def meta_bytes(meta: dict[str, Any]) -> bytes:
-    """Canonical JSON encoding of sample metadata (sorted keys, UTF-8)."""
-    return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Canonical JSON encoding of sample metadata (sorted keys, UTF-8).
+
+    A string that UTF-8 cannot hold (a file name that was not valid UTF-8, decoded with
+    ``surrogateescape``) makes the whole member ASCII with ``\\u`` escapes, which JSON holds and
+    which parses back to the same string; every other member stays byte for byte as before.
+    """
+    try:
+        return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(meta, sort_keys=True, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
