@@ -282,7 +282,9 @@ def verify(url: str, *, quick: bool = False, quiet: bool = True, **storage_optio
     from tqdm.auto import tqdm
 
     found = find_splits(url, **storage_options)
-    report = VerifyReport(splits=len(found.manifests) + len(found.incomplete))
+    report = VerifyReport(splits=len(found.manifests) + len(found.incomplete) + len(found.unreadable))
+    for inc in found.unreadable:
+        report.problems.append(Problem("", _relative(url, inc.url) + MANIFEST_NAME, "", inc.detail))
     for inc in found.incomplete:
         report.problems.append(Problem("", _relative(url, inc.url) or "./", "", inc.detail))
     total = sum(m.num_bytes for m in found.manifests)

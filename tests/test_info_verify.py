@@ -181,3 +181,19 @@ def test_s3_incomplete_split_is_a_problem_exit_1(s3, s3_endpoint, src, capsys):
     assert [p.shard for p in verify(url, **opts).problems] == ["train/", "val/"]
     assert main(["info", url, "--endpoint-url", s3_endpoint]) == 2
     assert "no finished split" in capsys.readouterr().err
+
+
+def test_one_damaged_split_manifest_is_a_problem_and_the_other_splits_are_checked(ds, capsys):
+    """A damaged val/manifest.json: verify names it (exit 1) and still checks train; info shows train and warns."""
+    with open(os.path.join(ds, "val", "manifest.json"), "w") as f:
+        f.write("{not json")
+    report = verify(ds)
+    assert [p.shard for p in report.problems] == ["val/manifest.json"] and "not valid JSON" in report.problems[0].message
+    assert report.samples == 15 and report.splits == 2
+    assert main(["verify", ds, "--quiet"]) == 1
+    assert capsys.readouterr().out.startswith("val/manifest.json: ")
+    assert main(["info", ds]) == 0
+    out, err = capsys.readouterr()
+    assert "split train: 15 samples" in out and "not valid JSON" in err
+    with pytest.raises(Exception, match="not valid JSON"):
+        info(ds)  # the library call does not drop a split silently

@@ -28,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
     splits = [split_info(m) for m in found.manifests]
     for inc in found.incomplete:
         print(f"warning: {inc.url}: {inc.detail}", file=sys.stderr)
+    for inc in found.unreadable:
+        print(f"warning: {inc.detail}", file=sys.stderr)
     if not splits:
         raise ManifestError(f"{args.url}: no finished split (see the warning above)")
     if args.json:
