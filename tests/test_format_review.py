@@ -329,3 +329,15 @@ def test_fuzz_loader_and_verify_agree_on_awkward_shards(members, tmp_path_factor
     assert [(p.key, p.message) for p in problems if (p.key, p.message) in bad] == bad
     # everything else verify says is about samples the loader delivers (metadata, decode), never a skipped one
     assert all(p.key in got for p in problems if (p.key, p.message) not in bad), problems
+
+
+def test_writer_refuses_a_key_no_reader_would_see():
+    """``__x`` matched KEY_PATTERN, but the member rule reserves ``__`` names: the writer hit a bare assert
+    (and with ``python -O`` would write a sample that no reader delivers)."""
+    from shardkit.format import KEY_PATTERN
+
+    for key in ("__x", "__", "k\n"):  # a trailing newline matched "$" and broke the index's newline-joined keys
+        assert not KEY_PATTERN.match(key)
+        with pytest.raises(ValueError, match="invalid sample key"):
+            write_tar([EncodedSample(key, SAMPLES[0].jpeg, 0, {})], io.BytesIO())
+    assert KEY_PATTERN.match("_x") and KEY_PATTERN.match("x__y")

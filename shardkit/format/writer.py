@@ -97,7 +97,8 @@ def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
             members = []
             for ext in sorted(fields):
                 data, name = fields[ext], f"{s.key}.{ext}"
-                assert split_member(name) == (s.key, ext)  # what readers will make of it (KEY_PATTERN ensures it)
+                if split_member(name) != (s.key, ext):  # what readers will make of it (KEY_PATTERN ensures it)
+                    raise ValueError(f"member {name!r} would not be read back as field {ext!r} of sample {s.key!r}")
                 ti = tarfile.TarInfo(name)
                 ti.size, ti.mtime, ti.mode, ti.uname, ti.gname = len(data), 0, 0o444, "shardkit", "shardkit"
                 at = tf.offset
