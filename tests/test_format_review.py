@@ -341,3 +341,18 @@ def test_writer_refuses_a_key_no_reader_would_see():
         with pytest.raises(ValueError, match="invalid sample key"):
             write_tar([EncodedSample(key, SAMPLES[0].jpeg, 0, {})], io.BytesIO())
     assert KEY_PATTERN.match("_x") and KEY_PATTERN.match("x__y")
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(key=st.text("ab./_", max_size=8), ext=st.text("c./_", max_size=5))
+def test_index_key_check_per_key_equals_the_member_rule_per_member(key, ext):
+    """The index checks one name per key (``<key>.x``) and '/' in fields instead of every ``<key>.<ext>``."""
+    from shardkit.format import UnsafeName, split_member
+
+    def ok(name, want):
+        try:
+            return split_member(name) == want
+        except UnsafeName:
+            return False
+
+    assert ok(f"{key}.{ext}", (key, ext)) == (ok(f"{key}.x", (key, "x")) and "/" not in ext)

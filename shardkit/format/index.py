@@ -194,13 +194,16 @@ class SampleIndex:
         n, k = len(self.keys), len(self.exts)
         if len(set(self.exts)) != k or len(set(self.keys)) != n:
             raise IndexDamage(f"{url}: repeated keys or fields")
+        # split_member(f"{key}.{ext}") == (key, ext) exactly when the key splits back from any name
+        # "<key>.x" and the field has no "/": one member-rule call per key, not one per member
+        if any("/" in e for e in self.exts):
+            raise IndexDamage(f"{url}: a field name {self.exts!r} holds '/'")
         for key in self.keys:
-            for ext in self.exts:
-                try:
-                    if split_member(f"{key}.{ext}") != (key, ext):
-                        raise IndexDamage(f"{url}: {key}.{ext} is not a sample member name")
-                except UnsafeName as exc:
-                    raise IndexDamage(f"{url}: {exc}") from None
+            try:
+                if split_member(f"{key}.x") != (key, "x"):
+                    raise IndexDamage(f"{url}: {key!r} is not a sample key (member rule)")
+            except UnsafeName as exc:
+                raise IndexDamage(f"{url}: {exc}") from None
         if n and max(len(x.encode("utf-8")) for x in self.keys) + 1 + max(len(e.encode("utf-8")) for e in self.exts) >= NAME_FIELD:
             raise IndexDamage(f"{url}: a member name does not fit a tar header's {NAME_FIELD}-byte name field")
         why = _layout_error(self.starts, self.offsets, self.sizes, self.shard_bytes)
