@@ -356,3 +356,22 @@ def test_index_key_check_per_key_equals_the_member_rule_per_member(key, ext):
             return False
 
     assert ok(f"{key}.{ext}", (key, ext)) == (ok(f"{key}.x", (key, "x")) and "/" not in ext)
+
+
+def test_oversized_label_and_metadata_members_are_bad_samples_read_by_neither_walk_nor_index():
+    """A 1 MiB ``.cls`` or a 2 MiB ``.json`` is refused from its header's size (up to 256 MiB were read first)."""
+    import hashlib
+
+    from shardkit.format.index import index_from_walk
+
+    members = [("a.cls", b"0" + b" " * (1 << 20)), ("a.jpg", SAMPLES[0].jpeg), ("a.json", b"{}"),
+               ("b.cls", b"1"), ("b.jpg", SAMPLES[1].jpeg), ("b.json", b"{}" + b" " * (2 << 20)),
+               ("c.cls", b"2"), ("c.jpg", SAMPLES[2].jpeg), ("c.json", b"{}")]
+    data = tar_bytes(members, fmt=__import__("tarfile").USTAR_FORMAT)
+    r = ShardReader(io.BytesIO(data), "s", num_classes=3)
+    walked = [r.read(i) for i in range(3)]
+    assert r.bytes_read < 64 << 10  # neither big member was read
+    assert [s.error for s in walked] == ["member a.cls has 1048577 bytes (limit 64)",
+                                         "bad .json member: metadata of 2097154 bytes (limit 1048576)", None]
+    idx = index_from_walk(io.BytesIO(data), "s", len(data), hashlib.sha256(data).hexdigest())
+    assert idx is not None and idx.slice(data[: idx.byte_range(0, 3)[1]], 0, 3, url="s", num_classes=3) == walked

@@ -54,8 +54,8 @@ from typing import IO, Any, Callable, Optional, Sequence
 import numpy as np
 
 from .members import UnsafeName, split_member
-from .sample import LOADED_EXTS, RawSample, check_sample, store_field
-from .tar import BLOCK, FILE_TYPES, MAX_MEMBER_BYTES, NAME_FIELD, Layout, ShardReader, header_ok, octal
+from .sample import FIELD_LIMITS, LOADED_EXTS, MAX_MEMBER_BYTES, RawSample, check_sample, size_error, store_field
+from .tar import BLOCK, FILE_TYPES, NAME_FIELD, Layout, ShardReader, header_ok, octal
 
 #: the manifest's ``sample_index`` value for shards with a sidecar in this format
 INDEX_FORMAT = "sidecar-1"
@@ -122,7 +122,7 @@ class SampleIndex:
         starts = (self.starts[start:stop] - np.uint64(lo)).tolist()
         offs, sizes = self.offsets[start:stop].tolist(), self.sizes[start:stop].tolist()
         names = [("." + e).encode("utf-8") for e in self.exts]
-        loaded = [e in LOADED_EXTS for e in self.exts]
+        limits = [FIELD_LIMITS[e] if e in LOADED_EXTS else -1 for e in self.exts]  # -1: not loaded
         out = []
         for s in range(stop - start):
             key = self.keys[start + s]
@@ -137,8 +137,10 @@ class SampleIndex:
                 if len(hdr) != BLOCK or hdr[: len(name)] != name or hdr[len(name)] != 0 or hdr[156:157] not in FILE_TYPES \
                         or (hdr[345] and hdr[257:262] == b"ustar") or not header_ok(hdr) or _size(hdr) != size or at + size > len(data):
                     raise IndexMismatch(f"{url}: sample {start + s} ({key}.{ext}): the tar header at byte {lo + at - BLOCK} does not match the index")
-                if loaded[c]:
+                if size <= limits[c]:
                     store_field(sample, ext, data[at : at + size])
+                elif limits[c] >= 0:  # as the walk: refused from its size, not read
+                    sample.error = sample.error or size_error(key, ext, size)
             check_sample(sample, num_classes)
             out.append(sample)
         return out

@@ -21,7 +21,8 @@ file); absolute and ``..`` names, and keys seen before in the shard, make
 their sample unusable; links, devices and directories are not sample members;
 a field that repeats within one key starts a new sample (two samples are never
 merged into one); sizes are checked before anything is allocated or sought (a member to
-load is at most :data:`MAX_MEMBER_BYTES`, an extended header at most
+load is at most :data:`MAX_MEMBER_BYTES`, a ``.cls`` 64 bytes, a ``.json``
+1 MiB: :func:`~shardkit.format.sample.size_error`; an extended header at most
 :data:`MAX_HEADER_BYTES`, any member less than :data:`MAX_SIZE`); malformed numbers and pax records are
 :class:`TarDamage`, never another error.
 """
@@ -33,15 +34,13 @@ from dataclasses import dataclass
 from typing import IO, Optional
 
 from .members import UnsafeName, duplicate_key_error, split_member
-from .sample import LOADED_EXTS, RawSample, check_sample, store_field
+from .sample import FIELD_LIMITS, LOADED_EXTS, MAX_MEMBER_BYTES, RawSample, check_sample, size_error, store_field
 
 BLOCK = 512
 #: type flags of regular-file members (the only ones that can be sample members)
 FILE_TYPES = (b"0", b"\0", b"7")
 #: bytes of a header's name field (longer names need a USTAR prefix, a pax or a GNU long-name header)
 NAME_FIELD = 100
-#: largest member the reader loads into memory (a bigger one makes its sample unusable)
-MAX_MEMBER_BYTES = 1 << 28
 #: largest pax extended header or GNU long name accepted
 MAX_HEADER_BYTES = 1 << 16
 #: largest member size a header may state (the manifest's limit on a shard's size): a bigger one is damage,
@@ -266,8 +265,8 @@ class ShardReader:
                         sample.error = sample.error or m.unsafe
                     elif m.ext not in LOADED_EXTS:
                         pass  # foreign member: skipped unread
-                    elif m.size > MAX_MEMBER_BYTES:
-                        sample.error = sample.error or f"member {key}.{m.ext} has {m.size} bytes (limit {MAX_MEMBER_BYTES})"
+                    elif m.size > FIELD_LIMITS[m.ext]:
+                        sample.error = sample.error or size_error(key, m.ext, m.size)
                     else:
                         data = self._read_at(m.data_offset, m.size)
                         if len(data) < m.size:
