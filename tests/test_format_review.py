@@ -375,3 +375,22 @@ def test_oversized_label_and_metadata_members_are_bad_samples_read_by_neither_wa
                                          "bad .json member: metadata of 2097154 bytes (limit 1048576)", None]
     idx = index_from_walk(io.BytesIO(data), "s", len(data), hashlib.sha256(data).hexdigest())
     assert idx is not None and idx.slice(data[: idx.byte_range(0, 3)[1]], 0, 3, url="s", num_classes=3) == walked
+
+
+def test_pax_size_record_is_honoured_as_tar_and_webdataset_do():
+    """A pax ``size`` record overrides the header's size field (how members over 8 GiB are written: the field is 0)."""
+    import tarfile
+
+    ti = tarfile.TarInfo("a.jpg")
+    ti.pax_headers = {"size": str(len(SAMPLES[0].jpeg))}
+    data = bytearray(tar_bytes([("a.cls", b"1"), (ti, SAMPLES[0].jpeg), ("b.cls", b"2"), ("b.jpg", SAMPLES[1].jpeg)]))
+    at = data.index(b"a.jpg\0", 1024)  # the member header after the pax header
+    data[at + 124 : at + 136] = b"%011o\0" % 0
+    _fix_checksum(data, at)
+    data = bytes(data)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        assert [(m.name, m.size) for m in tf.getmembers()] == [("a.cls", 1), ("a.jpg", len(SAMPLES[0].jpeg)), ("b.cls", 1),
+                                                              ("b.jpg", len(SAMPLES[1].jpeg))]
+    r = ShardReader(io.BytesIO(data), "s", num_classes=3)
+    got = [r.read(0), r.read(1)]
+    assert [(s.key, s.label, s.jpeg, s.error) for s in got] == [("a", 1, SAMPLES[0].jpeg, None), ("b", 2, SAMPLES[1].jpeg, None)]

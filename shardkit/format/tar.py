@@ -113,9 +113,9 @@ def pad(n: int) -> int:
     return (n + BLOCK - 1) // BLOCK * BLOCK
 
 
-def _pax_path(data: bytes) -> Optional[str]:
-    """The ``path`` record of a pax extended header; ``ValueError`` if the records are malformed."""
-    path = None
+def _pax_records(data: bytes) -> tuple[Optional[str], Optional[int]]:
+    """The ``path`` and ``size`` records of a pax extended header; ``ValueError`` if the records are malformed."""
+    path = size = None
     pos = 0
     while pos < len(data):
         if data[pos:].strip(b"\0") == b"":
@@ -131,8 +131,12 @@ def _pax_path(data: bytes) -> Optional[str]:
         k, _, v = rec.partition(b"=")
         if k == b"path":
             path = v.decode("utf-8", "replace")
+        elif k == b"size":  # overrides the header's size field (members over 8 GiB), as in tarfile
+            if not v.isdigit() or len(v) > 20:
+                raise ValueError(f"malformed pax size {v[:20]!r}")
+            size = int(v)
         pos += length
-    return path
+    return path, size
 
 
 def member_name(buf: bytes) -> str:
@@ -178,6 +182,7 @@ class ShardReader:
     def _next_header(self) -> Optional[Member]:
         """Parse headers from ``pos`` until a regular file member with a key and extension."""
         long_name: Optional[str] = None
+        pax_size: Optional[int] = None
         start = self.pos
         while True:
             at = self.pos
@@ -196,9 +201,11 @@ class ShardReader:
                 raise TarDamage(self.url, at, f"malformed header ({exc})") from None
             if (chk - header_sum(buf)) % _ADLER_MOD:
                 raise TarDamage(self.url, at, "header checksum mismatch")
+            kind = buf[156:157]
+            if pax_size is not None and kind not in (b"x", b"L"):
+                size, pax_size = pax_size, None
             if size >= MAX_SIZE:
                 raise TarDamage(self.url, at, f"member size {size} beyond any shard (limit {MAX_SIZE})")
-            kind = buf[156:157]
             data_offset = at + BLOCK
             self.pos = data_offset + pad(size)
             if kind in (b"x", b"L"):  # pax extended header / GNU long name for the next member
@@ -208,7 +215,10 @@ class ShardReader:
                 if len(data) < size:
                     raise TarDamage(self.url, data_offset, "truncated extended header")
                 try:
-                    long_name = _pax_path(data) if kind == b"x" else data.split(b"\0", 1)[0].decode("utf-8", "replace")
+                    if kind == b"x":
+                        long_name, pax_size = _pax_records(data)
+                    else:
+                        long_name = data.split(b"\0", 1)[0].decode("utf-8", "replace")
                 except ValueError as exc:
                     raise TarDamage(self.url, data_offset, f"malformed pax header ({exc})") from None
                 continue
