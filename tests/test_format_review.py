@@ -7,6 +7,7 @@ never another exception and never a large allocation.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import struct
@@ -35,9 +36,17 @@ def _shard() -> tuple[bytes, SampleIndex]:
     return buf.getvalue(), w.index
 
 
-def _walk(data: bytes) -> list:
+def _walk_samples(data: bytes) -> list:
+    """The samples the header walk delivers (``gid`` = index), up to any damage."""
     r = ShardReader(io.BytesIO(data), "s", num_classes=3)
-    return [(s.key, s.error) for s in iter(lambda: r.read(r.index), None)]
+    got: list = []
+    with contextlib.suppress(TarDamage):
+        got.extend(iter(lambda: r.read(r.index, r.index), None))
+    return got
+
+
+def _walk(data: bytes) -> list:
+    return [(s.key, s.error) for s in _walk_samples(data)]
 
 
 def _fix_checksum(data: bytearray, at: int) -> None:
@@ -249,42 +258,8 @@ def test_metadata_with_a_name_utf8_cannot_hold_is_written_and_read_back():
     assert s.error is None and s.meta == meta and w.index is not None
 
 
-# --- headers tampered with a recomputed checksum: the index slice agrees with the walk or refuses -----------------
-
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-_DATA, _IDX = _shard()
-_HEADERS = [_header_of(_IDX, i, c) for i in range(len(_IDX)) for c in range(len(_IDX.exts))]
-
-
-def _walk_samples(data: bytes) -> list:
-    r = ShardReader(io.BytesIO(data), "s", num_classes=3)
-    out = []
-    try:
-        while (s := r.read(r.index, r.index)) is not None:
-            out.append(s)
-    except TarDamage:
-        pass
-    return out
-
-
-@pytest.mark.timeout(120)
-@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(edits=st.lists(st.tuples(st.sampled_from(_HEADERS), st.integers(0, 511), st.integers(0, 255)), min_size=1, max_size=3))
-def test_fuzz_tampered_headers_with_valid_checksums_never_differ_from_the_walk(edits):
-    data = bytearray(_DATA)
-    for at, off, value in edits:
-        if not 148 <= off < 156:
-            data[at + off] = value
-            _fix_checksum(data, at)
-    data = bytes(data)
-    lo, hi = _IDX.byte_range(0, len(_IDX))
-    try:
-        got = _IDX.slice(data[lo:hi], 0, len(_IDX), url="s", first_gid=0, num_classes=3)
-    except IndexMismatch:
-        return  # the loader then reads the shard with the walk
-    assert got == _walk_samples(data)
 
 
 def test_writer_is_byte_for_byte_webdatasets_tarwriter():
