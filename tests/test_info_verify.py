@@ -197,3 +197,19 @@ def test_one_damaged_split_manifest_is_a_problem_and_the_other_splits_are_checke
     assert "split train: 15 samples" in out and "not valid JSON" in err
     with pytest.raises(Exception, match="not valid JSON"):
         info(ds)  # the library call does not drop a split silently
+
+
+def test_verify_reports_images_the_loader_skips_for_their_pixel_count(ds, capsys):
+    """An image over the loader's max_pixels is skipped by the loader, so it is a verify problem (default: the loader's)."""
+    import shardkit
+    from shardkit.loader.config import ImageConfig
+
+    small = verify(ds, max_pixels=100)  # every converted image (short side 40) declares more
+    assert len(small.problems) == 21 and all("the loader skips it (max_pixels 100" in p.message for p in small.problems)
+    loader = shardkit.load(os.path.join(ds, "val"), batch_size=4, num_workers=0, max_pixels=100, pin_memory=False, size=16)
+    assert sum(len(b[1]) for b in loader) == 0 and loader.stats.skipped == 6  # what verify said
+    assert verify(ds).ok and ImageConfig.max_pixels == 89_478_485
+    assert main(["verify", os.path.join(ds, "val"), "--quiet", "--max-pixels", "100"]) == 1
+    assert "6 problem(s)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["verify", ds, "--max-pixels", "0"])
