@@ -196,7 +196,7 @@ class _SplitCheck:
             if self.quick:
                 self.report.samples += s.samples
             else:
-                self._samples(ShardReader(r, url, num_classes=len(m.classes)), s.name, s.samples, layouts, keys)  # type: ignore[arg-type]
+                self._samples(ShardReader(r, url, num_classes=len(m.classes) or None), s.name, s.samples, layouts, keys)  # type: ignore[arg-type]
             r.drain()
         if r.sha.hexdigest() != s.sha256:
             self.add(s.name, "", "sha256 does not match the manifest (the shard changed or is damaged)")
@@ -227,11 +227,12 @@ class _SplitCheck:
         self.report.samples += n
 
     def _fields(self, name: str, key: str, label: int, meta_bytes: bytes, jpeg: bytes) -> None:
-        classes = self.m.classes
-        self.counts[label] += 1
+        classes = self.m.classes  # none: the loader accepts any label, and there is no class name to compare
+        if classes:
+            self.counts[label] += 1
         if not meta_bytes:
             self.add(name, key, f"missing member .{META_EXT}")
-        else:
+        elif classes:
             cls = parse_meta(meta_bytes).get("class")  # the reader already refused a bad .json
             if cls != classes[label]:
                 self.add(name, key, f"metadata class {cls!r} does not match label {label} ({classes[label]!r})")

@@ -369,3 +369,14 @@ def test_pax_size_record_is_honoured_as_tar_and_webdataset_do():
     r = ShardReader(io.BytesIO(data), "s", num_classes=3)
     got = [r.read(0), r.read(1)]
     assert [(s.key, s.label, s.jpeg, s.error) for s in got] == [("a", 1, SAMPLES[0].jpeg, None), ("b", 2, SAMPLES[1].jpeg, None)]
+
+
+def test_a_manifest_without_classes_loader_and_verify_agree(tmp_path):
+    """The loader takes ``classes: []`` as "any label" (``len(classes) or None``); verify called every label
+    out of range (and would index an empty class list)."""
+    members = [("a.cls", b"3"), ("a.jpg", SAMPLES[0].jpeg), ("a.json", b"{}"), ("b.cls", b"0"), ("b.jpg", SAMPLES[1].jpeg)]
+    root = write_raw_dataset(str(tmp_path / "ds"), [(tar_bytes(members), 2)], [])
+    got = [s.key for b in shardkit.load(root, batch_size=2, num_workers=0, raw=True, shuffle=False, **SMALL) for s in b]
+    assert got == ["a", "b"]
+    problems = verify(root).problems
+    assert [(p.key, p.message) for p in problems] == [("b", "missing member .json")]
