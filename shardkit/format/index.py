@@ -20,9 +20,10 @@ names the shard's size and sha256 from the manifest, that its keys obey the memb
 rule, are unique and fit a tar header's name field, and that the samples lie back
 to back from byte 0 (each member's one header right after the previous member's
 padded data, none larger than the walk loads): no byte of an indexed range is left
-unchecked, so no extended header or foreign member can hide in it. :meth:`SampleIndex.slice`
-checks, for every member it hands out, the tar header in front of it (checksum,
-name with no USTAR prefix, regular-file type, size), so a wrong index is detected (:class:`IndexMismatch`) instead of delivering wrong
+unchecked, so no extended header or foreign member can hide in it.
+:meth:`SampleIndex.slice` checks, for every member it hands out, the tar header in
+front of it (checksum, name with no USTAR prefix, regular-file type, size), so a
+wrong index is detected (:class:`IndexMismatch`) instead of delivering wrong
 bytes: the caller then falls back to the header walk (:mod:`shardkit.format.tar`),
 which also serves datasets written before the index. ``shardkit verify`` checks
 each sidecar against the tar it describes.
@@ -166,10 +167,10 @@ class SampleIndex:
     def from_bytes(cls, data: bytes, url: str = "<index>", *, shard_bytes: Optional[int] = None,
                    shard_sha256: Optional[str] = None) -> "SampleIndex":
         """Parse and check a sidecar (see the module docstring); :class:`IndexDamage` naming ``url`` if it is unusable."""
-        if len(data) < _HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
-            raise IndexDamage(f"{url}: not a sample index or damaged (CRC mismatch)")
         if len(data) > MAX_INDEX_BYTES:
             raise IndexDamage(f"{url}: sample index larger than {MAX_INDEX_BYTES} bytes")
+        if len(data) < _HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
+            raise IndexDamage(f"{url}: not a sample index or damaged (CRC mismatch)")
         magic, n, k, nbytes, sha, le, lk = _HEAD.unpack_from(data)
         if magic != _MAGIC:
             raise IndexDamage(f"{url}: not a shardkit sample index (magic {magic!r})")
@@ -224,9 +225,10 @@ def _size(hdr: bytes) -> int:
 def _layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, shard_bytes: int) -> Optional[str]:
     """Why these ranges are not a shard's samples laid out back to back, or ``None``.
 
-    Indexed samples start at byte 0 and follow each other, no member is larger than the walk loads, each member's one 512-byte header right
-    after the previous member's padded data: no byte in the indexed range is unchecked by a slice, so
-    no extended header or foreign member can hide between two members and rename one for the walk.
+    Indexed samples start at byte 0 and follow each other, each member's one 512-byte header right
+    after the previous member's padded data, and no member is larger than the walk loads: no byte in
+    the indexed range is unchecked by a slice, so no extended header or foreign member can hide
+    between two members and rename one for the walk.
     """
     if len(starts) < 2:
         return None

@@ -20,11 +20,12 @@ Hostile shards: names are only strings here (the reader never creates a
 file); absolute and ``..`` names, and keys seen before in the shard, make
 their sample unusable; links, devices and directories are not sample members;
 a field that repeats within one key starts a new sample (two samples are never
-merged into one); sizes are checked before anything is allocated or sought (a member to
-load is at most :data:`MAX_MEMBER_BYTES`, a ``.cls`` 64 bytes, a ``.json``
-1 MiB: :func:`~shardkit.format.sample.size_error`; an extended header at most
-:data:`MAX_HEADER_BYTES`, any member less than :data:`MAX_SIZE`); malformed numbers and pax records are
-:class:`TarDamage`, never another error.
+merged into one); sizes are checked before anything is allocated or sought (a
+member to load is at most :data:`MAX_MEMBER_BYTES`, a ``.cls`` 64 bytes, a
+``.json`` 1 MiB: :func:`~shardkit.format.sample.size_error`; an extended header at
+most :data:`MAX_HEADER_BYTES`; any member less than :data:`MAX_SIZE`); a pax
+``size`` record overrides the size field, as in tarfile; malformed numbers and pax
+records are :class:`TarDamage`, never another error.
 """
 
 from __future__ import annotations
