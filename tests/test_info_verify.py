@@ -79,6 +79,30 @@ def test_s3_convert_info_verify(s3, s3_endpoint, src, capsys):
     assert [s["samples"] for s in json.loads(capsys.readouterr().out)] == [15, 6]
     assert main(["verify", url, "--endpoint-url", s3_endpoint, "--quiet"]) == 0
     assert "OK" in capsys.readouterr().out
+    _s3_incomplete_split_is_a_problem_exit_1(url, opts, s3_endpoint, capsys)
+
+
+def _s3_incomplete_split_is_a_problem_exit_1(url, opts, s3_endpoint, capsys):
+    """Bug 3 of issue #11 on object storage: a split without its manifest is named, with the command that finishes it."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**opts)
+    bucket_path = url[len("s3://"):]
+    fs.rm(f"{bucket_path}/val/manifest.json")  # as after Ctrl-C while val was being written
+    report = verify(url, **opts)
+    assert [p.shard for p in report.problems] == ["val/"], report.problems
+    assert "incomplete conversion" in report.problems[0].message and "shardkit convert" in report.problems[0].message
+    assert main(["verify", url, "--endpoint-url", s3_endpoint, "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("val/: incomplete conversion") and "1 problem(s)" in out
+    assert main(["info", url, "--endpoint-url", s3_endpoint]) == 0 and "incomplete conversion" in capsys.readouterr().err
+    # the split folder itself, and a split with nothing finished: still named, exit 1 (not "no manifest here", exit 2)
+    assert main(["verify", f"{url}/val", "--endpoint-url", s3_endpoint, "--quiet"]) == 1
+    assert capsys.readouterr().out.startswith("./: incomplete conversion")
+    fs.rm(f"{bucket_path}/train/manifest.json")
+    assert [p.shard for p in verify(url, **opts).problems] == ["train/", "val/"]
+    assert main(["info", url, "--endpoint-url", s3_endpoint]) == 2
+    assert "no finished split" in capsys.readouterr().err
 
 
 def _error_cases(tmp_path, src):
@@ -155,32 +179,6 @@ def test_cli_storage_backend_failure_is_one_line(tmp_path):
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardkit info: error:") and "s3://bucket/ds" in lines[0], out.stderr
-
-
-@pytest.mark.slow
-def test_s3_incomplete_split_is_a_problem_exit_1(s3, s3_endpoint, src, capsys):
-    """Bug 3 of issue #11 on object storage: a split without its manifest is named, with the command that finishes it."""
-    import s3fs
-
-    opts, bucket = s3
-    url = f"s3://{bucket}/ds"
-    convert(src, url, OPTS, workers=1, quiet=True, storage_options=opts)
-    fs = s3fs.S3FileSystem(**opts)
-    fs.rm(f"{bucket}/ds/val/manifest.json")  # as after Ctrl-C while val was being written
-    report = verify(url, **opts)
-    assert [p.shard for p in report.problems] == ["val/"], report.problems
-    assert "incomplete conversion" in report.problems[0].message and "shardkit convert" in report.problems[0].message
-    assert main(["verify", url, "--endpoint-url", s3_endpoint, "--quiet"]) == 1
-    out = capsys.readouterr().out
-    assert out.startswith("val/: incomplete conversion") and "1 problem(s)" in out
-    assert main(["info", url, "--endpoint-url", s3_endpoint]) == 0 and "incomplete conversion" in capsys.readouterr().err
-    # the split folder itself, and a split with nothing finished: still named, exit 1 (not "no manifest here", exit 2)
-    assert main(["verify", f"{url}/val", "--endpoint-url", s3_endpoint, "--quiet"]) == 1
-    assert capsys.readouterr().out.startswith("./: incomplete conversion")
-    fs.rm(f"{bucket}/ds/train/manifest.json")
-    assert [p.shard for p in verify(url, **opts).problems] == ["train/", "val/"]
-    assert main(["info", url, "--endpoint-url", s3_endpoint]) == 2
-    assert "no finished split" in capsys.readouterr().err
 
 
 def test_one_damaged_split_manifest_is_a_problem_and_the_other_splits_are_checked(ds, capsys):
