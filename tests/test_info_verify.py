@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -195,6 +196,10 @@ def test_one_damaged_split_manifest_is_a_problem_and_the_other_splits_are_checke
     assert "split train: 15 samples" in out and "not valid JSON" in err
     with pytest.raises(Exception, match="not valid JSON"):
         info(ds)  # the library call does not drop a split silently
+    shutil.rmtree(os.path.join(ds, "train"))
+    assert main(["info", ds]) == 2  # nothing else left: the manifest's own error, one line
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "val/manifest.json: not valid JSON" in err
 
 
 def test_verify_reports_images_the_loader_skips_for_their_pixel_count(ds, capsys):
