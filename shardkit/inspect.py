@@ -148,11 +148,14 @@ def iter_samples(f: IO[bytes], url: str = "<shard>") -> Iterator[tuple[str, dict
         raise ValueError(str(exc)) from None
 
 
-def _check_image(jpeg: bytes) -> Optional[str]:
+def _check_image(jpeg: bytes, max_pixels: int) -> Optional[str]:
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(jpeg)) as im:
+            w, h = im.size
+            if w * h > max_pixels:  # the loader refuses it from its header: so does verify (and decodes nothing)
+                return f"image declares {w} x {h} pixels: the loader skips it (max_pixels {max_pixels}; pass a larger max_pixels to load and verify it)"
             im.load()
             if im.format != "JPEG":
                 return f"image is {im.format}, not JPEG"
@@ -166,8 +169,8 @@ def _check_image(jpeg: bytes) -> Optional[str]:
 class _SplitCheck:
     """Verification of one split's shards (keys and class counts accumulate over the split)."""
 
-    def __init__(self, m: Manifest, where: str, quick: bool, report: VerifyReport, so: dict[str, Any]):
-        self.m, self.where, self.quick, self.report, self.so = m, where, quick, report, so
+    def __init__(self, m: Manifest, where: str, quick: bool, max_pixels: int, report: VerifyReport, so: dict[str, Any]):
+        self.m, self.where, self.quick, self.max_pixels, self.report, self.so = m, where, quick, max_pixels, report, so
         self.keys: set[str] = set()
         self.counts = [0] * len(m.classes)
         self.unread = False  # a shard is missing or not fully readable: its class counts are unknown
@@ -193,7 +196,7 @@ class _SplitCheck:
             if self.quick:
                 self.report.samples += s.samples
             else:
-                self._samples(ShardReader(r, url, num_classes=len(m.classes)), s.name, s.samples, layouts, keys)  # type: ignore[arg-type]
+                self._samples(ShardReader(r, url, num_classes=len(m.classes) or None), s.name, s.samples, layouts, keys)  # type: ignore[arg-type]
             r.drain()
         if r.sha.hexdigest() != s.sha256:
             self.add(s.name, "", "sha256 does not match the manifest (the shard changed or is damaged)")
@@ -224,15 +227,16 @@ class _SplitCheck:
         self.report.samples += n
 
     def _fields(self, name: str, key: str, label: int, meta_bytes: bytes, jpeg: bytes) -> None:
-        classes = self.m.classes
-        self.counts[label] += 1
+        classes = self.m.classes  # none: the loader accepts any label, and there is no class name to compare
+        if classes:
+            self.counts[label] += 1
         if not meta_bytes:
             self.add(name, key, f"missing member .{META_EXT}")
-        else:
+        elif classes:
             cls = parse_meta(meta_bytes).get("class")  # the reader already refused a bad .json
             if cls != classes[label]:
                 self.add(name, key, f"metadata class {cls!r} does not match label {label} ({classes[label]!r})")
-        bad = _check_image(jpeg)
+        bad = _check_image(jpeg, self.max_pixels)
         if bad:
             self.add(name, key, bad)
 
@@ -266,13 +270,16 @@ def _relative(url: str, base: str) -> str:
     return b + "/"
 
 
-def verify(url: str, *, quick: bool = False, quiet: bool = True, **storage_options: Any) -> VerifyReport:
+def verify(url: str, *, quick: bool = False, quiet: bool = True, max_pixels: Optional[int] = None,
+           **storage_options: Any) -> VerifyReport:
     """Check every shard of the dataset at ``url`` against its manifest.
 
     Args:
         url: split folder or dataset root, local or fsspec URL.
         quick: sizes, sha256 and index checksums only (no decoding).
         quiet: no progress bar.
+        max_pixels: an image declaring more pixels is a problem, as the loader skips it; default: the
+            loader's default (``shardkit.load(..., max_pixels=...)``).
         storage_options: fsspec options.
 
     Returns:
@@ -281,14 +288,22 @@ def verify(url: str, *, quick: bool = False, quiet: bool = True, **storage_optio
     """
     from tqdm.auto import tqdm
 
+    if max_pixels is None:
+        from .loader.config import ImageConfig  # the loader's default, stated once there
+
+        max_pixels = ImageConfig.max_pixels
+    if max_pixels < 1:
+        raise ValueError(f"max_pixels must be >= 1, got {max_pixels}")
     found = find_splits(url, **storage_options)
-    report = VerifyReport(splits=len(found.manifests) + len(found.incomplete))
+    report = VerifyReport(splits=len(found.manifests) + len(found.incomplete) + len(found.unreadable))
+    for inc in found.unreadable:
+        report.problems.append(Problem("", _relative(url, inc.url) + MANIFEST_NAME, "", inc.detail))
     for inc in found.incomplete:
         report.problems.append(Problem("", _relative(url, inc.url) or "./", "", inc.detail))
     total = sum(m.num_bytes for m in found.manifests)
     with tqdm(total=total, unit="B", unit_scale=True, desc="verify", disable=quiet, dynamic_ncols=True) as bar:
         for m in found.manifests:
-            check = _SplitCheck(m, _relative(url, m.base_url), quick, report, dict(storage_options))
+            check = _SplitCheck(m, _relative(url, m.base_url), quick, max_pixels, report, dict(storage_options))
             for i, s in enumerate(m.shards):
                 try:
                     check.shard(i)

@@ -344,7 +344,10 @@ def test_fuzz_damaged_shard_bytes_never_differ_from_the_walk(flips):
     data = bytearray(_DATA)
     for at, x in flips:
         data[at] ^= x
-    data = bytes(data)
+    _slice_is_the_walk_or_refused(bytes(data))
+
+
+def _slice_is_the_walk_or_refused(data: bytes) -> None:
     idx = _WRITTEN.index
     lo, hi = idx.byte_range(0, len(idx))
     try:
@@ -352,6 +355,25 @@ def test_fuzz_damaged_shard_bytes_never_differ_from_the_walk(flips):
     except IndexMismatch:
         return  # the loader then reads the shard with the walk
     assert got == _walk_bytes(data)
+
+
+_HEADERS = [int(_WRITTEN.index.starts[i] + _WRITTEN.index.offsets[i, c]) - 512 for i in range(9) for c in range(3)]
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(edits=st.lists(st.tuples(st.sampled_from(_HEADERS), st.integers(0, 511), st.integers(0, 255)), min_size=1, max_size=3))
+def test_fuzz_tampered_headers_with_valid_checksums_never_differ_from_the_walk(edits):
+    """Any header bytes (type flag, USTAR prefix, size...) changed and the checksum recomputed: the slice is the
+    walk's samples or refused (found the USTAR prefix that renamed a sample for the walk only)."""
+    data = bytearray(_DATA)
+    for at, off, value in edits:
+        if not 148 <= off < 156:
+            data[at + off] = value
+            h = data[at : at + 512]
+            h[148:156] = b" " * 8
+            data[at + 148 : at + 156] = b"%06o\0 " % sum(h)
+    _slice_is_the_walk_or_refused(bytes(data))
 
 
 def test_rerun_over_shards_without_index_does_not_claim_one(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -79,6 +80,30 @@ def test_s3_convert_info_verify(s3, s3_endpoint, src, capsys):
     assert [s["samples"] for s in json.loads(capsys.readouterr().out)] == [15, 6]
     assert main(["verify", url, "--endpoint-url", s3_endpoint, "--quiet"]) == 0
     assert "OK" in capsys.readouterr().out
+    _s3_incomplete_split_is_a_problem_exit_1(url, opts, s3_endpoint, capsys)
+
+
+def _s3_incomplete_split_is_a_problem_exit_1(url, opts, s3_endpoint, capsys):
+    """Bug 3 of issue #11 on object storage: a split without its manifest is named, with the command that finishes it."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**opts)
+    bucket_path = url[len("s3://"):]
+    fs.rm(f"{bucket_path}/val/manifest.json")  # as after Ctrl-C while val was being written
+    report = verify(url, **opts)
+    assert [p.shard for p in report.problems] == ["val/"], report.problems
+    assert "incomplete conversion" in report.problems[0].message and "shardkit convert" in report.problems[0].message
+    assert main(["verify", url, "--endpoint-url", s3_endpoint, "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("val/: incomplete conversion") and "1 problem(s)" in out
+    assert main(["info", url, "--endpoint-url", s3_endpoint]) == 0 and "incomplete conversion" in capsys.readouterr().err
+    # the split folder itself, and a split with nothing finished: still named, exit 1 (not "no manifest here", exit 2)
+    assert main(["verify", f"{url}/val", "--endpoint-url", s3_endpoint, "--quiet"]) == 1
+    assert capsys.readouterr().out.startswith("./: incomplete conversion")
+    fs.rm(f"{bucket_path}/train/manifest.json")
+    assert [p.shard for p in verify(url, **opts).problems] == ["train/", "val/"]
+    assert main(["info", url, "--endpoint-url", s3_endpoint]) == 2
+    assert "no finished split" in capsys.readouterr().err
 
 
 def _error_cases(tmp_path, src):
@@ -155,3 +180,39 @@ def test_cli_storage_backend_failure_is_one_line(tmp_path):
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardkit info: error:") and "s3://bucket/ds" in lines[0], out.stderr
+
+
+def test_one_damaged_split_manifest_is_a_problem_and_the_other_splits_are_checked(ds, capsys):
+    """A damaged val/manifest.json: verify names it (exit 1) and still checks train; info shows train and warns."""
+    with open(os.path.join(ds, "val", "manifest.json"), "w") as f:
+        f.write("{not json")
+    report = verify(ds)
+    assert [p.shard for p in report.problems] == ["val/manifest.json"] and "not valid JSON" in report.problems[0].message
+    assert report.samples == 15 and report.splits == 2
+    assert main(["verify", ds, "--quiet"]) == 1
+    assert capsys.readouterr().out.startswith("val/manifest.json: ")
+    assert main(["info", ds]) == 0
+    out, err = capsys.readouterr()
+    assert "split train: 15 samples" in out and "not valid JSON" in err
+    with pytest.raises(Exception, match="not valid JSON"):
+        info(ds)  # the library call does not drop a split silently
+    shutil.rmtree(os.path.join(ds, "train"))
+    assert main(["info", ds]) == 2  # nothing else left: the manifest's own error, one line
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "val/manifest.json: not valid JSON" in err
+
+
+def test_verify_reports_images_the_loader_skips_for_their_pixel_count(ds, capsys):
+    """An image over the loader's max_pixels is skipped by the loader, so it is a verify problem (default: the loader's)."""
+    import shardkit
+    from shardkit.loader.config import ImageConfig
+
+    small = verify(ds, max_pixels=100)  # every converted image (short side 40) declares more
+    assert len(small.problems) == 21 and all("the loader skips it (max_pixels 100" in p.message for p in small.problems)
+    loader = shardkit.load(os.path.join(ds, "val"), batch_size=4, num_workers=0, max_pixels=100, pin_memory=False, size=16)
+    assert sum(len(b[1]) for b in loader) == 0 and loader.stats.skipped == 6  # what verify said
+    assert verify(ds).ok and ImageConfig.max_pixels == 89_478_485
+    assert main(["verify", os.path.join(ds, "val"), "--quiet", "--max-pixels", "100"]) == 1
+    assert "6 problem(s)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["verify", ds, "--max-pixels", "0"])

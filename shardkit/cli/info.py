@@ -29,7 +29,11 @@ def run(args: argparse.Namespace) -> int:
     for inc in found.incomplete:
         print(f"warning: {inc.url}: {inc.detail}", file=sys.stderr)
     if not splits:
+        if found.unreadable:
+            raise ManifestError(found.unreadable[0].detail)
         raise ManifestError(f"{args.url}: no finished split (see the warning above)")
+    for inc in found.unreadable:
+        print(f"warning: {inc.detail}", file=sys.stderr)
     if args.json:
         print(json.dumps([s.to_dict() for s in splits], indent=1, ensure_ascii=False))
         return 0

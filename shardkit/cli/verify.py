@@ -7,12 +7,24 @@ import argparse
 HELP = "check that every shard is present, intact (size, sha256, sample index) and decodes, and that no split is half-converted; exit 1 on any problem"
 
 
+def _pixels(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a pixel count >= 1, got {text!r}")
+    return n
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from .convert import add_storage_arguments
 
     p.add_argument("url", metavar="URL", help="a split folder or dataset root (local or fsspec URL)")
     p.add_argument("--quick", action="store_true", help="sizes and checksums only, no decoding")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--max-pixels", type=_pixels, default=None, metavar="N",
+                   help="an image declaring more pixels is a problem, as the loader skips it (default: the loader's default)")
     add_storage_arguments(p)
 
 
@@ -20,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from ..inspect import verify
     from .convert import storage_options
 
-    report = verify(args.url, quick=args.quick, quiet=args.quiet, **storage_options(args))
+    report = verify(args.url, quick=args.quick, quiet=args.quiet, max_pixels=args.max_pixels, **storage_options(args))
     for p in report.problems:
         print(p)
     status = "OK" if report.ok else f"{len(report.problems)} problem(s)"

@@ -14,10 +14,15 @@ the shard). The sidecar is little-endian binary:
   sample's start) and sizes;
 * a CRC-32 of everything before it.
 
-Trust: :func:`load_index` checks the CRC, that the index names the shard's size
-and sha256 from the manifest, that its keys obey the member rule and are unique,
-and that the ranges are ordered. :meth:`SampleIndex.slice` checks, for every
-member it hands out, the tar header in front of it (checksum, name, size), so a
+Trust: :func:`load_index` reads only the size the header announces (refused when
+no shard of the manifest's size could need it), checks the CRC, that the index
+names the shard's size and sha256 from the manifest, that its keys obey the member
+rule, are unique and fit a tar header's name field, and that the samples lie back
+to back from byte 0 (each member's one header right after the previous member's
+padded data, none larger than the walk loads): no byte of an indexed range is left
+unchecked, so no extended header or foreign member can hide in it.
+:meth:`SampleIndex.slice` checks, for every member it hands out, the tar header in
+front of it (checksum, name with no USTAR prefix, regular-file type, size), so a
 wrong index is detected (:class:`IndexMismatch`) instead of delivering wrong
 bytes: the caller then falls back to the header walk (:mod:`shardkit.format.tar`),
 which also serves datasets written before the index. ``shardkit verify`` checks
@@ -50,8 +55,8 @@ from typing import IO, Any, Callable, Optional, Sequence
 import numpy as np
 
 from .members import UnsafeName, split_member
-from .sample import LOADED_EXTS, RawSample, check_sample, store_field
-from .tar import BLOCK, Layout, ShardReader, header_ok, octal
+from .sample import FIELD_LIMITS, LOADED_EXTS, MAX_MEMBER_BYTES, RawSample, check_sample, size_error, store_field
+from .tar import BLOCK, FILE_TYPES, NAME_FIELD, Layout, ShardReader, header_ok, octal
 
 #: the manifest's ``sample_index`` value for shards with a sidecar in this format
 INDEX_FORMAT = "sidecar-1"
@@ -118,7 +123,7 @@ class SampleIndex:
         starts = (self.starts[start:stop] - np.uint64(lo)).tolist()
         offs, sizes = self.offsets[start:stop].tolist(), self.sizes[start:stop].tolist()
         names = [("." + e).encode("utf-8") for e in self.exts]
-        loaded = [e in LOADED_EXTS for e in self.exts]
+        limits = [FIELD_LIMITS[e] if e in LOADED_EXTS else -1 for e in self.exts]  # -1: not loaded
         out = []
         for s in range(stop - start):
             key = self.keys[start + s]
@@ -129,12 +134,14 @@ class SampleIndex:
             for c, ext in enumerate(self.exts):
                 at, size = base + offs[s][c], sizes[s][c]
                 hdr = data[at - BLOCK : at]
-                name = kb + names[c]
-                if len(hdr) != BLOCK or hdr[: len(name)] != name or hdr[len(name) : len(name) + 1] != b"\0" \
-                        or not header_ok(hdr) or octal(hdr[124:136]) != size or at + size > len(data):
+                name = kb + names[c]  # shorter than the name field (_check): the walk reads exactly these bytes
+                if len(hdr) != BLOCK or hdr[: len(name)] != name or hdr[len(name)] != 0 or hdr[156:157] not in FILE_TYPES \
+                        or (hdr[345] and hdr[257:262] == b"ustar") or not header_ok(hdr) or _size(hdr) != size or at + size > len(data):
                     raise IndexMismatch(f"{url}: sample {start + s} ({key}.{ext}): the tar header at byte {lo + at - BLOCK} does not match the index")
-                if loaded[c]:
+                if size <= limits[c]:
                     store_field(sample, ext, data[at : at + size])
+                elif limits[c] >= 0:  # as the walk: refused from its size, not read
+                    sample.error = sample.error or size_error(key, ext, size)
             check_sample(sample, num_classes)
             out.append(sample)
         return out
@@ -160,6 +167,8 @@ class SampleIndex:
     def from_bytes(cls, data: bytes, url: str = "<index>", *, shard_bytes: Optional[int] = None,
                    shard_sha256: Optional[str] = None) -> "SampleIndex":
         """Parse and check a sidecar (see the module docstring); :class:`IndexDamage` naming ``url`` if it is unusable."""
+        if len(data) > MAX_INDEX_BYTES:
+            raise IndexDamage(f"{url}: sample index larger than {MAX_INDEX_BYTES} bytes")
         if len(data) < _HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
             raise IndexDamage(f"{url}: not a sample index or damaged (CRC mismatch)")
         magic, n, k, nbytes, sha, le, lk = _HEAD.unpack_from(data)
@@ -188,25 +197,59 @@ class SampleIndex:
         n, k = len(self.keys), len(self.exts)
         if len(set(self.exts)) != k or len(set(self.keys)) != n:
             raise IndexDamage(f"{url}: repeated keys or fields")
+        # split_member(f"{key}.{ext}") == (key, ext) exactly when the key splits back from any name
+        # "<key>.x" and the field has no "/": one member-rule call per key, not one per member
+        if any("/" in e for e in self.exts):
+            raise IndexDamage(f"{url}: a field name {self.exts!r} holds '/'")
         for key in self.keys:
-            for ext in self.exts:
-                try:
-                    if split_member(f"{key}.{ext}") != (key, ext):
-                        raise IndexDamage(f"{url}: {key}.{ext} is not a sample member name")
-                except UnsafeName as exc:
-                    raise IndexDamage(f"{url}: {exc}") from None
-        s = self.starts.astype(np.int64)
-        if n and (np.any(np.diff(s) <= 0) or s[-1] > self.shard_bytes or np.any(self.offsets < BLOCK)
-                  or np.any(self.offsets.astype(np.int64) + self.sizes > (np.diff(s))[:, None])):
-            raise IndexDamage(f"{url}: sample ranges out of order or outside the shard")
+            try:
+                if split_member(f"{key}.x") != (key, "x"):
+                    raise IndexDamage(f"{url}: {key!r} is not a sample key (member rule)")
+            except UnsafeName as exc:
+                raise IndexDamage(f"{url}: {exc}") from None
+        if n and max(len(x.encode("utf-8")) for x in self.keys) + 1 + max(len(e.encode("utf-8")) for e in self.exts) >= NAME_FIELD:
+            raise IndexDamage(f"{url}: a member name does not fit a tar header's {NAME_FIELD}-byte name field")
+        why = _layout_error(self.starts, self.offsets, self.sizes, self.shard_bytes)
+        if why:
+            raise IndexDamage(f"{url}: {why}")
+
+
+def _size(hdr: bytes) -> int:
+    """The size field of a header, ``-1`` if malformed."""
+    try:
+        return octal(hdr[124:136])
+    except ValueError:
+        return -1
+
+
+def _layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, shard_bytes: int) -> Optional[str]:
+    """Why these ranges are not a shard's samples laid out back to back, or ``None``.
+
+    Indexed samples start at byte 0 and follow each other, each member's one 512-byte header right
+    after the previous member's padded data, and no member is larger than the walk loads: no byte in
+    the indexed range is unchecked by a slice, so no extended header or foreign member can hide
+    between two members and rename one for the walk.
+    """
+    if len(starts) < 2:
+        return None
+    if starts[0] != 0 or np.any(starts[1:] <= starts[:-1]) or starts[-1] > shard_bytes:  # uint64: no wrap-around
+        return "sample ranges out of order, not from byte 0, or outside the shard"
+    off, size = offsets.astype(np.int64), sizes.astype(np.int64)
+    if size.max(initial=0) > MAX_MEMBER_BYTES:  # the walk never loads such a member: a range read must not either
+        return f"a member of {size.max()} bytes (limit {MAX_MEMBER_BYTES})"
+    ends = off + (size + BLOCK - 1) // BLOCK * BLOCK  # each member's padded data end, relative to its sample
+    if np.any(off[:, 0] != BLOCK) or np.any(off[:, 1:] != ends[:, :-1] + BLOCK) or np.any(np.diff(starts.astype(np.int64)) != ends[:, -1]):
+        return "members or samples not back to back (a gap between them)"
+    return None
 
 
 def build_index(layouts: Sequence[Layout], keys: Sequence[str], shard_bytes: int, shard_sha256: str) -> Optional[SampleIndex]:
     """The index of a shard from its samples' layouts, or ``None`` if the shard cannot be indexed.
 
     Indexable: every sample has the same fields in the same order, each member's data follows
-    its one 512-byte header (no pax or long-name headers), samples are contiguous, and offsets
-    and sizes fit 32 bits.
+    its one 512-byte header (no pax or long-name headers) right after the previous member,
+    samples are contiguous from byte 0, names fit a header's name field, and no member is
+    larger than the walk loads.
     """
     if not layouts:
         return None
@@ -223,7 +266,9 @@ def build_index(layouts: Sequence[Layout], keys: Sequence[str], shard_bytes: int
         starts[i], starts[i + 1] = lay.start, lay.end
         offsets[i] = [m.data_offset - lay.start for m in lay.members]
         sizes[i] = [m.size for m in lay.members]
-    if offsets.max() > _U32 or sizes.max() > _U32 or len(set(keys)) != n:
+    if offsets.max() > _U32 or sizes.max() > _U32 or len(set(keys)) != n or _layout_error(starts, offsets, sizes, shard_bytes):
+        return None
+    if max(len(x.encode("utf-8")) for x in keys) + 1 + max(len(e.encode("utf-8")) for e in exts) >= NAME_FIELD:
         return None
     return SampleIndex(tuple(keys), exts, starts, offsets.astype(np.uint32), sizes.astype(np.uint32), shard_bytes, shard_sha256)
 
@@ -261,9 +306,26 @@ def load_index(shard_url: str, *, shard_bytes: int, shard_sha256: str, open_fn: 
     url = index_url(shard_url)
     try:
         with (open_fn(url) if open_fn is not None else storage.open_read(url, **storage_options)) as f:
-            data = f.read(MAX_INDEX_BYTES + 1)
+            head = f.read(_HEAD.size)
+            need = _announced(head, url, shard_bytes)  # read what the header announces (bounded), not a fixed maximum
+            data = head + f.read(need - len(head) + 1)
     except (ShardkitError, OSError) as exc:
         raise IndexDamage(f"{url}: cannot read the sample index ({exc})") from None
-    if len(data) > MAX_INDEX_BYTES:
-        raise IndexDamage(f"{url}: sample index larger than {MAX_INDEX_BYTES} bytes")
     return SampleIndex.from_bytes(data, url, shard_bytes=shard_bytes, shard_sha256=shard_sha256)
+
+
+def _announced(head: bytes, url: str, shard_bytes: Optional[int]) -> int:
+    """The sidecar size its header announces; :class:`IndexDamage` unless it is plausible for a shard of ``shard_bytes``.
+
+    Each indexed member takes at least one 512-byte header in the shard, and each member name fits a
+    header's name field: a header announcing more is refused before anything that size is read.
+    """
+    if len(head) < _HEAD.size:
+        raise IndexDamage(f"{url}: not a sample index or damaged (only {len(head)} bytes)")
+    _, n, k, _, _, le, lk = _HEAD.unpack_from(head)
+    need = _HEAD.size + le + lk + 8 * (n + 1) + 8 * n * k + 4
+    limit = MAX_INDEX_BYTES if shard_bytes is None else min(MAX_INDEX_BYTES, shard_bytes)
+    if need > limit or (shard_bytes is not None and n * k * BLOCK > shard_bytes) or le >= k * NAME_FIELD or lk >= (n + 1) * NAME_FIELD:
+        raise IndexDamage(f"{url}: its header announces {n} samples of {k} fields ({need} bytes), impossible for a shard of "
+                          f"{shard_bytes} bytes")
+    return need

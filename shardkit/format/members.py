@@ -28,8 +28,8 @@ LABEL_EXT = "cls"
 META_EXT = "json"
 #: the member extensions a shardkit sample holds; readers ignore every other member
 SAMPLE_EXTS = (LABEL_EXT, IMAGE_EXT, META_EXT)
-#: keys the writer accepts: unique within a split, no dots, no slashes
-KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+#: keys the writer accepts: unique within a split, no dots, no slashes, not starting with ``__`` (reserved, see above)
+KEY_PATTERN = re.compile(r"^(?!__)[A-Za-z0-9_-]{1,80}\Z")  # \Z: "$" would accept a trailing newline
 #: longest member name accepted
 MAX_NAME = 4096
 #: largest ``.json`` member parsed, and its deepest nesting

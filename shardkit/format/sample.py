@@ -5,10 +5,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .members import IMAGE_EXT, LABEL_EXT, META_EXT, label_error, parse_label, parse_meta
+from .members import IMAGE_EXT, LABEL_EXT, META_EXT, MAX_JSON_BYTES, label_error, parse_label, parse_meta
 
 #: the fields a reader loads; every other member is skipped unread (and never unpickled)
 LOADED_EXTS = frozenset((IMAGE_EXT, LABEL_EXT, META_EXT))
+#: largest member the reader loads into memory (a bigger one makes its sample unusable)
+MAX_MEMBER_BYTES = 1 << 28
+#: largest label member (an int64 in decimal, with room for whitespace)
+MAX_LABEL_BYTES = 64
+#: largest member of each loaded field (readers compare inline, then ask :func:`size_error` for the message)
+FIELD_LIMITS = {IMAGE_EXT: MAX_MEMBER_BYTES, LABEL_EXT: MAX_LABEL_BYTES, META_EXT: MAX_JSON_BYTES}
+
+
+def size_error(key: str, ext: str, size: int) -> Optional[str]:
+    """Why member ``key.ext`` of ``size`` bytes is not even read (too large for its field), or ``None``.
+
+    The walk asks before reading a member and the index before handing one out, so both refuse the same
+    members with the same message, and neither reads a 256 MiB ``.cls`` or ``.json`` only to refuse it.
+    """
+    limit = FIELD_LIMITS.get(ext, MAX_MEMBER_BYTES)
+    if size <= limit:
+        return None
+    if ext == META_EXT:
+        return f"bad .{META_EXT} member: metadata of {size} bytes (limit {limit})"
+    return f"member {key}.{ext} has {size} bytes (limit {limit})"
 
 
 @dataclass

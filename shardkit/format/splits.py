@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import storage
@@ -34,10 +34,12 @@ class Incomplete:
 
 @dataclass
 class Found:
-    """What is at a dataset URL: the finished splits' manifests and the unfinished split folders."""
+    """What is at a dataset URL: the finished splits' manifests, the unfinished split folders and the split
+    folders whose manifest cannot be read (``unreadable``: its ``detail`` is the :class:`ManifestError`)."""
 
     manifests: list[Manifest]
     incomplete: list[Incomplete]
+    unreadable: list[Incomplete] = field(default_factory=list)
 
 
 def _incomplete(url: str, files: list[str], dirs: list[str], **so: Any) -> Optional[Incomplete]:
@@ -53,7 +55,7 @@ def _incomplete(url: str, files: list[str], dirs: list[str], **so: Any) -> Optio
             _, jfiles = _list(storage.join(url, _JOURNAL_DIR), **so)
             records = sum(1 for f in jfiles if _RECORD.fullmatch(f))
             done = f", {records} of {planned} planned shards finished" if planned else ", planned but no shard finished"
-        except (ShardkitError, ValueError, TypeError, AttributeError):
+        except (ShardkitError, ValueError, TypeError, AttributeError, RecursionError):  # a hostile plan.json is no crash
             done = ", its conversion plan is unreadable"
     what = f"{len(shards)} shard(s)" + (f" and a conversion journal ({_JOURNAL_DIR}/)" if _JOURNAL_DIR in dirs else "")
     return Incomplete(url, f"incomplete conversion: {what} but no {MANIFEST_NAME}{done}; {_FINISH}")
@@ -77,24 +79,29 @@ def find_splits(url: str, **storage_options: Any) -> Found:
         return Found([load_manifest(url, **so)], [])
     dirs, files = _list(url, **so)
     incomplete = [i for i in [_incomplete(url, files, dirs, **so)] if i is not None]
-    manifests = []
+    manifests, unreadable = [], []
     for d in dirs:
         if d == _JOURNAL_DIR:
             continue
         sub = storage.join(url, d)
         if storage.exists(storage.join(sub, MANIFEST_NAME), **so):
-            manifests.append(load_manifest(sub, **so))
+            try:
+                manifests.append(load_manifest(sub, **so))
+            except ManifestError as exc:  # one damaged split does not hide the others from verify and info
+                unreadable.append(Incomplete(sub, str(exc)))
         else:
             sdirs, sfiles = _list(sub, **so)
             incomplete += [i for i in [_incomplete(sub, sfiles, sdirs, **so)] if i is not None]
-    if not manifests and not incomplete:
+    if not manifests and not incomplete and not unreadable:
         raise ManifestError(f"{url}: no {MANIFEST_NAME} here or in its sub-folders; is this a dataset written by 'shardkit convert'?")
-    return Found(manifests, incomplete)
+    return Found(manifests, incomplete, unreadable)
 
 
 def load_manifests(url: str, **storage_options: Any) -> list[Manifest]:
-    """The manifest at ``url``, or those of its split sub-folders (sorted); :class:`ManifestError` if none."""
+    """The manifest at ``url``, or those of its split sub-folders (sorted); :class:`ManifestError` if none or one is unreadable."""
     found = find_splits(url, **storage_options)
+    if found.unreadable:
+        raise ManifestError(found.unreadable[0].detail)
     if not found.manifests:
         raise ManifestError(f"{url}: no finished split: {found.incomplete[0].detail}")
     return found.manifests

@@ -20,10 +20,12 @@ Hostile shards: names are only strings here (the reader never creates a
 file); absolute and ``..`` names, and keys seen before in the shard, make
 their sample unusable; links, devices and directories are not sample members;
 a field that repeats within one key starts a new sample (two samples are never
-merged into one); sizes are checked before anything is allocated (a member to
-load is at most :data:`MAX_MEMBER_BYTES`, an extended header at most
-:data:`MAX_HEADER_BYTES`); malformed numbers and pax records are
-:class:`TarDamage`, never another error.
+merged into one); sizes are checked before anything is allocated or sought (a
+member to load is at most :data:`MAX_MEMBER_BYTES`, a ``.cls`` 64 bytes, a
+``.json`` 1 MiB: :func:`~shardkit.format.sample.size_error`; an extended header at
+most :data:`MAX_HEADER_BYTES`; any member less than :data:`MAX_SIZE`); a pax
+``size`` record overrides the size field, as in tarfile; malformed numbers and pax
+records are :class:`TarDamage`, never another error.
 """
 
 from __future__ import annotations
@@ -33,14 +35,18 @@ from dataclasses import dataclass
 from typing import IO, Optional
 
 from .members import UnsafeName, duplicate_key_error, split_member
-from .sample import LOADED_EXTS, RawSample, check_sample, store_field
+from .sample import FIELD_LIMITS, LOADED_EXTS, MAX_MEMBER_BYTES, RawSample, check_sample, size_error, store_field
 
 BLOCK = 512
-_FILE_TYPES = (b"0", b"\0", b"7")
-#: largest member the reader loads into memory (a bigger one makes its sample unusable)
-MAX_MEMBER_BYTES = 1 << 28
+#: type flags of regular-file members (the only ones that can be sample members)
+FILE_TYPES = (b"0", b"\0", b"7")
+#: bytes of a header's name field (longer names need a USTAR prefix, a pax or a GNU long-name header)
+NAME_FIELD = 100
 #: largest pax extended header or GNU long name accepted
 MAX_HEADER_BYTES = 1 << 16
+#: largest member size a header may state (the manifest's limit on a shard's size): a bigger one is damage,
+#: not a seek past what a file offset can hold (base-256 sizes reach 2**88)
+MAX_SIZE = 1 << 40
 _ADLER_MOD = 65521
 
 
@@ -108,9 +114,9 @@ def pad(n: int) -> int:
     return (n + BLOCK - 1) // BLOCK * BLOCK
 
 
-def _pax_path(data: bytes) -> Optional[str]:
-    """The ``path`` record of a pax extended header; ``ValueError`` if the records are malformed."""
-    path = None
+def _pax_records(data: bytes) -> tuple[Optional[str], Optional[int]]:
+    """The ``path`` and ``size`` records of a pax extended header; ``ValueError`` if the records are malformed."""
+    path = size = None
     pos = 0
     while pos < len(data):
         if data[pos:].strip(b"\0") == b"":
@@ -126,13 +132,17 @@ def _pax_path(data: bytes) -> Optional[str]:
         k, _, v = rec.partition(b"=")
         if k == b"path":
             path = v.decode("utf-8", "replace")
+        elif k == b"size":  # overrides the header's size field (members over 8 GiB), as in tarfile
+            if not v.isdigit() or len(v) > 20:
+                raise ValueError(f"malformed pax size {v[:20]!r}")
+            size = int(v)
         pos += length
-    return path
+    return path, size
 
 
 def member_name(buf: bytes) -> str:
     """The name in a USTAR (or old-style) header block."""
-    name = buf[0:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+    name = buf[0:NAME_FIELD].split(b"\0", 1)[0].decode("utf-8", "replace")
     if buf[257:262] == b"ustar":
         prefix = buf[345:500].split(b"\0", 1)[0].decode("utf-8", "replace")
         if prefix:
@@ -173,6 +183,7 @@ class ShardReader:
     def _next_header(self) -> Optional[Member]:
         """Parse headers from ``pos`` until a regular file member with a key and extension."""
         long_name: Optional[str] = None
+        pax_size: Optional[int] = None
         start = self.pos
         while True:
             at = self.pos
@@ -192,6 +203,10 @@ class ShardReader:
             if (chk - header_sum(buf)) % _ADLER_MOD:
                 raise TarDamage(self.url, at, "header checksum mismatch")
             kind = buf[156:157]
+            if pax_size is not None and kind not in (b"x", b"L"):
+                size, pax_size = pax_size, None
+            if size >= MAX_SIZE:
+                raise TarDamage(self.url, at, f"member size {size} beyond any shard (limit {MAX_SIZE})")
             data_offset = at + BLOCK
             self.pos = data_offset + pad(size)
             if kind in (b"x", b"L"):  # pax extended header / GNU long name for the next member
@@ -201,11 +216,14 @@ class ShardReader:
                 if len(data) < size:
                     raise TarDamage(self.url, data_offset, "truncated extended header")
                 try:
-                    long_name = _pax_path(data) if kind == b"x" else data.split(b"\0", 1)[0].decode("utf-8", "replace")
+                    if kind == b"x":
+                        long_name, pax_size = _pax_records(data)
+                    else:
+                        long_name = data.split(b"\0", 1)[0].decode("utf-8", "replace")
                 except ValueError as exc:
                     raise TarDamage(self.url, data_offset, f"malformed pax header ({exc})") from None
                 continue
-            if kind not in _FILE_TYPES:  # directories, links, global headers...: not sample members
+            if kind not in FILE_TYPES:  # directories, links, global headers...: not sample members
                 long_name, start = None, self.pos
                 continue
             name = long_name if long_name is not None else member_name(buf)
@@ -258,8 +276,8 @@ class ShardReader:
                         sample.error = sample.error or m.unsafe
                     elif m.ext not in LOADED_EXTS:
                         pass  # foreign member: skipped unread
-                    elif m.size > MAX_MEMBER_BYTES:
-                        sample.error = sample.error or f"member {key}.{m.ext} has {m.size} bytes (limit {MAX_MEMBER_BYTES})"
+                    elif m.size > FIELD_LIMITS[m.ext]:
+                        sample.error = sample.error or size_error(key, m.ext, m.size)
                     else:
                         data = self._read_at(m.data_offset, m.size)
                         if len(data) < m.size:

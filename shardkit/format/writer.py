@@ -69,8 +69,16 @@ class _HashingWriter:
 
 
 def meta_bytes(meta: dict[str, Any]) -> bytes:
-    """Canonical JSON encoding of sample metadata (sorted keys, UTF-8)."""
-    return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Canonical JSON encoding of sample metadata (sorted keys, UTF-8).
+
+    A string that UTF-8 cannot hold (a file name that was not valid UTF-8, decoded with
+    ``surrogateescape``) makes the whole member ASCII with ``\\u`` escapes, which JSON holds and
+    which parses back to the same string; every other member stays byte for byte as before.
+    """
+    try:
+        return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(meta, sort_keys=True, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
@@ -89,7 +97,8 @@ def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
             members = []
             for ext in sorted(fields):
                 data, name = fields[ext], f"{s.key}.{ext}"
-                assert split_member(name) == (s.key, ext)  # what readers will make of it (KEY_PATTERN ensures it)
+                if split_member(name) != (s.key, ext):  # what readers will make of it (KEY_PATTERN ensures it)
+                    raise ValueError(f"member {name!r} would not be read back as field {ext!r} of sample {s.key!r}")
                 ti = tarfile.TarInfo(name)
                 ti.size, ti.mtime, ti.mode, ti.uname, ti.gname = len(data), 0, 0o444, "shardkit", "shardkit"
                 at = tf.offset
