@@ -24,9 +24,11 @@ and locked for this task (:mod:`shardkit.convert.dest`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import multiprocessing
 import os
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -37,7 +39,7 @@ from ..format import EncodedSample, index_url, write_tar
 from . import journal, plan
 from .dest import check_overlap, dest_lock
 from .discover import NOT_CANDIDATES, discover
-from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_thread, process, single_thread
+from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_core, process
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
 from .source import MissingFile, Reader, SplitSource
@@ -57,65 +59,93 @@ class Outcome:
 
 
 def encode_chunk(reader: Reader, items: Sequence[plan.Item], image: ImageOptions) -> list[Outcome]:
-    """Encode ``items`` (worker entry point; top-level so spawn can import it)."""
+    """Encode ``items`` with torch on one thread (worker entry point; top-level so spawn can import it)."""
     out = []
-    for it in items:
-        try:
-            data = reader.read(it.relpath, it.ref)
-        except MissingFile as exc:
-            out.append(Outcome(None, SkipReason.MISSING_FILE.value, f"{exc}: no such file"))
-            continue
-        except OSError as exc:
-            out.append(Outcome(None, SkipReason.UNREADABLE.value, str(exc.strerror or exc)))
-            continue
-        try:
-            out.append(Outcome(process(data, image)))
-        except SkipImage as exc:
-            out.append(Outcome(None, exc.reason.value, exc.detail))
+    with one_core():
+        for it in items:
+            try:
+                data = reader.read(it.relpath, it.ref)
+            except MissingFile as exc:
+                out.append(Outcome(None, SkipReason.MISSING_FILE.value, f"{exc}: no such file"))
+                continue
+            except OSError as exc:
+                out.append(Outcome(None, SkipReason.UNREADABLE.value, str(exc.strerror or exc)))
+                continue
+            try:
+                out.append(Outcome(process(data, image)))
+            except SkipImage as exc:
+                out.append(Outcome(None, exc.reason.value, exc.detail))
     return out
 
 
 def _init_worker() -> None:
-    """Workers leave Ctrl-C to the main process (which stops the pool and keeps finished shards); torch uses one thread."""
+    """Workers leave Ctrl-C to the main process (which stops the pool and keeps finished shards)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    single_thread()
 
 
-def _mp_context() -> multiprocessing.context.BaseContext:
-    """forkserver where available (clean like spawn, but this module, its imports and torch load once), else spawn."""
+#: what the forkserver imports once, before forking workers (torch: ~1 s, so that no worker pays it)
+_PRELOAD = [__name__, "torch", "torch.nn.functional", "simplejpeg"]
+
+
+@contextlib.contextmanager
+def start_pool(workers: int) -> Iterator[Executor | None]:
+    """The encoding process pool for ``workers > 1`` (``None`` otherwise), started now.
+
+    With forkserver the server process starts importing :data:`_PRELOAD` at once,
+    so its ~1 s torch import overlaps whatever the caller does next (discovery);
+    the main process itself never imports torch. Workers are forked on first use;
+    on exit, work not started yet is cancelled.
+    """
+    if workers <= 1:
+        yield None
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
     if "forkserver" in multiprocessing.get_all_start_methods():
+        from multiprocessing import forkserver
+
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__, "torch", "torch.nn.functional", "simplejpeg"])
-        return ctx
-    return multiprocessing.get_context("spawn")
+        ctx.set_forkserver_preload(_PRELOAD)
+        forkserver.ensure_running()  # returns at once; the server imports in the background
+    else:
+        ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+_WORKER_DIED = (
+    "an encoding worker process died (killed, or out of memory?); finished shards are kept: "
+    "rerun the same command to resume, with fewer --workers if memory is short"
+)
 
 
 class Encoder:
-    """Encodes chunks of items in order: in this process (``workers == 1``) or in a spawn process pool."""
+    """Encodes chunks of items in order: in this process (no ``pool``) or in the process pool of :func:`start_pool`."""
 
-    def __init__(self, reader: Reader, image: ImageOptions, workers: int):
-        self.reader, self.image, self.workers = reader, image, workers
-        self.pool = None
-        if workers > 1:
-            from concurrent.futures import ProcessPoolExecutor
+    def __init__(self, reader: Reader, image: ImageOptions, pool: Executor | None, workers: int = 1):
+        self.reader, self.image, self.pool, self.workers = reader, image, pool, workers
 
-            self.pool = ProcessPoolExecutor(workers, mp_context=_mp_context(), initializer=_init_worker)
+    def version(self) -> str:
+        """:func:`~shardkit.convert.imageproc.encoder_version` of the processes that encode (a pool worker, or this one)."""
+        if self.pool is None:
+            return encoder_version()
+        from concurrent.futures.process import BrokenProcessPool
 
-    def __enter__(self) -> "Encoder":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            return self.pool.submit(encoder_version).result()
+        except BrokenProcessPool:
+            raise ConvertError(_WORKER_DIED) from None
 
     def map(self, chunks: Iterable[Sequence[plan.Item]]) -> Iterator[list[Outcome]]:
         """Outcomes of each chunk, in the order of ``chunks``, with a bounded number in flight."""
         if self.pool is None:
-            with one_thread():  # one core, like each pool worker
-                for c in chunks:
-                    yield encode_chunk(self.reader, c, self.image)
+            for c in chunks:
+                yield encode_chunk(self.reader, c, self.image)
             return
         from concurrent.futures.process import BrokenProcessPool
 
@@ -128,10 +158,7 @@ class Encoder:
             while window:
                 yield window.popleft().result()
         except BrokenProcessPool:
-            raise ConvertError(
-                "an encoding worker process died (killed, or out of memory?); finished shards are kept: "
-                "rerun the same command to resume, with fewer --workers if memory is short"
-            ) from None
+            raise ConvertError(_WORKER_DIED) from None
 
 
 def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> EncodedSample:
@@ -157,7 +184,7 @@ def _part_ok(url: str, part: journal.Part | None, storage_options: dict) -> bool
 class SplitJob:
     """Conversion of one split to ``url`` (see module docstring)."""
 
-    def __init__(self, src: SplitSource, classes: list[str], url: str, options: ConvertOptions, storage_options: dict):
+    def __init__(self, src: SplitSource, classes: list[str], url: str, options: ConvertOptions, storage_options: dict, encoder: str):
         self.src, self.classes, self.url, self.options = src, classes, url, options
         self.so = storage_options
         self.items = plan.order(src.files, options.seed, options.shuffle)
@@ -165,7 +192,7 @@ class SplitJob:
         listing = [[f.relpath, f.label, f.size] + ([dict(f.meta)] if f.meta else []) for f in src.files]
         skipped = [SkippedFile(p, r.value, d) for p, r, d in src.skipped]
         self.plan = journal.Plan(
-            split=src.name, options=options.recorded(), classes=classes, encoder=encoder_version(),
+            split=src.name, options=options.recorded(), classes=classes, encoder=encoder,
             input_sha256=journal.fingerprint([listing, [[s.path, s.reason] for s in skipped]]),
             num_items=len(self.items), samples_per_shard=0, num_planned=0,
             key_width=plan.key_width(len(self.items)), skipped=skipped,
@@ -358,6 +385,14 @@ def convert(
     if workers < 1:
         raise ValueError("workers must be at least 1")
     plan.task_shards(0, num_tasks, task_index)  # validates
+    with start_pool(workers) as pool:  # first: its start-up overlaps discovery
+        return _convert(src, dest, options, so, pool, workers, num_tasks, task_index, overwrite, quiet, t0)
+
+
+def _convert(
+    src: Any, dest: str, options: ConvertOptions, so: dict, pool: Executor | None, workers: int,
+    num_tasks: int, task_index: int, overwrite: bool, quiet: bool, t0: float,
+) -> ConvertResult:
     source = discover(src, options, **so)
     if source.local_dir is not None:
         check_overlap(source.local_dir, dest, dest_in_src=source.walked)
@@ -366,17 +401,19 @@ def convert(
         if options.strict and failed:
             p, r, d = failed[0]
             raise ConvertError(f"{p}: skipped ({r.value}: {d}) and --strict is set")
-    jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so) for s in source.splits]
+    encoder = Encoder(source.reader, options.image, pool, workers)
+    version = encoder.version()
+    jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so, version) for s in source.splits]
     results = []
     with dest_lock(dest, task_index):
         for job in jobs:
             job.check_dest(overwrite)
-        with Encoder(source.reader, options.image, workers) as encoder:
-            for job in jobs:
-                job.ensure_plan(encoder, task_index)
-                owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
-                res = job.run(encoder, owned, quiet)
-                if num_tasks == 1:
-                    res.manifest = finalize_split(job.url, **so)
-                results.append(res)
+        for job in jobs:  # every split's plan.json before any shard: `shardkit verify` then sees splits not begun
+            job.ensure_plan(encoder, task_index)
+        for job in jobs:
+            owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
+            res = job.run(encoder, owned, quiet)
+            if num_tasks == 1:
+                res.manifest = finalize_split(job.url, **so)
+            results.append(res)
     return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
