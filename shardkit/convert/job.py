@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import multiprocessing
 import os
 import time
@@ -166,7 +167,7 @@ def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> En
     return EncodedSample(plan.make_key(item.index, width), enc.jpeg, item.label, meta)
 
 
-def _write_part(url: str, name: str, samples: list[EncodedSample], storage_options: dict) -> journal.Part:
+def _write_part(url: str, name: str, samples: Iterable[EncodedSample], storage_options: dict) -> journal.Part:
     w = storage.publish(url, lambda f: write_tar(samples, f), **storage_options)
     if w.index is not None and url.endswith(".tar"):  # a shard's sample index, before its journal record
         storage.put_bytes(index_url(url), w.index.to_bytes(), **storage_options)
@@ -268,26 +269,38 @@ class SplitJob:
         over_ok = _part_ok(journal.journal_url(self.url, journal.overflow_name(self.src.name, j)), rec.overflow, self.so)
         return rec if shard_ok and over_ok else None
 
-    def finish_shard(self, j: int, items: Sequence[plan.Item], outcomes: Sequence[Outcome]) -> journal.ShardRecord:
-        """Write planned shard ``j`` (and its overflow) from its encoded items, then its record."""
-        samples, skipped = [], []
+    def finish_shard(self, j: int, items: Sequence[plan.Item], outcomes: Iterable[Outcome]) -> journal.ShardRecord:
+        """Write planned shard ``j`` (and its overflow) from its items' outcomes, then its record.
+
+        ``outcomes`` (one per item, in order) may arrive while the shard is written: samples go into
+        the tar as they come, so the main process writes (and hashes) while the workers encode.
+        """
+        skipped: list[SkippedFile] = []
+        over: list[EncodedSample] = []
         counts = [0] * len(self.classes)
-        for it, out in zip(items, outcomes):
-            if out.encoded is None:
-                skipped.append(SkippedFile(it.relpath, out.reason, out.detail))
-                if self.options.strict:
-                    raise ConvertError(f"{it.relpath}: skipped ({out.reason}: {out.detail}) and --strict is set")
-                continue
-            samples.append(_sample(it, out.encoded, self.classes, self.plan.key_width))
-            counts[it.label] += 1
-        k = plan.split_at_cap([plan.tar_size(s) for s in samples], self.options.shard_bytes)
+        cap = plan.CapSplit(self.options.shard_bytes)
+
+        def fitting() -> Iterator[EncodedSample]:
+            for it, out in zip(items, outcomes):
+                if out.encoded is None:
+                    skipped.append(SkippedFile(it.relpath, out.reason, out.detail))
+                    if self.options.strict:
+                        raise ConvertError(f"{it.relpath}: skipped ({out.reason}: {out.detail}) and --strict is set")
+                    continue
+                s = _sample(it, out.encoded, self.classes, self.plan.key_width)
+                counts[it.label] += 1
+                if cap.fits(plan.tar_size(s)):
+                    yield s
+                else:
+                    over.append(s)
+
         name, oname = journal.shard_name(self.src.name, j), journal.overflow_name(self.src.name, j)
-        shard = _write_part(storage.join(self.url, name), name, samples[:k], self.so) if samples else None
-        over = None
-        if k < len(samples):
-            over = _write_part(journal.journal_url(self.url, oname), oname, samples[k:], self.so)
+        samples = fitting()
+        first = next(samples, None)  # no tar at all for a shard whose every item is skipped
+        shard = _write_part(storage.join(self.url, name), name, itertools.chain([first], samples), self.so) if first is not None else None
+        overflow = _write_part(journal.journal_url(self.url, oname), oname, over, self.so) if over else None
         rec = journal.ShardRecord(
-            fingerprint=self.plan.fingerprint, index=j, shard=shard, overflow=over, class_counts=counts,
+            fingerprint=self.plan.fingerprint, index=j, shard=shard, overflow=overflow, class_counts=counts,
             skipped=skipped, bytes_in=sum(it.size for it in items),
         )
         storage.put_bytes(journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so)
@@ -319,15 +332,21 @@ class SplitJob:
 
         with tqdm(total=total, initial=done, unit="img", desc=self.src.name, disable=quiet, dynamic_ncols=True) as bar:
             results = encoder.map(chunks())
+            fresh: collections.deque[Outcome] = collections.deque()
+
+            def outcomes(items: Sequence[plan.Item]) -> Iterator[Outcome]:
+                for it in items:  # pilot outcomes from the cache, the others from the pool, in order
+                    if it.index in self.cache:
+                        yield self.cache.pop(it.index)
+                    else:
+                        if not fresh:
+                            fresh.extend(next(results))
+                        yield fresh.popleft()
+                    bar.update(1)
+
             for j in todo:
-                fresh: list[Outcome] = []
-                while len(fresh) < len(needs[j]):
-                    fresh.extend(next(results))
-                got = iter(fresh)
                 items = self.items[slice(*ranges[j])]
-                outcomes = [self.cache.pop(it.index) if it.index in self.cache else next(got) for it in items]
-                bar.update(len(items))
-                rec = self.finish_shard(j, items, outcomes)
+                rec = self.finish_shard(j, items, outcomes(items))
                 result.shards_written += 1
                 result.converted += sum(rec.class_counts)
                 result.add_skipped(rec.skipped)
