@@ -37,6 +37,7 @@ from .. import storage
 from ..errors import ConvertError
 from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from ..format import EncodedSample, index_url, write_tar
+from ..format.index import INDEX_SUFFIX
 from . import journal, plan
 from .dest import check_overlap, dest_lock
 from .discover import NOT_CANDIDATES, discover
@@ -230,16 +231,18 @@ class SplitJob:
         elif existing is not None:
             self.plan = existing
 
+    def _is_ours(self, name: str) -> bool:
+        """Whether file ``name`` in the split folder is named like this split's output: a shard or its sample index."""
+        return name.startswith(f"{self.src.name}-") and name.endswith((".tar", INDEX_SUFFIX))
+
     def _shard_files(self) -> list[str]:
-        prefix = f"{self.src.name}-"
-        return [n for n in storage.list_dir(self.url, **self.so)[1] if n.startswith(prefix) and n.endswith(".tar")]
+        return [n for n in storage.list_dir(self.url, **self.so)[1] if self._is_ours(n)]
 
     def _clear(self) -> None:
         storage.remove(journal.journal_url(self.url), recursive=True, **self.so)
         storage.remove(storage.join(self.url, MANIFEST_NAME), **self.so)
-        prefix = f"{self.src.name}-"
         for name in storage.list_dir(self.url, **self.so)[1]:
-            if name.startswith(prefix) and name.endswith((".tar", ".idx")) or name.startswith("." + prefix):  # .idx: sample indexes
+            if self._is_ours(name) or name.startswith(f".{self.src.name}-"):
                 storage.remove(storage.join(self.url, name), **self.so)
 
     def ensure_plan(self, encoder: Encoder, task_index: int) -> None:
