@@ -1,10 +1,14 @@
-"""Run a conversion: plan each split, encode planned shards in a process pool, write them, journal them.
+"""Run a conversion: plan every split, encode planned shards in a process pool, write them, journal them.
 
 Determinism: a planned shard is a pure function of the sorted source list and
 the options (:mod:`shardkit.convert.plan`). Workers only encode chunks of
-:data:`CHUNK` images; the main process receives the chunks in submission order,
-assembles each planned shard and writes it, so ``--workers`` changes speed and
-nothing else.
+:data:`CHUNK` images; the main process receives the chunks in submission order
+and streams each planned shard into its tar as they arrive, so ``--workers``
+changes speed and nothing else.
+
+Start-up: the pool (its forkserver) starts before discovery and imports torch
+once while the main process discovers SRC; the main process never imports
+torch (:func:`start_pool`). Every split's plan is written before any shard.
 
 Resume: each planned shard is written to a temporary name and renamed (or
 uploaded in one piece), then recorded in the journal
@@ -40,7 +44,7 @@ from ..format import EncodedSample, index_url, write_tar
 from ..format.index import INDEX_SUFFIX
 from . import journal, plan
 from .dest import check_overlap, dest_lock
-from .discover import NOT_CANDIDATES, discover
+from .discover import NOT_CANDIDATES, Source, discover
 from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_core, process
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
@@ -408,13 +412,27 @@ def convert(
         raise ValueError("workers must be at least 1")
     plan.task_shards(0, num_tasks, task_index)  # validates
     with start_pool(workers) as pool:  # first: its start-up overlaps discovery
-        return _convert(src, dest, options, so, pool, workers, num_tasks, task_index, overwrite, quiet, t0)
+        source = _discover(src, dest, options, so)
+        encoder = Encoder(source.reader, options.image, pool, workers)
+        version = encoder.version()
+        jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so, version) for s in source.splits]
+        results = []
+        with dest_lock(dest, task_index):
+            for job in jobs:
+                job.check_dest(overwrite)
+            for job in jobs:  # every split's plan.json before any shard: `shardkit verify` then sees splits not begun
+                job.ensure_plan(encoder, task_index)
+            for job in jobs:
+                owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
+                res = job.run(encoder, owned, quiet)
+                if num_tasks == 1:
+                    res.manifest = finalize_split(job.url, **so)
+                results.append(res)
+    return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
 
 
-def _convert(
-    src: Any, dest: str, options: ConvertOptions, so: dict, pool: Executor | None, workers: int,
-    num_tasks: int, task_index: int, overwrite: bool, quiet: bool, t0: float,
-) -> ConvertResult:
+def _discover(src: Any, dest: str, options: ConvertOptions, so: dict) -> Source:
+    """:func:`discover` ``src``, refusing a DEST that overlaps it and, with ``strict``, any file skipped at discovery."""
     source = discover(src, options, **so)
     if source.local_dir is not None:
         check_overlap(source.local_dir, dest, dest_in_src=source.walked)
@@ -423,19 +441,4 @@ def _convert(
         if options.strict and failed:
             p, r, d = failed[0]
             raise ConvertError(f"{p}: skipped ({r.value}: {d}) and --strict is set")
-    encoder = Encoder(source.reader, options.image, pool, workers)
-    version = encoder.version()
-    jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so, version) for s in source.splits]
-    results = []
-    with dest_lock(dest, task_index):
-        for job in jobs:
-            job.check_dest(overwrite)
-        for job in jobs:  # every split's plan.json before any shard: `shardkit verify` then sees splits not begun
-            job.ensure_plan(encoder, task_index)
-        for job in jobs:
-            owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
-            res = job.run(encoder, owned, quiet)
-            if num_tasks == 1:
-                res.manifest = finalize_split(job.url, **so)
-            results.append(res)
-    return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
+    return source
