@@ -193,3 +193,22 @@ def test_no_shuffle_keeps_sorted_order_and_keys(tmp_path, odd):
     paths = [json.loads(g["json"])["path"] for g in samples.values()]
     assert keys == sorted(keys) and paths == sorted(paths)
     assert all(min(Image.open(io.BytesIO(g["jpg"])).size) <= 16 for g in samples.values())
+
+
+def test_main_process_of_a_pool_conversion_never_imports_torch(tmp_path):
+    """Start-up: torch (~1 s) is imported once, in the pool's forkserver, not again in the main process."""
+    from helpers import run_fresh
+    from shardkit.sampledata import make_imagefolder
+
+    src = make_imagefolder(str(tmp_path / "src"), num_classes=2, per_class=3)
+    code = (
+        "import json, sys\n"
+        "from shardkit.convert import ConvertOptions, ImageOptions, convert\n"
+        "r = convert(sys.argv[1], sys.argv[2], ConvertOptions(image=ImageOptions(short_side=16)), workers=2, quiet=True)\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'n': r.splits[0].converted, 'enc': r.splits[0].manifest.options['encoder']}))\n"
+    )
+    out = run_fresh(code, src, str(tmp_path / "out"))
+    assert out["n"] == 6 and not out["torch"]
+    from shardkit.convert.imageproc import encoder_version
+
+    assert out["enc"] == encoder_version()  # the workers' encoder, as this process would name it

@@ -184,6 +184,21 @@ def test_a_shard_named_file_shardkit_did_not_write_is_not_overwritten(tmp_path, 
     assert load_manifest(dest).num_samples == 6 and os.path.exists(os.path.join(dest, "notes.txt"))
 
 
+def test_a_foreign_sample_index_is_refused_and_cleared_by_overwrite(tmp_path, capsys):
+    src, dest = _src(tmp_path / "src"), str(tmp_path / "out")
+    os.makedirs(dest)
+    stale = os.path.join(dest, "train-000003.idx")  # a sidecar no shard of this conversion would replace
+    with open(stale, "wb") as f:
+        f.write(b"an index of some other shard")
+    rc, _, err = _cli(capsys, src, dest)
+    assert rc == 2 and "train-000003.idx: a file named like a shard" in err and "--overwrite" in err
+    assert os.path.exists(stale)
+    rc, _, err = _cli(capsys, src, dest, "--overwrite")
+    assert rc == 0, err
+    assert not os.path.exists(stale) and load_manifest(dest).num_samples == 6
+    assert sorted(f for f in os.listdir(dest) if f.startswith("train-")) == ["train-000000.idx", "train-000000.tar"]
+
+
 def test_bench_uses_the_storage_option_convention_and_refuses_zero_batches(capsys):
     p = build_parser()
     args = p.parse_args(["bench", "s3://b/ds", "--endpoint-url", "http://127.0.0.1:9", "--storage-option", "anon=true"])

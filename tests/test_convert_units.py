@@ -130,6 +130,9 @@ def test_pack_and_split_at_cap():
     cap = plan.shard_bytes_for(3 * 3000)
     assert plan.split_at_cap(sizes, cap) == 3
     assert plan.split_at_cap([cap * 2, 10], cap) == 1  # one oversized sample still gets a shard
+    streamed = plan.CapSplit(cap)  # the streaming form the writer uses: a prefix, even if a later sample would fit
+    assert [streamed.fits(s) for s in [3000, 3000, 3000, 3000, 10]] == [True, True, True, False, False]
+    assert all(plan.CapSplit(None).fits(s) for s in [cap * 2] * 3)
     groups = plan.pack(sizes, 2, cap)
     assert groups == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
     groups = plan.pack(sizes, None, cap)

@@ -263,6 +263,18 @@ def test_verify_reports_incomplete_splits(tmp_path, capsys):
     shutil.rmtree(os.path.join(dest, "train"))
     msgs = [str(p) for p in verify(dest).problems]
     assert len(msgs) == 1 and msgs[0].startswith("val/: incomplete conversion: 0 shard(s) and a conversion journal")
+    # a conversion stopped in its first split: the later split, never begun, is reported too (plans come first)
+    cls = sorted(os.listdir(os.path.join(src, "train")))[0]
+    with open(os.path.join(src, "train", cls, "broken.jpg"), "wb") as f:
+        f.write(b"\xff\xd8 not a jpeg")
+    dest2 = str(tmp_path / "ds2")
+    from shardkit.errors import ConvertError
+
+    with pytest.raises(ConvertError, match="broken.jpg: skipped .*--strict"):
+        convert(src, dest2, ConvertOptions(image=OPTS.image, shard_size=6, seed=3, strict=True), workers=1, quiet=True)
+    msgs = sorted(str(p) for p in verify(dest2).problems)
+    assert [m.split(":")[0] for m in msgs] == ["train/", "val/"]
+    assert msgs[1].startswith("val/: incomplete conversion: 0 shard(s) and a conversion journal") and "0 of 1 planned shards finished" in msgs[1]
 
 
 def test_verify_summary_and_paths_of_a_single_folder_dataset(ds, capsys):

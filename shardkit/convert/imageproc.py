@@ -43,8 +43,8 @@ Fast path (when torch and simplejpeg import; otherwise everything is Pillow):
   quantisation tables for ``quality``, baseline, 4:2:0, no metadata).
 
 Output bytes therefore depend on the Pillow, simplejpeg and torch versions,
-all recorded by :func:`encoder_version`. Callers set torch to one thread per
-process (:func:`single_thread`): conversion parallelism is one process per core.
+all recorded by :func:`encoder_version`. Callers run torch on one thread
+(:func:`one_core`): conversion parallelism is one process per core.
 """
 
 from __future__ import annotations
@@ -55,10 +55,12 @@ import functools
 import io
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+from ..threads import one_thread
 
 #: colour that transparent pixels are composited onto
 BACKGROUND = (255, 255, 255)
@@ -320,26 +322,9 @@ def resize_bilinear(arr: np.ndarray, width: int, height: int) -> np.ndarray:
     return out
 
 
-def single_thread() -> None:
-    """Make torch's resize use one thread in this process (call in conversion worker processes)."""
-    fast = _fast()
-    if fast is not None:
-        fast.torch.set_num_threads(1)
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """:func:`single_thread` for the duration of a block, then the previous torch thread count."""
-    fast = _fast()
-    if fast is None:
-        yield
-        return
-    before = fast.torch.get_num_threads()
-    fast.torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        fast.torch.set_num_threads(before)
+def one_core() -> contextlib.AbstractContextManager[None]:
+    """:func:`shardkit.threads.one_thread` when the fast path (torch) is in use; nothing to limit otherwise."""
+    return one_thread() if _fast() is not None else contextlib.nullcontext()
 
 
 def encoder_version() -> str:

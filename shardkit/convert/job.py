@@ -1,10 +1,14 @@
-"""Run a conversion: plan each split, encode planned shards in a process pool, write them, journal them.
+"""Run a conversion: plan every split, encode planned shards in a process pool, write them, journal them.
 
 Determinism: a planned shard is a pure function of the sorted source list and
 the options (:mod:`shardkit.convert.plan`). Workers only encode chunks of
-:data:`CHUNK` images; the main process receives the chunks in submission order,
-assembles each planned shard and writes it, so ``--workers`` changes speed and
-nothing else.
+:data:`CHUNK` images; the main process receives the chunks in submission order
+and streams each planned shard into its tar as they arrive, so ``--workers``
+changes speed and nothing else.
+
+Start-up: the pool (its forkserver) starts before discovery and imports torch
+once while the main process discovers SRC; the main process never imports
+torch (:func:`start_pool`). Every split's plan is written before any shard.
 
 Resume: each planned shard is written to a temporary name and renamed (or
 uploaded in one piece), then recorded in the journal
@@ -24,9 +28,12 @@ and locked for this task (:mod:`shardkit.convert.dest`).
 from __future__ import annotations
 
 import collections
+import contextlib
+import itertools
 import multiprocessing
 import os
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -34,10 +41,11 @@ from .. import storage
 from ..errors import ConvertError
 from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from ..format import EncodedSample, index_url, write_tar
+from ..format.index import INDEX_SUFFIX
 from . import journal, plan
 from .dest import check_overlap, dest_lock
-from .discover import NOT_CANDIDATES, discover
-from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_thread, process, single_thread
+from .discover import NOT_CANDIDATES, Source, discover
+from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_core, process
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
 from .source import MissingFile, Reader, SplitSource
@@ -57,65 +65,93 @@ class Outcome:
 
 
 def encode_chunk(reader: Reader, items: Sequence[plan.Item], image: ImageOptions) -> list[Outcome]:
-    """Encode ``items`` (worker entry point; top-level so spawn can import it)."""
+    """Encode ``items`` with torch on one thread (worker entry point; top-level so spawn can import it)."""
     out = []
-    for it in items:
-        try:
-            data = reader.read(it.relpath, it.ref)
-        except MissingFile as exc:
-            out.append(Outcome(None, SkipReason.MISSING_FILE.value, f"{exc}: no such file"))
-            continue
-        except OSError as exc:
-            out.append(Outcome(None, SkipReason.UNREADABLE.value, str(exc.strerror or exc)))
-            continue
-        try:
-            out.append(Outcome(process(data, image)))
-        except SkipImage as exc:
-            out.append(Outcome(None, exc.reason.value, exc.detail))
+    with one_core():
+        for it in items:
+            try:
+                data = reader.read(it.relpath, it.ref)
+            except MissingFile as exc:
+                out.append(Outcome(None, SkipReason.MISSING_FILE.value, f"{exc}: no such file"))
+                continue
+            except OSError as exc:
+                out.append(Outcome(None, SkipReason.UNREADABLE.value, str(exc.strerror or exc)))
+                continue
+            try:
+                out.append(Outcome(process(data, image)))
+            except SkipImage as exc:
+                out.append(Outcome(None, exc.reason.value, exc.detail))
     return out
 
 
 def _init_worker() -> None:
-    """Workers leave Ctrl-C to the main process (which stops the pool and keeps finished shards); torch uses one thread."""
+    """Workers leave Ctrl-C to the main process (which stops the pool and keeps finished shards)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    single_thread()
 
 
-def _mp_context() -> multiprocessing.context.BaseContext:
-    """forkserver where available (clean like spawn, but this module, its imports and torch load once), else spawn."""
+#: what the forkserver imports once, before forking workers (torch: ~1 s, so that no worker pays it)
+_PRELOAD = [__name__, "torch", "torch.nn.functional", "simplejpeg"]
+
+
+@contextlib.contextmanager
+def start_pool(workers: int) -> Iterator[Executor | None]:
+    """The encoding process pool for ``workers > 1`` (``None`` otherwise), started now.
+
+    With forkserver the server process starts importing :data:`_PRELOAD` at once,
+    so its ~1 s torch import overlaps whatever the caller does next (discovery);
+    the main process itself never imports torch. Workers are forked on first use;
+    on exit, work not started yet is cancelled.
+    """
+    if workers <= 1:
+        yield None
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
     if "forkserver" in multiprocessing.get_all_start_methods():
+        from multiprocessing import forkserver
+
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__, "torch", "torch.nn.functional", "simplejpeg"])
-        return ctx
-    return multiprocessing.get_context("spawn")
+        ctx.set_forkserver_preload(_PRELOAD)
+        forkserver.ensure_running()  # returns at once; the server imports in the background
+    else:
+        ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+_WORKER_DIED = (
+    "an encoding worker process died (killed, or out of memory?); finished shards are kept: "
+    "rerun the same command to resume, with fewer --workers if memory is short"
+)
 
 
 class Encoder:
-    """Encodes chunks of items in order: in this process (``workers == 1``) or in a spawn process pool."""
+    """Encodes chunks of items in order: in this process (no ``pool``) or in the process pool of :func:`start_pool`."""
 
-    def __init__(self, reader: Reader, image: ImageOptions, workers: int):
-        self.reader, self.image, self.workers = reader, image, workers
-        self.pool = None
-        if workers > 1:
-            from concurrent.futures import ProcessPoolExecutor
+    def __init__(self, reader: Reader, image: ImageOptions, pool: Executor | None, workers: int = 1):
+        self.reader, self.image, self.pool, self.workers = reader, image, pool, workers
 
-            self.pool = ProcessPoolExecutor(workers, mp_context=_mp_context(), initializer=_init_worker)
+    def version(self) -> str:
+        """:func:`~shardkit.convert.imageproc.encoder_version` of the processes that encode (a pool worker, or this one)."""
+        if self.pool is None:
+            return encoder_version()
+        from concurrent.futures.process import BrokenProcessPool
 
-    def __enter__(self) -> "Encoder":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            return self.pool.submit(encoder_version).result()
+        except BrokenProcessPool:
+            raise ConvertError(_WORKER_DIED) from None
 
     def map(self, chunks: Iterable[Sequence[plan.Item]]) -> Iterator[list[Outcome]]:
         """Outcomes of each chunk, in the order of ``chunks``, with a bounded number in flight."""
         if self.pool is None:
-            with one_thread():  # one core, like each pool worker
-                for c in chunks:
-                    yield encode_chunk(self.reader, c, self.image)
+            for c in chunks:
+                yield encode_chunk(self.reader, c, self.image)
             return
         from concurrent.futures.process import BrokenProcessPool
 
@@ -128,10 +164,7 @@ class Encoder:
             while window:
                 yield window.popleft().result()
         except BrokenProcessPool:
-            raise ConvertError(
-                "an encoding worker process died (killed, or out of memory?); finished shards are kept: "
-                "rerun the same command to resume, with fewer --workers if memory is short"
-            ) from None
+            raise ConvertError(_WORKER_DIED) from None
 
 
 def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> EncodedSample:
@@ -139,7 +172,7 @@ def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> En
     return EncodedSample(plan.make_key(item.index, width), enc.jpeg, item.label, meta)
 
 
-def _write_part(url: str, name: str, samples: list[EncodedSample], storage_options: dict) -> journal.Part:
+def _write_part(url: str, name: str, samples: Iterable[EncodedSample], storage_options: dict) -> journal.Part:
     w = storage.publish(url, lambda f: write_tar(samples, f), **storage_options)
     if w.index is not None and url.endswith(".tar"):  # a shard's sample index, before its journal record
         storage.put_bytes(index_url(url), w.index.to_bytes(), **storage_options)
@@ -157,7 +190,7 @@ def _part_ok(url: str, part: journal.Part | None, storage_options: dict) -> bool
 class SplitJob:
     """Conversion of one split to ``url`` (see module docstring)."""
 
-    def __init__(self, src: SplitSource, classes: list[str], url: str, options: ConvertOptions, storage_options: dict):
+    def __init__(self, src: SplitSource, classes: list[str], url: str, options: ConvertOptions, storage_options: dict, encoder: str):
         self.src, self.classes, self.url, self.options = src, classes, url, options
         self.so = storage_options
         self.items = plan.order(src.files, options.seed, options.shuffle)
@@ -165,7 +198,7 @@ class SplitJob:
         listing = [[f.relpath, f.label, f.size] + ([dict(f.meta)] if f.meta else []) for f in src.files]
         skipped = [SkippedFile(p, r.value, d) for p, r, d in src.skipped]
         self.plan = journal.Plan(
-            split=src.name, options=options.recorded(), classes=classes, encoder=encoder_version(),
+            split=src.name, options=options.recorded(), classes=classes, encoder=encoder,
             input_sha256=journal.fingerprint([listing, [[s.path, s.reason] for s in skipped]]),
             num_items=len(self.items), samples_per_shard=0, num_planned=0,
             key_width=plan.key_width(len(self.items)), skipped=skipped,
@@ -202,16 +235,18 @@ class SplitJob:
         elif existing is not None:
             self.plan = existing
 
+    def _is_ours(self, name: str) -> bool:
+        """Whether file ``name`` in the split folder is named like this split's output: a shard or its sample index."""
+        return name.startswith(f"{self.src.name}-") and name.endswith((".tar", INDEX_SUFFIX))
+
     def _shard_files(self) -> list[str]:
-        prefix = f"{self.src.name}-"
-        return [n for n in storage.list_dir(self.url, **self.so)[1] if n.startswith(prefix) and n.endswith(".tar")]
+        return [n for n in storage.list_dir(self.url, **self.so)[1] if self._is_ours(n)]
 
     def _clear(self) -> None:
         storage.remove(journal.journal_url(self.url), recursive=True, **self.so)
         storage.remove(storage.join(self.url, MANIFEST_NAME), **self.so)
-        prefix = f"{self.src.name}-"
         for name in storage.list_dir(self.url, **self.so)[1]:
-            if name.startswith(prefix) and name.endswith((".tar", ".idx")) or name.startswith("." + prefix):  # .idx: sample indexes
+            if self._is_ours(name) or name.startswith(f".{self.src.name}-"):
                 storage.remove(storage.join(self.url, name), **self.so)
 
     def ensure_plan(self, encoder: Encoder, task_index: int) -> None:
@@ -241,26 +276,38 @@ class SplitJob:
         over_ok = _part_ok(journal.journal_url(self.url, journal.overflow_name(self.src.name, j)), rec.overflow, self.so)
         return rec if shard_ok and over_ok else None
 
-    def finish_shard(self, j: int, items: Sequence[plan.Item], outcomes: Sequence[Outcome]) -> journal.ShardRecord:
-        """Write planned shard ``j`` (and its overflow) from its encoded items, then its record."""
-        samples, skipped = [], []
+    def finish_shard(self, j: int, items: Sequence[plan.Item], outcomes: Iterable[Outcome]) -> journal.ShardRecord:
+        """Write planned shard ``j`` (and its overflow) from its items' outcomes, then its record.
+
+        ``outcomes`` (one per item, in order) may arrive while the shard is written: samples go into
+        the tar as they come, so the main process writes (and hashes) while the workers encode.
+        """
+        skipped: list[SkippedFile] = []
+        over: list[EncodedSample] = []
         counts = [0] * len(self.classes)
-        for it, out in zip(items, outcomes):
-            if out.encoded is None:
-                skipped.append(SkippedFile(it.relpath, out.reason, out.detail))
-                if self.options.strict:
-                    raise ConvertError(f"{it.relpath}: skipped ({out.reason}: {out.detail}) and --strict is set")
-                continue
-            samples.append(_sample(it, out.encoded, self.classes, self.plan.key_width))
-            counts[it.label] += 1
-        k = plan.split_at_cap([plan.tar_size(s) for s in samples], self.options.shard_bytes)
+        cap = plan.CapSplit(self.options.shard_bytes)
+
+        def fitting() -> Iterator[EncodedSample]:
+            for it, out in zip(items, outcomes):
+                if out.encoded is None:
+                    skipped.append(SkippedFile(it.relpath, out.reason, out.detail))
+                    if self.options.strict:
+                        raise ConvertError(f"{it.relpath}: skipped ({out.reason}: {out.detail}) and --strict is set")
+                    continue
+                s = _sample(it, out.encoded, self.classes, self.plan.key_width)
+                counts[it.label] += 1
+                if cap.fits(plan.tar_size(s)):
+                    yield s
+                else:
+                    over.append(s)
+
         name, oname = journal.shard_name(self.src.name, j), journal.overflow_name(self.src.name, j)
-        shard = _write_part(storage.join(self.url, name), name, samples[:k], self.so) if samples else None
-        over = None
-        if k < len(samples):
-            over = _write_part(journal.journal_url(self.url, oname), oname, samples[k:], self.so)
+        samples = fitting()
+        first = next(samples, None)  # no tar at all for a shard whose every item is skipped
+        shard = _write_part(storage.join(self.url, name), name, itertools.chain([first], samples), self.so) if first is not None else None
+        overflow = _write_part(journal.journal_url(self.url, oname), oname, over, self.so) if over else None
         rec = journal.ShardRecord(
-            fingerprint=self.plan.fingerprint, index=j, shard=shard, overflow=over, class_counts=counts,
+            fingerprint=self.plan.fingerprint, index=j, shard=shard, overflow=overflow, class_counts=counts,
             skipped=skipped, bytes_in=sum(it.size for it in items),
         )
         storage.put_bytes(journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so)
@@ -292,15 +339,21 @@ class SplitJob:
 
         with tqdm(total=total, initial=done, unit="img", desc=self.src.name, disable=quiet, dynamic_ncols=True) as bar:
             results = encoder.map(chunks())
+            fresh: collections.deque[Outcome] = collections.deque()
+
+            def outcomes(items: Sequence[plan.Item]) -> Iterator[Outcome]:
+                for it in items:  # pilot outcomes from the cache, the others from the pool, in order
+                    if it.index in self.cache:
+                        yield self.cache.pop(it.index)
+                    else:
+                        if not fresh:
+                            fresh.extend(next(results))
+                        yield fresh.popleft()
+                    bar.update(1)
+
             for j in todo:
-                fresh: list[Outcome] = []
-                while len(fresh) < len(needs[j]):
-                    fresh.extend(next(results))
-                got = iter(fresh)
                 items = self.items[slice(*ranges[j])]
-                outcomes = [self.cache.pop(it.index) if it.index in self.cache else next(got) for it in items]
-                bar.update(len(items))
-                rec = self.finish_shard(j, items, outcomes)
+                rec = self.finish_shard(j, items, outcomes(items))
                 result.shards_written += 1
                 result.converted += sum(rec.class_counts)
                 result.add_skipped(rec.skipped)
@@ -358,6 +411,28 @@ def convert(
     if workers < 1:
         raise ValueError("workers must be at least 1")
     plan.task_shards(0, num_tasks, task_index)  # validates
+    with start_pool(workers) as pool:  # first: its start-up overlaps discovery
+        source = _discover(src, dest, options, so)
+        encoder = Encoder(source.reader, options.image, pool, workers)
+        version = encoder.version()
+        jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so, version) for s in source.splits]
+        results = []
+        with dest_lock(dest, task_index):
+            for job in jobs:
+                job.check_dest(overwrite)
+            for job in jobs:  # every split's plan.json before any shard: `shardkit verify` then sees splits not begun
+                job.ensure_plan(encoder, task_index)
+            for job in jobs:
+                owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
+                res = job.run(encoder, owned, quiet)
+                if num_tasks == 1:
+                    res.manifest = finalize_split(job.url, **so)
+                results.append(res)
+    return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
+
+
+def _discover(src: Any, dest: str, options: ConvertOptions, so: dict) -> Source:
+    """:func:`discover` ``src``, refusing a DEST that overlaps it and, with ``strict``, any file skipped at discovery."""
     source = discover(src, options, **so)
     if source.local_dir is not None:
         check_overlap(source.local_dir, dest, dest_in_src=source.walked)
@@ -366,17 +441,4 @@ def convert(
         if options.strict and failed:
             p, r, d = failed[0]
             raise ConvertError(f"{p}: skipped ({r.value}: {d}) and --strict is set")
-    jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so) for s in source.splits]
-    results = []
-    with dest_lock(dest, task_index):
-        for job in jobs:
-            job.check_dest(overwrite)
-        with Encoder(source.reader, options.image, workers) as encoder:
-            for job in jobs:
-                job.ensure_plan(encoder, task_index)
-                owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
-                res = job.run(encoder, owned, quiet)
-                if num_tasks == 1:
-                    res.manifest = finalize_split(job.url, **so)
-                results.append(res)
-    return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
+    return source

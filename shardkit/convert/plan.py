@@ -123,16 +123,24 @@ def task_shards(num_shards: int, num_tasks: int, task_index: int) -> list[int]:
     return list(range(task_index, num_shards, num_tasks))
 
 
+class CapSplit:
+    """Streaming :func:`split_at_cap`: feed tar sizes in order; ``True`` while a sample still fits the shard."""
+
+    def __init__(self, shard_bytes: int | None):
+        self.shard_bytes, self.total, self.count, self.full = shard_bytes, 0, 0, False
+
+    def fits(self, size: int) -> bool:
+        if self.shard_bytes is not None and self.count > 0 and (self.full or shard_bytes_for(self.total + size) > self.shard_bytes):
+            self.full = True  # a prefix: once one sample is beyond the cap, all later ones are too
+            return False
+        self.total, self.count = self.total + size, self.count + 1
+        return True
+
+
 def split_at_cap(sizes: Sequence[int], shard_bytes: int | None) -> int:
     """How many leading samples (tar sizes ``sizes``) fit under ``shard_bytes``; at least one."""
-    if shard_bytes is None:
-        return len(sizes)
-    total = 0
-    for i, s in enumerate(sizes):
-        if i > 0 and shard_bytes_for(total + s) > shard_bytes:
-            return i
-        total += s
-    return len(sizes)
+    cap = CapSplit(shard_bytes)
+    return sum(cap.fits(s) for s in sizes)
 
 
 def pack(sizes: Sequence[int], shard_size: int | None, shard_bytes: int | None) -> list[tuple[int, int]]:
