@@ -89,3 +89,167 @@ def test_one_source_gives_todays_batches(tmp_path, case):
     if case == "w0":  # the same through a lone Source and a one-element list
         assert _digest(Source(ds.url), **CASES[case]) == GOLDEN[case]
         assert _digest([ds.url], **CASES[case]) == GOLDEN[case]
+
+
+# --------------------------------------------------------------------- exact counts, labels, keys, stats
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_exact_counts_per_epoch_through_the_real_loader(dsets, workers):
+    a, b = dsets["a"], dsets["b"]
+    loader = shardkit.load([Source(a.url, weight=1), Source(b.url, repeat=2)], epoch_size=60, num_workers=workers,
+                           with_source=True, seed=3, **KW)
+    assert loader.classes == ("c0", "c1", "c2")  # merged by name
+    seen_a = collections.Counter()
+    for epoch in range(2):
+        batches = _epoch(loader)
+        assert len(batches) == len(loader) == 12
+        per = collections.Counter()
+        for _, labels, keys, src in batches:
+            assert len(set(keys)) == len(keys)  # never a sample twice in a batch
+            for key, label, s in zip(keys, labels.tolist(), src.tolist()):
+                i, k = _split(key)
+                assert i == s
+                assert label == [a, b][i].labels[k]  # c0..c2 keep their index in the union
+                per[(i, k)] += 1
+        assert sum(n for (i, _), n in per.items() if i == 0) == 36  # weight: 60 - 24
+        assert {k: n for (i, k), n in per.items() if i == 1} == {k: 2 for k in b.keys}  # repeat=2: each twice
+        seen_a.update(k for (i, k), n in per.items() if i == 0 for _ in range(n))
+        st = loader.stats
+        assert [s.samples for s in st.sources] == [36, 24] and [s.skipped for s in st.sources] == [0, 0]
+        assert all(s.bytes_read > 0 for s in st.sources) and sum(s.bytes_read for s in st.sources) == st.bytes_read
+    # without replacement across epochs: 72 samples of 40 are one whole pass and 32 of the next
+    assert set(seen_a) == set(a.keys) and sorted(collections.Counter(seen_a.values()).items()) == [(1, 8), (2, 32)]
+    loader.close()
+
+
+def test_labels_per_source_and_fractional_repeat(dsets):
+    a, c = dsets["a"], dsets["c"]
+    loader = shardkit.load([Source(a.url, repeat=0.5), Source(c.url, choose=4)], labels="per_source", num_workers=0, **{**KW, "with_keys": True})
+    assert loader.classes == ("0/c0", "0/c1", "0/c2", "1/c0", "1/c1", "1/c2", "1/c3")
+    seen = collections.Counter()
+    for epoch in range(2):
+        n = 0
+        for _, labels, keys in loader:
+            for key, label in zip(keys, labels.tolist()):
+                i, k = _split(key)
+                assert label == [0, 3][i] + [a, c][i].labels[k]
+                seen[(i, k)] += 1
+                n += 1
+        assert n == 20 + 4
+    assert sorted(n for (i, _), n in seen.items() if i == 0) == [1] * 40  # 0.5x: all of it once over two epochs
+    assert sum(n for (i, _), n in seen.items() if i == 1) == 8 and max(n for (i, _), n in seen.items() if i == 1) == 1  # choose: no repeat before a full pass
+
+
+# --------------------------------------------------------------------- exactly once over ranks x workers
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_exactly_once_and_reported_padding(dsets, world_size, workers):
+    """``repeat=1`` for both: an epoch is every sample of both sources once, split exactly, padding reported."""
+    a, b = dsets["a"], dsets["b"]
+    sources = [Source(a.url, repeat=1), Source(b.url, repeat=1)]
+    for policy in ("pad", "drop"):
+        got, lens = collections.Counter(), set()
+        for rank in range(world_size):
+            loader = shardkit.load(sources, num_workers=workers, rank=rank, world_size=world_size, policy=policy, seed=1, **KW)
+            info = loader.epoch_info
+            batches = [keys for _, _, keys in loader]
+            lens.add(len(batches))
+            assert len(batches) == info.num_batches
+            got.update(k for keys in batches for k in keys)
+            loader.close()
+        assert len(lens) == 1  # the same number of batches on every rank
+        everything = {f"0/{k}" for k in a.keys} | {f"1/{k}" for k in b.keys}
+        if policy == "pad":
+            assert set(got) == everything and sum(got.values()) == 52 + info.padded
+        else:
+            assert set(got) <= everything and max(got.values()) == 1 and len(got) == 52 - info.dropped
+
+
+# --------------------------------------------------------------------- resume, elastic resume, remix
+
+
+def _pass(loader):
+    return [(im.clone(), keys) for im, _, keys in loader]
+
+
+def _same(x, y):
+    assert [k for _, k in x] == [k for _, k in y]
+    assert all(torch.equal(p, q) for (p, _), (q, _) in zip(x, y))
+
+
+def test_mid_epoch_resume_equals_uninterrupted(dsets):
+    a, b, c = dsets["a"], dsets["b"], dsets["c"]
+    sources = [Source(a.url, weight=0.7), Source(b.url, weight=0.3), Source(c.url, repeat=1.5)]
+    opts = dict(num_workers=2, seed=5, **KW)
+    ref = shardkit.load(sources, **opts)
+    ref.set_epoch(1)
+    whole, following = _pass(ref), _pass(ref)
+    ref.close()
+    for k in (1, 4):
+        first = shardkit.load(sources, **opts)
+        first.set_epoch(1)
+        it = iter(first)
+        done = [next(it) for _ in range(k)]
+        state = json.loads(json.dumps(first.state_dict()))
+        del it, done
+        first.close()
+        again = shardkit.load(sources, **opts)
+        again.load_state_dict(state)
+        _same(_pass(again), whole[k:])  # the same remaining batches, in the same order, pixels included
+        _same(_pass(again), following)  # and the next epoch as uninterrupted
+        again.close()
+
+
+def test_elastic_resume_covers_exactly_the_unseen(dsets):
+    """3 ranks x 2 workers -> 2 ranks x 1 worker, in one process (rank=/world_size=)."""
+    a, b = dsets["a"], dsets["b"]
+    sources = [Source(a.url, repeat=1), Source(b.url, repeat=1)]
+    opts = dict(seed=2, policy="drop", **KW)
+    seen, states = [], []
+    for rank in range(3):
+        loader = shardkit.load(sources, num_workers=2, rank=rank, world_size=3, **opts)
+        dropped_before = loader.epoch_info.dropped
+        it = iter(loader)
+        for _ in range(2):
+            seen += next(it)[2]
+        states.append(json.loads(json.dumps(loader.state_dict())))
+        del it
+        loader.close()
+    assert all(s == states[0] for s in states)
+    rest, lens = [], set()
+    for rank in range(2):
+        loader = shardkit.load(sources, num_workers=1, rank=rank, world_size=2, **opts)
+        loader.load_state_dict(states[0])
+        dropped_after = loader.epoch_info.dropped  # of the re-planned rest of the epoch
+        batches = [keys for _, _, keys in loader]
+        lens.add(len(batches))
+        rest += [k for keys in batches for k in keys]
+        loader.close()
+    assert len(lens) == 1
+    every = seen + rest
+    assert len(every) == len(set(every)) == 52 - dropped_before - dropped_after  # exactly the unseen, nothing twice
+
+
+def test_other_mixture_refused_naming_the_difference_and_allow_remix(dsets):
+    a, b = dsets["a"], dsets["b"]
+    opts = dict(num_workers=0, seed=7, **KW)
+    old = [Source(a.url, weight=0.5), Source(b.url, weight=0.5)]
+    ref = shardkit.load(old, **opts)
+    whole = _pass(ref)
+    it = iter(shardkit_loader := shardkit.load(old, **opts))
+    next(it), next(it)
+    state = json.loads(json.dumps(shardkit_loader.state_dict()))
+    del it
+    new = [Source(a.url, weight=0.8), Source(b.url, weight=0.2)]
+    with pytest.raises(ShardkitError, match=r"another mixture \(source 0: weight 0.5 -> 0.8; source 1: weight 0.5 -> 0.2\)"):
+        shardkit.load(new, **opts).load_state_dict(state)
+    with pytest.raises(ShardkitError, match=r"another mixture \(1 sources -> 2"):
+        shardkit.load(new, **opts).load_state_dict(shardkit.load(a.url, **opts).state_dict())
+    loader = shardkit.load(new, **opts)
+    loader.load_state_dict(state, allow_remix=True)
+    assert [k for _, k in _pass(loader)] == [k for _, k in whole[2:]]  # the epoch finishes as saved
+    counts = collections.Counter(_split(k)[0] for _, keys in _pass(loader) for k in keys)
+    assert (counts[0], counts[1]) == (42, 10)  # then the new weights: 52 * 0.8 = 41.6 -> 42 by largest remainder
