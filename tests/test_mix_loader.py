@@ -253,3 +253,64 @@ def test_other_mixture_refused_naming_the_difference_and_allow_remix(dsets):
     assert [k for _, k in _pass(loader)] == [k for _, k in whole[2:]]  # the epoch finishes as saved
     counts = collections.Counter(_split(k)[0] for _, keys in _pass(loader) for k in keys)
     assert (counts[0], counts[1]) == (42, 10)  # then the new weights: 52 * 0.8 = 41.6 -> 42 by largest remainder
+
+
+# --------------------------------------------------------------------- storage: S3 and disk in one mixture
+
+
+@pytest.mark.slow
+def test_one_source_on_s3_one_on_disk(dsets, s3):
+    import s3fs
+
+    opts, bucket = s3
+    a, b = dsets["a"], dsets["b"]
+    s3fs.S3FileSystem(**opts).put(b.url + "/", f"{bucket}/b/", recursive=True)
+    sources = [Source(a.url, repeat=1), Source(f"s3://{bucket}/b", repeat=1, storage_options=opts)]
+    loader = shardkit.load(sources, num_workers=2, with_source=True, seed=4, **KW)
+    got = collections.Counter()
+    for _, labels, keys, src in loader:
+        got.update(keys)
+        assert [_split(k)[0] for k in keys] == src.tolist()
+    assert got == collections.Counter([f"0/{k}" for k in a.keys] + [f"1/{k}" for k in b.keys])
+    assert all(s.bytes_read > 0 for s in loader.stats.sources)
+    # the same batches as both sources from disk
+    disk = shardkit.load([Source(a.url, repeat=1), Source(b.url, repeat=1)], num_workers=0, seed=4, **KW)
+    remote = shardkit.load(sources, num_workers=0, seed=4, **KW)
+    _same(_pass(disk), _pass(remote))
+    loader.close()
+
+
+# --------------------------------------------------------------------- bad input
+
+
+def test_bad_input_gets_a_clear_error(dsets, tmp_path):
+    a, b = dsets["a"], dsets["b"]
+    with pytest.raises(ValueError, match="at least one source"):
+        shardkit.load([], **KW)
+    with pytest.raises(ValueError, match="give one of weight, repeat or choose, not weight and repeat"):
+        shardkit.load([Source(a.url, weight=1, repeat=2), Source(b.url, weight=1)], **KW)
+    with pytest.raises(ValueError, match=r"source 1 .*: give one of weight=, repeat= or choose="):
+        shardkit.load([Source(a.url, weight=1), b.url], **KW)
+    with pytest.raises(ValueError, match="weight must be a finite number >= 0"):
+        Source(a.url, weight=-1)
+    with pytest.raises(ValueError, match="all weights are 0"):
+        shardkit.load([Source(a.url, weight=0), Source(b.url, weight=0)], **KW)
+    with pytest.raises(ValueError, match="choose must be an integer >= 1"):
+        Source(a.url, choose=0)
+    with pytest.raises(ShardkitError, match=r"source 1 \(.*missing\): "):
+        shardkit.load([Source(a.url, weight=1), Source(str(tmp_path / "missing"), weight=1)], **KW)
+    with pytest.raises(ShardkitError, match="sources 0 .* and 1 .* are the same split"):
+        shardkit.load([Source(a.url, weight=1), Source(a.url + "/manifest.json", weight=1)], **KW)
+    with pytest.raises(ValueError, match="invalid labels 'union'"):
+        shardkit.load([Source(a.url, weight=1), Source(b.url, weight=1)], labels="union", **KW)
+    other = write_dataset(str(tmp_path / "big"), num_samples=6, shard_size=3, size=(20, 20))
+    m = load_manifest(other.url)
+    m.options["short_side"] = 320
+    save_manifest(m, other.url)
+    with pytest.raises(ShardkitError, match=r"source 1 .* was converted with image options \{'short_side': 320"):
+        shardkit.load([Source(a.url, weight=1), Source(other.url, weight=1)], **KW)
+    empty = write_dataset(str(tmp_path / "empty"), num_samples=0)
+    with pytest.raises(ShardkitError, match=r"source 1 \(.*empty.*\) has no samples"):
+        shardkit.load([Source(a.url, weight=1), Source(empty.url, weight=1)], **KW)
+    with pytest.raises(TypeError, match="URLs or shardkit.Source objects, not int"):
+        shardkit.load([a.url, 3], **KW)
