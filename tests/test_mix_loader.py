@@ -6,11 +6,14 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from helpers import write_dataset
+from helpers import free_port, write_dataset
 
 import shardkit
 from shardkit import ShardkitError, Source
@@ -314,3 +317,45 @@ def test_bad_input_gets_a_clear_error(dsets, tmp_path):
         shardkit.load([Source(a.url, weight=1), Source(empty.url, weight=1)], **KW)
     with pytest.raises(TypeError, match="URLs or shardkit.Source objects, not int"):
         shardkit.load([a.url, 3], **KW)
+
+
+# --------------------------------------------------------------------- elastic resume under torchrun + gloo
+
+
+def _torchrun(nproc, args):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-id=shardkit-mix", "--monitor-interval=0.5",
+           os.path.join(root, "tests", "mix_ddp.py"), *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=root, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def _logs(d):
+    out = {}
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name)) as f:
+            out[int(name[4:-6])] = [json.loads(line) for line in f]
+    return out
+
+
+@pytest.mark.slow
+def test_elastic_resume_of_a_mixture_under_torchrun(dsets, tmp_path):
+    """3 ranks x 2 workers stop after 2 steps; 2 ranks x 1 worker finish the epoch: exactly the unseen."""
+    a, b = dsets["a"], dsets["b"]
+    ckpt = str(tmp_path / "ckpt.pt")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    common = ["--source", a.url, "--source", b.url, "--checkpoint", ckpt]
+    _torchrun(3, [*common, "--workers", "2", "--stop-after", "2", "--log-ids", str(tmp_path / "x")])
+    _torchrun(2, [*common, "--workers", "1", "--log-ids", str(tmp_path / "y")])
+    first, second = _logs(tmp_path / "x"), _logs(tmp_path / "y")
+    assert sorted(first) == [0, 1, 2] and sorted(second) == [0, 1]
+    assert all(len(s) == 2 for s in first.values()) and len({len(s) for s in second.values()}) == 1
+    seen = collections.Counter(k for steps in first.values() for s in steps for k in s["keys"])
+    rest = collections.Counter(k for steps in second.values() for s in steps for k in s["keys"])
+    everything = {f"0/{k}" for k in a.keys} | {f"1/{k}" for k in b.keys}
+    assert not set(seen) & set(rest) and set(seen) | set(rest) == everything
+    (pad_after,) = {s["padded"] for steps in second.values() for s in steps}
+    assert sum(rest.values()) - len(rest) == pad_after  # the only repeats are the reported padding
