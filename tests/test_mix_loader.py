@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from helpers import free_port, write_dataset
+from helpers import free_port, jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
 
 import shardkit
 from shardkit import ShardkitError, Source
@@ -256,6 +256,32 @@ def test_other_mixture_refused_naming_the_difference_and_allow_remix(dsets):
     assert [k for _, k in _pass(loader)] == [k for _, k in whole[2:]]  # the epoch finishes as saved
     counts = collections.Counter(_split(k)[0] for _, keys in _pass(loader) for k in keys)
     assert (counts[0], counts[1]) == (42, 10)  # then the new weights: 52 * 0.8 = 41.6 -> 42 by largest remainder
+    # a state saved while the old mixture finishes its epoch resumes the pending switch without allow_remix
+    switching = shardkit.load(new, **opts)
+    switching.load_state_dict(state, allow_remix=True)
+    it = iter(switching)
+    next(it)
+    pending = json.loads(json.dumps(switching.state_dict()))
+    del it
+    assert "next_mixture" in pending
+    resumed = shardkit.load(new, **opts)
+    resumed.load_state_dict(pending)
+    assert [k for _, k in _pass(resumed)] == [k for _, k in whole[3:]]
+    counts = collections.Counter(_split(k)[0] for _, keys in _pass(resumed) for k in keys)
+    assert (counts[0], counts[1]) == (42, 10)  # and switches at the next epoch
+
+
+def test_skipped_samples_are_counted_per_source(dsets, tmp_path):
+    a = dsets["a"]
+    members = []
+    for i in range(6):
+        members += [(f"s{i}.cls", b"0"), (f"s{i}.jpg", b"not a jpeg" if i % 3 == 0 else jpeg_bytes(0, i, (20, 20)))]
+    bad = write_raw_dataset(str(tmp_path / "bad"), [(tar_bytes(members), 6)], ["c0"])
+    loader = shardkit.load([Source(a.url, repeat=1), Source(bad, repeat=1)], num_workers=2, **KW)
+    got = [k for _, _, keys in loader for k in keys]
+    assert len(got) == 40 + 4
+    st = loader.stats
+    assert [(s.samples, s.skipped) for s in st.sources] == [(40, 0), (4, 2)] and st.skipped == 2
 
 
 # --------------------------------------------------------------------- storage: S3 and disk in one mixture
