@@ -110,6 +110,7 @@ def test_exact_counts_per_epoch_through_the_real_loader(dsets, workers):
         per = collections.Counter()
         for _, labels, keys, src in batches:
             assert len(set(keys)) == len(keys)  # never a sample twice in a batch
+            assert int(src.sum()) in {len(keys) * 24 // 60, -(-len(keys) * 24 // 60)}  # every batch holds B's share, +-1
             for key, label, s in zip(keys, labels.tolist(), src.tolist()):
                 i, k = _split(key)
                 assert i == s
