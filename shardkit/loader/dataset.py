@@ -52,10 +52,13 @@ class ShardDataset(IterableDataset):
 
     Args:
         url: dataset split directory or its ``manifest.json`` (local path or fsspec URL),
-            or an already loaded :class:`shardkit.Manifest`.
+            an already loaded :class:`shardkit.Manifest`, or a mixture: a list of
+            :class:`shardkit.Source` (and URLs), see :mod:`shardkit.mix`.
         config: loader options.
         rank: this process's rank; with ``world_size``. Default: from ``torch.distributed`` (else 0 of 1).
         world_size: number of ranks.
+        epoch_size: a weighted mixture's samples per epoch (default: the sum of the sources' sizes).
+        labels: a mixture's classes merged by name (``"merged"``) or kept apart (``"per_source"``).
 
     Each item is a :class:`shardkit.loader.batching.Batch` (``images`` uint8 ``[n,3,S,S]``,
     ``labels`` int64 ``[n]``, ``gids``, ``keys``); with ``config.raw`` its ``raw`` field holds the
@@ -102,14 +105,14 @@ class ShardDataset(IterableDataset):
         self.ring: Optional[Ring] = None  #: shared batch slots of the current worker processes (private copy only)
 
     def _load_manifest(self, i: int, source: Source) -> Manifest:
+        """Source ``i``'s manifest; in a mixture an error names the source (a lone URL keeps the plain message)."""
         cfg = self._source_config(source)
-        if len(self.sources) == 1:
-            check_url(source.url, cfg)
-            return load_manifest(source.url, allow_unsafe_names=cfg.allow_unsafe_names, **cfg.storage_options)
         try:
             check_url(source.url, cfg)
             return load_manifest(source.url, allow_unsafe_names=cfg.allow_unsafe_names, **cfg.storage_options)
         except ShardkitError as exc:
+            if len(self.sources) == 1:
+                raise
             raise type(exc)(f"source {i} ({source.url}): {exc}") from exc
 
     def _source_config(self, source: Source) -> SourceConfig:
@@ -221,8 +224,10 @@ class ShardDataset(IterableDataset):
         counters = Counters(len(self.sources) if mixed else 0)
         plan_mix = self.mixture_for(epoch)
         rows = self._rows(plan_mix)  # the epoch's sources among the loader's (they differ only while a remix finishes an epoch)
-        urls = [u for k in rows.tolist() for u in self.manifests[k].shard_urls()] if mixed else self.urls
-        nbytes = [s.bytes for k in rows.tolist() for s in self.manifests[k].shards] if mixed else self.shard_bytes
+        urls, nbytes = self.urls, self.shard_bytes
+        if not np.array_equal(rows, np.arange(len(self.sources))):
+            urls = [u for k in rows.tolist() for u in self.manifests[k].shard_urls()]
+            nbytes = [s.bytes for k in rows.tolist() for s in self.manifests[k].shards]
         readers = [BlockReader(urls, nbytes, plan_mix.shard_offsets, ShardOpener(self._source_config(self.sources[k])), counters,
                                num_classes=len(self.manifests[k].classes) or None) for k in rows.tolist()]
         reader = MixReader(readers, plan_mix.gid_base, counters, rows, len(self.sources)) if mixed else readers[0]

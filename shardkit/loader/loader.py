@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 
 from ..errors import ShardkitError
 from ..manifest import Manifest
+from .. import mix
 from ..mix import LabelMode, Source
 from ..plan import RankSplit, rank_split
 from ..position import Position
@@ -250,18 +251,15 @@ class ShardLoader:
         ds, plan = self.dataset, self.config.plan
         ws, nw = self._topology()
 
-        def num_batches(pos: Position, world_size: int) -> int:
-            return rank_split(len(ds.stream(pos)), world_size, plan).num_batches
+        state, now, later = resume_mixture(ds, state, allow_remix=allow_remix)
 
-        before = (ds.mixture, ds._finishing)
-        state = resume_mixture(ds, state, allow_remix=allow_remix)
-        try:
-            self._position = from_state(state, manifest=ds.manifest, plan=plan, world_size=ws, num_workers=nw, num_batches=num_batches)
-        except BaseException:
-            ds.mixture, ds._finishing = before
-            raise
-        if [m.describe() for m in (ds.mixture, ds.mixture_for(self._position.epoch))] != [
-                m.describe() for m in (before[0], before[1][1] if before[1] else before[0])]:
+        def num_batches(pos: Position, world_size: int) -> int:
+            return rank_split(len(mix.epoch_stream(now, plan, pos.epoch, pos.history)), world_size, plan).num_batches
+
+        self._position = from_state(state, manifest=ds.manifest, plan=plan, world_size=ws, num_workers=nw, num_batches=num_batches)
+        old = [m.describe() for m in (ds.mixture, ds.mixture_for(self._position.epoch))]
+        ds.remix(now, later, self._position.epoch)
+        if [m.describe() for m in (ds.mixture, ds.mixture_for(self._position.epoch))] != old:
             self.close()  # the workers hold a copy of the dataset: new ones plan with the new mixtures
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..mix import Mixture
+
 from ..errors import ShardkitError
 from ..mix import mixture_diff, resume_mixtures
 from .state import STATE_FORMAT, dataset_fingerprint
@@ -43,23 +45,23 @@ def _saved(state: dict[str, Any], ds: "ShardDataset") -> dict[str, Any]:
     return {"epoch_size": None, "sources": [{"fingerprint": fp, "samples": 0, "weight": None, "repeat": None, "choose": None}]}
 
 
-def resume_mixture(ds: "ShardDataset", state: Any, *, allow_remix: bool) -> Any:
-    """Check ``state``'s mixture against ``ds``'s and plan its epoch (and the next) accordingly.
+def resume_mixture(ds: "ShardDataset", state: Any, *, allow_remix: bool) -> tuple[Any, Mixture, Mixture]:
+    """Check ``state``'s mixture against ``ds``'s: ``(state, mixture of its epoch, mixture of the epochs after)``.
 
-    Returns the state to check the rest of (:func:`shardkit.loader.state.from_state`): after a
-    remix its dataset fingerprint is the current first source's (the mixture check replaced it).
-    Sets ``ds``'s mixtures (:meth:`ShardDataset.remix`); the caller restores them if the rest fails.
+    The state is the one to check the rest of (:func:`shardkit.loader.state.from_state`): for a
+    mixture its dataset fingerprint is the current first source's (the checks here replaced it).
+    The caller hands the mixtures to :meth:`ShardDataset.remix` once the whole state is accepted.
 
     Raises:
         ShardkitError: another mixture without ``allow_remix`` (every difference named), or a source
             whose contents or classes differ from the saved one's.
     """
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or type(state.get("epoch")) is not int:
-        return state  # from_state names what is wrong
+        return state, ds.mixture, ds.mixture  # from_state names what is wrong
     saved, epoch = _saved(state, ds), state["epoch"]
     if not allow_remix and len(saved["sources"]) == 1 == len(ds.sources) and \
             saved["sources"][0].get("fingerprint") != ds.mixture.describe()["sources"][0]["fingerprint"]:
-        return state  # one dataset for another: from_state's message names what differs
+        return state, ds.mixture, ds.mixture  # one dataset for another: from_state's message names what differs
     mid = bool(state.get("batches_done") or state.get("history"))
     nxt = state.get("next_mixture")
     now, later = resume_mixtures(saved, ds.mixture, epoch, mid_epoch=mid, allow_remix=allow_remix,
@@ -70,7 +72,6 @@ def resume_mixture(ds: "ShardDataset", state: Any, *, allow_remix: bool) -> Any:
             if a != dataset_fingerprint(m):
                 raise ShardkitError(f"loader state's source {i} is another dataset than {m.url or 'this source'} (shard contents or "
                                     "classes differ); resume with the sources it was saved from, or pass allow_remix=True")
-    ds.remix(now, later, epoch)
     if remixed or len(ds.sources) > 1:
-        return {**state, "version": 2, "dataset": dataset_fingerprint(ds.manifest)}  # checked above, per source
-    return state
+        state = {**state, "version": 2, "dataset": dataset_fingerprint(ds.manifest)}  # checked above, per source
+    return state, now, later
