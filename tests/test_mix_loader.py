@@ -272,6 +272,13 @@ def test_other_mixture_refused_naming_the_difference_and_allow_remix(dsets):
     assert (counts[0], counts[1]) == (42, 10)  # and switches at the next epoch
 
 
+def test_raw_samples_of_a_mixture_carry_its_labels_and_keys(dsets):
+    a, c = dsets["a"], dsets["c"]
+    loader = shardkit.load([Source(a.url, repeat=1), Source(c.url, repeat=1)], labels="per_source", raw=True, num_workers=0, **KW)
+    got = {r.key: r.label for batch in loader for r in batch}
+    assert got == {**{f"0/{k}": v for k, v in a.labels.items()}, **{f"1/{k}": 3 + v for k, v in c.labels.items()}}
+
+
 def test_skipped_samples_are_counted_per_source(dsets, tmp_path):
     a = dsets["a"]
     members = []

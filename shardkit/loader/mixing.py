@@ -45,4 +45,8 @@ def mixture_batches(batches: Iterable[Batch], *, planned: np.ndarray, spec: MixS
         labels = batch.labels
         if spec.labels.tables is not None and len(src):
             labels = torch.from_numpy(spec.labels.map(src, batch.labels.numpy()))
-        yield replace(batch, labels=labels, keys=qualify_keys(src.tolist(), batch.keys))
+        keys = qualify_keys(src.tolist(), batch.keys)
+        raw = batch.raw
+        if raw is not None:  # raw=True: the samples carry the mixture's label and key too
+            raw = [replace(r, key=k, label=int(v)) for r, k, v in zip(raw, keys, labels.tolist())]
+        yield replace(batch, labels=labels, keys=keys, raw=raw)
