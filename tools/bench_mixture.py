@@ -60,7 +60,7 @@ def main() -> None:
     one = make_split(os.path.join(a.out, "one"), a.images, seed=1)
     src_a = make_split(os.path.join(a.out, "a"), round(a.images * 0.7), seed=2)
     src_b = make_split(os.path.join(a.out, "b"), round(a.images * 0.3), seed=3)
-    total = shardkit.load(one, num_workers=0).dataset.manifest.num_samples
+    total = shardkit.load_manifest(one).num_samples
     mix = [Source(src_a, weight=0.7), Source(src_b, weight=0.3)]
     rates: dict[str, list[float]] = {"one": [], "mix": []}
     for _ in range(a.runs):
