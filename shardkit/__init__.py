@@ -20,6 +20,7 @@ _LAZY = {
     "ShardDataset": "loader",
     "ShardLoader": "loader",
     "load": "loader",
+    "Source": "mix",
     "GpuAugment": "augment",
     "DevicePrefetcher": "prefetch",
 }
@@ -48,6 +49,7 @@ __all__ = [
     "LoaderConfig",
     "ShardDataset",
     "ShardLoader",
+    "Source",
     "World",
     "load",
     "load_manifest",

@@ -236,7 +236,7 @@ def batches_emitted(batches_done: int, worker: int, num_workers: int) -> int:
     return max(0, (batches_done - worker + num_workers - 1) // num_workers)
 
 
-def _block_bounds(n: int, cfg: PlanConfig) -> np.ndarray:
+def block_bounds(n: int, cfg: PlanConfig) -> np.ndarray:
     """Start offsets of the shuffle blocks of a chunk of ``n`` samples, plus ``n``."""
     if not cfg.shuffle:
         return np.array([0, n], dtype=np.int64) if n else np.array([0], dtype=np.int64)
@@ -280,7 +280,8 @@ class WorkerPlan:
         return np.concatenate([b.gids[b.order] for b in self.blocks])
 
 
-def _block_perm(cfg: PlanConfig, epoch: int, generation: int, world: World, block: int, n: int) -> np.ndarray:
+def block_perm(cfg: PlanConfig, epoch: int, generation: int, world: World, block: int, n: int) -> np.ndarray:
+    """Emission order of block ``block`` (``n`` samples) of ``world``'s chunk: a pure function of (seed, epoch, generation, rank, worker, block)."""
     if not cfg.shuffle or n <= 1:
         return np.arange(n, dtype=np.int64)
     return _rng(cfg.seed, epoch, generation, world.rank, world.worker, block, 2).permutation(n).astype(np.int64)
@@ -314,13 +315,13 @@ def worker_plan(
     base = world.rank * split.per_rank
     c0, c1 = base + int(ws[world.worker]), base + int(we[world.worker])
     skip = min(c1 - c0, batches_emitted(batches_done, world.worker, world.num_workers) * cfg.batch_size)
-    bounds = _block_bounds(c1 - c0, cfg)
+    bounds = block_bounds(c1 - c0, cfg)
     blocks = []
     for b in range(len(bounds) - 1):
         b0, b1 = int(bounds[b]), int(bounds[b + 1])
         if b1 <= skip:
             continue
-        perm = _block_perm(cfg, epoch, generation, world, b, b1 - b0)
+        perm = block_perm(cfg, epoch, generation, world, b, b1 - b0)
         positions = c0 + b0 + np.arange(b1 - b0, dtype=np.int64)
         if b0 < skip:  # resume inside this block: keep only what was not emitted, in the same order
             rest = perm[skip - b0:]
@@ -334,7 +335,7 @@ def worker_plan(
 
 def _emitted_prefix(skip: np.ndarray, length: np.ndarray, cfg: PlanConfig) -> np.ndarray:
     """Start of the block that emission position ``skip`` falls in, per chunk of ``length`` samples
-    (vectorised :func:`_block_bounds`): every block before it was emitted whole."""
+    (vectorised :func:`block_bounds`): every block before it was emitted whole."""
     first = cfg.shuffle_initial or cfg.shuffle_buffer
     if not cfg.shuffle:
         return np.where(skip >= length, length, 0)
@@ -378,10 +379,10 @@ def remaining_stream(
     seen_virtual = np.cumsum(marks[:-1]) > 0
     for i in np.flatnonzero(skip > prefix):  # readers that stopped inside a block: its first emissions
         c0, b0, k = int(starts[i]), int(prefix[i]), int(skip[i])
-        bounds = _block_bounds(int(length[i]), cfg)
+        bounds = block_bounds(int(length[i]), cfg)
         b = int(np.searchsorted(bounds, b0, side="right")) - 1
         world = World(int(i) // num_workers, world_size, int(workers[i]), num_workers)
-        perm = _block_perm(cfg, epoch, generation, world, b, int(bounds[b + 1]) - b0)
+        perm = block_perm(cfg, epoch, generation, world, b, int(bounds[b + 1]) - b0)
         seen_virtual[c0 + b0 + perm[: k - b0]] = True
     seen = np.zeros(n, dtype=bool)
     seen[np.flatnonzero(seen_virtual) % n] = True

@@ -2,10 +2,13 @@
 
 In ``__iter__`` a worker finds out who it is (explicit ``rank``/``world_size``
 or ``torch.distributed``, plus ``get_worker_info``), asks
-:func:`shardkit.plan.worker_plan` what to read for the current epoch and
+:func:`shardkit.mix.worker_plan` what to read for the current epoch and
 resume point, and runs a ``webdataset.DataPipeline`` of three stages
 (:mod:`shardkit.loader.read`, :mod:`shardkit.loader.batching`): plan blocks -> sequentially read raw
-samples in shuffled emission order -> decoded uint8 batches.
+samples in shuffled emission order -> decoded uint8 batches. A plain URL is a one-source
+mixture whose plan is exactly the single-dataset plan of :mod:`shardkit.plan`; several
+sources (:class:`shardkit.Source`) get one reader each and a fourth stage
+(:mod:`shardkit.loader.mixing`: labels, keys, per-source counts).
 
 The epoch position (:class:`shardkit.position.Position`: epoch, batches done,
 topology history) reaches the workers one way, through a tiny shared tensor
@@ -21,19 +24,24 @@ import copy
 import os
 from typing import Iterator, Optional, Sequence
 
-import torch
+import hashlib
+from dataclasses import replace
+
+import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .. import storage
-from ..errors import StorageError
+from .. import mix, storage
+from ..errors import ShardkitError, StorageError
 from ..manifest import Manifest, load_manifest
-from ..plan import RankSplit, Stream, epoch_stream, rank_split, shard_offsets, worker_plan
-from ..position import Position
+from ..mix import LabelMode, Mixture, Source, SourceData, as_sources, check_data, label_space
+from ..plan import RankSplit, rank_split
+from ..position import Position, fingerprint
 from ..world import World, detect
 from .batching import Batch, BatchSpec, decode_batches, plain_alloc
-from .config import LoaderConfig
+from .config import LoaderConfig, SourceConfig
 from .decode import CropDecoder
-from .read import BlockReader, plan_blocks, read_blocks
+from .mixing import MixSpec, mixture_batches
+from .read import BlockReader, MixReader, plan_blocks, read_blocks
 from .sources import ShardOpener, check_url
 from .stats import Counters
 from .transport import Envelope, PositionBox, Ring, envelopes, failures_as_items
@@ -44,41 +52,102 @@ class ShardDataset(IterableDataset):
 
     Args:
         url: dataset split directory or its ``manifest.json`` (local path or fsspec URL),
-            or an already loaded :class:`shardkit.Manifest`.
+            an already loaded :class:`shardkit.Manifest`, or a mixture: a list of
+            :class:`shardkit.Source` (and URLs), see :mod:`shardkit.mix`.
         config: loader options.
         rank: this process's rank; with ``world_size``. Default: from ``torch.distributed`` (else 0 of 1).
         world_size: number of ranks.
+        epoch_size: a weighted mixture's samples per epoch (default: the sum of the sources' sizes).
+        labels: a mixture's classes merged by name (``"merged"``) or kept apart (``"per_source"``).
 
     Each item is a :class:`shardkit.loader.batching.Batch` (``images`` uint8 ``[n,3,S,S]``,
     ``labels`` int64 ``[n]``, ``gids``, ``keys``); with ``config.raw`` its ``raw`` field holds the
     :class:`shardkit.loader.reader.RawSample` objects instead of images.
     """
 
-    def __init__(self, url: "str | Manifest", config: Optional[LoaderConfig] = None, *, rank: Optional[int] = None, world_size: Optional[int] = None):
+    def __init__(self, url: "str | Manifest | Source | Sequence[str | Source]", config: Optional[LoaderConfig] = None, *,
+                 rank: Optional[int] = None, world_size: Optional[int] = None, epoch_size: Optional[int] = None,
+                 labels: "LabelMode | str" = LabelMode.MERGED):
         super().__init__()
         self.config = config or LoaderConfig()
         src = self.config.source
         if isinstance(url, Manifest):
-            self.manifest = url
+            self.sources: tuple[Source, ...] = (Source(url.url or "<manifest>"),)
+            manifests = [url]
         else:
-            check_url(url, src)
-            self.manifest = load_manifest(url, allow_unsafe_names=src.allow_unsafe_names, **src.storage_options)
-        self.urls = self.manifest.shard_urls()
-        if src.allow_unsafe_names:
-            for u in self.urls:
-                check_url(u, src)
-        elif self.urls:
-            check_url(self.urls[0], src)  # validated plain names: every URL has the first one's scheme
+            self.sources = as_sources(url)
+            manifests = [self._load_manifest(i, s) for i, s in enumerate(self.sources)]
+        self.manifests = tuple(manifests)  #: one per source
+        self.manifest = manifests[0]  #: the lone source's manifest (a mixture's first source's)
+        urls_per_source = [m.shard_urls() for m in manifests]
+        for urls in urls_per_source:
+            if src.allow_unsafe_names:
+                for u in urls:
+                    check_url(u, src)
+            elif urls:
+                check_url(urls[0], src)  # validated plain names: every URL has the first one's scheme
         if src.check_sizes:
-            check_local_shards(self.manifest, self.urls)
-        self.shard_sizes = self.manifest.shard_sizes
-        self.shard_bytes = [s.bytes for s in self.manifest.shards]
-        self.shard_offsets = shard_offsets(self.shard_sizes)
+            for m, urls in zip(manifests, urls_per_source):
+                check_local_shards(m, urls)
+        if len(manifests) > 1:
+            check_data(self.sources, [_source_data(m) for m in manifests])
+        self.mixture = Mixture(self.sources, tuple(m.shard_sizes for m in manifests), epoch_size)
+        self.labels = label_space([m.classes for m in manifests], labels)  #: the mixture's classes and label tables
+        self._finishing: Optional[tuple[int, Mixture]] = None  #: (epoch, mixture) a remixed state finishes that epoch with
+        self.urls = [u for urls in urls_per_source for u in urls]
+        self.shard_sizes = [n for m in manifests for n in m.shard_sizes]
+        self.shard_bytes = [s.bytes for m in manifests for s in m.shards]
+        self.shard_offsets = self.mixture.shard_offsets
         world = detect(rank, world_size)
         self.rank, self.world_size = world.rank, world.world_size
         self._position = PositionBox()  # shared with (persistent) workers
         self._envelopes = False  # yield transport envelopes (ShardLoader's private copy only)
         self.ring: Optional[Ring] = None  #: shared batch slots of the current worker processes (private copy only)
+
+    def _load_manifest(self, i: int, source: Source) -> Manifest:
+        """Source ``i``'s manifest; in a mixture an error names the source (a lone URL keeps the plain message)."""
+        cfg = self._source_config(source)
+        try:
+            check_url(source.url, cfg)
+            return load_manifest(source.url, allow_unsafe_names=cfg.allow_unsafe_names, **cfg.storage_options)
+        except ShardkitError as exc:
+            if len(self.sources) == 1:
+                raise
+            raise type(exc)(f"source {i} ({source.url}): {exc}") from exc
+
+    def _source_config(self, source: Source) -> SourceConfig:
+        """The loader's source options with ``source``'s own storage options, if it has any."""
+        src = self.config.source
+        return src if source.storage_options is None else replace(src, storage_options=source.storage_options)
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """Class names the labels index (a mixture's merged or per-source classes)."""
+        return self.labels.classes
+
+    def mixture_for(self, epoch: int) -> Mixture:
+        """The mixture that plans ``epoch`` (a remixed state finishes its epoch with the saved one)."""
+        if self._finishing is not None and self._finishing[0] == epoch:
+            return self._finishing[1]
+        return self.mixture
+
+    def _rows(self, m: Mixture) -> np.ndarray:
+        """Index among this loader's sources of each source of ``m`` (found by shard sizes)."""
+        if m.shard_base.shape == self.mixture.shard_base.shape and all(
+                np.array_equal(a, b) for a, b in zip(m.shard_sizes, self.mixture.shard_sizes)):
+            return np.arange(len(self.sources), dtype=np.int64)
+        mine = [fingerprint(s) for s in self.mixture.shard_sizes]
+        return np.array([mine.index(fingerprint(s)) for s in m.shard_sizes], np.int64)
+
+    def sources_of(self, gids: np.ndarray, epoch: int) -> np.ndarray:
+        """Index among this loader's sources of mixture sample ids ``gids`` of ``epoch``."""
+        m = self.mixture_for(epoch)
+        return self._rows(m)[m.source_of(gids)]
+
+    def remix(self, now: Mixture, later: Mixture, epoch: int) -> None:
+        """Plan ``epoch`` with ``now`` and the epochs after it with ``later`` (:func:`shardkit.mix.resume_mixtures`)."""
+        self.mixture = later
+        self._finishing = None if now is later else (epoch, now)
 
     def for_loader(self) -> "ShardDataset":
         """A shallow copy for :class:`ShardLoader`: it yields :class:`Envelope` objects and writes into
@@ -116,19 +185,22 @@ class ShardDataset(IterableDataset):
 
     # ------------------------------------------------------------------ plan
 
-    def stream(self, position: Optional[Position] = None) -> Stream:
+    def stream(self, position: Optional[Position] = None) -> "mix.MixedStream":
         """The epoch's stream after the elastic history (every rank's samples, in stream order)."""
         pos = self.position if position is None else position
-        return epoch_stream(self.shard_sizes, self.config.plan, pos.epoch, pos.history)
+        return mix.epoch_stream(self.mixture_for(pos.epoch), self.config.plan, pos.epoch, pos.history)
 
     def rank_split(self, position: Optional[Position] = None) -> RankSplit:
         """How the epoch's stream is split over ranks (padded / dropped counts)."""
         return rank_split(len(self.stream(position)), self.world_size, self.config.plan)
 
     def __len__(self) -> int:
-        """Batches this rank yields in a full epoch."""
-        full = epoch_stream(self.shard_sizes, self.config.plan, 0, ())
-        return rank_split(len(full), self.world_size, self.config.plan).num_batches
+        """Batches this rank yields in a full epoch (the current one: fractional repeats vary it by a sample or so)."""
+        return self.num_batches(self.epoch)
+
+    def num_batches(self, epoch: int) -> int:
+        """Batches this rank yields in the whole of ``epoch``."""
+        return rank_split(len(self.stream(Position(epoch))), self.world_size, self.config.plan).num_batches
 
     def world(self) -> World:
         """This process's :class:`World` (call inside a worker to get the worker too)."""
@@ -146,11 +218,19 @@ class ShardDataset(IterableDataset):
         world = self.world()
         pos = self.position  # read once: this iteration's plan
         epoch = pos.epoch
-        work = worker_plan(self.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history))
+        work = mix.worker_plan(self.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history))
         num_batches = -(-work.num_samples // cfg.batch_size)
-        counters = Counters()
-        reader = BlockReader(self.urls, self.shard_bytes, self.shard_offsets, ShardOpener(cfg.source), counters,
-                             num_classes=len(self.manifest.classes) or None)
+        mixed = len(self.sources) > 1
+        counters = Counters(len(self.sources) if mixed else 0)
+        plan_mix = self.mixture_for(epoch)
+        rows = self._rows(plan_mix)  # the epoch's sources among the loader's (they differ only while a remix finishes an epoch)
+        urls, nbytes = self.urls, self.shard_bytes
+        if not np.array_equal(rows, np.arange(len(self.sources))):
+            urls = [u for k in rows.tolist() for u in self.manifests[k].shard_urls()]
+            nbytes = [s.bytes for k in rows.tolist() for s in self.manifests[k].shards]
+        readers = [BlockReader(urls, nbytes, plan_mix.shard_offsets, ShardOpener(self._source_config(self.sources[k])), counters,
+                               num_classes=len(self.manifests[k].classes) or None) for k in rows.tolist()]
+        reader = MixReader(readers, plan_mix.gid_base, counters, rows, len(self.sources)) if mixed else readers[0]
         decoder = None if cfg.raw else CropDecoder(cfg.image, cfg.seed)
         in_worker = get_worker_info() is not None
         writer = self.ring.writer(world.worker) if self._envelopes and self.ring is not None and in_worker and not cfg.raw else None
@@ -160,6 +240,10 @@ class ShardDataset(IterableDataset):
             _Stage(read_blocks, reader=reader, chunk=cfg.batch_size),
             _Stage(decode_batches, spec=spec, decoder=decoder, counters=counters),
         ]
+        if mixed:
+            planned = rows[plan_mix.source_of(work.emission_order())].astype(np.int16)
+            spec_mix = MixSpec(cfg.batch_size, plan_mix.gid_base, rows, self.labels, len(self.sources))
+            stages.append(_Stage(mixture_batches, planned=planned, spec=spec_mix, counters=counters))
         if self._envelopes:
             stages.append(_Stage(envelopes, worker=world.worker, counters=counters, writer=writer))
             if in_worker:
@@ -189,6 +273,15 @@ def check_local_shards(manifest: Manifest, urls: Sequence[str]) -> None:
                 f"{url}: shard has {size} bytes, the manifest says {info.bytes} (truncated or replaced since conversion?); "
                 "`shardkit verify` checks every shard's content; check_sizes=False serves what is readable"
             )
+
+
+def _source_data(m: Manifest) -> SourceData:
+    """What the mixture checks need from one source's manifest."""
+    sums = [s.sha256 for s in m.shards]
+    text = ",".join(sums) if all(sums) else f"{m.url}|{m.shard_sizes}"  # without checksums: the same place
+    identity = hashlib.sha256(text.encode()).hexdigest()
+    image = tuple((k, m.options.get(k)) for k in ("short_side", "max_side"))
+    return SourceData(m.url, identity=identity, num_samples=m.num_samples, image=image)
 
 
 class _Const:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import fields
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -32,10 +32,13 @@ from torch.utils.data import DataLoader
 from ..doctor import epoch_report
 from ..errors import ShardkitError
 from ..manifest import Manifest
+from .. import mix
+from ..mix import LabelMode, Source
 from ..plan import RankSplit, rank_split
 from ..position import Position
 from .config import ImageConfig, LoaderConfig, SourceConfig
 from .dataset import ShardDataset
+from .mixstate import mixture_state, resume_mixture
 from .state import from_state, to_state
 from .stats import LoaderStats, summarise
 from .transport import Envelope, Ring, WorkerFailure, ring_slots
@@ -47,13 +50,16 @@ class ShardLoader:
 
     Args:
         dataset: the :class:`ShardDataset` (its config holds the DataLoader options).
-        with_keys: also yield each batch's sample keys: ``(images, labels, keys)``.
+        with_keys: also yield each batch's sample keys: ``(images, labels, keys)`` (in a mixture
+            qualified by source, ``"1/00000042"``).
+        with_source: also yield each sample's source index (int64 ``[B]``), last in the tuple.
     """
 
-    def __init__(self, dataset: ShardDataset, *, with_keys: bool = False):
+    def __init__(self, dataset: ShardDataset, *, with_keys: bool = False, with_source: bool = False):
         self.dataset = dataset
         self.config = dataset.config
         self.with_keys = with_keys
+        self.with_source = with_source
         self._dl: Optional[DataLoader] = None
         self._counters: dict[int, np.ndarray] = {}
         self._wait = 0.0
@@ -105,7 +111,12 @@ class ShardLoader:
         same epoch with the batches not yet handed out (fewer than ``len()``), as a resume
         from :meth:`state_dict` would. :meth:`restart_epoch` starts the epoch over instead.
         """
-        return len(self.dataset)
+        return self.dataset.num_batches(self._position.epoch)
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """Class names the labels index (a mixture's: merged by name, or ``"i/name"`` per source)."""
+        return self.dataset.classes
 
     def close(self) -> None:
         """Stop the worker processes now (persistent ones too); the loader stays usable (new workers on the next ``iter``)."""
@@ -174,6 +185,8 @@ class ShardLoader:
             out: Any = batch.raw if self.config.raw else (batch.images, batch.labels)
             if self.with_keys and not self.config.raw:
                 out = (batch.images, batch.labels, batch.keys)
+            if self.with_source and not self.config.raw:
+                out = (*out, torch.from_numpy(self.dataset.sources_of(batch.gids.numpy(), self._position.epoch)))
             yield out
             del out, batch  # the user's references alone decide when a batch's slot is released
         self._t1 = time.perf_counter()
@@ -213,7 +226,8 @@ class ShardLoader:
     @property
     def stats(self) -> LoaderStats:
         """Counters of the current or last epoch (samples, skipped, bytes, time waiting...)."""
-        return summarise(self._counters.values(), batches=self._batches, wait_s=self._wait, elapsed_s=self._t1 - self._t0)
+        return summarise(self._counters.values(), batches=self._batches, wait_s=self._wait, elapsed_s=self._t1 - self._t0,
+                         num_sources=len(self.dataset.sources))
 
     def report(self) -> str:
         """One line about the current or last epoch: the share of it the loop waited for data, img/s,
@@ -228,22 +242,36 @@ class ShardLoader:
     def state_dict(self) -> dict[str, Any]:
         """A plain dict with everything needed to continue this epoch exactly (put it in your checkpoint)."""
         ws, nw = self._topology()
-        return to_state(self._position, manifest=self.dataset.manifest, plan=self.config.plan, world_size=ws, num_workers=nw)
+        ds = self.dataset
+        state = to_state(self._position, manifest=ds.manifest, plan=self.config.plan, world_size=ws, num_workers=nw)
+        return {**state, **mixture_state(ds, self._position.epoch)}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, allow_remix: bool = False) -> None:
         """Continue from ``state``: exactly on the same topology, re-planned (elastic) on another one.
 
+        Args:
+            state: what :meth:`state_dict` returned.
+            allow_remix: accept a state saved with other sources or weights: the rest of its epoch
+                keeps the saved plan, the new mixture starts at the next epoch boundary.
+
         Raises:
-            ShardkitError: the state is from another dataset (shard sizes, contents or classes differ),
-                other ordering options, an unknown format, or a field has the wrong type or range (named).
+            ShardkitError: the state is from another dataset (shard sizes, contents or classes differ) or
+                another mixture (every difference named), other ordering options, an unknown format, or a
+                field has the wrong type or range (named).
         """
         ds, plan = self.dataset, self.config.plan
         ws, nw = self._topology()
 
+        state, now, later = resume_mixture(ds, state, allow_remix=allow_remix)
+
         def num_batches(pos: Position, world_size: int) -> int:
-            return rank_split(len(ds.stream(pos)), world_size, plan).num_batches
+            return rank_split(len(mix.epoch_stream(now, plan, pos.epoch, pos.history)), world_size, plan).num_batches
 
         self._position = from_state(state, manifest=ds.manifest, plan=plan, world_size=ws, num_workers=nw, num_batches=num_batches)
+        old = [m.describe() for m in (ds.mixture, ds.mixture_for(self._position.epoch))]
+        ds.remix(now, later, self._position.epoch)
+        if [m.describe() for m in (ds.mixture, ds.mixture_for(self._position.epoch))] != old:
+            self.close()  # the workers hold a copy of the dataset: new ones plan with the new mixtures
 
 
 def _dead_workers(it: Any, wait_s: float = 1.0) -> list[str]:
@@ -284,23 +312,30 @@ def _reported_dead(exc: BaseException) -> list[str]:
 
 
 def load(
-    url: "str | Manifest",
+    url: "str | Manifest | Source | Sequence[str | Source]",
     *,
     config: Optional[LoaderConfig] = None,
     rank: Optional[int] = None,
     world_size: Optional[int] = None,
     with_keys: bool = False,
+    with_source: bool = False,
+    epoch_size: Optional[int] = None,
+    labels: "LabelMode | str" = LabelMode.MERGED,
     **options: Any,
 ) -> ShardLoader:
-    """Stream a shardkit dataset as uint8 batches ready for the GPU.
+    """Stream a shardkit dataset (or a weighted mixture of several) as uint8 batches ready for the GPU.
 
     Args:
         url: the split directory (or its ``manifest.json``): local path, ``s3://``, ``gs://``,
-            ``http(s)://`` or any fsspec URL.
+            ``http(s)://`` or any fsspec URL; or a list of :class:`shardkit.Source` (and URLs) to
+            mix, each with one of ``weight``/``repeat``/``choose`` (README "Mixing datasets").
         config: a full :class:`LoaderConfig`; ``options`` override its fields.
         rank: this process's rank (with ``world_size``); default from ``torch.distributed``.
         world_size: number of ranks.
-        with_keys: yield ``(images, labels, keys)``.
+        with_keys: yield ``(images, labels, keys)``; a mixture's keys read ``"1/00000042"``.
+        with_source: also yield each sample's source index (int64 ``[B]``), last in the tuple.
+        epoch_size: a weighted mixture's samples per epoch (default: the sum of the sources' sizes).
+        labels: a mixture's classes ``"merged"`` by name (``loader.classes``) or kept apart ``"per_source"``.
         **options: any field of :class:`LoaderConfig` (``batch_size``, ``seed``, ``shuffle``,
             ``num_workers``, ``drop_last``, ``policy``, ``strict``, ``pin_memory``...), of
             :class:`ImageConfig` (``preset``, ``size``, ``resize_size``, ``hook``, ``decoder``...)
@@ -312,7 +347,8 @@ def load(
         A :class:`ShardLoader`; ``len()`` is the number of batches per epoch on this rank.
     """
     cfg = build_config(config, options)
-    return ShardLoader(ShardDataset(url, cfg, rank=rank, world_size=world_size), with_keys=with_keys)
+    ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, epoch_size=epoch_size, labels=labels)
+    return ShardLoader(ds, with_keys=with_keys, with_source=with_source)
 
 
 def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> LoaderConfig:

@@ -21,7 +21,7 @@ import numpy as np
 from ..plan import Block
 from .reader import RawSample, ShardReader, TarDamage
 from .sources import ShardOpener
-from .stats import Counters
+from .stats import COUNTERS, Counters
 
 log = logging.getLogger("shardkit.loader")
 
@@ -99,6 +99,48 @@ class BlockReader:
         return out
 
 
+class MixReader:
+    """Reads the blocks of a mixture: one :class:`BlockReader` per source (its own opener, storage
+    options and class count, its own open shard), so a block -- one run of ids per source --
+    continues each source's shard instead of reopening it. Same ``read``/``close`` contract.
+
+    Args:
+        readers: one reader per source, addressing mixture sample ids.
+        gid_base: first mixture sample id of each source, plus the total.
+        counters: the readers' counters; each read's bytes are also counted per source.
+        rows: the per-source counter row of each reader; num_rows: how many rows.
+    """
+
+    def __init__(self, readers: Sequence[BlockReader], gid_base: np.ndarray, counters: Counters, rows: Sequence[int], num_rows: int):
+        self.readers, self.gid_base, self.counters = list(readers), gid_base, counters
+        self.rows, self.num_rows = [int(r) for r in rows], num_rows
+
+    def _counted(self, i: int, fn, *args):  # type: ignore[no-untyped-def]
+        before = self.counters.v[_BYTES]
+        out = fn(*args)
+        per = np.zeros(self.num_rows)
+        per[self.rows[i]] = self.counters.v[_BYTES] - before
+        self.counters.add_sources("bytes_read", per)
+        return out
+
+    def read(self, gids: np.ndarray) -> list[RawSample]:
+        """The samples ``gids`` (each source's ids in one run, sequential within it)."""
+        src = np.searchsorted(self.gid_base, gids, side="right") - 1
+        cuts = np.flatnonzero(np.diff(src)) + 1
+        out: list[RawSample] = []
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(gids)]):
+            if b > a:
+                out += self._counted(int(src[a]), self.readers[int(src[a])].read, gids[a:b])
+        return out
+
+    def close(self) -> None:
+        for i, r in enumerate(self.readers):
+            self._counted(i, r.close)
+
+
+_BYTES = COUNTERS.index("bytes_read")
+
+
 def plan_blocks(blocks: Sequence[Block]) -> Iterator[Block]:
     """Stage 0: the worker's plan blocks."""
     yield from blocks
@@ -121,7 +163,7 @@ class _BlockRead:
     """One read of ``reader`` on its own daemon thread: a worker process's exit never waits for
     it (a non-daemon thread would hold up the exit until a remote read finished)."""
 
-    def __init__(self, reader: BlockReader, gids: np.ndarray):
+    def __init__(self, reader: "BlockReader | MixReader", gids: np.ndarray):
         self.reader = reader
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -157,7 +199,7 @@ class _BlockRead:
         self.reader.close()
 
 
-def read_blocks(blocks: Iterable[Block], *, reader: BlockReader, chunk: int = 64, read_ahead: bool = True) -> Iterator[RawSample]:
+def read_blocks(blocks: Iterable[Block], *, reader: "BlockReader | MixReader", chunk: int = 64, read_ahead: bool = True) -> Iterator[RawSample]:
     """Stage 1: read each block sequentially, emit its samples in the block's shuffled order.
 
     With ``read_ahead`` the next block is read on a background thread while this one is

@@ -9,23 +9,39 @@ Stages add to the counters once per batch or per block read, never per sample.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
 #: names of the per-worker counters sent with every batch (cumulative over the epoch)
 COUNTERS = ("samples", "skipped", "bytes_read", "read_s", "decode_s", "resize_s", "collate_s", "batches", "retries")
 _INDEX = {name: i for i, name in enumerate(COUNTERS)}
+#: per-source counters of a mixture, after :data:`COUNTERS` in the same vector (one row per source)
+SOURCE_COUNTERS = ("samples", "skipped", "bytes_read")
 
 
 class Counters:
     """Cumulative per-worker counters of one epoch (a float64 vector, cheap to send)."""
 
-    def __init__(self) -> None:
-        self.v = np.zeros(len(COUNTERS), np.float64)
+    def __init__(self, num_sources: int = 0) -> None:
+        self.v = np.zeros(len(COUNTERS) + len(SOURCE_COUNTERS) * num_sources, np.float64)
 
     def add(self, name: str, value: float) -> None:
         self.v[_INDEX[name]] += value
+
+    def add_sources(self, name: str, values: "np.ndarray | Sequence[float]") -> None:
+        """Add one value per source to the per-source counter ``name`` (a mixture's)."""
+        j = len(COUNTERS) + SOURCE_COUNTERS.index(name)
+        self.v[j : j + len(SOURCE_COUNTERS) * len(values) : len(SOURCE_COUNTERS)] += values
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """What one source of a mixture contributed to the epoch so far."""
+
+    samples: int = 0
+    skipped: int = 0
+    bytes_read: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,6 +65,8 @@ class LoaderStats:
     decode_s: float = 0.0
     resize_s: float = 0.0
     collate_s: float = 0.0
+    #: per source of a mixture (one entry for a single dataset: the totals)
+    sources: tuple[SourceStats, ...] = ()
 
     @property
     def images_per_s(self) -> float:
@@ -63,11 +81,17 @@ class LoaderStats:
         )
 
 
-def summarise(per_worker: Iterable[np.ndarray], *, batches: int, wait_s: float, elapsed_s: float) -> LoaderStats:
-    """:class:`LoaderStats` from the latest :class:`Counters` vector of each worker."""
+def summarise(per_worker: Iterable[np.ndarray], *, batches: int, wait_s: float, elapsed_s: float, num_sources: int = 1) -> LoaderStats:
+    """:class:`LoaderStats` from the latest :class:`Counters` vector of each worker (``num_sources`` > 1: a mixture's)."""
     vectors = list(per_worker)
-    tot = np.sum(vectors, axis=0) if vectors else np.zeros(len(COUNTERS))
+    width = len(COUNTERS) + (len(SOURCE_COUNTERS) * num_sources if num_sources > 1 else 0)
+    tot = np.sum(vectors, axis=0) if vectors else np.zeros(width)
     d = dict(zip(COUNTERS, tot.tolist()))
+    if num_sources > 1:
+        rows = tot[len(COUNTERS) : width].reshape(num_sources, len(SOURCE_COUNTERS)).astype(np.int64).tolist()
+        sources = tuple(SourceStats(*r) for r in rows)
+    else:
+        sources = (SourceStats(int(d["samples"]), int(d["skipped"]), int(d["bytes_read"])),)
     return LoaderStats(
         batches=batches,
         samples=int(d["samples"]),
@@ -80,4 +104,5 @@ def summarise(per_worker: Iterable[np.ndarray], *, batches: int, wait_s: float, 
         decode_s=d["decode_s"],
         resize_s=d["resize_s"],
         collate_s=d["collate_s"],
+        sources=sources,
     )

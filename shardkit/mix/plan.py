@@ -42,7 +42,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ..plan import (Block, PlanConfig, Segment, Stream, WorkerPlan, _block_bounds, _block_perm, batches_emitted, partition_ranges, rank_split,
+from ..plan import (Block, PlanConfig, Segment, Stream, WorkerPlan, block_bounds, block_perm, batches_emitted, partition_ranges, rank_split,
                     worker_chunks)
 from ..world import World
 from .interleave import window
@@ -180,7 +180,7 @@ def spread_repeats(order: np.ndarray, gids: np.ndarray, sources: np.ndarray, sta
 def _block_order(stream: MixedStream, cfg: PlanConfig, epoch: int, generation: int, world: World, block: int, src: np.ndarray,
                  gids: np.ndarray, start: int) -> np.ndarray:
     """Emission order of a block whose stream-order sources and ids are ``src``, ``gids``, at chunk offset ``start``."""
-    order = by_source(_block_perm(cfg, epoch, generation, world, block, len(src)), src)
+    order = by_source(block_perm(cfg, epoch, generation, world, block, len(src)), src)
     return spread_repeats(order, gids, src, start, cfg.batch_size) if stream.repeats else order
 
 
@@ -199,7 +199,7 @@ def _chunk(stream_len: int, cfg: PlanConfig, world: World, batches_done: int) ->
     c0 = world.rank * split.per_rank + int(ws[world.worker])
     c1 = world.rank * split.per_rank + int(we[world.worker])
     skip = min(c1 - c0, batches_emitted(batches_done, world.worker, world.num_workers) * cfg.batch_size)
-    return world, c0, c1, skip, _block_bounds(c1 - c0, cfg)
+    return world, c0, c1, skip, block_bounds(c1 - c0, cfg)
 
 
 def worker_plan(stream: MixedStream, cfg: PlanConfig, world: World, *, epoch: int, batches_done: int = 0, generation: int = 0) -> WorkerPlan:
@@ -245,7 +245,7 @@ def _covered(n: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
 
 def _whole_blocks(length: np.ndarray, skip: np.ndarray, cfg: PlanConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per chunk of ``length`` with ``skip`` samples emitted: (samples in whole blocks before ``skip``,
-    index of the block holding ``skip``, that block's end) -- :func:`shardkit.plan._block_bounds`, vectorised."""
+    index of the block holding ``skip``, that block's end) -- :func:`shardkit.plan.block_bounds`, vectorised."""
     if not cfg.shuffle:
         return np.where(skip >= length, length, 0), np.zeros_like(skip), length
     first, buf = cfg.shuffle_initial or cfg.shuffle_buffer, cfg.shuffle_buffer

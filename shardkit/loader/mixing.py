@@ -1,0 +1,52 @@
+"""The mixture stage: a mixed batch's labels into the mixture's label space, keys qualified by source, counts per source.
+
+Runs after the decode stage in each worker of a loader over several sources
+(:mod:`shardkit.mix`), once per batch, vectorised: a batch's sources come from its
+sample ids (:meth:`shardkit.mix.Mixture.source_of`), what it should have held from
+the worker's plan, so a sample skipped as unreadable is counted against its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Iterator
+
+import numpy as np
+import torch
+
+from ..mix import LabelSpace, qualify_keys
+from .batching import Batch
+from .stats import Counters
+
+
+@dataclass(frozen=True)
+class MixSpec:
+    """What the mixture stage needs (picklable)."""
+
+    batch_size: int
+    gid_base: np.ndarray  #: first mixture sample id of each source of the epoch's mixture, plus the total
+    rows: np.ndarray  #: index among the loader's sources of each of the epoch's sources
+    labels: LabelSpace  #: over the loader's sources
+    num_sources: int  #: the loader's sources
+
+
+def mixture_batches(batches: Iterable[Batch], *, planned: np.ndarray, spec: MixSpec, counters: Counters) -> Iterator[Batch]:
+    """Map labels, qualify keys (``"1/00000042"``) and count samples/skipped per source.
+
+    ``planned``: the (loader's) source of each sample this worker emits, in emission order (batch ``j``
+    is ``planned[j*B:(j+1)*B]``).
+    """
+    n, b = spec.num_sources, spec.batch_size
+    for j, batch in enumerate(batches):
+        src = spec.rows[np.searchsorted(spec.gid_base, batch.gids.numpy(), side="right") - 1]
+        got = np.bincount(src, minlength=n)
+        counters.add_sources("samples", got)
+        counters.add_sources("skipped", np.bincount(planned[j * b : (j + 1) * b], minlength=n) - got)
+        labels = batch.labels
+        if spec.labels.tables is not None and len(src):
+            labels = torch.from_numpy(spec.labels.map(src, batch.labels.numpy()))
+        keys = qualify_keys(src.tolist(), batch.keys)
+        raw = batch.raw
+        if raw is not None:  # raw=True: the samples carry the mixture's label and key too
+            raw = [replace(r, key=k, label=int(v)) for r, k, v in zip(raw, keys, labels.tolist())]
+        yield replace(batch, labels=labels, keys=keys, raw=raw)

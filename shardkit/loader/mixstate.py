@@ -1,0 +1,77 @@
+"""The mixture part of the loader's state: which sources and specs planned the epoch, checked on resume.
+
+:func:`mixture_state` adds ``mixture`` (:meth:`shardkit.mix.Mixture.describe` of the mixture
+planning the epoch), ``next_mixture`` while a remix finishes an epoch with the saved mixture,
+and for several sources ``sources`` (each one's dataset fingerprint: shard sizes, contents,
+classes) to the state of :mod:`shardkit.loader.state`. :func:`resume_mixture` checks them with
+:func:`shardkit.mix.resume_mixtures` (refusing another mixture, naming the difference, unless
+``allow_remix``) and sets the dataset's mixtures. A state without ``mixture`` (older shardkit)
+is one source, identified by its shard sizes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..mix import Mixture
+
+from ..errors import ShardkitError
+from ..mix import mixture_diff, resume_mixtures
+from .state import STATE_FORMAT, dataset_fingerprint
+
+if TYPE_CHECKING:
+    from .dataset import ShardDataset
+
+
+def mixture_state(ds: "ShardDataset", epoch: int) -> dict[str, Any]:
+    """The state keys that identify the mixture of ``epoch`` (and a pending switch)."""
+    now = ds.mixture_for(epoch)
+    out: dict[str, Any] = {"mixture": now.describe()}
+    if now is not ds.mixture:
+        out["next_mixture"] = ds.mixture.describe()
+    if len(ds.sources) > 1:
+        out["sources"] = [dataset_fingerprint(m) for m in ds.manifests]
+    return out
+
+
+def _saved(state: dict[str, Any], ds: "ShardDataset") -> dict[str, Any]:
+    saved = state.get("mixture")
+    if isinstance(saved, dict) and isinstance(saved.get("sources"), list):
+        return saved
+    if saved is not None:
+        raise ShardkitError(f"loader state field 'mixture' must be a dict with 'sources', got {type(saved).__name__}")
+    d = state.get("dataset")
+    fp = d.get("shard_sizes") if isinstance(d, dict) else state.get("fingerprint")
+    return {"epoch_size": None, "sources": [{"fingerprint": fp, "samples": 0, "weight": None, "repeat": None, "choose": None}]}
+
+
+def resume_mixture(ds: "ShardDataset", state: Any, *, allow_remix: bool) -> tuple[Any, Mixture, Mixture]:
+    """Check ``state``'s mixture against ``ds``'s: ``(state, mixture of its epoch, mixture of the epochs after)``.
+
+    The state is the one to check the rest of (:func:`shardkit.loader.state.from_state`): for a
+    mixture its dataset fingerprint is the current first source's (the checks here replaced it).
+    The caller hands the mixtures to :meth:`ShardDataset.remix` once the whole state is accepted.
+
+    Raises:
+        ShardkitError: another mixture without ``allow_remix`` (every difference named), or a source
+            whose contents or classes differ from the saved one's.
+    """
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or type(state.get("epoch")) is not int:
+        return state, ds.mixture, ds.mixture  # from_state names what is wrong
+    saved, epoch = _saved(state, ds), state["epoch"]
+    if not allow_remix and len(saved["sources"]) == 1 == len(ds.sources) and \
+            saved["sources"][0].get("fingerprint") != ds.mixture.describe()["sources"][0]["fingerprint"]:
+        return state, ds.mixture, ds.mixture  # one dataset for another: from_state's message names what differs
+    mid = bool(state.get("batches_done") or state.get("history"))
+    nxt = state.get("next_mixture")
+    now, later = resume_mixtures(saved, ds.mixture, epoch, mid_epoch=mid, allow_remix=allow_remix,
+                                 saved_next=nxt if isinstance(nxt, dict) else None)
+    remixed = bool(mixture_diff(saved, ds.mixture.describe()))
+    if not remixed and len(ds.sources) > 1 and isinstance(state.get("sources"), list):
+        for i, (a, m) in enumerate(zip(state["sources"], ds.manifests)):
+            if a != dataset_fingerprint(m):
+                raise ShardkitError(f"loader state's source {i} is another dataset than {m.url or 'this source'} (shard contents or "
+                                    "classes differ); resume with the sources it was saved from, or pass allow_remix=True")
+    if remixed or len(ds.sources) > 1:
+        state = {**state, "version": 2, "dataset": dataset_fingerprint(ds.manifest)}  # checked above, per source
+    return state, now, later
