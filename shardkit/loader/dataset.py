@@ -33,7 +33,7 @@ from ..world import World, detect
 from .batching import Batch, BatchSpec, decode_batches, plain_alloc
 from .config import LoaderConfig
 from .decode import CropDecoder
-from .read import BlockReader, plan_blocks, read_blocks
+from .read import BlockReader, indexed_shards, plan_blocks, read_blocks
 from .sources import ShardOpener, check_url
 from .stats import Counters
 from .transport import Envelope, PositionBox, Ring, envelopes, failures_as_items
@@ -150,7 +150,7 @@ class ShardDataset(IterableDataset):
         num_batches = -(-work.num_samples // cfg.batch_size)
         counters = Counters()
         reader = BlockReader(self.urls, self.shard_bytes, self.shard_offsets, ShardOpener(cfg.source), counters,
-                             num_classes=len(self.manifest.classes) or None)
+                             num_classes=len(self.manifest.classes) or None, sha256=indexed_shards(self.manifest, self.urls))
         decoder = None if cfg.raw else CropDecoder(cfg.image, cfg.seed)
         in_worker = get_worker_info() is not None
         writer = self.ring.writer(world.worker) if self._envelopes and self.ring is not None and in_worker and not cfg.raw else None
