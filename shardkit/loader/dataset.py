@@ -151,7 +151,7 @@ class ShardDataset(IterableDataset):
         counters = Counters()
         reader = BlockReader(self.urls, self.shard_bytes, self.shard_offsets, ShardOpener(cfg.source), counters,
                              num_classes=len(self.manifest.classes) or None, sha256=indexed_shards(self.manifest, self.urls))
-        decoder = None if cfg.raw else CropDecoder(cfg.image, cfg.seed)
+        decoder = None if cfg.raw else CropDecoder(cfg.image.at_size(pos.size), cfg.seed)  # size: set_epoch(..., size=)
         in_worker = get_worker_info() is not None
         writer = self.ring.writer(world.worker) if self._envelopes and self.ring is not None and in_worker and not cfg.raw else None
         spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, alloc=writer or plain_alloc)
