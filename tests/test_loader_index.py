@@ -195,3 +195,12 @@ def test_large_block_is_cut_into_bounded_range_reads(pair, monkeypatch):
     got, want = idx.read(np.arange(0, 30)), walk.read(np.arange(0, 30))
     assert _named(got) == _named(want)
     assert idx.range_reads > 5 and idx.index_fallbacks == 0
+
+
+def test_http_with_index_equals_walk(pair, http_root):
+    walk_root, indexed_root, _ = pair
+    base, directory = http_root
+    shutil.copytree(indexed_root, os.path.join(directory, "indexed"))
+    _, want = _batches(walk_root, num_workers=2)
+    _, got = _batches(f"{base}/indexed", num_workers=2)
+    _same(want, got)

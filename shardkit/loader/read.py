@@ -12,6 +12,7 @@ samples in its planned (shuffled) order.
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 import time
@@ -158,7 +159,7 @@ class BlockReader:
             url = self.urls[shard]
             try:
                 idx = load_index(url, shard_bytes=int(self.nbytes[shard]), shard_sha256=self.sha256[shard],  # type: ignore[index]
-                                 open_fn=lambda u: self.opener.open_ranges(u))
+                                 open_fn=lambda u: io.BytesIO(self.opener.fetch(u)))
             except IndexDamage as exc:
                 self._fall_back(shard, exc)
                 return None

@@ -79,6 +79,15 @@ class ShardOpener:
             return self.open(url, nbytes)
         return self._retrying(url)
 
+    def fetch(self, url: str) -> bytes:
+        """The whole of a small object (a sample index): one GET on remote storage, no size probe first."""
+        check_url(url, self.cfg)
+        if storage.is_local(url):
+            with open(storage.local_path(url), "rb") as f:
+                return f.read()
+        fs, path = storage.get_fs(url, **backend_options(url, self.cfg.storage_options))
+        return bytes(fs.cat_file(path, start=0))  # a range from 0: s3fs probes the size first without one
+
     def _open_remote(self, url: str) -> IO[bytes]:
         """A :class:`RetryingFile` (transient errors are retried from the failed read's byte offset)
         behind a C ``io.BufferedReader`` of ``block_size``: one range request per block, and the
