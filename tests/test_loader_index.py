@@ -13,9 +13,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
-from helpers import FaultProxy, write_dataset
+from helpers import FaultProxy, assert_same_batches, keyed_batches, write_dataset
 
 import shardkit
 from shardkit.format.index import INDEX_FORMAT, index_from_walk, index_url
@@ -53,13 +52,10 @@ def pair(tmp_path):
 
 
 def _batches(url, **kw):
-    loader = shardkit.load(url, **{**KW, **kw})
-    return loader, [(im, k) for im, _, k in loader]
+    return keyed_batches(url, **{**KW, **kw})
 
 
-def _same(a, b):
-    assert [k for _, k in a] == [k for _, k in b]
-    assert all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b))
+_same = assert_same_batches
 
 
 def _reader(root: str, *, indexed: bool, **source) -> BlockReader:
