@@ -200,3 +200,5 @@ def test_http_with_index_equals_walk(pair, http_root):
     _, want = _batches(walk_root, num_workers=2)
     _, got = _batches(f"{base}/indexed", num_workers=2)
     _same(want, got)
+    _, cached = _batches(f"{base}/indexed", num_workers=2, cache_dir=os.path.join(directory, "..", "cache"))
+    _same(want, cached)

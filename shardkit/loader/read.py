@@ -192,6 +192,9 @@ class BlockReader:
             return None
         url, first = self.urls[shard], int(self.offsets[shard])
         local = gids - first
+        if local[-1] >= len(idx):
+            self._fall_back(shard, f"{index_url(url)}: the index lists {len(idx)} samples, sample {int(local[-1])} was asked for")
+            return None
         runs = [0, *(np.flatnonzero(np.diff(local) != 1) + 1).tolist(), len(local)]
         spans = [p for a, b in zip(runs[:-1], runs[1:]) for p in _pieces_of(idx, int(local[a]), int(local[b - 1]) + 1, self.MAX_RANGE_BYTES)]
         out: list[RawSample] = []
