@@ -93,3 +93,16 @@ def test_an_epoch_ended_without_stopiteration_starts_the_next(ds, num_workers):
     rest = [k for _, _, k in loader]
     assert len(part) + len(rest) == n and sorted(itertools.chain(*part, *rest)) == sorted(ds.keys)
     assert loader.epoch == 3  # the full pass of epoch 2 finished with StopIteration and advanced
+
+
+def test_position_box_carries_the_size():
+    from shardkit.loader.transport import PositionBox
+    from shardkit.position import Position, Segment
+
+    box = PositionBox()
+    for pos in (Position(), Position(3, 2, (Segment(2, 4, 5), Segment(1, 1, 3)), 160), Position(7, size=192)):
+        box.write(pos)
+        assert box.read() == pos
+    p = Position(1, 4, size=160)
+    assert p.advanced().size == p.next_epoch().size == p.replanned(2, 2).size == p.started(5).size == 160
+    assert p.resized(0) == Position(1, 4)
