@@ -6,9 +6,8 @@ import os
 import shutil
 
 import pytest
-import torch
 
-from helpers import write_dataset
+from helpers import assert_same_batches, keyed_batches, write_dataset
 
 import shardkit
 
@@ -16,13 +15,10 @@ KW = dict(batch_size=4, size=16, num_workers=2, pin_memory=False, seed=4, with_k
 
 
 def _batches(url, **kw):
-    loader = shardkit.load(url, **{**KW, **kw})
-    return loader, [(im, k) for im, _, k in loader]
+    return keyed_batches(url, **{**KW, **kw})
 
 
-def _same(a, b):
-    assert [k for _, k in a] == [k for _, k in b]
-    assert all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b))
+_same = assert_same_batches
 
 
 @pytest.fixture()

@@ -128,6 +128,10 @@ class ImageConfig:
             changes["fast_decode"] = None
         return replace(self, **changes)
 
+    def at_size(self, size: int) -> "ImageConfig":
+        """These options with output ``size`` (0: unchanged); ``resize_size`` follows unless set on purpose."""
+        return self if size in (0, self.size) else self.updated(size=size)
+
 
 @dataclass(frozen=True)
 class SourceConfig:

@@ -41,7 +41,7 @@ from .batching import Batch, BatchSpec, decode_batches, plain_alloc
 from .config import LoaderConfig, SourceConfig
 from .decode import CropDecoder
 from .mixing import MixSpec, mixture_batches
-from .read import BlockReader, MixReader, plan_blocks, read_blocks
+from .read import BlockReader, MixReader, indexed_shards, plan_blocks, read_blocks
 from .sources import ShardOpener, check_url
 from .stats import Counters
 from .transport import Envelope, PositionBox, Ring, envelopes, failures_as_items
@@ -228,10 +228,13 @@ class ShardDataset(IterableDataset):
         if not np.array_equal(rows, np.arange(len(self.sources))):
             urls = [u for k in rows.tolist() for u in self.manifests[k].shard_urls()]
             nbytes = [s.bytes for k in rows.tolist() for s in self.manifests[k].shards]
+        sha = [h for k in rows.tolist() for h in (indexed_shards(self.manifests[k], self.manifests[k].shard_urls())
+                                                   or [None] * len(self.manifests[k].shards))]
+        sha256 = None if all(h is None for h in sha) else sha  # sample indexes, per shard (None: that shard is walked)
         readers = [BlockReader(urls, nbytes, plan_mix.shard_offsets, ShardOpener(self._source_config(self.sources[k])), counters,
-                               num_classes=len(self.manifests[k].classes) or None) for k in rows.tolist()]
+                               num_classes=len(self.manifests[k].classes) or None, sha256=sha256) for k in rows.tolist()]
         reader = MixReader(readers, plan_mix.gid_base, counters, rows, len(self.sources)) if mixed else readers[0]
-        decoder = None if cfg.raw else CropDecoder(cfg.image, cfg.seed)
+        decoder = None if cfg.raw else CropDecoder(cfg.image.at_size(pos.size), cfg.seed)  # size: set_epoch(..., size=)
         in_worker = get_worker_info() is not None
         writer = self.ring.writer(world.worker) if self._envelopes and self.ring is not None and in_worker and not cfg.raw else None
         spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, alloc=writer or plain_alloc)

@@ -70,6 +70,7 @@ class ShardLoader:
         #: advanced per batch handed out, published to the workers when an iteration starts
         self._position: Position = dataset.position
         self._dl_dataset: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
+        self._ring_size = 0  # image size the current ring's slots hold
 
     # ------------------------------------------------------------------ DataLoader
 
@@ -100,7 +101,10 @@ class ShardLoader:
         """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
         c = self.config
         if c.num_workers > 0 and not c.raw and c.reuse_buffers:
-            self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), c.batch_size * 3 * c.image.size**2)
+            # slots for the largest size seen so far: a smaller batch uses the start of its slot
+            # (untouched pages cost no memory), so a progressive-resolution run keeps its slots
+            self._ring_size = max(self._ring_size, c.image.size, self._position.size)
+            self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), c.batch_size * 3 * self._ring_size**2)
         else:
             self._dl_dataset.ring = None
 
@@ -110,6 +114,9 @@ class ShardLoader:
         An iteration left early (``break``) keeps its place: iterating again continues the
         same epoch with the batches not yet handed out (fewer than ``len()``), as a resume
         from :meth:`state_dict` would. :meth:`restart_epoch` starts the epoch over instead.
+        A loop that stopped after exactly ``len()`` batches without asking for one more
+        (Lightning, ``zip``, ``itertools.islice``) has finished the epoch: the next
+        ``iter()`` starts the next epoch.
         """
         return self.dataset.num_batches(self._position.epoch)
 
@@ -150,6 +157,10 @@ class ShardLoader:
             raise RuntimeError(_death_message(dead, exc)) from exc
 
     def _iterate(self) -> Iterator[Any]:
+        if self._position.batches_done >= self.dataset.rank_split(self._position).num_batches:
+            # the epoch was consumed by a loop that stopped after len() batches without asking for
+            # one more (Lightning, zip, islice): this iteration is the next epoch, not an empty one
+            self._position = self._position.next_epoch()
         dl = self._dataloader()
         self.dataset.publish(self._position)  # the workers of this iteration read it when they start
         self._counters, self._wait, self._batches = {}, 0.0, 0
@@ -202,7 +213,7 @@ class ShardLoader:
         """The current epoch."""
         return self._position.epoch
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, size: Optional[int] = None) -> None:
         """Make ``epoch`` the current epoch (shard order and shuffles change with it).
 
         Another epoch than the current one starts from its beginning on the next
@@ -210,13 +221,36 @@ class ShardLoader:
         ``for epoch in range(start, n): loader.set_epoch(epoch)`` continues an
         epoch restored by :meth:`load_state_dict` instead of restarting it (a
         finished pass has already moved the loader to the next epoch).
+
+        Args:
+            epoch: the epoch.
+            size: output image size from the next ``iter()`` on (progressive resolution),
+                kept for later epochs until set again and saved in :meth:`state_dict`;
+                persistent workers keep running. Crops stay a function of (seed, epoch,
+                sample): only the output resolution changes. ``None``: unchanged. The
+                shared batch slots hold the largest size seen when the workers started;
+                a larger size goes into new memory per batch until they restart, so pass
+                the largest size of a schedule to :func:`load` (``size=``).
         """
-        if epoch != self._position.epoch:
-            self._position = Position(epoch)
+        if size is not None and (type(size) is not int or size < 1):
+            raise ValueError(f"size must be an int >= 1, got {size!r}")
+        pos = self._position if epoch == self._position.epoch else self._position.started(epoch)
+        if size is not None:
+            pos = pos.resized(0 if size == self.config.image.size else size)
+            if self._dl is not None and self._dl.persistent_workers and self._ring_size and size > self._ring_size:
+                log.warning("shardkit: size %d is larger than the shared batch slots of the running workers (%d): batches go to new "
+                            "memory until the workers restart (loader.close()); pass the schedule's largest size to load(size=...)",
+                            size, self._ring_size)
+        self._position = pos
+
+    @property
+    def size(self) -> int:
+        """The output image size of the next batches (the configured one unless :meth:`set_epoch` set another)."""
+        return self._position.size or self.config.image.size
 
     def restart_epoch(self) -> None:
         """Start the current epoch over on the next ``iter()`` (after an iteration left early)."""
-        self._position = Position(self._position.epoch)
+        self._position = self._position.started(self._position.epoch)
 
     @property
     def epoch_info(self) -> RankSplit:

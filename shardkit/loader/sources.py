@@ -65,20 +65,45 @@ class ShardOpener:
                 return open(path, "rb", buffering=1 << 20)
         return self._open_remote(url)
 
+    def open_ranges(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
+        """Like :meth:`open`, for a few large reads at known offsets (the sample index): on remote
+        storage (no cache) ``seek(lo); read(n)`` is one range request for exactly ``n`` bytes (no
+        read-ahead buffer in between), retried from its offset like every remote read."""
+        check_url(url, self.cfg)
+        if storage.scheme(url) != "pipe" and storage.is_local(url):
+            try:
+                return open(storage.local_path(url), "rb", buffering=0)
+            except FileNotFoundError:
+                raise StorageError(f"{url}: not found") from None
+        if storage.scheme(url) == "pipe" or self.cache is not None and nbytes is not None:
+            return self.open(url, nbytes)
+        return self._retrying(url)
+
+    def fetch(self, url: str) -> bytes:
+        """The whole of a small object (a sample index): one GET on remote storage, no size probe first."""
+        check_url(url, self.cfg)
+        if storage.is_local(url):
+            with open(storage.local_path(url), "rb") as f:
+                return f.read()
+        fs, path = storage.get_fs(url, **backend_options(url, self.cfg.storage_options))
+        return bytes(fs.cat_file(path, start=0))  # a range from 0: s3fs probes the size first without one
+
     def _open_remote(self, url: str) -> IO[bytes]:
         """A :class:`RetryingFile` (transient errors are retried from the failed read's byte offset)
         behind a C ``io.BufferedReader`` of ``block_size``: one range request per block, and the
         reader's many small header and member reads are served from memory without going
         through fsspec's Python read path (about 16 us each)."""
+        return io.BufferedReader(self._retrying(url), buffer_size=self.cfg.block_size)
+
+    def _retrying(self, url: str) -> RetryingFile:
         opts = backend_options(url, self.cfg.storage_options)
         block_size = self.cfg.block_size
 
         def open_fn() -> IO[bytes]:
             return storage.open_read(url, block_size=block_size, raw_errors=True, cache_type="none", **opts)
 
-        raw = RetryingFile(url, open_fn, max_retries=self.cfg.max_retries, retry_budget_s=self.cfg.retry_budget_s, on_retry=self._retried,
-                           log=self.retry_log)
-        return io.BufferedReader(raw, buffer_size=block_size)
+        return RetryingFile(url, open_fn, max_retries=self.cfg.max_retries, retry_budget_s=self.cfg.retry_budget_s, on_retry=self._retried,
+                            log=self.retry_log)
 
     def _retried(self, url: str, offset: int, exc: BaseException) -> None:
         self.retries += 1

@@ -3,7 +3,9 @@
 Keys: ``format``, ``version``, ``dataset`` (fingerprints of the shard sizes, the
 shards' sha256s and the class names, from the manifest), ``plan`` (the ordering
 options), ``epoch``, ``history`` (segments of the epoch read with other
-topologies), ``world_size``, ``num_workers`` and ``batches_done``. Loading refuses,
+topologies), ``world_size``, ``num_workers``, ``batches_done`` and ``size`` (the output
+image size set with ``set_epoch(..., size=)``, 0: the configured one; states saved
+before it existed load at the configured size). Loading refuses,
 naming the field, a state of another dataset (even one with the same shard
 layout), other ordering options, wrong types and out-of-range numbers.
 Version 1 states (fingerprint of the shard sizes only) still load.
@@ -51,6 +53,7 @@ def to_state(position: Position, *, manifest: Manifest, plan: PlanConfig, world_
         "world_size": world_size,
         "num_workers": num_workers,
         "batches_done": position.batches_done,
+        "size": position.size,
     }
 
 
@@ -133,7 +136,8 @@ def from_state(
     total = num_batches(pos, saved_ws)
     if done > total:
         raise ShardkitError(f"loader state field 'batches_done' is {done}, but epoch {epoch} has only {total} batches per rank on {saved_ws} rank(s)")
-    pos = Position(epoch, done, tuple(history))
+    size = _int(state, "size", 0) if "size" in state else 0
+    pos = Position(epoch, done, tuple(history), size)
     if (saved_ws, saved_nw) != (world_size, num_workers):
         pos = pos.replanned(saved_ws, saved_nw)
     return pos
