@@ -211,7 +211,7 @@ def test_verify_reports_images_the_loader_skips_for_their_pixel_count(ds, capsys
     assert len(small.problems) == 21 and all("the loader skips it (max_pixels 100" in p.message for p in small.problems)
     loader = shardkit.load(os.path.join(ds, "val"), batch_size=4, num_workers=0, max_pixels=100, pin_memory=False, size=16)
     assert sum(len(b[1]) for b in loader) == 0 and loader.stats.skipped == 6  # what verify said
-    assert verify(ds).ok and ImageConfig.max_pixels == 89_478_485
+    assert verify(ds).ok and ImageConfig.max_pixels == ImageOptions.max_pixels  # one default: what converts also loads
     assert main(["verify", os.path.join(ds, "val"), "--quiet", "--max-pixels", "100"]) == 1
     assert "6 problem(s)" in capsys.readouterr().out
     with pytest.raises(SystemExit):

@@ -6,6 +6,7 @@ import argparse
 import re
 import sys
 
+from ..format.members import MAX_PIXELS
 from . import add_storage_arguments, option_error, storage_options
 
 HELP = ("convert an ImageFolder, a folder of splits, a folder labelled by --label-regex, a CSV/TSV/JSONL listing "
@@ -37,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
     g.add_argument("--resample", choices=[v.value for v in Resample], default=Resample.BILINEAR.value,
                    help="antialiasing resize filter (default bilinear, as torchvision's Resize)")
-    g.add_argument("--max-pixels", type=int, default=100_000_000, help="skip larger images as too_many_pixels (default 100M)")
+    g.add_argument("--max-pixels", type=int, default=MAX_PIXELS, help="skip larger images as too_many_pixels (default 100M, the loader's limit too)")
     g.add_argument("--copy", action="store_true",
                    help="keep upright RGB/grayscale JPEGs byte for byte (no decode, resize or re-encode); others are converted")
     g = p.add_argument_group("shards")

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from ..format.members import MAX_PIXELS
 from ..threads import one_thread
 
 #: colour that transparent pixels are composited onto
@@ -128,7 +129,7 @@ class ImageOptions:
     short_side: int | None = 256
     max_side: int | None = None
     quality: int = 90
-    max_pixels: int = 100_000_000
+    max_pixels: int = MAX_PIXELS
     resample: Resample = Resample.BILINEAR
     copy: bool = False
 

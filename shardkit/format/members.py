@@ -35,6 +35,10 @@ MAX_NAME = 4096
 #: largest ``.json`` member parsed, and its deepest nesting
 MAX_JSON_BYTES = 1 << 20
 MAX_JSON_DEPTH = 64
+#: images declaring more pixels (width x height) are refused from their header, before any decode:
+#: skipped as ``too_many_pixels`` by ``shardkit convert``, skipped (counted) by the loader, reported by
+#: ``verify``: one default, so what converts also loads
+MAX_PIXELS = 100_000_000
 _INT64_MAX = (1 << 63) - 1
 _decode = json.JSONDecoder().decode
 

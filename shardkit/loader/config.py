@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Optional
 
 from ..choices import Choice
+from ..format.members import MAX_PIXELS
 from ..plan import SHUFFLE_BUFFER, EpochPolicy, PlanConfig
 
 
@@ -80,7 +81,7 @@ class ImageConfig:
             15 % slower). ``False``: contiguous NCHW batches (one more transposing pass).
         max_pixels: images whose header declares more pixels are skipped (and counted) without
             decoding: a decompression bomb (a few KB declaring 65000 x 65000) cannot make a worker
-            allocate gigabytes. Default: PIL's ``MAX_IMAGE_PIXELS`` (89,478,485, about 9500 x 9500).
+            allocate gigabytes. Default: :data:`shardkit.format.members.MAX_PIXELS` (100 M, the converter's limit too).
     """
 
     preset: Preset = Preset.TRAIN
@@ -92,7 +93,7 @@ class ImageConfig:
     hook: Optional[SampleHook] = None
     batch_hook: Optional[BatchHook] = None
     decoder: Decoder = Decoder.AUTO
-    max_pixels: int = 89_478_485
+    max_pixels: int = MAX_PIXELS
     fast_decode: Optional[bool] = None
     channels_last: bool = True
 
