@@ -8,6 +8,7 @@ the extra to install.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import tempfile
@@ -284,9 +285,17 @@ def put_bytes(url: str, data: bytes, *, tag: str = "", **storage_options: Any) -
     publish(url, lambda f: f.write(data), tag=tag, **storage_options)
 
 
+def sha256_file(f: IO[bytes], chunk: int = 8 << 20) -> tuple[int, str]:
+    """``(size, sha256)`` of an open binary file, read to the end."""
+    sha = hashlib.sha256()
+    n = 0
+    while b := f.read(chunk):
+        sha.update(b)
+        n += len(b)
+    return n, sha.hexdigest()
+
+
 def sha256_of(url: str, **storage_options: Any) -> tuple[int, str]:
     """``(size, sha256)`` of the file at ``url`` (read sequentially)."""
-    from .shardformat import sha256_file
-
     with open_read(url, **storage_options) as f:
         return sha256_file(f)

@@ -57,7 +57,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", required=True, help="checkout whose shardkit is 'before'")
     ap.add_argument("--after", default=".", help="checkout whose shardkit is 'after' (default: this one)")
-    ap.add_argument("--shards", required=True)
+    ap.add_argument("--shards", required=True, help="the dataset the 'after' checkout reads")
+    ap.add_argument("--before-shards", default=None,
+                    help="the same images converted by the 'before' checkout (default: --shards), e.g. when the manifest format changed")
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 0])
     ap.add_argument("--epochs", type=int, default=1, help="timed epochs per measurement")
     ap.add_argument("--runs", type=int, default=5)
@@ -66,12 +68,12 @@ def main() -> None:
     res: dict[tuple[int, bool, str], list[float]] = {}
     for r in range(a.runs):
         for w, pin in configs:
-            for name, tree in (("before", a.before), ("after", a.after)):
-                v = one(tree, a.shards, w, a.epochs, pin)["img_s"]
+            for name, tree, shards in (("before", a.before, a.before_shards or a.shards), ("after", a.after, a.shards)):
+                v = one(tree, shards, w, a.epochs, pin)["img_s"]
                 res.setdefault((w, pin, name), []).append(v)
                 print(f"round {r}: workers {w} pin_memory={pin!s:<5} {name:<6} {v:>7.0f} img/s", flush=True)
-    ceil = {name: statistics.median(one(tree, a.shards, -1, 0, False)["ceiling"] for _ in range(3))
-            for name, tree in (("before", a.before), ("after", a.after))}
+    ceil = {name: statistics.median(one(tree, shards, -1, 0, False)["ceiling"] for _ in range(3))
+            for name, tree, shards in (("before", a.before, a.before_shards or a.shards), ("after", a.after, a.shards))}
     print(f"\n{'workers':>7} {'pin_memory':>10} {'before':>8} {'after':>8} {'after/before':>13}   (img/s: medians of {a.runs} interleaved runs)")
     for w, pin in configs:
         b, f = res[(w, pin, "before")], res[(w, pin, "after")]

@@ -9,7 +9,7 @@ One public entry point, :func:`convert`, configured by :class:`ConvertOptions` (
 
 from __future__ import annotations
 
-from .discover import Layout
+from .options import Layout
 from .imageproc import ImageOptions, Resample, SkipReason
 from .job import convert
 from .merge import merge

@@ -33,7 +33,6 @@ samples (``--strict`` ignores them).
 
 from __future__ import annotations
 
-import enum
 import os
 import re
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConvertError
 from .imageproc import IMAGE_EXTENSIONS, SkipReason
+from .options import Layout
 from .source import Reader, Source, SourceFile, SplitSource
 
 if TYPE_CHECKING:
@@ -50,14 +50,6 @@ if TYPE_CHECKING:
 NOT_CANDIDATES = frozenset({SkipReason.NOT_AN_IMAGE, SkipReason.NOT_IN_CLASS_FOLDER, SkipReason.DUPLICATE_FILE})
 #: folder names that ``Layout.AUTO`` treats as splits
 SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "testing", "dev", "eval"})
-
-
-class Layout(str, enum.Enum):
-    """How SRC is organised (see module docstring)."""
-
-    AUTO = "auto"
-    IMAGEFOLDER = "imagefolder"
-    SPLITS = "splits"
 
 
 def _subdirs(path: str) -> list[str]:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..manifest import Manifest, SkippedFile
-from .discover import Layout
 from .imageproc import ImageOptions
 
 #: default ``shard_bytes``: a comfortable object-storage object size
@@ -19,6 +18,15 @@ _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 def valid_split_name(name: str) -> bool:
     """True for a usable split name (letters, digits, ``_``, ``-``, ``.``; not starting with ``-`` or ``.``)."""
     return bool(_SPLIT_NAME.match(name))
+
+
+class Layout(str, enum.Enum):
+    """How SRC is organised (see module docstring)."""
+
+    AUTO = "auto"
+    IMAGEFOLDER = "imagefolder"
+    SPLITS = "splits"
+
 
 
 class LabelType(str, enum.Enum):

@@ -14,7 +14,8 @@ from .index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_
 from .members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, SAMPLE_EXTS, UnsafeName, split_member
 from .sample import RawSample
 from .tar import ShardReader, TarDamage
-from .writer import EncodedSample, WrittenShard, meta_bytes, sha256_file, write_shard, write_tar
+from ..storage import sha256_file
+from .writer import EncodedSample, WrittenShard, meta_bytes, write_shard, write_tar
 
 __all__ = [
     "EncodedSample", "IMAGE_EXT", "INDEX_FORMAT", "IndexDamage", "IndexMismatch", "KEY_PATTERN", "LABEL_EXT", "META_EXT",

@@ -119,13 +119,3 @@ def write_shard(samples: Iterable[EncodedSample], f: IO[bytes]) -> tuple[int, in
     """
     w = write_tar(samples, f)
     return w.samples, w.bytes, w.sha256
-
-
-def sha256_file(f: IO[bytes], chunk: int = 8 << 20) -> tuple[int, str]:
-    """``(size, sha256)`` of an open binary file, read to the end."""
-    sha = hashlib.sha256()
-    n = 0
-    while b := f.read(chunk):
-        sha.update(b)
-        n += len(b)
-    return n, sha.hexdigest()
