@@ -28,14 +28,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..errors import ShardkitError
+from ..errors import DataError, ShardkitError
 from ..manifest import Manifest
 from ..plan import RankSplit, rank_split
 from ..position import Position
-from .config import ImageConfig, LoaderConfig, SourceConfig
+from .batching import decode_on_device
+from .config import DecodeOn, ImageConfig, LoaderConfig, SourceConfig
 from .dataset import ShardDataset
 from .state import from_state, to_state
-from .stats import LoaderStats, summarise
+from .stats import Counters, LoaderStats, summarise
 from .transport import Envelope, Ring, WorkerFailure, ring_slots
 
 class ShardLoader:
@@ -60,6 +61,7 @@ class ShardLoader:
         #: advanced per batch handed out, published to the workers when an iteration starts
         self._position: Position = dataset.position
         self._dl_dataset: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
+        self._device_decoders: dict[torch.device, Any] = {}  # decode_on="device": one DeviceDecoder per device
 
     # ------------------------------------------------------------------ DataLoader
 
@@ -89,7 +91,7 @@ class ShardLoader:
     def _new_ring(self) -> None:
         """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
         c = self.config
-        if c.num_workers > 0 and not c.raw and c.reuse_buffers:
+        if c.num_workers > 0 and not c.raw and c.reuse_buffers and c.image.decode_on is DecodeOn.WORKER:
             self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), c.batch_size * 3 * c.image.size**2)
         else:
             self._dl_dataset.ring = None
@@ -120,8 +122,16 @@ class ShardLoader:
         self.close()
 
     def __iter__(self) -> Iterator[Any]:
+        return self.iter_on("cpu")
+
+    def iter_on(self, device: "torch.device | str") -> Iterator[Any]:
+        """Iterate, with ``decode_on="device"`` batches decoded on ``device`` (``iter(loader)``: on the CPU).
+
+        :class:`~shardkit.prefetch.DevicePrefetcher` iterates the loader this way, inside its side
+        stream. With ``decode_on="worker"`` the same as ``iter(loader)``.
+        """
         try:
-            yield from self._iterate()
+            yield from self._iterate(device)
         except RuntimeError as exc:
             # torch's SIGCHLD watchdog raises "... is killed by signal" at any point of the main
             # thread (not only in next()): the same one-line story as a death seen in next()
@@ -134,10 +144,14 @@ class ShardLoader:
                 pass
             raise RuntimeError(_death_message(dead, exc)) from exc
 
-    def _iterate(self) -> Iterator[Any]:
+    def _iterate(self, device: "torch.device | str" = "cpu") -> Iterator[Any]:
         dl = self._dataloader()
         self.dataset.publish(self._position)  # the workers of this iteration read it when they start
         self._counters, self._wait, self._batches = {}, 0.0, 0
+        on_device = self.config.image.decode_on is DecodeOn.DEVICE and not self.config.raw
+        decoder, consumer = (self.device_decoder(device), Counters()) if on_device else (None, None)
+        if consumer is not None:
+            self._counters[-1] = consumer.v  # the consumer's own counts (skipped, decode_s), next to the workers'
         self._t0 = time.perf_counter()
         it = iter(dl)
         while True:
@@ -162,6 +176,12 @@ class ShardLoader:
             self._counters[env.worker] = env.counters
             batch = env.batch
             del env
+            if batch.encoded is not None:
+                try:
+                    batch = decode_on_device(batch, decoder, strict=self.config.strict, counters=consumer)  # type: ignore[arg-type]
+                except DataError:
+                    self.close()  # strict: as a worker's DataError, the batch is not handed out
+                    raise
             self._batches += 1
             self._position = self._position.advanced()  # a batch counts as consumed once handed out
             self._t1 = time.perf_counter()
@@ -198,6 +218,16 @@ class ShardLoader:
     def restart_epoch(self) -> None:
         """Start the current epoch over on the next ``iter()`` (after an iteration left early)."""
         self._position = Position(self._position.epoch)
+
+    def device_decoder(self, device: "torch.device | str" = "cpu") -> Any:
+        """The :class:`~shardkit.devicedecode.DeviceDecoder` that decodes this loader's batches on ``device``
+        with ``decode_on="device"`` (one per device; its ``stats`` count batched, fallback, retried and corrupt samples)."""
+        from ..devicedecode import DeviceDecoder
+
+        dev = torch.device(device)
+        if dev not in self._device_decoders:
+            self._device_decoders[dev] = DeviceDecoder(self.config.image, dev)
+        return self._device_decoders[dev]
 
     @property
     def epoch_info(self) -> RankSplit:
