@@ -449,25 +449,18 @@ def test_device_decode_exactly_once_resume_and_elastic_resume(small):
 def write_with_bad(root: str, not_jpeg: int = 3, cut: int = 8) -> list[str]:
     """12 samples in 2 shards: ``k003`` is not a JPEG (its header fails in the worker), ``k008``'s scan is cut short
     (its header is fine: it fails when decoded, in the consumer with decode_on="device")."""
-    import os
+    from helpers import write_raw_dataset
 
-    from shardkit.manifest import Manifest, ShardInfo, save_manifest
     from shardkit.shardformat import EncodedSample, write_shard
 
-    os.makedirs(root, exist_ok=True)
-    shards, keys = [], []
+    shards, keys = [], [f"k{i:03d}" for i in range(12)]
     for start in (0, 6):
-        samples = []
-        for i in range(start, start + 6):
-            data = encode((40, 30), i)
-            data = b"this is not a jpeg" if i == not_jpeg else data[: len(data) * 2 // 3] if i == cut else data
-            samples.append(EncodedSample(f"k{i:03d}", data, i % 2, {"class": str(i % 2)}))
-            keys.append(f"k{i:03d}")
-        name = f"train-{len(shards):06d}.tar"
-        with open(os.path.join(root, name), "wb") as f:
-            cnt, nbytes, sha = write_shard(samples, f)
-        shards.append(ShardInfo(name, cnt, nbytes, sha))
-    save_manifest(Manifest("train", ["a", "b"], shards), root)
+        datas = [encode((40, 30), i) for i in range(start, start + 6)]
+        datas = [b"this is not a jpeg" if i == not_jpeg else d[: len(d) * 2 // 3] if i == cut else d for i, d in enumerate(datas, start)]
+        buf = io.BytesIO()
+        n, _, _ = write_shard([EncodedSample(keys[i], d, i % 2, {"class": str(i % 2)}) for i, d in enumerate(datas, start)], buf)
+        shards.append((buf.getvalue(), n))
+    write_raw_dataset(root, shards, ["a", "b"])
     return keys
 
 
