@@ -49,6 +49,7 @@ class Jpegs:
         flips: bool ``[n]``.
         routes: each sample's :func:`~shardkit.devicedecode.jpeg_route`.
         shards: each sample's shard URL (names a sample that cannot be decoded).
+        size: the output size the worker's geometry is for (``size`` of the epoch's image options).
     """
 
     data: np.ndarray
@@ -58,6 +59,7 @@ class Jpegs:
     flips: np.ndarray
     routes: tuple[Optional[str], ...]
     shards: tuple[str, ...]
+    size: int
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -245,12 +247,19 @@ def encode_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder
     np.cumsum(lengths, out=offsets[1:])
     data = np.frombuffer(bytearray().join(s.jpeg for s in ok), np.uint8)  # type: ignore[misc] # one copy, writable
     encoded = Jpegs(data, offsets, geo.sizes, np.asarray(geo.crops.boxes, np.float64).reshape(-1, 4), np.asarray(geo.crops.flips, bool),
-                    geo.routes, tuple(s.shard for s in ok))
+                    geo.routes, tuple(s.shard for s in ok), decoder.cfg.size)
     counters.add("collate_s", time.perf_counter() - t0)
     counters.add("samples", len(ok))
     counters.add("batches", 1)
     return Batch(torch.empty(0, dtype=torch.uint8), torch.tensor([s.label for s in ok], dtype=torch.int64),
                  torch.from_numpy(gids[geo.kept]), [s.key for s in ok], encoded=encoded)
+
+
+def counters_like(v: np.ndarray) -> Counters:
+    """Zeroed :class:`Counters` of ``v``'s layout (the consumer's own, summed with the workers')."""
+    c = Counters()
+    c.v = np.zeros_like(v)
+    return c
 
 
 def decode_on_device(batch: Batch, decoder: "DeviceDecoder", *, strict: bool, counters: Counters) -> Batch:

@@ -28,15 +28,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..errors import DataError, ShardkitError
+from ..errors import ShardkitError
 from ..manifest import Manifest
 from ..plan import RankSplit, rank_split
 from ..position import Position
-from .batching import decode_on_device
-from .config import DecodeOn, ImageConfig, LoaderConfig, SourceConfig
+from .batching import counters_like, decode_on_device
+from .config import ImageConfig, LoaderConfig, SourceConfig
 from .dataset import ShardDataset
 from .state import from_state, to_state
-from .stats import Counters, LoaderStats, summarise
+from .stats import LoaderStats, summarise
 from .transport import Envelope, Ring, WorkerFailure, ring_slots
 
 class ShardLoader:
@@ -57,11 +57,12 @@ class ShardLoader:
         self._t0 = 0.0
         self._t1 = 0.0
         self._batches = 0
+        self._device_decoders: dict[tuple[torch.device, int], Any] = {}  # decode_on="device": DeviceDecoder per (device, size)
+        self._decode_device = torch.device("cpu")  # where the current iteration decodes decode_on="device" batches
         #: where the epoch stands: the one value state_dict/load_state_dict/set_epoch read and replace;
         #: advanced per batch handed out, published to the workers when an iteration starts
         self._position: Position = dataset.position
         self._dl_dataset: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
-        self._device_decoders: dict[torch.device, Any] = {}  # decode_on="device": one DeviceDecoder per device
 
     # ------------------------------------------------------------------ DataLoader
 
@@ -91,7 +92,7 @@ class ShardLoader:
     def _new_ring(self) -> None:
         """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
         c = self.config
-        if c.num_workers > 0 and not c.raw and c.reuse_buffers and c.image.decode_on is DecodeOn.WORKER:
+        if c.num_workers > 0 and not c.raw and c.reuse_buffers:
             self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), c.batch_size * 3 * c.image.size**2)
         else:
             self._dl_dataset.ring = None
@@ -130,8 +131,9 @@ class ShardLoader:
         :class:`~shardkit.prefetch.DevicePrefetcher` iterates the loader this way, inside its side
         stream. With ``decode_on="worker"`` the same as ``iter(loader)``.
         """
+        self._decode_device = torch.device(device)
         try:
-            yield from self._iterate(device)
+            yield from self._iterate()
         except RuntimeError as exc:
             # torch's SIGCHLD watchdog raises "... is killed by signal" at any point of the main
             # thread (not only in next()): the same one-line story as a death seen in next()
@@ -144,14 +146,11 @@ class ShardLoader:
                 pass
             raise RuntimeError(_death_message(dead, exc)) from exc
 
-    def _iterate(self, device: "torch.device | str" = "cpu") -> Iterator[Any]:
+    def _iterate(self) -> Iterator[Any]:
         dl = self._dataloader()
         self.dataset.publish(self._position)  # the workers of this iteration read it when they start
         self._counters, self._wait, self._batches = {}, 0.0, 0
-        on_device = self.config.image.decode_on is DecodeOn.DEVICE and not self.config.raw
-        decoder, consumer = (self.device_decoder(device), Counters()) if on_device else (None, None)
-        if consumer is not None:
-            self._counters[-1] = consumer.v  # the consumer's own counts (skipped, decode_s), next to the workers'
+        consumer = None  # decode_on="device": this process's own counts (skipped, decode_s), next to the workers'
         self._t0 = time.perf_counter()
         it = iter(dl)
         while True:
@@ -176,11 +175,15 @@ class ShardLoader:
             self._counters[env.worker] = env.counters
             batch = env.batch
             del env
-            if batch.encoded is not None:
+            if batch.encoded is not None:  # decode_on="device": decoded here, before it counts as handed out
+                if consumer is None:
+                    consumer = counters_like(next(iter(self._counters.values())))  # the workers' layout
+                    self._counters[-1] = consumer.v
                 try:
-                    batch = decode_on_device(batch, decoder, strict=self.config.strict, counters=consumer)  # type: ignore[arg-type]
-                except DataError:
-                    self.close()  # strict: as a worker's DataError, the batch is not handed out
+                    decoder = self.device_decoder(self._decode_device, batch.encoded.size)
+                    batch = decode_on_device(batch, decoder, strict=self.config.strict, counters=consumer)
+                except Exception:
+                    self.close()  # e.g. strict=True: as a worker's DataError, the batch is not handed out
                     raise
             self._batches += 1
             self._position = self._position.advanced()  # a batch counts as consumed once handed out
@@ -219,15 +222,17 @@ class ShardLoader:
         """Start the current epoch over on the next ``iter()`` (after an iteration left early)."""
         self._position = Position(self._position.epoch)
 
-    def device_decoder(self, device: "torch.device | str" = "cpu") -> Any:
-        """The :class:`~shardkit.devicedecode.DeviceDecoder` that decodes this loader's batches on ``device``
-        with ``decode_on="device"`` (one per device; its ``stats`` count batched, fallback, retried and corrupt samples)."""
+    def device_decoder(self, device: "torch.device | str" = "cpu", size: int = 0) -> Any:
+        """The :class:`~shardkit.devicedecode.DeviceDecoder` that decodes this loader's batches of output ``size``
+        (0: the configured one) on ``device`` with ``decode_on="device"``; its ``stats`` count batched,
+        fallback, retried and corrupt samples."""
         from ..devicedecode import DeviceDecoder
 
-        dev = torch.device(device)
-        if dev not in self._device_decoders:
-            self._device_decoders[dev] = DeviceDecoder(self.config.image, dev)
-        return self._device_decoders[dev]
+        image = self.config.image
+        key = (torch.device(device), size or image.size)
+        if key not in self._device_decoders:
+            self._device_decoders[key] = DeviceDecoder(image if key[1] == image.size else image.updated(size=key[1]), key[0])
+        return self._device_decoders[key]
 
     @property
     def epoch_info(self) -> RankSplit:
