@@ -504,3 +504,24 @@ def test_decode_on_option_is_a_typed_choice():
         ImageConfig(decode_on="gpu")
     with pytest.raises(ValueError, match="decode_on='worker'"):
         ImageConfig(decode_on="device", batch_hook=print)
+
+
+def test_a_device_decoding_loader_is_freed_when_dropped():
+    """In a fresh process (torchvision's first import happens in the loader's first decode), a
+    decode_on="device" loader is freed by reference counting when dropped, not left to the garbage collector."""
+    from helpers import run_fresh
+
+    code = """
+import gc, json, sys, tempfile, weakref
+sys.path.insert(0, "tests")
+gc.disable()
+from helpers import write_dataset
+import shardkit
+ds = write_dataset(tempfile.mkdtemp(), num_samples=8, shard_size=4, size=(40, 30))
+loader = shardkit.load(ds.url, batch_size=4, num_workers=0, size=16, decode_on="device", pin_memory=False)
+n = sum(len(y) for _, y in loader)
+ref = weakref.ref(loader)
+del loader
+print(json.dumps({"n": n, "alive": ref() is not None, "tv": "torchvision.io" in sys.modules}))
+"""
+    assert run_fresh(code) == {"n": 8, "alive": False, "tv": True}
