@@ -85,14 +85,14 @@ class ImageConfig:
         channels_last: batches are ``[B, 3, S, S]`` in channels-last memory format (NHWC bytes,
             as the resize kernel writes them and as GPU training wants them; NCHW batches measured
             15 % slower). ``False``: contiguous NCHW batches (one more transposing pass).
-        max_pixels: images whose header declares more pixels are skipped (and counted) without
-            decoding: a decompression bomb (a few KB declaring 65000 x 65000) cannot make a worker
-            allocate gigabytes. Default: PIL's ``MAX_IMAGE_PIXELS`` (89,478,485, about 9500 x 9500).
         decode_on: :class:`DecodeOn`: ``"worker"`` (default: workers decode, crop and resize) or
             ``"device"``: workers only read shards and compute each sample's crop geometry (the same
             boxes and flips); the consumer decodes, crops and resizes the batch on its device
             (``DevicePrefetcher``: on its device, in its side stream; iterating the loader: on the
             CPU). Not with ``hook`` or ``batch_hook`` (they run on the CPU in the worker); ignored with ``raw``.
+        max_pixels: images whose header declares more pixels are skipped (and counted) without
+            decoding: a decompression bomb (a few KB declaring 65000 x 65000) cannot make a worker
+            allocate gigabytes. Default: PIL's ``MAX_IMAGE_PIXELS`` (89,478,485, about 9500 x 9500).
     """
 
     preset: Preset = Preset.TRAIN
