@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shardkit.loader")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Jpegs:
     """A batch's encoded images and crop geometry (``decode_on="device"``), made by :func:`encode_batch`.
 
