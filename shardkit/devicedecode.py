@@ -35,6 +35,9 @@ tensors, which is how the tests check it against the worker path.
 
 from __future__ import annotations
 
+import importlib
+import sys
+import threading
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -200,6 +203,20 @@ def _as_tensor(data: Jpeg) -> Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)  # bytearray: decode_jpeg wants a writable buffer
 
 
+def _import_torchvision_io() -> None:
+    """Import ``torchvision.io`` on a fresh thread.
+
+    torchvision's first import leaves a reference cycle through the importing stack (``torch.fx.wrap``
+    keeps ``inspect.currentframe()`` in a local), which would keep the caller's frames -- a loader in the
+    middle of its iteration, its worker processes -- alive until the garbage collector runs. A thread's
+    stack holds nothing of the caller's.
+    """
+    if "torchvision.io" not in sys.modules:
+        t = threading.Thread(target=importlib.import_module, args=("torchvision.io",), name="shardkit-import-torchvision")
+        t.start()
+        t.join()
+
+
 def _decode_list(tensors: list[Tensor], device: torch.device) -> list[Tensor]:
     from torchvision.io import ImageReadMode, decode_jpeg
 
@@ -234,6 +251,7 @@ class DeviceDecoder:
         self.max_canvas_pixels = max_canvas_pixels
         self.fallback_decoder = make_decoder(image.decoder)
         self.stats = DeviceDecodeStats()
+        _import_torchvision_io()
 
     # --- decoding -----------------------------------------------------------
 

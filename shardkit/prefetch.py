@@ -11,8 +11,16 @@ of the batch is ``record_stream``-ed on it, so the caching allocator does not
 reuse its memory early. Use ``DataLoader(pin_memory=True)``: copies from
 pageable memory are not asynchronous.
 
+A shardkit loader with ``decode_on="device"`` sends JPEG bytes and crop
+geometry instead of pixels; the prefetcher iterates it with
+``loader.iter_on(device)`` (any loader with an ``iter_on`` method), so each
+batch is decoded, cropped and resized on ``device`` (nvJPEG on CUDA,
+:mod:`shardkit.devicedecode`) inside the side stream, before the transform
+(which then must not crop again: e.g. ``GpuAugment`` of flips-free colour ops).
+
 On a CPU device it is a transparent pass-through (it still applies the
-transform), so the same training script runs everywhere.
+transform, and decodes ``decode_on="device"`` batches on the CPU), so the same
+training script runs everywhere.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import torch
 from torch import Tensor
 
 Batch = Any
+_END = object()
 
 
 def _map_batch(batch: Batch, fn: Callable[[Tensor], Tensor]) -> Batch:
@@ -53,7 +62,8 @@ class DevicePrefetcher:
     Args:
         loader: yields a tensor, or tuples/lists such as ``(images, labels,
             *extra)``; tensor fields are moved to ``device``, other fields are
-            passed through untouched.
+            passed through untouched. A loader with an ``iter_on(device)``
+            method (:class:`~shardkit.loader.ShardLoader`) is iterated with it.
         device: target device; ``None``: ``"cuda"`` if available, else ``"cpu"``.
         transform: applied on ``device`` to the images (the first field, or the
             batch if it is a tensor), e.g. a :class:`~shardkit.augment.GpuAugment`.
@@ -104,9 +114,13 @@ class DevicePrefetcher:
             fields[0] = self.transform(fields[0])
         return type(batch)(*fields) if hasattr(batch, "_fields") else type(batch)(fields)
 
+    def _source(self) -> Iterable[Batch]:
+        iter_on = getattr(self.loader, "iter_on", None)
+        return iter_on(self.device) if callable(iter_on) else self.loader
+
     def __iter__(self) -> Iterator[Batch]:
         if self.device.type != "cuda":
-            for batch in self.loader:
+            for batch in self._source():
                 yield self._prepare(batch, non_blocking=False)
             return
         yield from self._iter_cuda()
@@ -119,8 +133,12 @@ class DevicePrefetcher:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         ready: Batch = None
         have = False
-        for cpu_batch in self.loader:
-            with torch.cuda.stream(stream):
+        it = iter(self._source())
+        while True:
+            with torch.cuda.stream(stream):  # next(): a loader's own device work (decode_on="device") is on the side stream too
+                cpu_batch = next(it, _END)
+                if cpu_batch is _END:
+                    break
                 nxt = self._prepare(cpu_batch, non_blocking=self.non_blocking)
             if have:
                 yield ready

@@ -348,3 +348,180 @@ def test_device_memory_is_freed_per_batch():
         torch.cuda.synchronize()
         assert torch.cuda.memory_allocated() - base <= out.images.numel() + (2 << 20)  # only the output stays
         del out
+
+
+# --- the loader with decode_on="device" --------------------------------------------------------
+
+LOADER = dict(pin_memory=False, multiprocessing_context="fork", seed=SEED, size=24)
+
+
+def loader_batches(url, **kw):
+    import shardkit
+
+    loader = shardkit.load(url, with_keys=True, **{**LOADER, **kw})
+    return loader, [(im, lab, list(keys)) for im, lab, keys in loader]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    from helpers import write_dataset
+
+    return write_dataset(str(tmp_path_factory.mktemp("devwire") / "train"), num_samples=30, shard_size=4, size=(40, 30))
+
+
+@pytest.mark.parametrize("preset", ["eval", "train"])
+def test_loader_decode_on_device_gives_the_worker_batches(small, preset):
+    """Iterating a decode_on="device" loader (2 workers; decoded on the CPU in the main process) gives the
+    worker path's batches: the same keys and labels in the same order, pixels within the stated tolerance."""
+    opts = dict(batch_size=8, num_workers=2, preset=preset, fast_decode=False)
+    _, ref = loader_batches(small.url, **opts)
+    loader, got = loader_batches(small.url, decode_on="device", **opts)
+    assert [(lab.tolist(), k) for _, lab, k in got] == [(lab.tolist(), k) for _, lab, k in ref]
+    assert sorted(k for _, _, ks in got for k in ks) == sorted(small.keys)
+    d = torch.cat([diff(a, b).flatten() for (a, _, _), (b, _, _) in zip(got, ref)])
+    assert got[0][0].dtype == torch.uint8 and got[0][0].shape[1:] == (3, 24, 24)
+    assert got[0][0].is_contiguous(memory_format=torch.channels_last)
+    assert (d.max() <= 2) if preset == "eval" else (d.mean() <= 6)
+    assert loader.stats.samples == 30 and loader.stats.skipped == 0 and loader.stats.batches == len(got)
+    assert loader.device_decoder().stats.samples == 30
+
+
+def test_workers_send_bytes_and_the_worker_paths_geometry(small):
+    """decode_on="device" batches carry each sample's bytes (one flat buffer), header size and exactly the
+    crop boxes and flips the worker path computes for the same (seed, epoch, sample)."""
+    from shardkit.loader import LoaderConfig, ShardDataset
+
+    cfg = LoaderConfig(batch_size=8, num_workers=0, seed=SEED, image=ImageConfig(size=24, decode_on="device"))
+    raw = {s.key: s for b in ShardDataset(small.url, LoaderConfig(batch_size=8, num_workers=0, seed=SEED, raw=True)) for s in b.raw}
+    ds = ShardDataset(small.url, cfg)
+    ds.set_epoch(EPOCH)
+    cd, n = CropDecoder(cfg.image, SEED), 0
+    for b in ds:
+        jp = b.encoded
+        assert b.images.numel() == 0 and len(jp) == len(b.keys) and jp.data.dtype == np.uint8
+        assert [bytes(t.numpy()) for t in jp.tensors()] == [raw[k].jpeg for k in b.keys]
+        assert jp.sizes.tolist() == [list(cd.header(raw[k].jpeg)) for k in b.keys]
+        ref = cd.geometry(jp.sizes, EPOCH, b.gids.numpy())
+        assert np.array_equal(jp.boxes, ref.boxes) and np.array_equal(jp.flips, ref.flips)
+        n += len(b.keys)
+    assert n == 30
+
+
+def test_device_decode_exactly_once_resume_and_elastic_resume(small):
+    """The plan does not depend on where decoding happens: every key once over 2 ranks x 2 workers, a
+    mid-epoch resume gives the remaining batches (same pixels), and 3 -> 2 ranks still covers each key once."""
+    import shardkit
+
+    kw = dict(batch_size=3, num_workers=2, persistent_workers=False, shuffle_buffer=5, decode_on="device")
+    seen = Counter()
+    for rank in range(2):
+        _, batches = loader_batches(small.url, rank=rank, world_size=2, **kw)
+        seen.update(k for _, _, ks in batches for k in ks)
+    assert sorted(seen) == sorted(small.keys) and set(seen.values()) == {1}
+
+    _, full = loader_batches(small.url, **kw)
+    a = shardkit.load(small.url, with_keys=True, **{**LOADER, **kw})
+    it = iter(a)
+    head = [next(it)[2] for _ in range(4)]
+    state = a.state_dict()
+    del it
+    b, rest = shardkit.load(small.url, with_keys=True, **{**LOADER, **kw}), []
+    b.load_state_dict(state)
+    rest = [(im, list(k)) for im, _, k in b]
+    assert [list(k) for k in head] + [k for _, k in rest] == [k for _, _, k in full]
+    assert all(torch.equal(im, ref[0]) for (im, _), ref in zip(rest, full[4:]))
+
+    seen, states = Counter(), []
+    for rank in range(3):
+        loader = shardkit.load(small.url, rank=rank, world_size=3, with_keys=True, **{**LOADER, **kw})
+        for i, (_, _, keys) in enumerate(loader):
+            seen.update(keys)
+            if i == 1:
+                break
+        states.append(loader.state_dict())
+    for rank in range(2):
+        loader = shardkit.load(small.url, rank=rank, world_size=2, with_keys=True, **{**LOADER, **kw, "num_workers": 1})
+        loader.load_state_dict(states[rank])
+        seen.update(k for _, _, ks in loader for k in ks)
+    assert sorted(seen) == sorted(small.keys) and set(seen.values()) == {1}
+
+
+def write_with_bad(root: str, not_jpeg: int = 3, cut: int = 8) -> list[str]:
+    """12 samples in 2 shards: ``k003`` is not a JPEG (its header fails in the worker), ``k008``'s scan is cut short
+    (its header is fine: it fails when decoded, in the consumer with decode_on="device")."""
+    from helpers import write_raw_dataset
+
+    from shardkit.shardformat import EncodedSample, write_shard
+
+    shards, keys = [], [f"k{i:03d}" for i in range(12)]
+    for start in (0, 6):
+        datas = [encode((40, 30), i) for i in range(start, start + 6)]
+        datas = [b"this is not a jpeg" if i == not_jpeg else d[: len(d) * 2 // 3] if i == cut else d for i, d in enumerate(datas, start)]
+        buf = io.BytesIO()
+        n, _, _ = write_shard([EncodedSample(keys[i], d, i % 2, {"class": str(i % 2)}) for i, d in enumerate(datas, start)], buf)
+        shards.append((buf.getvalue(), n))
+    write_raw_dataset(root, shards, ["a", "b"])
+    return keys
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_device_decode_skips_bad_samples_like_the_worker_and_strict_raises(tmp_path, caplog, num_workers):
+    """Bad samples are dropped from their batch, logged and counted in stats.skipped, exactly the ones the
+    worker path drops (a bad header in the worker, a bad scan in the consumer); strict=True raises naming the key."""
+    import logging
+
+    import shardkit
+    from shardkit.errors import DataError
+
+    root = str(tmp_path / "bad")
+    keys = write_with_bad(root)
+    opts = dict(batch_size=4, num_workers=num_workers, preset="eval", shuffle=False)
+    worker, ref = loader_batches(root, **opts)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
+        loader, got = loader_batches(root, decode_on="device", **opts)
+    assert [k for _, _, k in got] == [k for _, _, k in ref] and len(got) == 3
+    assert sorted(k for _, _, ks in got for k in ks) == sorted(set(keys) - {"k003", "k008"})
+    assert loader.stats.skipped == worker.stats.skipped == 2 and loader.stats.samples == worker.stats.samples == 10
+    assert all(diff(a, b).max() <= 2 for (a, _, _), (b, _, _) in zip(got, ref))
+    logged = [r.getMessage() for r in caplog.records if "k008" in r.getMessage()]
+    assert len(logged) == 1 and "train-000001.tar" in logged[0] and "cannot decode image" in logged[0]
+    assert loader.device_decoder().stats.corrupt == 1
+    only_cut = write_with_bad(str(tmp_path / "cut"), not_jpeg=-1)  # k008 alone: it fails in the consumer
+    for url, bad in ((root, "k003"), (str(tmp_path / "cut"), "k008")):
+        strict = shardkit.load(url, strict=True, **{**LOADER, **opts, "decode_on": "device"})
+        with pytest.raises(DataError, match=bad):
+            list(strict)
+    assert len(only_cut) == 12
+
+
+def test_decode_on_option_is_a_typed_choice():
+    from shardkit.loader.config import DecodeOn
+    from shardkit.loader.loader import build_config
+
+    assert ImageConfig().decode_on is DecodeOn.WORKER and build_config(None, {"decode_on": "device"}).image.decode_on is DecodeOn.DEVICE
+    with pytest.raises(ValueError, match=r"\['worker', 'device'\]"):
+        ImageConfig(decode_on="gpu")
+    with pytest.raises(ValueError, match="decode_on='worker'"):
+        ImageConfig(decode_on="device", batch_hook=print)
+
+
+def test_a_device_decoding_loader_is_freed_when_dropped():
+    """In a fresh process (torchvision's first import happens in the loader's first decode), a
+    decode_on="device" loader is freed by reference counting when dropped, not left to the garbage collector."""
+    from helpers import run_fresh
+
+    code = """
+import gc, json, sys, tempfile, weakref
+sys.path.insert(0, "tests")
+gc.disable()
+from helpers import write_dataset
+import shardkit
+ds = write_dataset(tempfile.mkdtemp(), num_samples=8, shard_size=4, size=(40, 30))
+loader = shardkit.load(ds.url, batch_size=4, num_workers=0, size=16, decode_on="device", pin_memory=False)
+n = sum(len(y) for _, y in loader)
+ref = weakref.ref(loader)
+del loader
+print(json.dumps({"n": n, "alive": ref() is not None, "tv": "torchvision.io" in sys.modules}))
+"""
+    assert run_fresh(code) == {"n": 8, "alive": False, "tv": True}

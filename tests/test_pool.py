@@ -47,7 +47,7 @@ def ring_of(loader):
 
 
 def test_the_batch_carries_data_only():
-    assert [f.name for f in fields(Batch)] == ["images", "labels", "gids", "keys", "raw"]
+    assert [f.name for f in fields(Batch)] == ["images", "labels", "gids", "keys", "raw", "encoded"]  # encoded: decode_on="device" bytes + geometry (data)
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])

@@ -95,3 +95,29 @@ def test_one_side_stream_for_all_epochs():
         batches.append((x, x.float().sum()))
     for (x, total), (xe, _, _) in zip(batches, loader()):
         assert torch.equal(x.cpu(), xe) and x.float().sum() == total
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_decode_on_device_loader_is_decoded_in_the_prefetcher(tmp_path, device):
+    """A shardkit loader with decode_on="device": the prefetcher iterates it with iter_on(device), so batches
+    are decoded, cropped and resized there (then transformed): the loader's own CPU-decoded batches, same keys."""
+    from helpers import write_dataset
+
+    import shardkit
+    from shardkit.augment import ColorJitter, Normalize
+
+    ds = write_dataset(str(tmp_path / "train"), num_samples=20, shard_size=6, size=(40, 30))
+    opts = dict(batch_size=8, num_workers=2, size=24, seed=1, decode_on="device", multiprocessing_context="fork")
+    cpu = [(x.clone(), y, list(k)) for x, y, k in shardkit.load(ds.url, with_keys=True, **opts)]
+    loader = shardkit.load(ds.url, with_keys=True, **opts)
+    aug, ref = (GpuAugment([ColorJitter(0.4, 0.4, 0.4), Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))], seed=2) for _ in range(2))
+    got = list(DevicePrefetcher(loader, device=device, transform=aug))
+    assert [k for _, _, k in got] == [k for _, _, k in cpu] and len(got) == 3
+    assert loader.device_decoder(device).stats.samples == 20 and loader.stats.samples == 20
+    for (x, y, _), (xc, yc, _) in zip(got, cpu):
+        assert x.device.type == device and x.dtype == torch.float32 and torch.equal(y.cpu(), yc)
+        expected = ref(xc.to(device))
+        if device == "cpu":
+            assert torch.allclose(x, expected, atol=1e-5)
+        else:  # nvJPEG vs libjpeg-turbo: a couple of levels
+            assert (x - expected).abs().mean() < 0.1

@@ -15,8 +15,9 @@ Reported: img/s of each part (on CPU everything on one thread: figures per core)
 process's CPU seconds per batch, peak device
 memory per batch (CUDA), and the decoder's fallback counts. ``--resnet50``: a ResNet-50 bf16
 train step alone vs fed by the whole device path in the same stream (its cost to training). ``--e2e`` also runs the
-loader with ``--workers`` workers: decode in the workers (+ DevicePrefetcher + the same
-chain) against raw batches decoded on the device.
+loader with ``--workers`` workers, both through DevicePrefetcher + the same chain:
+``decode_on="worker"`` (decode in the workers) against ``decode_on="device"`` (workers read
+and compute geometry; the prefetcher decodes on the device in its side stream).
 
     python tools/bench_devicedecode.py                          # CPU smoke run (small)
     python tools/bench_devicedecode.py --device cuda --e2e --resnet50 --json out.json
@@ -122,7 +123,7 @@ def timed(name: str, fn: Callable[[list[Any]], torch.Tensor], batches: list[list
 
 
 def end_to_end(url: str, cfg: ImageConfig, device: torch.device, args: argparse.Namespace) -> dict[str, float]:
-    """The loader with ``--workers`` workers: worker decode + DevicePrefetcher + chain vs raw batches + DeviceDecoder + chain."""
+    """The loader with ``--workers`` workers + DevicePrefetcher + chain: ``decode_on="worker"`` vs ``decode_on="device"``."""
     aug = chain(device)
     opts = dict(batch_size=args.batch, num_workers=args.workers, preset="train", size=cfg.size, drop_last=True, seed=SEED)
     n = args.e2e_batches
@@ -147,15 +148,16 @@ def end_to_end(url: str, cfg: ImageConfig, device: torch.device, args: argparse.
     pf = DevicePrefetcher(worker_loader, device=device, transform=aug)
     w_rate, w_cpu = measure(lambda: pf, lambda b: b[0])
     worker_loader.close()
-    raw_loader = shardkit.load(url, raw=True, **opts)
-    dec = DeviceDecoder(cfg, device)
-    run = device_path(cfg, dec, aug)
-    d_rate, d_cpu = measure(lambda: raw_loader, run)
-    raw_loader.close()
-    print(f"  end to end, {args.workers} workers: decode in workers + prefetch + chain {w_rate:,.0f} img/s (main CPU {w_cpu * 1e3:.1f} ms/batch); "
-          f"raw + DeviceDecoder + chain {d_rate:,.0f} img/s (main CPU {d_cpu * 1e3:.1f} ms/batch)", flush=True)
+    device_loader = shardkit.load(url, decode_on="device", **opts)
+    pf = DevicePrefetcher(device_loader, device=device, transform=aug)
+    d_rate, d_cpu = measure(lambda: pf, lambda b: b[0])
+    device_loader.close()
+    st = device_loader.device_decoder(device).stats
+    print(f"  end to end, {args.workers} workers + prefetch + chain: decode_on=worker {w_rate:,.0f} img/s (main CPU {w_cpu * 1e3:.1f} ms/batch); "
+          f"decode_on=device {d_rate:,.0f} img/s (main CPU {d_cpu * 1e3:.1f} ms/batch; batched {st.batched}, fallback {dict(st.fallback)})", flush=True)
     return {"e2e_worker_decode_img_s": w_rate, "e2e_worker_main_cpu_s_per_batch": w_cpu,
-            "e2e_device_decode_img_s": d_rate, "e2e_device_main_cpu_s_per_batch": d_cpu, "e2e_workers": args.workers}
+            "e2e_device_decode_img_s": d_rate, "e2e_device_main_cpu_s_per_batch": d_cpu, "e2e_workers": args.workers,
+            "e2e_device_fallback": dict(st.fallback), "e2e_device_corrupt": st.corrupt}
 
 
 def main(argv: list[str] | None = None) -> int:

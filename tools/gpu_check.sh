@@ -3,9 +3,12 @@
 #
 #   tools/gpu_check.sh                 # everything, in this order:
 #   tools/gpu_check.sh tests           #   tests with CUDA parametrizations: augment (incl. the no-host-sync test under
-#                                      #   torch.cuda.set_sync_debug_mode("error")), prefetch, device decode, pinned pool
+#                                      #   torch.cuda.set_sync_debug_mode("error")), prefetch, device decode, pinned pool,
+#                                      #   and the loader with decode_on="device" through DevicePrefetcher on cuda
+#                                      #   (test_prefetch.py::test_decode_on_device_loader_is_decoded_in_the_prefetcher)
 #   tools/gpu_check.sh decode          #   tools/bench_devicedecode.py on cuda: nvJPEG decode + crop + augmentation chain,
-#                                      #   batch 256 of 341x256 JPEGs, peak memory; loader with 2 workers both ways;
+#                                      #   batch 256 of 341x256 JPEGs, peak memory; the loader with 2 workers +
+#                                      #   DevicePrefetcher + chain, decode_on="worker" vs decode_on="device";
 #                                      #   ResNet-50 bf16 step alone vs fed by the device path
 #   tools/gpu_check.sh augment         #   tools/bench_augment.py on cuda: shardkit eager/compiled vs Kornia vs per-image
 #                                      #   torchvision, ResNet-50 bf16 step with/without augmentation, loader + prefetch
@@ -43,9 +46,10 @@ for section in $SECTIONS; do
   case "$section" in
     tests)
       echo "== tests (CUDA parametrizations included) =="
-      timeout 150 "$PY" -m pytest -q -p no:cacheprovider --noconftest -rs tests/test_augment.py tests/test_augment_random.py \
+      timeout 180 "$PY" -m pytest -q -p no:cacheprovider --noconftest -rsfEp tests/test_augment.py tests/test_augment_random.py \
           tests/test_prefetch.py tests/test_devicedecode.py > "$OUTDIR/pytest_cuda.log" 2>&1 || status=1
       tail -30 "$OUTDIR/pytest_cuda.log"   # the whole output stays in $OUT/pytest_cuda.log
+      grep -E "^(PASSED|FAILED|ERROR|SKIPPED).*(decode_on|test_devicedecode)" "$OUTDIR/pytest_cuda.log" || true
       echo "== loader: pinned batches and the buffer pool (needs webdataset, simplejpeg, fsspec importable) =="
       timeout 90 "$PY" -m pytest -q -p no:cacheprovider --noconftest tests/test_pool.py > "$OUTDIR/pytest_pool.log" 2>&1 || status=1
       tail -8 "$OUTDIR/pytest_pool.log"

@@ -8,7 +8,7 @@ batch through the modules of this package is in the README ("How it works").
 from __future__ import annotations
 
 from .batching import Batch
-from .config import Decoder, ImageConfig, LoaderConfig, MultiprocessingContext, Preset, SourceConfig
+from .config import DecodeOn, Decoder, ImageConfig, LoaderConfig, MultiprocessingContext, Preset, SourceConfig
 from .dataset import ShardDataset
 from .loader import ShardLoader, load
 from .reader import RawSample
@@ -17,6 +17,7 @@ from .stats import LoaderStats
 
 __all__ = [
     "Batch",
+    "DecodeOn",
     "Decoder",
     "ImageConfig",
     "LoaderConfig",

@@ -33,6 +33,13 @@ class Decoder(Choice):
     TORCHVISION = "torchvision"  #: ``torchvision.io.decode_jpeg`` at full resolution (for comparison)
 
 
+class DecodeOn(Choice):
+    """Where a batch's JPEGs are decoded (:mod:`shardkit.devicedecode`)."""
+
+    WORKER = "worker"  #: in the DataLoader workers, straight into the batch (the CPU path)
+    DEVICE = "device"  #: workers send JPEG bytes + crop geometry; the consumer decodes on its device
+
+
 class MultiprocessingContext(Choice):
     """How DataLoader worker processes start."""
 
@@ -79,6 +86,11 @@ class ImageConfig:
         channels_last: batches are ``[B, 3, S, S]`` in channels-last memory format (NHWC bytes,
             as the resize kernel writes them and as GPU training wants them; NCHW batches measured
             15 % slower). ``False``: contiguous NCHW batches (one more transposing pass).
+        decode_on: :class:`DecodeOn`: ``"worker"`` (default: workers decode, crop and resize) or
+            ``"device"``: workers only read shards and compute each sample's crop geometry (the same
+            boxes and flips); the consumer decodes, crops and resizes the batch on its device
+            (``DevicePrefetcher``: on its device, in its side stream; iterating the loader: on the
+            CPU). Not with ``hook`` or ``batch_hook`` (they run on the CPU in the worker); ignored with ``raw``.
         max_pixels: images whose header declares more pixels are skipped (and counted) without
             decoding: a decompression bomb (a few KB declaring 65000 x 65000) cannot make a worker
             allocate gigabytes. Default: :data:`shardkit.format.members.MAX_PIXELS` (100 M, the converter's limit too).
@@ -96,10 +108,14 @@ class ImageConfig:
     max_pixels: int = MAX_PIXELS
     fast_decode: Optional[bool] = None
     channels_last: bool = True
+    decode_on: DecodeOn = DecodeOn.WORKER
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "preset", Preset.parse(self.preset))
         object.__setattr__(self, "decoder", Decoder.parse(self.decoder))
+        object.__setattr__(self, "decode_on", DecodeOn.parse(self.decode_on))
+        if self.decode_on is DecodeOn.DEVICE and (self.hook is not None or self.batch_hook is not None):
+            raise ValueError("hook and batch_hook run on the CPU in the workers; use decode_on='worker' with them")
         if self.max_pixels < 1:
             raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
         if self.size < 1:

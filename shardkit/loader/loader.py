@@ -36,6 +36,7 @@ from .. import mix
 from ..mix import LabelMode, Source
 from ..plan import RankSplit, rank_split
 from ..position import Position
+from .batching import counters_like, decode_on_device
 from .config import ImageConfig, LoaderConfig, SourceConfig
 from .dataset import ShardDataset
 from .mixstate import mixture_state, resume_mixture
@@ -66,6 +67,8 @@ class ShardLoader:
         self._t0 = 0.0
         self._t1 = 0.0
         self._batches = 0
+        self._device_decoders: dict[tuple[torch.device, int], Any] = {}  # decode_on="device": DeviceDecoder per (device, size)
+        self._decode_device = torch.device("cpu")  # where the current iteration decodes decode_on="device" batches
         #: where the epoch stands: the one value state_dict/load_state_dict/set_epoch read and replace;
         #: advanced per batch handed out, published to the workers when an iteration starts
         self._position: Position = dataset.position
@@ -142,6 +145,15 @@ class ShardLoader:
         self.close()
 
     def __iter__(self) -> Iterator[Any]:
+        return self.iter_on("cpu")
+
+    def iter_on(self, device: "torch.device | str") -> Iterator[Any]:
+        """Iterate, with ``decode_on="device"`` batches decoded on ``device`` (``iter(loader)``: on the CPU).
+
+        :class:`~shardkit.prefetch.DevicePrefetcher` iterates the loader this way, inside its side
+        stream. With ``decode_on="worker"`` the same as ``iter(loader)``.
+        """
+        self._decode_device = torch.device(device)
         try:
             yield from self._iterate()
         except RuntimeError as exc:
@@ -164,6 +176,7 @@ class ShardLoader:
         dl = self._dataloader()
         self.dataset.publish(self._position)  # the workers of this iteration read it when they start
         self._counters, self._wait, self._batches = {}, 0.0, 0
+        consumer = None  # decode_on="device": this process's own counts (skipped, decode_s), next to the workers'
         self._t0 = time.perf_counter()
         it = iter(dl)
         while True:
@@ -188,6 +201,16 @@ class ShardLoader:
             self._counters[env.worker] = env.counters
             batch = env.batch
             del env
+            if batch.encoded is not None:  # decode_on="device": decoded here, before it counts as handed out
+                if consumer is None:
+                    consumer = counters_like(next(iter(self._counters.values())))  # the workers' layout
+                    self._counters[-1] = consumer.v
+                try:
+                    decoder = self.device_decoder(self._decode_device, batch.encoded.size)
+                    batch = decode_on_device(batch, decoder, strict=self.config.strict, counters=consumer)
+                except Exception:
+                    self.close()  # e.g. strict=True: as a worker's DataError, the batch is not handed out
+                    raise
             self._batches += 1
             self._position = self._position.advanced()  # a batch counts as consumed once handed out
             self._t1 = time.perf_counter()
@@ -251,6 +274,18 @@ class ShardLoader:
     def restart_epoch(self) -> None:
         """Start the current epoch over on the next ``iter()`` (after an iteration left early)."""
         self._position = self._position.started(self._position.epoch)
+
+    def device_decoder(self, device: "torch.device | str" = "cpu", size: int = 0) -> Any:
+        """The :class:`~shardkit.devicedecode.DeviceDecoder` that decodes this loader's batches of output ``size``
+        (0: the configured one) on ``device`` with ``decode_on="device"``; its ``stats`` count batched,
+        fallback, retried and corrupt samples."""
+        from ..devicedecode import DeviceDecoder
+
+        image = self.config.image
+        key = (torch.device(device), size or image.size)
+        if key not in self._device_decoders:
+            self._device_decoders[key] = DeviceDecoder(image if key[1] == image.size else image.updated(size=key[1]), key[0])
+        return self._device_decoders[key]
 
     @property
     def epoch_info(self) -> RankSplit:
