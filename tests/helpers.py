@@ -14,7 +14,7 @@ from PIL import Image
 
 from shardkit.manifest import Manifest, ShardInfo, save_manifest
 from shardkit.sampledata import make_image
-from shardkit.shardformat import EncodedSample, write_shard
+from shardkit.format import EncodedSample, write_shard
 
 
 def jpeg_bytes(label: int, seed: int = 0, size: tuple[int, int] = (64, 48), quality: int = 90, **save_kw) -> bytes:

@@ -14,7 +14,7 @@ from PIL import Image
 from shardkit.convert import ConvertOptions, ImageOptions, convert
 from shardkit.manifest import load_manifest
 from shardkit.sampledata import make_image
-from shardkit.shardformat import KEY_PATTERN
+from shardkit.format import KEY_PATTERN
 
 SHORT = 64
 MAX_PIXELS = 1_500_000

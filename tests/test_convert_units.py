@@ -13,7 +13,7 @@ from PIL import Image, JpegImagePlugin
 from shardkit.convert import imageproc as ip
 from shardkit.convert import plan
 from shardkit.sampledata import make_image
-from shardkit.shardformat import EncodedSample, write_shard
+from shardkit.format import EncodedSample, write_shard
 
 
 def _jpeg(size, **kw) -> bytes:

@@ -451,7 +451,7 @@ def write_with_bad(root: str, not_jpeg: int = 3, cut: int = 8) -> list[str]:
     (its header is fine: it fails when decoded, in the consumer with decode_on="device")."""
     from helpers import write_raw_dataset
 
-    from shardkit.shardformat import EncodedSample, write_shard
+    from shardkit.format import EncodedSample, write_shard
 
     shards, keys = [], [f"k{i:03d}" for i in range(12)]
     for start in (0, 6):

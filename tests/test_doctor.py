@@ -203,3 +203,12 @@ def test_loader_report_and_log_every_epoch(small_ds, caplog):
     for _ in quiet:
         pass
     assert not [r for r in caplog.records if r.getMessage().startswith("shardkit epoch")]
+
+
+def test_bench_decode_on_device_cpu(small_ds, capsys):
+    from shardkit.cli import main
+
+    assert main(["bench", small_ds.url, "--workers", "0", "--batches", "2", "--window", "2", "--batch-size", "4", "--size", "16",
+                 "--decode-on", "device", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "decoded on cpu" in out and re.search(r"^\s+0\s+\d+\s+[\d.]+s", out, re.M), out

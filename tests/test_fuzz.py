@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from helpers import jpeg_bytes, tar_bytes
 
 from shardkit.errors import ManifestError
-from shardkit.loader.reader import RawSample, ShardReader, TarDamage
+from shardkit.format import RawSample, ShardReader, TarDamage
 from shardkit.manifest import Manifest
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))

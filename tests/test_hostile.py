@@ -21,7 +21,7 @@ from helpers import RecordingFile, jpeg_bytes, member_ranges, tar_bytes, tree_sn
 
 import shardkit
 from shardkit.errors import ManifestError, StorageError
-from shardkit.loader.reader import ShardReader
+from shardkit.format.tar import ShardReader
 from shardkit.manifest import Manifest
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")

@@ -17,7 +17,7 @@ from helpers import jpeg_bytes, write_dataset
 import shardkit
 from shardkit.errors import DataError, ManifestError, ShardkitError, StorageError
 from shardkit.manifest import Manifest, ShardInfo, save_manifest
-from shardkit.shardformat import EncodedSample, write_shard
+from shardkit.format import EncodedSample, write_shard
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
 

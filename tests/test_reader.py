@@ -10,7 +10,7 @@ import pytest
 
 from helpers import RecordingFile, member_ranges, write_dataset
 
-from shardkit.loader.reader import ShardReader, TarDamage
+from shardkit.format.tar import ShardReader, TarDamage
 
 
 def _tar(members: list[tuple[str, bytes]], fmt=tarfile.PAX_FORMAT) -> bytes:

@@ -6,7 +6,7 @@ shardkit from disk and from S3 (moto on loopback), the in-process decode-only ce
 Data: an ImageFolder of photo-like JPEGs with an ImageNet-like size spread
 (``shardkit.sampledata.IMAGENET_LIKE``: median 500x375, some > 1000 px, q90,
 about 2.3 bits per pixel), converted with ``shardkit.convert`` (short side 256)
-when available, else written with ``shardkit.shardformat.write_shard`` after
+when available, else written with ``shardkit.format.write_shard`` after
 the same resize. Every figure is the median of ``--runs`` runs.
 """
 
@@ -68,7 +68,7 @@ def _write_shards(src: str, dest: str) -> None:
     from PIL import Image
 
     from shardkit.manifest import Manifest, ShardInfo, save_manifest
-    from shardkit.shardformat import EncodedSample, write_shard
+    from shardkit.format import EncodedSample, write_shard
 
     classes = sorted(os.listdir(src))
     items = [(c, f) for c in classes for f in sorted(os.listdir(os.path.join(src, c)))]

@@ -57,7 +57,7 @@ def make_dataset(root: str, samples: int, shard_size: int, image_size: tuple[int
 
     from shardkit.manifest import Manifest, ShardInfo, save_manifest
     from shardkit.sampledata import make_image
-    from shardkit.shardformat import EncodedSample, write_shard
+    from shardkit.format import EncodedSample, write_shard
 
     os.makedirs(root, exist_ok=True)
     jpegs = []

@@ -31,7 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="your training step time per batch (without data loading): the report says whether it is input-bound")
     p.add_argument("--model", default=None, metavar="NAME",
                    help="measure the step time of a torchvision model (e.g. resnet50) instead of --step-ms")
-    p.add_argument("--device", default=None, help="device for --model (default: cuda if available, else cpu)")
+    p.add_argument("--device", default=None, help="device for --model and --decode-on device (default: cuda if available, else cpu)")
+    p.add_argument("--decode-on", choices=["worker", "device"], default="worker",
+                   help="where JPEGs are decoded: in the CPU workers (default) or on --device (nvJPEG on CUDA)")
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--preset", choices=["train", "eval"], default="train")
     p.add_argument("--size", type=int, default=224, help="output image size (default 224)")
@@ -43,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     from ..loader.bench import bench, plot
 
     so = storage_options(args)
-    opts = {"storage_options": so} if so else {}
+    opts: dict = {"storage_options": so} if so else {}
+    if args.decode_on != "worker":
+        opts.update(decode_on=args.decode_on, device=args.device)
     step_ms, source = args.step_ms, "--step-ms"
     if args.step_ms is not None and args.step_ms <= 0:
         print("shardkit: error: --step-ms must be > 0", file=sys.stderr)

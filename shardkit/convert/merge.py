@@ -30,7 +30,7 @@ def _missing_message(url: str, what: str, names: list[str]) -> str:
 
 
 def read_samples(data: bytes) -> list[EncodedSample]:
-    """The samples of a shard written by :func:`shardkit.shardformat.write_shard`, in order."""
+    """The samples of a shard written by :func:`shardkit.format.write_shard`, in order."""
     from ..inspect import iter_samples
 
     return [EncodedSample(k, g["jpg"], int(g["cls"]), json.loads(g["json"])) for k, g in iter_samples(io.BytesIO(data))]

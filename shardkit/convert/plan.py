@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, TypeVar
 
-from ..shardformat import EncodedSample, meta_bytes
+from ..format import EncodedSample, meta_bytes
 from .source import SourceFile
 
 #: pilot size used to estimate encoded bytes per sample
@@ -80,7 +80,7 @@ def pilot_positions(num_items: int, k: int = PILOT_SAMPLES) -> list[int]:
 
 
 def member_bytes(payload: int) -> int:
-    """Bytes one tar member takes in a shard written by :func:`shardkit.shardformat.write_shard`."""
+    """Bytes one tar member takes in a shard written by :func:`shardkit.format.write_shard`."""
     return _MEMBER_OVERHEAD + math.ceil(payload / _BLOCK) * _BLOCK
 
 

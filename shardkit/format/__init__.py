@@ -10,11 +10,11 @@
 The manifest that lists a split's shards is :mod:`shardkit.manifest`.
 """
 
+from ..storage import sha256_file
 from .index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
 from .members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, SAMPLE_EXTS, UnsafeName, split_member
 from .sample import RawSample
 from .tar import ShardReader, TarDamage
-from ..storage import sha256_file
 from .writer import EncodedSample, WrittenShard, meta_bytes, write_shard, write_tar
 
 __all__ = [

@@ -11,7 +11,7 @@ from .batching import Batch
 from .config import DecodeOn, Decoder, ImageConfig, LoaderConfig, MultiprocessingContext, Preset, SourceConfig
 from .dataset import ShardDataset
 from .loader import ShardLoader, load
-from .reader import RawSample
+from ..format import RawSample
 from .sources import register_with_webdataset
 from .stats import LoaderStats
 

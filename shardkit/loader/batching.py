@@ -25,7 +25,7 @@ from ..errors import DataError
 from ..threads import one_thread
 from .config import DecodeOn
 from .decode import CropDecoder, Crops, apply_batch_hook, apply_hook
-from .reader import RawSample
+from ..format import RawSample
 from .stats import Counters
 
 if TYPE_CHECKING:

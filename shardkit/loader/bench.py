@@ -133,6 +133,8 @@ def bench(
     if batches < 1 or window < 1:
         raise ValueError(f"batches and window must be >= 1, got {batches}, {window}")
     image = ImageConfig(preset=preset, size=size)  # type: ignore[arg-type]
+    device = options.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
+    on_device = options.get("decode_on", "worker") == "device"
     report = BenchReport(url=url, batch_size=batch_size, step_ms=step_ms, step_source=step_source,
                          cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
                          gpu=torch.cuda.is_available())
@@ -140,7 +142,8 @@ def bench(
         # persistent workers: a measurement longer than an epoch goes on without restarting them
         loader = load(url, batch_size=batch_size, num_workers=nw, preset=preset, size=size, persistent_workers=nw > 0, **options)
         try:
-            r = measure((len(images) for images, _ in _passes(loader)), warm=max(1, nw), window=window,
+            passes = _passes((lambda: loader.iter_on(device)) if on_device else (lambda: iter(loader)))
+            r = measure((len(images) for images, _ in passes), warm=max(1, nw), window=window,
                         min_batches=batches, max_batches=max(batches, 100 * window), max_s=max_s, clock=clock)
             st = loader.stats
             m = loader.dataset.manifest
@@ -149,16 +152,18 @@ def bench(
             loader.close()  # its workers must not compete with the next measurement
         mb_per_s = r.images_per_s * per_sample / 1e6
         report.points.append(SweepPoint(nw, r.images_per_s, mb_per_s, st, r.first_batch_s, r.stable, r.stop))
-    report.decode_ceiling, report.decoder = decode_ceiling(url, image=image, **options)
+    report.decode_ceiling, report.decoder = decode_ceiling(url, image=image, **{k: v for k, v in options.items() if k != "decode_on"})
+    if on_device:
+        report.decoder += f", decoded on {device}"
     return report
 
 
-def _passes(loader: Any) -> Iterator[Any]:
+def _passes(epoch: Callable[[], Iterator[Any]]) -> Iterator[Any]:
     """Batches of ``loader``, epoch after epoch (a small dataset does not end the measurement early;
     a window across an epoch boundary is slower than its neighbours, so it never ends it either)."""
     while True:
         n = 0
-        for b in loader:
+        for b in epoch():
             n += 1
             yield b
         if n == 0:

@@ -62,7 +62,7 @@ class ShardDataset(IterableDataset):
 
     Each item is a :class:`shardkit.loader.batching.Batch` (``images`` uint8 ``[n,3,S,S]``,
     ``labels`` int64 ``[n]``, ``gids``, ``keys``); with ``config.raw`` its ``raw`` field holds the
-    :class:`shardkit.loader.reader.RawSample` objects instead of images.
+    :class:`shardkit.format.RawSample` objects instead of images.
     """
 
     def __init__(self, url: "str | Manifest | Source | Sequence[str | Source]", config: Optional[LoaderConfig] = None, *,

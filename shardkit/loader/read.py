@@ -24,7 +24,7 @@ from .. import storage
 from ..format.index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
 from ..manifest import Manifest
 from ..plan import Block
-from .reader import RawSample, ShardReader, TarDamage
+from ..format import RawSample, ShardReader, TarDamage
 from .sources import ShardOpener
 from .stats import COUNTERS, Counters
 
