@@ -134,8 +134,9 @@ def test_damaged_or_wrong_index_falls_back_once_per_shard(pair, caplog):
     _rewrite_index(p2, lambda b: b.__setitem__(slice(sizes_at + 4 * (3 * 4 + 1), sizes_at + 4 * (3 * 4 + 2)), struct.pack("<I", 1)))
     os.remove(index_url(m.shard_url(3)))
     with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
-        _, got = _batches(indexed_root, num_workers=0)
-    _, want = _batches(walk_root, num_workers=0)
+        loader, got = _batches(indexed_root, num_workers=0)
+    walker, want = _batches(walk_root, num_workers=0)
+    assert loader.stats.index_fallbacks == 3 and walker.stats.index_fallbacks == 0  # counted in the stats too
     _same(want, got)
     keys = [k for _, ks in got for k in ks]
     assert sorted(keys) == sorted(ds.keys) and len(set(keys)) == len(keys)

@@ -149,6 +149,7 @@ class BlockReader:
         self._walk_only.add(shard)
         self._indexes.pop(shard, None)
         self.index_fallbacks += 1
+        self.counters.add("index_fallbacks", 1)
         log.warning("shardkit: %s; reading %s with the tar header walk", why, self.urls[shard])
 
     def _index(self, shard: int) -> Optional[SampleIndex]:

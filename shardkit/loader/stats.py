@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 #: names of the per-worker counters sent with every batch (cumulative over the epoch)
-COUNTERS = ("samples", "skipped", "bytes_read", "read_s", "decode_s", "resize_s", "collate_s", "batches", "retries")
+COUNTERS = ("samples", "skipped", "bytes_read", "read_s", "decode_s", "resize_s", "collate_s", "batches", "retries", "index_fallbacks")
 _INDEX = {name: i for i, name in enumerate(COUNTERS)}
 #: per-source counters of a mixture, after :data:`COUNTERS` in the same vector (one row per source)
 SOURCE_COUNTERS = ("samples", "skipped", "bytes_read")
@@ -51,7 +51,9 @@ class LoaderStats:
     Worker-side seconds are summed over workers (time spent per stage; ``read_s`` is the wall
     time of reads, which run on a thread that overlaps decoding);
     ``wait_s`` is wall time the training loop spent waiting for the next batch;
-    ``retries`` counts remote reads that failed and were retried (from the byte offset where they broke).
+    ``retries`` counts remote reads that failed and were retried (from the byte offset where they broke);
+    ``index_fallbacks`` counts shards read with the tar header walk although the manifest promised a
+    sample index (the index was missing, damaged or wrong: each is logged once).
     """
 
     batches: int = 0
@@ -65,6 +67,7 @@ class LoaderStats:
     decode_s: float = 0.0
     resize_s: float = 0.0
     collate_s: float = 0.0
+    index_fallbacks: int = 0
     #: per source of a mixture (one entry for a single dataset: the totals)
     sources: tuple[SourceStats, ...] = ()
 
@@ -104,5 +107,6 @@ def summarise(per_worker: Iterable[np.ndarray], *, batches: int, wait_s: float, 
         decode_s=d["decode_s"],
         resize_s=d["resize_s"],
         collate_s=d["collate_s"],
+        index_fallbacks=int(d["index_fallbacks"]),
         sources=sources,
     )
