@@ -174,3 +174,25 @@ def test_batches_are_channels_last_unless_asked_otherwise(tmp_path):
     assert a.is_contiguous(memory_format=torch.channels_last) and b.is_contiguous()
     assert torch.equal(a, b)
     assert ImageConfig().fast_decode and not ImageConfig(preset="eval").fast_decode
+
+
+def test_resize_kernel_equals_public_interpolate(monkeypatch):
+    """The direct kernel call (it writes into the batch row) gives F.interpolate's bytes; so does the fallback."""
+    import torch.nn.functional as F
+
+    from shardkit.loader import decode as D
+
+    arr = np.random.default_rng(0).integers(0, 256, (256, 341, 3), dtype=np.uint8)
+    src = torch.from_numpy(arr).permute(2, 0, 1)
+    cases = [((10, 210, 20, 240), 224), ((0, 256, 0, 341), 160), ((30, 90, 40, 100), 224), ((0, 256, 0, 341), 300)]
+    for use_kernel in (True, False):
+        if not use_kernel:
+            monkeypatch.setattr(D, "_aa_kernel", lambda: None)
+        for (y0, y1, x0, x1), s in cases:
+            view = src[:, y0:y1, x0:x1]
+            out = D.channels_last_empty((3, s, s))
+            D._resize_into(view, out)
+            want = F.interpolate(view[None].float(), size=(s, s), mode="bilinear", antialias=True, align_corners=False)
+            ref = F.interpolate(view[None].contiguous(), size=(s, s), mode="bilinear", antialias=True, align_corners=False)[0]
+            assert torch.equal(out, ref), (use_kernel, s)
+            assert (out.float() - want[0]).abs().max() < 1.01  # and the uint8 kernel is the float filter, rounded
