@@ -43,6 +43,7 @@ from .mixstate import mixture_state, resume_mixture
 from .state import from_state, to_state
 from .stats import LoaderStats, summarise
 from .transport import Envelope, Ring, WorkerFailure, ring_slots
+from .worker_death import dead_workers, death_message, reported_dead
 
 log = logging.getLogger("shardkit.loader")
 
@@ -79,7 +80,7 @@ class ShardLoader:
 
     def _dataloader(self) -> DataLoader:
         ds = self.dataset
-        if self._dl is not None and _dead_workers(getattr(self._dl, "_iterator", None), wait_s=0):
+        if self._dl is not None and dead_workers(getattr(self._dl, "_iterator", None), wait_s=0):
             self.close()  # a worker died (torch's SIGCHLD handler may have raised anywhere): start fresh ones
         if self._dl is None:
             c = self.config
@@ -159,14 +160,14 @@ class ShardLoader:
         except RuntimeError as exc:
             # torch's SIGCHLD watchdog raises "... is killed by signal" at any point of the main
             # thread (not only in next()): the same one-line story as a death seen in next()
-            dead = _reported_dead(exc)
+            dead = reported_dead(exc)
             if not dead:
                 raise
             try:
                 self.close()
             except RuntimeError:
                 pass
-            raise RuntimeError(_death_message(dead, exc)) from exc
+            raise RuntimeError(death_message(dead, exc)) from exc
 
     def _iterate(self) -> Iterator[Any]:
         if self._position.batches_done >= self.dataset.rank_split(self._position).num_batches:
@@ -188,11 +189,11 @@ class ShardLoader:
             except BaseException as exc:
                 # A worker died or raised: its DataLoader (persistent workers included) cannot be
                 # reused; the next iter() starts fresh workers at the batches already handed out.
-                dead = (_dead_workers(it) or _reported_dead(exc)) if isinstance(exc, Exception) else []
+                dead = (dead_workers(it) or reported_dead(exc)) if isinstance(exc, Exception) else []
                 self.close()
                 if dead and not isinstance(exc, ShardkitError):
                     # e.g. ConnectionResetError while receiving a batch from a worker the OOM killer took
-                    raise RuntimeError(_death_message(dead, exc)) from exc
+                    raise RuntimeError(death_message(dead, exc)) from exc
                 raise
             if isinstance(env, WorkerFailure):  # a worker's error, as one line (not DataLoader's traceback dump)
                 self.close()
@@ -341,43 +342,6 @@ class ShardLoader:
         ds.remix(now, later, self._position.epoch)
         if [m.describe() for m in (ds.mixture, ds.mixture_for(self._position.epoch))] != old:
             self.close()  # the workers hold a copy of the dataset: new ones plan with the new mixtures
-
-
-def _dead_workers(it: Any, wait_s: float = 1.0) -> list[str]:
-    """``"PID (killed by SIGKILL)"`` for each worker of a DataLoader iterator that is gone (waits briefly for the exit status)."""
-    import signal
-
-    workers = getattr(it, "_workers", None) or []
-    deadline = time.monotonic() + wait_s
-    while True:
-        dead = [w for w in workers if w.exitcode is not None]
-        if dead or time.monotonic() >= deadline or not workers:
-            break
-        time.sleep(0.05)
-    out = []
-    for w in dead:
-        how = f"killed by {signal.Signals(-w.exitcode).name}" if w.exitcode < 0 else f"exit status {w.exitcode}"
-        out.append(f"{w.pid} ({how})")
-    return out
-
-
-def _death_message(dead: list[str], exc: BaseException) -> str:
-    return (f"DataLoader worker (pid {', '.join(dead)}) died mid-epoch ({type(exc).__name__}: {exc}); "
-            "out of memory or killed from outside? Iterating the loader again continues the epoch with new workers")
-
-
-def _reported_dead(exc: BaseException) -> list[str]:
-    """The workers torch's own watchdog reported dead ("DataLoader worker (pid(s) 12) is killed by signal: Killed."),
-    when it reaped them before :func:`_dead_workers` could read their exit status."""
-    import re
-    import signal
-
-    m = re.search(r"DataLoader worker \(pids?\(?s?\)? ([\d, ]+)\) is killed by signal: (.+?)\.", str(exc))
-    if m is None:
-        return []
-    names = {signal.strsignal(s): s.name for s in signal.Signals if signal.strsignal(s)}
-    how = f"killed by {names.get(m.group(2).strip(), m.group(2).strip())}"
-    return [f"{pid.strip()} ({how})" for pid in m.group(1).split(",") if pid.strip()]
 
 
 def load(
