@@ -62,6 +62,23 @@ def test_draft_used_when_shrinking_a_jpeg(monkeypatch):
     assert calls == []
 
 
+@pytest.mark.parametrize("size,short", [((1200, 900), 100), ((1000, 777), 250), ((2001, 1003), 120)])
+def test_draft_scale_decode_by_simplejpeg_equals_pillows_draft(monkeypatch, size, short):
+    """simplejpeg decodes a shrinking JPEG at the scale Pillow's draft chose: the same pixels, so the same bytes."""
+    if ip._fast() is None:
+        pytest.skip("simplejpeg/torch not installed: Pillow decodes every image")
+    data, opts = _jpeg(size), ip.ImageOptions(short_side=short)
+    decoded = []
+    real = ip._sj_decode
+    monkeypatch.setattr(ip, "_sj_decode", lambda *a: decoded.append(a[2:]) or real(*a))
+    fast = ip.process(data, opts)
+    im = Image.open(io.BytesIO(data))
+    im.draft("RGB", ip.target_size(*size, opts))
+    assert decoded == [im.size] and im.size != size  # decoded by simplejpeg, at the draft's reduced size
+    monkeypatch.setattr(ip, "_sj_decode", lambda *a: None)  # Pillow's draft decode
+    assert ip.process(data, opts) == fast
+
+
 def test_output_is_baseline_and_deterministic():
     data = _jpeg((320, 240), progressive=True)
     a = ip.process(data, ip.ImageOptions(short_side=120, quality=80))

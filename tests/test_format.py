@@ -418,3 +418,49 @@ def test_index_over_http_through_the_loaders_opener(converted, http_root, tmp_pa
     assert [(x.key, x.label, x.jpeg, x.meta_bytes) for x in got] == [(x.key, x.label, x.jpeg, x.meta_bytes) for x in walked]
     assert [x.gid for x in got] == list(range(7, 7 + s.samples - 1)) and all(x.error is None for x in got)
     assert verify(f"{base}/ds").ok
+
+
+def _tarfile_write(samples, f) -> None:
+    """The writer as it was before its headers were hand-filled: ``tarfile`` in stream mode."""
+    import io
+    import tarfile
+
+    from shardkit.format.writer import meta_bytes
+
+    with tarfile.open(fileobj=f, mode="w|") as tf:
+        for s in samples:
+            fields = {"cls": str(int(s.label)).encode("ascii"), "jpg": s.jpeg, "json": meta_bytes(s.meta)}
+            for ext in sorted(fields):
+                ti = tarfile.TarInfo(f"{s.key}.{ext}")
+                ti.size, ti.mtime, ti.mode, ti.uname, ti.gname = len(fields[ext]), 0, 0o444, "shardkit", "shardkit"
+                tf.addfile(ti, io.BytesIO(fields[ext]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.from_regex(r"[A-Za-z0-9_-]{1,80}", fullmatch=True).filter(lambda k: not k.startswith("__")),
+                          st.binary(max_size=3000), st.integers(0, 10**6),
+                          st.dictionaries(st.text(max_size=5), st.text(max_size=20), max_size=3)),
+                unique_by=lambda t: t[0], max_size=12))
+def test_writer_bytes_equal_tarfiles(rows):
+    """The hand-filled headers give byte for byte what tarfile writes (sizes, names, record padding, metadata)."""
+    import io
+
+    samples = [EncodedSample(k, data, label, meta) for k, data, label, meta in rows]
+    ours, ref = io.BytesIO(), io.BytesIO()
+    w = write_tar(samples, ours)
+    _tarfile_write(samples, ref)
+    assert ours.getvalue() == ref.getvalue()
+    assert w.bytes == len(ref.getvalue()) and w.samples == len(samples)
+
+
+@pytest.mark.parametrize("name,size", [
+    ("k.jpg", 0), ("k.jpg", 1), ("a" * 100, 5), ("a" * 101, 5), ("é.jpg", 3), ("k.jpg", 8**11 - 1), ("k.jpg", 8**11),
+])
+def test_member_header_equals_tarfile_including_its_pax_cases(name, size):
+    import tarfile
+
+    from shardkit.format.writer import member_header
+
+    ti = tarfile.TarInfo(name)
+    ti.size, ti.mtime, ti.mode, ti.uname, ti.gname = size, 0, 0o444, "shardkit", "shardkit"
+    assert member_header(name, size) == ti.tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape")

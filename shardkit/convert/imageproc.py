@@ -31,8 +31,9 @@ are kept as they are (the header is still checked).
 
 Fast path (when torch and simplejpeg import; otherwise everything is Pillow):
 
-* a baseline RGB JPEG that needs no draft and no EXIF rotation is decoded by
-  simplejpeg (libjpeg-turbo, same pixels as Pillow's decoder, less overhead);
+* a baseline RGB JPEG that needs no EXIF rotation is decoded by simplejpeg
+  (libjpeg-turbo, same pixels as Pillow's decoder, less overhead), at the DCT
+  scale Pillow's draft chose when it shrinks at least 2x;
   if simplejpeg refuses it, Pillow decodes it as above;
 * the bilinear resize runs on torch's vectorised uint8 antialiased kernel
   (``interpolate(..., mode="bilinear", antialias=True)``: the same triangle
@@ -235,10 +236,11 @@ def _process_open(im: Image.Image, data: bytes, opts: ImageOptions) -> Encoded:
     tw, th = target_size(w, h, opts)  # in stored orientation: the scale factor does not depend on rotation
     fast = _fast()
     arr: np.ndarray | None = None  # the RGB pixels, once they are an array rather than `im`
+    sj = fast is not None and im.format == "JPEG" and im.mode == "RGB" and orientation == 1
     if im.format == "JPEG" and tw * 2 <= w and th * 2 <= h:
-        im.draft("RGB", (tw, th))
-    elif fast is not None and im.format == "JPEG" and im.mode == "RGB" and orientation == 1:
-        arr = _sj_decode(fast, data, w, h)
+        im.draft("RGB", (tw, th))  # now im.size is the reduced size libjpeg will decode to
+    if sj:
+        arr = _sj_decode(fast, data, *im.size)
     if arr is None:
         if getattr(im, "n_frames", 1) > 1:
             im.seek(0)
@@ -288,9 +290,12 @@ def _fast() -> _Fast | None:
 
 
 def _sj_decode(fast: _Fast, data: bytes, w: int, h: int) -> np.ndarray | None:
-    """Full-size RGB decode by simplejpeg, or ``None`` to let Pillow decide (warnings, odd files)."""
+    """RGB decode by simplejpeg at ``w`` x ``h`` (the full size, or the DCT-scaled size Pillow's draft chose:
+    the same scale, so the same pixels), or ``None`` to let Pillow decide (warnings, odd files)."""
     try:
-        arr = fast.simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=False, fastupsample=False, strict=True)
+        arr = fast.simplejpeg.decode_jpeg(
+            data, colorspace="RGB", fastdct=False, fastupsample=False, strict=True, min_width=w, min_height=h,
+        )
     except (ValueError, RuntimeError):  # truncated, corrupt, or something libjpeg-turbo only warns about
         return None
     return arr if arr.shape == (h, w, 3) else None

@@ -10,14 +10,20 @@ understands. Each sample has three members sharing one key::
 ``width``/``height`` are the original (pre-resize) dimensions. Keys match
 :data:`~shardkit.format.members.KEY_PATTERN`: unique within a split, no dots, no
 slashes. Members are written in sorted field order with fixed metadata (mtime 0,
-mode 0444, owner "shardkit"), byte for byte what ``webdataset.TarWriter`` writes
-with these settings, so the same samples always produce byte-identical shards.
+mode 0444, owner "shardkit"), byte for byte what ``webdataset.TarWriter`` (and
+``tarfile``) write with these settings, so the same samples always produce
+byte-identical shards.
+
+The 512-byte USTAR headers are filled in from one template (name, size and
+checksum change per member) rather than built by ``tarfile``, whose pax checks
+were most of the converting main process's CPU; a member that needs a pax header
+(a name over 100 bytes or not ASCII, a size of 8 GiB or more) gets ``tarfile``'s
+own header, so the bytes are the same either way.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import tarfile
 from dataclasses import dataclass
@@ -25,7 +31,7 @@ from typing import IO, Any, Iterable, Optional
 
 from .index import SampleIndex, build_index
 from .members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, split_member
-from .tar import Layout, Member, pad
+from .tar import BLOCK, Layout, Member, pad
 
 
 @dataclass(frozen=True)
@@ -81,31 +87,64 @@ def meta_bytes(meta: dict[str, Any]) -> bytes:
         return json.dumps(meta, sort_keys=True, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
+def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
+    # mtime must be the int 0: a float makes tarfile add a pax header to every member
+    # (3 extra 512-byte blocks per sample and twice the headers for readers to parse).
+    ti = tarfile.TarInfo(name)
+    ti.size, ti.mtime, ti.mode, ti.uname, ti.gname = size, 0, 0o444, "shardkit", "shardkit"
+    return ti
+
+
+def _tarfile_header(name: str, size: int) -> bytes:
+    """The header(s) ``tarfile`` writes for this member in a ``mode="w|"`` archive (pax ones included)."""
+    return _tarinfo(name, size).tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape")
+
+
+_NAME, _SIZE, _CHKSUM = slice(0, 100), slice(124, 136), slice(148, 156)
+#: tarfile's USTAR header for these members with the name cleared and the checksum field blank
+_TEMPLATE = bytearray(_tarfile_header("x", 0))
+_TEMPLATE[_NAME] = bytes(100)
+_TEMPLATE[_CHKSUM] = b" " * 8
+_MAX_USTAR_SIZE = 8**11  # tarfile writes larger sizes in a pax header
+
+
+def member_header(name: str, size: int) -> bytes:
+    """The tar header(s) for a member ``name`` of ``size`` bytes: exactly what ``tarfile`` writes."""
+    if not name.isascii() or len(name) > 100 or size >= _MAX_USTAR_SIZE:
+        return _tarfile_header(name, size)
+    h = bytearray(_TEMPLATE)
+    h[: len(name)] = name.encode("ascii")
+    h[_SIZE] = b"%011o\0" % size
+    h[148:155] = b"%06o\0" % sum(h)  # the checksum counts its own field as 8 spaces; the 8th byte stays a space
+    return bytes(h)
+
+
 def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
     """Write ``samples`` as one tar to the open binary file ``f``, recording where each member lands."""
     hw = _HashingWriter(f)
     layouts: list[Layout] = []
     keys: list[str] = []
-    # mtime must be the int 0: a float makes tarfile add a pax header to every member
-    # (3 extra 512-byte blocks per sample and twice the headers for readers to parse).
-    with tarfile.open(fileobj=hw, mode="w|") as tf:  # type: ignore[call-overload]
-        for s in samples:
-            if not KEY_PATTERN.match(s.key):
-                raise ValueError(f"invalid sample key {s.key!r}: use letters, digits, '_' and '-' only")
-            fields = {LABEL_EXT: str(int(s.label)).encode("ascii"), IMAGE_EXT: s.jpeg, META_EXT: meta_bytes(s.meta)}
-            start = tf.offset
-            members = []
-            for ext in sorted(fields):
-                data, name = fields[ext], f"{s.key}.{ext}"
-                if split_member(name) != (s.key, ext):  # what readers will make of it (KEY_PATTERN ensures it)
-                    raise ValueError(f"member {name!r} would not be read back as field {ext!r} of sample {s.key!r}")
-                ti = tarfile.TarInfo(name)
-                ti.size, ti.mtime, ti.mode, ti.uname, ti.gname = len(data), 0, 0o444, "shardkit", "shardkit"
-                at = tf.offset
-                tf.addfile(ti, io.BytesIO(data))
-                members.append(Member(s.key, ext, len(data), tf.offset - pad(len(data)), at))
-            layouts.append(Layout(start, tf.offset, tuple(members)))
-            keys.append(s.key)
+    offset = 0
+    for s in samples:
+        if not KEY_PATTERN.match(s.key):
+            raise ValueError(f"invalid sample key {s.key!r}: use letters, digits, '_' and '-' only")
+        fields = {LABEL_EXT: str(int(s.label)).encode("ascii"), IMAGE_EXT: s.jpeg, META_EXT: meta_bytes(s.meta)}
+        start = offset
+        members = []
+        parts: list[bytes] = []
+        for ext in sorted(fields):
+            data, name = fields[ext], f"{s.key}.{ext}"
+            if split_member(name) != (s.key, ext):  # what readers will make of it (KEY_PATTERN ensures it)
+                raise ValueError(f"member {name!r} would not be read back as field {ext!r} of sample {s.key!r}")
+            header = member_header(name, len(data))
+            members.append(Member(s.key, ext, len(data), offset + len(header), offset))
+            parts += (header, data, bytes(pad(len(data)) - len(data)))
+            offset += len(header) + pad(len(data))
+        hw.write(b"".join(parts))  # one write per sample
+        layouts.append(Layout(start, offset, tuple(members)))
+        keys.append(s.key)
+    end = offset + 2 * BLOCK  # two zero blocks end the archive; tarfile then pads to whole records
+    hw.write(bytes(2 * BLOCK + (-end) % tarfile.RECORDSIZE))
     hw.flush()
     sha = hw.sha.hexdigest()
     return WrittenShard(len(keys), hw.nbytes, sha, build_index(layouts, keys, hw.nbytes, sha))
