@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torchvision.transforms import v2
 
@@ -115,3 +116,22 @@ def test_mix_lambda_distribution():
     assert abs(lam.var().item() - 0.139) < 0.04
     per = draw([CutMix(10, per_sample=True)])[0]["lam"]
     assert per.unique().numel() > B // 4 and per.min() >= 0 and per.max() <= 1
+
+
+@pytest.mark.parametrize("alpha", [0.2, 1.0, 3.0])
+def test_gamma_sampler_matches_numpys_gamma(alpha):
+    """The public-API Marsaglia-Tsang sampler behind MixUp's Beta: quantiles and moments of Gamma(alpha)."""
+    import numpy as np
+
+    from shardkit.augment import params as P
+
+    n = 100_000
+    x = P.gamma(P.make_generator(3, "cpu"), alpha, (n,), torch.device("cpu")).numpy()
+    ref = np.random.default_rng(3).gamma(alpha, size=n)
+    qs = [0.05, 0.25, 0.5, 0.75, 0.95]
+    assert np.allclose(np.quantile(x, qs), np.quantile(ref, qs), rtol=0.06, atol=2e-3)
+    assert abs(x.mean() - alpha) < 5 * math.sqrt(alpha / n) and abs(x.var() / alpha - 1) < 0.05
+    again = P.gamma(P.make_generator(3, "cpu"), alpha, (n,), torch.device("cpu")).numpy()
+    assert np.array_equal(x, again) and (x > 0).all()
+    with pytest.raises(ValueError, match="positive"):
+        P.gamma(P.make_generator(3, "cpu"), 0.0, (2,), torch.device("cpu"))

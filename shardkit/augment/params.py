@@ -48,10 +48,40 @@ def randint(u: Tensor, n: Tensor | float) -> Tensor:
     return torch.floor(u * n).clamp_max_(n - 1)
 
 
+#: Marsaglia-Tsang proposals drawn per Gamma sample; each is accepted with probability >= 0.95,
+#: so all of them fail with probability < 0.05 ** 8 = 4e-11 (then the last proposal is used)
+GAMMA_ROUNDS = 8
+
+
+def gamma(generator: torch.Generator, alpha: float, shape: tuple[int, ...], device: torch.device) -> Tensor:
+    """Gamma(alpha, 1) samples (float64) on ``device``, by Marsaglia and Tsang's method (ACM TOMS 26(3), 2000).
+
+    Public ``torch.randn``/``torch.rand`` draws from ``generator`` only (``torch.distributions`` takes no
+    generator): :data:`GAMMA_ROUNDS` proposals per sample, all evaluated at once, and the first accepted
+    one kept, so there is no data-dependent loop and no host-device sync. ``alpha < 1`` samples
+    Gamma(alpha + 1) and scales it by ``U ** (1 / alpha)``.
+    """
+    if not alpha > 0:
+        raise ValueError(f"the Gamma/Beta shape must be positive, not {alpha}")
+    boost = alpha < 1
+    d = (alpha + 1 if boost else alpha) - 1 / 3
+    c = 1 / math.sqrt(9 * d)
+    f64 = dict(dtype=torch.float64, device=device)
+    x = torch.randn((GAMMA_ROUNDS, *shape), generator=generator, **f64)
+    u = torch.rand((GAMMA_ROUNDS + int(boost), *shape), generator=generator, **f64)
+    v = (1 + c * x) ** 3
+    ok = (v > 0) & (torch.log(u[:GAMMA_ROUNDS]) < 0.5 * x * x + d - d * v + d * torch.log(v.clamp_min(1e-300)))
+    ok[-1] = True  # the fallback of the 4e-11 case: the last proposal
+    first = ok.to(torch.int8).argmax(dim=0, keepdim=True)  # index of the first accepted proposal
+    g = d * torch.gather(v, 0, first)[0].clamp_min(torch.finfo(torch.float64).tiny)
+    if boost:
+        g = g * u[-1] ** (1 / alpha)
+    return g
+
+
 def beta(generator: torch.Generator, alpha: float, shape: tuple[int, ...], device: torch.device) -> Tensor:
-    """Beta(alpha, alpha) samples (float32) from two Gamma draws, on ``device``."""
-    a = torch.full((2, *shape), float(alpha), dtype=torch.float64, device=device)
-    g = torch._standard_gamma(a, generator=generator)
+    """Beta(alpha, alpha) samples (float32) from two Gamma draws (:func:`gamma`), on ``device``."""
+    g = gamma(generator, alpha, (2, *shape), device)
     total = (g[0] + g[1]).clamp_min(torch.finfo(torch.float64).tiny)
     return (g[0] / total).to(torch.float32)
 
