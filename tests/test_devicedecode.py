@@ -525,3 +525,20 @@ del loader
 print(json.dumps({"n": n, "alive": ref() is not None, "tv": "torchvision.io" in sys.modules}))
 """
     assert run_fresh(code) == {"n": 8, "alive": False, "tv": True}
+
+
+def test_a_mixtures_per_source_stats_count_device_decode_drops_as_skipped(tmp_path):
+    """A sample the consumer cannot decode moves from its source's ``samples`` to its ``skipped``, as in the worker path."""
+    from shardkit import Source
+
+    bad, clean = str(tmp_path / "bad"), str(tmp_path / "clean")
+    write_with_bad(bad)  # k003 fails in the worker, k008 in the consumer
+    write_with_bad(clean, not_jpeg=-1, cut=-1)
+    sources = [Source(bad, repeat=1), Source(clean, repeat=1)]
+    opts = dict(batch_size=4, num_workers=0, preset="eval", shuffle=False)
+    worker, ref = loader_batches(sources, **opts)
+    device, got = loader_batches(sources, decode_on="device", **opts)
+    assert [k for _, _, k in got] == [k for _, _, k in ref]
+    assert worker.stats.sources == device.stats.sources
+    assert [(s.samples, s.skipped) for s in device.stats.sources] == [(10, 2), (12, 0)]
+    assert device.stats.samples == 22 and device.stats.skipped == 2

@@ -262,11 +262,14 @@ def counters_like(v: np.ndarray) -> Counters:
     return c
 
 
-def decode_on_device(batch: Batch, decoder: "DeviceDecoder", *, strict: bool, counters: Counters) -> Batch:
+def decode_on_device(batch: Batch, decoder: "DeviceDecoder", *, strict: bool, counters: Counters,
+                     source_of: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> Batch:
     """``decode_on="device"``, consumer side: decode, crop and resize ``batch.encoded`` with ``decoder``.
 
     A sample no decoder can read is dropped, the batch one smaller: the worker path's skip
     rule (logged and counted in ``skipped``; :class:`~shardkit.DataError` with ``strict``).
+    ``source_of`` (a mixture's: sample ids -> source index) moves a dropped sample from its
+    source's ``samples`` to its ``skipped``, as the workers count theirs.
     Returns the batch with ``images`` on the decoder's device and ``encoded`` gone.
     """
     jp = batch.encoded
@@ -276,6 +279,10 @@ def decode_on_device(batch: Batch, decoder: "DeviceDecoder", *, strict: bool, co
     for i, reason in out.errors:
         _skip_key(batch.keys[i], jp.shards[i], reason, strict, counters)
     counters.add("samples", -len(out.errors))
+    if source_of is not None and out.errors:
+        lost = np.bincount(source_of(batch.gids.numpy()[[i for i, _ in out.errors]]), minlength=counters.num_sources)
+        counters.add_sources("samples", -lost)
+        counters.add_sources("skipped", lost)
     counters.add("decode_s", time.perf_counter() - t0)
     if not out.errors:
         return Batch(out.images, batch.labels, batch.gids, batch.keys)

@@ -208,7 +208,9 @@ class ShardLoader:
                     self._counters[-1] = consumer.v
                 try:
                     decoder = self.device_decoder(self._decode_device, batch.encoded.size)
-                    batch = decode_on_device(batch, decoder, strict=self.config.strict, counters=consumer)
+                    epoch = self._position.epoch
+                    batch = decode_on_device(batch, decoder, strict=self.config.strict, counters=consumer,
+                                             source_of=(lambda g: self.dataset.sources_of(g, epoch)) if len(self.dataset.sources) > 1 else None)
                 except Exception:
                     self.close()  # e.g. strict=True: as a worker's DataError, the batch is not handed out
                     raise

@@ -26,6 +26,11 @@ class Counters:
     def __init__(self, num_sources: int = 0) -> None:
         self.v = np.zeros(len(COUNTERS) + len(SOURCE_COUNTERS) * num_sources, np.float64)
 
+    @property
+    def num_sources(self) -> int:
+        """Sources with a row of per-source counters (0: not a mixture)."""
+        return (len(self.v) - len(COUNTERS)) // len(SOURCE_COUNTERS)
+
     def add(self, name: str, value: float) -> None:
         self.v[_INDEX[name]] += value
 
