@@ -6,9 +6,9 @@ the options (:mod:`shardkit.convert.plan`). Workers only encode chunks of
 and streams each planned shard into its tar as they arrive, so ``--workers``
 changes speed and nothing else.
 
-Start-up: the pool (its forkserver) starts before discovery and imports torch
-once while the main process discovers SRC; the main process never imports
-torch (:func:`start_pool`). Every split's plan is written before any shard.
+Start-up: the encoding pool (:mod:`shardkit.convert.encoder`) starts before
+discovery and imports torch once while the main process discovers SRC. Every
+split's plan is written before any shard.
 
 Resume: each planned shard is written to a temporary name and renamed (or
 uploaded in one piece), then recorded in the journal
@@ -28,13 +28,9 @@ and locked for this task (:mod:`shardkit.convert.dest`).
 from __future__ import annotations
 
 import collections
-import contextlib
 import itertools
-import multiprocessing
 import os
 import time
-from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 from .. import storage
@@ -45,126 +41,11 @@ from ..format.index import INDEX_SUFFIX
 from . import journal, plan
 from .dest import check_overlap, dest_lock
 from .discover import NOT_CANDIDATES, Source, discover
-from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_core, process
+from .encoder import CHUNK, Encoder, Outcome, start_pool
+from .imageproc import Encoded
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
-from .source import MissingFile, Reader, SplitSource
-
-#: images per unit of work sent to a worker process
-CHUNK = 16
-_WINDOW_PER_WORKER = 4
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """Result of encoding one item: ``encoded`` or a skip ``reason``."""
-
-    encoded: Encoded | None
-    reason: str = ""
-    detail: str = ""
-
-
-def encode_chunk(reader: Reader, items: Sequence[plan.Item], image: ImageOptions) -> list[Outcome]:
-    """Encode ``items`` with torch on one thread (worker entry point; top-level so spawn can import it)."""
-    out = []
-    with one_core():
-        for it in items:
-            try:
-                data = reader.read(it.relpath, it.ref)
-            except MissingFile as exc:
-                out.append(Outcome(None, SkipReason.MISSING_FILE.value, f"{exc}: no such file"))
-                continue
-            except OSError as exc:
-                out.append(Outcome(None, SkipReason.UNREADABLE.value, str(exc.strerror or exc)))
-                continue
-            try:
-                out.append(Outcome(process(data, image)))
-            except SkipImage as exc:
-                out.append(Outcome(None, exc.reason.value, exc.detail))
-    return out
-
-
-def _init_worker() -> None:
-    """Workers leave Ctrl-C to the main process (which stops the pool and keeps finished shards)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-#: what the forkserver imports once, before forking workers (torch: ~1 s, so that no worker pays it)
-_PRELOAD = [__name__, "torch", "torch.nn.functional", "simplejpeg"]
-
-
-@contextlib.contextmanager
-def start_pool(workers: int) -> Iterator[Executor | None]:
-    """The encoding process pool for ``workers > 1`` (``None`` otherwise), started now.
-
-    With forkserver the server process starts importing :data:`_PRELOAD` at once,
-    so its ~1 s torch import overlaps whatever the caller does next (discovery);
-    the main process itself never imports torch. Workers are forked on first use;
-    on exit, work not started yet is cancelled.
-    """
-    if workers <= 1:
-        yield None
-        return
-    from concurrent.futures import ProcessPoolExecutor
-
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        from multiprocessing import forkserver
-
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(_PRELOAD)
-        forkserver.ensure_running()  # returns at once; the server imports in the background
-    else:
-        ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
-    try:
-        yield pool
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-_WORKER_DIED = (
-    "an encoding worker process died (killed, or out of memory?); finished shards are kept: "
-    "rerun the same command to resume, with fewer --workers if memory is short"
-)
-
-
-class Encoder:
-    """Encodes chunks of items in order: in this process (no ``pool``) or in the process pool of :func:`start_pool`."""
-
-    def __init__(self, reader: Reader, image: ImageOptions, pool: Executor | None, workers: int = 1):
-        self.reader, self.image, self.pool, self.workers = reader, image, pool, workers
-
-    def version(self) -> str:
-        """:func:`~shardkit.convert.imageproc.encoder_version` of the processes that encode (a pool worker, or this one)."""
-        if self.pool is None:
-            return encoder_version()
-        from concurrent.futures.process import BrokenProcessPool
-
-        try:
-            return self.pool.submit(encoder_version).result()
-        except BrokenProcessPool:
-            raise ConvertError(_WORKER_DIED) from None
-
-    def map(self, chunks: Iterable[Sequence[plan.Item]]) -> Iterator[list[Outcome]]:
-        """Outcomes of each chunk, in the order of ``chunks``, with a bounded number in flight."""
-        if self.pool is None:
-            for c in chunks:
-                yield encode_chunk(self.reader, c, self.image)
-            return
-        from concurrent.futures.process import BrokenProcessPool
-
-        window: collections.deque = collections.deque()
-        try:
-            for c in chunks:
-                window.append(self.pool.submit(encode_chunk, self.reader, list(c), self.image))
-                if len(window) >= self.workers * _WINDOW_PER_WORKER:
-                    yield window.popleft().result()
-            while window:
-                yield window.popleft().result()
-        except BrokenProcessPool:
-            raise ConvertError(_WORKER_DIED) from None
+from .source import SplitSource
 
 
 def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> EncodedSample:

@@ -1,0 +1,144 @@
+"""Encode items in order: in this process, or in a process pool whose forkserver imports torch once.
+
+:func:`encode_chunk` is the unit of work (a chunk of :data:`CHUNK` items, read and
+re-encoded by :func:`~shardkit.convert.imageproc.process`); :class:`Encoder` runs
+chunks here or in the pool of :func:`start_pool` and yields their outcomes in
+submission order with a bounded number in flight, so the number of workers
+changes speed and nothing else.
+
+Start-up: the pool's forkserver starts first and imports torch (~0.85 s, the one
+import of a conversion) while the main process discovers SRC; the main process of a
+pool conversion never imports torch. Workers ignore Ctrl-C (the main process stops
+the pool and keeps finished shards); a worker that dies is a :class:`ConvertError`
+saying how to resume.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import multiprocessing
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+from ..errors import ConvertError
+from . import plan
+from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_core, process
+from .source import MissingFile, Reader
+
+#: images per unit of work sent to a worker process
+CHUNK = 16
+_WINDOW_PER_WORKER = 4
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of encoding one item: ``encoded`` or a skip ``reason``."""
+
+    encoded: Encoded | None
+    reason: str = ""
+    detail: str = ""
+
+
+def encode_chunk(reader: Reader, items: Sequence[plan.Item], image: ImageOptions) -> list[Outcome]:
+    """Encode ``items`` with torch on one thread (worker entry point; top-level so spawn can import it)."""
+    out = []
+    with one_core():
+        for it in items:
+            try:
+                data = reader.read(it.relpath, it.ref)
+            except MissingFile as exc:
+                out.append(Outcome(None, SkipReason.MISSING_FILE.value, f"{exc}: no such file"))
+                continue
+            except OSError as exc:
+                out.append(Outcome(None, SkipReason.UNREADABLE.value, str(exc.strerror or exc)))
+                continue
+            try:
+                out.append(Outcome(process(data, image)))
+            except SkipImage as exc:
+                out.append(Outcome(None, exc.reason.value, exc.detail))
+    return out
+
+
+def _init_worker() -> None:
+    """Workers leave Ctrl-C to the main process (which stops the pool and keeps finished shards)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+#: what the forkserver imports once, before forking workers (torch: ~1 s, so that no worker pays it)
+_PRELOAD = [__name__, "torch", "torch.nn.functional", "simplejpeg"]
+
+
+@contextlib.contextmanager
+def start_pool(workers: int) -> Iterator[Executor | None]:
+    """The encoding process pool for ``workers > 1`` (``None`` otherwise), started now.
+
+    With forkserver the server process starts importing :data:`_PRELOAD` at once,
+    so its ~1 s torch import overlaps whatever the caller does next (discovery);
+    the main process itself never imports torch. Workers are forked on first use;
+    on exit, work not started yet is cancelled.
+    """
+    if workers <= 1:
+        yield None
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        from multiprocessing import forkserver
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)
+        forkserver.ensure_running()  # returns at once; the server imports in the background
+    else:
+        ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+_WORKER_DIED = (
+    "an encoding worker process died (killed, or out of memory?); finished shards are kept: "
+    "rerun the same command to resume, with fewer --workers if memory is short"
+)
+
+
+class Encoder:
+    """Encodes chunks of items in order: in this process (no ``pool``) or in the process pool of :func:`start_pool`."""
+
+    def __init__(self, reader: Reader, image: ImageOptions, pool: Executor | None, workers: int = 1):
+        self.reader, self.image, self.pool, self.workers = reader, image, pool, workers
+
+    def version(self) -> str:
+        """:func:`~shardkit.convert.imageproc.encoder_version` of the processes that encode (a pool worker, or this one)."""
+        if self.pool is None:
+            return encoder_version()
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self.pool.submit(encoder_version).result()
+        except BrokenProcessPool:
+            raise ConvertError(_WORKER_DIED) from None
+
+    def map(self, chunks: Iterable[Sequence[plan.Item]]) -> Iterator[list[Outcome]]:
+        """Outcomes of each chunk, in the order of ``chunks``, with a bounded number in flight."""
+        if self.pool is None:
+            for c in chunks:
+                yield encode_chunk(self.reader, c, self.image)
+            return
+        from concurrent.futures.process import BrokenProcessPool
+
+        window: collections.deque = collections.deque()
+        try:
+            for c in chunks:
+                window.append(self.pool.submit(encode_chunk, self.reader, list(c), self.image))
+                if len(window) >= self.workers * _WINDOW_PER_WORKER:
+                    yield window.popleft().result()
+            while window:
+                yield window.popleft().result()
+        except BrokenProcessPool:
+            raise ConvertError(_WORKER_DIED) from None
