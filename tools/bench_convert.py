@@ -5,6 +5,7 @@ Usage::
     .venv/bin/python tools/bench_convert.py                 # 3,000 generated ImageNet-like JPEGs, 3 runs
     .venv/bin/python tools/bench_convert.py --src /data/imagenet/val --limit 2000 --workers 1 2 4 8
     .venv/bin/python tools/bench_convert.py --images 80 --runs 1   # a smoke check
+    .venv/bin/python tools/bench_convert.py --before ../old-checkout  # before/after, interleaved
 
 Every variant runs as a fresh process (``python -m shardkit convert ... --quiet``;
 the loop as ``python tools/bench_convert.py --loop SRC DEST``), so its figure
@@ -13,8 +14,9 @@ conversion), the process pool, the pilot, discovery, writing and the manifest.
 The variants of one run are interleaved (loop, ``--workers 1``, ``--workers 2``,
 ...), so background load hits them alike; the figure is the median of ``--runs``.
 One untimed round first warms the page cache. The table reports seconds, img/s,
-the speed-up over the loop and over ``--workers 1``; then the start-up: the
-seconds to convert the first ``--startup-images`` (10) images.
+the speed-up over the loop and over ``--workers 1`` (of the same checkout); then
+the start-up: the seconds to convert the first ``--startup-images`` (10) images.
+``--before DIR`` adds the same ``--workers`` variants run from another checkout.
 
 ``--ablations`` adds, in this process and warm (no start-up), ``--workers 1``
 with the fast path off ("Pillow only") and with ``Image.draft`` off.
@@ -75,13 +77,16 @@ def limited_copy(src: str, dest: str, limit: int) -> str:
     return dest
 
 
-def fresh_run(argv: list[str], dest: str) -> float:
-    """Seconds a fresh ``python ARGV`` takes (``dest`` emptied first)."""
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def fresh_run(argv: list[str], dest: str, root: str = HERE) -> float:
+    """Seconds a fresh ``python ARGV`` takes (``dest`` emptied first), importing shardkit from checkout ``root``."""
     shutil.rmtree(dest, ignore_errors=True)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, *argv], check=True, env=env, stdout=subprocess.DEVNULL)
+    # cwd=root too: `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH
+    subprocess.run([sys.executable, *argv], check=True, env=env, stdout=subprocess.DEVNULL, cwd=root)
     return time.perf_counter() - t0
 
 
@@ -140,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3, help="timed runs per variant; the median is reported (default 3)")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="shardkit --workers values (default 1 2)")
     p.add_argument("--startup-images", type=int, default=10, help="images for the start-up figure (default 10)")
+    p.add_argument("--before", metavar="DIR", help="also time --workers N of the shardkit checkout in DIR (before/after, interleaved)")
     p.add_argument("--ablations", action="store_true", help="also time the fast-path and draft ablations (warm, in-process)")
     p.add_argument("--loop", nargs=2, metavar=("SRC", "DEST"), help=argparse.SUPPRESS)  # one plain-loop run (a variant)
     args = p.parse_args(argv)
@@ -152,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     spread = IMAGENET_LIKE if args.size == "imagenet" else SizeSpread(median=(1600, 1200), sigma=0.25, min_side=256, max_side=4000)
     work = tempfile.mkdtemp(prefix="bench-convert-")
     try:
-        src = args.src
+        src = os.path.abspath(args.src) if args.src else None
         if src is None:
             src = os.path.join(work, "src")
             t0 = time.perf_counter()
@@ -167,25 +173,31 @@ def main(argv: list[str] | None = None) -> int:
         src_mb = sum(os.path.getsize(f) for f, _ in files) / 1e6
         dest = os.path.join(work, "out")
         me = os.path.abspath(__file__)
-        variants = [("plain loop (1 process)", [me, "--loop", src, dest])]
-        variants += [(f"shardkit convert --workers {w}", shardkit_argv(src, dest, w)) for w in args.workers]
-        startup = [(f"--workers {w}", shardkit_argv(small, dest, w)) for w in args.workers]
-        for _, cmd in variants + startup:  # warm-up: page cache (each timed run still starts a fresh process)
-            fresh_run(cmd, dest)
-        times: dict[str, list[float]] = {name: [] for name, _ in variants + startup}
+        here, before = HERE, os.path.abspath(args.before) if args.before else None
+        variants = [("plain loop (1 process)", [me, "--loop", src, dest], here)]
+        variants += [(f"shardkit convert --workers {w}", shardkit_argv(src, dest, w), here) for w in args.workers]
+        startup = [(f"--workers {w}", shardkit_argv(small, dest, w), here) for w in args.workers]
+        if before:
+            variants += [(f"before: --workers {w}", shardkit_argv(src, dest, w), before) for w in args.workers]
+            startup += [(f"before's --workers {w}", shardkit_argv(small, dest, w), before) for w in args.workers]
+        for _, cmd, root in variants + startup:  # warm-up: page cache (each timed run still starts a fresh process)
+            fresh_run(cmd, dest, root)
+        times: dict[str, list[float]] = {name: [] for name, _, _ in variants + startup}
         for _ in range(args.runs):  # interleaved, so background load hits every variant alike
-            for name, cmd in variants + startup:
-                times[name].append(fresh_run(cmd, dest))
+            for name, cmd, root in variants + startup:
+                times[name].append(fresh_run(cmd, dest, root))
         sec = {name: statistics.median(t) for name, t in times.items()}
         loop = sec[variants[0][0]]
         w1 = sec.get("shardkit convert --workers 1")
         print(f"{n} images, {src_mb:.1f} MB, {os.cpu_count()} CPUs, median of {args.runs} fresh-process runs (start-up included)")
         print(f"{'variant':32s} {'seconds':>8s} {'img/s':>8s} {'vs loop':>8s} {'vs w1':>6s}")
-        for name, _ in variants:
-            vs_w1 = f"{w1 / sec[name]:6.2f}" if w1 and name.startswith("shardkit") else ""
+        w1_before = sec.get("before: --workers 1")
+        for name, _, _ in variants:
+            base = w1_before if name.startswith("before") else w1
+            vs_w1 = f"{base / sec[name]:6.2f}" if base and name != variants[0][0] else ""
             print(f"{name:32s} {sec[name]:8.2f} {n / sec[name]:8.1f} {loop / sec[name]:8.2f} {vs_w1:>6s}")
         print(f"start-up: converting {args.startup_images} images takes " +
-              ", ".join(f"{sec[name]:.2f} s with {name}" for name, _ in startup))
+              ", ".join(f"{sec[name]:.2f} s with {name}" for name, _, _ in startup))
         if args.ablations:
             ablations(src, dest, n, args.runs)
     finally:
