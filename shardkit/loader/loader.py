@@ -37,7 +37,7 @@ from ..mix import LabelMode, Source
 from ..plan import RankSplit, rank_split
 from ..position import Position
 from .batching import counters_like, decode_on_device
-from .config import ImageConfig, LoaderConfig, SourceConfig
+from .config import DecodeOn, ImageConfig, LoaderConfig, SourceConfig
 from .dataset import ShardDataset
 from .mixstate import mixture_state, resume_mixture
 from .state import from_state, to_state
@@ -104,7 +104,7 @@ class ShardLoader:
     def _new_ring(self) -> None:
         """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
         c = self.config
-        if c.num_workers > 0 and not c.raw and c.reuse_buffers:
+        if c.num_workers > 0 and not c.raw and c.reuse_buffers and c.image.decode_on is DecodeOn.WORKER:  # device: no pixels
             # slots for the largest size seen so far: a smaller batch uses the start of its slot
             # (untouched pages cost no memory), so a progressive-resolution run keeps its slots
             self._ring_size = max(self._ring_size, c.image.size, self._position.size)
