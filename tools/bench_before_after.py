@@ -47,7 +47,8 @@ print(json.dumps(out))
 def one(tree: str, shards: str, workers: int, epochs: int, pin: bool) -> dict:
     env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
     r = subprocess.run([sys.executable, "-c", CHILD, shards, str(workers), str(epochs), "1" if pin else "0"],
-                       env=env, capture_output=True, text=True, timeout=900)
+                       env=env, capture_output=True, text=True, timeout=900, cwd=os.path.abspath(tree))
+    # cwd=tree too: `python -c` puts the working directory first on sys.path, ahead of PYTHONPATH
     if r.returncode:
         raise SystemExit(f"{tree}: measurement failed:\n{r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
