@@ -498,7 +498,7 @@ def test_device_decode_skips_bad_samples_like_the_worker_and_strict_raises(tmp_p
 
 def test_decode_on_option_is_a_typed_choice():
     from shardkit.loader.config import DecodeOn
-    from shardkit.loader.loader import build_config
+    from shardkit.loader.config import build_config
 
     assert ImageConfig().decode_on is DecodeOn.WORKER and build_config(None, {"decode_on": "device"}).image.decode_on is DecodeOn.DEVICE
     with pytest.raises(ValueError, match=r"\['worker', 'device'\]"):

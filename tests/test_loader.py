@@ -382,7 +382,7 @@ def test_typed_choices_list_the_valid_values(datasets, option, bad, valid):
 
 def test_derived_image_defaults_follow_the_options():
     """resize_size and fast_decode are derived from size and preset after the options are applied."""
-    from shardkit.loader.loader import build_config
+    from shardkit.loader.config import build_config
 
     img = build_config(None, {"size": 160, "preset": "eval"}).image
     assert (img.resize_size, img.fast_decode) == (183, False)

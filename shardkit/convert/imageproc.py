@@ -37,7 +37,7 @@ Fast path (when torch and simplejpeg import; otherwise everything is Pillow):
   if simplejpeg refuses it, Pillow decodes it as above;
 * the bilinear resize runs on torch's vectorised uint8 antialiased kernel
   (``interpolate(..., mode="bilinear", antialias=True)``: the same triangle
-  filter as Pillow's, within +-1 of it, about 3x faster) whenever Pillow would
+  filter as Pillow's, within +-1 of it, about 2x faster on ImageNet-sized images) whenever Pillow would
   not have applied ``reducing_gap`` (shrink < 6x); bicubic, lanczos and larger
   shrinks use Pillow;
 * the JPEG is encoded by simplejpeg (libjpeg-turbo, accurate DCT, the same

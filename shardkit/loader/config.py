@@ -279,3 +279,28 @@ def plan_to_dict(cfg: PlanConfig) -> dict[str, Any]:
     d = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
     d["policy"] = cfg.policy.value
     return d
+
+
+def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> LoaderConfig:
+    """``config`` (or defaults) with ``options`` routed to the right dataclass."""
+    base = config or LoaderConfig()
+    groups = {"image": ImageConfig, "source": SourceConfig}
+    top_names = {f.name for f in fields(LoaderConfig)} - set(groups)
+    per_group: dict[str, dict[str, Any]] = {g: {} for g in groups}
+    top: dict[str, Any] = {}
+    for k, v in options.items():
+        if k in top_names:
+            top[k] = v
+            continue
+        for g, cls in groups.items():
+            if k in {f.name for f in fields(cls)}:
+                per_group[g][k] = v
+                break
+        else:
+            valid = sorted(top_names | {f.name for cls in groups.values() for f in fields(cls)})
+            raise TypeError(f"unknown loader option {k!r}; valid options: {', '.join(valid)}")
+    for g in groups:
+        if per_group[g]:
+            group = getattr(base, g)
+            top[g] = group.updated(**per_group[g]) if isinstance(group, ImageConfig) else replace(group, **per_group[g])
+    return replace(base, **top)

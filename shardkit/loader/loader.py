@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import fields
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -36,12 +35,12 @@ from .. import mix
 from ..mix import LabelMode, Source
 from ..plan import RankSplit, rank_split
 from ..position import Position
-from .batching import counters_like, decode_on_device
-from .config import DecodeOn, ImageConfig, LoaderConfig, SourceConfig
+from .batching import Batch, counters_like, decode_on_device
+from .config import DecodeOn, LoaderConfig, build_config
 from .dataset import ShardDataset
 from .mixstate import mixture_state, resume_mixture
 from .state import from_state, to_state
-from .stats import LoaderStats, summarise
+from .stats import Counters, LoaderStats, summarise
 from .transport import Envelope, Ring, WorkerFailure, ring_slots
 from .worker_death import dead_workers, death_message, reported_dead
 
@@ -206,14 +205,7 @@ class ShardLoader:
                 if consumer is None:
                     consumer = counters_like(next(iter(self._counters.values())))  # the workers' layout
                     self._counters[-1] = consumer.v
-                try:
-                    decoder = self.device_decoder(self._decode_device, batch.encoded.size)
-                    epoch = self._position.epoch
-                    batch = decode_on_device(batch, decoder, strict=self.config.strict, counters=consumer,
-                                             source_of=(lambda g: self.dataset.sources_of(g, epoch)) if len(self.dataset.sources) > 1 else None)
-                except Exception:
-                    self.close()  # e.g. strict=True: as a worker's DataError, the batch is not handed out
-                    raise
+                batch = self._decode_here(batch, consumer)
             self._batches += 1
             self._position = self._position.advanced()  # a batch counts as consumed once handed out
             self._t1 = time.perf_counter()
@@ -231,6 +223,19 @@ class ShardLoader:
             log.info("%s", self.report())
         self._position = self._position.next_epoch()  # a finished pass advances the epoch
         self.dataset.publish(self._position)
+
+    def _decode_here(self, batch: Batch, consumer: Counters) -> Batch:
+        """A ``decode_on="device"`` batch decoded on this iteration's device, counted in ``consumer``."""
+        epoch = self._position.epoch
+        mixture = len(self.dataset.sources) > 1
+        try:
+            return decode_on_device(
+                batch, self.device_decoder(self._decode_device, batch.encoded.size), strict=self.config.strict,
+                counters=consumer, source_of=(lambda g: self.dataset.sources_of(g, epoch)) if mixture else None,
+            )
+        except Exception:
+            self.close()  # e.g. strict=True: as a worker's DataError, the batch is not handed out
+            raise
 
     # ------------------------------------------------------------------ epochs and stats
 
@@ -384,30 +389,3 @@ def load(
     cfg = build_config(config, options)
     ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, epoch_size=epoch_size, labels=labels)
     return ShardLoader(ds, with_keys=with_keys, with_source=with_source)
-
-
-def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> LoaderConfig:
-    """``config`` (or defaults) with ``options`` routed to the right dataclass."""
-    from dataclasses import replace
-
-    base = config or LoaderConfig()
-    groups = {"image": ImageConfig, "source": SourceConfig}
-    top_names = {f.name for f in fields(LoaderConfig)} - set(groups)
-    per_group: dict[str, dict[str, Any]] = {g: {} for g in groups}
-    top: dict[str, Any] = {}
-    for k, v in options.items():
-        if k in top_names:
-            top[k] = v
-            continue
-        for g, cls in groups.items():
-            if k in {f.name for f in fields(cls)}:
-                per_group[g][k] = v
-                break
-        else:
-            valid = sorted(top_names | {f.name for cls in groups.values() for f in fields(cls)})
-            raise TypeError(f"unknown loader option {k!r}; valid options: {', '.join(valid)}")
-    for g in groups:
-        if per_group[g]:
-            group = getattr(base, g)
-            top[g] = group.updated(**per_group[g]) if isinstance(group, ImageConfig) else replace(group, **per_group[g])
-    return replace(base, **top)
