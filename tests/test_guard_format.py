@@ -12,7 +12,7 @@ import json
 import tarfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.format import EncodedSample, ShardReader, TarDamage, write_tar
@@ -96,8 +96,17 @@ def _tar(members: list[tuple[str, bytes, bytes]]) -> bytes:
     return buf.getvalue()
 
 
+_R, _S = tarfile.REGTYPE, tarfile.SYMTYPE
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(_KEYS, _FIELD, _KIND), max_size=14))
+@example([("a", ("cls", b"x"), _R), ("a", ("jpg", b"j"), _R)])  # unreadable label
+@example([("a", ("cls", b""), _R), ("a", ("jpg", b"j"), _R), ("b", ("cls", b"3"), _R), ("b", ("jpg", b"j"), _R)])  # empty, out of range
+@example([("a", ("cls", b"0"), _R), ("a", ("jpg", b"j"), _S), ("a", ("jpg", b"k"), _R)])  # a link is no member
+@example([("a", ("cls", b"0"), _R), ("a", ("jpg", b"j"), _R), ("a", ("jpg", b"k"), _R), ("a", ("cls", b"2"), _R)])  # repeated field
+@example([("b", ("cls", b"0"), _R), ("b", ("jpg", b"j"), _R), ("c", ("cls", b"0"), _R), ("b", ("jpg", b"z"), _R),
+          ("b", ("cls", b"1"), _R)])  # a key seen before, not adjacent
 def test_walk_equals_a_tarfile_reference(members):
     """Any member order, repeated fields, repeated keys, links and bad labels: every sample the walk
     yields is the reference's, usable exactly when the reference says so, with its bytes and label."""
@@ -116,12 +125,7 @@ def test_label_bound_is_exclusive():
 # ----------------------------------------------------------------------------- a cut shard
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(1, 1500), min_size=1, max_size=4), st.data())
-def test_walk_of_a_cut_shard_is_the_prefix_then_damage(jpeg_sizes, data):
-    """A shard cut at any byte: exactly the samples whose image and label lie before the cut are delivered (with
-    their own bytes; a cut inside a ``.json`` member's data loses the sample), then :class:`TarDamage`;
-    never a sample with a short image."""
+def _cut_case(jpeg_sizes: list[int]) -> tuple:
     samples = [EncodedSample(f"k{i}", bytes([i + 1]) * n, i % NUM_CLASSES, {"i": i}) for i, n in enumerate(jpeg_sizes)]
     full = io.BytesIO()
     write_tar(samples, full)
@@ -134,9 +138,10 @@ def test_walk_of_a_cut_shard_is_the_prefix_then_damage(jpeg_sizes, data):
         key, ext = m.name.split(".", 1)
         spans.setdefault(key, {})[ext] = (m.offset_data, m.offset_data + m.size)
     eof = max(m.offset_data + m.size + (-m.size) % 512 for m in members)
-    boundaries = sorted(e for f in spans.values() for _, e in f.values())
-    cut = data.draw(st.one_of(st.integers(0, len(shard) - 1), st.sampled_from(boundaries),
-                              st.sampled_from(boundaries).map(lambda b: b - 1)))
+    return samples, shard, spans, eof
+
+
+def _check_cut(samples, shard, spans, eof, cut: int) -> None:
     r = ShardReader(io.BytesIO(shard[:cut]), "s.tar", num_classes=NUM_CLASSES)
     good, damaged = [], False
     for _ in range(20):
@@ -156,8 +161,32 @@ def test_walk_of_a_cut_shard_is_the_prefix_then_damage(jpeg_sizes, data):
         return f["cls"][1] <= cut and f["jpg"][1] <= cut and (f["json"][1] <= cut or cut < f["json"][0])
 
     expect = [(s.key, s.jpeg, s.label) for s in samples if complete(spans[s.key])]
-    assert good == expect
-    assert damaged == (cut < eof + 512)
+    assert good == expect, cut
+    assert damaged == (cut < eof + 512), cut
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 1500), min_size=1, max_size=4), st.data())
+def test_walk_of_a_cut_shard_is_the_prefix_then_damage(jpeg_sizes, data):
+    """A shard cut at any byte: exactly the samples whose image and label lie before the cut are delivered (with
+    their own bytes; a cut inside a ``.json`` member's data loses the sample), then :class:`TarDamage`;
+    never a sample with a short image."""
+    case = _cut_case(jpeg_sizes)
+    boundaries = sorted(e for f in case[2].values() for _, e in f.values())
+    cut = data.draw(st.one_of(st.integers(0, len(case[1]) - 1), st.sampled_from(boundaries),
+                              st.sampled_from(boundaries).map(lambda b: b - 1)))
+    _check_cut(*case, cut)
+
+
+def test_walk_of_every_cut_of_a_small_shard():
+    """The same for a three-sample shard cut around every header and member end, and every 97th byte (deterministic)."""
+    case = _cut_case([700, 3, 1025])
+    cuts = set(range(0, len(case[1]), 97))
+    for f in case[2].values():
+        for start, end in f.values():
+            cuts |= {start - 512, start - 511, start - 1, start, start + 1, end - 1, end, end + 1}
+    for cut in sorted(c for c in cuts if 0 <= c < len(case[1])):
+        _check_cut(*case, cut)
 
 
 # ----------------------------------------------------------------------------- the writer
@@ -206,6 +235,7 @@ _JSON = st.recursive(st.one_of(st.integers(), _TRICKY, st.none()),
 
 @settings(max_examples=200, deadline=None)
 @given(_JSON)
+@example(['"[', {"\\\"{": [[]]}])
 def test_json_depth_equals_a_reference_parser(value):
     """The bracket count ignores brackets and escaped quotes inside strings: it equals the parsed value's nesting."""
     assert _depth(json.dumps(value).encode()) == _ref_depth(value)
@@ -243,3 +273,20 @@ def test_signed_or_prefixed_size_fields_are_damage(field):
             if s.error is None:
                 usable.append(s.key)
     assert usable == []
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+def test_verify_reports_a_key_repeated_in_another_shard(tmp_path):
+    """Two shards of one split holding the same key: each shard is fine alone, the split is not (keys are unique
+    per split), and ``verify`` says which key in which shard."""
+    from helpers import jpeg_bytes, tar_bytes, write_raw_dataset
+
+    from shardkit.inspect import verify
+
+    j = jpeg_bytes(0, 0, (24, 20))
+    shard = tar_bytes([("a.cls", b"0"), ("a.jpg", j), ("a.json", b'{"class": "x"}')])
+    other = tar_bytes([("b.cls", b"0"), ("b.jpg", j), ("b.json", b'{"class": "x"}')])
+    root = write_raw_dataset(str(tmp_path / "ds"), [(shard, 1), (other, 1), (shard, 1)], ["x"])
+    assert [(p.key, p.message) for p in verify(root).problems] == [("a", "key appears more than once in the split")]

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from helpers import jpeg_bytes
@@ -101,8 +101,13 @@ def _crop_cases(draw):
     return size, cases, draw(st.sampled_from([64, 500, 3000, 1 << 30]))
 
 
+_TWO = [(30, 30, (0, 0, 30, 30), False, 1), (10, 12, (1, 2, 10, 11), True, 2)]  # sorted by area, the flip moves position
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_crop_cases())
+@example((8, _TWO, 1 << 30))  # one canvas
+@example((8, _TWO, 64))  # one canvas per sample
 def test_batched_crops_equal_torchs_interpolate_of_each_box(case):
     """Every sample of a batch is resized from its own box with its own flip, whatever the canvas grouping:
     within 1 level of torch's ``interpolate(antialias=True)`` of that box alone."""

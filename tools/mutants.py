@@ -168,6 +168,15 @@ def markdown(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def area_summary(outcomes: list[Outcome]) -> str:
+    """One line per catalogue file: caught/total and the seconds its mutants ran (summed over jobs)."""
+    areas: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        areas.setdefault(o.mutant.area, []).append(o)
+    return "\n".join(f"  {a:14} {sum(o.verdict == 'caught' for o in os_)}/{len(os_)} caught, {sum(o.seconds for o in os_):.0f} s of mutant runs"
+                     for a, os_ in sorted(areas.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--area", action="append", help="only this catalogue file (stem); repeatable")
@@ -225,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
     caught = sum(o.verdict == "caught" for o in outcomes)
     print(f"\n{caught}/{len(outcomes)} mutants caught in {time.monotonic() - t_start:.0f} s")
+    print(area_summary(outcomes))
     if args.markdown:
         print("\n" + markdown(outcomes))
     left = [o for o in outcomes if o.verdict != "caught"]

@@ -12,6 +12,8 @@ ROW_TRUNCATED = "Damaged shards: truncated shard delivers the prefix once and co
 ROW_TAMPERED = "Damaged shards: tampered headers (type flag, USTAR prefix, size, pax) never hand out what the walk would not"
 ROW_SIZES = "Damaged shards: huge header sizes are damage; oversized .cls/.json are bad samples, unread"
 ROW_JSON = "Damaged shards: a deep or non-JSON .json member is a bad sample, not a crash"
+ROW_FOREIGN = "Hostile input: foreign members are never deserialised, nor even read"
+ROW_VERIFY = "Damaged shards: shardkit verify finds corrupt shards by checksum, count and repeated keys"
 ROW_INCOMPLETE = "Processes killed: an interrupted conversion is named by verify, other splits still checked"
 
 T_AGREE = "tests/test_format.py::test_loader_and_verify_agree_sample_by_sample"
@@ -138,7 +140,7 @@ MUTANTS = [
         "file": "shardkit/format/tar.py",
         "old": "if len(data) < m.size:\n                            raise",
         "new": "if False:\n                            raise",
-        "tests": ["tests/test_faults_shards.py::test_truncated_shard_delivers_prefix_once_and_counts_the_rest[0-mid-jpeg]", f"{T_GUARD}::test_walk_of_a_cut_shard_is_the_prefix_then_damage"],
+        "tests": [f"{T_GUARD}::test_walk_of_every_cut_of_a_small_shard"],
     },
     {
         "id": "tar-ustar-prefix-ignored",
@@ -162,7 +164,7 @@ MUTANTS = [
         "file": "shardkit/format/tar.py",
         "old": "self._damage, m, damage = exc, None, exc",
         "new": "raise",
-        "tests": [f"{T_GUARD}::test_walk_of_a_cut_shard_is_the_prefix_then_damage"],
+        "tests": [f"{T_GUARD}::test_walk_of_every_cut_of_a_small_shard"],
     },
     # ---------------------------------------------------------------- writer.py
     {
@@ -262,5 +264,38 @@ MUTANTS = [
         "old": "records = sum(1 for f in jfiles if _RECORD.fullmatch(f))",
         "new": "records = len(jfiles)",
         "tests": ["tests/test_format.py::test_verify_reports_incomplete_splits"],
+    },
+    # ---------------------------------------------------------------- foreign members, verify (inspect.py)
+    {
+        "id": "tar-foreign-members-read",
+        "row": ROW_FOREIGN,
+        "file": "shardkit/format/tar.py",
+        "old": "pass  # foreign member: skipped unread",
+        "new": "self._read_at(m.data_offset, m.size)  # foreign member: skipped unread",
+        "tests": ["tests/test_reader.py::test_foreign_members_ignored_never_unpickled"],
+    },
+    {
+        "id": "verify-sha256-not-compared",
+        "row": ROW_VERIFY,
+        "file": "shardkit/inspect.py",
+        "old": "if r.sha.hexdigest() != s.sha256:",
+        "new": "if False:",
+        "tests": ["tests/test_hostile.py::test_wrong_checksum_found_by_verify"],
+    },
+    {
+        "id": "verify-sample-count-not-compared",
+        "row": ROW_VERIFY,
+        "file": "shardkit/inspect.py",
+        "old": "        if n != expected:\n",
+        "new": "        if False:\n",
+        "tests": ["tests/test_format.py::test_adjacent_duplicate_keys_are_damage_for_both"],
+    },
+    {
+        "id": "verify-key-repeated-across-shards-not-reported",
+        "row": ROW_VERIFY,
+        "file": "shardkit/inspect.py",
+        "old": "if smp.key in self.keys:",
+        "new": "if False:",
+        "tests": [f"{T_GUARD}::test_verify_reports_a_key_repeated_in_another_shard"],
     },
 ]

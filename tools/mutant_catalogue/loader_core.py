@@ -10,6 +10,9 @@ ROW_EVAL = "Decode: eval is torchvision's Resize + CenterCrop (elongated images 
 ROW_DEVICE_CROPS = "Device decode on CPU: each sample resized from its own box with its own flip"
 ROW_BOMBS = "Damaged images: bombs refused from their header, before any allocation"
 ROW_WORKER_DEATH = "Processes killed: a killed worker is one error naming the worker and signal"
+ROW_FUZZ = "Hostile input: fuzzed JPEGs fail only with the documented error types (a counted skip)"
+ROW_AUG = "GPU augmentation: each op equals torchvision's, MixUp/CutMix labels included"
+ROW_NO_SYNC = "GPU augmentation: a GpuAugment call never reads a value back to the host"
 ROW_AGREE = "Damaged shards: loader and verify agree sample by sample on awkward member names"
 
 T = "tests/test_guard_loader.py"
@@ -180,5 +183,47 @@ MUTANTS = [
         "old": 'return [f"{pid.strip()} ({how})" for pid in m.group(1).split(",") if pid.strip()]',
         "new": 'return [f"{m.group(1).strip()} ({how})"]',
         "tests": [f"{T}::test_a_dead_worker_is_named_with_its_signal"],
+    },
+    # ---------------------------------------------------------------- more decode (notes/issue-15.md)
+    {
+        "id": "decoders-simplejpeg-without-pil-fallback",
+        "row": ROW_FUZZ,
+        "file": "shardkit/loader/decoders.py",
+        "old": "        except ValueError:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)\n            return self._pil.decode(data, min_w, min_h)",
+        "new": "        except ValueError as exc:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)\n            raise RuntimeError(f\"cannot decode: {exc}\")",
+        "tests": [f"{T_DEC}::test_non_jpeg_falls_back_to_pil"],
+    },
+    {
+        "id": "decode-panorama-box-off-centre",
+        "row": ROW_EVAL,
+        "file": "shardkit/loader/decode.py",
+        "old": "    left = int(round((new_w - size) / 2.0))\n",
+        "new": "    left = int(round((new_w - size) / 1.8))\n",
+        "tests": ["tests/test_decode_promises.py::test_elongated_image_gives_the_center_crop_pixels"],
+    },
+    {
+        "id": "decode-panorama-resized-whole",
+        "row": ROW_EVAL,
+        "file": "shardkit/loader/decode.py",
+        "old": "if max(width, height) > _MAX_EVAL_ASPECT * min(width, height):",
+        "new": "if False and max(width, height) > _MAX_EVAL_ASPECT * min(width, height):",
+        "tests": ["tests/test_decode_promises.py::test_elongated_image_is_cropped_before_resizing"],
+    },
+    # ---------------------------------------------------------------- augment (notes/issue-15.md)
+    {
+        "id": "augment-mix-weight-read-on-the-host",
+        "row": ROW_NO_SYNC,
+        "file": "shardkit/augment/mix.py",
+        "old": "return torch.where(applied, lam, 1.0).expand(b)",
+        "new": "return (lam if bool(applied.all()) else torch.where(applied, lam, 1.0)).expand(b)",
+        "tests": ["tests/test_augment_no_sync.py::test_a_whole_call_draws_and_applies_without_host_reads"],
+    },
+    {
+        "id": "augment-mixed-labels-from-the-wrong-neighbour",
+        "row": ROW_AUG,
+        "file": "shardkit/augment/mix.py",
+        "old": "return torch.lerp(labels.roll(1, 0), labels, lam.view(-1, 1))",
+        "new": "return torch.lerp(labels.roll(-1, 0), labels, lam.view(-1, 1))",
+        "tests": ["tests/test_augment.py::test_mixup_cutmix_labels"],
     },
 ]
