@@ -181,7 +181,7 @@ MUTANTS = [
         "file": "shardkit/format/writer.py",
         "old": "hw.write(bytes(2 * BLOCK + (-end) % tarfile.RECORDSIZE))",
         "new": "hw.write(bytes(2 * BLOCK))",
-        "tests": ["tests/test_format.py::test_writer_bytes_equal_tarfiles"],
+        "tests": ["tests/test_format_review.py::test_writer_is_byte_for_byte_webdatasets_tarwriter"],
     },
     {
         "id": "writer-fields-in-reverse-order",
@@ -189,7 +189,7 @@ MUTANTS = [
         "file": "shardkit/format/writer.py",
         "old": "for ext in sorted(fields):",
         "new": "for ext in sorted(fields, reverse=True):",
-        "tests": ["tests/test_format.py::test_writer_bytes_equal_tarfiles"],
+        "tests": ["tests/test_format_review.py::test_writer_is_byte_for_byte_webdatasets_tarwriter"],
     },
     {
         "id": "writer-key-not-checked",
