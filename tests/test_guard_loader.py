@@ -188,6 +188,7 @@ def _retrying(data: bytes, fail: set, *, max_retries: int = 5, budget: float = 6
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(1, 300), min_size=1, max_size=12), st.sets(st.integers(1, 14), max_size=4))
+@example([10, 10, 10], {2})
 def test_flaky_reads_deliver_every_byte_once_resumed_at_the_failed_offset(chunks, fail):
     """Reads of any sizes with failures anywhere: the bytes are the file's, and after each failure the next
     request starts at the offset of the failed read (nothing before it is fetched again)."""
@@ -287,6 +288,7 @@ def _reference_rrc(width: int, height: int, u: np.ndarray, scale=(0.08, 1.0), ra
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60)), min_size=1, max_size=20), st.integers(0, 2**32 - 1),
        st.sampled_from([(0.08, 1.0), (0.5, 1.0), (1.0, 1.0)]))
+@example([(w, h) for w in range(1, 8) for h in range(1, 8)], 0, (0.08, 1.0))  # boxes that fill a side exactly
 def test_rrc_boxes_equal_a_per_sample_reference(sizes, seed, scale):
     """The vectorised crop boxes equal torchvision's algorithm run per sample on the same uniforms,
     small images (boxes that fill a side exactly) and the centre fallback included."""
@@ -301,6 +303,7 @@ def test_rrc_boxes_equal_a_per_sample_reference(sizes, seed, scale):
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 6000), st.integers(1, 6000), st.floats(0.05, 40))
+@example(100, 100, 1.0)
 def test_dct_scaled_crop_keeps_at_least_the_output_size(width, height, reduce):
     """Decoding at a reduced DCT scale never leaves a crop fewer pixels than the output (no upscaling blur), and
     a crop at least 4x the output is not decoded at full size (the point of DCT scaling)."""

@@ -27,6 +27,8 @@ Usage::
     python tools/mutants.py --id tars-repeated-field-merges --id ...
     python tools/mutants.py --list              # the catalogue, no runs
     python tools/mutants.py --markdown          # after the runs, a table per Guarantees row
+    python tools/mutants.py --explicit-only     # hypothesis tests run only their @example cases: proves
+                                                # each mutant is caught deterministically, not by a lucky draw
 """
 
 from __future__ import annotations
@@ -135,13 +137,21 @@ def _last_failure(out: str) -> str:
     return (lines[0] if lines else (out.strip().splitlines() or [""])[-1])[:200]
 
 
-def run_one(scratch: Path, m: Mutant, timeout: float) -> Outcome:
+_EXPLICIT_PLUGIN = "_mutants_explicit_only"
+_EXPLICIT_SOURCE = """from hypothesis import Phase, settings
+
+settings.register_profile("mutants-explicit-only", phases=[Phase.explicit])
+settings.load_profile("mutants-explicit-only")
+"""
+
+
+def run_one(scratch: Path, m: Mutant, timeout: float, extra: tuple[str, ...] = ()) -> Outcome:
     path = scratch / m.file
     original = path.read_text()
     t0 = time.monotonic()
     path.write_text(original.replace(m.old, m.new, 1))
     try:
-        rc, out = _pytest(scratch, ["-x", *m.tests], timeout)
+        rc, out = _pytest(scratch, [*extra, "-x", *m.tests], timeout)
     finally:
         path.write_text(original)
     dt = time.monotonic() - t0
@@ -185,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant before it counts as caught (hang)")
     ap.add_argument("--list", action="store_true", help="print the catalogue and exit")
     ap.add_argument("--markdown", action="store_true", help="print a table per Guarantees row after the runs")
+    ap.add_argument("--explicit-only", action="store_true",
+                    help="run hypothesis tests on their @example cases only (is each mutant caught deterministically?)")
     args = ap.parse_args(argv)
 
     mutants = load_catalogue(args.area)
@@ -210,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         for j in range(max(1, min(args.jobs, len(mutants)))):
             s = Path(tmp) / f"copy{j}"
             shutil.copytree(ROOT, s, ignore=_IGNORE, symlinks=True)
+            if args.explicit_only:
+                (s / f"{_EXPLICIT_PLUGIN}.py").write_text(_EXPLICIT_SOURCE)
             scratches.append(s)
+        extra = ("-p", _EXPLICIT_PLUGIN) if args.explicit_only else ()
         missing = missing_tests(scratches[0], mutants)
         if missing:
             print("named tests that do not exist:\n  " + "\n  ".join(missing), file=sys.stderr)
@@ -222,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         def task(m: Mutant) -> Outcome:
             s = free.get()
             try:
-                return run_one(s, m, args.timeout)
+                return run_one(s, m, args.timeout, extra)
             finally:
                 free.put(s)
 
