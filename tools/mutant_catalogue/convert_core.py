@@ -2,7 +2,7 @@
 (``journal.py``) and image processing (``imageproc.py``, away from its ``SkipReason`` enum).
 """
 
-ROW_SAME_BYTES = "Conversion: byte-identical shards whatever --workers or --num-tasks"
+ROW_SAME_BYTES = "Conversion: byte-identical shards whatever --workers or --num-tasks; a shard's recorded sha256 is its file's"
 ROW_CAP = "Conversion: shards within --shard-bytes (the writer's bytes)"
 ROW_RESUME = "Processes killed: a killed conversion, rerun, is byte-identical to an uninterrupted one"
 ROW_PIXELS = "Conversion: every image converted upright to the target size, or skipped with its reason"

@@ -6,7 +6,7 @@
 ROW_AGREE = "Damaged shards: loader and verify agree sample by sample on awkward member names"
 ROW_TRICKS = "Hostile input: tar tricks touch nothing, never merge two samples"
 ROW_WRITER = "Damaged shards: the writer is byte for byte webdataset.TarWriter and refuses unreadable keys"
-ROW_DETERMINISTIC = "Conversion: byte-identical shards; a shard's recorded sha256 is its file's"
+ROW_DETERMINISTIC = "Conversion: byte-identical shards whatever --workers or --num-tasks; a shard's recorded sha256 is its file's"
 ROW_HEADER = "Damaged shards: corrupt header bytes reported at that header's offset"
 ROW_TRUNCATED = "Damaged shards: truncated shard delivers the prefix once and counts the rest"
 ROW_TAMPERED = "Damaged shards: tampered headers (type flag, USTAR prefix, size, pax) never hand out what the walk would not"
