@@ -313,3 +313,24 @@ def test_dct_scaled_crop_keeps_at_least_the_output_size(width, height, reduce):
     assert (dw, dh) == (width, height) or (dw * reduce >= width * (1 - 1e-9) and dh * reduce >= height * (1 - 1e-9))
     if reduce >= 4 and min(width, height) >= 16:
         assert dw < width and dh < height
+
+
+# ----------------------------------------------------------------------------- DevicePrefetcher (CPU path)
+
+
+def test_prefetched_batches_keep_their_type_and_fields_with_a_transform():
+    """A transform replaces only the images (and labels with ``transform_labels``); the batch keeps its type
+    (named tuple, tuple, list) and every other field, so ``batch.images`` and ``x, y, keys = batch`` still work."""
+    from collections import namedtuple
+
+    from shardkit.prefetch import DevicePrefetcher
+
+    Named = namedtuple("Named", "images labels keys")
+    for batch in (Named(torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]), (torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]),
+                  [torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]]):
+        out = next(iter(DevicePrefetcher([batch], device="cpu", transform=lambda t: t * 2)))
+        assert type(out) is type(batch) and torch.equal(out[0], torch.full((2, 3), 2.0))
+        assert torch.equal(out[1], batch[1]) and out[2] == ["a", "b"]
+        mixed = next(iter(DevicePrefetcher([batch], device="cpu", transform=lambda x, y: (x + 1, y * 10), transform_labels=True)))
+        assert type(mixed) is type(batch) and torch.equal(mixed[1], batch[1] * 10) and mixed[2] == ["a", "b"]
+    assert next(iter(DevicePrefetcher([Named(torch.ones(1), torch.zeros(1), [])], device="cpu", transform=lambda t: t))).images.shape == (1,)

@@ -13,6 +13,8 @@ ROW_WORKER_DEATH = "Processes killed: a killed worker is one error naming the wo
 ROW_FUZZ = "Hostile input: fuzzed JPEGs fail only with the documented error types (a counted skip)"
 ROW_AUG = "GPU augmentation: each op equals torchvision's, MixUp/CutMix labels included"
 ROW_NO_SYNC = "GPU augmentation: a GpuAugment call never reads a value back to the host"
+ROW_PIPE = "Hostile input: pipe: URLs are never run"
+ROW_PREFETCH = "GPU augmentation: DevicePrefetcher yields the loader's batches, transformed (labels to MixUp/CutMix)"
 ROW_AGREE = "Damaged shards: loader and verify agree sample by sample on awkward member names"
 
 T = "tests/test_guard_loader.py"
@@ -225,5 +227,30 @@ MUTANTS = [
         "old": "return torch.lerp(labels.roll(1, 0), labels, lam.view(-1, 1))",
         "new": "return torch.lerp(labels.roll(-1, 0), labels, lam.view(-1, 1))",
         "tests": ["tests/test_augment.py::test_mixup_cutmix_labels"],
+    },
+    # ---------------------------------------------------------------- sources.py, prefetch.py (CPU path)
+    {
+        "id": "sources-pipe-urls-run",
+        "row": ROW_PIPE,
+        "file": "shardkit/loader/sources.py",
+        "old": 'if storage.scheme(url) == "pipe" and not cfg.allow_pipe:',
+        "new": 'if storage.scheme(url) == "pipe" and cfg.allow_pipe is None:',
+        "tests": ["tests/test_loader.py::test_pipe_urls_refused_unless_opted_in"],
+    },
+    {
+        "id": "prefetch-mixing-transform-gets-no-labels",
+        "row": ROW_PREFETCH,
+        "file": "shardkit/prefetch.py",
+        "old": 'transform_labels = bool(getattr(transform, "needs_labels", False))',
+        "new": "transform_labels = False",
+        "tests": ["tests/test_prefetch.py::test_mixing_transform_gets_the_labels"],
+    },
+    {
+        "id": "prefetch-namedtuple-batches-become-lists",
+        "row": ROW_PREFETCH,
+        "file": "shardkit/prefetch.py",
+        "old": 'return type(batch)(*fields) if hasattr(batch, "_fields") else type(batch)(fields)',
+        "new": "return list(fields)",
+        "tests": [f"{T}::test_prefetched_batches_keep_their_type_and_fields_with_a_transform"],
     },
 ]
