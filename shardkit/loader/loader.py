@@ -270,8 +270,9 @@ class ShardLoader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the next ``iter()`` gives (after a finished pass: the next one)."""
-        return self._upcoming().epoch
+        """The current epoch (after a whole pass: the next one; after a pass stopped at exactly ``len()``
+        still that pass's, until the next ``iter()``: :attr:`epoch_info` ``.epoch`` is the one it gives)."""
+        return self._position.epoch
 
     def set_epoch(self, epoch: int, size: Optional[int] = None) -> None:
         """Make ``epoch`` the current epoch (shard order and shuffles change with it).
