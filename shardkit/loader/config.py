@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from ..choices import Choice
 from ..format.members import MAX_PIXELS
 from ..plan import SHUFFLE_BUFFER, EpochPolicy, PlanConfig
@@ -69,7 +71,7 @@ def check_types(options: object) -> None:
         if v is None and optional:
             continue
         if kind == "bool":
-            ok, plain = isinstance(v, bool) or type(v).__name__ == "bool_", bool
+            ok, plain = isinstance(v, (bool, np.bool_)), bool
         elif kind == "int":
             ok, plain = isinstance(v, numbers.Integral) and not isinstance(v, bool), int
         else:
