@@ -126,6 +126,13 @@ def test_mixture_source_with_the_same_shard_sizes_but_other_data_is_refused(ds, 
     with pytest.raises(ShardkitError, match=rf"source 1 is another dataset .*\({what} differ\)"):
         shardkit.load(remixed, **{**KW, **BASE}).load_state_dict(state, allow_remix=True)
     shardkit.load(sources, **{**KW, **BASE}).load_state_dict(state)  # the same sources resume
+    # between epochs, allow_remix starts the new sources at once: nothing of the saved epoch is left to finish
+    loader = shardkit.load(sources, **{**KW, **BASE})
+    list(loader)
+    boundary = json.loads(json.dumps(loader.state_dict()))
+    with pytest.raises(ShardkitError, match=rf"source 1 is another dataset .*\({what} differ\)"):
+        shardkit.load(swapped, **{**KW, **BASE}).load_state_dict(boundary)
+    shardkit.load(swapped, **{**KW, **BASE}).load_state_dict(boundary, allow_remix=True)
 
 
 @pytest.mark.parametrize("saved,now", [("merged", "per_source"), ("per_source", "merged")])
@@ -199,3 +206,24 @@ def test_an_explicit_resize_size_stays_explicit_when_the_size_changes(ds):
     assert cfg.image.updated(size=16).resize_size == 37 and cfg.image.updated(preset="train").fast_decode is False
     assert ImageConfig(preset="eval", size=32).updated(size=16).resize_size == 18
     assert _same(_pixels(shardkit.load(ds["a"], config=cfg, size=16, **{k: v for k, v in KW.items() if k != "size"})), want_given)
+
+
+def test_a_remix_that_changes_the_classes_says_so(ds, caplog):
+    """``allow_remix`` to a source with other class names: the label indices may change meaning; logged, not silent."""
+    import logging
+
+    sources = [Source(ds["a"], repeat=1), Source(ds["b"], repeat=1)]
+    loader = shardkit.load(sources, **{**KW, **BASE})
+    list(loader)  # a whole epoch: the state is at an epoch boundary
+    state = json.loads(json.dumps(loader.state_dict()))
+    remixed = shardkit.load([Source(ds["a"], repeat=1), Source(ds["b-names"], repeat=1)], **{**KW, **BASE})
+    with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
+        remixed.load_state_dict(state, allow_remix=True)
+    assert any("index other classes" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
+        shardkit.load([Source(ds["a"], repeat=1), Source(ds["b"], repeat=2)], **{**KW, **BASE}).load_state_dict(state, allow_remix=True)
+    assert not caplog.records  # the same classes: nothing to say
+    state["classes"] = "0" * 16  # hand-edited
+    with pytest.raises(ShardkitError, match="field 'classes'"):
+        shardkit.load(sources, **{**KW, **BASE}).load_state_dict(state)

@@ -1,7 +1,8 @@
 """The mixture part of the loader's state: which sources and specs planned the epoch, checked on resume.
 
 :func:`mixture_state` adds ``mixture`` (:meth:`shardkit.mix.Mixture.describe` of the mixture
-planning the epoch), ``labels`` (``merged`` or ``per_source``: a resume with the other is refused), ``next_mixture`` while a remix finishes an epoch with the saved mixture,
+planning the epoch), ``labels`` (``merged`` or ``per_source``: a resume with the other is refused), ``classes``
+(a digest of ``loader.classes``: a remix that changes them is logged as a warning), ``next_mixture`` while a remix finishes an epoch with the saved mixture,
 and for several sources ``sources`` (each one's dataset fingerprint: shard sizes, contents,
 classes) to the state of :mod:`shardkit.loader.state`. :func:`resume_mixture` checks them with
 :func:`shardkit.mix.resume_mixtures` (refusing another mixture, naming the difference, unless
@@ -12,13 +13,16 @@ is one source, identified by its shard sizes.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 from typing import TYPE_CHECKING, Any
 
-from ..mix import Mixture
-
 from ..errors import ShardkitError
-from ..mix import mixture_diff, resume_mixtures
+from ..mix import Mixture, mixture_diff, resume_mixtures
 from .state import STATE_FORMAT, dataset_differences, dataset_fingerprint
+
+log = logging.getLogger("shardkit.loader")
 
 if TYPE_CHECKING:
     from .dataset import ShardDataset
@@ -27,12 +31,17 @@ if TYPE_CHECKING:
 def mixture_state(ds: "ShardDataset", epoch: int) -> dict[str, Any]:
     """The state keys that identify the mixture of ``epoch`` (and a pending switch)."""
     now = ds.mixture_for(epoch)
-    out: dict[str, Any] = {"mixture": now.describe(), "labels": ds.label_mode.value}
+    out: dict[str, Any] = {"mixture": now.describe(), "labels": ds.label_mode.value, "classes": classes_digest(ds.classes)}
     if now is not ds.mixture:
         out["next_mixture"] = ds.mixture.describe()
     if len(ds.sources) > 1:
         out["sources"] = [dataset_fingerprint(m) for m in ds.manifests]
     return out
+
+
+def classes_digest(classes: "tuple[str, ...] | list[str]") -> str:
+    """A short hash of the class names the labels index (``loader.classes``), in order."""
+    return hashlib.sha256(json.dumps(list(classes)).encode()).hexdigest()[:16]
 
 
 def _saved(state: dict[str, Any], ds: "ShardDataset") -> dict[str, Any]:
@@ -74,9 +83,9 @@ def resume_mixture(ds: "ShardDataset", state: Any, *, allow_remix: bool) -> tupl
     remixed = bool(mixture_diff(saved, ds.mixture.describe()))
     fps = state.get("sources")
     if len(ds.sources) > 1 and isinstance(fps, list):
-        if not remixed:
+        if not (remixed or allow_remix):
             pairs = list(enumerate(zip(fps, ds.manifests)))
-        else:  # the saved mixture finishes its epoch with the current source of the same shard sizes: the same data only
+        else:  # mid-epoch, the saved mixture finishes its epoch with the current source of the same shard sizes: the same data only
             sizes = [dataset_fingerprint(m)["shard_sizes"] for m in ds.manifests]
             pairs = [(i, (a, ds.manifests[sizes.index(a.get("shard_sizes"))])) for i, a in enumerate(fps)
                      if mid and isinstance(a, dict) and a.get("shard_sizes") in sizes]
@@ -84,8 +93,15 @@ def resume_mixture(ds: "ShardDataset", state: Any, *, allow_remix: bool) -> tupl
             differ = dataset_differences(a, m) if isinstance(a, dict) else ["fingerprints"]
             if differ:
                 raise ShardkitError(f"loader state's source {i} is another dataset than {m.url or 'this source'} ({', '.join(differ)} "
-                                    "differ); resume with the sources it was saved from, or pass allow_remix=True to start a new mixture "
-                                    "at an epoch boundary")
+                                    f"differ); resume with the sources it was saved from (at least to finish epoch {epoch}), or start "
+                                    "the new sources at an epoch boundary (allow_remix=True with a state saved between epochs)")
+    saved_classes = state.get("classes")
+    if saved_classes is not None and saved_classes != classes_digest(ds.classes):
+        if not allow_remix:
+            raise ShardkitError("loader state field 'classes' does not match this loader's classes (loader.classes); resume with the "
+                                "sources and labels it was saved with")
+        log.warning("shardkit: the remixed sources index other classes than the saved state (%d now): from the rest of epoch %d on, "
+                    "a label index may name another class than in the checkpoint's training; loader.classes lists them", len(ds.classes), epoch)
     if remixed or len(ds.sources) > 1:
         state = {**state, "version": 2, "dataset": dataset_fingerprint(ds.manifest)}  # checked above, per source
     return state, now, later

@@ -142,6 +142,22 @@ MUTANTS = [
         "new": "                     if False]",
         "tests": [f"{T_STATE}::test_mixture_source_with_the_same_shard_sizes_but_other_data_is_refused"],
     },
+    {
+        "id": "remix-class-change-silent",
+        "row": ROW_STATE,
+        "file": "shardkit/loader/mixstate.py",
+        "old": "    if saved_classes is not None and saved_classes != classes_digest(ds.classes):",
+        "new": "    if False:",
+        "tests": [f"{T_STATE}::test_a_remix_that_changes_the_classes_says_so"],
+    },
+    {
+        "id": "allow-remix-refused-at-epoch-boundary",
+        "row": ROW_DATA,
+        "file": "shardkit/loader/mixstate.py",
+        "old": "        if not (remixed or allow_remix):",
+        "new": "        if not remixed:",
+        "tests": [f"{T_STATE}::test_mixture_source_with_the_same_shard_sizes_but_other_data_is_refused"],
+    },
     # ------------------------------------------------------------------ B: labels
     {
         "id": "labels-same-set-kept-as-is",  # the class SET compared, not the list
