@@ -110,14 +110,20 @@ def _two(pool):
     return [Source(pool[5].url, repeat=1), Source(pool[11].url, repeat=0.5)]  # epochs of 10, 11, 10, 11 samples
 
 
-def test_islice_of_len_then_next_pass_is_the_whole_next_epoch(pool):
-    """The reported case: after ``islice(iter(L), len(L))`` the next pass is the next epoch, whole."""
-    loader = shardkit.load(_two(pool), batch_size=2, seed=0, **KW)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_islice_of_len_then_next_pass_is_the_whole_next_epoch(pool, workers):
+    """The reported case: after ``islice(iter(L), len(L))`` the next pass is the next epoch, whole: batch for
+    batch the epoch a whole pass gives (persistent workers too)."""
+    opts = dict(KW, num_workers=workers, multiprocessing_context="fork")
+    ref = shardkit.load(_two(pool), batch_size=2, seed=0, **opts)
+    whole = [[_keys(b) for b in ref] for _ in range(4)]
+    ref.close()
+    loader = shardkit.load(_two(pool), batch_size=2, seed=0, **opts)
     lens = []
-    for _ in range(4):
+    for epoch in range(4):
         n = len(loader)
-        got = list(itertools.islice(iter(loader), n))
-        assert len(got) == n
+        got = [_keys(b) for b in itertools.islice(iter(loader), n)]
+        assert got == whole[epoch], f"epoch {epoch}"
         lens.append(n)
     assert len(set(lens)) > 1  # the epochs differ in length
     assert lens == [ref_batches([1, 0.5], [5, 11], e, 2) for e in range(4)]
