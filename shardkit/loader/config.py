@@ -332,11 +332,11 @@ def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> Loa
             top[k] = v
             continue
         for g, cls in groups.items():
-            if k in {f.name for f in fields(cls)}:
+            if k in {f.name for f in fields(cls) if f.init}:
                 per_group[g][k] = v
                 break
         else:
-            valid = sorted(top_names | {f.name for cls in groups.values() for f in fields(cls)})
+            valid = sorted(top_names | {f.name for cls in groups.values() for f in fields(cls) if f.init})
             raise TypeError(f"unknown loader option {k!r}; valid options: {', '.join(valid)}")
     for g in groups:
         if per_group[g]:
