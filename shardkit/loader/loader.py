@@ -270,9 +270,9 @@ class ShardLoader:
 
     @property
     def epoch(self) -> int:
-        """The current epoch (after a whole pass: the next one; after a pass stopped at exactly ``len()``
-        still that pass's, until the next ``iter()``: :attr:`epoch_info` ``.epoch`` is the one it gives)."""
-        return self._position.epoch
+        """The epoch the next ``iter()`` gives (or continues): after a whole pass, or a pass stopped at exactly
+        ``len()`` batches, the next one; after a loop left early, the same one (as ``len()`` and :attr:`epoch_info`)."""
+        return self._upcoming().epoch
 
     def set_epoch(self, epoch: int, size: Optional[int] = None) -> None:
         """Make ``epoch`` the current epoch (shard order and shuffles change with it).
