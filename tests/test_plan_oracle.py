@@ -239,13 +239,13 @@ shard_sizes = st.lists(st.integers(0, 8), min_size=1, max_size=5)
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@settings(max_examples=120, **SETTINGS)
+@settings(max_examples=400, **SETTINGS)
 @given(sizes=shard_sizes, cfg=configs(), epoch=st.integers(0, 2), chain=st.lists(topology, min_size=1, max_size=3))
 def test_single_dataset_plan_matches_the_reference(sizes, cfg, epoch, chain):
     run_chain(Single(sizes), cfg, epoch, chain)
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=200, **SETTINGS)
 @given(sizes=shard_sizes, cfg=configs(), epoch=st.integers(0, 2), chain=st.lists(topology, min_size=1, max_size=3))
 def test_one_source_mixture_plan_matches_the_reference(sizes, cfg, epoch, chain):
     """What the loader plans for a plain URL."""
@@ -266,7 +266,7 @@ def mixtures(draw) -> Mixture:
     return Mixture(tuple(Source(f"s{i}", choose=draw(st.integers(1, 12))) for i in range(k)), tuple(sizes))
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=200, **SETTINGS)
 @given(m=mixtures(), cfg=configs(), epoch=st.integers(0, 2), chain=st.lists(topology, min_size=1, max_size=3))
 def test_mixture_plan_matches_the_reference(m, cfg, epoch, chain):
     run_chain(Mixed(m), cfg, epoch, chain, resume_steps=len(chain) == 1)
