@@ -13,6 +13,8 @@ ORACLE_ONE = "tests/test_plan_oracle.py::test_one_source_mixture_plan_matches_th
 ORACLE_MIX = "tests/test_plan_oracle.py::test_mixture_plan_matches_the_reference"
 CHAIN = "tests/test_plan_oracle.py::test_three_two_three_ranks_with_checkpoints_after_padding"
 CHAIN_REPEATS = "tests/test_plan_oracle.py::test_three_two_three_ranks_mixture_with_repeats"
+GRID = "tests/test_plan_oracle.py::test_grid_of_three_topology_chains_with_checkpoints_inside_shuffle_blocks"
+PADDING_FIRST = "tests/test_plan_oracle.py::test_padding_emitted_before_its_original_counts_as_seen"
 LOADER_CHAIN = "tests/test_plan_oracle.py::test_loader_elastic_chain_delivers_every_key_once_plus_reported_padding"
 FALLBACK = "tests/test_index_fallback.py::test_index_wrong_at_slice_time_falls_back_with_every_key_once"
 GOING_BACK = "tests/test_index_fallback.py::test_ids_going_back_in_a_shard_read_without_overflow"
@@ -26,7 +28,7 @@ MUTANTS = [
         "file": "shardkit/plan.py",
         "old": "seen[np.flatnonzero(seen_virtual) % n] = True",
         "new": "seen[np.flatnonzero(seen_virtual[:n])] = True",
-        "tests": [CHAIN, ORACLE],
+        "tests": [PADDING_FIRST],
     },
     {
         "id": "plan-partly-emitted-block-forgotten",
@@ -42,7 +44,7 @@ MUTANTS = [
         "file": "shardkit/plan.py",
         "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen)",
         "new": "epoch=epoch, batches_done=seg.batches_done, generation=0)",
-        "tests": [ORACLE],
+        "tests": [GRID, ORACLE],
     },
     {
         "id": "plan-dropped-samples-come-back-after-replan",
@@ -83,7 +85,7 @@ MUTANTS = [
         "file": "shardkit/mix/plan.py",
         "old": "seen = _covered(n, starts, starts + whole)",
         "new": "seen = _covered(n, starts, np.minimum(starts + whole, n))",
-        "tests": [CHAIN, ORACLE_ONE],
+        "tests": [PADDING_FIRST, CHAIN, ORACLE_ONE],
     },
     {
         "id": "mix-second-replan-reuses-generation-0",
@@ -91,7 +93,7 @@ MUTANTS = [
         "file": "shardkit/mix/plan.py",
         "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen)",
         "new": "epoch=epoch, batches_done=seg.batches_done, generation=0)",
-        "tests": [ORACLE_ONE],
+        "tests": [GRID, ORACLE_ONE],
     },
     {
         "id": "mix-partial-block-of-the-wrong-reader",
@@ -99,7 +101,7 @@ MUTANTS = [
         "file": "shardkit/mix/plan.py",
         "old": "world = World(i // num_workers, world_size, i % num_workers, num_workers)",
         "new": "world = World(i % world_size, world_size, i % num_workers, num_workers)",
-        "tests": [ORACLE_ONE],
+        "tests": [GRID, ORACLE_ONE],
     },
     {
         "id": "mix-partial-block-emission-off-by-one",
