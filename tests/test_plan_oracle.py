@@ -290,6 +290,18 @@ def test_three_two_three_ranks_with_checkpoints_after_padding(policy, planner):
         run_chain(p, cfg, 1, [(3, 2, frac), (2, 1, frac), (3, 3, frac)])
 
 
+@pytest.mark.parametrize("planner", ["single", "mixture"])
+def test_grid_every_step_resumes_exactly(planner):
+    """Brute force, deterministic (the hypothesis tests explore more, this one never varies): 1x1, 2x3 and 3x2
+    readers, batches of 1 and 3, pad and drop, shuffled and not; every batch against the reference and every
+    checkpoint step resumed on the same topology."""
+    sizes = [5, 9, 2, 7, 8, 1, 6]  # 38 samples
+    p = Single(sizes) if planner == "single" else Mixed(Mixture((Source("a"),), (sizes,)))
+    for (R, W), B, policy, shuffle in itertools.product([(1, 1), (2, 3), (3, 2)], [1, 3], ["pad", "drop"], [False, True]):
+        cfg = PlanConfig(batch_size=B, seed=2, shuffle=shuffle, shuffle_buffer=5, shuffle_initial=3, policy=policy)
+        run_chain(p, cfg, 1, [(R, W, 0)])
+
+
 GRID = [(2, 2), (3, 3), (3, 2), (2, 1)]
 
 
@@ -305,23 +317,28 @@ def test_grid_of_three_topology_chains_with_checkpoints_inside_shuffle_blocks(pl
         run_chain(p, cfg, 0, [(r0, w0, 3), (r1, w1, 2), (r2, w2, 0)], resume_steps=False)
 
 
+@pytest.mark.parametrize("case", ["padding in a partly emitted block", "padding in a whole emitted block"])
 @pytest.mark.parametrize("planner", ["single", "mixture"])
-def test_padding_emitted_before_its_original_counts_as_seen(planner):
+def test_padding_emitted_before_its_original_counts_as_seen(planner, case):
     """Rank 2 emits its padding (the stream's first samples again) before rank 0 reached those samples: the
-    re-plan must count them as seen and not deliver them a third time. One shuffle block per reader, so the
-    padding can come first; every seed and checkpoint of a small case, and at least one such case is met."""
-    sizes = [4, 6]  # 10 samples on 3 ranks: 4 each; rank 2's last two positions are samples 0 and 1 again
+    re-plan must count them as seen and not deliver them a third time. Every seed and checkpoint of two small
+    cases, and at least one such checkpoint is met in each: 10 samples on 3 ranks x 1 worker, one shuffle block
+    per reader (the padding sits in the block being emitted); 7 samples on 3 ranks x 2 workers, batches of 1,
+    blocks of 2 (rank 2's worker 1 holds one padded sample, emitted as a whole block while rank 0's worker 0
+    may still hold the other original in its first block)."""
+    sizes, W, buf = ([4, 6], 1, 8) if case.startswith("padding in a partly") else ([3, 4], 2, 2)
     met = 0
     for seed in range(12):
-        cfg = PlanConfig(batch_size=1, seed=seed, shuffle_buffer=8, shuffle_initial=0)
+        cfg = PlanConfig(batch_size=1, seed=seed, shuffle_buffer=buf, shuffle_initial=0)
         p = Single(sizes) if planner == "single" else Mixed(Mixture((Source("a"),), (sizes,)))
         stream = p.stream(cfg, 0, [])
         items = p.items(stream)
-        ranks = [lib_rank_batches(p, stream, cfg, 3, 1, r, epoch=0) for r in range(3)]
-        for k in (1, 2, 3):
+        assert P.rank_split(len(items), 3, cfg).padded == 2
+        ranks = [lib_rank_batches(p, stream, cfg, 3, W, r, epoch=0) for r in range(3)]
+        for k in range(1, len(ranks[0])):
             early = {g for b in ranks[2][:k] for g in b} & set(items[:2])
             met += bool(early - {g for b in ranks[0][:k] for g in b})
-            run_chain(p, cfg, 0, [(3, 1, k), (2, 1, 0), (3, 1, 0)], resume_steps=False)
+            run_chain(p, cfg, 0, [(3, W, k), (2, 1, 0), (3, 1, 0)], resume_steps=False)
     assert met > 0
 
 

@@ -14,6 +14,7 @@ ORACLE_MIX = "tests/test_plan_oracle.py::test_mixture_plan_matches_the_reference
 CHAIN = "tests/test_plan_oracle.py::test_three_two_three_ranks_with_checkpoints_after_padding"
 CHAIN_REPEATS = "tests/test_plan_oracle.py::test_three_two_three_ranks_mixture_with_repeats"
 GRID = "tests/test_plan_oracle.py::test_grid_of_three_topology_chains_with_checkpoints_inside_shuffle_blocks"
+EVERY_STEP = "tests/test_plan_oracle.py::test_grid_every_step_resumes_exactly"
 PADDING_FIRST = "tests/test_plan_oracle.py::test_padding_emitted_before_its_original_counts_as_seen"
 LOADER_CHAIN = "tests/test_plan_oracle.py::test_loader_elastic_chain_delivers_every_key_once_plus_reported_padding"
 FALLBACK = "tests/test_index_fallback.py::test_index_wrong_at_slice_time_falls_back_with_every_key_once"
@@ -60,7 +61,7 @@ MUTANTS = [
         "file": "shardkit/plan.py",
         "old": "world = world.with_worker((world.worker + batches_done) % world.num_workers, world.num_workers)",
         "new": "world = world.with_worker(world.worker, world.num_workers)",
-        "tests": [ORACLE],
+        "tests": [EVERY_STEP, ORACLE],
     },
     {
         "id": "plan-padding-repeats-the-last-sample",
@@ -68,7 +69,7 @@ MUTANTS = [
         "file": "shardkit/plan.py",
         "old": "gids = stream.global_ids_at(positions % n) if n else positions",
         "new": "gids = stream.global_ids_at(np.minimum(positions, n - 1)) if n else positions",
-        "tests": [ORACLE],
+        "tests": [EVERY_STEP, ORACLE],
     },
     {
         "id": "plan-resume-inside-block-reordered",
@@ -76,7 +77,7 @@ MUTANTS = [
         "file": "shardkit/plan.py",
         "old": "            perm = np.searchsorted(keep, rest)\n",
         "new": "            perm = np.arange(len(rest))\n",
-        "tests": [ORACLE],
+        "tests": [EVERY_STEP, ORACLE],
     },
     # ------------------------------------------------------------------ shardkit/mix/plan.py (the loader's planner)
     {
@@ -117,7 +118,7 @@ MUTANTS = [
         "file": "shardkit/mix/plan.py",
         "old": "s, g, order = s[keep], g[keep], np.searchsorted(keep, rest)",
         "new": "s, g, order = s[keep], g[keep], np.arange(len(rest))",
-        "tests": [ORACLE_ONE],
+        "tests": [EVERY_STEP, ORACLE_ONE],
     },
     {
         "id": "mix-repeats-counted-by-id-not-position",
