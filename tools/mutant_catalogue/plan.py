@@ -169,6 +169,22 @@ MUTANTS = [
         "new": "if len(hdr) != BLOCK or hdr[len(name)] != 0",
         "tests": [FALLBACK],
     },
+    {
+        "id": "index-slice-does-not-check-the-size",
+        "row": ROW_INDEX,
+        "file": "shardkit/format/index.py",
+        "old": "or _size(hdr) != size ",
+        "new": "",
+        "tests": [FALLBACK],
+    },
+    {
+        "id": "read-fallback-forgets-the-shard",
+        "row": ROW_INDEX,
+        "file": "shardkit/loader/read.py",
+        "old": "        self._walk_only.add(shard)\n",
+        "new": "",
+        "tests": [FALLBACK],
+    },
     # ------------------------------------------------------------------ shardkit/devicedecode.py
     {
         "id": "devdecode-crops-shift-after-a-dropped-sample",
