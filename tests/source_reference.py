@@ -188,7 +188,7 @@ def reference_listing(kind: str, text: str, root: str, name: str, ids: dict[str,
         values = {p: int(str(lab).strip()) if ok else -1 for (p, lab, _, _), ok in zip(pending, is_int)}
         good = [v for v in values.values() if v >= 0]
         if good and max(good) >= min(1_000_000, max(1000, 10 * len(set(good)))):
-            raise Refused("--label-type name")
+            raise Refused("far above")
         if label_type == "auto" and good and min(good) > 0:
             raise Refused("not 0")
         exp.classes = [str(i) for i in range(max(good, default=-1) + 1)]
