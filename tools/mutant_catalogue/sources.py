@@ -112,4 +112,14 @@ MUTANTS = [
     {"id": "regex-whole-match-as-class", "row": ROW_FOLDERS, "file": DISCOVER,
      "old": "named.append((rel, path, m.group(1)))", "new": "named.append((rel, path, m.group(0)))",
      "tests": [ORACLE + "test_folder_oracle"]},
+    # --- the listing oracle alone catches these (proof that it can fail)
+    {"id": "oracle-listing-dedupe-by-path-text-only", "row": ROW_LISTING, "file": LISTING,
+     "old": "        if real in files:", "new": "        if False:",
+     "tests": [ORACLE + "test_listing_oracle"]},
+    {"id": "oracle-listing-one-based-accepted", "row": ROW_LABELS, "file": SOURCE,
+     "old": "if auto and valid and min(valid) > 0:", "new": "if False:",
+     "tests": [ORACLE + "test_listing_oracle"]},
+    {"id": "oracle-listing-bad-rows-in-the-last-split", "row": ROW_LISTING, "file": LISTING,
+     "old": "skipped.setdefault(names[0], []).extend(bad_rows)", "new": "skipped.setdefault(names[-1], []).extend(bad_rows)",
+     "tests": [ORACLE + "test_listing_oracle"]},
 ]
