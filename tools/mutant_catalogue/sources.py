@@ -122,4 +122,15 @@ MUTANTS = [
     {"id": "oracle-listing-bad-rows-in-the-last-split", "row": ROW_LISTING, "file": LISTING,
      "old": "skipped.setdefault(names[0], []).extend(bad_rows)", "new": "skipped.setdefault(names[-1], []).extend(bad_rows)",
      "tests": [ORACLE + "test_listing_oracle"]},
+    # --- the folder oracle alone
+    {"id": "oracle-folder-alias-wins-by-sort-order", "row": ROW_FOLDERS, "file": DISCOVER,
+     "old": "key=lambda i: (not _is_real(root_real, group[i][0]), group[i][0].split, group[i][0].rel)",
+     "new": "key=lambda i: (group[i][0].split, group[i][0].rel)",
+     "tests": [ORACLE + "test_folder_oracle"]},
+    {"id": "oracle-folder-symlinked-files-not-deduplicated", "row": ROW_FOLDERS, "file": DISCOVER,
+     "old": "        if len(group) == 1:\n            by_path.append(group)", "new": "        if True:\n            by_path.extend([g] for g in group)",
+     "tests": [ORACLE + "test_folder_oracle"]},
+    {"id": "oracle-listing-list-label-becomes-name", "row": ROW_LABELS, "file": SOURCE,
+     "old": "    return None, SkipReason.BAD_LABEL\n\n\n#: a class index", "new": "    return str(raw), None\n\n\n#: a class index",
+     "tests": [ORACLE + "test_listing_oracle"]},
 ]
