@@ -65,12 +65,15 @@ def _csv_rows(url: str, text: str) -> tuple[list[str], Iterator[tuple[int, dict[
     if twice is not None:
         raise ConvertError(f"{url}: the header names column {twice!r} twice; rename one of them so each column has its own name")
 
+    sep = "tab" if url.lower().endswith(".tsv") else "comma"
+
     def gen() -> Iterator[tuple[int, dict[str, Any] | str]]:
         for fields in reader:
             if not fields:  # a blank line
                 continue
             if len(fields) != len(header):
-                yield reader.line_num, f"{len(fields)} field{'s' if len(fields) != 1 else ''} but the header has {len(header)} (quote a field that holds a {'tab' if url.lower().endswith('.tsv') else 'comma'})"
+                count = f"{len(fields)} field{'s' if len(fields) != 1 else ''}"
+                yield reader.line_num, f"{count} but the header has {len(header)} (quote a field that holds a {sep})"
             else:
                 yield reader.line_num, dict(zip(header, fields))
 
@@ -91,7 +94,7 @@ def _rows(url: str, text: str) -> tuple[list[str], Iterator[tuple[int, dict[str,
         if not isinstance(row, dict):
             raise ConvertError(f"{url}: line {n} is not a JSON object; each line must be one object like {{\"path\": ..., \"label\": ...}}")
         rows.append((n, row))
-    columns = sorted({k for _, r in rows if isinstance(r, dict) for k in r})
+    columns = sorted({k for _, r in rows if isinstance(r, dict) for k in r})  # every row is a dict here
     return columns, iter(rows)
 
 
