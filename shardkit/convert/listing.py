@@ -38,6 +38,7 @@ import io
 import json
 import os
 import posixpath
+import stat
 from typing import Any, Iterator
 
 from .. import storage
@@ -105,6 +106,19 @@ class _Where:
         self.url, self.root = url, root
         self.local = storage.is_local(root)
         self.base = os.path.abspath(storage.local_path(root)) if self.local else root.split("://", 1)[1]
+        self._dirs: dict[str, str] = {}  # folder -> its real path (a listing names many files per folder)
+
+    def real(self, path: str) -> str:
+        """``os.path.realpath(path)`` of a normalised local path, resolving each folder once (one ``lstat`` per file)."""
+        folder, name = os.path.split(path)
+        real_folder = self._dirs.get(folder)
+        if real_folder is None:
+            real_folder = self._dirs[folder] = os.path.realpath(folder)
+        full = os.path.join(real_folder, name)
+        try:
+            return os.path.realpath(full) if stat.S_ISLNK(os.lstat(full).st_mode) else full
+        except OSError:
+            return full
 
     def locate(self, n: int, path: str) -> tuple[str, str, str]:
         """``(identity, where to read, the file)`` of the path on line ``n``; a relative path climbing above the root is refused."""
@@ -112,7 +126,7 @@ class _Where:
             return path, path, _normal_url(path)
         if path.startswith("/"):
             p = posixpath.normpath(path)
-            return p, p, os.path.realpath(p)
+            return p, p, self.real(p)
         full = posixpath.normpath(posixpath.join(self.base.replace(os.sep, "/"), path.replace("\\", "/")))
         rel = posixpath.relpath(full, self.base.replace(os.sep, "/"))
         if rel == ".." or rel.startswith("../"):
@@ -121,7 +135,7 @@ class _Where:
                 "list it relative to a --root folder that holds every listed file, or by its absolute path"
             )
         where = storage.join(self.root, *rel.split("/"))
-        return rel, where, os.path.realpath(storage.local_path(where)) if self.local else _normal_url(where)
+        return rel, where, self.real(storage.local_path(where)) if self.local else _normal_url(where)
 
 
 def _normal_url(url: str) -> str:
