@@ -67,8 +67,9 @@ _BOOLS = ("true", "false")
 def label_value(value: Any) -> tuple[Any, SkipReason | None]:
     """The one rule for a raw label value: ``(label, None)`` for a class name or index, else ``(None, reason)``.
 
-    ``None``, ``""``, ``null`` and ``[]`` are ``no_label``; a bool, float, list or object (also as text:
-    ``true``, ``2.5``, ``1e3``, ``[0,1]``) is ``bad_label`` until multi-label support lands. Strings are stripped.
+    ``None``, ``""``, ``null`` and ``[]`` are ``no_label``; a negative index, a bool, float, list or object (also
+    as text: ``-1``, ``true``, ``2.5``, ``1e3``, ``[0,1]``) is ``bad_label`` (multi-label is not supported yet);
+    so a ``-1`` among class names is one bad sample, not a mix of names and indices. Strings are stripped.
     (Shared by the tar and Hugging Face sources; it belongs in :mod:`shardkit.convert.source`.)
     """
     if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
@@ -76,12 +77,12 @@ def label_value(value: Any) -> tuple[Any, SkipReason | None]:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         return None, SkipReason.BAD_LABEL
     if isinstance(value, int):
-        return value, None
+        return (value, None) if value >= 0 else (None, SkipReason.BAD_LABEL)
     text = value.strip()
     if not text or text == "null":
         return None, SkipReason.NO_LABEL
     if is_index(text):
-        return text, None
+        return (text, None) if int(text) >= 0 else (None, SkipReason.BAD_LABEL)
     if text.lower() in _BOOLS or _FLOAT.match(text):
         return None, SkipReason.BAD_LABEL
     if text[0] in "[{":
@@ -219,13 +220,12 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
         name = url[len(base):]
         ignored += n_ignored
         for g in groups:
-            ident = f"{name}/{g.key}"
+            ident = f"{name}/{g.key}" + ("" if not g.again else " (again)" if g.again == 1 else f" (again {g.again})")
             fields = {e: members[i] for e, i in g.fields.items()}
             if g.unsafe:
                 out.skipped.append((ident, SkipReason.BAD_NAME, g.unsafe))
                 continue
             if g.again:
-                ident += " (again)" if g.again == 1 else f" (again {g.again})"
                 out.skipped.append((ident, SkipReason.DUPLICATE_PATH, "this key appears again in the tar (a repeated or later member)"))
                 continue
             image = next((e for e in image_exts if e in fields), None)
