@@ -95,6 +95,12 @@ def test_cls_holding_a_list_float_or_bool_is_bad_label(tmp_path, value):
     assert skipped == {"t.tar/b": "bad_label", "t.tar/c": "no_label"}
 
 
+def test_minus_one_among_class_names_is_one_bad_label_not_a_mix_of_names_and_indices(tmp_path):
+    path = _tar(str(tmp_path / "t.tar"), [("a.jpg", RED), ("a.cls", b"cat"), ("b.jpg", BLUE), ("b.cls", b"-1")])
+    files, skipped, classes = _scan(path)
+    assert files == {"t.tar/a": ("cat", RED)} and classes == ["cat"] and skipped == {"t.tar/b": "bad_label"}
+
+
 @pytest.mark.parametrize("value", [[0, 1], 2.5, True, False, {"a": 1}, "2.5", "true"])
 def test_label_json_field_holding_a_list_float_or_bool_is_bad_label(tmp_path, value):
     path = _tar(str(tmp_path / "t.tar"), [("a.jpg", RED), ("a.json", b'{"animal": "dog"}'), ("b.jpg", BLUE),
@@ -166,6 +172,20 @@ def test_reconverting_shardkit_shards_keeps_class_names_order_labels_and_pixels(
     with open(os.path.join(b, "manifest.json")) as f1, open(os.path.join(c, "manifest.json")) as f2:
         assert json.load(f1)["classes"] == json.load(f2)["classes"]
     assert {k: v[:2] for k, v in _read_split(c).items()} == {k: v[:2] for k, v in after.items()}
+
+
+def test_class_field_names_keep_their_cls_order_without_a_manifest(tmp_path):
+    """Shards of a ClassLabel dataset (classes not sorted): the .json "class" names ordered by .cls, not by name."""
+    path = _tar(str(tmp_path / "t.tar"), [("000000.jpg", RED), ("000000.cls", b"1"), ("000000.json", b'{"class": "ant"}'),
+                                         ("000001.jpg", BLUE), ("000001.cls", b"0"), ("000001.json", b'{"class": "zebra"}'),
+                                         ("000002.jpg", GREEN), ("000002.cls", b"2"), ("000002.json", b'{"class": "moth"}')])
+    src = scan_tars(path, SourceOptions())
+    assert src.classes == ["zebra", "ant", "moth"]
+    assert {f.relpath: f.label for f in src.splits[0].files} == {"t.tar/000000": 1, "t.tar/000001": 0, "t.tar/000002": 2}
+    # a "class" field that does not match .cls one to one is not used: .cls read as today
+    path = _tar(str(tmp_path / "u.tar"), [("a.jpg", RED), ("a.cls", b"0"), ("a.json", b'{"class": "ant"}'),
+                                         ("b.jpg", BLUE), ("b.cls", b"0"), ("b.json", b'{"class": "zebra"}')])
+    assert scan_tars(path, SourceOptions()).classes == ["0"]
 
 
 def test_shardkit_manifest_with_an_index_beyond_its_classes_is_bad_label(tmp_path):
