@@ -96,7 +96,7 @@ def test_ragged_rows_are_converted_as_skips_and_counted(tmp_path):
 
 _CASES = [
     (None, None, "no_label"), ("", None, "no_label"), ("   ", None, "no_label"), ([], None, "no_label"),
-    (" cat ", "cat", None), ("2.5", "2.5", None), ("True", "True", None), (7, 7, None), (0, 0, None), (-3, -3, None),
+    (" cat ", "cat", None), ("2.5", "2.5", None), ("True", "True", None), (7, 7, None), (0, 0, None), (-3, None, "bad_label"),
     (True, None, "bad_label"), (False, None, "bad_label"), (2.5, None, "bad_label"), (2.0, None, "bad_label"),
     ([0, 1], None, "bad_label"), (["x"], None, "bad_label"), ({"a": 1}, None, "bad_label"), (b"x", None, "bad_label"),
 ]

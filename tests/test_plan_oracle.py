@@ -28,7 +28,6 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

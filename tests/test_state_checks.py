@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 import json
-import os
 import shutil
 from dataclasses import fields
 

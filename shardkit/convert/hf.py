@@ -12,7 +12,7 @@ is ``row-<i>`` (zero-padded), its image the ``image_col`` column (an
 
 * ``ClassLabel``: its names, in its order, are the classes; ``-1`` (or none) is ``no_label``;
 * ``Value`` of ints or strings: read as names or indices like a listing's, by the one label-value rule
-  (:func:`shardkit.convert.tars.label_value`: empty is ``no_label``; a string such as ``'[0, 1]'``, ``'2.5'``
+  (:func:`shardkit.convert.source.spelled_label_value`: empty is ``no_label``; a string such as ``'[0, 1]'``, ``'2.5'``
   or ``'True'`` is ``bad_label``);
 * a list (``List``/``Sequence``): an empty list is ``no_label``; any non-empty list refuses the dataset in one line;
 * a float, bool or any other type: refused in one line naming the column and its feature type
@@ -143,7 +143,7 @@ def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
     """The :class:`Source` of a dataset object or of the dataset saved at path ``src``."""
     import datasets
 
-    from .tars import label_value
+    from .source import spelled_label_value as label_value
 
     what = f"hf:{src}" if isinstance(src, str) else type(src).__name__
     ds = _load(src) if isinstance(src, str) else src

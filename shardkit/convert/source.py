@@ -70,8 +70,8 @@ def is_index(value: Any) -> bool:
 def label_value(raw: Any) -> tuple[str | int | None, SkipReason | None]:
     """The one label rule of every source: ``(label, None)`` for a usable raw label, else ``(None, reason)``.
 
-    A usable label is a string that is not empty or blank (returned stripped) or an ``int`` (not a
-    ``bool``). ``None``, an empty or blank string and an empty list are ``no_label``; anything else
+    A usable label is a string that is not empty or blank (returned stripped) or an ``int`` >= 0 (not a
+    ``bool``; a negative ``int`` is ``bad_label``). ``None``, an empty or blank string and an empty list are ``no_label``; anything else
     (``bool``, ``float``, a non-empty list, a dict, bytes, ...) is ``bad_label``: until multi-label
     support lands, such a value is never turned into a class name. Whether a label is a class name
     or a class index is decided later, over all labels, by :func:`read_labels`.
@@ -81,8 +81,40 @@ def label_value(raw: Any) -> tuple[str | int | None, SkipReason | None]:
     if isinstance(raw, str):
         return raw.strip(), None
     if isinstance(raw, int) and not isinstance(raw, bool):
-        return raw, None
+        return (raw, None) if raw >= 0 else (None, SkipReason.BAD_LABEL)  # a typed -1 is never a class name
     return None, SkipReason.BAD_LABEL
+
+
+_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+|inf|infinity|nan)$", re.IGNORECASE)
+_BOOLS = ("true", "false")
+
+
+def spelled_label_value(value: Any) -> tuple[Any, SkipReason | None]:
+    """A label given as text that spells a value: the value it spells, then the one label rule (:func:`label_value`).
+
+    Used for a tar's ``.cls`` member (an integer class index by WebDataset's convention), a string
+    ``--label-json-field`` and a Hugging Face string column; a listing's label column is free text instead
+    (any non-empty text is a class name or index). The text is read as the JSON scalar or list it spells before the rule applies: ``null`` is
+    ``None`` (``no_label``), ``[]`` an empty list (``no_label``), and ``true``, ``2.5``, ``1e3``, ``[0,1]``,
+    ``-1`` are a bool, float, list or negative index (``bad_label``: multi-label and regression targets are not
+    supported yet; a ``-1`` among class names is one bad sample, not a mix of names and indices). Any other text
+    is a class name or index, stripped.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "null":
+            return label_value(None)
+        if is_index(text):
+            return label_value(int(text)) if text.startswith("-") else label_value(text)
+        if text.lower() in _BOOLS or _FLOAT.match(text):
+            return None, SkipReason.BAD_LABEL
+        if text[:1] in "[{" and text:
+            try:
+                value = json.loads(text)
+            except (ValueError, RecursionError):
+                return label_value(text)
+            return (None, SkipReason.BAD_LABEL) if isinstance(value, dict) else label_value(value)
+    return label_value(value)
 
 
 #: a class index must be below ``max(MIN_INDEX_BOUND, INDEX_FACTOR * distinct labels)`` and below ``MAX_CLASSES``

@@ -44,7 +44,6 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import re
 import tarfile
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -56,42 +55,11 @@ from .imageproc import SkipReason
 from .listing import RESERVED_FIELDS
 from .options import SourceOptions
 from .source import Reader, Source, SourceFile, SplitSource, extra_problem, is_index, read_labels, tar_ref
+from .source import spelled_label_value as label_value
 
 _SMALL = 1 << 20  # label / metadata members larger than this are not read
 #: tars scanned at once (their headers and small members; I/O bound, so threads)
 SCAN_THREADS = 8
-_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+|inf|infinity|nan)$", re.IGNORECASE)
-_BOOLS = ("true", "false")
-
-
-def label_value(value: Any) -> tuple[Any, SkipReason | None]:
-    """The one rule for a raw label value: ``(label, None)`` for a class name or index, else ``(None, reason)``.
-
-    ``None``, ``""``, ``null`` and ``[]`` are ``no_label``; a negative index, a bool, float, list or object (also
-    as text: ``-1``, ``true``, ``2.5``, ``1e3``, ``[0,1]``) is ``bad_label`` (multi-label is not supported yet);
-    so a ``-1`` among class names is one bad sample, not a mix of names and indices. Strings are stripped.
-    (Shared by the tar and Hugging Face sources; it belongs in :mod:`shardkit.convert.source`.)
-    """
-    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
-        return None, SkipReason.NO_LABEL
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        return None, SkipReason.BAD_LABEL
-    if isinstance(value, int):
-        return (value, None) if value >= 0 else (None, SkipReason.BAD_LABEL)
-    text = value.strip()
-    if not text or text == "null":
-        return None, SkipReason.NO_LABEL
-    if is_index(text):
-        return (text, None) if int(text) >= 0 else (None, SkipReason.BAD_LABEL)
-    if text.lower() in _BOOLS or _FLOAT.match(text):
-        return None, SkipReason.BAD_LABEL
-    if text[0] in "[{":
-        try:
-            parsed = json.loads(text)
-        except (ValueError, RecursionError):
-            return text, None
-        return (None, SkipReason.NO_LABEL) if parsed == [] else (None, SkipReason.BAD_LABEL)
-    return text, None
 
 
 def is_tar_source(src: str) -> bool:
