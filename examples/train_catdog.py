@@ -17,7 +17,6 @@ It prints per-epoch loss, accuracy and images/s.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch
@@ -69,10 +68,10 @@ def main(argv: list[str] | None = None) -> None:
         p.error("pass --src IMAGEFOLDER or --demo-data")
 
     # 1. convert once (resumable; re-running skips finished shards)
-    convert(args.src, args.shards, ConvertOptions(image=ImageOptions(short_side=max(args.image_size * 8 // 7, 64))))
-    has_splits = os.path.exists(os.path.join(args.shards, "train", "manifest.json"))
-    train_url = os.path.join(args.shards, "train") if has_splits else args.shards
-    val_url = os.path.join(args.shards, "val") if has_splits and os.path.exists(os.path.join(args.shards, "val", "manifest.json")) else None
+    # every split lands in SHARDS/<split>/: a plain ImageFolder in SHARDS/train, train/ val/ folders in SHARDS/train and SHARDS/val
+    result = convert(args.src, args.shards, ConvertOptions(image=ImageOptions(short_side=max(args.image_size * 8 // 7, 64))))
+    urls = {s.split: s.url for s in result.splits}
+    train_url, val_url = urls["train"], urls.get("val")
 
     # 2. stream: crop+flip while decoding in the workers, uint8 batches
     train = shardkit.load(train_url, batch_size=args.batch_size, size=args.image_size, num_workers=args.workers)

@@ -23,6 +23,12 @@ Sources: :func:`~shardkit.convert.discover.discover` turns any kind of SRC
 into splits of items and a picklable reader (:mod:`shardkit.convert.source`);
 nothing here depends on the kind. Before writing, DEST is checked against SRC
 and locked for this task (:mod:`shardkit.convert.dest`).
+
+Layout: one rule, every split goes to ``DEST/<split>/`` (a plain ImageFolder to
+``DEST/train/``), whatever the source (``Source.nested`` is not consulted). A DEST
+holding a conversion directly (``manifest.json`` in DEST: the flat layout older
+shardkit wrote for one-split sources) still loads, but converting into it again is
+refused unless ``overwrite`` (which removes it).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from ..format import EncodedSample, index_url, write_tar
 from ..format.index import INDEX_SUFFIX
 from . import journal, plan
-from .dest import check_overlap, dest_lock
+from .dest import check_flat, check_overlap, dest_lock
 from .discover import NOT_CANDIDATES, Source, discover
 from .encoder import CHUNK, Encoder, Outcome, start_pool
 from .imageproc import Encoded
@@ -243,10 +249,6 @@ class SplitJob:
         return result
 
 
-def _split_url(dest: str, nested: bool, split: str) -> str:
-    return storage.join(dest, split) if nested else dest
-
-
 def convert(
     src: Any,
     dest: str,
@@ -266,7 +268,8 @@ def convert(
             ``options.source.label_regex``); a ``.csv``/``.tsv``/``.jsonl`` listing (path or
             URL); WebDataset tars (a ``.tar`` path, URL or brace pattern); ``"hf:PATH"`` or a
             ``datasets.Dataset``/``DatasetDict`` (see :func:`shardkit.convert.discover.discover`).
-        dest: local path or fsspec URL; a SRC with several splits gets ``dest/<split>/``.
+        dest: local path or fsspec URL; every split goes to ``dest/<split>/`` (a plain ImageFolder:
+            ``dest/train/``, see ``options.split``).
         options: what to produce (:class:`ConvertOptions`); the same options
             and input always give byte-identical output.
         workers: encoding processes (default: all cores); changes speed only.
@@ -296,9 +299,10 @@ def convert(
         source = _discover(src, dest, options, so)
         encoder = Encoder(source.reader, options.image, pool, workers)
         version = encoder.version()
-        jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so, version) for s in source.splits]
+        jobs = [SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version) for s in source.splits]
         results = []
         with dest_lock(dest, task_index):
+            check_flat(dest, overwrite, so)
             for job in jobs:
                 job.check_dest(overwrite)
             for job in jobs:  # every split's plan.json before any shard: `shardkit verify` then sees splits not begun

@@ -1,0 +1,140 @@
+"""First contact, as a new user meets shardkit: where a conversion lands, what a root of splits says,
+old (flat) datasets, the progress bar, the `__main__` guard, `bench` on tiny data, `sample-data`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import split_samples, tree_digests, write_dataset
+
+import shardkit
+from shardkit.cli import main
+from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
+from shardkit.errors import ConvertError, ShardkitError
+from shardkit.manifest import load_manifest
+from shardkit.sampledata import make_imagefolder
+
+OPTS = ConvertOptions(image=ImageOptions(short_side=16), shard_size=4, seed=1)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _src(path, per_class: int = 3, **kw) -> str:
+    return make_imagefolder(str(path), num_classes=2, per_class=per_class, **kw)
+
+
+def _listing(root: str) -> dict[str, list[str]]:
+    """``{folder relative to root: sorted file names}`` of every folder holding files (the reference layout view)."""
+    out = {}
+    for d, _, files in os.walk(root):
+        files = sorted(f for f in files if not f.startswith("."))
+        if files:
+            out[os.path.relpath(d, root)] = files
+    return out
+
+
+# --- one layout rule: every conversion writes DEST/<split>/ ------------------------------------------------------
+
+
+def test_every_source_kind_lands_in_dest_split(tmp_path):
+    """Plain ImageFolder, --val-fraction, split folders: each split in DEST/<split>/, nothing directly in DEST."""
+    plain = _src(tmp_path / "plain", per_class=5)
+    splits = _src(tmp_path / "splits", splits={"train": 3, "val": 2})
+    for name, src, opts, want in (
+        ("a", plain, OPTS, ["train"]),
+        ("b", plain, ConvertOptions(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.4), ["train", "val"]),
+        ("c", splits, OPTS, ["train", "val"]),
+        ("d", plain, ConvertOptions(image=OPTS.image, shard_size=4, seed=1, split="all"), ["all"]),
+    ):
+        dest = str(tmp_path / name)
+        r = convert(src, dest, opts, workers=1, quiet=True)
+        assert sorted(s.split for s in r.splits) == want
+        assert [s.url for s in sorted(r.splits, key=lambda s: s.split)] == [os.path.join(dest, w) for w in want]
+        # DEST itself holds only split folders (and no manifest, shard or journal)
+        assert sorted(d for d in os.listdir(dest) if not d.startswith(".")) == want
+        for w in want:
+            assert load_manifest(os.path.join(dest, w)).split == w
+
+
+def test_adding_a_val_split_does_not_move_the_train_data(tmp_path):
+    """With and without --val-fraction the training data is DEST/train (the path a training script names)."""
+    src = _src(tmp_path / "src", per_class=5)
+    a = convert(src, str(tmp_path / "a"), OPTS, workers=1, quiet=True)
+    b = convert(src, str(tmp_path / "b"), ConvertOptions(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.4),
+                workers=1, quiet=True)
+    assert {s.split: os.path.relpath(s.url, tmp_path / "a") for s in a.splits} == {"train": "train"}
+    assert {s.split: os.path.relpath(s.url, tmp_path / "b") for s in b.splits} == {"train": "train", "val": "val"}
+    train_a, train_b, val_b = (split_samples(str(tmp_path / d / s)) for d, s in (("a", "train"), ("b", "train"), ("b", "val")))
+    paths = lambda ss: sorted(g["json"]["path"] for g in ss.values())  # noqa: E731
+    assert sorted(paths(train_b) + paths(val_b)) == paths(train_a) and len(val_b) == 4
+
+
+def test_multi_task_conversion_of_a_plain_folder_merges_into_dest_train(tmp_path):
+    src = _src(tmp_path / "src", per_class=6)
+    single = str(tmp_path / "single")
+    convert(src, single, OPTS, workers=1, quiet=True)
+    multi = str(tmp_path / "multi")
+    for i in (1, 0):
+        r = convert(src, multi, OPTS, workers=1, quiet=True, num_tasks=2, task_index=i)
+        assert not r.complete and [s.url for s in r.splits] == [os.path.join(multi, "train")]
+    assert [m.url for m in merge(multi)] == [os.path.join(multi, "train", "manifest.json")]
+    assert tree_digests(single) == tree_digests(multi)
+
+
+def test_old_flat_dataset_still_loads_verifies_and_merges(tmp_path, capsys):
+    """A dataset of older shardkit (manifest.json directly in DEST) keeps working with load, info, verify, bench, merge."""
+    old = write_dataset(str(tmp_path / "old"), num_samples=12, shard_size=5)
+    loader = shardkit.load(old.url, batch_size=4, size=16, num_workers=0, shuffle=False, preset="eval", with_keys=True)
+    assert sorted(k for _, _, keys in loader for k in keys) == sorted(old.keys)
+    assert main(["info", old.url]) == 0 and "split train: 12 samples" in capsys.readouterr().out
+    assert main(["verify", old.url, "--quiet"]) == 0
+    capsys.readouterr()
+    assert load_manifest(old.url).num_samples == 12
+
+
+def test_converting_into_an_old_flat_dataset_is_refused_or_replaced_with_overwrite(tmp_path, capsys):
+    old = write_dataset(str(tmp_path / "old"), num_samples=12, shard_size=5)
+    before = tree_digests(old.url)
+    src = _src(tmp_path / "src")
+    rc = main(["convert", src, old.url, "--quiet", "--workers", "1", "--short-side", "16"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "old flat layout" in err and "--overwrite" in err and len(err.strip().splitlines()) == 1, err
+    assert tree_digests(old.url) == before  # nothing written
+    r = convert(src, old.url, OPTS, workers=1, quiet=True, overwrite=True)
+    assert r.complete and r.splits[0].url == os.path.join(old.url, "train")
+    assert sorted(os.listdir(old.url)) == ["train"]  # the old manifest and shards are gone; the new split is in train/
+    assert load_manifest(os.path.join(old.url, "train")).num_samples == 6
+
+
+# --- a root of splits names its splits -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_splits(tmp_path_factory):
+    src = _src(tmp_path_factory.mktemp("src") / "if", per_class=4)
+    dest = str(tmp_path_factory.mktemp("out") / "ds")
+    convert(src, dest, ConvertOptions(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.25), workers=1, quiet=True)
+    return dest
+
+
+def test_load_of_a_root_of_splits_names_the_splits(two_splits):
+    with pytest.raises(ShardkitError) as e:
+        shardkit.load(two_splits, batch_size=2, num_workers=0)
+    msg = str(e.value)
+    assert f"{two_splits} holds splits train, val" in msg and os.path.join(two_splits, "train") in msg
+    assert "\n" not in msg
+    with pytest.raises(ShardkitError, match="holds splits train, val"):
+        load_manifest(two_splits)
+
+
+def test_bench_and_info_of_a_root_of_splits(two_splits, capsys):
+    rc = main(["bench", two_splits, "--workers", "0", "--batches", "1", "--batch-size", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "holds splits train, val" in err and os.path.join(two_splits, "train") in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert main(["info", two_splits]) == 0
+    out = capsys.readouterr().out
+    assert "split train:" in out and "split val:" in out
