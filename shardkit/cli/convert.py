@@ -131,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {bad} files have names that are not valid UTF-8 and were not converted (bad_name in the manifest); "
               "rename them to convert them", file=sys.stderr)
     for s in result.splits:
-        if s.manifest is not None:
+        if not s.written:
+            print(f"  {s.split}: no samples ({s.empty}), not written")
+        elif s.manifest is not None:
             m = s.manifest
             print(f"  {s.split}: {m.num_samples} samples in {len(m.shards)} shards, {_mb(m.num_bytes)} -> {m.url}")
     if not result.complete:

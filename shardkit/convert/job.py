@@ -297,12 +297,20 @@ def convert(
     plan.task_shards(0, num_tasks, task_index)  # validates
     with start_pool(workers) as pool:  # first: its start-up overlaps discovery
         source = _discover(src, dest, options, so)
+        empty = [_empty_result(s, dest, options) for s in source.splits if not s.files]
+        if len(empty) == len(source.splits):  # decided before anything is written
+            raise ConvertError(
+                f"{source.root}: no split has a sample to convert: " + "; ".join(f"{e.split} ({e.empty})" for e in empty)
+                + "; nothing written"
+            )
         encoder = Encoder(source.reader, options.image, pool, workers)
         version = encoder.version()
-        jobs = [SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version) for s in source.splits]
-        results = []
+        jobs = [SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version) for s in source.splits if s.files]
+        results = list(empty)
         with dest_lock(dest, task_index):
             check_flat(dest, overwrite, so)
+            for e in empty:
+                _check_empty_dest(e, source.classes, options, so, overwrite)
             for job in jobs:
                 job.check_dest(overwrite)
             for job in jobs:  # every split's plan.json before any shard: `shardkit verify` then sees splits not begun
@@ -313,7 +321,34 @@ def convert(
                 if num_tasks == 1:
                     res.manifest = finalize_split(job.url, **so)
                 results.append(res)
+    results.sort(key=lambda r: r.split)
     return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
+
+
+def _empty_result(s: SplitSource, dest: str, options: ConvertOptions) -> SplitResult:
+    """The result of split ``s``, which has no sample: not written, with its skips and why it is empty."""
+    res = SplitResult(split=s.name, url=storage.join(dest, s.name), written=False)
+    res.skipped_files = sorted((SkippedFile(p, r.value, d) for p, r, d in s.skipped), key=lambda f: f.path)
+    res.add_skipped(res.skipped_files)
+    if res.skipped:
+        res.empty = f"{res.skipped} skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(res.skipped_reasons.items()))
+    elif options.val_fraction:
+        res.empty = f"no input: --val-fraction {options.val_fraction} rounds each class's share to 0; raise it"
+    else:
+        res.empty = "no input"
+    return res
+
+
+def _check_empty_dest(e: SplitResult, classes: list[str], options: ConvertOptions, so: dict, overwrite: bool) -> None:
+    """Refuse (or with ``overwrite`` remove) an earlier conversion in the folder of a split that has no sample now."""
+    if not (storage.exists(storage.join(e.url, MANIFEST_NAME), **so) or storage.exists(journal.journal_url(e.url, journal.PLAN_NAME), **so)):
+        return
+    if not overwrite:
+        raise ConvertError(
+            f"{e.url}: holds an earlier conversion of split {e.split}, which has no sample now ({e.empty}); "
+            "pass --overwrite to remove it, or choose another DEST"
+        )
+    SplitJob(SplitSource(e.split, "", []), classes, e.url, options, so, "")._clear()
 
 
 def _discover(src: Any, dest: str, options: ConvertOptions, so: dict) -> Source:
