@@ -138,3 +138,42 @@ def test_bench_and_info_of_a_root_of_splits(two_splits, capsys):
     assert main(["info", two_splits]) == 0
     out = capsys.readouterr().out
     assert "split train:" in out and "split val:" in out
+
+
+# --- the Python API in a script without `if __name__ == "__main__":` (A9) ------------------------------------------
+
+_SCRIPT = """\
+import sys
+from shardkit.convert import convert
+
+def go():
+    r = convert(sys.argv[1], sys.argv[2], workers=2, quiet=True)
+    print("converted", r.converted)
+
+{call}
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("call", ["go()", "if True:\n    go()"])
+def test_script_without_main_guard_gets_one_line_saying_what_to_do(tmp_path, call):
+    src = _src(tmp_path / "src", per_class=2)
+    script = tmp_path / "convert_it.py"
+    script.write_text(_SCRIPT.format(call=call))
+    p = subprocess.run([sys.executable, str(script), src, str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode != 0
+    last = p.stderr.strip().splitlines()[-1]
+    assert 'if __name__ == "__main__":' in last and str(script) in last and "workers=1" in last, p.stderr
+    assert "worker process died" not in p.stderr and p.stderr.count("Traceback") <= 1, p.stderr
+    assert not os.path.exists(tmp_path / "out")  # refused before anything was written
+
+
+@pytest.mark.timeout(180)
+def test_script_with_main_guard_converts_with_a_pool(tmp_path):
+    src = _src(tmp_path / "src", per_class=2)
+    script = tmp_path / "convert_it.py"
+    script.write_text(_SCRIPT.format(call='if __name__ == "__main__":\n    go()'))
+    p = subprocess.run([sys.executable, str(script), src, str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode == 0 and "converted 4" in p.stdout, p.stderr

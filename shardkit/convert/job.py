@@ -47,7 +47,7 @@ from ..format.index import INDEX_SUFFIX
 from . import journal, plan
 from .dest import check_flat, check_overlap, dest_lock
 from .discover import NOT_CANDIDATES, Source, discover
-from .encoder import CHUNK, Encoder, Outcome, start_pool
+from .encoder import CHUNK, Encoder, Outcome, check_main_guard, start_pool
 from .imageproc import Encoded
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
@@ -295,6 +295,8 @@ def convert(
     if workers < 1:
         raise ValueError("workers must be at least 1")
     plan.task_shards(0, num_tasks, task_index)  # validates
+    if workers > 1:
+        check_main_guard()
     with start_pool(workers) as pool:  # first: its start-up overlaps discovery
         source = _discover(src, dest, options, so)
         empty = [_empty_result(s, dest, options) for s in source.splits if not s.files]
