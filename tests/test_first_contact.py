@@ -177,3 +177,45 @@ def test_script_with_main_guard_converts_with_a_pool(tmp_path):
     p = subprocess.run([sys.executable, str(script), src, str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": ROOT})
     assert p.returncode == 0 and "converted 4" in p.stdout, p.stderr
+
+
+# --- progress bar: counts every input, ends at 100 %, and its rate is told apart from the summary's ---------------
+
+
+def _last_counts(stderr: str) -> dict[str, tuple[int, int]]:
+    """``{bar name: (n, total)}`` of the last state of each tqdm bar in ``stderr``."""
+    import re
+
+    out = {}
+    for frame in re.split(r"[\r\n]", stderr):
+        m = re.match(r"\s*(\w+):.*?\|\s*(\d+)/(\d+)\s*\[", frame)
+        if m:
+            out[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return out
+
+
+@pytest.mark.parametrize("opts", [
+    ConvertOptions(image=ImageOptions(short_side=16), shard_size=3, shard_bytes=None),
+    ConvertOptions(image=ImageOptions(short_side=16), shard_size=4),  # byte cap on: the pilot encodes a few first
+])
+def test_progress_bar_counts_every_input_and_ends_at_total(tmp_path, capfd, opts):
+    src = _src(tmp_path / "src", per_class=5, splits={"train": 5, "val": 2})
+    cls = sorted(os.listdir(os.path.join(src, "train")))[0]
+    with open(os.path.join(src, "train", cls, "zz_broken.jpg"), "wb") as f:
+        f.write(b"\xff\xd8 not a jpeg")  # a skip is an input the bar counts too
+    capfd.readouterr()
+    r = convert(src, str(tmp_path / "out"), opts, workers=1, quiet=False)
+    err = capfd.readouterr().err
+    bars = _last_counts(err)
+    assert bars == {"train": (11, 11), "val": (4, 4)}, err
+    assert r.converted == 14 and r.skipped == 1
+
+
+def test_summary_rate_is_labelled_as_the_whole_run(tmp_path, capsys):
+    src = _src(tmp_path / "src")
+    assert main(["convert", src, str(tmp_path / "out"), "--quiet", "--workers", "1", "--short-side", "16"]) == 0
+    out = capsys.readouterr().out
+    import re
+
+    m = re.search(r"converted 6 images, skipped 0 files; .* ([\d.]+) s in all, ([\d.]+) img/s overall \(start-up included\)", out)
+    assert m, out

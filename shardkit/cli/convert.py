@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         f"converted {result.converted} images, skipped {result.skipped} files" + (f" ({reasons})" if reasons else "")
         + (f", kept {resumed} finished shards" if resumed else "")
         + f"; {_mb(result.bytes_in)} in -> {_mb(result.bytes_out)} out; "
-        f"{result.seconds:.1f} s, {result.images_per_second:.1f} img/s"
+        f"{result.seconds:.1f} s in all, {result.images_per_second:.1f} img/s overall (start-up included)"
     )
     dup, bad = result.skipped_reasons.get("duplicate_file", 0), result.skipped_reasons.get("bad_name", 0)
     if dup:

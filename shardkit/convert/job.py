@@ -224,6 +224,7 @@ class SplitJob:
                 for c in range(0, len(needs[j]), CHUNK):
                     yield needs[j][c:c + CHUNK]
 
+        # the bar counts every input of the split (a skipped one too) at its encoding rate; the summary's rate is the whole run's
         with tqdm(total=total, initial=done, unit="img", desc=self.src.name, disable=quiet, dynamic_ncols=True) as bar:
             results = encoder.map(chunks())
             fresh: collections.deque[Outcome] = collections.deque()
@@ -231,12 +232,13 @@ class SplitJob:
             def outcomes(items: Sequence[plan.Item]) -> Iterator[Outcome]:
                 for it in items:  # pilot outcomes from the cache, the others from the pool, in order
                     if it.index in self.cache:
-                        yield self.cache.pop(it.index)
+                        out = self.cache.pop(it.index)
                     else:
                         if not fresh:
                             fresh.extend(next(results))
-                        yield fresh.popleft()
-                    bar.update(1)
+                        out = fresh.popleft()
+                    bar.update(1)  # before the yield: the consumer (zip) stops after the last item, never resuming us
+                    yield out
 
             for j in todo:
                 items = self.items[slice(*ranges[j])]
