@@ -219,3 +219,21 @@ def test_summary_rate_is_labelled_as_the_whole_run(tmp_path, capsys):
 
     m = re.search(r"converted 6 images, skipped 0 files; .* ([\d.]+) s in all, ([\d.]+) img/s overall \(start-up included\)", out)
     assert m, out
+
+
+# --- bench on a dataset too small to measure ----------------------------------------------------------------------
+
+
+def test_bench_says_when_the_dataset_is_too_small_for_a_steady_figure(tmp_path):
+    from shardkit.loader.bench import bench
+
+    small = write_dataset(str(tmp_path / "small"), num_samples=24, shard_size=6)
+    r = bench(small.url, workers=[0], batches=4, batch_size=4, size=32, window=4, max_s=3.0)
+    p = r.points[0]
+    # 6 batches per epoch; a steady figure needs the warm-up batch and two windows of 4 within one epoch (9)
+    assert not p.stable and p.stop == "too small: 6 batches per epoch, a steady figure needs 9"
+    text = r.format()
+    assert "no (too small: 6 batches per epoch" in text and "too small to measure" in text and "steady: yes" not in text
+    big = write_dataset(str(tmp_path / "big"), num_samples=40, shard_size=10)
+    r = bench(big.url, workers=[0], batches=4, batch_size=4, size=32, window=4, max_s=3.0)
+    assert not r.points[0].stop.startswith("too small") and "too small to measure" not in r.format()
