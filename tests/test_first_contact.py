@@ -237,3 +237,59 @@ def test_bench_says_when_the_dataset_is_too_small_for_a_steady_figure(tmp_path):
     big = write_dataset(str(tmp_path / "big"), num_samples=40, shard_size=10)
     r = bench(big.url, workers=[0], batches=4, batch_size=4, size=32, window=4, max_s=3.0)
     assert not r.points[0].stop.startswith("too small") and "too small to measure" not in r.format()
+
+
+# --- shardkit sample-data: the documented way to make data for experiments ------------------------------------------
+
+
+def _images(root: str) -> dict[str, tuple[int, int]]:
+    """``{relative path: (width, height)}`` of every file under ``root``, read with PIL (must all be JPEGs)."""
+    from PIL import Image
+
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            with Image.open(os.path.join(d, f)) as im:
+                assert im.format == "JPEG" and im.mode == "RGB"
+                out[os.path.relpath(os.path.join(d, f), root)] = im.size
+    return out
+
+
+def test_sample_data_writes_what_it_says_and_the_quick_start_runs_on_it(tmp_path, capsys):
+    d = str(tmp_path / "pets")
+    assert main(["sample-data", d, "--classes", "3", "--per-class", "4", "--size", "40x30"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote 12 images of 3 classes (circle, square, stripes) to {d}/<class>/")
+    imgs = _images(d)
+    assert sorted(os.listdir(d)) == ["circle", "square", "stripes"] and len(imgs) == 12
+    assert set(imgs.values()) == {(40, 30)}
+    assert {p.split(os.sep)[0] for p in imgs} == {"circle", "square", "stripes"}
+    # the same seed writes the same bytes; another seed other bytes
+    assert main(["sample-data", str(tmp_path / "again"), "--classes", "3", "--per-class", "4", "--size", "40x30"]) == 0
+    assert main(["sample-data", str(tmp_path / "other"), "--classes", "3", "--per-class", "4", "--size", "40x30", "--seed", "1"]) == 0
+    capsys.readouterr()
+    assert tree_digests(d) == tree_digests(str(tmp_path / "again")) != tree_digests(str(tmp_path / "other"))
+    # the Quick start: convert DIR, then load DEST/train
+    assert main(["convert", d, str(tmp_path / "shards"), "--quiet", "--workers", "1", "--short-side", "24"]) == 0
+    capsys.readouterr()
+    loader = shardkit.load(str(tmp_path / "shards" / "train"), batch_size=5, size=16, num_workers=0, preset="eval", shuffle=False)
+    labels = [int(y) for _, ys in loader for y in ys]
+    assert sorted(labels) == [0] * 4 + [1] * 4 + [2] * 4 and list(loader.classes) == ["circle", "square", "stripes"]
+
+
+def test_sample_data_splits_and_bad_arguments(tmp_path, capsys):
+    d = str(tmp_path / "s")
+    assert main(["sample-data", d, "--classes", "2", "--per-class", "3", "--val-per-class", "1"]) == 0
+    assert f"to {d}/train and {d}/val" in capsys.readouterr().out
+    imgs = _images(d)
+    assert sorted(os.listdir(d)) == ["train", "val"] and len(imgs) == 8
+    assert sum(p.startswith("val" + os.sep) for p in imgs) == 2
+    for argv, what in (([d], "exists and is not an empty folder"), ([str(tmp_path / "x"), "--classes", "9"], "--classes must be between 1 and 8"),
+                       ([str(tmp_path / "x"), "--size", "4x4"], "at least 8x8")):
+        assert main(["sample-data", *argv]) == 2
+        err = capsys.readouterr().err
+        assert what in err and len(err.strip().splitlines()) == 1, err
+    with pytest.raises(SystemExit):
+        main(["sample-data", str(tmp_path / "x"), "--size", "40"])
+    assert "expected WIDTHxHEIGHT" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "x")
