@@ -121,10 +121,13 @@ def two_splits(tmp_path_factory):
 
 
 def test_load_of_a_root_of_splits_names_the_splits(two_splits):
+    os.makedirs(os.path.join(two_splits, "docs"), exist_ok=True)  # a folder that is not a split is not named
+    with open(os.path.join(two_splits, "docs", "README.txt"), "w") as f:
+        f.write("about this dataset")
     with pytest.raises(ShardkitError) as e:
         shardkit.load(two_splits, batch_size=2, num_workers=0)
     msg = str(e.value)
-    assert f"{two_splits} holds splits train, val" in msg and os.path.join(two_splits, "train") in msg
+    assert f"{two_splits} holds splits train, val, not one split" in msg and os.path.join(two_splits, "train") in msg
     assert "\n" not in msg
     with pytest.raises(ShardkitError, match="holds splits train, val"):
         load_manifest(two_splits)
