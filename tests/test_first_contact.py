@@ -95,6 +95,24 @@ def test_old_flat_dataset_still_loads_verifies_and_merges(tmp_path, capsys):
     assert load_manifest(old.url).num_samples == 12
 
 
+def test_an_old_flat_multi_task_conversion_still_merges(tmp_path):
+    """Tasks of an older shardkit wrote their shards and journal directly in DEST: `merge DEST` finishes it there."""
+    import shutil
+
+    src = _src(tmp_path / "src", per_class=6)
+    dest = str(tmp_path / "flat")
+    for i in (0, 1):
+        convert(src, dest, OPTS, workers=1, quiet=True, num_tasks=2, task_index=i)
+    for name in os.listdir(os.path.join(dest, "train")):  # the flat layout of older shardkit
+        shutil.move(os.path.join(dest, "train", name), os.path.join(dest, name))
+    os.rmdir(os.path.join(dest, "train"))
+    (m,) = merge(dest)
+    assert m.url == os.path.join(dest, "manifest.json") and m.num_samples == 12
+    single = convert(src, str(tmp_path / "single"), OPTS, workers=1, quiet=True).splits[0].manifest
+    assert [s.sha256 for s in m.shards] == [s.sha256 for s in single.shards]
+    assert main(["verify", dest, "--quiet"]) == 0
+
+
 def test_converting_into_an_old_flat_dataset_is_refused_or_replaced_with_overwrite(tmp_path, capsys):
     old = write_dataset(str(tmp_path / "old"), num_samples=12, shard_size=5)
     before = tree_digests(old.url)

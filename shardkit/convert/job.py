@@ -283,10 +283,13 @@ def convert(
         storage_options: fsspec options for ``dest`` (credentials, endpoint).
 
     Returns:
-        what was done per split (manifests when complete).
+        what was done per split (manifests when complete), sorted by split name; a split with no
+        sample is not written and comes back with ``written=False``, its skips and why it is empty.
 
     Raises:
-        ConvertError: bad SRC, DEST holding another conversion, a skip under ``strict``.
+        ConvertError: bad SRC, no split with a sample (nothing is written), DEST holding another
+            conversion (or an older flat one), a skip under ``strict``, a script calling this with
+            ``workers > 1`` outside ``if __name__ == "__main__":``.
         StorageError: DEST cannot be written (the work done so far is kept and a rerun resumes).
     """
     t0 = time.monotonic()
