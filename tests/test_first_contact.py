@@ -176,7 +176,7 @@ def go():
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("call", ["go()", "if True:\n    go()"])
+@pytest.mark.parametrize("call", ["go()", "if True:\n    go()"], ids=["top-level", "under-another-if"])
 def test_script_without_main_guard_gets_one_line_saying_what_to_do(tmp_path, call):
     src = _src(tmp_path / "src", per_class=2)
     script = tmp_path / "convert_it.py"
@@ -218,7 +218,7 @@ def _last_counts(stderr: str) -> dict[str, tuple[int, int]]:
 @pytest.mark.parametrize("opts", [
     ConvertOptions(image=ImageOptions(short_side=16), shard_size=3, shard_bytes=None),
     ConvertOptions(image=ImageOptions(short_side=16), shard_size=4),  # byte cap on: the pilot encodes a few first
-])
+], ids=["count-cap", "byte-cap-pilot"])
 def test_progress_bar_counts_every_input_and_ends_at_total(tmp_path, capfd, opts):
     src = _src(tmp_path / "src", per_class=5, splits={"train": 5, "val": 2})
     cls = sorted(os.listdir(os.path.join(src, "train")))[0]
