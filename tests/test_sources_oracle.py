@@ -35,7 +35,7 @@ from shardkit.errors import ConvertError
 IMG = ImageOptions(short_side=8)
 #: the conversion job converts a split left with no samples and reports it (another part of issue #21);
 #: until then an example whose reference has such a split is checked at the scan level only
-JOB_CONVERTS_EMPTY_SPLITS = False
+JOB_CONVERTS_EMPTY_SPLITS = True
 #: the same examples every run (the mutant gate's verdicts do not depend on luck), no shrinking (examples are small;
 #: a failure is reported at once, within the gate's time per mutant)
 _SETTINGS = {"derandomize": True, "database": None, "phases": [Phase.explicit, Phase.generate]}
@@ -170,12 +170,13 @@ def _check_converted(result, exp: Expected) -> None:
     for name in exp.splits():
         res = by_name[name]
         want_skips = sorted((p, r) for p, r, sp in exp.skipped if sp == name)
-        if not exp.samples.get(name):  # a split left empty: reported with its skips (JOB_CONVERTS_EMPTY_SPLITS)
+        if not exp.samples.get(name) and not res.written:  # no sample found by the scan: not written, reported with its skips
             assert res.converted == 0 and res.skipped_reasons == dict(collections.Counter(r for _, r in want_skips))
+            assert sorted((f.path, f.reason) for f in res.skipped_files) == want_skips
             continue
         got = read_split(res.url)
         assert got.classes == exp.classes
-        assert {p: (c, i) for p, (c, i, _) in got.samples.items()} == exp.samples[name]
+        assert {p: (c, i) for p, (c, i, _) in got.samples.items()} == exp.samples.get(name, {})
         assert all(got.classes[k] == c for c, _, k in got.samples.values())
         assert sorted(got.skipped) == want_skips
         assert got.keys == len(got.samples)
