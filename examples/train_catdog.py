@@ -9,7 +9,8 @@ the rest of the augmentation on the device for the whole batch, batches
 prefetched to the device::
 
     python examples/train_catdog.py --src path/to/catdog   # an ImageFolder: cat/, dog/ (or train/ val/ splits)
-    python examples/train_catdog.py --demo-data --no-pretrained --epochs 1   # sample data, no download
+    python examples/train_catdog.py --demo-data --arch small --epochs 2 --image-size 64 --batch-size 16 --workers 1
+        # sample data, no download: about 20 s on 2 CPU cores (densenet121 at 224 px takes minutes there)
 
 It prints per-epoch loss, accuracy and images/s.
 """
@@ -17,7 +18,6 @@ It prints per-epoch loss, accuracy and images/s.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch
@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--src", help="ImageFolder root (class folders, or train/ and val/ split folders)")
     p.add_argument("--demo-data", action="store_true", help="use a small sample ImageFolder that shardkit makes (2 classes)")
     p.add_argument("--shards", default="catdog-shards", help="where to write the shards (path or s3://...)")
+    p.add_argument("--arch", choices=["densenet121", "small"], default="densenet121",
+                   help="densenet121 (the fine-tune) or small: a small CNN that trains in seconds on a CPU")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--image-size", type=int, default=224)
@@ -69,10 +71,10 @@ def main(argv: list[str] | None = None) -> None:
         p.error("pass --src IMAGEFOLDER or --demo-data")
 
     # 1. convert once (resumable; re-running skips finished shards)
-    convert(args.src, args.shards, ConvertOptions(image=ImageOptions(short_side=max(args.image_size * 8 // 7, 64))))
-    has_splits = os.path.exists(os.path.join(args.shards, "train", "manifest.json"))
-    train_url = os.path.join(args.shards, "train") if has_splits else args.shards
-    val_url = os.path.join(args.shards, "val") if has_splits and os.path.exists(os.path.join(args.shards, "val", "manifest.json")) else None
+    # every split lands in SHARDS/<split>/: a plain ImageFolder in SHARDS/train, train/ val/ folders in SHARDS/train and SHARDS/val
+    result = convert(args.src, args.shards, ConvertOptions(image=ImageOptions(short_side=max(args.image_size * 8 // 7, 64))))
+    urls = {s.split: s.url for s in result.splits}
+    train_url, val_url = urls["train"], urls.get("val")
 
     # 2. stream: crop+flip while decoding in the workers, uint8 batches
     train = shardkit.load(train_url, batch_size=args.batch_size, size=args.image_size, num_workers=args.workers)
@@ -83,7 +85,14 @@ def main(argv: list[str] | None = None) -> None:
     norm = Normalize(IMAGENET_MEAN, IMAGENET_STD)
     train_aug = GpuAugment([RandomRotation(30), ColorJitter(0.2, 0.2, 0.2), norm], memory_format="channels_last")
     eval_aug = GpuAugment([norm], memory_format="channels_last")
-    model = build_model(len(train.dataset.manifest.classes), args.pretrained).to(device).to(memory_format=torch.channels_last)
+    num_classes = len(train.dataset.manifest.classes)
+    if args.arch == "small":
+        from shardkit.demo import small_cnn
+
+        net = small_cnn(num_classes)
+    else:
+        net = build_model(num_classes, args.pretrained)
+    model = net.to(device).to(memory_format=torch.channels_last)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
     for epoch in range(args.epochs):

@@ -2,8 +2,8 @@
 
 Runs on CPU with gloo and on GPUs with NCCL, one process per device::
 
-    shardkit convert path/to/imagefolder /data/ds
-    torchrun --nproc-per-node 2 examples/train_ddp.py --data /data/ds --epochs 3 --checkpoint ckpt.pt
+    shardkit convert path/to/imagefolder /data/ds        # writes /data/ds/train/
+    torchrun --nproc-per-node 2 examples/train_ddp.py --data /data/ds/train --epochs 3 --checkpoint ckpt.pt
 
 Every rank gets the same number of batches per epoch (so DDP never hangs at the
 end of an epoch) and every sample is seen once per epoch. Kill the job at any

@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> None:
         args.src = make_imagefolder("catdog-sample", num_classes=2, spread=SMALL, splits={"train": 64, "val": 16})
     if args.src:  # resumable: re-running skips finished shards
         convert(args.src, args.shards, ConvertOptions(image=ImageOptions(short_side=max(args.image_size * 8 // 7, 64))))
-    split = os.path.join(args.shards, "train")
-    train = split if os.path.exists(os.path.join(split, "manifest.json")) else args.shards
+    split = os.path.join(args.shards, "train")  # every conversion writes SHARDS/<split>/
+    train = split if os.path.exists(os.path.join(split, "manifest.json")) else args.shards  # (older shardkit: SHARDS itself)
     val = os.path.join(args.shards, "val") if os.path.exists(os.path.join(args.shards, "val", "manifest.json")) else None
     num_classes = len(load_manifest(train).classes)
 

@@ -17,7 +17,11 @@ How the seams are closed (Lightning 2.x):
   so whatever ``use_distributed_sampler`` says, each rank reads its own shardkit slice (rank and
   world size are taken from the Trainer when the loaders are built).
 * **Epochs.** Lightning stops iterating a sized loader after ``len()`` batches, without the
-  extra ``next()`` that ends a shardkit pass, and never calls the loader's ``set_epoch``. Every
+  extra ``next()`` that ends a shardkit pass, and never calls the loader's ``set_epoch``. It reads
+  ``len()`` only when it loads a dataloader, so the DataModule sets the Trainer's
+  ``reload_dataloaders_every_n_epochs`` to 1 when it is 0 (epochs of a mixture with a fractional
+  ``repeat`` differ by a batch; reloading returns the same loader, and ``len()`` is the Trainer's
+  epoch's). Every
   training pass therefore starts with ``set_epoch(trainer.current_epoch)`` (the current epoch
   keeps a restored position), and every evaluation pass starts from the beginning of the same
   evaluation epoch (a sanity check that read two batches does not shorten the next validation).
@@ -70,7 +74,8 @@ class TrainerLoader:
         self._start = None if epoch is not None else loader.state_dict()
 
     def __len__(self) -> int:
-        return len(self.loader)
+        # the whole epoch Lightning is about to iterate: the Trainer's (training), the replayed one (evaluation)
+        return self.loader.num_batches(self._epoch() if self._epoch is not None else self._start["epoch"])  # type: ignore[index]
 
     def __iter__(self) -> Iterator[Any]:
         # a generator: the epoch is read when Lightning asks for the first batch, not when it
@@ -165,6 +170,11 @@ class ShardDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> TrainerLoader:
         """The training loader (built once per topology; Lightning may ask again)."""
         rank, world = self._ensure_topology()
+        trainer = self._trainer_or_none()
+        if trainer is not None and not getattr(trainer, "reload_dataloaders_every_n_epochs", 1):
+            # Lightning reads len() when it loads a dataloader and stops each epoch there: epochs of
+            # different lengths (a mixture's fractional repeat) need len() read again every epoch
+            trainer.reload_dataloaders_every_n_epochs = 1
         if self._train is None:
             self._train = TrainerLoader(load(self.train_url, rank=rank, world_size=world, **self.train_options), self._current_epoch)
             if self._augment_seed is not None and hasattr(self.gpu_augment, "manual_seed"):

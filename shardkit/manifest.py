@@ -1,7 +1,8 @@
 """The versioned manifest that describes one converted split.
 
-One JSON file per split, ``<dataset>/<split>/manifest.json`` (or
-``<dataset>/manifest.json`` for a single ImageFolder). It records the format
+One JSON file per split, ``<dataset>/<split>/manifest.json`` (datasets written
+by older shardkit may hold a single split's ``<dataset>/manifest.json``; they load
+the same way). It records the format
 version, the shardkit version, the conversion options, the classes
 (index -> name, as a list), one entry per shard ``{name, samples, bytes,
 sha256}``, per-class counts, every source file that was skipped with its
@@ -227,8 +228,23 @@ def load_manifest(url: str, *, allow_unsafe_names: bool = False, **storage_optio
     try:
         text = storage.read_bytes(murl, **storage_options)
     except ShardkitError as exc:
+        splits = [] if murl == url else split_names(url, **storage_options)
+        if splits:
+            example = "train" if "train" in splits else splits[0]
+            raise ManifestError(
+                f"{url} holds splits {', '.join(splits)}, not one split: name one, e.g. {storage.join(url, example)}"
+            ) from None
         raise ManifestError(f"{exc}; is this a dataset written by 'shardkit convert'?") from None
     return Manifest.from_json(text, url=murl, allow_unsafe_names=allow_unsafe_names)
+
+
+def split_names(url: str, **storage_options: Any) -> list[str]:
+    """The sub-folders of ``url`` holding a ``manifest.json`` (the finished splits of a dataset root), sorted."""
+    try:
+        dirs, _ = storage.list_dir(url, **storage_options)
+        return [d for d in dirs if storage.exists(storage.join(url, d, MANIFEST_NAME), **storage_options)]
+    except (ShardkitError, OSError):
+        return []
 
 
 def save_manifest(manifest: Manifest, url: str, **storage_options: Any) -> None:

@@ -30,12 +30,20 @@ _CLASS_STYLES = [
 
 @dataclass(frozen=True)
 class SizeSpread:
-    """Distribution of image sizes: log-normal around ``median`` (w, h), clipped."""
+    """Distribution of image sizes: log-normal around ``median`` (w, h), clipped; a ``portrait`` share is turned."""
 
     median: tuple[int, int] = (500, 375)
     sigma: float = 0.4
     min_side: int = 64
     max_side: int = 1600
+    portrait: float = 0.25
+
+    @classmethod
+    def fixed(cls, width: int, height: int) -> "SizeSpread":
+        """Every image exactly ``width`` x ``height``."""
+        if width < 8 or height < 8:
+            raise ValueError(f"image size must be at least 8x8, not {width}x{height}")
+        return cls(median=(width, height), sigma=0.0, min_side=min(width, height), max_side=max(width, height), portrait=0.0)
 
 
 SMALL = SizeSpread(median=(160, 120), sigma=0.2, min_side=48, max_side=320)
@@ -105,7 +113,7 @@ def _sizes(rng: np.random.Generator, n: int, spread: SizeSpread) -> list[tuple[i
     for _ in range(n):
         f = float(np.exp(rng.normal(0, spread.sigma)))
         w, h = spread.median
-        if rng.random() < 0.25:  # some portrait images
+        if rng.random() < spread.portrait:  # some portrait images
             w, h = h, w
         w, h = int(w * f), int(h * f)
         w = int(np.clip(w, spread.min_side, spread.max_side))

@@ -86,7 +86,7 @@ def odd(tmp_path_factory):
     dest = str(tmp_path_factory.mktemp("out") / "ds")
     opts = ConvertOptions(image=ImageOptions(short_side=SHORT, max_pixels=MAX_PIXELS), shard_size=16, seed=3)
     result = convert(root, dest, opts, workers=1, quiet=True)
-    return root, dest, classes, skips, result
+    return root, result.splits[0].url, classes, skips, result
 
 
 def _all_files(root: str) -> list[str]:
@@ -180,14 +180,13 @@ def test_strict_refuses_any_skip(tmp_path, odd):
     root = odd[0]
     with pytest.raises(ConvertError, match="--strict"):
         convert(root, str(tmp_path / "strict"), ConvertOptions(strict=True, shard_size=16), workers=1, quiet=True)
-    assert not os.path.exists(tmp_path / "strict" / "manifest.json")
+    assert not os.path.exists(tmp_path / "strict" / "train" / "manifest.json")
 
 
 def test_no_shuffle_keeps_sorted_order_and_keys(tmp_path, odd):
     root = odd[0]
     opts = ConvertOptions(image=ImageOptions(short_side=16, max_pixels=MAX_PIXELS), shuffle=False, shard_size=1000)
-    convert(root, str(tmp_path / "ordered"), opts, workers=1, quiet=True)
-    m = load_manifest(str(tmp_path / "ordered"))
+    m = convert(root, str(tmp_path / "ordered"), opts, workers=1, quiet=True).splits[0].manifest
     samples = _read_tar(m.shard_url(0))
     keys = list(samples)
     paths = [json.loads(g["json"])["path"] for g in samples.values()]

@@ -47,6 +47,7 @@ def test_names_that_are_not_utf8_are_skipped_not_fatal(tmp_path, capsys):
     rc, out, err = _cli(capsys, src, dest, "--shard-size", "8")
     assert rc == 0, err
     assert "2 bad_name" in out and "not valid UTF-8" in err
+    dest = os.path.join(dest, "train")
     m = load_manifest(dest)
     assert m.classes == classes  # a folder that cannot be named is not a class
     skipped = {s.path: s.reason for s in m.skipped}
@@ -108,6 +109,7 @@ def test_symlinked_class_folders_and_loops_visit_each_real_file_once(tmp_path, c
     dest = str(tmp_path / "out")
     rc, out, err = _cli(capsys, src, dest, "--shard-size", "8")
     assert rc == 0 and "duplicate_file" in err
+    dest = os.path.join(dest, "train")
     got = _paths(dest)
     real = {f"{c}/{f}": i for i, c in enumerate((a, b)) for f in sorted(os.listdir(os.path.join(src, c))) if f.endswith(".jpg")}
     assert got == real  # each real file once, with the label of the folder it really is in
@@ -122,7 +124,7 @@ def test_shard_bytes_zero_alone_means_no_byte_cap_and_errors_name_options(tmp_pa
     src = _src(tmp_path / "src")
     rc, out, err = _cli(capsys, src, str(tmp_path / "one"), "--shard-bytes", "0")
     assert rc == 0, err
-    assert len(load_manifest(str(tmp_path / "one")).shards) == 1
+    assert len(load_manifest(str(tmp_path / "one" / "train")).shards) == 1
     rc, _, err = _cli(capsys, src, str(tmp_path / "x"), "--shard-size", "0")
     assert rc == 2 and "--shard-size must be positive" in err and "shard_size" not in err
     rc, _, err = _cli(capsys, src, str(tmp_path / "x"), "--num-tasks", "0")
@@ -147,7 +149,7 @@ def test_refusal_of_a_different_conversion_says_what_differs(tmp_path):
         convert(src, dest, OPTS, workers=1, quiet=True)
     import shutil
 
-    shutil.rmtree(os.path.join(dest, "_shardkit"))  # only the manifest is left to compare with
+    shutil.rmtree(os.path.join(dest, "train", "_shardkit"))  # only the manifest is left to compare with
     with pytest.raises(ConvertError, match=r"the input listing differs"):
         convert(src, dest, OPTS, workers=1, quiet=True)
 
@@ -170,30 +172,31 @@ def test_strict_ignores_files_that_are_not_images_but_fails_on_broken_images(tmp
 
 def test_a_shard_named_file_shardkit_did_not_write_is_not_overwritten(tmp_path, capsys):
     src, dest = _src(tmp_path / "src"), str(tmp_path / "out")
-    os.makedirs(dest)
-    mine = os.path.join(dest, "train-000000.tar")
+    os.makedirs(os.path.join(dest, "train"))
+    mine = os.path.join(dest, "train", "train-000000.tar")
     with open(mine, "wb") as f:
         f.write(b"someone else's shard")
-    with open(os.path.join(dest, "notes.txt"), "w") as f:
+    with open(os.path.join(dest, "train", "notes.txt"), "w") as f:
         f.write("keep")
     rc, _, err = _cli(capsys, src, dest)
     assert rc == 2 and "train-000000.tar: a file named like a shard" in err and "--overwrite" in err
     assert open(mine, "rb").read() == b"someone else's shard"
     rc, _, err = _cli(capsys, src, dest, "--overwrite")
     assert rc == 0, err
-    assert load_manifest(dest).num_samples == 6 and os.path.exists(os.path.join(dest, "notes.txt"))
+    assert load_manifest(os.path.join(dest, "train")).num_samples == 6 and os.path.exists(os.path.join(dest, "train", "notes.txt"))
 
 
 def test_a_foreign_sample_index_is_refused_and_cleared_by_overwrite(tmp_path, capsys):
     src, dest = _src(tmp_path / "src"), str(tmp_path / "out")
+    dest = os.path.join(dest, "train")  # the split folder: conversions write DEST/<split>/
     os.makedirs(dest)
     stale = os.path.join(dest, "train-000003.idx")  # a sidecar no shard of this conversion would replace
     with open(stale, "wb") as f:
         f.write(b"an index of some other shard")
-    rc, _, err = _cli(capsys, src, dest)
+    rc, _, err = _cli(capsys, src, os.path.dirname(dest))
     assert rc == 2 and "train-000003.idx: a file named like a shard" in err and "--overwrite" in err
     assert os.path.exists(stale)
-    rc, _, err = _cli(capsys, src, dest, "--overwrite")
+    rc, _, err = _cli(capsys, src, os.path.dirname(dest), "--overwrite")
     assert rc == 0, err
     assert not os.path.exists(stale) and load_manifest(dest).num_samples == 6
     assert sorted(f for f in os.listdir(dest) if f.startswith("train-")) == ["train-000000.idx", "train-000000.tar"]

@@ -47,7 +47,7 @@ def test_same_bytes_whatever_workers(tmp_path, small_src):
     b = convert(small_src, str(tmp_path / "w2"), OPTS, workers=2, quiet=True)
     assert a.converted == b.converted == 48
     assert tree_digests(str(tmp_path / "w1")) == tree_digests(str(tmp_path / "w2"))
-    m = load_manifest(str(tmp_path / "w1"))
+    m = load_manifest(str(tmp_path / "w1" / "train"))
     assert len(m.shards) > 2 and all(s.bytes <= 40_000 for s in m.shards)
 
 
@@ -55,7 +55,7 @@ def test_byte_cap_exact_with_overflow(tmp_path):
     src = make_mixed_sizes(str(tmp_path / "src"))
     opts = ConvertOptions(image=ImageOptions(short_side=72), shuffle=False, shard_bytes=120_000)
     convert(src, str(tmp_path / "out"), opts, workers=1, quiet=True)
-    m = load_manifest(str(tmp_path / "out"))
+    m = load_manifest(str(tmp_path / "out" / "train"))
     spp = m.options["samples_per_shard"]
     planned = -(-60 // spp)
     assert len(m.shards) > planned  # the large images overflowed into extra shards
@@ -73,7 +73,7 @@ def test_rerun_resumes_and_refuses_other_options(tmp_path, small_src):
     assert again.converted == 0 and again.splits[0].shards_resumed == first.splits[0].shards_written
     assert tree_digests(dest) == clean
     # a damaged finished shard is noticed by checksum and redone
-    shard = os.path.join(dest, "train-000001.tar")
+    shard = os.path.join(dest, "train", "train-000001.tar")
     with open(shard, "r+b") as f:
         f.seek(2000)
         f.write(b"\x00\xff")
@@ -84,9 +84,9 @@ def test_rerun_resumes_and_refuses_other_options(tmp_path, small_src):
         convert(small_src, dest, other, workers=1, quiet=True)
     assert tree_digests(dest) == clean
     convert(small_src, dest, other, workers=1, quiet=True, overwrite=True)
-    m = load_manifest(dest)
+    m = load_manifest(os.path.join(dest, "train"))
     assert m.options["quality"] == 70
-    assert sorted(f for f in os.listdir(dest) if f.endswith(".tar")) == sorted(s.name for s in m.shards)
+    assert sorted(f for f in os.listdir(os.path.join(dest, "train")) if f.endswith(".tar")) == sorted(s.name for s in m.shards)
 
 
 def test_write_error_keeps_work_resumable(tmp_path, small_src, monkeypatch):
@@ -106,7 +106,7 @@ def test_write_error_keeps_work_resumable(tmp_path, small_src, monkeypatch):
     dest = str(tmp_path / "out")
     with pytest.raises(StorageError, match="No space left on device.*rerun"):
         convert(small_src, dest, OPTS, workers=1, quiet=True)
-    files = os.listdir(dest)
+    files = os.listdir(os.path.join(dest, "train"))
     assert "manifest.json" not in files and not any(f.endswith(".part") for f in files)
     assert sorted(f for f in files if f.endswith(".tar")) == ["train-000000.tar", "train-000001.tar"]
     monkeypatch.setattr(job, "write_tar", real)
@@ -149,14 +149,15 @@ def test_kill9_then_rerun_gives_identical_bytes(tmp_path):
     dest = str(tmp_path / "dest")
     proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert kill_when(proc, lambda: os.path.exists(os.path.join(dest, "train-000001.tar")), 60), "no shard appeared"
+    split = os.path.join(dest, "train")
+    assert kill_when(proc, lambda: os.path.exists(os.path.join(split, "train-000001.tar")), 60), "no shard appeared"
     assert proc.returncode == -signal.SIGKILL
-    assert not os.path.exists(os.path.join(dest, "manifest.json")), "the conversion finished before the kill"
+    assert not os.path.exists(os.path.join(split, "manifest.json")), "the conversion finished before the kill"
     def stat(n):
-        st = os.stat(os.path.join(dest, n))
+        st = os.stat(os.path.join(split, n))
         return st.st_ino, st.st_mtime_ns
 
-    visible = {n: stat(n) for n in os.listdir(dest) if re.fullmatch(r"train-\d{6}\.tar", n)}  # renamed into place
+    visible = {n: stat(n) for n in os.listdir(split) if re.fullmatch(r"train-\d{6}\.tar", n)}  # renamed into place
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
                           check=True, timeout=120, capture_output=True, text=True)
     kept = int(re.search(r", kept (\d+) finished shards", done.stdout).group(1))

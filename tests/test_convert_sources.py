@@ -52,9 +52,9 @@ def test_imagefolder_and_equivalent_csv_convert_to_identicalsplit_samples(tmp_pa
     r = convert(listing, str(tmp_path / "b"), ConvertOptions(image=IMG, shard_size=5, seed=1, source=SourceOptions(root=src)),
                 workers=1, quiet=True)
     assert r.notes == ["labels read as class names (--label-type name): 3 classes"]
-    assert split_samples(str(tmp_path / "a")) == split_samples(str(tmp_path / "b"))
-    assert _shards(str(tmp_path / "a")) == _shards(str(tmp_path / "b"))  # even the shard bytes
-    assert load_manifest(str(tmp_path / "a")).classes == load_manifest(str(tmp_path / "b")).classes
+    assert split_samples(str(tmp_path / "a" / "train")) == split_samples(str(tmp_path / "b" / "train"))
+    assert _shards(str(tmp_path / "a" / "train")) == _shards(str(tmp_path / "b" / "train"))  # even the shard bytes
+    assert load_manifest(str(tmp_path / "a" / "train")).classes == load_manifest(str(tmp_path / "b" / "train")).classes
 
 
 def _odd_listing_data(tmp_path) -> tuple[str, list[list], dict[str, str]]:
@@ -139,9 +139,9 @@ def test_listing_index_labels_and_bad_labels(tmp_path, capsys):
     rc, out, err = _cli(capsys, listing, dest, "--path-col", "file", "--label-col", "y", "--root", root, "--shard-size", "4")
     assert rc == 0, err
     assert "labels read as class indices (--label-type index): 3 classes" in out
-    m = load_manifest(dest)
+    m = load_manifest(os.path.join(dest, "train"))
     assert m.classes == ["0", "1", "2"] and m.class_counts == [2, 2, 2]
-    assert all(g["cls"] == files.index(g["json"]["path"]) % 3 for g in split_samples(dest).values())
+    assert all(g["cls"] == files.index(g["json"]["path"]) % 3 for g in split_samples(os.path.join(dest, "train")).values())
     # mixed names and indices: refused in one line, naming both
     mixed = _write_csv(str(tmp_path / "mixed.csv"), ["path", "label"], [[files[0], "3"], [files[1], "cat"]])
     rc, _, err = _cli(capsys, mixed, str(tmp_path / "m"), "--root", root)
@@ -149,9 +149,9 @@ def test_listing_index_labels_and_bad_labels(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
     rc, _, err = _cli(capsys, mixed, str(tmp_path / "m"), "--root", root, "--label-type", "index")
     assert rc == 0, err
-    assert [(s.path, s.reason) for s in load_manifest(str(tmp_path / "m")).skipped] == [(files[1], "bad_label")]
+    assert [(s.path, s.reason) for s in load_manifest(str(tmp_path / "m" / "train")).skipped] == [(files[1], "bad_label")]
     rc, _, err = _cli(capsys, mixed, str(tmp_path / "n"), "--root", root, "--label-type", "name")
-    assert rc == 0 and load_manifest(str(tmp_path / "n")).classes == ["3", "cat"]
+    assert rc == 0 and load_manifest(str(tmp_path / "n" / "train")).classes == ["3", "cat"]
 
 
 def test_bad_listings_are_one_line_errors(tmp_path, capsys):
@@ -194,10 +194,10 @@ def test_label_regex_on_a_flat_folder(tmp_path, capsys):
     rc, out, err = _cli(capsys, src, dest, "--label-regex", r"(?:^|/)(cat|dog)\.", "--shard-size", "4")
     assert rc == 0, err
     assert "2 classes from --label-regex: cat, dog" in out
-    m = load_manifest(dest)
+    m = load_manifest(os.path.join(dest, "train"))
     assert m.classes == ["cat", "dog"] and m.class_counts == [4, 4]
     assert {s.path: s.reason for s in m.skipped} == {"bird.1.jpg": "no_label", "notes.txt": "not_an_image"}
-    for g in split_samples(dest).values():
+    for g in split_samples(os.path.join(dest, "train")).values():
         assert g["json"]["class"] == g["json"]["path"].split("/")[-1].split(".")[0] == m.classes[g["cls"]]
     rc, _, err = _cli(capsys, src, str(tmp_path / "x"), "--label-regex", r"^cat|dog\.")
     assert rc == 2 and "has no capture group" in err
@@ -245,13 +245,13 @@ def test_listing_and_images_on_s3(tmp_path, s3):
     dest = str(tmp_path / "out")
     r = convert(f"s3://{bucket}/data/list.csv", dest, opts, workers=1, quiet=True, storage_options=so)
     assert r.converted == 6
-    m = load_manifest(dest)
+    m = load_manifest(os.path.join(dest, "train"))
     assert [(s.path, s.reason) for s in m.skipped] == [("a0/missing.jpg", "missing_file")]
     local = str(tmp_path / "local")
     shutil.copy(listing, os.path.join(src, "..", "list2.csv"))
     convert(os.path.join(src, "..", "list2.csv"), local, ConvertOptions(image=IMG, shard_size=4, seed=1, source=SourceOptions(root=src)),
             workers=1, quiet=True)
-    assert split_samples(dest) == split_samples(local)
+    assert split_samples(os.path.join(dest, "train")) == split_samples(os.path.join(local, "train"))
 
 
 def _tar(path: str, members: list[tuple[str, bytes]]) -> str:
@@ -304,9 +304,9 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
     dest = str(tmp_path / "out")
     r = convert(pattern, dest, opts, workers=1, quiet=True)
     assert r.notes == ["2 tars; labels read as class indices (--label-type index): 2 classes"]
-    m = load_manifest(dest)
+    m = load_manifest(os.path.join(dest, "train"))
     assert {s.path: s.reason for s in m.skipped} == skips
-    samples = split_samples(dest)
+    samples = split_samples(os.path.join(dest, "train"))
     assert {g["json"]["path"]: g["cls"] for g in samples.values()} == {k: v[0] for k, v in good.items()}
     assert all(g["json"]["caption"] == "c" + g["json"]["path"].split("/")[-1] for g in samples.values() if "png" not in g["json"]["path"])
     convert(pattern, str(tmp_path / "w2"), opts, workers=2, quiet=True)
@@ -323,7 +323,7 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
     # --copy keeps JPEG bytes as they are; the PNG is converted
     copy = ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=4, seed=3)
     convert(pattern, str(tmp_path / "copy"), copy, workers=1, quiet=True)
-    for g in split_samples(str(tmp_path / "copy")).values():
+    for g in split_samples(str(tmp_path / "copy" / "train")).values():
         src = good[g["json"]["path"]][1]
         assert (g["jpg"] == src) == (not g["json"]["path"].endswith("png1"))
         assert Image.open(__import__("io").BytesIO(g["jpg"])).format == "JPEG"
@@ -332,9 +332,9 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
                                        ("b.jpg", _jpeg(1, 2)), ("b.json", b'{"animal": "cat"}'), ("c.jpg", _jpeg(1, 3))])
     r = convert(str(tmp_path / "named.tar"), str(tmp_path / "named"), ConvertOptions(image=IMG, shard_size=4, source=SourceOptions(label_json_field="animal")),
                 workers=1, quiet=True)
-    m = load_manifest(str(tmp_path / "named"))
+    m = load_manifest(str(tmp_path / "named" / "train"))
     assert m.classes == ["cat", "dog"] and [(s.path, s.reason) for s in m.skipped] == [("named.tar/c", "no_label")]
-    assert {g["json"]["path"]: (g["cls"], g["json"].get("k")) for g in split_samples(str(tmp_path / "named")).values()} == {
+    assert {g["json"]["path"]: (g["cls"], g["json"].get("k")) for g in split_samples(str(tmp_path / "named" / "train")).values()} == {
         "named.tar/a": (1, 1), "named.tar/b": (0, None)}
     rc, _, err = _cli(capsys, str(tmp_path / "in" / "nothing-{0..3}.tar"), str(tmp_path / "x"))
     assert rc == 2 and "matches no tar" in err and len(err.strip().splitlines()) == 1
@@ -349,7 +349,7 @@ def test_webdataset_tars_on_s3(tmp_path, s3):
     opts = ConvertOptions(image=IMG, shard_size=4, seed=3)
     convert(pattern, str(tmp_path / "local"), opts, workers=1, quiet=True)
     convert(f"s3://{bucket}/in/part-{{0..1}}.tar", str(tmp_path / "remote"), opts, workers=1, quiet=True, storage_options=so)
-    assert _shards(str(tmp_path / "local")) == _shards(str(tmp_path / "remote"))
+    assert _shards(str(tmp_path / "local" / "train")) == _shards(str(tmp_path / "remote" / "train"))
 
 
 def _hf_dataset(tmp_path):
@@ -372,15 +372,15 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys, monk
     rc, out, err = _cli(capsys, f"hf:{path}", dest, "--shard-size", "3", "--short-side", "16", "--workers", "2")
     assert rc == 0, err
     assert "3 classes from the ClassLabel feature 'label'" in out
-    m = load_manifest(dest)
+    m = load_manifest(os.path.join(dest, "train"))
     assert m.classes == ["zebra", "ant", "moth"] and m.class_counts == [3, 2, 2]  # ClassLabel order, not sorted
     assert [(s.path, s.reason) for s in m.skipped] == [("row-00000007", "no_label"), ("row-00000008", "missing_file")]
-    samples = split_samples(dest)
+    samples = split_samples(os.path.join(dest, "train"))
     assert {g["json"]["path"]: (g["cls"], g["json"]["caption"]) for g in samples.values()} == {
         f"row-{i:08d}": (i % 3, f"c{i}") for i in range(7)}
     # the object API and a DatasetDict (two splits), same samples for the same rows
     convert(ds, str(tmp_path / "obj"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
-    assert split_samples(str(tmp_path / "obj")) == samples
+    assert split_samples(str(tmp_path / "obj" / "train")) == samples
     dd = datasets.DatasetDict({"train": ds.select(range(5)), "validation": ds.select(range(5, 9))})
     r = convert(dd, str(tmp_path / "dd"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
     assert sorted(s.split for s in r.splits) == ["train", "validation"]
@@ -390,7 +390,7 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys, monk
     ds.to_parquet(str(tmp_path / "d.parquet"))
     rc, _, err = _cli(capsys, f"hf:{tmp_path / 'd.parquet'}", str(tmp_path / "pq"), "--shard-size", "3", "--short-side", "16")
     assert rc == 0, err
-    assert split_samples(str(tmp_path / "pq")) == samples
+    assert split_samples(str(tmp_path / "pq" / "train")) == samples
     # a local dataset repository (data files named by split), as a hub snapshot looks
     os.makedirs(tmp_path / "repo" / "data")
     ds.to_parquet(str(tmp_path / "repo" / "data" / "train-00000-of-00001.parquet"))
@@ -447,8 +447,8 @@ def test_conversion_of_a_listing_or_tars_killed_then_rerun_is_byte_identical(tmp
     dest = str(tmp_path / "dest")
     proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert kill_when(proc, lambda: os.path.exists(os.path.join(dest, "train-000001.tar")), 60), "no shard appeared"
-    assert not os.path.exists(os.path.join(dest, "manifest.json")), "the conversion finished before the kill"
+    assert kill_when(proc, lambda: os.path.exists(os.path.join(dest, "train", "train-000001.tar")), 60), "no shard appeared"
+    assert not os.path.exists(os.path.join(dest, "train", "manifest.json")), "the conversion finished before the kill"
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
                           check=True, timeout=120, capture_output=True, text=True)
     assert "kept" in done.stdout

@@ -58,7 +58,7 @@ def clean(src, tmp_path_factory):
     p = _convert(src, dest)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
-    return dest
+    return os.path.join(dest, "train")
 
 
 def _source_files(src: str) -> int:
@@ -70,11 +70,12 @@ def _source_files(src: str) -> int:
 def test_killed_at_random_points_then_rerun_is_byte_identical(src, clean, tmp_path):
     rng = random.Random(6)
     dest = str(tmp_path / "dest")
+    split = os.path.join(dest, "train")  # conversions write DEST/<split>/
     kills = 0
     for target in sorted(rng.sample(range(2, 45), 4)):  # kill once this many shards exist, plus a random few ms
         p = _convert(src, dest)
         try:
-            wait_for(lambda: _tars(dest) >= target or p.poll() is not None, 60, interval=0.002)
+            wait_for(lambda: _tars(split) >= target or p.poll() is not None, 60, interval=0.002)
             time.sleep(rng.uniform(0, 0.03))
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)  # the whole job: main process and its encoders
@@ -84,16 +85,16 @@ def test_killed_at_random_points_then_rerun_is_byte_identical(src, clean, tmp_pa
                 os.killpg(p.pid, signal.SIGKILL)
             p.communicate(timeout=30)
         # what a reader can see at any moment: complete shards only, and no manifest before the end
-        assert not any(f.endswith((".part", ".tmp")) or f.startswith(".tmp-") for f in os.listdir(dest) if not f.startswith("_"))
-        for name, digest in shards_and_manifest(dest).items():
+        assert not any(f.endswith((".part", ".tmp")) or f.startswith(".tmp-") for f in os.listdir(split) if not f.startswith("_"))
+        for name, digest in shards_and_manifest(split).items():
             if name.endswith(".tar"):
                 assert digest == shards_and_manifest(clean).get(name), f"{name} differs from the uninterrupted run"
     assert kills >= 3, "the conversion finished before most kills: make it bigger"
     p = _convert(src, dest)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
-    assert shards_and_manifest(dest) == shards_and_manifest(clean)
-    m = load_manifest(dest)
+    assert shards_and_manifest(split) == shards_and_manifest(clean)
+    m = load_manifest(split)
     assert m.num_samples + len(m.skipped) == _source_files(src) == 402
     assert sorted(s.path.rsplit("/", 1)[-1] for s in m.skipped) == ["zz_broken.jpg", "zz_empty.jpg"]
 
@@ -121,6 +122,7 @@ def test_disk_full_is_a_clear_error_and_rerun_completes(src, clean, small_disk):
     assert p.returncode == 2, (out, err)
     lines = [line for line in err.strip().splitlines() if line]
     assert len(lines) == 1 and "No space left on device" in lines[0] and "Traceback" not in err, err
+    dest = os.path.join(dest, "train")  # conversions write DEST/<split>/
     visible = [f for f in os.listdir(dest) if not f.startswith("_")]
     assert "manifest.json" not in visible
     assert not any(f.endswith((".part", ".tmp")) or f.startswith(".tmp-") for f in visible), visible
@@ -131,7 +133,7 @@ def test_disk_full_is_a_clear_error_and_rerun_completes(src, clean, small_disk):
     # free space (grow the filesystem) and rerun
     r = subprocess.run(["mount", "-o", "remount,size=64m", small_disk], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    p = _convert(src, dest)
+    p = _convert(src, os.path.dirname(dest))
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     assert shards_and_manifest(dest) == ref

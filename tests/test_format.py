@@ -145,8 +145,7 @@ OPTS = ConvertOptions(image=ImageOptions(short_side=32), shard_size=6, seed=3)
 def converted(tmp_path_factory):
     src = make_imagefolder(str(tmp_path_factory.mktemp("src") / "if"), num_classes=3, per_class=7)
     dest = str(tmp_path_factory.mktemp("out") / "ds")
-    convert(src, dest, OPTS, workers=1, quiet=True)
-    return dest
+    return convert(src, dest, OPTS, workers=1, quiet=True).splits[0].url
 
 
 @pytest.fixture()
@@ -392,13 +391,13 @@ def test_rerun_over_shards_without_index_does_not_claim_one(tmp_path):
     # shards resumed from a conversion by a shardkit without the index (no .idx files): the manifest claims none
     src = make_imagefolder(str(tmp_path / "src"), num_classes=2, per_class=4)
     dest = str(tmp_path / "ds")
-    convert(src, dest, OPTS, workers=1, quiet=True)
-    for f in os.listdir(dest):
+    split = convert(src, dest, OPTS, workers=1, quiet=True).splits[0].url
+    for f in os.listdir(split):
         if f.endswith(".idx"):
-            os.remove(os.path.join(dest, f))
-    os.remove(os.path.join(dest, "manifest.json"))
+            os.remove(os.path.join(split, f))
+    os.remove(os.path.join(split, "manifest.json"))
     res = convert(src, dest, OPTS, workers=1, quiet=True)
-    assert res.converted == 0 and load_manifest(dest).sample_index == ""
+    assert res.converted == 0 and load_manifest(split).sample_index == ""
     assert verify(dest).ok
 
 

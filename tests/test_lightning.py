@@ -204,3 +204,69 @@ def test_killed_mid_epoch_resumes_from_lightning_checkpoint(tmp_path, data):
     # a whole validation pass after each epoch (one per run), the same every time
     val_pass = loader_epochs(val.url, 1, preset="eval", shuffle=False, num_workers=2, **OPTS)
     assert [s["keys"] for s in read_keys(logs, "val")[0]] == val_pass * 2
+
+
+# --------------------------------------------------------------------------- epochs of varying length (issue 21, A2)
+
+
+def _varying(root: str, train) -> list:
+    """A mixture whose epochs hold 32, 33, 32, 33 samples: 8, 9, 8, 9 batches of 4."""
+    small = write_dataset(os.path.join(root, "small"), num_samples=5, shard_size=2, split="train")
+    return [shardkit.Source(train.url, repeat=1), shardkit.Source(small.url, repeat=0.5)]
+
+
+def _mixture_epochs(sources, epochs: int) -> list[list[list[str]]]:
+    loader = shardkit.load(sources, num_workers=0, **OPTS)
+    out = []
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        out.append([list(keys) for _, _, keys in loader])
+    loader.close()
+    return out
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_fit_over_epochs_of_varying_length_sees_every_sample(tmp_path, data):
+    """Lightning takes ``len()`` once per dataloader load: an epoch longer than the first was cut short
+    (36 of 37 samples); the DataModule makes it re-read ``len()`` every epoch."""
+    root, train, _ = data
+    sources = _varying(str(tmp_path), train)
+    expected = _mixture_epochs(sources, 4)
+    assert [len(e) for e in expected] == [8, 9, 8, 9]
+    norm = GpuAugment([Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))])
+    dm = ShardDataModule(sources, gpu_augment=norm, num_workers=0, **OPTS)
+    model = KeyLog()
+    trainer(max_epochs=4).fit(model, datamodule=dm)
+    assert model.train_keys == [b for e in expected for b in e]  # every batch of every epoch, in order
+
+
+class StopAt(pl.Callback):
+    """Raise after ``step`` training steps (a run that dies mid-epoch)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step >= self.step:
+            raise RuntimeError("stop here")
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_resumed_fit_over_epochs_of_varying_length_equals_uninterrupted(tmp_path, data):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    root, train, _ = data
+    sources = _varying(str(tmp_path), train)
+    expected = [b for e in _mixture_epochs(sources, 3) for b in e]  # 8 + 9 + 8 batches
+    norm = GpuAugment([Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))])
+    first = KeyLog()
+    ckpt = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=5, save_top_k=-1)
+    t = trainer(max_epochs=3, enable_checkpointing=True, callbacks=[ckpt, StopAt(6)])
+    with pytest.raises(RuntimeError, match="stop here"):
+        t.fit(first, datamodule=ShardDataModule(sources, gpu_augment=norm, num_workers=0, **OPTS))
+    assert len(first.train_keys) == 6
+    path = [os.path.join(ckpt.dirpath, f) for f in os.listdir(ckpt.dirpath) if "step=5" in f]
+    second = KeyLog()
+    trainer(max_epochs=3).fit(second, datamodule=ShardDataModule(sources, gpu_augment=norm, num_workers=0, **OPTS), ckpt_path=path[0])
+    # resumed in epoch 0 (8 batches), then epoch 1 (9 batches) whole: as the uninterrupted run
+    assert first.train_keys[:5] + second.train_keys == expected

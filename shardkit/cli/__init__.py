@@ -29,6 +29,7 @@ COMMANDS = {
     "verify": "verify",
     "bench": "bench",
     "demo": "demo",
+    "sample-data": "sample_data",
 }
 
 

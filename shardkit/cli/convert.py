@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         f"converted {result.converted} images, skipped {result.skipped} files" + (f" ({reasons})" if reasons else "")
         + (f", kept {resumed} finished shards" if resumed else "")
         + f"; {_mb(result.bytes_in)} in -> {_mb(result.bytes_out)} out; "
-        f"{result.seconds:.1f} s, {result.images_per_second:.1f} img/s"
+        f"{result.seconds:.1f} s in all, {result.images_per_second:.1f} img/s overall (start-up included)"
     )
     dup, bad = result.skipped_reasons.get("duplicate_file", 0), result.skipped_reasons.get("bad_name", 0)
     if dup:
@@ -131,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {bad} files have names that are not valid UTF-8 and were not converted (bad_name in the manifest); "
               "rename them to convert them", file=sys.stderr)
     for s in result.splits:
-        if s.manifest is not None:
+        if not s.written:
+            print(f"  {s.split}: no samples ({s.empty}), not written")
+        elif s.manifest is not None:
             m = s.manifest
             print(f"  {s.split}: {m.num_samples} samples in {len(m.shards)} shards, {_mb(m.num_bytes)} -> {m.url}")
     if not result.complete:

@@ -5,6 +5,10 @@
   would relabel the data, so this is refused rather than guessed around.
   Tars given by name may hold DEST below them, but not lie inside DEST
   (``--overwrite`` would delete them).
+* :func:`check_flat`: a DEST holding a conversion directly (a ``manifest.json``
+  or a conversion journal in DEST itself: the flat layout older shardkit wrote
+  for one-split sources) is refused, or removed with ``overwrite``; every
+  conversion now writes ``DEST/<split>/``.
 * :func:`dest_lock`: while a conversion task runs, it holds an exclusive
   ``flock`` on ``DEST/.shardkit-task<I>.lock``, a file holding its pid and
   host. A second conversion of the same task index (a rerun started while the
@@ -26,6 +30,7 @@ from typing import Iterator
 
 from .. import storage
 from ..errors import ConvertError
+from ..format.index import INDEX_SUFFIX
 
 
 def _inside(inner: str, outer: str) -> bool:
@@ -44,6 +49,43 @@ def check_overlap(src: str, dest: str, *, dest_in_src: bool = True) -> None:
         )
     if _inside(s, d):
         raise ConvertError(f"{src}: SRC is inside DEST {dest}; choose a DEST that does not contain SRC")
+
+
+def check_flat(dest: str, overwrite: bool, storage_options: dict) -> None:
+    """Refuse (or with ``overwrite`` remove) a conversion written directly in ``dest`` (see module docstring)."""
+    from ..manifest import MANIFEST_NAME
+    from . import journal
+
+    so = storage_options
+    manifest, plan_json = storage.join(dest, MANIFEST_NAME), journal.journal_url(dest, journal.PLAN_NAME)
+    has_manifest, has_plan = storage.exists(manifest, **so), storage.exists(plan_json, **so)
+    if not (has_manifest or has_plan):
+        return
+    if not overwrite:
+        what = MANIFEST_NAME if has_manifest else f"{journal.JOURNAL_DIR}/{journal.PLAN_NAME}"
+        raise ConvertError(
+            f"{dest}: DEST holds a conversion in the old flat layout ({what} directly in DEST); conversions now write "
+            "DEST/<split>/: choose another DEST, or pass --overwrite to replace it (the old dataset still loads from DEST)"
+        )
+    split = _flat_split(dest, has_plan, so)
+    storage.remove(journal.journal_url(dest), recursive=True, **so)
+    storage.remove(manifest, **so)
+    for name in storage.list_dir(dest, **so)[1]:  # its shards and their sample indexes, as SplitJob names them
+        if name.startswith(f"{split}-") and name.endswith((".tar", INDEX_SUFFIX)):
+            storage.remove(storage.join(dest, name), **so)
+
+
+def _flat_split(dest: str, has_plan: bool, so: dict) -> str:
+    """The split name of the flat conversion in ``dest`` (from its plan, else its manifest)."""
+    from ..errors import ShardkitError
+    from ..manifest import load_manifest
+    from . import journal
+
+    try:
+        p = journal.read_plan(dest, **so) if has_plan else None
+        return p.split if p is not None else load_manifest(dest, **so).split
+    except ShardkitError as exc:
+        raise ConvertError(f"{dest}: cannot read the flat conversion in DEST to replace it ({exc}); remove it by hand") from None
 
 
 def lock_name(task_index: int) -> str:

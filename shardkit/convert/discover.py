@@ -67,16 +67,28 @@ def _rel(root: str, path: str) -> str:
 
 
 def _walk_files(top: str) -> list[str]:
-    """Every non-directory below ``top``, following symlinks once per real directory."""
+    """Every non-directory below ``top``, following symlinks once per real directory.
+
+    The folders below ``top`` without a symlink on their way are walked first, then the symlinked
+    folders in sorted order (each real folder once: a later path to it is cut), so a folder is
+    reached by its own path whatever the file system's listing order or how an alias sorts.
+    """
     out: list[str] = []
     seen: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
-        real = os.path.realpath(dirpath)
-        if real in seen:
-            dirnames[:] = []
-            continue
-        seen.add(real)
+    links: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(top):  # not following symlinks: the real folders
+        seen.add(os.path.realpath(dirpath))
         out.extend(os.path.join(dirpath, f) for f in filenames)
+        links.extend(p for p in (os.path.join(dirpath, d) for d in dirnames) if os.path.islink(p))
+    for link in sorted(links):
+        for dirpath, dirnames, filenames in os.walk(link, followlinks=True):
+            real = os.path.realpath(dirpath)
+            if real in seen:
+                dirnames[:] = []
+                continue
+            seen.add(real)
+            dirnames.sort()
+            out.extend(os.path.join(dirpath, f) for f in filenames)
     return out
 
 

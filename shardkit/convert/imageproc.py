@@ -88,6 +88,7 @@ class SkipReason(str, enum.Enum):
     BAD_LABEL = "bad_label"
     DUPLICATE_PATH = "duplicate_path"
     BAD_METADATA = "bad_metadata"
+    BAD_ROW = "bad_row"
 
 
 class SkipImage(Exception):

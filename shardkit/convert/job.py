@@ -23,6 +23,12 @@ Sources: :func:`~shardkit.convert.discover.discover` turns any kind of SRC
 into splits of items and a picklable reader (:mod:`shardkit.convert.source`);
 nothing here depends on the kind. Before writing, DEST is checked against SRC
 and locked for this task (:mod:`shardkit.convert.dest`).
+
+Layout: one rule, every split goes to ``DEST/<split>/`` (a plain ImageFolder to
+``DEST/train/``), whatever the source (``Source.nested`` is not consulted). A DEST
+holding a conversion directly (``manifest.json`` in DEST: the flat layout older
+shardkit wrote for one-split sources) still loads, but converting into it again is
+refused unless ``overwrite`` (which removes it).
 """
 
 from __future__ import annotations
@@ -39,9 +45,9 @@ from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from ..format import EncodedSample, index_url, write_tar
 from ..format.index import INDEX_SUFFIX
 from . import journal, plan
-from .dest import check_overlap, dest_lock
+from .dest import check_flat, check_overlap, dest_lock
 from .discover import NOT_CANDIDATES, Source, discover
-from .encoder import CHUNK, Encoder, Outcome, start_pool
+from .encoder import CHUNK, Encoder, Outcome, check_main_guard, start_pool
 from .imageproc import Encoded
 from .merge import finalize_split
 from .options import ConvertOptions, ConvertResult, SplitResult
@@ -218,6 +224,7 @@ class SplitJob:
                 for c in range(0, len(needs[j]), CHUNK):
                     yield needs[j][c:c + CHUNK]
 
+        # the bar counts every input of the split (a skipped one too) at its encoding rate; the summary's rate is the whole run's
         with tqdm(total=total, initial=done, unit="img", desc=self.src.name, disable=quiet, dynamic_ncols=True) as bar:
             results = encoder.map(chunks())
             fresh: collections.deque[Outcome] = collections.deque()
@@ -225,12 +232,13 @@ class SplitJob:
             def outcomes(items: Sequence[plan.Item]) -> Iterator[Outcome]:
                 for it in items:  # pilot outcomes from the cache, the others from the pool, in order
                     if it.index in self.cache:
-                        yield self.cache.pop(it.index)
+                        out = self.cache.pop(it.index)
                     else:
                         if not fresh:
                             fresh.extend(next(results))
-                        yield fresh.popleft()
-                    bar.update(1)
+                        out = fresh.popleft()
+                    bar.update(1)  # before the yield: the consumer (zip) stops after the last item, never resuming us
+                    yield out
 
             for j in todo:
                 items = self.items[slice(*ranges[j])]
@@ -241,10 +249,6 @@ class SplitJob:
                 result.bytes_in += rec.bytes_in
                 result.bytes_out += (rec.shard.bytes if rec.shard else 0) + (rec.overflow.bytes if rec.overflow else 0)
         return result
-
-
-def _split_url(dest: str, nested: bool, split: str) -> str:
-    return storage.join(dest, split) if nested else dest
 
 
 def convert(
@@ -266,7 +270,8 @@ def convert(
             ``options.source.label_regex``); a ``.csv``/``.tsv``/``.jsonl`` listing (path or
             URL); WebDataset tars (a ``.tar`` path, URL or brace pattern); ``"hf:PATH"`` or a
             ``datasets.Dataset``/``DatasetDict`` (see :func:`shardkit.convert.discover.discover`).
-        dest: local path or fsspec URL; a SRC with several splits gets ``dest/<split>/``.
+        dest: local path or fsspec URL; every split goes to ``dest/<split>/`` (a plain ImageFolder:
+            ``dest/train/``, see ``options.split``).
         options: what to produce (:class:`ConvertOptions`); the same options
             and input always give byte-identical output.
         workers: encoding processes (default: all cores); changes speed only.
@@ -278,10 +283,13 @@ def convert(
         storage_options: fsspec options for ``dest`` (credentials, endpoint).
 
     Returns:
-        what was done per split (manifests when complete).
+        what was done per split (manifests when complete), sorted by split name; a split with no
+        sample is not written and comes back with ``written=False``, its skips and why it is empty.
 
     Raises:
-        ConvertError: bad SRC, DEST holding another conversion, a skip under ``strict``.
+        ConvertError: bad SRC, no split with a sample (nothing is written), DEST holding another
+            conversion (or an older flat one), a skip under ``strict``, a script calling this with
+            ``workers > 1`` outside ``if __name__ == "__main__":``.
         StorageError: DEST cannot be written (the work done so far is kept and a rerun resumes).
     """
     t0 = time.monotonic()
@@ -292,13 +300,24 @@ def convert(
     if workers < 1:
         raise ValueError("workers must be at least 1")
     plan.task_shards(0, num_tasks, task_index)  # validates
+    if workers > 1:
+        check_main_guard()
     with start_pool(workers) as pool:  # first: its start-up overlaps discovery
         source = _discover(src, dest, options, so)
+        empty = [_empty_result(s, dest, options) for s in source.splits if not s.files]
+        if len(empty) == len(source.splits):  # decided before anything is written
+            raise ConvertError(
+                f"{source.root}: no split has a sample to convert: " + "; ".join(f"{e.split} ({e.empty})" for e in empty)
+                + "; nothing written"
+            )
         encoder = Encoder(source.reader, options.image, pool, workers)
         version = encoder.version()
-        jobs = [SplitJob(s, source.classes, _split_url(dest, source.nested, s.name), options, so, version) for s in source.splits]
-        results = []
+        jobs = [SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version) for s in source.splits if s.files]
+        results = list(empty)
         with dest_lock(dest, task_index):
+            check_flat(dest, overwrite, so)
+            for e in empty:
+                _check_empty_dest(e, source.classes, options, so, overwrite)
             for job in jobs:
                 job.check_dest(overwrite)
             for job in jobs:  # every split's plan.json before any shard: `shardkit verify` then sees splits not begun
@@ -309,7 +328,34 @@ def convert(
                 if num_tasks == 1:
                     res.manifest = finalize_split(job.url, **so)
                 results.append(res)
+    results.sort(key=lambda r: r.split)
     return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
+
+
+def _empty_result(s: SplitSource, dest: str, options: ConvertOptions) -> SplitResult:
+    """The result of split ``s``, which has no sample: not written, with its skips and why it is empty."""
+    res = SplitResult(split=s.name, url=storage.join(dest, s.name), written=False)
+    res.skipped_files = sorted((SkippedFile(p, r.value, d) for p, r, d in s.skipped), key=lambda f: f.path)
+    res.add_skipped(res.skipped_files)
+    if res.skipped:
+        res.empty = f"{res.skipped} skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(res.skipped_reasons.items()))
+    elif options.val_fraction:
+        res.empty = f"no input: --val-fraction {options.val_fraction} rounds each class's share to 0; raise it"
+    else:
+        res.empty = "no input"
+    return res
+
+
+def _check_empty_dest(e: SplitResult, classes: list[str], options: ConvertOptions, so: dict, overwrite: bool) -> None:
+    """Refuse (or with ``overwrite`` remove) an earlier conversion in the folder of a split that has no sample now."""
+    if not (storage.exists(storage.join(e.url, MANIFEST_NAME), **so) or storage.exists(journal.journal_url(e.url, journal.PLAN_NAME), **so)):
+        return
+    if not overwrite:
+        raise ConvertError(
+            f"{e.url}: holds an earlier conversion of split {e.split}, which has no sample now ({e.empty}); "
+            "pass --overwrite to remove it, or choose another DEST"
+        )
+    SplitJob(SplitSource(e.split, "", []), classes, e.url, options, so, "")._clear()
 
 
 def _discover(src: Any, dest: str, options: ConvertOptions, so: dict) -> Source:

@@ -155,6 +155,11 @@ class SplitResult:
         bytes_in: source bytes read by this run.
         bytes_out: shard bytes written by this run.
         manifest: the manifest, when this run wrote it (``None`` for one task of several).
+        written: ``False`` for a split with no sample to convert (e.g. a Hugging Face split whose
+            every label is -1): nothing is written for it, not even its folder.
+        empty: why a split that is not ``written`` has no sample, e.g. ``"3 skipped: 3 no_label"``.
+        skipped_files: the skipped files of a split that is not ``written`` (a written split's
+            manifest lists its own).
     """
 
     split: str
@@ -167,6 +172,9 @@ class SplitResult:
     bytes_in: int = 0
     bytes_out: int = 0
     manifest: Manifest | None = None
+    written: bool = True
+    empty: str = ""
+    skipped_files: list[SkippedFile] = field(default_factory=list)
 
     def add_skipped(self, files: list[SkippedFile]) -> None:
         """Count ``files`` as skipped."""
@@ -177,7 +185,8 @@ class SplitResult:
 
 @dataclass
 class ConvertResult:
-    """Outcome of :func:`shardkit.convert.convert`: one :class:`SplitResult` per split, totals, and notes about the source."""
+    """Outcome of :func:`shardkit.convert.convert`: one :class:`SplitResult` per split (sorted by name; a split with
+    no sample is one too, ``written=False``), totals, and notes about the source."""
 
     splits: list[SplitResult]
     seconds: float = 0.0
@@ -219,5 +228,5 @@ class ConvertResult:
 
     @property
     def complete(self) -> bool:
-        """True when every split has its manifest (single task, or the merge is done)."""
-        return all(s.manifest is not None for s in self.splits)
+        """True when every written split has its manifest (single task, or the merge is done)."""
+        return all(s.manifest is not None for s in self.splits if s.written)

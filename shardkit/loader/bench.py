@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
@@ -75,6 +75,10 @@ class BenchReport:
         lines += ["", "img/s: steady state, timed from the moment every worker has delivered its first batch until two "
                   "consecutive windows agree within 5 %; 1st batch: what every epoch start and resume pays",
                   f"decode-only ceiling (decode + crop/resize, 1 core, in process): {self.decode_ceiling:.0f} img/s"]
+        small = next((p.stop for p in self.points if p.stop.startswith("too small")), "")
+        if small:
+            lines.append(f"the dataset is too small to measure ({small.split(': ', 1)[1]} warm-up and two windows "
+                         "within one epoch): the figures vary between runs; bench a larger dataset, or lower --batch-size or --window")
         best = self.best
         if best is not None and best.images_per_s > 0:
             per_batch = self.batch_size / best.images_per_s
@@ -129,6 +133,8 @@ def bench(
     The rate clock starts once every worker has delivered its first batch (start-up and the first
     shuffle block excluded; time to the first batch is reported on its own); at least ``batches``
     batches are timed, then windows of ``window`` batches until two agree within 5 %, or ``max_s``.
+    A dataset with fewer batches per epoch than the warm-up and two windows is never called steady
+    (``stop`` says it is too small): each window would span an epoch start.
     """
     if batches < 1 or window < 1:
         raise ValueError(f"batches and window must be >= 1, got {batches}, {window}")
@@ -146,6 +152,9 @@ def bench(
             r = measure((len(images) for images, _ in passes), warm=max(1, nw), window=window,
                         min_batches=batches, max_batches=max(batches, 100 * window), max_s=max_s, clock=clock)
             st = loader.stats
+            per_epoch, need = len(loader), max(1, nw) + 2 * window
+            if per_epoch < need:  # every window spans an epoch start (refill, shuffle): figures vary 2x between runs
+                r = replace(r, stable=False, stop=f"too small: {per_epoch} batches per epoch, a steady figure needs {need}")
             m = loader.dataset.manifest
             per_sample = sum(s.bytes for s in m.shards) / max(1, m.num_samples)  # workers read ahead: not bytes_read
         finally:

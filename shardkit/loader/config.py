@@ -8,9 +8,12 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Optional
+
+import numpy as np
 
 from ..choices import Choice
 from ..format.members import MAX_PIXELS
@@ -46,6 +49,37 @@ class MultiprocessingContext(Choice):
     FORK = "fork"
     SPAWN = "spawn"
     FORKSERVER = "forkserver"
+
+
+_KINDS = {"int": "an integer", "bool": "True or False", "float": "a number"}
+
+
+def check_types(options: object) -> None:
+    """Refuse an option of a config dataclass whose value is not of its declared kind (int, bool,
+    float, optionally None), naming it: ``batch_size=2.5`` fails here, in one line, not later as a
+    bare ``TypeError`` deep in the loader. Accepted values are stored as plain Python numbers
+    (a numpy integer seed becomes an ``int``, so states compare equal)."""
+    for f in fields(options):  # type: ignore[arg-type]
+        if not f.init:
+            continue
+        kind, optional = str(f.type), False
+        if kind.startswith("Optional[") and kind.endswith("]"):
+            kind, optional = kind[len("Optional["):-1], True
+        if kind not in _KINDS:
+            continue
+        v = getattr(options, f.name)
+        if v is None and optional:
+            continue
+        if kind == "bool":
+            ok, plain = isinstance(v, (bool, np.bool_)), bool
+        elif kind == "int":
+            ok, plain = isinstance(v, numbers.Integral) and not isinstance(v, bool), int
+        else:
+            ok, plain = isinstance(v, numbers.Real) and not isinstance(v, bool), float
+        if not ok:
+            valid = _KINDS[kind] + (" or None" if optional else "")
+            raise ValueError(f"loader option {f.name!r} must be {valid}, got {type(v).__name__} {v!r}")
+        object.__setattr__(options, f.name, plain(v))
 
 
 def default_num_workers() -> int:
@@ -109,8 +143,13 @@ class ImageConfig:
     fast_decode: Optional[bool] = None
     channels_last: bool = True
     decode_on: DecodeOn = DecodeOn.WORKER
+    #: the options left unset and derived (``resize_size``, ``fast_decode``): :meth:`updated` derives
+    #: them again; a value given explicitly stays, even one equal to its derived value
+    derived: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        check_types(self)
+        object.__setattr__(self, "derived", tuple(n for n in ("resize_size", "fast_decode") if getattr(self, n) is None))
         object.__setattr__(self, "preset", Preset.parse(self.preset))
         object.__setattr__(self, "decoder", Decoder.parse(self.decoder))
         object.__setattr__(self, "decode_on", DecodeOn.parse(self.decode_on))
@@ -138,11 +177,9 @@ class ImageConfig:
 
     def updated(self, **changes: Any) -> "ImageConfig":
         """``dataclasses.replace`` that derives ``resize_size`` and ``fast_decode`` again from the new
-        ``size``/``preset`` unless they hold values other than their derived ones (set on purpose)."""
-        if "resize_size" not in changes and self.resize_size == self._derived_resize_size():
-            changes["resize_size"] = None
-        if "fast_decode" not in changes and self.fast_decode == self._derived_fast_decode():
-            changes["fast_decode"] = None
+        ``size``/``preset`` unless they were given (a given value stays, even one equal to the derived one)."""
+        for name in self.derived:
+            changes.setdefault(name, None)
         return replace(self, **changes)
 
     def at_size(self, size: int) -> "ImageConfig":
@@ -183,6 +220,7 @@ class SourceConfig:
     retry_budget_s: float = 120.0
 
     def __post_init__(self) -> None:
+        check_types(self)
         if self.max_retries < 0 or self.retry_budget_s < 0:
             raise ValueError(f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}")
 
@@ -249,6 +287,7 @@ class LoaderConfig:
     log_every_epoch: bool = False
 
     def __post_init__(self) -> None:
+        check_types(self)
         object.__setattr__(self, "policy", EpochPolicy.parse(self.policy))
         if self.num_workers is None:
             object.__setattr__(self, "num_workers", default_num_workers())
@@ -293,11 +332,11 @@ def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> Loa
             top[k] = v
             continue
         for g, cls in groups.items():
-            if k in {f.name for f in fields(cls)}:
+            if k in {f.name for f in fields(cls) if f.init}:
                 per_group[g][k] = v
                 break
         else:
-            valid = sorted(top_names | {f.name for cls in groups.values() for f in fields(cls)})
+            valid = sorted(top_names | {f.name for cls in groups.values() for f in fields(cls) if f.init})
             raise TypeError(f"unknown loader option {k!r}; valid options: {', '.join(valid)}")
     for g in groups:
         if per_group[g]:

@@ -92,7 +92,8 @@ class ShardDataset(IterableDataset):
         if len(manifests) > 1:
             check_data(self.sources, [_source_data(m) for m in manifests])
         self.mixture = Mixture(self.sources, tuple(m.shard_sizes for m in manifests), epoch_size)
-        self.labels = label_space([m.classes for m in manifests], labels)  #: the mixture's classes and label tables
+        self.label_mode = LabelMode.parse(labels)  #: ``merged`` or ``per_source`` (saved in states, checked on resume)
+        self.labels = label_space([m.classes for m in manifests], self.label_mode)  #: the mixture's classes and label tables
         self._finishing: Optional[tuple[int, Mixture]] = None  #: (epoch, mixture) a remixed state finishes that epoch with
         self.urls = [u for urls in urls_per_source for u in urls]
         self.shard_sizes = [n for m in manifests for n in m.shard_sizes]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -45,6 +46,19 @@ from .transport import Envelope, Ring, WorkerFailure, ring_slots
 from .worker_death import dead_workers, death_message, reported_dead
 
 log = logging.getLogger("shardkit.loader")
+
+
+@dataclass(frozen=True)
+class EpochInfo(RankSplit):
+    """:class:`~shardkit.plan.RankSplit` of the epoch the next ``iter()`` gives, saying which.
+
+    Attributes:
+        epoch: the epoch these figures describe.
+        batches_done: batches of it already handed out (a pass left early continues after them).
+    """
+
+    epoch: int
+    batches_done: int
 
 class ShardLoader:
     """Iterable of ``(images uint8 [B,3,S,S], labels int64 [B])`` batches for this rank.
@@ -74,6 +88,7 @@ class ShardLoader:
         self._position: Position = dataset.position
         self._dl_dataset: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
         self._ring_size = 0  # image size the current ring's slots hold
+        self._stats_epoch = self._position.epoch  # the epoch :attr:`stats` counts
 
     # ------------------------------------------------------------------ DataLoader
 
@@ -112,16 +127,30 @@ class ShardLoader:
             self._dl_dataset.ring = None
 
     def __len__(self) -> int:
-        """Batches this rank yields per full epoch (the same on every rank).
+        """Batches this rank yields in the whole epoch the next ``iter()`` gives (the same on every rank).
 
+        Epochs can differ by a batch (a mixture's fractional ``repeat``): ``len()`` is always the
+        one of the epoch the next ``iter()`` belongs to (:attr:`epoch_info` says which).
         An iteration left early (``break``) keeps its place: iterating again continues the
-        same epoch with the batches not yet handed out (fewer than ``len()``), as a resume
+        same epoch with the batches not yet handed out (``len()`` minus those), as a resume
         from :meth:`state_dict` would. :meth:`restart_epoch` starts the epoch over instead.
         A loop that stopped after exactly ``len()`` batches without asking for one more
-        (Lightning, ``zip``, ``itertools.islice``) has finished the epoch: the next
-        ``iter()`` starts the next epoch.
+        (Lightning, ``zip``, ``itertools.islice``) has finished the epoch: ``len()`` and the
+        next ``iter()`` are the next epoch's.
         """
-        return self.dataset.num_batches(self._position.epoch)
+        return self.num_batches()
+
+    def num_batches(self, epoch: Optional[int] = None) -> int:
+        """Batches this rank yields in the whole of ``epoch`` (None: the epoch the next ``iter()`` gives, as ``len()``)."""
+        return self.dataset.num_batches(self._upcoming().epoch if epoch is None else epoch)
+
+    def _upcoming(self) -> Position:
+        """The position the next ``iter()`` starts from: an epoch whose batches were all handed out
+        (a loop that stopped after exactly ``len()`` batches) is the next epoch's start."""
+        pos = self._position
+        if pos.batches_done >= self.dataset.rank_split(pos).num_batches:
+            return pos.next_epoch()
+        return pos
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -169,10 +198,10 @@ class ShardLoader:
             raise RuntimeError(death_message(dead, exc)) from exc
 
     def _iterate(self) -> Iterator[Any]:
-        if self._position.batches_done >= self.dataset.rank_split(self._position).num_batches:
-            # the epoch was consumed by a loop that stopped after len() batches without asking for
-            # one more (Lightning, zip, islice): this iteration is the next epoch, not an empty one
-            self._position = self._position.next_epoch()
+        # an epoch consumed by a loop that stopped after len() batches without asking for one
+        # more (Lightning, zip, islice): this iteration is the next epoch, not an empty one
+        self._position = self._upcoming()
+        self._stats_epoch = self._position.epoch
         dl = self._dataloader()
         self.dataset.publish(self._position)  # the workers of this iteration read it when they start
         self._counters, self._wait, self._batches = {}, 0.0, 0
@@ -241,8 +270,9 @@ class ShardLoader:
 
     @property
     def epoch(self) -> int:
-        """The current epoch."""
-        return self._position.epoch
+        """The epoch the next ``iter()`` gives (or continues): after a whole pass, or a pass stopped at exactly
+        ``len()`` batches, the next one; after a loop left early, the same one (as ``len()`` and :attr:`epoch_info`)."""
+        return self._upcoming().epoch
 
     def set_epoch(self, epoch: int, size: Optional[int] = None) -> None:
         """Make ``epoch`` the current epoch (shard order and shuffles change with it).
@@ -265,7 +295,8 @@ class ShardLoader:
         """
         if size is not None and (type(size) is not int or size < 1):
             raise ValueError(f"size must be an int >= 1, got {size!r}")
-        pos = self._position if epoch == self._position.epoch else self._position.started(epoch)
+        up = self._upcoming()  # a pass stopped at exactly len() has finished its epoch: set_epoch(it) replays it
+        pos = up if epoch == up.epoch else up.started(epoch)
         if size is not None:
             pos = pos.resized(0 if size == self.config.image.size else size)
             if self._dl is not None and self._dl.persistent_workers and self._ring_size and size > self._ring_size:
@@ -281,7 +312,8 @@ class ShardLoader:
 
     def restart_epoch(self) -> None:
         """Start the current epoch over on the next ``iter()`` (after an iteration left early)."""
-        self._position = self._position.started(self._position.epoch)
+        up = self._upcoming()
+        self._position = up.started(up.epoch)
 
     def device_decoder(self, device: "torch.device | str" = "cpu", size: int = 0) -> Any:
         """The :class:`~shardkit.devicedecode.DeviceDecoder` that decodes this loader's batches of output ``size``
@@ -296,9 +328,12 @@ class ShardLoader:
         return self._device_decoders[key]
 
     @property
-    def epoch_info(self) -> RankSplit:
-        """How this epoch is split over ranks: ``num_batches``, ``padded`` and ``dropped`` samples."""
-        return self.dataset.rank_split(self._position)
+    def epoch_info(self) -> "EpochInfo":
+        """The epoch the next ``iter()`` gives and how it is split over ranks: ``epoch``, ``batches_done``
+        (already handed out), ``num_batches`` (``len()``), ``padded`` and ``dropped`` samples. After a
+        finished pass (whole, or stopped at exactly ``len()``) that is the next epoch."""
+        pos = self._upcoming()
+        return EpochInfo(**vars(self.dataset.rank_split(pos)), epoch=pos.epoch, batches_done=pos.batches_done)
 
     @property
     def stats(self) -> LoaderStats:
@@ -309,7 +344,7 @@ class ShardLoader:
     def report(self) -> str:
         """One line about the current or last epoch: the share of it the loop waited for data, img/s,
         skipped samples, read retries and the slowest worker stage (``log_every_epoch=True`` logs it)."""
-        return epoch_report(self._position.epoch, self.stats)
+        return epoch_report(self._stats_epoch, self.stats)
 
     # ------------------------------------------------------------------ state
 
@@ -320,8 +355,9 @@ class ShardLoader:
         """A plain dict with everything needed to continue this epoch exactly (put it in your checkpoint)."""
         ws, nw = self._topology()
         ds = self.dataset
-        state = to_state(self._position, manifest=ds.manifest, plan=self.config.plan, world_size=ws, num_workers=nw)
-        return {**state, **mixture_state(ds, self._position.epoch)}
+        pos = self._upcoming()  # a finished epoch is saved as the next one's start
+        state = to_state(pos, manifest=ds.manifest, plan=self.config.plan, world_size=ws, num_workers=nw)
+        return {**state, **mixture_state(ds, pos.epoch)}
 
     def load_state_dict(self, state: dict[str, Any], *, allow_remix: bool = False) -> None:
         """Continue from ``state``: exactly on the same topology, re-planned (elastic) on another one.

@@ -199,12 +199,14 @@ class BlockReader:
             return None
         runs = [0, *(np.flatnonzero(np.diff(local) != 1) + 1).tolist(), len(local)]
         spans = [p for a, b in zip(runs[:-1], runs[1:]) for p in _pieces_of(idx, int(local[a]), int(local[b - 1]) + 1, self.MAX_RANGE_BYTES)]
+        starts = idx.starts.astype(np.int64)  # signed: a span may go back (a repeated source's next pass), uint64 would wrap
         out: list[RawSample] = []
         try:
             group = [spans[0]]
             for span in spans[1:] + [None]:  # type: ignore[list-item]
-                if span is not None and idx.starts[span[0]] - idx.starts[group[-1][1]] <= self.MAX_HOLE_BYTES \
-                        and idx.starts[span[1]] - idx.starts[group[0][0]] <= self.MAX_RANGE_BYTES:
+                # joined to the group: a span after the group's end (a hole of at most MAX_HOLE_BYTES), not one going back
+                if span is not None and 0 <= starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES \
+                        and starts[span[1]] - starts[group[0][0]] <= self.MAX_RANGE_BYTES:
                     group.append(span)
                     continue
                 lo, hi = idx.byte_range(group[0][0], group[-1][1])

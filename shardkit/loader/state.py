@@ -66,19 +66,30 @@ def _int(state: dict[str, Any], name: str, low: int) -> int:
     return v
 
 
-def _check_dataset(state: dict[str, Any], manifest: Manifest) -> None:
+_WHAT = {"shard_sizes": "shard sizes", "shard_sha256": "shard contents (sha256)", "classes": "class names"}
+
+
+def dataset_differences(saved: dict[str, Any], manifest: Manifest, *, complete: bool = True) -> list[str]:
+    """What differs between saved dataset fingerprints and ``manifest``'s, one phrase each (empty: the same).
+
+    ``complete``: a fingerprint missing from ``saved`` counts as a difference (False: version 1 states,
+    which recorded the shard sizes only)."""
     mine = dataset_fingerprint(manifest)
+    differ = [k for k in mine if (k in saved and saved[k] != mine[k]) or (k not in saved and complete)]
+    return [_WHAT[k] for k in differ]
+
+
+def _check_dataset(state: dict[str, Any], manifest: Manifest) -> None:
     if state.get("version") == 1:  # shard sizes were all a version 1 state recorded
         saved = {"shard_sizes": state.get("fingerprint")}
     else:
         saved = state.get("dataset")
         if not isinstance(saved, dict):
             raise ShardkitError(f"loader state field 'dataset' must be a dict of fingerprints, got {type(saved).__name__}")
-    differ = [k for k in saved if k in mine and saved[k] != mine[k]] + [k for k in mine if k not in saved and state.get("version") != 1]
+    differ = dataset_differences(saved, manifest, complete=state.get("version") != 1)
     if differ:
-        what = {"shard_sizes": "shard sizes", "shard_sha256": "shard contents (sha256)", "classes": "class names"}
         raise ShardkitError(
-            f"loader state belongs to another dataset ({', '.join(what[k] for k in differ)} differ from {manifest.url or 'this manifest'}); "
+            f"loader state belongs to another dataset ({', '.join(differ)} differ from {manifest.url or 'this manifest'}); "
             "resume with the dataset it was saved from"
         )
 

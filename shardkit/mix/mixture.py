@@ -39,6 +39,7 @@ A mixture changed mid-training (``allow_remix``) is a new :class:`Mixture` whose
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -84,8 +85,10 @@ class Mixture:
         if len(self.offsets) != n or len(self.seed_keys) != n or self.first_epoch < 0:  # type: ignore[arg-type]
             raise ValueError("offsets and seed_keys need one entry per source, first_epoch >= 0")
         if self.epoch_size is not None:
-            if self.epoch_size < 1:
-                raise ValueError(f"epoch_size must be >= 1, got {self.epoch_size}")
+            if isinstance(self.epoch_size, bool) or not isinstance(self.epoch_size, numbers.Integral) or self.epoch_size < 1:
+                raise ValueError(f"epoch_size must be an integer >= 1 (samples per epoch of a weighted mixture) or None "
+                                 f"(the sum of the sources' sizes), got {type(self.epoch_size).__name__} {self.epoch_size!r}")
+            object.__setattr__(self, "epoch_size", int(self.epoch_size))
             if all(s.weight is None for s in self.sources):
                 raise ValueError("epoch_size applies to weighted sources; repeat= and choose= fix their own counts")
         totals = np.array([int(s.sum()) for s in sizes], np.int64)

@@ -1,0 +1,221 @@
+"""Mutants of planning and elastic resume (``shardkit/plan.py``, ``shardkit/mix/plan.py``), the sample-index
+fallback and range reads (``shardkit/loader/read.py``, ``shardkit/format/index.py``) and device decode
+(``shardkit/devicedecode.py``). Issue 21, area "plan"."""
+
+ROW_ONCE = "Every sample exactly once per epoch over ranks × workers"
+ROW_RESUME = "Mid-epoch checkpoint, resume: the resumed run starts at the next step and equals the uninterrupted run"
+ROW_ELASTIC = "Elastic: up to three topologies in one epoch (3 → 2 → 3 ranks), also after padding was emitted"
+ROW_INDEX = "The sample index yields exactly the header walk's samples; a wrong index falls back with every key once"
+ROW_DEVICE = "decode_on=\"device\": the worker path's samples, crops and flips, also after a dropped sample"
+
+ORACLE = "tests/test_plan_oracle.py::test_single_dataset_plan_matches_the_reference"
+ORACLE_ONE = "tests/test_plan_oracle.py::test_one_source_mixture_plan_matches_the_reference"
+ORACLE_MIX = "tests/test_plan_oracle.py::test_mixture_plan_matches_the_reference"
+CHAIN = "tests/test_plan_oracle.py::test_three_two_three_ranks_with_checkpoints_after_padding"
+CHAIN_REPEATS = "tests/test_plan_oracle.py::test_three_two_three_ranks_mixture_with_repeats"
+GRID = "tests/test_plan_oracle.py::test_grid_of_three_topology_chains_with_checkpoints_inside_shuffle_blocks"
+EVERY_STEP = "tests/test_plan_oracle.py::test_grid_every_step_resumes_exactly"
+PADDING_FIRST = "tests/test_plan_oracle.py::test_padding_emitted_before_its_original_counts_as_seen"
+LOADER_CHAIN = "tests/test_plan_oracle.py::test_loader_elastic_chain_delivers_every_key_once_plus_reported_padding"
+FALLBACK = "tests/test_index_fallback.py::test_index_wrong_at_slice_time_falls_back_with_every_key_once"
+GOING_BACK = "tests/test_index_fallback.py::test_ids_going_back_in_a_shard_read_without_overflow"
+DEV = "tests/test_devicedecode_train.py::test_train_crops_and_flips_stay_with_their_samples_after_a_dropped_one"
+
+MUTANTS = [
+    # ------------------------------------------------------------------ shardkit/plan.py
+    {
+        "id": "plan-padding-seen-does-not-count",
+        "row": ROW_ELASTIC,
+        "file": "shardkit/plan.py",
+        "old": "seen[np.flatnonzero(seen_virtual) % n] = True",
+        "new": "seen[np.flatnonzero(seen_virtual[:n])] = True",
+        "tests": [PADDING_FIRST],
+    },
+    {
+        "id": "plan-partly-emitted-block-forgotten",
+        "row": ROW_ELASTIC,
+        "file": "shardkit/plan.py",
+        "old": "for i in np.flatnonzero(skip > prefix):",
+        "new": "for i in np.flatnonzero(skip > skip):",
+        "tests": [CHAIN, ORACLE],
+    },
+    {
+        "id": "plan-second-replan-reuses-generation-0",
+        "row": ROW_ELASTIC,
+        "file": "shardkit/plan.py",
+        "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen)",
+        "new": "epoch=epoch, batches_done=seg.batches_done, generation=0)",
+        "tests": [GRID, ORACLE],
+    },
+    {
+        "id": "plan-dropped-samples-come-back-after-replan",
+        "row": ROW_ELASTIC,
+        "file": "shardkit/plan.py",
+        "old": "keep = np.flatnonzero(assigned & ~seen)",
+        "new": "keep = np.flatnonzero(~seen)",
+        "tests": [CHAIN, ORACLE],
+    },
+    {
+        "id": "plan-resume-worker-role-not-rotated",
+        "row": ROW_RESUME,
+        "file": "shardkit/plan.py",
+        "old": "world = world.with_worker((world.worker + batches_done) % world.num_workers, world.num_workers)",
+        "new": "world = world.with_worker(world.worker, world.num_workers)",
+        "tests": [EVERY_STEP, ORACLE],
+    },
+    {
+        "id": "plan-padding-repeats-the-last-sample",
+        "row": ROW_ONCE,
+        "file": "shardkit/plan.py",
+        "old": "gids = stream.global_ids_at(positions % n) if n else positions",
+        "new": "gids = stream.global_ids_at(np.minimum(positions, n - 1)) if n else positions",
+        "tests": [EVERY_STEP, ORACLE],
+    },
+    {
+        "id": "plan-resume-inside-block-reordered",
+        "row": ROW_RESUME,
+        "file": "shardkit/plan.py",
+        "old": "            perm = np.searchsorted(keep, rest)\n",
+        "new": "            perm = np.arange(len(rest))\n",
+        "tests": [EVERY_STEP, ORACLE],
+    },
+    # ------------------------------------------------------------------ shardkit/mix/plan.py (the loader's planner)
+    {
+        "id": "mix-padding-in-whole-blocks-not-seen",
+        "row": ROW_ELASTIC,
+        "file": "shardkit/mix/plan.py",
+        "old": "seen = _covered(n, starts, starts + whole)",
+        "new": "seen = _covered(n, starts, np.minimum(starts + whole, n))",
+        "tests": [PADDING_FIRST, CHAIN, ORACLE_ONE],
+    },
+    {
+        "id": "mix-second-replan-reuses-generation-0",
+        "row": ROW_ELASTIC,
+        "file": "shardkit/mix/plan.py",
+        "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen)",
+        "new": "epoch=epoch, batches_done=seg.batches_done, generation=0)",
+        "tests": [GRID, ORACLE_ONE],
+    },
+    {
+        "id": "mix-partial-block-of-the-wrong-reader",
+        "row": ROW_ELASTIC,
+        "file": "shardkit/mix/plan.py",
+        "old": "world = World(i // num_workers, world_size, i % num_workers, num_workers)",
+        "new": "world = World(i % world_size, world_size, i % num_workers, num_workers)",
+        "tests": [GRID, ORACLE_ONE],
+    },
+    {
+        "id": "mix-partial-block-emission-off-by-one",
+        "row": ROW_ELASTIC,
+        "file": "shardkit/mix/plan.py",
+        "old": "seen[(c0 + b0 + order[: int(skip[i]) - b0]) % n] = True",
+        "new": "seen[(c0 + b0 + order[: int(skip[i]) - b0 - 1]) % n] = True",
+        "tests": [CHAIN, ORACLE_ONE],
+    },
+    {
+        "id": "mix-resume-inside-block-reordered",
+        "row": ROW_RESUME,
+        "file": "shardkit/mix/plan.py",
+        "old": "s, g, order = s[keep], g[keep], np.searchsorted(keep, rest)",
+        "new": "s, g, order = s[keep], g[keep], np.arange(len(rest))",
+        "tests": [EVERY_STEP, ORACLE_ONE],
+    },
+    {
+        "id": "mix-repeats-counted-by-id-not-position",
+        "row": ROW_ELASTIC,
+        "file": "shardkit/mix/plan.py",
+        "old": "    keep = np.flatnonzero(assigned & ~seen)\n    return Explicit(",
+        "new": "    seen |= np.isin(listed.gids, listed.gids[seen])\n    keep = np.flatnonzero(assigned & ~seen)\n    return Explicit(",
+        "tests": [CHAIN_REPEATS, ORACLE_MIX],
+    },
+    # ------------------------------------------------------------------ shardkit/loader/read.py, shardkit/format/index.py
+    {
+        "id": "read-mismatch-returns-the-partial-block",
+        "row": ROW_INDEX,
+        "file": "shardkit/loader/read.py",
+        "old": "            self._fall_back(shard, exc)\n            return None\n        return out",
+        "new": "            self._fall_back(shard, exc)\n            return out\n        return out",
+        "tests": [FALLBACK],
+    },
+    {
+        "id": "read-mismatch-walks-the-sliced-samples-again",
+        "row": ROW_INDEX,
+        "file": "shardkit/loader/read.py",
+        "old": "            self._fall_back(shard, exc)\n            return None\n        return out",
+        "new": "            self._fall_back(shard, exc)\n            return out + self._walk(shard, gids)\n        return out",
+        "tests": [FALLBACK],
+    },
+    {
+        "id": "read-uint64-offsets-wrap",
+        "row": ROW_INDEX,
+        "file": "shardkit/loader/read.py",
+        "old": "starts = idx.starts.astype(np.int64)",
+        "new": "starts = idx.starts",
+        "tests": [GOING_BACK],
+    },
+    {
+        "id": "read-span-going-back-joined-to-the-range",
+        "row": ROW_INDEX,
+        "file": "shardkit/loader/read.py",
+        "old": "0 <= starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES",
+        "new": "starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES",
+        "tests": [GOING_BACK],
+    },
+    {
+        "id": "index-slice-does-not-check-the-member-name",
+        "row": ROW_INDEX,
+        "file": "shardkit/format/index.py",
+        "old": "if len(hdr) != BLOCK or hdr[: len(name)] != name or hdr[len(name)] != 0",
+        "new": "if len(hdr) != BLOCK or hdr[len(name)] != 0",
+        "tests": [FALLBACK],
+    },
+    {
+        "id": "index-slice-does-not-check-the-size",
+        "row": ROW_INDEX,
+        "file": "shardkit/format/index.py",
+        "old": "or _size(hdr) != size ",
+        "new": "",
+        "tests": [FALLBACK],
+    },
+    {
+        "id": "read-fallback-forgets-the-shard",
+        "row": ROW_INDEX,
+        "file": "shardkit/loader/read.py",
+        "old": "        self._walk_only.add(shard)\n",
+        "new": "",
+        "tests": [FALLBACK],
+    },
+    # ------------------------------------------------------------------ shardkit/devicedecode.py
+    {
+        "id": "devdecode-crops-shift-after-a-dropped-sample",
+        "row": ROW_DEVICE,
+        "file": "shardkit/devicedecode.py",
+        "old": "Crops(np.asarray(crops.boxes)[kept], np.asarray(crops.flips)[kept])",
+        "new": "Crops(np.asarray(crops.boxes)[: len(kept)], np.asarray(crops.flips)[: len(kept)])",
+        "tests": [DEV],
+    },
+    {
+        "id": "devdecode-flips-shift-after-a-dropped-sample",
+        "row": ROW_DEVICE,
+        "file": "shardkit/devicedecode.py",
+        "old": "Crops(np.asarray(crops.boxes)[kept], np.asarray(crops.flips)[kept])",
+        "new": "Crops(np.asarray(crops.boxes)[kept], np.asarray(crops.flips)[: len(kept)])",
+        "tests": [DEV],
+    },
+    {
+        "id": "devdecode-sizes-shift-after-a-dropped-sample",
+        "row": ROW_DEVICE,
+        "file": "shardkit/devicedecode.py",
+        "old": "out = self.resize(images, sizes[kept],",
+        "new": "out = self.resize(images, sizes[: len(kept)],",
+        "tests": [DEV],
+    },
+    {
+        "id": "devdecode-bisection-loses-the-second-half",
+        "row": ROW_DEVICE,
+        "file": "shardkit/devicedecode.py",
+        "old": "                self._decode_batched(idx[half:], tensors, jpegs, sizes, out, errors)\n",
+        "new": "",
+        "tests": [DEV],
+    },
+]
