@@ -35,7 +35,7 @@ MUTANTS = [
      "old": "if isinstance(raw, int) and not isinstance(raw, bool):", "new": "if isinstance(raw, (int, float)):",
      "tests": [T + "test_label_value_is_the_one_label_rule", T + "test_jsonl_labels_that_are_lists_floats_or_bools_are_bad_label"]},
     {"id": "label-list-becomes-name", "row": ROW_LABELS, "file": SOURCE,
-     "old": "    return None, SkipReason.BAD_LABEL\n\n\n#: a class index", "new": "    return str(raw), None\n\n\n#: a class index",
+     "old": "    return None, SkipReason.BAD_LABEL\n\n\n_FLOAT = ", "new": "    return str(raw), None\n\n\n_FLOAT = ",
      "tests": [T + "test_jsonl_labels_that_are_lists_floats_or_bools_are_bad_label"]},
     {"id": "label-empty-list-is-bad-not-missing", "row": ROW_LABELS, "file": SOURCE,
      "old": " or (isinstance(raw, (list, tuple)) and not raw):", "new": ":",
@@ -134,6 +134,6 @@ MUTANTS = [
      "old": "        if len(group) == 1:\n            by_path.append(group)", "new": "        if True:\n            by_path.extend([g] for g in group)",
      "tests": [ORACLE + "test_folder_oracle"]},
     {"id": "oracle-listing-list-label-becomes-name", "row": ROW_LABELS, "file": SOURCE,
-     "old": "    return None, SkipReason.BAD_LABEL\n\n\n#: a class index", "new": "    return str(raw), None\n\n\n#: a class index",
+     "old": "    return None, SkipReason.BAD_LABEL\n\n\n_FLOAT = ", "new": "    return str(raw), None\n\n\n_FLOAT = ",
      "tests": [ORACLE + "test_listing_oracle"]},
 ]

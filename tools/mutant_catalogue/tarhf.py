@@ -11,6 +11,7 @@ ROW_LABELS = "Conversion labels: one rule for every source"
 ROW_RESHARD = "Re-converting shardkit's own shards keeps the class names, their order, the labels and the pixels"
 
 TARS = "shardkit/convert/tars.py"
+SOURCE_PY = "shardkit/convert/source.py"
 HF = "shardkit/convert/hf.py"
 T = "tests/test_convert_tars.py::"
 H = "tests/test_convert_hf.py::"
@@ -50,21 +51,21 @@ MUTANTS = [
      "new": "        if index is None:\n            continue\n            out.skipped.append((ident, SkipReason.BAD_LABEL,",
      "tests": [T + "test_shardkit_manifest_with_an_index_beyond_its_classes_is_bad_label"]},
     # --- A4: the label-value rule (tars, and HF string columns through the same function)
-    {"id": "label-float-or-bool-text-becomes-name", "row": ROW_LABELS, "file": TARS, "old": _FLOAT_OLD, "new": "if False:",
+    {"id": "label-float-or-bool-text-becomes-name", "row": ROW_LABELS, "file": SOURCE_PY, "old": _FLOAT_OLD, "new": "if False:",
      "tests": [T + "test_cls_holding_a_list_float_or_bool_is_bad_label"]},
-    {"id": "label-float-or-bool-text-becomes-name-oracle", "row": ROW_LABELS, "file": TARS, "old": _FLOAT_OLD, "new": "if False:",
+    {"id": "label-float-or-bool-text-becomes-name-oracle", "row": ROW_LABELS, "file": SOURCE_PY, "old": _FLOAT_OLD, "new": "if False:",
      "tests": [TAR_ORACLE]},
-    {"id": "label-list-text-becomes-name", "row": ROW_LABELS, "file": TARS,
-     "old": "return (None, SkipReason.NO_LABEL) if parsed == [] else (None, SkipReason.BAD_LABEL)", "new": "return text, None",
+    {"id": "label-list-text-becomes-name", "row": ROW_LABELS, "file": SOURCE_PY,
+     "old": "return (None, SkipReason.BAD_LABEL) if isinstance(value, dict) else label_value(value)", "new": "return label_value(text)",
      "tests": [T + "test_cls_holding_a_list_float_or_bool_is_bad_label", H + "test_empty_list_labels_are_no_label_and_odd_string_labels_bad_label"]},
-    {"id": "label-json-bool-becomes-index", "row": ROW_LABELS, "file": TARS,
-     "old": "if isinstance(value, bool) or not isinstance(value, (int, str)):", "new": "if not isinstance(value, (int, str)):",
+    {"id": "label-json-bool-becomes-index", "row": ROW_LABELS, "file": SOURCE_PY,
+     "old": "    if isinstance(raw, int) and not isinstance(raw, bool):\n", "new": "    if isinstance(raw, int):\n",
      "tests": [T + "test_label_json_field_holding_a_list_float_or_bool_is_bad_label"]},
-    {"id": "label-negative-index-mixes-with-names", "row": ROW_LABELS, "file": TARS,
-     "old": "return (text, None) if int(text) >= 0 else (None, SkipReason.BAD_LABEL)", "new": "return text, None",
+    {"id": "label-negative-index-mixes-with-names", "row": ROW_LABELS, "file": SOURCE_PY,
+     "old": "return label_value(int(text)) if text.startswith(\"-\") else label_value(text)", "new": "return label_value(text)",
      "tests": [T + "test_minus_one_among_class_names_is_one_bad_label_not_a_mix_of_names_and_indices"]},
-    {"id": "label-negative-index-mixes-with-names-oracle", "row": ROW_LABELS, "file": TARS,
-     "old": "return (text, None) if int(text) >= 0 else (None, SkipReason.BAD_LABEL)", "new": "return text, None",
+    {"id": "label-negative-index-mixes-with-names-oracle", "row": ROW_LABELS, "file": SOURCE_PY,
+     "old": "return label_value(int(text)) if text.startswith(\"-\") else label_value(text)", "new": "return label_value(text)",
      "tests": [TAR_ORACLE]},
     {"id": "hf-float-or-bool-column-accepted", "row": ROW_LABELS, "file": HF, "old": _HF_STR_OLD, "new": _HF_STR_NEW,
      "tests": [H + "test_label_column_of_floats_bools_or_lists_is_refused_in_one_line"]},
