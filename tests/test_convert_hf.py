@@ -90,7 +90,7 @@ def test_a_split_whose_every_label_is_minus_one_is_returned_with_no_files_and_it
     dd = datasets.DatasetDict({"train": _ds([0, 1], datasets.Value("int64")), "test": _ds([None, None], datasets.Value("int64"))})
     assert _table(scan_hf(dd, SourceOptions())) == {"train": {_row(0): "0", _row(1): "1"}, "test": {_row(0): "no_label", _row(1): "no_label"}}
     # no split with any file: one line
-    with pytest.raises(ConvertError, match="no split has a labelled image") as e:
+    with pytest.raises(ConvertError, match="no split has a sample to convert") as e:
         scan_hf(datasets.DatasetDict({"test": _ds([-1, -1], datasets.ClassLabel(names=["x"]))}), SourceOptions())
     assert "\n" not in str(e.value)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import Counter
 from typing import Any
 
 from ..errors import ConvertError
@@ -219,8 +220,14 @@ def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
         else:
             by_name[name].files.append(SourceFile(ident[k], index, size, f"{_REF}{name}:{row}", extra or None))
     if not any(s.files for s in splits):
-        counts = "; ".join(f"{s.name}: {len(s.skipped)} rows skipped" for s in splits)
-        raise ConvertError(f"{what}: no split has a labelled image ({counts}); check --label-col {opts.label_col!r} and --image-col {opts.image_col!r}")
+        def why(s: SplitSource) -> str:
+            reasons = Counter(r.value for _, r, _ in s.skipped)
+            return f"{s.name} ({len(s.skipped)} skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())) + ")"
+
+        raise ConvertError(
+            f"{what}: no split has a sample to convert (no labelled image): {'; '.join(why(s) for s in splits)}; "
+            f"check --label-col {opts.label_col!r} and --image-col {opts.image_col!r}"
+        )
     for s in splits:
         s.files.sort(key=lambda f: f.relpath)
         s.skipped.sort()

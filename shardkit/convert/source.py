@@ -281,7 +281,7 @@ class Source:
         classes: class names; labels index into it.
         splits: every split found, also one left with no files (``files=[]``, its ``skipped`` kept):
             the conversion reports it; a source raises only when no split has any file.
-        nested: each split goes to ``DEST/<split>/`` (else the one split is DEST itself).
+        nested: the source has splits of its own (informational: every split goes to ``DEST/<split>/``).
         reader: reads items' bytes.
         notes: facts the summary should tell (e.g. how labels were read).
         local_dir: a local folder SRC lives in (checked against DEST), if any.
