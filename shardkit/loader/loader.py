@@ -270,9 +270,11 @@ class ShardLoader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the next ``iter()`` gives (or continues): after a whole pass, or a pass stopped at exactly
-        ``len()`` batches, the next one; after a loop left early, the same one (as ``len()`` and :attr:`epoch_info`)."""
-        return self._upcoming().epoch
+        """The epoch of the pass in progress, or of the last batch handed out (inside a loop, the batches' epoch).
+
+        After a whole pass it is the next epoch; after a pass stopped at exactly ``len()`` batches it is still that
+        pass's until the next ``iter()`` (``len()`` and :attr:`epoch_info` ``.epoch`` describe the pass ``iter()`` gives)."""
+        return self._position.epoch
 
     def set_epoch(self, epoch: int, size: Optional[int] = None) -> None:
         """Make ``epoch`` the current epoch (shard order and shuffles change with it).

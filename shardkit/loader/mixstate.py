@@ -76,6 +76,8 @@ def resume_mixture(ds: "ShardDataset", state: Any, *, allow_remix: bool) -> tupl
     if not allow_remix and len(saved["sources"]) == 1 == len(ds.sources) and \
             saved["sources"][0].get("fingerprint") != ds.mixture.describe()["sources"][0]["fingerprint"]:
         return state, ds.mixture, ds.mixture  # one dataset for another: from_state's message names what differs
+    if not allow_remix and len(ds.sources) == 1 and isinstance(state.get("dataset"), dict) and dataset_differences(state["dataset"], ds.manifest):
+        return state, ds.mixture, ds.mixture  # the same shape, other data: from_state's message names what differs
     mid = bool(state.get("batches_done") or state.get("history"))
     nxt = state.get("next_mixture")
     now, later = resume_mixtures(saved, ds.mixture, epoch, mid_epoch=mid, allow_remix=allow_remix,
