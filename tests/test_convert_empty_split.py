@@ -79,6 +79,24 @@ def test_every_split_empty_is_one_line_and_writes_nothing(tmp_path, capsys):
     assert not os.path.exists(dest)
 
 
+def test_a_source_whose_every_split_is_empty_is_refused_by_the_job_too(tmp_path, monkeypatch):
+    """The sources refuse first today; the job's own check stays for any source that returns only empty splits."""
+    from shardkit.convert import job
+    from shardkit.convert.imageproc import SkipReason
+    from shardkit.convert.source import Reader, Source, SplitSource
+
+    src = Source(root="made-up", classes=["a"], nested=True, reader=Reader(str(tmp_path)),
+                 splits=[SplitSource("train", "made-up", [], [("x.png", SkipReason.NO_LABEL, "no label")]),
+                         SplitSource("val", "made-up", [], [("y.png", SkipReason.BAD_LABEL, "bad")])])
+    monkeypatch.setattr(job, "_discover", lambda *a, **k: src)
+    dest = str(tmp_path / "out")
+    with pytest.raises(ConvertError) as e:
+        convert("made-up", dest, ConvertOptions(image=IMG), workers=1, quiet=True)
+    msg = str(e.value)
+    assert "\n" not in msg and "no split has a sample" in msg and "train (1 skipped: 1 no_label)" in msg and "val (1 skipped: 1 bad_label)" in msg
+    assert not os.path.exists(dest)
+
+
 def test_val_fraction_rounding_val_to_zero_converts_train_and_reports_val(tmp_path):
     src = make_imagefolder(str(tmp_path / "src"), num_classes=2, per_class=3)
     dest = str(tmp_path / "out")

@@ -69,7 +69,7 @@ MUTANTS = [
         "file": "shardkit/convert/job.py",
         "old": "if len(empty) == len(source.splits):",
         "new": "if not source.splits:",
-        "tests": [E + "test_every_split_empty_is_one_line_and_writes_nothing"],
+        "tests": [E + "test_a_source_whose_every_split_is_empty_is_refused_by_the_job_too"],
     },
     {
         "id": "empty-split-skips-not-counted",
