@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 from test_devicedecode import EPOCH, SEED, device_path, diff, encode, worker_path
@@ -191,6 +191,9 @@ def test_worker_decoder_torchvision_gives_the_stored_pixels(backend):
 
 
 @settings(max_examples=40, deadline=None)
+@example(orientation=6, extra=2, swapped=True)
+@example(orientation=8, extra=5, swapped=False)
+@example(orientation=1, extra=1, swapped=True)
 @given(orientation=st.integers(0, 10), extra=st.integers(0, 4), swapped=st.booleans())
 def test_exif_orientation_reads_the_tag_like_pil(orientation, extra, swapped):
     exif = Image.Exif()
