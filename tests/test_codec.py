@@ -169,6 +169,26 @@ def test_bad_jpegs_skip_rule_and_counts_are_the_worker_paths(backend):
     assert diff(got.images, ref).max() <= 2  # the oriented samples too: stored pixels, as the worker decodes them
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16), flips=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)), max_size=12))
+def test_damaged_scans_keep_or_drop_like_the_worker_path(backend, seed, flips):
+    """Bytes changed inside the entropy-coded data (the header intact): each backend keeps exactly the samples the
+    worker path keeps (libjpeg's "corrupt data" warnings are not errors for either), with the worker's pixels."""
+    cfg = ImageConfig(preset="eval", size=24)
+    jpegs = []
+    for k in range(6):
+        d = bytearray(encode((40, 30), seed + k))
+        sos = d.index(b"\xff\xda") + 14
+        for pos, value in flips[k::6]:
+            d[sos + int(pos * (len(d) - 3 - sos))] = value
+        jpegs.append(bytes(d))
+    ref, kept = worker_path(cfg, jpegs, np.arange(6))
+    got, geo, _ = device_path(cfg, jpegs, np.arange(6), "cpu", backend=backend)
+    assert geo.kept[got.kept].tolist() == kept
+    assert diff(got.images, ref).max() <= 2
+
+
 @pytest.mark.skipif(not HAVE_TORCHCODEC, reason="torchcodec not installed")
 def test_torchcodec_rotates_what_the_route_keeps_away_from_it():
     """Why "orientation" is a route: TorchCodec's decode applies the tag (the worker path does not)."""
