@@ -65,6 +65,9 @@ def import_backend(name: str) -> None:
     t.start()
     t.join()
     if failed:
+        if name == TORCHCODEC and isinstance(failed[0], ImportError):
+            raise ImportError(f"the torchcodec JPEG backend cannot be imported ({failed[0]}): pip install 'shardkit[gpu]', "
+                              "or leave the backend unset to use torchvision's decoder") from failed[0]
         raise failed[0]
 
 
@@ -141,10 +144,10 @@ def is_data_error(exc: BaseException) -> bool:
 
     Only a plain ``RuntimeError`` (what both libraries raise for a bad JPEG) whose message names no
     out-of-memory, CUDA or decoder-start failure; ``torch.OutOfMemoryError``, ``torch.AcceleratorError``
-    (CUDA errors), ``MemoryError``, ``ImportError``/``OSError`` (a decoder that cannot start) and anything
-    else are not.
+    (CUDA errors), ``NotImplementedError``, ``MemoryError``, ``ImportError``/``OSError`` (a decoder that cannot
+    start) and anything else are not.
     """
-    if not isinstance(exc, RuntimeError) or isinstance(exc, torch.cuda.OutOfMemoryError):
+    if not isinstance(exc, RuntimeError) or isinstance(exc, (torch.cuda.OutOfMemoryError, NotImplementedError)):
         return False
     accel = getattr(torch, "AcceleratorError", None)
     if accel is not None and isinstance(exc, accel):

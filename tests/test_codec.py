@@ -77,6 +77,13 @@ def test_with_torchcodec_the_device_path_never_calls_torchvisions_decoders(monke
     assert dec.stats.fallback == Counter({"progressive": 1, "orientation": 1})
 
 
+def test_a_backend_that_does_not_import_is_named_with_the_fix(monkeypatch):
+    monkeypatch.setitem(jb._MODULES, "torchcodec", "torchcodec_not_installed_here")
+    with pytest.raises(ImportError, match=r"shardkit\[gpu\]"):
+        DeviceDecoder(ImageConfig(size=16), backend="torchcodec")
+    assert jb.choose_backend(jb._importable) == "torchvision"  # what a process without TorchCodec chooses
+
+
 def test_torchvision_backend_is_used_when_forced(monkeypatch):
     """The fallback for installs without TorchCodec: the batched call goes to torchvision's decode_jpeg."""
     import torchvision.io
@@ -297,6 +304,7 @@ NOT_DATA = [
     RuntimeError("Failed to create nvjpeg handle: 1"),
     OSError("libnvjpeg.so.13: cannot open shared object file"),
     ImportError("cannot import name 'decode_jpeg'"),
+    NotImplementedError("Could not run 'torchcodec_ns::decode_jpegs_cuda' with arguments from the 'CUDA' backend"),
     MemoryError(),
 ]
 
