@@ -58,7 +58,7 @@ def import_backend(name: str) -> None:
     def run() -> None:
         try:
             importlib.import_module(module)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+        except BaseException as exc:
             failed.append(exc)
 
     t = threading.Thread(target=run, name=f"shardkit-import-{name}")
@@ -74,7 +74,7 @@ def import_backend(name: str) -> None:
 def _importable(name: str) -> bool:
     try:
         import_backend(name)
-    except Exception:  # noqa: BLE001 - any failure to load (no package, a wheel for another torch, no libs) means no
+    except Exception:
         return False
     return True
 

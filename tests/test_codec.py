@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import sys
 import warnings
 from collections import Counter
 
@@ -21,7 +20,6 @@ from hypothesis import strategies as st
 from PIL import Image
 from test_devicedecode import EPOCH, SEED, device_path, diff, encode, worker_path
 
-import shardkit.devicedecode as dd
 import shardkit.jpegbackend as jb
 from shardkit.devicedecode import DeviceDecoder, batch_geometry, jpeg_route
 from shardkit.loader.config import ImageConfig
@@ -243,7 +241,7 @@ def swap_tiff(raw: bytes) -> bytes:
     assert raw[:6] == b"Exif\x00\x00" and raw[6:8] in (b"II", b"MM")
     t = raw[6:]
     src, dst = ("little", "big") if t[:2] == b"II" else ("big", "little")
-    rd = lambda o, n: int.from_bytes(t[o : o + n], src)  # noqa: E731
+    rd = lambda o, n: int.from_bytes(t[o : o + n], src)
     out = bytearray(t)
 
     def wr(o: int, n: int) -> None:

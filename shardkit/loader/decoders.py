@@ -89,7 +89,14 @@ class TorchvisionDecoder(JpegDecoder):
     def __init__(self, backend: "str | None" = None) -> None:
         import torch
 
-        from ..jpegbackend import DECODE, TORCHCODEC, check_backend, default_backend, exif_orientation, import_backend
+        from ..jpegbackend import (
+            DECODE,
+            TORCHCODEC,
+            check_backend,
+            default_backend,
+            exif_orientation,
+            import_backend,
+        )
 
         self.backend = check_backend(backend) if backend is not None else default_backend()
         import_backend(self.backend)
