@@ -58,7 +58,7 @@ def import_backend(name: str) -> None:
     def run() -> None:
         try:
             importlib.import_module(module)
-        except BaseException as exc:
+        except BaseException as exc:  # re-raised on the caller's thread
             failed.append(exc)
 
     t = threading.Thread(target=run, name=f"shardkit-import-{name}")
@@ -74,7 +74,7 @@ def import_backend(name: str) -> None:
 def _importable(name: str) -> bool:
     try:
         import_backend(name)
-    except Exception:
+    except Exception:  # any failure to load (no package, a wheel for another torch, no libs): not importable
         return False
     return True
 
