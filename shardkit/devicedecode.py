@@ -8,16 +8,18 @@ JPEG bytes, the geometry and the labels. :class:`DeviceDecoder` then
 
 1. routes each sample by its header (:func:`jpeg_route`): baseline 8-bit
    YCbCr/gray JPEGs with standard subsampling go to one batched
-   ``torchvision.io.decode_jpeg(list, device=...)`` call (nvJPEG on CUDA,
-   libjpeg-turbo on CPU); the rest (progressive, CMYK/YCCK, unusual subsampling,
-   12-bit, not a JPEG, cut short) are decoded on the CPU by the worker path's own decoder
-   and copied to the device. The route depends on the header only, so the
-   counts are the same on every device;
-2. if the batched call fails (a damaged file with a good header), bisects the
+   ``decode_jpeg(list, device=...)`` call (nvJPEG on CUDA, libjpeg-turbo on CPU) of
+   TorchCodec, or of torchvision where TorchCodec is not installed
+   (:mod:`shardkit.jpegbackend`); the rest (progressive, CMYK/YCCK, unusual subsampling,
+   12-bit, not a JPEG, cut short, an EXIF orientation TorchCodec would apply) are decoded
+   on the CPU by the worker path's own decoder and copied to the device. The route depends
+   on the header only, so the counts are the same on every device and backend;
+2. if the batched call fails on the data (a damaged file with a good header), bisects the
    list, so good samples still decode in batches and the bad one is decoded
    alone on the CPU; a sample no decoder can read is *dropped* (the batch is one
    smaller, as the worker path's skip rule), reported in
-   :attr:`DecodedBatch.errors` and counted;
+   :attr:`DecodedBatch.errors` and counted. Out-of-memory, CUDA and decoder-start
+   errors are not the data's: they propagate (:func:`shardkit.jpegbackend.is_data_error`);
 3. crops and resizes every sample in one batched pass (:mod:`shardkit.cropresize`): per sample and axis, a
    dense ``[S, window]`` matrix of the antialiased bilinear filter torch's
    ``interpolate(mode="bilinear", antialias=True)`` uses (the worker's resize),
@@ -35,10 +37,6 @@ tensors, which is how the tests check it against the worker path.
 
 from __future__ import annotations
 
-import importlib
-import sys
-import threading
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
@@ -48,6 +46,7 @@ import torch
 from torch import Tensor
 
 from .cropresize import axis_params, resized_crops
+from .jpegbackend import DECODE, app1_orientation, check_backend, default_backend, import_backend, is_data_error, normalize_device
 from .loader.config import ImageConfig, Preset
 from .loader.decode import _MAX_EVAL_ASPECT, CropDecoder, Crops, make_decoder
 
@@ -68,12 +67,14 @@ def jpeg_route(data: Jpeg) -> Optional[str]:
     sequential Huffman JPEG (SOF0/SOF1), 8-bit, with 1 component or 3 YCbCr
     components in 4:4:4/4:2:2/4:4:0/4:2:0 is batched; anything else is routed
     to the CPU decoder (``"progressive"``, ``"cmyk"``, ``"subsampling"``, ...), and so is a
-    file without an end-of-image marker in its last 64 bytes (``"truncated"``, or trailing data).
+    file without an end-of-image marker in its last 64 bytes (``"truncated"``, or trailing data)
+    and one with an EXIF orientation other than 1 (``"orientation"``: TorchCodec would rotate it;
+    the worker path and the crop geometry use the stored pixels).
     """
     b = memoryview(data.numpy() if isinstance(data, Tensor) else data).cast("B")  # no copy
     if bytes(b[:2]) != b"\xff\xd8":
         return "not-jpeg"
-    i, n, adobe_rgb = 2, len(b), False
+    i, n, adobe_rgb, oriented = 2, len(b), False, False
     while i + 4 <= n:
         if b[i] != 0xFF:
             return "damaged"
@@ -87,6 +88,8 @@ def jpeg_route(data: Jpeg) -> Optional[str]:
         seg_len = (b[i + 2] << 8) | b[i + 3]
         if m == 0xEE and bytes(b[i + 4 : i + 9]) == b"Adobe" and i + 15 < n:
             adobe_rgb = b[i + 15] == 0  # APP14 transform 0: RGB (or CMYK) coded without YCbCr
+        if m == 0xE1 and not oriented:
+            oriented = app1_orientation(b[i + 4 : i + 2 + seg_len]) != 1
         if m in _SOF:
             if i + 2 + seg_len > n:
                 return "damaged"
@@ -97,7 +100,7 @@ def jpeg_route(data: Jpeg) -> Optional[str]:
                 return "precision"
             comps = seg[5]
             if comps == 1:
-                return _tail(b)
+                return _tail(b, oriented)
             if comps == 4:
                 return "cmyk"
             if comps != 3 or len(seg) < 15:
@@ -107,22 +110,24 @@ def jpeg_route(data: Jpeg) -> Optional[str]:
             factors = [seg[7 + 3 * k] for k in range(3)]
             if (factors[0] >> 4, factors[0] & 15) not in _LUMA_FACTORS or factors[1] != 0x11 or factors[2] != 0x11:
                 return "subsampling"
-            return _tail(b)
+            return _tail(b, oriented)
         if m == 0xDA:  # scan before any frame header
             return "damaged"
         i += 2 + seg_len
     return "damaged"
 
 
-def _tail(b: memoryview) -> Optional[str]:
+def _tail(b: memoryview, oriented: bool) -> Optional[str]:
     # libjpeg (CPU) fails on a cut-off scan like the worker path does; a hardware decoder may fill in
     # the rest instead: route such files to the CPU so that they are dropped on every device alike
-    return None if b"\xff\xd9" in bytes(b[-_EOI_WINDOW:]) else "truncated"
+    if b"\xff\xd9" not in bytes(b[-_EOI_WINDOW:]):
+        return "truncated"
+    return "orientation" if oriented else None
 
 
 @dataclass
 class DeviceDecodeStats:
-    """Cumulative counts of one :class:`DeviceDecoder` (reset with ``decoder.stats = DeviceDecodeStats()``).
+    """Cumulative counts of one :class:`DeviceDecoder` (reset with ``decoder.stats = DeviceDecodeStats(backend=decoder.backend)``).
 
     Attributes:
         samples: samples returned (decoded and cropped).
@@ -131,6 +136,7 @@ class DeviceDecodeStats:
         retried: samples whose header looked fine but whose batched decode failed; decoded alone on the CPU.
         corrupt: samples no decoder could read (dropped from their batch).
         batches: calls.
+        backend: the library of the batched decode (``"torchcodec"`` or ``"torchvision"``).
     """
 
     samples: int = 0
@@ -139,6 +145,7 @@ class DeviceDecodeStats:
     retried: int = 0
     corrupt: int = 0
     batches: int = 0
+    backend: str = ""
 
 
 @dataclass(frozen=True)
@@ -203,27 +210,9 @@ def _as_tensor(data: Jpeg) -> Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)  # bytearray: decode_jpeg wants a writable buffer
 
 
-def _import_torchvision_io() -> None:
-    """Import ``torchvision.io`` on a fresh thread.
-
-    torchvision's first import leaves a reference cycle through the importing stack (``torch.fx.wrap``
-    keeps ``inspect.currentframe()`` in a local), which would keep the caller's frames -- a loader in the
-    middle of its iteration, its worker processes -- alive until the garbage collector runs. A thread's
-    stack holds nothing of the caller's.
-    """
-    if "torchvision.io" not in sys.modules:
-        t = threading.Thread(target=importlib.import_module, args=("torchvision.io",), name="shardkit-import-torchvision")
-        t.start()
-        t.join()
-
-
-def _decode_list(tensors: list[Tensor], device: torch.device) -> list[Tensor]:
-    from torchvision.io import ImageReadMode, decode_jpeg
-
-    with warnings.catch_warnings():  # torchvision >= 0.29 warns on every call that its decoders move to TorchCodec
-        warnings.simplefilter("ignore", DeprecationWarning)
-        out = decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device)
-    return list(out)
+def _decode_list(tensors: list[Tensor], device: torch.device, backend: str) -> list[Tensor]:
+    """One batched ``decode_jpeg`` call of ``backend`` (:data:`shardkit.jpegbackend.DECODE`): RGB ``3 x H x W`` uint8."""
+    return DECODE[backend](tensors, device)
 
 
 class DeviceDecoder:
@@ -233,56 +222,75 @@ class DeviceDecoder:
         image: the loader's :class:`~shardkit.loader.config.ImageConfig` (preset, size, layout,
             and the CPU fallback decoder); a per-sample ``hook`` is not supported (it runs on the
             CPU per sample: keep ``decode_on="worker"`` for it).
-        device: where to decode (``"cuda"``: nvJPEG; ``"cpu"``: libjpeg-turbo via torchvision).
+        device: where to decode (``"cuda"``: nvJPEG; ``"cpu"``: libjpeg-turbo); ``"cuda"`` means the
+            current CUDA device (:func:`shardkit.jpegbackend.normalize_device`).
         max_canvas_pixels: pixels of one zero-padded canvas (samples x max height x max width of
             their windows); float32 memory is 12 bytes per pixel. Default 2**26 (~800 MB), which
             holds a whole batch of 256 from 256-px shards.
+        backend: ``"torchcodec"`` or ``"torchvision"``; default: the process's choice
+            (:func:`shardkit.jpegbackend.default_backend`: TorchCodec when it imports).
 
     Call ``decoder(jpegs, sizes, crops, routes)`` with the :class:`BatchGeometry` fields of the worker.
+    ``decoder.backend`` (and ``decoder.stats.backend``) says which library decodes the batches.
     """
 
-    def __init__(self, image: ImageConfig, device: Union[torch.device, str] = "cpu", *, max_canvas_pixels: int = 1 << 26):
+    def __init__(self, image: ImageConfig, device: Union[torch.device, str] = "cpu", *, max_canvas_pixels: int = 1 << 26,
+                 backend: Optional[str] = None):
         if image.hook is not None:
             raise ValueError("a per-sample hook runs on the CPU in the worker; use decode_on='worker' with a hook")
         if max_canvas_pixels < 1:
             raise ValueError(f"max_canvas_pixels must be >= 1, got {max_canvas_pixels}")
         self.cfg = image
-        self.device = torch.device(device)
+        self.device = normalize_device(device)
         self.max_canvas_pixels = max_canvas_pixels
+        self.backend = check_backend(backend) if backend is not None else default_backend()
+        import_backend(self.backend)  # on a thread (no reference cycle through the caller); a failure raises here
         self.fallback_decoder = make_decoder(image.decoder)
-        self.stats = DeviceDecodeStats()
-        _import_torchvision_io()
+        self.stats = DeviceDecodeStats(backend=self.backend)
 
     # --- decoding -----------------------------------------------------------
 
-    def _cpu_decode(self, data: Jpeg, width: int, height: int) -> Tensor:
+    def _cpu_pixels(self, data: Jpeg, width: int, height: int) -> Tensor:
+        """The worker path's decode of one sample, on the CPU (raises for a file it cannot read)."""
         raw = bytes(data.numpy()) if isinstance(data, Tensor) else bytes(data)
         arr = self.fallback_decoder.decode(raw, int(width), int(height), bool(self.cfg.fast_decode))
-        return torch.from_numpy(arr).permute(2, 0, 1).to(self.device)
+        return torch.from_numpy(arr).permute(2, 0, 1)
+
+    def _cpu_decode(self, i: int, jpegs: Sequence[Jpeg], sizes: np.ndarray, out: list[Optional[Tensor]],
+                    errors: list[tuple[int, str]], why: str = "") -> bool:
+        """Decode sample ``i`` on the CPU into ``out[i]`` (on the device), or record it in ``errors``.
+
+        Only the decode is guarded: the copy to the device is outside the ``except`` (an out-of-memory or
+        CUDA error there is not the sample's fault and propagates)."""
+        try:
+            pixels = self._cpu_pixels(jpegs[i], sizes[i, 0], sizes[i, 1])
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
+            errors.append((i, f"cannot decode image ({why}{type(exc).__name__}: {exc})"))
+            return False
+        out[i] = pixels.to(self.device)
+        return True
 
     def _decode_batched(self, idx: list[int], tensors: dict[int, Tensor], jpegs: Sequence[Jpeg], sizes: np.ndarray,
                         out: list[Optional[Tensor]], errors: list[tuple[int, str]]) -> None:
-        """Batched decode of ``idx``; on failure bisect, and decode a failing single sample on the CPU."""
+        """Batched decode of ``idx``; on a data error bisect, and decode a failing single sample on the CPU."""
         try:
-            for i, img in zip(idx, _decode_list([tensors[i] for i in idx], self.device)):
-                out[i] = img
-            self.stats.batched += len(idx)
-            return
-        except torch.cuda.OutOfMemoryError:  # not the data's fault: no bisection, no drop
-            raise
-        except RuntimeError as exc:
+            images = _decode_list([tensors[i] for i in idx], self.device, self.backend)
+        except Exception as exc:
+            if not is_data_error(exc):  # out of memory, CUDA, decoder start: not the data's fault, no bisection, no drop
+                raise
             if len(idx) > 1:
                 half = len(idx) // 2
                 self._decode_batched(idx[:half], tensors, jpegs, sizes, out, errors)
                 self._decode_batched(idx[half:], tensors, jpegs, sizes, out, errors)
                 return
-            first = exc
-        i = idx[0]
-        try:
-            out[i] = self._cpu_decode(jpegs[i], sizes[i, 0], sizes[i, 1])
-            self.stats.retried += 1
-        except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
-            errors.append((i, f"cannot decode image ({type(first).__name__}: {first}; CPU: {type(exc).__name__}: {exc})"))
+            if self._cpu_decode(idx[0], jpegs, sizes, out, errors, f"{type(exc).__name__}: {exc}; CPU: "):
+                self.stats.retried += 1
+            return
+        for i, img in zip(idx, images):
+            out[i] = img
+        self.stats.batched += len(idx)
 
     def decode(self, jpegs: Sequence[Jpeg], sizes: np.ndarray,
                routes: Optional[Sequence[Optional[str]]] = None) -> tuple[list[Optional[Tensor]], list[tuple[int, str]]]:
@@ -300,10 +308,7 @@ class DeviceDecoder:
             if reason is None:
                 continue
             self.stats.fallback[reason] += 1
-            try:
-                out[i] = self._cpu_decode(jpegs[i], sizes[i, 0], sizes[i, 1])
-            except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad sample
-                errors.append((i, f"cannot decode image ({type(exc).__name__}: {exc})"))
+            self._cpu_decode(i, jpegs, sizes, out, errors)
         return out, sorted(errors)
 
     # --- crop + resize ------------------------------------------------------

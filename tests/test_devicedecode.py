@@ -201,9 +201,9 @@ def test_batchable_samples_are_decoded_in_one_list_call(monkeypatch):
     calls = []
     real = dd._decode_list
 
-    def counting(tensors, device):
+    def counting(tensors, device, backend):
         calls.append(len(tensors))
-        return real(tensors, device)
+        return real(tensors, device, backend)
 
     monkeypatch.setattr(dd, "_decode_list", counting)
     cfg = ImageConfig(preset="train", size=16)
@@ -286,11 +286,11 @@ def test_a_sample_the_batched_decoder_rejects_is_decoded_on_cpu(monkeypatch):
     clean, _, _ = device_path(cfg, jpegs, np.arange(9), "cpu")
     real, calls = dd._decode_list, []
 
-    def rejecting(tensors, device):
+    def rejecting(tensors, device, backend):
         calls.append(len(tensors))
         if any(bytes(t.numpy()) == jpegs[5] for t in tensors):
             raise RuntimeError("Error while decoding JPEG images: injected")
-        return real(tensors, device)
+        return real(tensors, device, backend)
 
     monkeypatch.setattr(dd, "_decode_list", rejecting)
     got, _, dec = device_path(cfg, jpegs, np.arange(9), "cpu")
@@ -508,7 +508,8 @@ def test_decode_on_option_is_a_typed_choice():
 
 
 def test_a_device_decoding_loader_is_freed_when_dropped():
-    """In a fresh process (torchvision's first import happens in the loader's first decode), a
+    """In a fresh process (the JPEG backend's first import -- TorchCodec's or torchvision's -- happens in the
+    loader's first decode), a
     decode_on="device" loader is freed by reference counting when dropped, not left to the garbage collector."""
     from helpers import run_fresh
 
@@ -523,7 +524,8 @@ loader = shardkit.load(ds.url, batch_size=4, num_workers=0, size=16, decode_on="
 n = sum(len(y) for _, y in loader)
 ref = weakref.ref(loader)
 del loader
-print(json.dumps({"n": n, "alive": ref() is not None, "tv": "torchvision.io" in sys.modules}))
+from shardkit.jpegbackend import _MODULES, default_backend  # the backend's first import happened in the decode
+print(json.dumps({"n": n, "alive": ref() is not None, "tv": _MODULES[default_backend()] in sys.modules}))
 """
     assert run_fresh(code) == {"n": 8, "alive": False, "tv": True}
 

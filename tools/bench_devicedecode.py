@@ -21,6 +21,13 @@ and compute geometry; the prefetcher decodes on the device in its side stream).
 
     python tools/bench_devicedecode.py                          # CPU smoke run (small)
     python tools/bench_devicedecode.py --device cuda --e2e --resnet50 --json out.json
+    python tools/bench_devicedecode.py --backend torchvision    # the device path through torchvision's decoder
+
+``--compare-backends``: only the batched decode (one ``decode_jpeg(list, device=...)`` call per batch, as
+:class:`DeviceDecoder` makes it) through TorchCodec and through torchvision, interleaved (the order alternates
+every round), ``--rounds`` rounds over the batches; the median img/s of each (issue #26: the cost of the move)::
+
+    python tools/bench_devicedecode.py --compare-backends --images 256 --batch 256 --rounds 9
 """
 
 from __future__ import annotations
@@ -122,6 +129,46 @@ def timed(name: str, fn: Callable[[list[Any]], torch.Tensor], batches: list[list
     return res
 
 
+def compare_backends(batches: list[list[Any]], device: torch.device, rounds: int) -> dict[str, Any]:
+    """Median img/s of the batched decode alone through each installed backend, interleaved, alternating order."""
+    from shardkit.devicedecode import _as_tensor, _decode_list
+    from shardkit.jpegbackend import BACKENDS, import_backend
+
+    backends = []
+    for b in BACKENDS:
+        try:
+            import_backend(b)
+            backends.append(b)
+        except Exception as exc:  # noqa: BLE001 - measure what is installed
+            print(f"  {b}: not importable ({type(exc).__name__}: {exc})")
+    tensors = [[_as_tensor(s.jpeg) for s in batch] for batch in batches]
+    n = sum(len(t) for t in tensors)
+    for b in backends:  # warm-up (first call loads libraries)
+        _decode_list(tensors[0][:4], device, b)
+    rates: dict[str, list[float]] = {b: [] for b in backends}
+    for r in range(rounds):
+        for b in backends if r % 2 == 0 else backends[::-1]:
+            sync(device)
+            t0 = time.perf_counter()
+            for t in tensors:
+                _decode_list(t, device, b)
+            sync(device)
+            rates[b].append(n / (time.perf_counter() - t0))
+    res: dict[str, Any] = {"compare_rounds": rounds, "compare_images_per_round": n}
+    for b in backends:
+        res[f"decode_only_{b}_img_s"] = statistics.median(rates[b])
+        res[f"decode_only_{b}_runs"] = [round(x, 1) for x in rates[b]]
+        print(f"  batched decode only, {b:<12}{statistics.median(rates[b]):>10,.0f} img/s median of {rounds} "
+              f"(min {min(rates[b]):,.0f}, max {max(rates[b]):,.0f})", flush=True)
+    if len(backends) == 2:
+        res["torchcodec_over_torchvision"] = res["decode_only_torchcodec_img_s"] / res["decode_only_torchvision_img_s"]
+        paired = statistics.median(a / b for a, b in zip(rates["torchcodec"], rates["torchvision"]))  # same round: same load
+        res["torchcodec_over_torchvision_paired"] = paired
+        print(f"  torchcodec / torchvision: {res['torchcodec_over_torchvision']:.3f} (ratio of medians), "
+              f"{paired:.3f} (median of the per-round ratios)", flush=True)
+    return res
+
+
 def end_to_end(url: str, cfg: ImageConfig, device: torch.device, args: argparse.Namespace) -> dict[str, float]:
     """The loader with ``--workers`` workers + DevicePrefetcher + chain: ``decode_on="worker"`` vs ``decode_on="device"``."""
     aug = chain(device)
@@ -174,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time a ResNet-50 bf16 train step alone and fed by the device path (decode + crop + chain)")
     ap.add_argument("--out", default=None, help="directory for the shards (default: a temporary one)")
     ap.add_argument("--json", default=None, help="write the figures to this file")
+    ap.add_argument("--backend", choices=["torchcodec", "torchvision"], default=None,
+                    help="the device path's JPEG backend (default: TorchCodec when installed)")
+    ap.add_argument("--compare-backends", action="store_true",
+                    help="only time the batched decode through TorchCodec vs torchvision, interleaved (--rounds)")
+    ap.add_argument("--rounds", type=int, default=9, help="rounds of --compare-backends (median reported)")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -189,14 +241,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device: {name}; torch {torch.__version__}; {images} 341x256 JPEGs ({time.perf_counter() - t0:.0f} s to write) in batches of "
               f"{args.batch} -> {args.size}^2; median of {repeats} passes", flush=True)
         cfg = ImageConfig(preset="train", size=args.size)
-        dec = DeviceDecoder(cfg, device)
-        aug = chain(device)
         res: dict[str, Any] = {"device": name, "batch": args.batch, "images": images, "size": args.size}
 
         def save() -> None:  # after every part: a run cut short by a time limit keeps what it measured
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(res, f, indent=1)
+
+        if args.compare_backends:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # one core per decode, as on a shared machine; figures per core on CPU
+            res["threads"] = 1
+            res.update(compare_backends(batches, device, args.rounds))
+            torch.set_num_threads(threads)
+            save()
+            return 0
+        dec = DeviceDecoder(cfg, device, backend=args.backend)
+        res["backend"] = dec.backend
+        print(f"  device path backend: {dec.backend}", flush=True)
+        aug = chain(device)
 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # as in a loader worker

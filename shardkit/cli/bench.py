@@ -33,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure the step time of a torchvision model (e.g. resnet50) instead of --step-ms")
     p.add_argument("--device", default=None, help="device for --model and --decode-on device (default: cuda if available, else cpu)")
     p.add_argument("--decode-on", choices=["worker", "device"], default="worker",
-                   help="where JPEGs are decoded: in the CPU workers (default) or on --device (nvJPEG on CUDA)")
+                   help="where JPEGs are decoded: in the CPU workers (default) or on --device (TorchCodec's nvJPEG on CUDA)")
+    p.add_argument("--decoder", choices=["auto", "simplejpeg", "pil", "torchvision"], default="auto",
+                   help="the CPU JPEG decoder (default auto: simplejpeg); torchvision: TorchCodec's decode_jpeg when installed")
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--preset", choices=["train", "eval"], default="train")
     p.add_argument("--size", type=int, default=224, help="output image size (default 224)")
@@ -46,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
     so = storage_options(args)
     opts: dict = {"storage_options": so} if so else {}
+    if args.decoder != "auto":
+        opts["decoder"] = args.decoder
     if args.decode_on != "worker":
         opts.update(decode_on=args.decode_on, device=args.device)
     step_ms, source = args.step_ms, "--step-ms"

@@ -110,7 +110,8 @@ def decode_ceiling(url: str, *, image: ImageConfig, seed: int = 0, samples: int 
         for b in batches:
             decode_batch(b, spec=spec, decoder=dec, counters=Counters())
         dt = time.perf_counter() - t
-    return (n / dt if dt > 0 else 0.0), dec.decoder.name
+    backend = getattr(dec.decoder, "backend", "")  # decoder="torchvision": TorchCodec's decode_jpeg or torchvision's
+    return (n / dt if dt > 0 else 0.0), dec.decoder.name + (f" via {backend}" if backend else "")
 
 
 def bench(
@@ -138,12 +139,13 @@ def bench(
     """
     if batches < 1 or window < 1:
         raise ValueError(f"batches and window must be >= 1, got {batches}, {window}")
-    image = ImageConfig(preset=preset, size=size)  # type: ignore[arg-type]
+    image = ImageConfig(preset=preset, size=size, decoder=options.get("decoder", "auto"))  # type: ignore[arg-type]
     device = options.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     on_device = options.get("decode_on", "worker") == "device"
     report = BenchReport(url=url, batch_size=batch_size, step_ms=step_ms, step_source=step_source,
                          cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
                          gpu=torch.cuda.is_available())
+    backend = ""
     for nw in workers:
         # persistent workers: a measurement longer than an epoch goes on without restarting them
         loader = load(url, batch_size=batch_size, num_workers=nw, preset=preset, size=size, persistent_workers=nw > 0, **options)
@@ -157,13 +159,15 @@ def bench(
                 r = replace(r, stable=False, stop=f"too small: {per_epoch} batches per epoch, a steady figure needs {need}")
             m = loader.dataset.manifest
             per_sample = sum(s.bytes for s in m.shards) / max(1, m.num_samples)  # workers read ahead: not bytes_read
+            if on_device:
+                backend = loader.device_decoder(device).backend  # the decoder that decoded the measured batches
         finally:
             loader.close()  # its workers must not compete with the next measurement
         mb_per_s = r.images_per_s * per_sample / 1e6
         report.points.append(SweepPoint(nw, r.images_per_s, mb_per_s, st, r.first_batch_s, r.stable, r.stop))
     report.decode_ceiling, report.decoder = decode_ceiling(url, image=image, **{k: v for k, v in options.items() if k != "decode_on"})
     if on_device:
-        report.decoder += f", decoded on {device}"
+        report.decoder += f", decoded on {device} by {backend}"
     return report
 
 

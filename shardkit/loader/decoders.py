@@ -2,8 +2,9 @@
 
 simplejpeg (libjpeg-turbo, fastest; ``min_width``/``min_height`` DCT scaling), PIL with
 ``draft`` (the fallback for anything that is not a baseline RGB/gray JPEG, and when
-simplejpeg is not installed) and ``torchvision.io.decode_jpeg`` (no DCT scaling; kept for
-comparison). :func:`make_decoder` picks one by :class:`shardkit.loader.config.Decoder`.
+simplejpeg is not installed) and ``decode_jpeg`` of TorchCodec, or of torchvision without it
+(``decoder="torchvision"``; no DCT scaling; kept for comparison; :mod:`shardkit.jpegbackend`).
+:func:`make_decoder` picks one by :class:`shardkit.loader.config.Decoder`.
 """
 
 from __future__ import annotations
@@ -75,23 +76,42 @@ class SimplejpegDecoder(JpegDecoder):
 
 
 class TorchvisionDecoder(JpegDecoder):
-    """``torchvision.io.decode_jpeg`` at full resolution (no DCT scaling); PIL for the rest."""
+    """``decode_jpeg`` at full resolution (no DCT scaling) through TorchCodec when installed, else torchvision's
+    (deprecated since torchvision 0.29); PIL for the rest.
+
+    ``backend`` (default: the process's choice, :func:`shardkit.jpegbackend.default_backend`) says which.
+    TorchCodec applies a file's EXIF orientation, which the header's size and the crop geometry do not:
+    such a file is decoded by PIL (stored pixels, as every other decoder here).
+    """
 
     name = "torchvision"
 
-    def __init__(self) -> None:
+    def __init__(self, backend: "str | None" = None) -> None:
         import torch
-        from torchvision.io import ImageReadMode, decode_jpeg
 
-        self._torch, self._decode, self._mode = torch, decode_jpeg, ImageReadMode.RGB
+        from ..jpegbackend import (
+            DECODE,
+            TORCHCODEC,
+            check_backend,
+            default_backend,
+            exif_orientation,
+            import_backend,
+        )
+
+        self.backend = check_backend(backend) if backend is not None else default_backend()
+        import_backend(self.backend)
+        self._torch, self._decode, self._cpu = torch, DECODE[self.backend], torch.device("cpu")
+        self._orientation = exif_orientation if self.backend == TORCHCODEC else None
         self._pil = PilDecoder()
 
     def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
+        if self._orientation is not None and self._orientation(data) != 1:
+            return self._pil.decode(data, min_w, min_h)
         try:
-            t = self._decode(self._torch.frombuffer(bytearray(data), dtype=self._torch.uint8), mode=self._mode)
-            return t.permute(1, 2, 0).numpy()
+            t = self._decode([self._torch.frombuffer(bytearray(data), dtype=self._torch.uint8)], self._cpu)[0]
         except RuntimeError:
             return self._pil.decode(data, min_w, min_h)
+        return t.permute(1, 2, 0).numpy()
 
 
 DECODERS: dict[str, Callable[[], JpegDecoder]] = {

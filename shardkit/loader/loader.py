@@ -322,9 +322,10 @@ class ShardLoader:
         (0: the configured one) on ``device`` with ``decode_on="device"``; its ``stats`` count batched,
         fallback, retried and corrupt samples."""
         from ..devicedecode import DeviceDecoder
+        from ..jpegbackend import normalize_device
 
         image = self.config.image
-        key = (torch.device(device), size or image.size)
+        key = (normalize_device(device), size or image.size)  # "cuda" and "cuda:0": one decoder
         if key not in self._device_decoders:
             self._device_decoders[key] = DeviceDecoder(image if key[1] == image.size else image.updated(size=key[1]), key[0])
         return self._device_decoders[key]
@@ -345,8 +346,11 @@ class ShardLoader:
 
     def report(self) -> str:
         """One line about the current or last epoch: the share of it the loop waited for data, img/s,
-        skipped samples, read retries and the slowest worker stage (``log_every_epoch=True`` logs it)."""
-        return epoch_report(self._stats_epoch, self.stats)
+        skipped samples, read retries and the slowest worker stage (``log_every_epoch=True`` logs it);
+        with ``decode_on="device"``, where and by which library the batches were decoded."""
+        line = epoch_report(self._stats_epoch, self.stats)
+        decoders = {f"{dev} by {dec.backend}" for (dev, _), dec in self._device_decoders.items()}
+        return line + (f", decoded on {', '.join(sorted(decoders))}" if decoders else "")
 
     # ------------------------------------------------------------------ state
 
