@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
@@ -253,6 +253,8 @@ def test_every_op_on_an_empty_batch(compile_):
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(-3, 9), min_size=1, max_size=12), st.sampled_from([MixUp, CutMix]))
+@example([5, 0, -1, 3, 4], MixUp)
+@example([2, -2, 7], CutMix)
 def test_out_of_range_labels_are_counted_not_a_crash(labels, op):
     """On CUDA an out-of-range index in the one-hot scatter is a device-side assert (the process is lost): instead
     the row is all zeros and GpuAugment.label_errors counts it; in-range rows are exact one-hots (p=0: no mixing)."""
