@@ -14,7 +14,7 @@ that a torch upgrade that moves it breaks one small function, not the library.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor
@@ -26,7 +26,7 @@ def mark_batch_dynamic(tensors: Iterable[Tensor]) -> None:
     A no-op for tensors without dimensions and on a torch without the API.
     """
     try:
-        mark = torch._dynamo.maybe_mark_dynamic  # noqa: SLF001 (the one compat shim)
+        mark = torch._dynamo.maybe_mark_dynamic  # the one compat shim
     except AttributeError:  # pragma: no cover - an older or newer torch
         return
     for t in tensors:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
 import shardkit.cropresize as cr
-import shardkit.prefetch as prefetch
+from shardkit import prefetch
 from shardkit.augment import (
     IMAGENET_MEAN,
     IMAGENET_STD,

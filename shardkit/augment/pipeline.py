@@ -81,7 +81,10 @@ class GpuAugment(nn.Module):
     Call with ``images`` (``uint8 [B, 3, H, W]``, any strides, or float in
     ``[0, 1]``) and optionally ``labels``; returns the images, or
     ``(images, labels)`` when labels are given. With a MixUp/CutMix op the
-    labels become float32 soft labels ``[B, num_classes]``.
+    labels become float32 soft labels ``[B, num_classes]``; a class index outside
+    ``[0, num_classes)`` becomes an all-zero row and is counted in :attr:`label_errors`
+    (on CUDA it would otherwise be a device-side assert; checking it per batch would
+    wait for the device). An empty batch gives an empty result of the usual shape.
     """
 
     def __init__(
