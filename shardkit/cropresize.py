@@ -8,6 +8,16 @@ per sample and axis, a batch of crops is ``Wy @ image @ Wx^T``: two batched matm
 zero-padded canvas of the samples' windows (the part of each image the filter reads). A
 horizontal flip reverses ``Wx``'s rows. Cost: ``2 * S * window`` multiply-adds per source
 row, fine on a GPU for images of a few hundred pixels (shards converted at 256-512 px).
+
+The matmuls run in float64: float32 matmuls follow the process-wide precision setting
+(``torch.set_float32_matmul_precision("high")``, as Lightning suggests on Ampere and later,
+rounds their inputs to TF32 on a GPU, and ``"medium"`` to bfloat16 on a CPU too), which shifts
+results by a level or two; float64 is never rounded that way, so the resize is the same
+whatever the training script set. (Fast on data-centre GPUs; on consumer GPUs float64 runs
+at 1/64 of float32, still above what their JPEG decoders deliver at these sizes.)
+
+Host-to-device copies of the per-batch parameters come from pinned memory with
+``non_blocking=True``, so queueing a batch never waits for the device.
 """
 
 from __future__ import annotations
@@ -66,6 +76,15 @@ def _weights(p: Tensor, size: int, window: int, flip: Optional[Tensor]) -> Tenso
     return w
 
 
+def to_device(array: np.ndarray, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``array`` as a ``dtype`` tensor on ``device``; to CUDA from pinned memory without blocking the host
+    (the pinned block is the caching host allocator's: it is not reused before the copy has run)."""
+    t = torch.as_tensor(array, dtype=dtype)
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def padded(images: list[Tensor]) -> Tensor:
     """``[k, C, max H, max W]``: the ``C x H x W`` images zero-padded at the bottom and right, in one list call."""
     try:
@@ -109,18 +128,19 @@ def resized_crops(images: list[Tensor], px: np.ndarray, py: np.ndarray, flips: n
     (samples x max height x max width), so one large image does not inflate the whole batch's canvas.
     """
     s, device = out.shape[-1], out.device
+    exact = torch.float64  # independent of the global float32 matmul precision (module docstring)
     x0, y0 = px[:, 4].astype(np.int64), py[:, 4].astype(np.int64)
     ws, hs = (px[:, 5] - px[:, 4]).astype(np.int64), (py[:, 5] - py[:, 4]).astype(np.int64)
-    px_t = torch.as_tensor(px, dtype=torch.float32).to(device)  # float32: exact for indices below 2**24
-    py_t = torch.as_tensor(py, dtype=torch.float32).to(device)
+    px_t = to_device(px, torch.float32, device)  # float32: exact for indices below 2**24
+    py_t = to_device(py, torch.float32, device)
     for idx in canvas_groups(ws * hs, hs, ws, max_canvas_pixels):
         views = [images[i][:, y0[i] : y0[i] + hs[i], x0[i] : x0[i] + ws[i]] for i in idx.tolist()]
-        canvas = padded(views).float()  # [k, C, Hc, Wc]
-        sel = torch.as_tensor(idx).to(device)
+        canvas = padded(views).to(exact)  # [k, C, Hc, Wc]
+        sel = to_device(idx, torch.int64, device)
         k, c, hc, wc = canvas.shape
-        flipped = torch.as_tensor(np.flatnonzero(np.asarray(flips, bool)[idx])).to(device)  # positions within the group
-        wx = _weights(px_t[sel], s, wc, flipped)  # [k, S, Wc]
-        wy = _weights(py_t[sel], s, hc, None)  # [k, S, Hc]
+        flipped = to_device(np.flatnonzero(np.asarray(flips, bool)[idx]), torch.int64, device)  # positions within the group
+        wx = _weights(px_t[sel], s, wc, flipped).to(exact)  # [k, S, Wc]
+        wy = _weights(py_t[sel], s, hc, None).to(exact)  # [k, S, Hc]
         rows = torch.bmm(canvas.view(k, c * hc, wc), wx.transpose(1, 2))  # [k, C*Hc, S]: every row resized
         del canvas
         res = torch.bmm(wy.repeat_interleave(c, dim=0), rows.view(k * c, hc, s))  # [k*C, S, S]

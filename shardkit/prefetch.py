@@ -1,15 +1,24 @@
 """Copy the next batch to the accelerator while the current step runs.
 
 :class:`DevicePrefetcher` wraps any iterable of batches (a ``DataLoader``, the
-shardkit loader). On CUDA it copies batch ``n + 1`` host-to-device on one side
-stream (created once, not per epoch: timm's per-epoch stream leaked memory,
-huggingface/pytorch-image-models#2781) with ``non_blocking=True`` and applies
+shardkit loader). On CUDA it copies batch ``n + 1`` host-to-device on a side
+stream with ``non_blocking=True`` and applies
 the transform (e.g. :class:`~shardkit.augment.GpuAugment`) there, while the
 training step on batch ``n`` runs on the consumer's stream. Before a batch is
 handed out, the consumer's stream waits for the side stream and every tensor
 of the batch is ``record_stream``-ed on it, so the caching allocator does not
 reuse its memory early. Use ``DataLoader(pin_memory=True)``: copies from
 pageable memory are not asynchronous.
+
+There is one side stream per device, shared by every prefetcher (:data:`side_streams`):
+scripts build a prefetcher per epoch and per validation pass, and memory the
+caching allocator holds for one stream is not reused by another, so a stream per
+prefetcher strands reserved memory each epoch (timm's per-epoch stream,
+huggingface/pytorch-image-models#2781).
+
+With a MixUp/CutMix transform (one with ``num_classes``), class-index labels are
+checked on the host before they are copied (a label outside ``[0, num_classes)``
+would be a device-side assert on CUDA): a ``ValueError`` names the label.
 
 A shardkit loader with ``decode_on="device"`` sends JPEG bytes and crop
 geometry instead of pixels; the prefetcher iterates it with
@@ -25,6 +34,7 @@ training script runs everywhere.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -54,6 +64,62 @@ def _tensors(batch: Batch) -> list[Tensor]:
 
 def _default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def normalise_device(device: torch.device | str) -> torch.device:
+    """``"cuda"`` -> ``cuda:<current device>``, so ``"cuda"`` and ``"cuda:0"`` name the same thing."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+class SideStreams:
+    """One side stream per device, created on first use and shared by every :class:`DevicePrefetcher`.
+
+    Args:
+        factory: makes the stream for a (normalised) device; default ``torch.cuda.Stream(device=...)``.
+    """
+
+    def __init__(self, factory: Callable[[torch.device], Any] | None = None) -> None:
+        self._factory = factory or (lambda device: torch.cuda.Stream(device=device))
+        self._streams: dict[torch.device, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, device: torch.device | str) -> Any:
+        """The side stream of ``device`` (made once)."""
+        device = normalise_device(device)
+        with self._lock:
+            if device not in self._streams:
+                self._streams[device] = self._factory(device)
+            return self._streams[device]
+
+    def clear(self) -> None:
+        """Forget the streams (the next :meth:`get` makes new ones)."""
+        with self._lock:
+            self._streams.clear()
+
+
+#: The side streams every :class:`DevicePrefetcher` uses (``side_streams.clear()`` forgets them).
+side_streams = SideStreams()
+
+
+def check_labels(batch: Batch, num_classes: int) -> None:
+    """Refuse class indices outside ``[0, num_classes)`` in a batch's labels (the second field) while they
+    are still on the host: on CUDA the one-hot scatter would be a device-side assert. Labels already on a
+    device are not read here (that would wait for it): ``GpuAugment`` counts them (``label_errors``)."""
+    if isinstance(batch, Tensor) or len(batch) < 2:
+        return
+    labels = batch[1]
+    if not isinstance(labels, Tensor) or labels.device.type != "cpu" or labels.ndim != 1 or labels.is_floating_point() or not len(labels):
+        return
+    bad = ((labels < 0) | (labels >= num_classes)).nonzero()
+    if len(bad):
+        i = int(bad[0, 0])
+        raise ValueError(
+            f"label {int(labels[i])} (sample {i} of the batch, {len(bad)} such) is outside [0, {num_classes}): "
+            f"the MixUp/CutMix op has num_classes={num_classes}; fix the labels or num_classes"
+        )
 
 
 class DevicePrefetcher:
@@ -86,20 +152,25 @@ class DevicePrefetcher:
         non_blocking: bool = True,
     ) -> None:
         self.loader = loader
-        self.device = torch.device(device) if device is not None else _default_device()
-        if self.device.type == "cuda" and not torch.cuda.is_available():
+        device = torch.device(device) if device is not None else _default_device()
+        if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device is 'cuda' but torch.cuda.is_available() is False; pass device=None to fall back to the CPU")
+        self.device = normalise_device(device)
         self.transform = transform
         if transform_labels is None:
             transform_labels = bool(getattr(transform, "needs_labels", False))
         self.transform_labels = transform_labels
         self.non_blocking = non_blocking
-        self._stream: torch.cuda.Stream | None = None
+        self._stream: torch.cuda.Stream | None = None  # side_streams' stream of the device, set on first CUDA iteration
+        num_classes = getattr(transform, "num_classes", None)
+        self._num_classes = num_classes if transform_labels and isinstance(num_classes, int) else None
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
 
     def _prepare(self, batch: Batch, non_blocking: bool) -> Batch:
+        if self._num_classes is not None:
+            check_labels(batch, self._num_classes)
         batch = _map_batch(batch, lambda t: t.to(self.device, non_blocking=non_blocking))
         if self.transform is None:
             return batch
@@ -125,10 +196,13 @@ class DevicePrefetcher:
             return
         yield from self._iter_cuda()
 
-    def _iter_cuda(self) -> Iterator[Batch]:
+    def _side_stream(self) -> Any:
         if self._stream is None:
-            self._stream = torch.cuda.Stream(device=self.device)
-        stream = self._stream
+            self._stream = side_streams.get(self.device)
+        return self._stream
+
+    def _iter_cuda(self) -> Iterator[Batch]:
+        stream = self._side_stream()
         # side-stream work is ordered after whatever the consumer enqueued before iterating
         stream.wait_stream(torch.cuda.current_stream(self.device))
         ready: Batch = None

@@ -28,6 +28,8 @@ def gaussian_kernels(sigma: Tensor, kernel_size: int) -> Tensor:
 def gaussian_blur(x: Tensor, sigma: Tensor, kernel_size: tuple[int, int]) -> Tensor:
     """Blur each image with its own ``sigma`` (``[B]``); ``kernel_size`` is ``(kx, ky)`` (odd)."""
     b, c, h, w = x.shape
+    if b == 0:  # an empty batch (the loader can yield one): conv2d refuses zero groups
+        return x
     kx, ky = kernel_size
     out = F.pad(x, [kx // 2, kx // 2, ky // 2, ky // 2], mode="reflect")
     out = out.reshape(1, b * c, h + ky // 2 * 2, w + kx // 2 * 2)

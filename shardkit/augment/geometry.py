@@ -87,6 +87,13 @@ def rotation_matrix(angle: Tensor, size: Size) -> Tensor:
     return affine_matrix(-angle, zero, zero, torch.ones_like(angle), zero, zero, size)
 
 
+def compose(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` for ``[..., 3, 3]`` matrices as elementwise products and sums, not a matmul: float32
+    matmuls follow the global precision (``torch.set_float32_matmul_precision("high")`` rounds them
+    to TF32 on a GPU, a sampling grid off by up to a pixel); elementwise maths never is."""
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
+
+
 def _to_normalized(size: Size, device: torch.device) -> Tensor:
     """Pixel coordinates -> ``grid_sample`` coordinates (``align_corners=False``)."""
     h, w = size
@@ -165,9 +172,9 @@ def warp(
     # suffix products: maps from the output canvas to canvas k
     to_canvas: list[Tensor] = [constant_matrix([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], device)] * len(sizes)
     for k in range(len(matrices) - 1, -1, -1):
-        to_canvas[k] = torch.matmul(matrices[k], to_canvas[k + 1])
+        to_canvas[k] = compose(matrices[k], to_canvas[k + 1])
     denorm = _from_normalized(out_size, device)
-    thetas = {k: torch.matmul(_to_normalized(sizes[k], device), to_canvas[k] @ denorm).expand(b, 3, 3) for k in {0, *(f.canvas for f in fills)}}
+    thetas = {k: compose(_to_normalized(sizes[k], device), compose(to_canvas[k], denorm)).expand(b, 3, 3) for k in {0, *(f.canvas for f in fills)}}
     gx, gy = _grid(thetas[0], out_size)
     out = F.grid_sample(x, torch.stack([gx, gy], dim=-1), mode="bilinear", padding_mode="border", align_corners=False)
     if not fills:

@@ -21,14 +21,25 @@ from .base import MixOp, Params, Size, check_prob
 from .erase import box_mask
 
 
+def invalid_labels(labels: Tensor, num_classes: int) -> Tensor:
+    """``[B]`` bool: class indices outside ``[0, num_classes)`` (computed on the labels' device, no sync)."""
+    return (labels < 0) | (labels >= num_classes)
+
+
 def soft_labels(labels: Tensor, num_classes: int) -> Tensor:
     """Class indices ``[B]`` -> one-hot float32 ``[B, num_classes]``; soft labels pass through as float32.
 
+    An index outside ``[0, num_classes)`` gives an all-zero row (no class: no loss with soft-label
+    cross-entropy) instead of an out-of-bounds scatter, a device-side assert on CUDA that kills
+    the process; :class:`~shardkit.augment.GpuAugment` counts them (``label_errors``) and
+    :class:`~shardkit.prefetch.DevicePrefetcher` refuses them on the host before the copy.
     (A scatter rather than ``F.one_hot``, which checks the index range on the host: a sync.)
     """
     if labels.ndim == 1:
+        idx = labels.long()
+        valid = (~invalid_labels(idx, num_classes)).to(torch.float32)
         out = torch.zeros(labels.shape[0], num_classes, dtype=torch.float32, device=labels.device)
-        return out.scatter_(1, labels.long().view(-1, 1), 1.0)
+        return out.scatter_(1, idx.clamp(0, num_classes - 1).view(-1, 1), valid.view(-1, 1))
     if labels.ndim != 2 or labels.shape[1] != num_classes:
         raise ValueError(f"labels must be [B] class indices or [B, {num_classes}] soft labels, got shape {tuple(labels.shape)}")
     return labels.to(torch.float32)

@@ -23,9 +23,10 @@ from typing import Any, Callable, Literal, Sequence
 import torch
 from torch import Tensor, nn
 
+from ..compat import mark_batch_dynamic
 from .base import GeometricOp, MixOp, Op, Params, PixelOp, Size
 from .geometry import FillStage, warp
-from .mix import soft_labels
+from .mix import invalid_labels, soft_labels
 from .params import make_generator
 
 MemoryFormat = Literal["contiguous", "channels_last"]
@@ -73,12 +74,17 @@ class GpuAugment(nn.Module):
             memory traffic of the colour ops on GPUs at about 1/1000 error;
             float32 is exact to torchvision.
         compile: run the deterministic part (:meth:`apply`) through
-            ``torch.compile`` (shapes are static; recompiles per input size).
+            ``torch.compile``: the batch dimension is dynamic (one graph for
+            every batch size; a batch of 1 gets its own, an empty batch runs
+            eagerly); a new input image size compiles once more.
 
     Call with ``images`` (``uint8 [B, 3, H, W]``, any strides, or float in
     ``[0, 1]``) and optionally ``labels``; returns the images, or
     ``(images, labels)`` when labels are given. With a MixUp/CutMix op the
-    labels become float32 soft labels ``[B, num_classes]``.
+    labels become float32 soft labels ``[B, num_classes]``; a class index outside
+    ``[0, num_classes)`` becomes an all-zero row and is counted in :attr:`label_errors`
+    (on CUDA it would otherwise be a device-side assert; checking it per batch would
+    wait for the device). An empty batch gives an empty result of the usual shape.
     """
 
     def __init__(
@@ -122,6 +128,7 @@ class GpuAugment(nn.Module):
         self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
         self._compile = compile
         self._compiled: Callable[..., Any] | None = None
+        self._label_errors: dict[str, Tensor] = {}  # per device: out-of-range class indices seen, counted there
 
     # --- randomness ---------------------------------------------------------
 
@@ -269,16 +276,36 @@ class GpuAugment(nn.Module):
     def forward(self, images: Tensor, labels: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         """Augment ``images``; returns ``images`` or ``(images, labels)`` if labels were given."""
         params = self.sample_params(images.shape[0], (images.shape[2], images.shape[3]), images.device)
+        if labels is not None and self.num_classes is not None and labels.ndim == 1:
+            self._count_label_errors(labels)
         fn = self.apply
-        if self._compile:
+        if self._compile and images.shape[0] > 0:  # an empty batch runs eagerly: nothing to gain, no graph to build
             if self._compiled is None:
-                self._compiled = torch.compile(self.apply, dynamic=False)
+                self._compiled = torch.compile(self.apply)
+            # one graph for every batch size (skips, drops, the last partial batch), not one per size
+            mark_batch_dynamic([images, *(t for p in params for t in p.values()), *([] if labels is None else [labels])])
             fn = self._compiled
         out, out_labels = fn(images, params, labels)
         if labels is None:
             return out
         assert out_labels is not None
         return out, out_labels
+
+    def _count_label_errors(self, labels: Tensor) -> None:
+        key = str(labels.device)
+        bad = invalid_labels(labels, self.num_classes).sum()  # type: ignore[arg-type]
+        if key in self._label_errors:
+            self._label_errors[key].add_(bad)
+        else:
+            self._label_errors[key] = bad
+
+    @property
+    def label_errors(self) -> int:
+        """How many class indices outside ``[0, num_classes)`` the MixUp/CutMix labels had so far
+        (each became an all-zero soft label). Reading it waits for the device: check it once an
+        epoch, not per batch. (:class:`~shardkit.prefetch.DevicePrefetcher` refuses such labels
+        on the host before they reach the device.)"""
+        return sum(int(t.item()) for t in self._label_errors.values())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
