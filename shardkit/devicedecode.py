@@ -225,8 +225,8 @@ class DeviceDecoder:
         device: where to decode (``"cuda"``: nvJPEG; ``"cpu"``: libjpeg-turbo); ``"cuda"`` means the
             current CUDA device (:func:`shardkit.jpegbackend.normalize_device`).
         max_canvas_pixels: pixels of one zero-padded canvas (samples x max height x max width of
-            their windows); float32 memory is 12 bytes per pixel. Default 2**26 (~800 MB), which
-            holds a whole batch of 256 from 256-px shards.
+            their windows); the float64 canvas (:mod:`shardkit.cropresize`) takes 24 bytes per pixel.
+            Default 2**25 (~800 MB), which holds a whole batch of 256 from 256-px shards (256 x 256 x 341).
         backend: ``"torchcodec"`` or ``"torchvision"``; default: the process's choice
             (:func:`shardkit.jpegbackend.default_backend`: TorchCodec when it imports).
 
@@ -234,7 +234,7 @@ class DeviceDecoder:
     ``decoder.backend`` (and ``decoder.stats.backend``) says which library decodes the batches.
     """
 
-    def __init__(self, image: ImageConfig, device: Union[torch.device, str] = "cpu", *, max_canvas_pixels: int = 1 << 26,
+    def __init__(self, image: ImageConfig, device: Union[torch.device, str] = "cpu", *, max_canvas_pixels: int = 1 << 25,
                  backend: Optional[str] = None):
         if image.hook is not None:
             raise ValueError("a per-sample hook runs on the CPU in the worker; use decode_on='worker' with a hook")

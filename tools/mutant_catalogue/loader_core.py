@@ -149,8 +149,8 @@ MUTANTS = [
         "id": "cropresize-flips-indexed-by-batch-not-group",
         "row": ROW_DEVICE_CROPS,
         "file": "shardkit/cropresize.py",
-        "old": "flipped = torch.as_tensor(np.flatnonzero(np.asarray(flips, bool)[idx])).to(device)",
-        "new": "flipped = torch.as_tensor(np.flatnonzero(np.asarray(flips, bool))[: len(idx)]).to(device)",
+        "old": "flipped = to_device(np.flatnonzero(np.asarray(flips, bool)[idx]), torch.int64, device)",
+        "new": "flipped = to_device(np.flatnonzero(np.asarray(flips, bool))[: len(idx)], torch.int64, device)",
         "tests": [f"{T}::test_batched_crops_equal_torchs_interpolate_of_each_box"],
     },
     {
