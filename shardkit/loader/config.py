@@ -33,7 +33,7 @@ class Decoder(Choice):
     AUTO = "auto"  #: simplejpeg if installed, else PIL
     SIMPLEJPEG = "simplejpeg"  #: libjpeg-turbo with DCT scaling (fastest); PIL for what it cannot read
     PIL = "pil"  #: PIL with ``draft`` (DCT scaling)
-    TORCHVISION = "torchvision"  #: ``torchvision.io.decode_jpeg`` at full resolution (for comparison)
+    TORCHVISION = "torchvision"  #: ``decode_jpeg`` of TorchCodec (when installed) or torchvision, at full resolution (for comparison)
 
 
 class DecodeOn(Choice):
