@@ -16,9 +16,9 @@ job), writes the mutated file, runs ``python -m pytest -x`` on the named tests
 with the scratch copy first on ``PYTHONPATH`` and byte-code writing off, and
 restores the file. Each job keeps a *zygote*, a process that imported torch, numpy, Pillow, hypothesis and
 pytest once; every run is a forked child of it that imports the library and the tests afresh from the
-scratch copy (about 3 s less per mutant than a new interpreter). The named tests are first run once,
-unmutated, through the zygotes; a test that fails there (it would catch every mutant) makes the mutants
-naming it run in new processes (``--no-zygote``: all of them). A mutant is *caught* when pytest reports a failure (exit 1),
+scratch copy (about 3 s less per mutant than a new interpreter). Afterwards every test function that
+caught a mutant is run once, unmutated, through the zygotes; one that fails there (it would catch every
+mutant) has its mutants run again in new processes (``--no-zygote``: all of them from the start). A mutant is *caught* when pytest reports a failure (exit 1),
 a collection error (exit 2) or runs past ``--timeout``; it *survived* when the
 tests pass. A stale mutant (its ``old`` is not in the file exactly once) or a
 named test that does not exist is an error. The gate exits 0 only when every
@@ -73,6 +73,7 @@ class Outcome:
     verdict: str  # caught | survived | error
     detail: str
     seconds: float
+    failing: str = ""  # the test function whose failure caught it (``tests/x.py::test_y``), when known
 
 
 def load_catalogue(areas: list[str] | None = None) -> list[Mutant]:
@@ -202,30 +203,31 @@ def missing_tests(scratch: Path, mutants: list[Mutant]) -> list[str]:
     return bad or [f"collection failed (exit {rc}): {out.strip().splitlines()[-1] if out.strip() else ''}"]
 
 
-def _named_by(m: Mutant, nodes: set[str]) -> bool:
-    """True if one of ``nodes`` (test node ids) is one of ``m``'s named tests or inside one."""
-    return any(n == t or n.startswith((t + "::", t + "[")) for n in nodes for t in m.tests)
+def _failing_function(out: str) -> str:
+    """The test function (node id without parameters) of the first ``FAILED`` line of pytest's summary."""
+    for line in out.splitlines():
+        if line.startswith("FAILED "):
+            return line[len("FAILED "):].split(" - ", 1)[0].split("[", 1)[0].strip()
+    return ""
 
 
-def zygote_baseline(zygotes: list[Zygote], mutants: list[Mutant], extra: tuple[str, ...]) -> set[str]:
-    """Run every named test once, unmutated, through the zygotes; the node ids that fail there.
+def failing_unmutated(zygotes: list[Zygote], functions: list[str], extra: tuple[str, ...]) -> set[str]:
+    """Of the test functions that caught mutants, those that also fail unmutated in a zygote's child.
 
-    A test that fails in a forked child of the zygote without any mutant (one that checks its process never
-    imported torch, say) would count every mutant as caught: such mutants run in fresh processes instead.
+    A test that fails there without any mutant (one that checks its process never imported torch, say)
+    would count every mutant as caught: the mutants it caught are run again in new processes.
     """
-    wanted = sorted({t for m in mutants for t in m.tests})
-    parts = [wanted[j :: len(zygotes)] for j in range(len(zygotes))]
+    if not functions:
+        return set()
+    parts = [functions[j :: len(zygotes)] for j in range(len(zygotes))]
     with cf.ThreadPoolExecutor(len(zygotes)) as pool:
-        results = list(pool.map(lambda zp: zp[0].pytest([*extra, "-rfE", *zp[1]], 1800), zip(zygotes, parts)))
-    failed: set[str] = set()
-    for rc, out in results:
-        for line in out.splitlines():
-            if line.startswith(("FAILED ", "ERROR ")):
-                failed.add(line.split(" ", 2)[1])
+        results = list(pool.map(lambda zp: zp[0].pytest([*extra, *zp[1]], 1800) if zp[1] else (0, ""), zip(zygotes, parts)))
+    bad: set[str] = set()
+    for part, (rc, out) in zip(parts, results):
         if rc not in (0, 1):
-            print(f"mutants.py: the zygote baseline ended with pytest exit {rc}; using fresh processes", file=sys.stderr)
-            return set(wanted)
-    return failed
+            return set(functions)  # could not tell: verify them all in new processes
+        bad |= {f for f in part if any(ln.startswith(f"FAILED {f}") or ln.startswith(f"ERROR {f}") for ln in out.splitlines())}
+    return bad
 
 
 def _last_failure(out: str) -> str:
@@ -253,7 +255,7 @@ def run_one(scratch: Path, m: Mutant, timeout: float, extra: tuple[str, ...] = (
         path.write_text(original)
     dt = time.monotonic() - t0
     if rc == 1:
-        return Outcome(m, "caught", _last_failure(out), dt)
+        return Outcome(m, "caught", _last_failure(out), dt, _failing_function(out))
     if rc == 2:
         return Outcome(m, "caught", "collection error: " + _last_failure(out), dt)
     if rc == 124:
@@ -329,19 +331,14 @@ def main(argv: list[str] | None = None) -> int:
             print("named tests that do not exist:\n  " + "\n  ".join(missing), file=sys.stderr)
             return 2
         zygotes = [Zygote(s) if not args.no_zygote else None for s in scratches]
-        fresh: set[str] = set()
-        if not args.no_zygote:
-            fresh = zygote_baseline(zygotes, mutants, extra)  # type: ignore[arg-type]
-            if fresh:
-                print(f"fresh processes for the tests that fail in the zygote unmutated: {sorted(fresh)}", flush=True)
         free: queue.Queue[tuple[Path, Zygote | None]] = queue.Queue()
         for pair in zip(scratches, zygotes):
             free.put(pair)
 
-        def task(m: Mutant) -> Outcome:
+        def task(m: Mutant, fresh: bool = False) -> Outcome:
             s, z = free.get()
             try:
-                return run_one(s, m, args.timeout, extra, None if _named_by(m, fresh) else z)
+                return run_one(s, m, args.timeout, extra, None if fresh else z)
             finally:
                 free.put((s, z))
 
@@ -351,6 +348,14 @@ def main(argv: list[str] | None = None) -> int:
                 for o in pool.map(task, mutants):
                     outcomes.append(o)
                     print(f"{o.verdict:8} {o.seconds:6.1f}s  {o.mutant.id}: {o.detail}", flush=True)
+                if not args.no_zygote:  # a catch is real only if its test passes unmutated in the zygote
+                    suspects = failing_unmutated(zygotes, sorted({o.failing for o in outcomes if o.failing}), extra)  # type: ignore[arg-type]
+                    again = [i for i, o in enumerate(outcomes) if o.failing in suspects]
+                    if again:
+                        print(f"tests failing in the zygote unmutated: {sorted(suspects)}; {len(again)} mutants again in new processes", flush=True)
+                    for i, o in zip(again, pool.map(lambda i: task(outcomes[i].mutant, True), again)):
+                        outcomes[i] = o
+                        print(f"{o.verdict:8} {o.seconds:6.1f}s  {o.mutant.id} (new process): {o.detail}", flush=True)
         finally:
             for z in zygotes:
                 if z is not None:
