@@ -521,3 +521,26 @@ def assert_same_batches(a: list, b: list) -> None:
 
     assert [k for _, k in a] == [k for _, k in b]
     assert all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b))
+
+
+def add_index(root: str, damage=None, shard: int = 1) -> None:
+    """Sidecar indexes for every shard (as ``shardkit convert`` writes them); ``damage`` rewrites ``shard``'s
+    index so that it still passes every load-time check (layout, unique keys, CRC recomputed, the shard's size
+    and sha256) but is wrong for the tar headers."""
+    from dataclasses import replace
+
+    from shardkit.format.index import INDEX_FORMAT, index_from_walk, index_url, load_index
+    from shardkit.manifest import load_manifest
+
+    m = load_manifest(root)
+    for s, info in enumerate(m.shards):
+        url = m.shard_url(s)
+        with open(url, "rb") as f:
+            idx = index_from_walk(f, url, info.bytes, info.sha256)
+        assert idx is not None
+        if damage is not None and s == shard:
+            idx = damage(idx)
+        with open(index_url(url), "wb") as f:
+            f.write(idx.to_bytes())
+        load_index(url, shard_bytes=info.bytes, shard_sha256=info.sha256)  # passes its load-time checks
+    save_manifest(replace(m, sample_index=INDEX_FORMAT), root)

@@ -22,15 +22,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import assert_same_batches, keyed_batches, write_dataset
+from helpers import add_index, assert_same_batches, keyed_batches, write_dataset
 
 import shardkit
-from shardkit.format.index import INDEX_FORMAT, load_index, index_from_walk, index_url
 from shardkit.loader.config import SourceConfig
 from shardkit.loader.read import BlockReader
 from shardkit.loader.sources import ShardOpener
 from shardkit.loader.stats import Counters
-from shardkit.manifest import load_manifest, save_manifest
+from shardkit.manifest import load_manifest
 from shardkit.plan import shard_offsets
 
 KW = dict(batch_size=4, size=16, pin_memory=False, seed=4, with_keys=True, num_workers=0)
@@ -51,24 +50,6 @@ def jpg_one_byte_short(idx, i: int = 2):
     sizes = idx.sizes.copy()
     sizes[i, c] -= 1
     return replace(idx, sizes=sizes)
-
-
-def add_index(root: str, damage=None, shard: int = 1) -> None:
-    """Sidecar indexes for every shard (as ``shardkit convert`` writes them); ``damage`` rewrites ``shard``'s
-    index so that it still passes every load-time check (layout, unique keys, CRC recomputed, the shard's size
-    and sha256) but is wrong for the tar headers."""
-    m = load_manifest(root)
-    for s, info in enumerate(m.shards):
-        url = m.shard_url(s)
-        with open(url, "rb") as f:
-            idx = index_from_walk(f, url, info.bytes, info.sha256)
-        assert idx is not None
-        if damage is not None and s == shard:
-            idx = damage(idx)
-        with open(index_url(url), "wb") as f:
-            f.write(idx.to_bytes())
-        load_index(url, shard_bytes=info.bytes, shard_sha256=info.sha256)  # passes its load-time checks
-    save_manifest(replace(m, sample_index=INDEX_FORMAT), root)
 
 
 @pytest.fixture(params=["swapped keys", "an image one byte short"])

@@ -14,31 +14,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from helpers import FaultProxy, assert_same_batches, keyed_batches, write_dataset
+from helpers import FaultProxy, add_index, assert_same_batches, keyed_batches, write_dataset
 
 import shardkit
-from shardkit.format.index import INDEX_FORMAT, index_from_walk, index_url
+from shardkit.format.index import index_url
 from shardkit.loader.config import SourceConfig
 from shardkit.loader.read import BlockReader
 from shardkit.loader.sources import ShardOpener
 from shardkit.loader.stats import Counters
-from shardkit.manifest import load_manifest, save_manifest
+from shardkit.manifest import load_manifest
 from shardkit.plan import shard_offsets
 
 KW = dict(batch_size=4, size=16, pin_memory=False, seed=4, with_keys=True, multiprocessing_context="fork")
-
-
-def add_index(root: str) -> None:
-    """Give every shard of the dataset at ``root`` its sidecar index (as ``shardkit convert`` writes them)."""
-    m = load_manifest(root)
-    for i, s in enumerate(m.shards):
-        url = m.shard_url(i)
-        with open(url, "rb") as f:
-            idx = index_from_walk(f, url, s.bytes, s.sha256)
-        assert idx is not None
-        with open(index_url(url), "wb") as f:
-            f.write(idx.to_bytes())
-    save_manifest(replace(m, sample_index=INDEX_FORMAT), root)
 
 
 @pytest.fixture()
