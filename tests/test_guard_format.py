@@ -291,3 +291,19 @@ def test_verify_reports_a_key_repeated_in_another_shard(tmp_path):
     other = tar_bytes([("b.cls", b"0"), ("b.jpg", j), ("b.json", b'{"class": "x"}')])
     root = write_raw_dataset(str(tmp_path / "ds"), [(shard, 1), (other, 1), (shard, 1)], ["x"])
     assert [(p.key, p.message) for p in verify(root).problems] == [("a", "key appears more than once in the split")]
+
+
+def test_member_name_and_json_limits_are_inclusive():
+    """The limits are sizes that are still accepted: a name of exactly ``MAX_NAME`` characters and a ``.json`` of exactly
+    ``MAX_JSON_BYTES`` bytes pass, one more is damage (found by a mutmut run over ``format/members.py``)."""
+    from shardkit.format.members import MAX_JSON_BYTES, MAX_NAME, UnsafeName, parse_meta, split_member
+
+    stem = "d/" + "a" * (MAX_NAME - len("d/") - len(".jpg"))
+    assert split_member(stem + ".jpg") == (stem, "jpg") and len(stem + ".jpg") == MAX_NAME
+    with pytest.raises(UnsafeName):
+        split_member("a" + stem + ".jpg")
+    pad = MAX_JSON_BYTES - len(b'{"k": ""}')
+    data = b'{"k": "' + b"x" * pad + b'"}'
+    assert len(data) == MAX_JSON_BYTES and parse_meta(data) == {"k": "x" * pad}
+    with pytest.raises(ValueError, match="metadata of"):
+        parse_meta(data[:-2] + b'x"}')

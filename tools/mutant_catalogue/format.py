@@ -298,4 +298,20 @@ MUTANTS = [
         "new": "if False:",
         "tests": [f"{T_GUARD}::test_verify_reports_a_key_repeated_in_another_shard"],
     },
+    {
+        "id": "members-name-limit-exclusive",
+        "row": ROW_SIZES,
+        "file": "shardkit/format/members.py",
+        "old": "    if len(name) > MAX_NAME:",
+        "new": "    if len(name) >= MAX_NAME:",
+        "tests": ["tests/test_guard_format.py::test_member_name_and_json_limits_are_inclusive"],
+    },
+    {
+        "id": "members-json-limit-exclusive",
+        "row": ROW_SIZES,
+        "file": "shardkit/format/members.py",
+        "old": "    if len(data) > MAX_JSON_BYTES:",
+        "new": "    if len(data) >= MAX_JSON_BYTES:",
+        "tests": ["tests/test_guard_format.py::test_member_name_and_json_limits_are_inclusive"],
+    },
 ]
