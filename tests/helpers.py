@@ -544,3 +544,10 @@ def add_index(root: str, damage=None, shard: int = 1) -> None:
             f.write(idx.to_bytes())
         load_index(url, shard_bytes=info.bytes, shard_sha256=info.sha256)  # passes its load-time checks
     save_manifest(replace(m, sample_index=INDEX_FORMAT), root)
+
+
+def write_tar_file(path: str, members: list) -> str:
+    """Write :func:`tar_bytes` of ``members`` to ``path``; returns ``path``."""
+    with open(path, "wb") as f:
+        f.write(tar_bytes(members))
+    return path

@@ -10,12 +10,12 @@ import csv
 import json
 import os
 import shutil
-import tarfile
 
 import pytest
 from PIL import Image
 
 from helpers import kill_when, split_samples, tree_digests
+from helpers import write_tar_file as _tar
 from shardkit.cli import main
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert, merge
 from shardkit.errors import ConvertError
@@ -252,17 +252,6 @@ def test_listing_and_images_on_s3(tmp_path, s3):
     convert(os.path.join(src, "..", "list2.csv"), local, ConvertOptions(image=IMG, shard_size=4, seed=1, source=SourceOptions(root=src)),
             workers=1, quiet=True)
     assert split_samples(os.path.join(dest, "train")) == split_samples(os.path.join(local, "train"))
-
-
-def _tar(path: str, members: list[tuple[str, bytes]]) -> str:
-    import io
-
-    with tarfile.open(path, "w") as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return path
 
 
 def _jpeg(label: int, seed: int, fmt: str = "JPEG") -> bytes:

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from helpers import write_tar_file as _tar
+
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
 from shardkit.convert.tars import scan_tars
 from shardkit.errors import ConvertError
@@ -30,15 +32,6 @@ def _solid(rgb: tuple[int, int, int], fmt: str = "JPEG") -> bytes:
 
 
 RED, BLUE, GREEN = _solid((250, 0, 0)), _solid((0, 0, 250)), _solid((0, 250, 0))
-
-
-def _tar(path: str, members: list[tuple[str, bytes]]) -> str:
-    with tarfile.open(path, "w") as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return path
 
 
 def _scan(path: str, **kw):
