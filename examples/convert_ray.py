@@ -22,7 +22,7 @@ from typing import Any
 import ray
 
 from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
-from shardkit.manifest import Manifest
+from shardkit.format.manifest import Manifest
 
 
 @ray.remote

@@ -28,7 +28,7 @@ import shardkit
 from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomRotation
 from shardkit.convert import ConvertOptions, convert
 from shardkit.convert.imageproc import ImageOptions
-from shardkit.prefetch import DevicePrefetcher
+from shardkit.loader.prefetch import DevicePrefetcher
 
 
 def build_model(num_classes: int, pretrained: bool) -> nn.Module:
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
 
     if args.demo_data:
-        from shardkit.sampledata import SMALL, make_imagefolder
+        from shardkit.demo.sampledata import SMALL, make_imagefolder
 
         args.src = make_imagefolder("catdog-sample", num_classes=2, spread=SMALL, splits={"train": 64, "val": 16})
     if not args.src:
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     eval_aug = GpuAugment([norm], memory_format="channels_last")
     num_classes = len(train.dataset.manifest.classes)
     if args.arch == "small":
-        from shardkit.demo import small_cnn
+        from shardkit.demo.run import small_cnn
 
         net = small_cnn(num_classes)
     else:

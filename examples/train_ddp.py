@@ -29,8 +29,8 @@ import torch.nn.functional as F
 
 import shardkit
 from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize
-from shardkit.demo import small_cnn
-from shardkit.prefetch import DevicePrefetcher
+from shardkit.demo.run import small_cnn
+from shardkit.loader.prefetch import DevicePrefetcher
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

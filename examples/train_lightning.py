@@ -1,6 +1,6 @@
 """The cats-vs-dogs densenet121 fine-tune (examples/train_catdog.py) as a LightningModule on shardkit.
 
-``shardkit.lightning.ShardDataModule`` streams the shards: rank and world size from the
+``shardkit.integrations.lightning.ShardDataModule`` streams the shards: rank and world size from the
 Trainer, crop+flip while decoding, rotation, colour and normalisation on the device, and the
 loader's position inside Lightning's checkpoints::
 
@@ -33,8 +33,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomRotation
 from shardkit.convert import ConvertOptions, convert
 from shardkit.convert.imageproc import ImageOptions
-from shardkit.lightning import ShardDataModule
-from shardkit.manifest import load_manifest
+from shardkit.format.manifest import load_manifest
+from shardkit.integrations.lightning import ShardDataModule
 
 EXIT_CODE = 3  # --exit-after-step
 
@@ -117,7 +117,7 @@ class ExitAfterStep(Callback):
 
 def build_net(arch: str, num_classes: int, pretrained: bool) -> torch.nn.Module:
     if arch == "small":
-        from shardkit.demo import small_cnn
+        from shardkit.demo.run import small_cnn
 
         return small_cnn(num_classes)
     from train_catdog import build_model  # the same densenet121 with a new head
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
 
     if args.demo_data:
-        from shardkit.sampledata import SMALL, make_imagefolder
+        from shardkit.demo.sampledata import SMALL, make_imagefolder
 
         args.src = make_imagefolder("catdog-sample", num_classes=2, spread=SMALL, splits={"train": 64, "val": 16})
     if args.src:  # resumable: re-running skips finished shards

@@ -7,11 +7,20 @@ loading, and augment whole batches on the GPU.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
 
-from .errors import ConvertError, DataError, ManifestError, ShardkitError, StorageError
-from .manifest import Manifest, ShardInfo, SkippedFile, load_manifest, save_manifest
-from .world import World
+from shardkit.compat import alias_moved_modules
+from shardkit.errors import ConvertError, DataError, ManifestError, ShardkitError, StorageError
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__ below
+    from shardkit.augment import GpuAugment
+    from shardkit.format.manifest import Manifest, ShardInfo, SkippedFile, load_manifest, save_manifest
+    from shardkit.loader import LoaderConfig, ShardDataset, ShardLoader, load
+    from shardkit.loader.prefetch import DevicePrefetcher
+    from shardkit.plan import Source
+    from shardkit.plan.world import World
 
 #: names served lazily (name -> submodule), so that importing shardkit (the CLI,
 #: conversion worker processes) does not pay for importing torch
@@ -20,10 +29,18 @@ _LAZY = {
     "ShardDataset": "loader",
     "ShardLoader": "loader",
     "load": "loader",
-    "Source": "mix",
+    "Source": "plan",
     "GpuAugment": "augment",
-    "DevicePrefetcher": "prefetch",
+    "Manifest": "format.manifest",
+    "ShardInfo": "format.manifest",
+    "SkippedFile": "format.manifest",
+    "load_manifest": "format.manifest",
+    "save_manifest": "format.manifest",
+    "World": "plan.world",
+    "DevicePrefetcher": "loader.prefetch",
 }
+
+alias_moved_modules()
 
 
 def __getattr__(name: str):  # PEP 562

@@ -1,5 +1,5 @@
 import sys
 
-from .cli import script
+from shardkit.cli import script
 
 sys.exit(script())

@@ -1,9 +1,12 @@
-"""Typed choices: a ``str`` Enum whose :meth:`Choice.parse` names the valid values when it refuses one."""
+"""Typed options: a ``str`` Enum whose :meth:`Choice.parse` names the valid values when it refuses one, and
+:func:`check_types`, which refuses an option dataclass field of the wrong kind, naming it."""
 
 from __future__ import annotations
 
 import enum
+import numbers
 import re
+from dataclasses import fields
 from typing import TypeVar
 
 _C = TypeVar("_C", bound="Choice")
@@ -31,3 +34,34 @@ class Choice(str, enum.Enum):
 
     def __str__(self) -> str:
         return str(self.value)
+
+
+_KINDS = {"int": "an integer", "bool": "True or False", "float": "a number"}
+
+
+def check_types(options: object) -> None:
+    """Refuse an option of a config dataclass whose value is not of its declared kind (int, bool,
+    float, optionally None), naming it: ``batch_size=2.5`` fails here, in one line, not later as a
+    bare ``TypeError`` deep in the loader. Accepted values are stored as plain Python numbers
+    (a numpy integer seed becomes an ``int``, so states compare equal)."""
+    for f in fields(options):  # type: ignore[arg-type]
+        if not f.init:
+            continue
+        kind, optional = str(f.type), False
+        if kind.startswith("Optional[") and kind.endswith("]"):
+            kind, optional = kind[len("Optional["):-1], True
+        if kind not in _KINDS:
+            continue
+        v = getattr(options, f.name)
+        if v is None and optional:
+            continue
+        if kind == "bool":
+            ok, plain = isinstance(v, bool) or type(v).__name__ == "bool_", bool
+        elif kind == "int":
+            ok, plain = isinstance(v, numbers.Integral) and not isinstance(v, bool), int
+        else:
+            ok, plain = isinstance(v, numbers.Real) and not isinstance(v, bool), float
+        if not ok:
+            valid = _KINDS[kind] + (" or None" if optional else "")
+            raise ValueError(f"loader option {f.name!r} must be {valid}, got {type(v).__name__} {v!r}")
+        object.__setattr__(options, f.name, plain(v))

@@ -8,7 +8,6 @@ import os
 import threading
 
 import pytest
-
 from helpers import free_port
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from shardkit.manifest import Manifest, ShardInfo, save_manifest
-from shardkit.sampledata import make_image
+from shardkit.demo.sampledata import make_image
 from shardkit.format import EncodedSample, write_shard
+from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 
 
 def jpeg_bytes(label: int, seed: int = 0, size: tuple[int, int] = (64, 48), quality: int = 90, **save_kw) -> bytes:
@@ -491,7 +491,7 @@ def split_samples(split_dir: str) -> dict[str, dict]:
     """``{key: {"cls": int, "json": dict, "jpg": bytes}}`` of every sample of the converted split at ``split_dir``."""
     import json
 
-    from shardkit.manifest import load_manifest
+    from shardkit.format.manifest import load_manifest
 
     m = load_manifest(split_dir)
     out: dict[str, dict] = {}
@@ -530,7 +530,7 @@ def add_index(root: str, damage=None, shard: int = 1) -> None:
     from dataclasses import replace
 
     from shardkit.format.index import INDEX_FORMAT, index_from_walk, index_url, load_index
-    from shardkit.manifest import load_manifest
+    from shardkit.format.manifest import load_manifest
 
     m = load_manifest(root)
     for s, info in enumerate(m.shards):

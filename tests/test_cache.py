@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from shardkit.loader.cache import ShardCache
+from shardkit.storage.cache import ShardCache
 
 
 def _payload(i: int) -> bytes:

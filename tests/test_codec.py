@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from PIL import Image
 from test_devicedecode import EPOCH, SEED, device_path, diff, encode, worker_path
 
-import shardkit.jpegbackend as jb
-from shardkit.devicedecode import DeviceDecoder, batch_geometry, jpeg_route
+import shardkit.loader.decode.backend as jb
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode import CropDecoder
-from shardkit.loader.decoders import PilDecoder, TorchvisionDecoder
+from shardkit.loader.decode.decoders import PilDecoder, TorchvisionDecoder
+from shardkit.loader.decode.device import DeviceDecoder, batch_geometry, jpeg_route
+from shardkit.loader.decode.worker import CropDecoder
 
 HAVE_TORCHCODEC = importlib.util.find_spec("torchcodec") is not None
 BACKENDS = [pytest.param("torchcodec", marks=pytest.mark.skipif(not HAVE_TORCHCODEC, reason="torchcodec not installed")),

@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 
 from shardkit.convert import ConvertOptions, ImageOptions, convert
-from shardkit.manifest import load_manifest
-from shardkit.sampledata import make_image
+from shardkit.demo.sampledata import make_image
 from shardkit.format import KEY_PATTERN
+from shardkit.format.manifest import load_manifest
 
 SHORT = 64
 MAX_PIXELS = 1_500_000
@@ -197,7 +197,8 @@ def test_no_shuffle_keeps_sorted_order_and_keys(tmp_path, odd):
 def test_main_process_of_a_pool_conversion_never_imports_torch(tmp_path):
     """Start-up: torch (~1 s) is imported once, in the pool's forkserver, not again in the main process."""
     from helpers import run_fresh
-    from shardkit.sampledata import make_imagefolder
+
+    from shardkit.demo.sampledata import make_imagefolder
 
     src = make_imagefolder(str(tmp_path / "src"), num_classes=2, per_class=3)
     code = (

@@ -8,17 +8,16 @@ import io
 import os
 
 import pytest
+from helpers import split_samples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from helpers import split_samples
-
 from shardkit.cli import main
 from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
+from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError
-from shardkit.inspect import verify
-from shardkit.sampledata import make_image, make_imagefolder
+from shardkit.format.verify import verify
 
 datasets = pytest.importorskip("datasets")
 
@@ -83,7 +82,7 @@ def test_a_source_whose_every_split_is_empty_is_refused_by_the_job_too(tmp_path,
     """The sources refuse first today; the job's own check stays for any source that returns only empty splits."""
     from shardkit.convert import job
     from shardkit.convert.imageproc import SkipReason
-    from shardkit.convert.source import Reader, Source, SplitSource
+    from shardkit.convert.scan.source import Reader, Source, SplitSource
 
     src = Source(root="made-up", classes=["a"], nested=True, reader=Reader(str(tmp_path)),
                  splits=[SplitSource("train", "made-up", [], [("x.png", SkipReason.NO_LABEL, "no label")]),

@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import tree_digests
+
 from shardkit.convert import ConvertOptions, ImageOptions, convert
-from shardkit.sampledata import make_imagefolder
+from shardkit.demo.sampledata import make_imagefolder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(REPO, "examples")

@@ -6,14 +6,13 @@ import json
 import os
 
 import pytest
-
 from helpers import split_samples
 
 from shardkit.cli import build_parser, main
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
+from shardkit.demo.sampledata import make_imagefolder
 from shardkit.errors import ConvertError
-from shardkit.manifest import load_manifest
-from shardkit.sampledata import make_imagefolder
+from shardkit.format.manifest import load_manifest
 
 OPTS = ConvertOptions(image=ImageOptions(short_side=16), shard_size=8, seed=7)
 

@@ -1,7 +1,7 @@
 """A Hugging Face dataset as SRC (issue #21 A4, A7, A8, B): label feature types, empty splits, one class space, per-split skips.
 
 Datasets are built with ``datasets`` itself in memory; most checks are on the scanned :class:`Source`
-(:func:`shardkit.convert.hf.scan_hf`), the per-split skips also through a conversion read back with plain ``tarfile``.
+(:func:`shardkit.convert.scan.hf.scan_hf`), the per-split skips also through a conversion read back with plain ``tarfile``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, conver
 from shardkit.errors import ConvertError
 
 datasets = pytest.importorskip("datasets")
-from shardkit.convert.hf import scan_hf  # noqa: E402
+from shardkit.convert.scan.hf import scan_hf  # noqa: E402
 
 IMG = ImageOptions(short_side=16)
 

@@ -16,13 +16,13 @@ import threading
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from source_reference import read_split, reference_val_count, write_image
+
 from shardkit.cli import main
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
-from shardkit.convert.discover import scan, scan_regex
-from shardkit.convert.listing import scan_listing
-from shardkit.convert.source import Reader, Source, SourceFile, SplitSource, carve_val, label_value, read_labels
+from shardkit.convert.scan.discover import scan, scan_regex
+from shardkit.convert.scan.listing import scan_listing
+from shardkit.convert.scan.source import Reader, Source, SourceFile, SplitSource, carve_val, label_value, read_labels
 from shardkit.errors import ConvertError
 
 IMG = ImageOptions(short_side=8)
@@ -307,7 +307,7 @@ def test_val_fraction_takes_f_times_n_rounded_half_up_per_class(counts, fraction
 
 _CARVE = """
 import json, sys
-from shardkit.convert.source import Reader, Source, SourceFile, SplitSource, carve_val
+from shardkit.convert.scan.source import Reader, Source, SourceFile, SplitSource, carve_val
 counts = {"cat": 7, "dog": 5, "x y": 3, "ü": 9}
 classes = sorted(counts)
 files = [SourceFile(f"{c}/{i}.jpg", classes.index(c), 1) for c in classes for i in range(counts[c])]

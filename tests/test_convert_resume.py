@@ -12,14 +12,13 @@ import sys
 
 import numpy as np
 import pytest
-
 from helpers import kill_when, tree_digests
 from PIL import Image
 
 from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
+from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError, StorageError
-from shardkit.manifest import load_manifest
-from shardkit.sampledata import make_image, make_imagefolder
+from shardkit.format.manifest import load_manifest
 
 
 def make_mixed_sizes(root: str) -> str:

@@ -12,15 +12,15 @@ import os
 import shutil
 
 import pytest
-from PIL import Image
-
 from helpers import kill_when, split_samples, tree_digests
 from helpers import write_tar_file as _tar
+from PIL import Image
+
 from shardkit.cli import main
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert, merge
+from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError
-from shardkit.manifest import load_manifest
-from shardkit.sampledata import make_image, make_imagefolder
+from shardkit.format.manifest import load_manifest
 
 IMG = ImageOptions(short_side=16)
 
@@ -391,7 +391,7 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys, monk
 
 
 def test_info_and_verify_accept_every_source_kind(tmp_path):
-    from shardkit.inspect import info, verify
+    from shardkit.format.verify import info, verify
 
     pattern, _, _ = _make_tars(str(tmp_path / "in"))
     convert(pattern, str(tmp_path / "copy"), ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=4),
@@ -445,7 +445,7 @@ def test_conversion_of_a_listing_or_tars_killed_then_rerun_is_byte_identical(tmp
 
 
 def test_extra_fields_too_large_or_deep_for_a_sample_json():
-    from shardkit.convert.source import MAX_EXTRA_DEPTH, extra_problem
+    from shardkit.convert.scan.source import MAX_EXTRA_DEPTH, extra_problem
 
     nested: dict = {}
     cur = nested

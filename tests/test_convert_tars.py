@@ -13,14 +13,13 @@ import tarfile
 
 import numpy as np
 import pytest
+from helpers import write_tar_file as _tar
 from PIL import Image
 
-from helpers import write_tar_file as _tar
-
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
-from shardkit.convert.tars import scan_tars
+from shardkit.convert.scan.tars import scan_tars
+from shardkit.demo.sampledata import make_imagefolder
 from shardkit.errors import ConvertError
-from shardkit.sampledata import make_imagefolder
 
 IMG = ImageOptions(short_side=16)
 
@@ -182,7 +181,7 @@ def test_class_field_names_keep_their_cls_order_without_a_manifest(tmp_path):
 
 
 def test_shardkit_manifest_with_an_index_beyond_its_classes_is_bad_label(tmp_path):
-    from shardkit.manifest import Manifest, ShardInfo, save_manifest
+    from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 
     d = tmp_path / "ds"
     d.mkdir()

@@ -11,8 +11,8 @@ import pytest
 from PIL import Image, JpegImagePlugin
 
 from shardkit.convert import imageproc as ip
-from shardkit.convert import plan
-from shardkit.sampledata import make_image
+from shardkit.convert import shards as plan
+from shardkit.demo.sampledata import make_image
 from shardkit.format import EncodedSample, write_shard
 
 
@@ -158,7 +158,7 @@ def test_pack_and_split_at_cap():
 
 
 def test_order_and_tasks_are_partitions():
-    from shardkit.convert.discover import SourceFile
+    from shardkit.convert.scan.discover import SourceFile
 
     files = [SourceFile(f"c{i % 3}/{i:03d}.jpg", i % 3, 10) for i in range(50)]
     a = plan.order(files, seed=5, shuffle=True)

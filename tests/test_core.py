@@ -6,12 +6,11 @@ import json
 import tarfile
 
 import pytest
-
 from helpers import tree_digests, write_dataset
 
 from shardkit.errors import ManifestError
-from shardkit.manifest import Manifest, load_manifest
-from shardkit.world import World
+from shardkit.format.manifest import Manifest, load_manifest
+from shardkit.plan.world import World
 
 
 def test_roundtrip_and_tar_contents(tmp_path):

@@ -7,12 +7,11 @@ import io
 import numpy as np
 import pytest
 import torch
+from helpers import jpeg_bytes
 from PIL import Image
 
-from helpers import jpeg_bytes
-
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode import CropDecoder, PilDecoder, make_decoder, rrc_boxes, sample_uniforms
+from shardkit.loader.decode.worker import CropDecoder, PilDecoder, make_decoder, rrc_boxes, sample_uniforms
 
 
 def ks_stat(a: np.ndarray, b: np.ndarray) -> float:
@@ -180,7 +179,7 @@ def test_resize_kernel_equals_public_interpolate(monkeypatch):
     """The direct kernel call (it writes into the batch row) gives F.interpolate's bytes; so does the fallback."""
     import torch.nn.functional as F
 
-    from shardkit.loader import decode as D
+    from shardkit.loader.decode import worker as D
 
     arr = np.random.default_rng(0).integers(0, 256, (256, 341, 3), dtype=np.uint8)
     src = torch.from_numpy(arr).permute(2, 0, 1)

@@ -13,13 +13,12 @@ import io
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-
 from helpers import run_fresh, tar_bytes, write_raw_dataset
+from PIL import Image
 
 import shardkit
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode import CropDecoder
+from shardkit.loader.decode.worker import CropDecoder
 
 
 def _pattern(width: int, height: int) -> np.ndarray:
@@ -65,7 +64,7 @@ def test_elongated_image_gives_the_center_crop_pixels(width, height):
 _FRESH_PANORAMA = r"""
 import json, sys, torch
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode import CropDecoder
+from shardkit.loader.decode.worker import CropDecoder
 dec = CropDecoder(ImageConfig(preset="eval", size=64), seed=0)
 out = torch.zeros(3, 64, 64, dtype=torch.uint8)
 dec(open(sys.argv[1], "rb").read(), out, 0, 0)  # a normal image first: lazy imports and buffers in place

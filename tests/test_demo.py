@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from shardkit.cli import main
-from shardkit.demo import DemoOptions, run_demo
+from shardkit.demo.run import DemoOptions, run_demo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

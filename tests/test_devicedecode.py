@@ -23,12 +23,12 @@ import torch
 from helpers import jpeg_bytes
 from PIL import Image
 
-import shardkit.cropresize as cr
-import shardkit.devicedecode as dd
-from shardkit.devicedecode import DeviceDecoder, batch_geometry, jpeg_route
+import shardkit.loader.decode.cropresize as cr
+import shardkit.loader.decode.device as dd
+from shardkit.demo.sampledata import make_image
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode import CropDecoder, channels_last_empty
-from shardkit.sampledata import make_image
+from shardkit.loader.decode.device import DeviceDecoder, batch_geometry, jpeg_route
+from shardkit.loader.decode.worker import CropDecoder, channels_last_empty
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
 SEED, EPOCH = 7, 3
@@ -497,8 +497,7 @@ def test_device_decode_skips_bad_samples_like_the_worker_and_strict_raises(tmp_p
 
 
 def test_decode_on_option_is_a_typed_choice():
-    from shardkit.loader.config import DecodeOn
-    from shardkit.loader.config import build_config
+    from shardkit.loader.config import DecodeOn, build_config
 
     assert ImageConfig().decode_on is DecodeOn.WORKER and build_config(None, {"decode_on": "device"}).image.decode_on is DecodeOn.DEVICE
     with pytest.raises(ValueError, match=r"\['worker', 'device'\]"):
@@ -524,7 +523,7 @@ loader = shardkit.load(ds.url, batch_size=4, num_workers=0, size=16, decode_on="
 n = sum(len(y) for _, y in loader)
 ref = weakref.ref(loader)
 del loader
-from shardkit.jpegbackend import _MODULES, default_backend  # the backend's first import happened in the decode
+from shardkit.loader.decode.backend import _MODULES, default_backend  # the backend's first import happened in the decode
 print(json.dumps({"n": n, "alive": ref() is not None, "tv": _MODULES[default_backend()] in sys.modules}))
 """
     assert run_fresh(code) == {"n": 8, "alive": False, "tv": True}

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from shardkit.devicedecode import DeviceDecoder, batch_geometry
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode import CropDecoder
+from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
+from shardkit.loader.decode.worker import CropDecoder
 
 SEED, EPOCH, SIZE = 11, 2, 24
 #: mean absolute difference allowed from the reference (measured: under 0.01 on CPU, where both decode with libjpeg-turbo)

@@ -15,7 +15,6 @@ import sys
 from collections import Counter
 
 import pytest
-
 from helpers import free_port, write_dataset
 
 pytestmark = pytest.mark.slow

@@ -16,11 +16,10 @@ import sys
 import time
 
 import pytest
-
 from helpers import tree_digests, wait_for
 
-from shardkit.manifest import load_manifest
-from shardkit.sampledata import make_imagefolder
+from shardkit.demo.sampledata import make_imagefolder
+from shardkit.format.manifest import load_manifest
 
 ARGS = ["--short-side", "48", "--shard-size", "8", "--workers", "1", "--quiet", "--seed", "3"]
 

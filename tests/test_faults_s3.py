@@ -13,12 +13,11 @@ import threading
 import time
 
 import pytest
-
 from helpers import FaultProxy, free_port, wait_for, write_dataset
 
 import shardkit
 from shardkit.errors import ManifestError, StorageError
-from shardkit.loader.retry import RetryingFile, backend_options, is_transient
+from shardkit.storage.retry import RetryingFile, backend_options, is_transient
 
 BLOCK = 8192  # small read-ahead blocks: each shard takes several range requests
 KW = dict(batch_size=5, size=16, pin_memory=False, with_keys=True, multiprocessing_context="fork", block_size=BLOCK, shuffle_buffer=5, shuffle_initial=5)

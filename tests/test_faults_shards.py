@@ -15,14 +15,13 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from helpers import jpeg_bytes, run_fresh, tar_bytes, write_dataset, write_raw_dataset
+from PIL import Image
 
 import shardkit
 from shardkit.errors import DataError
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode import CropDecoder
+from shardkit.loader.decode.worker import CropDecoder
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
 
@@ -189,7 +188,7 @@ def test_decoded_odd_images_are_right():
 _FRESH_DECODE = r"""
 import json, sys, torch
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode import CropDecoder
+from shardkit.loader.decode.worker import CropDecoder
 dec = CropDecoder(ImageConfig(size=16), seed=0)
 out = torch.zeros(3, 16, 16, dtype=torch.uint8)
 dec(open(sys.argv[1], "rb").read(), out, 0, 0)  # a normal image first: lazy imports and buffers in place

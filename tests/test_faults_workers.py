@@ -12,7 +12,6 @@ import signal
 import time
 
 import pytest
-
 from helpers import dataloader_workers, wait_for, write_dataset
 
 import shardkit

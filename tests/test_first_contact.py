@@ -8,15 +8,14 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import split_samples, tree_digests, write_dataset
 
 import shardkit
 from shardkit.cli import main
 from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
-from shardkit.errors import ConvertError, ShardkitError
-from shardkit.manifest import load_manifest
-from shardkit.sampledata import make_imagefolder
+from shardkit.demo.sampledata import make_imagefolder
+from shardkit.errors import ShardkitError
+from shardkit.format.manifest import load_manifest
 
 OPTS = ConvertOptions(image=ImageOptions(short_side=16), shard_size=4, seed=1)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

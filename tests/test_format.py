@@ -11,18 +11,17 @@ import zlib
 
 import numpy as np
 import pytest
-
 from helpers import jpeg_bytes, tar_bytes, write_raw_dataset
 
 import shardkit
 from shardkit.cli import main
 from shardkit.convert import ConvertOptions, ImageOptions, convert
+from shardkit.demo.sampledata import make_imagefolder
 from shardkit.errors import DataError
 from shardkit.format import IndexDamage, IndexMismatch, RawSample, ShardReader, load_index, split_member
+from shardkit.format.manifest import load_manifest
 from shardkit.format.members import UnsafeName
-from shardkit.inspect import verify
-from shardkit.manifest import load_manifest
-from shardkit.sampledata import make_imagefolder
+from shardkit.format.verify import verify
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
 CLASSES = ["x", "y", "z"]
@@ -403,7 +402,7 @@ def test_rerun_over_shards_without_index_does_not_claim_one(tmp_path):
 
 def test_index_over_http_through_the_loaders_opener(converted, http_root, tmp_path):
     from shardkit.loader.config import SourceConfig
-    from shardkit.loader.sources import ShardOpener
+    from shardkit.storage.opener import ShardOpener
 
     base, directory = http_root
     shutil.copytree(converted, os.path.join(directory, "ds"))

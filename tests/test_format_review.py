@@ -15,14 +15,13 @@ import zlib
 
 import numpy as np
 import pytest
-
 from helpers import jpeg_bytes, tar_bytes, write_raw_dataset
 
 import shardkit
 from shardkit.format import IndexDamage, IndexMismatch, ShardReader, TarDamage, load_index, write_tar
 from shardkit.format.index import SampleIndex, build_index
+from shardkit.format.verify import verify
 from shardkit.format.writer import EncodedSample
-from shardkit.inspect import verify
 
 CLASSES = ["x", "y", "z"]
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")

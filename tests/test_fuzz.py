@@ -14,14 +14,13 @@ import io
 import json
 
 import pytest
+from helpers import jpeg_bytes, tar_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import jpeg_bytes, tar_bytes
-
 from shardkit.errors import ManifestError
 from shardkit.format import RawSample, ShardReader, TarDamage
-from shardkit.manifest import Manifest
+from shardkit.format.manifest import Manifest
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
@@ -176,6 +175,6 @@ _DECODERS: dict = {}
 @pytest.fixture(autouse=True, scope="module")
 def _decoders():
     from shardkit.loader.config import ImageConfig
-    from shardkit.loader.decode import CropDecoder
+    from shardkit.loader.decode.worker import CropDecoder
 
     _DECODERS.update(train=CropDecoder(ImageConfig(size=16, max_pixels=1 << 20), 0), eval=CropDecoder(ImageConfig(preset="eval", size=16, max_pixels=1 << 20), 0))

@@ -17,8 +17,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
-import shardkit.cropresize as cr
-from shardkit import prefetch
+import shardkit.loader.decode.cropresize as cr
 from shardkit.augment import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -38,7 +37,8 @@ from shardkit.augment import (
     Resize,
     VerticalFlip,
 )
-from shardkit.prefetch import DevicePrefetcher
+from shardkit.loader import prefetch
+from shardkit.loader.prefetch import DevicePrefetcher
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -15,15 +15,14 @@ import json
 from dataclasses import replace
 
 import pytest
+from helpers import jpeg_bytes
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from helpers import jpeg_bytes
-
 from shardkit.convert import imageproc as ip
 from shardkit.convert import journal
-from shardkit.convert import plan as cplan
+from shardkit.convert import shards as cplan
 from shardkit.errors import ConvertError
 from shardkit.format import EncodedSample, write_tar
 

@@ -284,7 +284,7 @@ def test_verify_reports_a_key_repeated_in_another_shard(tmp_path):
     per split), and ``verify`` says which key in which shard."""
     from helpers import jpeg_bytes, tar_bytes, write_raw_dataset
 
-    from shardkit.inspect import verify
+    from shardkit.format.verify import verify
 
     j = jpeg_bytes(0, 0, (24, 20))
     shard = tar_bytes([("a.cls", b"0"), ("a.jpg", j), ("a.json", b'{"class": "x"}')])

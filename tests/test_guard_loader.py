@@ -21,16 +21,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from helpers import jpeg_bytes
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from helpers import jpeg_bytes
 
 from shardkit.errors import StorageError
 from shardkit.format import RawSample
 from shardkit.loader.batching import BatchSpec, decode_batch
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode import CropDecoder
+from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.stats import COUNTERS, Counters
 
 # ----------------------------------------------------------------------------- decode: a bad sample moves nothing
@@ -111,7 +110,7 @@ _TWO = [(30, 30, (0, 0, 30, 30), False, 1), (10, 12, (1, 2, 10, 11), True, 2)]  
 def test_batched_crops_equal_torchs_interpolate_of_each_box(case):
     """Every sample of a batch is resized from its own box with its own flip, whatever the canvas grouping:
     within 1 level of torch's ``interpolate(antialias=True)`` of that box alone."""
-    from shardkit.cropresize import axis_params, resized_crops
+    from shardkit.loader.decode.cropresize import axis_params, resized_crops
 
     size, cases, budget = case
     images = [torch.from_numpy(np.random.default_rng(seed).integers(0, 256, (3, h, w), dtype=np.uint8)) for h, w, _, _, seed in cases]
@@ -134,7 +133,7 @@ def test_batched_crops_equal_torchs_interpolate_of_each_box(case):
 
 def test_a_cache_hit_refreshes_the_lru_stamp(tmp_path):
     """LRU, not FIFO: a shard read again (through ``fetch``) outlives one fetched after it but not read since."""
-    from shardkit.loader.cache import ShardCache
+    from shardkit.storage.cache import ShardCache
 
     cache = ShardCache(str(tmp_path), 3000)
     p0 = cache.fetch("s3://b/0.tar", 1000, lambda f: f.write(b"a" * 1000))
@@ -149,7 +148,7 @@ def test_a_cache_hit_refreshes_the_lru_stamp(tmp_path):
 
 def test_a_shard_too_large_for_the_cache_evicts_nothing(tmp_path):
     """A shard larger than the whole cache is streamed (``None``) and the cached shards stay."""
-    from shardkit.loader.cache import ShardCache
+    from shardkit.storage.cache import ShardCache
 
     cache = ShardCache(str(tmp_path), 3000)
     kept = [cache.fetch(f"s3://b/{i}.tar", 1000, lambda f: f.write(b"k" * 1000)) for i in range(2)]
@@ -178,7 +177,7 @@ class _Flaky(io.BytesIO):
 
 
 def _retrying(data: bytes, fail: set, *, max_retries: int = 5, budget: float = 60.0, exc=ConnectionError, sleeps=None):
-    from shardkit.loader.retry import RetryingFile
+    from shardkit.storage.retry import RetryingFile
 
     plan, log = {"reads": 0, "fail": fail, "exc": exc}, []
     f = RetryingFile("s3://b/s.tar", lambda: _Flaky(data, plan, log), max_retries=max_retries, retry_budget_s=budget,
@@ -292,7 +291,7 @@ def _reference_rrc(width: int, height: int, u: np.ndarray, scale=(0.08, 1.0), ra
 def test_rrc_boxes_equal_a_per_sample_reference(sizes, seed, scale):
     """The vectorised crop boxes equal torchvision's algorithm run per sample on the same uniforms,
     small images (boxes that fill a side exactly) and the centre fallback included."""
-    from shardkit.loader.decode import rrc_boxes
+    from shardkit.loader.decode.worker import rrc_boxes
 
     wh = np.array(sizes, np.int64)
     u = np.random.default_rng(seed).random((len(sizes), 23))
@@ -307,7 +306,7 @@ def test_rrc_boxes_equal_a_per_sample_reference(sizes, seed, scale):
 def test_dct_scaled_crop_keeps_at_least_the_output_size(width, height, reduce):
     """Decoding at a reduced DCT scale never leaves a crop fewer pixels than the output (no upscaling blur), and
     a crop at least 4x the output is not decoded at full size (the point of DCT scaling)."""
-    from shardkit.loader.decode import _dct_size
+    from shardkit.loader.decode.worker import _dct_size
 
     dw, dh = _dct_size(width, height, reduce)
     assert (dw, dh) == (width, height) or (dw * reduce >= width * (1 - 1e-9) and dh * reduce >= height * (1 - 1e-9))
@@ -323,7 +322,7 @@ def test_prefetched_batches_keep_their_type_and_fields_with_a_transform():
     (named tuple, tuple, list) and every other field, so ``batch.images`` and ``x, y, keys = batch`` still work."""
     from collections import namedtuple
 
-    from shardkit.prefetch import DevicePrefetcher
+    from shardkit.loader.prefetch import DevicePrefetcher
 
     Named = namedtuple("Named", "images labels keys")
     for batch in (Named(torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]), (torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]),

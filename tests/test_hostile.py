@@ -16,13 +16,12 @@ import tarfile
 import numpy as np
 import pytest
 import torch
-
 from helpers import RecordingFile, jpeg_bytes, member_ranges, tar_bytes, tree_snapshot, write_dataset, write_raw_dataset
 
 import shardkit
 from shardkit.errors import ManifestError, StorageError
+from shardkit.format.manifest import Manifest
 from shardkit.format.tar import ShardReader
-from shardkit.manifest import Manifest
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
 

@@ -25,12 +25,12 @@ import pytest
 from helpers import add_index, assert_same_batches, keyed_batches, write_dataset
 
 import shardkit
+from shardkit.format.manifest import load_manifest
 from shardkit.loader.config import SourceConfig
 from shardkit.loader.read import BlockReader
-from shardkit.loader.sources import ShardOpener
 from shardkit.loader.stats import Counters
-from shardkit.manifest import load_manifest
-from shardkit.plan import shard_offsets
+from shardkit.plan.epoch import shard_offsets
+from shardkit.storage.opener import ShardOpener
 
 KW = dict(batch_size=4, size=16, pin_memory=False, seed=4, with_keys=True, num_workers=0)
 SHARD = 7  # samples per shard; shard 1 holds ids 7..13

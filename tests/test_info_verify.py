@@ -12,9 +12,9 @@ import pytest
 
 from shardkit.cli import main
 from shardkit.convert import ConvertOptions, ImageOptions, convert
-from shardkit.inspect import info, verify
-from shardkit.manifest import load_manifest
-from shardkit.sampledata import make_imagefolder
+from shardkit.demo.sampledata import make_imagefolder
+from shardkit.format.manifest import load_manifest
+from shardkit.format.verify import info, verify
 
 OPTS = ConvertOptions(image=ImageOptions(short_side=40), shard_size=7, seed=1)
 

@@ -1,4 +1,4 @@
-"""``shardkit.lightning.ShardDataModule`` inside a real Lightning ``Trainer`` on CPU (no mocks).
+"""``shardkit.integrations.lightning.ShardDataModule`` inside a real Lightning ``Trainer`` on CPU (no mocks).
 
 In process: two epochs with validation twice per epoch, checked batch for batch against the plain
 loader (every sample once per epoch, validation whole and in order every time). As
@@ -21,10 +21,11 @@ import torch
 
 pl = pytest.importorskip("lightning.pytorch")
 
-import shardkit  # noqa: E402
 from helpers import dataloader_workers, wait_for, write_dataset  # noqa: E402
+
+import shardkit  # noqa: E402
 from shardkit.augment import GpuAugment, Normalize  # noqa: E402
-from shardkit.lightning import ShardDataModule  # noqa: E402
+from shardkit.integrations.lightning import ShardDataModule  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "train_lightning.py")
@@ -138,9 +139,9 @@ def test_rank_comes_from_the_trainer(data):
 def test_missing_lightning_names_the_extra(monkeypatch):
     for name in ("lightning", "lightning.pytorch", "pytorch_lightning"):
         monkeypatch.setitem(sys.modules, name, None)  # import of these raises ImportError
-    monkeypatch.delitem(sys.modules, "shardkit.lightning")
+    monkeypatch.delitem(sys.modules, "shardkit.integrations.lightning")
     with pytest.raises(ImportError, match=r"shardkit\[lightning\]"):
-        import shardkit.lightning  # noqa: F401
+        import shardkit.integrations.lightning  # noqa: F401
 
 
 # --------------------------------------------------------------------------- examples/train_lightning.py

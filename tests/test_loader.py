@@ -11,13 +11,12 @@ from collections import Counter
 
 import pytest
 import torch
-
 from helpers import jpeg_bytes, write_dataset
 
 import shardkit
 from shardkit.errors import DataError, ManifestError, ShardkitError, StorageError
-from shardkit.manifest import Manifest, ShardInfo, save_manifest
 from shardkit.format import EncodedSample, write_shard
+from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
 
@@ -273,7 +272,7 @@ def test_eval_geometry_boxes_are_vectorised_and_skipped_by_the_cpu_decode():
     import numpy as np
 
     from shardkit.loader.config import ImageConfig
-    from shardkit.loader.decode import CropDecoder, center_box
+    from shardkit.loader.decode.worker import CropDecoder, center_box
 
     dec = CropDecoder(ImageConfig(preset="eval", size=16, resize_size=19), 0)
     sizes = np.array([[40, 30], [30, 40], [17, 17], [1000, 3], [3, 1000], [101, 57]])
@@ -349,7 +348,7 @@ def test_hostile_manifest_refused(tmp_path, name):
 
 def test_pipe_urls_refused_unless_opted_in(tmp_path, datasets):
     from shardkit.loader.config import SourceConfig
-    from shardkit.loader.sources import ShardOpener
+    from shardkit.storage.opener import ShardOpener
 
     with pytest.raises(StorageError, match="pipe:"):
         shardkit.load("pipe:cat /etc/passwd", num_workers=0)
@@ -396,7 +395,7 @@ def test_derived_image_defaults_follow_the_options():
 
 def test_config_defaults_live_in_one_place():
     from shardkit.loader.config import SourceConfig, default_num_workers
-    from shardkit.plan import PlanConfig
+    from shardkit.plan.epoch import PlanConfig
 
     cfg = shardkit.LoaderConfig()
     plan = PlanConfig(batch_size=cfg.batch_size)
@@ -441,10 +440,10 @@ def test_read_ahead_emits_the_same_samples_and_stops_its_thread(datasets, shuffl
     import numpy as np
 
     from shardkit.loader.config import SourceConfig
-    from shardkit.loader.sources import ShardOpener
     from shardkit.loader.read import BlockReader, read_blocks
     from shardkit.loader.stats import Counters
-    from shardkit.plan import Block
+    from shardkit.plan.epoch import Block
+    from shardkit.storage.opener import ShardOpener
 
     ds = shardkit.ShardDataset(datasets["many_shards"].url)
     rng = np.random.default_rng(0)
@@ -504,7 +503,7 @@ def test_a_failed_read_surfaces_in_order_and_nothing_is_read_after_it(read_ahead
     import numpy as np
 
     from shardkit.loader.read import read_blocks
-    from shardkit.plan import Block
+    from shardkit.plan.epoch import Block
 
     blocks = [Block(np.arange(s, s + 10), np.arange(10)[::-1].copy()) for s in range(0, 60, 10)]
     reader, out = _FakeReader(fail=3), []
@@ -522,7 +521,7 @@ def test_closing_early_does_not_wait_for_a_slow_read():
     import numpy as np
 
     from shardkit.loader.read import read_blocks
-    from shardkit.plan import Block
+    from shardkit.plan.epoch import Block
 
     blocks = [Block(np.arange(s, s + 10), np.arange(10)) for s in range(0, 40, 10)]
     reader = _FakeReader(delay=0.0)

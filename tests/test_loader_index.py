@@ -13,17 +13,16 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from helpers import FaultProxy, add_index, assert_same_batches, keyed_batches, write_dataset
 
 import shardkit
 from shardkit.format.index import index_url
+from shardkit.format.manifest import load_manifest
 from shardkit.loader.config import SourceConfig
 from shardkit.loader.read import BlockReader
-from shardkit.loader.sources import ShardOpener
 from shardkit.loader.stats import Counters
-from shardkit.manifest import load_manifest
-from shardkit.plan import shard_offsets
+from shardkit.plan.epoch import shard_offsets
+from shardkit.storage.opener import ShardOpener
 
 KW = dict(batch_size=4, size=16, pin_memory=False, seed=4, with_keys=True, multiprocessing_context="fork")
 

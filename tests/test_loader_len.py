@@ -18,11 +18,11 @@ import math
 from fractions import Fraction
 
 import pytest
+from helpers import write_dataset
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import shardkit
-from helpers import write_dataset
 from shardkit import Source
 
 SIZES = (5, 7, 8, 11)

@@ -6,7 +6,6 @@ import os
 import shutil
 
 import pytest
-
 from helpers import assert_same_batches, keyed_batches, write_dataset
 
 import shardkit

@@ -7,7 +7,6 @@ import itertools
 
 import pytest
 import torch
-
 from helpers import dataloader_workers, write_dataset
 
 import shardkit
@@ -97,7 +96,7 @@ def test_an_epoch_ended_without_stopiteration_starts_the_next(ds, num_workers):
 
 def test_position_box_carries_the_size():
     from shardkit.loader.transport import PositionBox
-    from shardkit.position import Position, Segment
+    from shardkit.plan.position import Position, Segment
 
     box = PositionBox()
     for pos in (Position(), Position(3, 2, (Segment(2, 4, 5), Segment(1, 1, 3)), 160), Position(7, size=192)):

@@ -15,12 +15,12 @@ import itertools
 
 import numpy as np
 import torch
+from helpers import tar_bytes, write_raw_dataset
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
 import shardkit
-from helpers import tar_bytes, write_raw_dataset
 from shardkit import Source
 
 NAMES = ("bird", "cat", "dog", "fish", "frog")

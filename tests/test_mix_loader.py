@@ -12,12 +12,11 @@ import sys
 
 import pytest
 import torch
-
 from helpers import free_port, jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
 
 import shardkit
 from shardkit import ShardkitError, Source
-from shardkit.manifest import load_manifest, save_manifest
+from shardkit.format.manifest import load_manifest, save_manifest
 
 KW = dict(batch_size=5, size=16, pin_memory=False, with_keys=True, multiprocessing_context="fork", shuffle_buffer=8)
 
@@ -45,7 +44,7 @@ def _split(key):
 # --------------------------------------------------------------------- one source is today's loader
 
 #: digests of (keys + labels, pixels) over two epochs per case, recorded with the loader before mixtures
-#: were wired in (shardkit.plan.worker_plan; commit 9ae8c98): a plain URL must give byte-identical batches
+#: were wired in (shardkit.plan.epoch.worker_plan; commit 9ae8c98): a plain URL must give byte-identical batches
 GOLDEN = {
     "w0": ("7120eeb191289cc4", "193beae2489f4975"),
     "w2": ("fdcc390a1216b1e2", "df7412363084bdd0"),

@@ -9,27 +9,34 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from shardkit import plan
 from shardkit.errors import ShardkitError
-from shardkit.mix import Explicit, by_source, epoch_stream, mixed_epoch, positions, remaining, window, worker_plan
-from shardkit.mix import (
+from shardkit.plan import (
+    Explicit,
     LabelMode,
     Mixture,
     Source,
     SourceData,
     as_sources,
+    by_source,
     check_data,
     check_remix,
+    epoch_stream,
     label_space,
+    mixed_epoch,
+    positions,
     qualify_keys,
+    remaining,
     resume_mixtures,
     selection,
     source_epoch,
     source_epochs,
+    window,
+    worker_plan,
 )
-from shardkit.mix import source_seed as source_seed_of
-from shardkit.plan import EpochPolicy, PlanConfig, Segment, Stream
-from shardkit.world import World
+from shardkit.plan import epoch as plan
+from shardkit.plan import source_seed as source_seed_of
+from shardkit.plan.epoch import EpochPolicy, PlanConfig, Segment, Stream
+from shardkit.plan.world import World
 
 A = [7, 7, 7, 3, 0, 7, 5]  # 36 samples, one empty shard
 B = [4, 4, 2]  # 10

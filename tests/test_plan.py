@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from shardkit.plan import (
+from shardkit.plan.epoch import (
     EpochPolicy,
     PlanConfig,
     Segment,
@@ -19,7 +19,7 @@ from shardkit.plan import (
     rank_split,
     worker_plan,
 )
-from shardkit.world import World
+from shardkit.plan.world import World
 
 SIZES = [7, 7, 7, 3, 0, 7, 5]  # 36 samples, one empty shard
 

@@ -14,7 +14,7 @@ README's promise ("Multi-node data-parallel training") literally --
 * an elastic resume continues with the samples the split assigned, in stream order, minus every
   sample some rank already delivered (a sample seen through padding counts as seen).
 
-and checks the planners (:mod:`shardkit.plan` for one dataset, :mod:`shardkit.mix.plan` for
+and checks the planners (:mod:`shardkit.plan.epoch` for one dataset, :mod:`shardkit.plan.mixplan` for
 mixtures and for the one-source mixture the loader uses) against it, for every checkpoint step
 and for chains of up to three topologies in one epoch (3 -> 2 -> 3 ranks and the like),
 including checkpoints after padding was emitted. Over the whole epoch: every sample is delivered
@@ -32,11 +32,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardkit import mix
-from shardkit import plan as P
-from shardkit.mix import Mixture, Source
-from shardkit.plan import PlanConfig, Segment
-from shardkit.world import World
+from shardkit import plan as mix
+from shardkit.plan import Mixture, Source
+from shardkit.plan import epoch as P
+from shardkit.plan.epoch import PlanConfig, Segment
+from shardkit.plan.world import World
 
 # --------------------------------------------------------------------------- the reference
 
@@ -101,7 +101,7 @@ def seen_positions(items: list, got: list[list[list[int]]], refpos: list[list[li
 
 
 class Single:
-    """One dataset, planned by :mod:`shardkit.plan`."""
+    """One dataset, planned by :mod:`shardkit.plan.epoch`."""
 
     def __init__(self, sizes: list[int]):
         self.sizes = sizes
@@ -119,7 +119,7 @@ class Single:
 
 
 class Mixed:
-    """A mixture (or one source, as the loader plans a plain URL), planned by :mod:`shardkit.mix.plan`."""
+    """A mixture (or one source, as the loader plans a plain URL), planned by :mod:`shardkit.plan.mixplan`."""
 
     def __init__(self, mixture: Mixture):
         self.mixture = mixture

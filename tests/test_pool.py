@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import fields
+from multiprocessing.reduction import ForkingPickler
 
 import pytest
 import torch
 import torch.multiprocessing as tmp
-from multiprocessing.reduction import ForkingPickler
-
 from helpers import write_dataset
 
 import shardkit
 from shardkit.loader.batching import Batch
-from shardkit.loader.transport import Envelope, Ring, envelopes
 from shardkit.loader.stats import Counters
+from shardkit.loader.transport import Envelope, Ring, envelopes
 
 OPTS = dict(batch_size=8, size=24, pin_memory=False, multiprocessing_context="fork", with_keys=True)
 

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from shardkit.augment import GpuAugment, HorizontalFlip, MixUp, RandomResizedCrop
-from shardkit.prefetch import DevicePrefetcher
+from shardkit.loader.prefetch import DevicePrefetcher
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
 

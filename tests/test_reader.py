@@ -7,7 +7,6 @@ import pickle
 import tarfile
 
 import pytest
-
 from helpers import RecordingFile, member_ranges, write_dataset
 
 from shardkit.format.tar import ShardReader, TarDamage

@@ -14,12 +14,11 @@ import logging
 import threading
 
 import pytest
-
 from helpers import FaultProxy, write_dataset
 
 import shardkit
 from shardkit.errors import StorageError
-from shardkit.loader.retry import RetryingFile, RetryLog
+from shardkit.storage.retry import RetryingFile, RetryLog
 
 LOGGER = "shardkit.loader"
 

@@ -26,10 +26,10 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
-
 from source_reference import Expected, Refused, read_split, reference_listing, write_image
+
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
-from shardkit.convert.discover import discover
+from shardkit.convert.scan.discover import discover
 from shardkit.errors import ConvertError
 
 IMG = ImageOptions(short_side=8)

@@ -1,6 +1,6 @@
 """Loading a state checks everything that decides the order and meaning of the rest of the run (issue 21, B).
 
-Written as oracles over the config dataclasses: every field of :class:`shardkit.plan.PlanConfig`
+Written as oracles over the config dataclasses: every field of :class:`shardkit.plan.epoch.PlanConfig`
 and every spec field of :class:`shardkit.Source` (plus ``epoch_size``) is enumerated
 programmatically, changed, and the resume must be refused naming it -- so a field added later is
 covered without touching this file. A mixture source replaced by another dataset with the same
@@ -18,13 +18,13 @@ from dataclasses import fields
 
 import pytest
 import torch
+from helpers import write_dataset
 
 import shardkit
-from helpers import write_dataset
 from shardkit import ShardkitError, Source
+from shardkit.format.manifest import load_manifest, save_manifest
 from shardkit.loader.config import ImageConfig, LoaderConfig, SourceConfig
-from shardkit.manifest import load_manifest, save_manifest
-from shardkit.plan import PlanConfig
+from shardkit.plan.epoch import PlanConfig
 
 KW = dict(size=16, pin_memory=False, num_workers=0, with_keys=True)
 BASE = dict(batch_size=3, seed=4, shuffle=True, shuffle_buffer=6, shuffle_initial=2, drop_last=False, policy="pad")

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
-from shardkit.convert.hf import scan_hf
+from shardkit.convert.scan.hf import scan_hf
 from shardkit.errors import ConvertError
 
 #: 64 solid colours, 70 apart on each channel: a JPEG of one is within a few levels of it
@@ -333,7 +333,7 @@ def test_tar_source_matches_the_reference(tmp_path_factory, data):
     event("tars: refused" if ref.get("error") else "tars: no image decodes" if not ref["samples"] else "tars: converted")
     opts = ConvertOptions(image=IMG, shard_size=3, source=SourceOptions(label_json_field=None if mode == "cls" else mode))
     if ref.get("error"):  # refused by the source itself, in one line, before anything is written
-        from shardkit.convert.tars import scan_tars
+        from shardkit.convert.scan.tars import scan_tars
 
         with pytest.raises(ConvertError) as e:
             scan_tars(pattern, opts.source)

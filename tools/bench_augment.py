@@ -39,7 +39,7 @@ from shardkit.augment import (
     RandomResizedCrop,
     RandomRotation,
 )
-from shardkit.prefetch import DevicePrefetcher
+from shardkit.loader.prefetch import DevicePrefetcher
 
 
 def shardkit_aug(size: int, compile: bool, compile_mode: str | None, compute_dtype: torch.dtype = torch.float32) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -151,7 +151,7 @@ def resnet50_overhead(aug: Callable, x: torch.Tensor, iters: int) -> dict[str, f
 
 
 def make_batch(batch: int, size: int, device: torch.device) -> torch.Tensor:
-    from shardkit.sampledata import make_image
+    from shardkit.demo.sampledata import make_image
 
     imgs = [torch.from_numpy(make_image(i % 8, i, (size, size))).permute(2, 0, 1) for i in range(min(batch, 32))]
     x = torch.stack([imgs[i % len(imgs)] for i in range(batch)])
@@ -165,7 +165,7 @@ class _JpegSet(torch.utils.data.Dataset):
     def __init__(self, size: int, n_unique: int = 64, length: int = 100_000):
         from PIL import Image
 
-        from shardkit.sampledata import make_image
+        from shardkit.demo.sampledata import make_image
 
         self.blobs = []
         for i in range(n_unique):

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         plain_loop(list_files(args.loop[0], None), args.loop[1])
         return 0
 
-    from shardkit.sampledata import IMAGENET_LIKE, SizeSpread, make_imagefolder
+    from shardkit.demo.sampledata import IMAGENET_LIKE, SizeSpread, make_imagefolder
 
     spread = IMAGENET_LIKE if args.size == "imagenet" else SizeSpread(median=(1600, 1200), sigma=0.25, min_side=256, max_side=4000)
     work = tempfile.mkdtemp(prefix="bench-convert-")

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main() -> None:
     from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
-    from shardkit.sampledata import IMAGENET_LIKE, make_imagefolder
+    from shardkit.demo.sampledata import IMAGENET_LIKE, make_imagefolder
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--images", type=int, default=320, help="generated images (spread over 4 classes)")

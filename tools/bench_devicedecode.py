@@ -1,4 +1,4 @@
-"""Benchmark: decode_on="device" (shardkit.devicedecode.DeviceDecoder) vs the worker path (CropDecoder).
+"""Benchmark: decode_on="device" (shardkit.loader.decode.device.DeviceDecoder) vs the worker path (CropDecoder).
 
 Same shards for both: tests/helpers.write_dataset, 256-px JPEGs (341 x 256, q90,
 photo-like), train preset at 224^2. Per batch, in one process:
@@ -51,11 +51,19 @@ from bench_augment import resnet50_overhead  # noqa: E402
 from helpers import write_dataset  # noqa: E402
 
 import shardkit  # noqa: E402
-from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomGrayscale, RandomRotation  # noqa: E402
-from shardkit.devicedecode import DeviceDecoder, batch_geometry  # noqa: E402
+from shardkit.augment import (  # noqa: E402
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ColorJitter,
+    GpuAugment,
+    Normalize,
+    RandomGrayscale,
+    RandomRotation,
+)
 from shardkit.loader.config import ImageConfig  # noqa: E402
-from shardkit.loader.decode import CropDecoder, channels_last_empty  # noqa: E402
-from shardkit.prefetch import DevicePrefetcher  # noqa: E402
+from shardkit.loader.decode.device import DeviceDecoder, batch_geometry  # noqa: E402
+from shardkit.loader.decode.worker import CropDecoder, channels_last_empty  # noqa: E402
+from shardkit.loader.prefetch import DevicePrefetcher  # noqa: E402
 
 SEED, EPOCH = 0, 0
 
@@ -131,8 +139,8 @@ def timed(name: str, fn: Callable[[list[Any]], torch.Tensor], batches: list[list
 
 def compare_backends(batches: list[list[Any]], device: torch.device, rounds: int) -> dict[str, Any]:
     """Median img/s of the batched decode alone through each installed backend, interleaved, alternating order."""
-    from shardkit.devicedecode import _as_tensor, _decode_list
-    from shardkit.jpegbackend import BACKENDS, import_backend
+    from shardkit.loader.decode.backend import BACKENDS, import_backend
+    from shardkit.loader.decode.device import _as_tensor, _decode_list
 
     backends = []
     for b in BACKENDS:

@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def make_dataset(workdir: str, images: int) -> str:
     from shardkit.convert import ConvertOptions, convert
-    from shardkit.sampledata import IMAGENET_LIKE, make_imagefolder
+    from shardkit.demo.sampledata import IMAGENET_LIKE, make_imagefolder
 
     src, dest = os.path.join(workdir, "src"), os.path.join(workdir, "shards")
     if not os.path.exists(os.path.join(dest, "manifest.json")):

@@ -4,7 +4,7 @@ shardkit from disk and from S3 (moto on loopback), the in-process decode-only ce
     .venv/bin/python tools/bench_loader.py --images 3000 --workers 2 --runs 3 --out /tmp/skbench
 
 Data: an ImageFolder of photo-like JPEGs with an ImageNet-like size spread
-(``shardkit.sampledata.IMAGENET_LIKE``: median 500x375, some > 1000 px, q90,
+(``shardkit.demo.sampledata.IMAGENET_LIKE``: median 500x375, some > 1000 px, q90,
 about 2.3 bits per pixel), converted with ``shardkit.convert`` (short side 256)
 when available, else written with ``shardkit.format.write_shard`` after
 the same resize. Every figure is the median of ``--runs`` runs.
@@ -34,7 +34,7 @@ def _make_class(args):
     root, label, name, count, seed = args
     from PIL import Image
 
-    from shardkit.sampledata import IMAGENET_LIKE, _sizes, make_image
+    from shardkit.demo.sampledata import IMAGENET_LIKE, _sizes, make_image
 
     d = os.path.join(root, name)
     os.makedirs(d, exist_ok=True)
@@ -46,7 +46,7 @@ def _make_class(args):
 
 
 def make_data(out: str, n: int, procs: int) -> tuple[str, str]:
-    from shardkit.sampledata import class_names
+    from shardkit.demo.sampledata import class_names
 
     src = os.path.join(out, "imagefolder")
     names = class_names(8)
@@ -67,8 +67,8 @@ def make_data(out: str, n: int, procs: int) -> tuple[str, str]:
 def _write_shards(src: str, dest: str) -> None:
     from PIL import Image
 
-    from shardkit.manifest import Manifest, ShardInfo, save_manifest
     from shardkit.format import EncodedSample, write_shard
+    from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 
     classes = sorted(os.listdir(src))
     items = [(c, f) for c in classes for f in sorted(os.listdir(os.path.join(src, c)))]
@@ -135,7 +135,7 @@ def run_webdataset(shards: str, workers: int, batches: int) -> float:
     import torch
     import webdataset as wds
 
-    from shardkit.manifest import load_manifest
+    from shardkit.format.manifest import load_manifest
 
     m = load_manifest(shards)
     urls = [m.shard_url(i) for i in range(len(m.shards))]
@@ -245,7 +245,7 @@ def main() -> None:
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     t = time.time()
     src, shards = make_data(a.out, a.images, max(1, os.cpu_count() or 1))
-    from shardkit.manifest import load_manifest
+    from shardkit.format.manifest import load_manifest
 
     m = load_manifest(shards)
     sizes = [os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(src) for f in fs]

@@ -2,7 +2,7 @@
 
     python tools/bench_mixture.py --images 2000 --workers 2 --runs 3 --out /tmp/skmix
 
-Data: three photo-like ImageFolders (``shardkit.sampledata.IMAGENET_LIKE`` sizes, the same
+Data: three photo-like ImageFolders (``shardkit.demo.sampledata.IMAGENET_LIKE`` sizes, the same
 spread and classes), converted with ``shardkit.convert`` (short side 256): ``one`` with
 ``--images`` images, ``a`` and ``b`` with 70 % and 30 % of them. Each run reads one full epoch
 of ``one`` and one of the mixture ``[Source(a, weight=0.7), Source(b, weight=0.3)]`` with the
@@ -27,7 +27,7 @@ from shardkit import Source
 def make_split(root: str, images: int, seed: int) -> str:
     """An ImageFolder of ``images`` JPEGs converted into shards; the split's directory."""
     from shardkit.convert import ConvertOptions, convert
-    from shardkit.sampledata import IMAGENET_LIKE, make_imagefolder
+    from shardkit.demo.sampledata import IMAGENET_LIKE, make_imagefolder
 
     dest = os.path.join(root, "shards")
     found = glob.glob(os.path.join(dest, "**", "manifest.json"), recursive=True)

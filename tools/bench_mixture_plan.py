@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
-from shardkit.mix import Mixture, Source, mixed_epoch, worker_plan
-from shardkit.plan import PlanConfig, partition_ranges, rank_split
-from shardkit.world import World
+from shardkit.plan import Mixture, Source, mixed_epoch, worker_plan
+from shardkit.plan.epoch import PlanConfig, partition_ranges, rank_split
+from shardkit.plan.world import World
 
 
 def main() -> None:

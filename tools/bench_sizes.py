@@ -18,7 +18,7 @@ import time
 def make_shards(out: str, images: int, workers: int) -> str:
     """ImageNet-like JPEGs (median 500x375) converted to shards with the short side 256 (reused when present)."""
     from shardkit.convert import ConvertOptions, convert
-    from shardkit.sampledata import IMAGENET_LIKE, make_imagefolder
+    from shardkit.demo.sampledata import IMAGENET_LIKE, make_imagefolder
 
     dest = os.path.join(out, "shards")
     if not os.path.exists(os.path.join(dest, "manifest.json")):

@@ -43,7 +43,7 @@ echo "CPUs: $(nproc)"
 "$PY" -c "import kornia; print('kornia', kornia.__version__)" 2>/dev/null || echo "kornia: not importable (Kornia column skipped)"
 # decode_on="device" decodes through TorchCodec when it imports, else torchvision's (deprecated) decode_jpeg: say which
 "$PY" -c "import torchcodec; print('torchcodec', torchcodec.__version__)" 2>/dev/null || echo "torchcodec: not importable (device decode through torchvision)"
-"$PY" -c "from shardkit.jpegbackend import default_backend; print('JPEG backend:', default_backend())" || true
+"$PY" -c "from shardkit.loader.decode.backend import default_backend; print('JPEG backend:', default_backend())" || true
 
 for section in $SECTIONS; do
   case "$section" in

@@ -6,7 +6,7 @@ each file defines ``MUTANTS``, a list of dicts::
 
     {"id": "tars-repeated-field-merges",            # unique, kebab-case
      "row": "Conversion input: tars",               # the README Guarantees row it breaks
-     "file": "shardkit/convert/tars.py",           # relative to the repository root
+     "file": "shardkit/convert/scan/tars.py",           # relative to the repository root
      "old": "if ext in fields:",                    # occurs exactly once in the file
      "new": "if False:",
      "tests": ["tests/test_convert_sources.py::test_tar_repeated_field_starts_a_new_sample"]}

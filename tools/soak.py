@@ -37,7 +37,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from helpers import children, num_threads, open_fds, rss_bytes, wait_for  # noqa: E402
 
-
 # ----------------------------------------------------------------------------- /proc counters: tests/helpers.py
 
 
@@ -55,9 +54,9 @@ def make_dataset(root: str, samples: int, shard_size: int, image_size: tuple[int
     """Write ``samples`` tiny samples in shards of ``shard_size`` plus a manifest; return the keys."""
     from PIL import Image
 
-    from shardkit.manifest import Manifest, ShardInfo, save_manifest
-    from shardkit.sampledata import make_image
+    from shardkit.demo.sampledata import make_image
     from shardkit.format import EncodedSample, write_shard
+    from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 
     os.makedirs(root, exist_ok=True)
     jpegs = []
@@ -154,7 +153,7 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
         if remote:
             # fsspec starts one IO thread with an event loop (3 fds) per process, on first use, and
             # keeps it for the life of the process: create it before the baseline, it is not the loader's
-            from shardkit import storage
+            from shardkit.storage import fs as storage
 
             storage.read_bytes(url + "/manifest.json")
         # the loader's batch slots are multiprocessing.shared_memory segments: Python starts one resource
@@ -179,7 +178,7 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
             wrss = [rss_bytes(k) for k in kids]
             cache_bytes = 0
             if cache_dir:
-                from shardkit.loader.cache import ShardCache
+                from shardkit.storage.cache import ShardCache
 
                 cache_bytes = ShardCache(cache_dir, cache_size).usage()
                 if cache_size is not None and cache_bytes > cache_size:

@@ -65,8 +65,8 @@ def plan_timing(n: int, world_size: int = 1024 * 8, workers: int = 8) -> float:
     the shuffled stream, every reader's range, and one worker's plan (what ``tests/test_plan.py`` checks exactly)."""
     import numpy as np
 
-    from shardkit.plan import PlanConfig, Stream, partition_ranges, worker_plan
-    from shardkit.world import World
+    from shardkit.plan.epoch import PlanConfig, Stream, partition_ranges, worker_plan
+    from shardkit.plan.world import World
 
     sizes = np.full(n, 1000, dtype=np.int64)
     sizes[::7] = 997
@@ -84,7 +84,7 @@ def plan_timing(n: int, world_size: int = 1024 * 8, workers: int = 8) -> float:
 def manifest_timing(n: int, workdir: str) -> tuple[float, float]:
     """(best load_manifest seconds, best shardkit.load seconds) for a manifest of ``n`` shards."""
     import shardkit
-    from shardkit.manifest import load_manifest
+    from shardkit.format.manifest import load_manifest
 
     d = tempfile.mkdtemp(prefix="manifest-", dir=workdir)
     m = {"format": "shardkit-manifest", "version": 1, "split": "train", "classes": [f"c{i}" for i in range(1000)],
@@ -156,7 +156,6 @@ def stress(*, shards: int = 10_000, per_shard: int = 2, workers: int = 8, shuffl
            manifest_shards: int = 100_000, manifest_s: float = 1.0, slack_mib: float = 8, workdir: Optional[str] = None,
            log=print) -> StressReport:  # type: ignore[no-untyped-def]
     """Run the stress test; return a report whose ``failures`` list is empty on success."""
-    import shardkit
 
     work = tempfile.mkdtemp(prefix="shardkit-stress-", dir=workdir)
     r = StressReport(shards, shards * per_shard, workers, shuffle_buffer, manifest_shards=manifest_shards)

@@ -25,14 +25,22 @@ Example::
 
 from __future__ import annotations
 
-from .base import GeometricOp, MixOp, Op, OpKind, PixelOp
-from .blur import GaussianBlur
-from .color import ColorJitter, Normalize, RandomGrayscale
-from .erase import RandomErasing
-from .geometric_ops import CenterCrop, HorizontalFlip, RandomAffine, RandomResizedCrop, RandomRotation, Resize, VerticalFlip
-from .mix import CutMix, MixUp
-from .pipeline import GpuAugment, MemoryFormat
-from .presets import IMAGENET_MEAN, IMAGENET_STD, imagenet_eval_ops, imagenet_train_ops
+from shardkit.augment.base import GeometricOp, MixOp, Op, OpKind, PixelOp
+from shardkit.augment.blur import GaussianBlur
+from shardkit.augment.color import ColorJitter, Normalize, RandomGrayscale
+from shardkit.augment.erase import RandomErasing
+from shardkit.augment.geometric_ops import (
+    CenterCrop,
+    HorizontalFlip,
+    RandomAffine,
+    RandomResizedCrop,
+    RandomRotation,
+    Resize,
+    VerticalFlip,
+)
+from shardkit.augment.mixup import CutMix, MixUp
+from shardkit.augment.pipeline import GpuAugment, MemoryFormat
+from shardkit.augment.presets import IMAGENET_MEAN, IMAGENET_STD, imagenet_eval_ops, imagenet_train_ops
 
 __all__ = [
     "CenterCrop",

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import params as P
-from .base import Params, PixelOp, Size, as_range, check_prob, const
+from shardkit.augment import params as P
+from shardkit.augment.base import Params, PixelOp, Size, as_range, check_prob, const
 
 
 def gaussian_kernels(sigma: Tensor, kernel_size: int) -> Tensor:

@@ -18,8 +18,8 @@ from typing import Literal, Sequence
 import torch
 from torch import Tensor
 
-from . import params as P
-from .base import Params, PixelOp, Size, as_range, check_prob, const
+from shardkit.augment import params as P
+from shardkit.augment.base import Params, PixelOp, Size, as_range, check_prob, const
 
 ColorOrder = Literal["fixed", "random"]
 _ORDERS = ("fixed", "random")

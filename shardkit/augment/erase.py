@@ -8,8 +8,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from . import params as P
-from .base import Params, PixelOp, Size, as_range, check_prob, const
+from shardkit.augment import params as P
+from shardkit.augment.base import Params, PixelOp, Size, as_range, check_prob, const
 
 
 def box_mask(top: Tensor, left: Tensor, height: Tensor, width: Tensor, size: Size) -> Tensor:

@@ -15,9 +15,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from . import params as P
-from .base import GeometricOp, Params, Size, as_fill, as_range, as_size, check_prob
-from .geometry import affine_matrix, constant_matrix, flip_matrix, resized_crop_matrix, rotation_matrix
+from shardkit.augment import params as P
+from shardkit.augment.base import GeometricOp, Params, Size, as_fill, as_range, as_size, check_prob
+from shardkit.augment.geometry import affine_matrix, constant_matrix, flip_matrix, resized_crop_matrix, rotation_matrix
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import const
+from shardkit.augment.base import const
 
 Size = tuple[int, int]
 

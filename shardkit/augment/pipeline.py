@@ -23,11 +23,11 @@ from typing import Any, Callable, Literal, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..compat import mark_batch_dynamic
-from .base import GeometricOp, MixOp, Op, Params, PixelOp, Size
-from .geometry import FillStage, warp
-from .mix import invalid_labels, soft_labels
-from .params import make_generator
+from shardkit.augment.base import GeometricOp, MixOp, Op, Params, PixelOp, Size
+from shardkit.augment.geometry import FillStage, warp
+from shardkit.augment.mixup import invalid_labels, soft_labels
+from shardkit.augment.params import make_generator
+from shardkit.compat import mark_batch_dynamic
 
 MemoryFormat = Literal["contiguous", "channels_last"]
 _FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
@@ -303,7 +303,7 @@ class GpuAugment(nn.Module):
     def label_errors(self) -> int:
         """How many class indices outside ``[0, num_classes)`` the MixUp/CutMix labels had so far
         (each became an all-zero soft label). Reading it waits for the device: check it once an
-        epoch, not per batch. (:class:`~shardkit.prefetch.DevicePrefetcher` refuses such labels
+        epoch, not per batch. (:class:`~shardkit.loader.prefetch.DevicePrefetcher` refuses such labels
         on the host before they reach the device.)"""
         return sum(int(t.item()) for t in self._label_errors.values())
 
@@ -323,7 +323,7 @@ class GpuAugment(nn.Module):
         """timm-style ImageNet training: random resized crop to ``size``,
         horizontal flip, colour jitter 0.4, ImageNet normalisation.
         ``kwargs`` go to the constructor (e.g. ``output_dtype``)."""
-        from .presets import imagenet_train_ops
+        from shardkit.augment.presets import imagenet_train_ops
 
         return cls(imagenet_train_ops(size), **kwargs)
 
@@ -331,7 +331,7 @@ class GpuAugment(nn.Module):
     def imagenet_eval(cls, size: int = 224, **kwargs: Any) -> "GpuAugment":
         """ImageNet evaluation: centre crop to ``size`` (ship ``size / 0.875``
         from the loader, e.g. 256 for 224), ImageNet normalisation."""
-        from .presets import imagenet_eval_ops
+        from shardkit.augment.presets import imagenet_eval_ops
 
         return cls(imagenet_eval_ops(size), **kwargs)
 

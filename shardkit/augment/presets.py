@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .base import Op
-from .color import ColorJitter, Normalize
-from .geometric_ops import CenterCrop, HorizontalFlip, RandomResizedCrop
+from shardkit.augment.base import Op
+from shardkit.augment.color import ColorJitter, Normalize
+from shardkit.augment.geometric_ops import CenterCrop, HorizontalFlip, RandomResizedCrop
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

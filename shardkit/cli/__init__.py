@@ -19,7 +19,7 @@ import re
 import sys
 from typing import Any
 
-from ..errors import ShardkitError
+from shardkit.errors import ShardkitError
 
 #: subcommand name -> module in this package
 COMMANDS = {
@@ -81,7 +81,7 @@ def positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
+    from shardkit import __version__
 
     parser = argparse.ArgumentParser(prog="shardkit", description="Make PyTorch image training stop waiting on its input.")
     parser.add_argument("--version", action="version", version=f"shardkit {__version__}")

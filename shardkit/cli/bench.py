@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import add_storage_arguments, positive_int, storage_options
+from shardkit.cli import add_storage_arguments, positive_int, storage_options
 
 HELP = "measure the loader on a dataset: img/s, MB/s, per-stage breakdown, worker sweep, decode-only ceiling"
 
@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..loader.bench import bench, plot
+    from shardkit.loader.bench import bench, plot
 
     so = storage_options(args)
     opts: dict = {"storage_options": so} if so else {}
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model:
         import torch
 
-        from ..loader.bench import step_time_ms
+        from shardkit.loader.bench import step_time_ms
 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:

@@ -6,8 +6,8 @@ import argparse
 import re
 import sys
 
-from ..format.members import MAX_PIXELS
-from . import add_storage_arguments, option_error, storage_options
+from shardkit.cli import add_storage_arguments, option_error, storage_options
+from shardkit.format.members import MAX_PIXELS
 
 HELP = ("convert an ImageFolder, a folder of splits, a folder labelled by --label-regex, a CSV/TSV/JSONL listing "
         "or a Hugging Face dataset (hf:PATH) into verified, resumable WebDataset shards")
@@ -25,7 +25,7 @@ def parse_size(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..convert import DEFAULT_SHARD_BYTES, LabelType, Layout, Resample
+    from shardkit.convert import DEFAULT_SHARD_BYTES, LabelType, Layout, Resample
 
     p.add_argument("src", metavar="SRC", help="ImageFolder root (one folder per class), a root of split folders, "
                    "a listing (.csv, .tsv, .jsonl; path or URL), WebDataset tars (x.tar, 'shards/{000..009}.tar', URLs) "
@@ -82,7 +82,7 @@ def _mb(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..convert import ConvertOptions, ImageOptions, SourceOptions, convert
+    from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
 
     try:
         image = ImageOptions(
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         if not 0 <= args.task_index < args.num_tasks:
             raise ValueError(f"--task-index must be in 0..{args.num_tasks - 1} for --num-tasks {args.num_tasks}, not {args.task_index}")
     except ValueError as exc:
-        from ..errors import ConvertError
+        from shardkit.errors import ConvertError
 
         raise ConvertError(option_error(exc, args)) from None
     result = convert(

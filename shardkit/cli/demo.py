@@ -8,7 +8,7 @@ HELP = "run the whole workflow on sample data shardkit makes itself (no download
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..demo_options import DemoOptions  # not ..demo: that imports torch (1 s) for every command
+    from shardkit.demo.spec import DemoOptions  # not ..demo: that imports torch (1 s) for every command
 
     d = DemoOptions()
     p.add_argument("--workdir", default=d.workdir, help="where sample images and shards go (default: %(default)s)")
@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..demo import DemoOptions, run_demo
+    from shardkit.demo.run import DemoOptions, run_demo
 
     opts = DemoOptions(
         workdir=args.workdir,

@@ -1,4 +1,4 @@
-"""``shardkit info URL``: splits, classes, counts, shards and sizes from the manifests (maps to :func:`shardkit.inspect.info`)."""
+"""``shardkit info URL``: splits, classes, counts, shards and sizes from the manifests (maps to :func:`shardkit.format.verify.info`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ HELP = "show splits, classes, per-class counts, shards, samples and bytes of a c
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .convert import add_storage_arguments
+    from shardkit.cli.convert import add_storage_arguments
 
     p.add_argument("url", metavar="URL", help="a split folder or dataset root (local or fsspec URL)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -20,9 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from ..errors import ManifestError
-    from ..inspect import find_splits, split_info
-    from .convert import storage_options
+    from shardkit.cli.convert import storage_options
+    from shardkit.errors import ManifestError
+    from shardkit.format.verify import find_splits, split_info
 
     found = find_splits(args.url, **storage_options(args))
     splits = [split_info(m) for m in found.manifests]

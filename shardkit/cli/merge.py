@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_storage_arguments, storage_options
+from shardkit.cli import add_storage_arguments, storage_options
 
 HELP = "after a multi-task 'shardkit convert': check that every shard is there and write the manifests"
 
@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..convert import merge
+    from shardkit.convert import merge
     for m in merge(args.dest, **storage_options(args)):
         print(f"{m.split}: {m.num_samples} samples in {len(m.shards)} shards, {m.num_bytes / 1e6:.1f} MB, "
               f"{len(m.skipped)} skipped -> {m.url}")

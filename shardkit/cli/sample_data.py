@@ -1,4 +1,4 @@
-"""``shardkit sample-data DIR``: write a sample ImageFolder to experiment with (maps to :func:`shardkit.sampledata.make_imagefolder`)."""
+"""``shardkit sample-data DIR``: write a sample ImageFolder to experiment with (maps to :func:`shardkit.demo.sampledata.make_imagefolder`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import os
 import re
 
-from . import positive_int
+from shardkit.cli import positive_int
 
 HELP = "write a sample ImageFolder of photo-like JPEGs (no download): DIR/<class>/*.jpg, or DIR/train and DIR/val"
 
@@ -34,8 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ShardkitError
-    from ..sampledata import IMAGENET_LIKE, SMALL, SizeSpread, class_names, make_imagefolder
+    from shardkit.demo.sampledata import IMAGENET_LIKE, SMALL, SizeSpread, class_names, make_imagefolder
+    from shardkit.errors import ShardkitError
 
     try:
         class_names(args.classes)

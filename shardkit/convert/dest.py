@@ -28,9 +28,9 @@ import os
 import socket
 from typing import Iterator
 
-from .. import storage
-from ..errors import ConvertError
-from ..format.index import INDEX_SUFFIX
+from shardkit.errors import ConvertError
+from shardkit.format.index import INDEX_SUFFIX
+from shardkit.storage import fs as storage
 
 
 def _inside(inner: str, outer: str) -> bool:
@@ -53,8 +53,8 @@ def check_overlap(src: str, dest: str, *, dest_in_src: bool = True) -> None:
 
 def check_flat(dest: str, overwrite: bool, storage_options: dict) -> None:
     """Refuse (or with ``overwrite`` remove) a conversion written directly in ``dest`` (see module docstring)."""
-    from ..manifest import MANIFEST_NAME
-    from . import journal
+    from shardkit.convert import journal
+    from shardkit.format.manifest import MANIFEST_NAME
 
     so = storage_options
     manifest, plan_json = storage.join(dest, MANIFEST_NAME), journal.journal_url(dest, journal.PLAN_NAME)
@@ -77,9 +77,9 @@ def check_flat(dest: str, overwrite: bool, storage_options: dict) -> None:
 
 def _flat_split(dest: str, has_plan: bool, so: dict) -> str:
     """The split name of the flat conversion in ``dest`` (from its plan, else its manifest)."""
-    from ..errors import ShardkitError
-    from ..manifest import load_manifest
-    from . import journal
+    from shardkit.convert import journal
+    from shardkit.errors import ShardkitError
+    from shardkit.format.manifest import load_manifest
 
     try:
         p = journal.read_plan(dest, **so) if has_plan else None

@@ -28,10 +28,10 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
-from ..errors import ConvertError
-from . import plan
-from .imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_core, process
-from .source import MissingFile, Reader
+from shardkit.convert import shards as plan
+from shardkit.convert.imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_core, process
+from shardkit.convert.scan.source import MissingFile, Reader
+from shardkit.errors import ConvertError
 
 #: images per unit of work sent to a worker process
 CHUNK = 16

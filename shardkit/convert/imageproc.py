@@ -61,8 +61,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from ..format.members import MAX_PIXELS
-from ..threads import one_thread
+from shardkit.compat import one_thread
+from shardkit.format.members import MAX_PIXELS
 
 #: colour that transparent pixels are composited onto
 BACKGROUND = (255, 255, 255)
@@ -330,7 +330,7 @@ def resize_bilinear(arr: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 def one_core() -> contextlib.AbstractContextManager[None]:
-    """:func:`shardkit.threads.one_thread` when the fast path (torch) is in use; nothing to limit otherwise."""
+    """:func:`shardkit.compat.one_thread` when the fast path (torch) is in use; nothing to limit otherwise."""
     return one_thread() if _fast() is not None else contextlib.nullcontext()
 
 

@@ -1,7 +1,7 @@
 """Run a conversion: plan every split, encode planned shards in a process pool, write them, journal them.
 
 Determinism: a planned shard is a pure function of the sorted source list and
-the options (:mod:`shardkit.convert.plan`). Workers only encode chunks of
+the options (:mod:`shardkit.convert.shards`). Workers only encode chunks of
 :data:`CHUNK` images; the main process receives the chunks in submission order
 and streams each planned shard into its tar as they arrive, so ``--workers``
 changes speed and nothing else.
@@ -19,8 +19,8 @@ single task or by ``shardkit merge``.
 Scale-out: task ``i`` of ``K`` converts planned shards ``j % K == i``; every
 task computes the same plan (the pilot is deterministic too).
 
-Sources: :func:`~shardkit.convert.discover.discover` turns any kind of SRC
-into splits of items and a picklable reader (:mod:`shardkit.convert.source`);
+Sources: :func:`~shardkit.convert.scan.discover.discover` turns any kind of SRC
+into splits of items and a picklable reader (:mod:`shardkit.convert.scan.source`);
 nothing here depends on the kind. Before writing, DEST is checked against SRC
 and locked for this task (:mod:`shardkit.convert.dest`).
 
@@ -39,19 +39,20 @@ import os
 import time
 from typing import Any, Iterable, Iterator, Sequence
 
-from .. import storage
-from ..errors import ConvertError
-from ..manifest import MANIFEST_NAME, SkippedFile, load_manifest
-from ..format import EncodedSample, index_url, write_tar
-from ..format.index import INDEX_SUFFIX
-from . import journal, plan
-from .dest import check_flat, check_overlap, dest_lock
-from .discover import NOT_CANDIDATES, Source, discover
-from .encoder import CHUNK, Encoder, Outcome, check_main_guard, start_pool
-from .imageproc import Encoded
-from .merge import finalize_split
-from .options import ConvertOptions, ConvertResult, SplitResult
-from .source import SplitSource
+from shardkit.convert import journal
+from shardkit.convert import shards as plan
+from shardkit.convert.dest import check_flat, check_overlap, dest_lock
+from shardkit.convert.encoder import CHUNK, Encoder, Outcome, check_main_guard, start_pool
+from shardkit.convert.imageproc import Encoded
+from shardkit.convert.merge import finalize_split
+from shardkit.convert.options import ConvertOptions, ConvertResult, SplitResult
+from shardkit.convert.scan.discover import NOT_CANDIDATES, Source, discover
+from shardkit.convert.scan.source import SplitSource
+from shardkit.errors import ConvertError
+from shardkit.format import EncodedSample, index_url, write_tar
+from shardkit.format.index import INDEX_SUFFIX
+from shardkit.format.manifest import MANIFEST_NAME, SkippedFile, load_manifest
+from shardkit.storage import fs as storage
 
 
 def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> EncodedSample:
@@ -269,7 +270,7 @@ def convert(
         src: a local folder of class folders (or of split folders, or any folder with
             ``options.source.label_regex``); a ``.csv``/``.tsv``/``.jsonl`` listing (path or
             URL); WebDataset tars (a ``.tar`` path, URL or brace pattern); ``"hf:PATH"`` or a
-            ``datasets.Dataset``/``DatasetDict`` (see :func:`shardkit.convert.discover.discover`).
+            ``datasets.Dataset``/``DatasetDict`` (see :func:`shardkit.convert.scan.discover.discover`).
         dest: local path or fsspec URL; every split goes to ``dest/<split>/`` (a plain ImageFolder:
             ``dest/train/``, see ``options.split``).
         options: what to produce (:class:`ConvertOptions`); the same options

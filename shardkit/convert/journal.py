@@ -4,7 +4,7 @@
   samples per planned shard, files skipped at discovery). Every task writes
   the same bytes, so concurrent tasks may race on it harmlessly.
 * ``<split>-NNNNNN.json``: one record per finished planned shard, written after
-  the shard itself is in place: its :class:`~shardkit.manifest.ShardInfo`,
+  the shard itself is in place: its :class:`~shardkit.format.manifest.ShardInfo`,
   its overflow (samples beyond the byte cap, kept in
   ``<split>-NNNNNN.overflow``, a tar), class counts and skipped files.
 
@@ -21,9 +21,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import storage
-from ..errors import ConvertError, ShardkitError
-from ..manifest import ShardInfo, SkippedFile
+from shardkit.errors import ConvertError, ShardkitError
+from shardkit.format.manifest import ShardInfo, SkippedFile
+from shardkit.storage import fs as storage
 
 JOURNAL_DIR = storage.WORK_DIR
 PLAN_NAME = "plan.json"

@@ -4,7 +4,7 @@ A single-task ``convert`` calls :func:`finalize_split` itself; after a
 multi-task conversion ``shardkit merge DEST`` does it once every task is
 done. Finalising checks that every planned shard has a record and that every
 recorded shard is present with its recorded size, packs the overflow samples
-(see :mod:`shardkit.convert.plan`) into the shards numbered after the planned
+(see :mod:`shardkit.convert.shards`) into the shards numbered after the planned
 ones, and writes ``manifest.json`` last. It is idempotent: running it again
 rewrites the same bytes.
 """
@@ -15,11 +15,13 @@ import io
 import json
 from typing import Any
 
-from .. import __version__, storage
-from ..errors import ConvertError
-from ..manifest import Manifest, ShardInfo, manifest_url
-from ..format import INDEX_FORMAT, EncodedSample, index_url, write_tar
-from . import journal, plan
+from shardkit import __version__
+from shardkit.convert import journal
+from shardkit.convert import shards as plan
+from shardkit.errors import ConvertError
+from shardkit.format import INDEX_FORMAT, EncodedSample, index_url, write_tar
+from shardkit.format.manifest import Manifest, ShardInfo, manifest_url
+from shardkit.storage import fs as storage
 
 _SHOW = 10
 
@@ -31,7 +33,7 @@ def _missing_message(url: str, what: str, names: list[str]) -> str:
 
 def read_samples(data: bytes) -> list[EncodedSample]:
     """The samples of a shard written by :func:`shardkit.format.write_shard`, in order."""
-    from ..inspect import iter_samples
+    from shardkit.format.verify import iter_samples
 
     return [EncodedSample(k, g["jpg"], int(g["cls"]), json.loads(g["json"])) for k, g in iter_samples(io.BytesIO(data))]
 

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..manifest import Manifest, SkippedFile
-from .imageproc import ImageOptions
+from shardkit.convert.imageproc import ImageOptions
+from shardkit.format.manifest import Manifest, SkippedFile
 
 #: default ``shard_bytes``: a comfortable object-storage object size
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024

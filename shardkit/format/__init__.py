@@ -7,15 +7,15 @@
 * :mod:`~shardkit.format.writer`: the deterministic writer (tar + index);
 * :mod:`~shardkit.format.splits`: which splits a dataset URL holds, finished or interrupted.
 
-The manifest that lists a split's shards is :mod:`shardkit.manifest`.
+The manifest that lists a split's shards is :mod:`shardkit.format.manifest`.
 """
 
-from ..storage import sha256_file
-from .index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
-from .members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, SAMPLE_EXTS, UnsafeName, split_member
-from .sample import RawSample
-from .tar import ShardReader, TarDamage
-from .writer import EncodedSample, WrittenShard, meta_bytes, write_shard, write_tar
+from shardkit.format.index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
+from shardkit.format.members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, SAMPLE_EXTS, UnsafeName, split_member
+from shardkit.format.sample import RawSample
+from shardkit.format.tar import ShardReader, TarDamage
+from shardkit.format.writer import EncodedSample, WrittenShard, meta_bytes, write_shard, write_tar
+from shardkit.storage.fs import sha256_file
 
 __all__ = [
     "EncodedSample", "IMAGE_EXT", "INDEX_FORMAT", "IndexDamage", "IndexMismatch", "KEY_PATTERN", "LABEL_EXT", "META_EXT",

@@ -54,9 +54,17 @@ from typing import IO, Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .members import UnsafeName, split_member
-from .sample import FIELD_LIMITS, LOADED_EXTS, MAX_MEMBER_BYTES, RawSample, check_sample, size_error, store_field
-from .tar import BLOCK, FILE_TYPES, NAME_FIELD, Layout, ShardReader, header_ok, octal
+from shardkit.format.members import UnsafeName, split_member
+from shardkit.format.sample import (
+    FIELD_LIMITS,
+    LOADED_EXTS,
+    MAX_MEMBER_BYTES,
+    RawSample,
+    check_sample,
+    size_error,
+    store_field,
+)
+from shardkit.format.tar import BLOCK, FILE_TYPES, NAME_FIELD, Layout, ShardReader, header_ok, octal
 
 #: the manifest's ``sample_index`` value for shards with a sidecar in this format
 INDEX_FORMAT = "sidecar-1"
@@ -294,14 +302,14 @@ def load_index(shard_url: str, *, shard_bytes: int, shard_sha256: str, open_fn: 
     Args:
         shard_url: the shard (its sidecar is :func:`index_url`).
         shard_bytes, shard_sha256: the shard's size and sha256 from the manifest.
-        open_fn: opens a URL for reading (the loader's opener); default :func:`shardkit.storage.open_read`.
+        open_fn: opens a URL for reading (the loader's opener); default :func:`shardkit.storage.fs.open_read`.
         storage_options: fsspec options for the default opener.
 
     Raises:
         IndexDamage: missing, unreadable, corrupt or for another shard (read the shard with the walk).
     """
-    from .. import storage
-    from ..errors import ShardkitError
+    from shardkit.errors import ShardkitError
+    from shardkit.storage import fs as storage
 
     url = index_url(shard_url)
     try:

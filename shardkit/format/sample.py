@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .members import IMAGE_EXT, LABEL_EXT, META_EXT, MAX_JSON_BYTES, label_error, parse_label, parse_meta
+from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, META_EXT, label_error, parse_label, parse_meta
 
 #: the fields a reader loads; every other member is skipped unread (and never unpickled)
 LOADED_EXTS = frozenset((IMAGE_EXT, LABEL_EXT, META_EXT))

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .. import storage
-from ..errors import ManifestError, ShardkitError
-from ..manifest import MANIFEST_NAME, Manifest, load_manifest
+from shardkit.errors import ManifestError, ShardkitError
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
+from shardkit.storage import fs as storage
 
 _JOURNAL_DIR = "_shardkit"  # shardkit.convert.journal.JOURNAL_DIR (not imported: reading a dataset needs no converter)
 _RECORD = re.compile(r".+-[0-9]{6}\.json")  # a finished planned shard's journal record
@@ -63,7 +63,7 @@ def _incomplete(url: str, files: list[str], dirs: list[str], **so: Any) -> Optio
 
 def _list(url: str, **so: Any) -> tuple[list[str], list[str]]:
     """``(sub-folders, files)`` under ``url`` (empty if it does not exist)."""
-    from ..storage import list_dir
+    from shardkit.storage.fs import list_dir
 
     return list_dir(url, **so)
 

@@ -34,8 +34,16 @@ import zlib
 from dataclasses import dataclass
 from typing import IO, Optional
 
-from .members import UnsafeName, duplicate_key_error, split_member
-from .sample import FIELD_LIMITS, LOADED_EXTS, MAX_MEMBER_BYTES, RawSample, check_sample, size_error, store_field
+from shardkit.format.members import UnsafeName, duplicate_key_error, split_member
+from shardkit.format.sample import (
+    FIELD_LIMITS,
+    LOADED_EXTS,
+    MAX_MEMBER_BYTES,  # noqa: F401 - re-exported: the limit the walk applies
+    RawSample,
+    check_sample,
+    size_error,
+    store_field,
+)
 
 BLOCK = 512
 #: type flags of regular-file members (the only ones that can be sample members)

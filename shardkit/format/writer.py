@@ -29,9 +29,9 @@ import tarfile
 from dataclasses import dataclass
 from typing import IO, Any, Iterable, Optional
 
-from .index import SampleIndex, build_index
-from .members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, split_member
-from .tar import BLOCK, Layout, Member, pad
+from shardkit.format.index import SampleIndex, build_index
+from shardkit.format.members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, split_member
+from shardkit.format.tar import BLOCK, Layout, Member, pad
 
 
 @dataclass(frozen=True)

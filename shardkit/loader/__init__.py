@@ -7,13 +7,21 @@ batch through the modules of this package is in the README ("How it works").
 
 from __future__ import annotations
 
-from .batching import Batch
-from .config import DecodeOn, Decoder, ImageConfig, LoaderConfig, MultiprocessingContext, Preset, SourceConfig
-from .dataset import ShardDataset
-from .loader import ShardLoader, load
-from ..format import RawSample
-from .sources import register_with_webdataset
-from .stats import LoaderStats
+from shardkit.format import RawSample
+from shardkit.loader.batching import Batch
+from shardkit.loader.config import (
+    DecodeOn,
+    Decoder,
+    ImageConfig,
+    LoaderConfig,
+    MultiprocessingContext,
+    Preset,
+    SourceConfig,
+)
+from shardkit.loader.dataset import ShardDataset
+from shardkit.loader.loader import ShardLoader, load
+from shardkit.loader.stats import LoaderStats
+from shardkit.storage.opener import register_with_webdataset
 
 __all__ = [
     "Batch",

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 import numpy as np
 import torch
 
-from ..errors import DataError
-from ..threads import one_thread
-from .config import DecodeOn
-from .decode import CropDecoder, Crops, apply_batch_hook, apply_hook
-from ..format import RawSample
-from .stats import Counters
+from shardkit.compat import one_thread
+from shardkit.errors import DataError
+from shardkit.format import RawSample
+from shardkit.loader.config import DecodeOn
+from shardkit.loader.decode.worker import CropDecoder, Crops, apply_batch_hook, apply_hook
+from shardkit.loader.stats import Counters
 
 if TYPE_CHECKING:
-    from ..devicedecode import DeviceDecoder
+    from shardkit.loader.decode.device import DeviceDecoder
 
 log = logging.getLogger("shardkit.loader")
 
@@ -45,9 +45,9 @@ class Jpegs:
         data: uint8 ``[total bytes]``: the samples' JPEG bytes, one after another.
         offsets: int64 ``[n + 1]``: sample ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
         sizes: int64 ``[n, 2]`` (width, height) from the headers.
-        boxes: float64 ``[n, 4]`` crop boxes (:class:`~shardkit.loader.decode.Crops`).
+        boxes: float64 ``[n, 4]`` crop boxes (:class:`~shardkit.loader.decode.worker.Crops`).
         flips: bool ``[n]``.
-        routes: each sample's :func:`~shardkit.devicedecode.jpeg_route`.
+        routes: each sample's :func:`~shardkit.loader.decode.device.jpeg_route`.
         shards: each sample's shard URL (names a sample that cannot be decoded).
         size: the output size the worker's geometry is for (``size`` of the epoch's image options).
     """
@@ -229,12 +229,14 @@ def decode_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder
 def encode_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: Optional[float] = None) -> Batch:
     """``decode_on="device"``, worker side: headers and crop geometry only, no pixels.
 
-    The worker path's first two steps (:func:`~shardkit.devicedecode.batch_geometry`: an
+    The worker path's first two steps (:func:`~shardkit.loader.decode.device.batch_geometry`: an
     unreadable or oversized header skips its sample here, as in :func:`decode_batch`); the
     batch carries the kept samples' bytes in one flat buffer (:class:`Jpegs`), labels, ids
     and keys. ``samples`` counts what is sent; the consumer subtracts what it cannot decode.
     """
-    from ..devicedecode import batch_geometry  # here: shardkit.devicedecode imports the loader package
+    from shardkit.loader.decode.device import (
+        batch_geometry,  # here: shardkit.loader.decode.device imports the loader package
+    )
 
     t0 = time.perf_counter() if t0 is None else t0
     gids = np.fromiter((s.gid for s in good), np.int64, len(good))

@@ -10,13 +10,13 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
-from ..doctor import measure, verdict
-from ..threads import one_thread
-from .config import ImageConfig
-from .batching import BatchSpec, decode_batch
-from .decode import CropDecoder
-from .loader import load
-from .stats import Counters, LoaderStats
+from shardkit.compat import one_thread
+from shardkit.loader.batching import BatchSpec, decode_batch
+from shardkit.loader.config import ImageConfig
+from shardkit.loader.decode.worker import CropDecoder
+from shardkit.loader.doctor import measure, verdict
+from shardkit.loader.loader import load
+from shardkit.loader.stats import Counters, LoaderStats
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def bench(
     clock: Callable[[], float] = time.perf_counter,
     **options: Any,
 ) -> BenchReport:
-    """Measure the loader on ``url`` at each worker count, in steady state (:func:`shardkit.doctor.measure`).
+    """Measure the loader on ``url`` at each worker count, in steady state (:func:`shardkit.loader.doctor.measure`).
 
     The rate clock starts once every worker has delivered its first batch (start-up and the first
     shuffle block excluded; time to the first batch is reported on its own); at least ``batches``

@@ -2,22 +2,20 @@
 
 * :class:`ImageConfig` -- what a sample becomes (preset, output size, user hook).
 * :class:`SourceConfig` -- where shards come from (fsspec options, cache, safety opt-ins).
-* :class:`LoaderConfig` -- everything, plus ordering (:class:`shardkit.plan.PlanConfig`
+* :class:`LoaderConfig` -- everything, plus ordering (:class:`shardkit.plan.epoch.PlanConfig`
   fields) and the ``DataLoader`` knobs.
 """
 
 from __future__ import annotations
 
-import numbers
 import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Optional
 
-import numpy as np
-
-from ..choices import Choice
-from ..format.members import MAX_PIXELS
-from ..plan import SHUFFLE_BUFFER, EpochPolicy, PlanConfig
+from shardkit.choices import Choice, check_types
+from shardkit.format.members import MAX_PIXELS
+from shardkit.plan.epoch import SHUFFLE_BUFFER, EpochPolicy, PlanConfig
+from shardkit.storage.opener import SourceConfig
 
 
 class Preset(Choice):
@@ -28,7 +26,7 @@ class Preset(Choice):
 
 
 class Decoder(Choice):
-    """Which JPEG decoder the loader uses (:mod:`shardkit.loader.decode`)."""
+    """Which JPEG decoder the loader uses (:mod:`shardkit.loader.decode.worker`)."""
 
     AUTO = "auto"  #: simplejpeg if installed, else PIL
     SIMPLEJPEG = "simplejpeg"  #: libjpeg-turbo with DCT scaling (fastest); PIL for what it cannot read
@@ -37,7 +35,7 @@ class Decoder(Choice):
 
 
 class DecodeOn(Choice):
-    """Where a batch's JPEGs are decoded (:mod:`shardkit.devicedecode`)."""
+    """Where a batch's JPEGs are decoded (:mod:`shardkit.loader.decode.device`)."""
 
     WORKER = "worker"  #: in the DataLoader workers, straight into the batch (the CPU path)
     DEVICE = "device"  #: workers send JPEG bytes + crop geometry; the consumer decodes on its device
@@ -49,37 +47,6 @@ class MultiprocessingContext(Choice):
     FORK = "fork"
     SPAWN = "spawn"
     FORKSERVER = "forkserver"
-
-
-_KINDS = {"int": "an integer", "bool": "True or False", "float": "a number"}
-
-
-def check_types(options: object) -> None:
-    """Refuse an option of a config dataclass whose value is not of its declared kind (int, bool,
-    float, optionally None), naming it: ``batch_size=2.5`` fails here, in one line, not later as a
-    bare ``TypeError`` deep in the loader. Accepted values are stored as plain Python numbers
-    (a numpy integer seed becomes an ``int``, so states compare equal)."""
-    for f in fields(options):  # type: ignore[arg-type]
-        if not f.init:
-            continue
-        kind, optional = str(f.type), False
-        if kind.startswith("Optional[") and kind.endswith("]"):
-            kind, optional = kind[len("Optional["):-1], True
-        if kind not in _KINDS:
-            continue
-        v = getattr(options, f.name)
-        if v is None and optional:
-            continue
-        if kind == "bool":
-            ok, plain = isinstance(v, (bool, np.bool_)), bool
-        elif kind == "int":
-            ok, plain = isinstance(v, numbers.Integral) and not isinstance(v, bool), int
-        else:
-            ok, plain = isinstance(v, numbers.Real) and not isinstance(v, bool), float
-        if not ok:
-            valid = _KINDS[kind] + (" or None" if optional else "")
-            raise ValueError(f"loader option {f.name!r} must be {valid}, got {type(v).__name__} {v!r}")
-        object.__setattr__(options, f.name, plain(v))
 
 
 def default_num_workers() -> int:
@@ -188,48 +155,6 @@ class ImageConfig:
 
 
 @dataclass(frozen=True)
-class SourceConfig:
-    """Where shard bytes come from.
-
-    Attributes:
-        storage_options: fsspec options for remote URLs (credentials, ``client_kwargs``...).
-        block_size: read-ahead bytes per remote request.
-        cache_dir: optional local directory caching remote shards (shared safely by workers and processes).
-        cache_size: cache limit in bytes (least recently used shards are evicted); ``None``: unlimited.
-        allow_pipe: accept ``pipe:`` URLs (they run shell commands; off by default).
-        allow_unsafe_names: accept manifest shard names that are paths or URLs (trusted manifests only).
-        check_sizes: when the loader is built, check that every local shard exists and has the size
-            the manifest records (one ``stat`` per shard) and refuse otherwise, naming the shard
-            (``shardkit verify`` checks content). ``False``: serve what is readable of a truncated
-            shard (samples after the damage are skipped and counted).
-        max_retries: retries of one failing remote read (reopened with a range request at the
-            byte offset where it failed, after an exponential backoff) before giving up.
-        retry_budget_s: seconds one remote read may keep failing before the loader gives up with
-            a :class:`shardkit.StorageError` naming the URL (the backend's own per-request timeout
-            can add one attempt: s3fs ``connect_timeout``/``read_timeout`` in ``config_kwargs``).
-    """
-
-    storage_options: dict[str, Any] = field(default_factory=dict)
-    block_size: int = 8 << 20
-    cache_dir: Optional[str] = None
-    cache_size: Optional[int] = None
-    allow_pipe: bool = False
-    allow_unsafe_names: bool = False
-    check_sizes: bool = True
-    max_retries: int = 30
-    retry_budget_s: float = 120.0
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        if self.max_retries < 0 or self.retry_budget_s < 0:
-            raise ValueError(f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}")
-
-    def __hash__(self) -> int:
-        # storage_options (a dict) is left out: equal configs still hash equal, as eq/hash requires
-        return hash(tuple(getattr(self, f.name) for f in fields(self) if f.name != "storage_options"))
-
-
-@dataclass(frozen=True)
 class LoaderConfig:
     """All loader options (see :func:`shardkit.load` for the common ones).
 
@@ -242,8 +167,8 @@ class LoaderConfig:
         shuffle_buffer: samples per worker shuffle block (memory: up to two blocks of JPEG bytes per
             worker, the one being decoded and the next one, read ahead on a thread).
         shuffle_initial: size of the first block (starts faster); 0 means ``shuffle_buffer``.
-            Defaults: :data:`shardkit.plan.SHUFFLE_BUFFER` (1024) and ``min(SHUFFLE_INITIAL, shuffle_buffer)``
-            (:data:`shardkit.plan.SHUFFLE_INITIAL` is 256), both resolved by :class:`shardkit.plan.PlanConfig`.
+            Defaults: :data:`shardkit.plan.epoch.SHUFFLE_BUFFER` (1024) and ``min(SHUFFLE_INITIAL, shuffle_buffer)``
+            (:data:`shardkit.plan.epoch.SHUFFLE_INITIAL` is 256), both resolved by :class:`shardkit.plan.epoch.PlanConfig`.
         policy: uneven epochs over ranks: ``"pad"`` (repeat a few samples) or ``"drop"``.
         drop_last: drop each rank's last partial batch.
         num_workers: DataLoader worker processes (0: load in the main process). Default (None):

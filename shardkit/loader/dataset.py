@@ -2,15 +2,15 @@
 
 In ``__iter__`` a worker finds out who it is (explicit ``rank``/``world_size``
 or ``torch.distributed``, plus ``get_worker_info``), asks
-:func:`shardkit.mix.worker_plan` what to read for the current epoch and
+:func:`shardkit.plan.worker_plan` what to read for the current epoch and
 resume point, and runs a ``webdataset.DataPipeline`` of three stages
 (:mod:`shardkit.loader.read`, :mod:`shardkit.loader.batching`): plan blocks -> sequentially read raw
 samples in shuffled emission order -> decoded uint8 batches. A plain URL is a one-source
-mixture whose plan is exactly the single-dataset plan of :mod:`shardkit.plan`; several
+mixture whose plan is exactly the single-dataset plan of :mod:`shardkit.plan.epoch`; several
 sources (:class:`shardkit.Source`) get one reader each and a fourth stage
 (:mod:`shardkit.loader.mixing`: labels, keys, per-source counts).
 
-The epoch position (:class:`shardkit.position.Position`: epoch, batches done,
+The epoch position (:class:`shardkit.plan.position.Position`: epoch, batches done,
 topology history) reaches the workers one way, through a tiny shared tensor
 created before any worker starts (:class:`shardkit.loader.transport.PositionBox`),
 so :meth:`ShardDataset.set_epoch` on the main copy reaches ``persistent_workers``
@@ -21,30 +21,30 @@ reads it once, when its iteration starts.
 from __future__ import annotations
 
 import copy
-import os
-from typing import Iterator, Optional, Sequence
-
 import hashlib
+import os
 from dataclasses import replace
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .. import mix, storage
-from ..errors import ShardkitError, StorageError
-from ..manifest import Manifest, load_manifest
-from ..mix import LabelMode, Mixture, Source, SourceData, as_sources, check_data, label_space
-from ..plan import RankSplit, rank_split
-from ..position import Position, fingerprint
-from ..world import World, detect
-from .batching import Batch, BatchSpec, decode_batches, plain_alloc
-from .config import LoaderConfig, SourceConfig
-from .decode import CropDecoder
-from .mixing import MixSpec, mixture_batches
-from .read import BlockReader, MixReader, indexed_shards, plan_blocks, read_blocks
-from .sources import ShardOpener, check_url
-from .stats import Counters
-from .transport import Envelope, PositionBox, Ring, envelopes, failures_as_items
+from shardkit import plan as mix
+from shardkit.errors import ShardkitError, StorageError
+from shardkit.format.manifest import Manifest, load_manifest
+from shardkit.loader.batching import Batch, BatchSpec, decode_batches, plain_alloc
+from shardkit.loader.config import LoaderConfig, SourceConfig
+from shardkit.loader.decode.worker import CropDecoder
+from shardkit.loader.mixing import MixSpec, mixture_batches
+from shardkit.loader.read import BlockReader, MixReader, indexed_shards, plan_blocks, read_blocks
+from shardkit.loader.stats import Counters
+from shardkit.loader.transport import Envelope, PositionBox, Ring, envelopes, failures_as_items
+from shardkit.plan import LabelMode, Mixture, Source, SourceData, as_sources, check_data, label_space
+from shardkit.plan.epoch import RankSplit, rank_split
+from shardkit.plan.position import Position, fingerprint
+from shardkit.plan.world import World, detect
+from shardkit.storage import fs as storage
+from shardkit.storage.opener import ShardOpener, check_url
 
 
 class ShardDataset(IterableDataset):
@@ -53,7 +53,7 @@ class ShardDataset(IterableDataset):
     Args:
         url: dataset split directory or its ``manifest.json`` (local path or fsspec URL),
             an already loaded :class:`shardkit.Manifest`, or a mixture: a list of
-            :class:`shardkit.Source` (and URLs), see :mod:`shardkit.mix`.
+            :class:`shardkit.Source` (and URLs), see :mod:`shardkit.plan`.
         config: loader options.
         rank: this process's rank; with ``world_size``. Default: from ``torch.distributed`` (else 0 of 1).
         world_size: number of ranks.
@@ -146,7 +146,7 @@ class ShardDataset(IterableDataset):
         return self._rows(m)[m.source_of(gids)]
 
     def remix(self, now: Mixture, later: Mixture, epoch: int) -> None:
-        """Plan ``epoch`` with ``now`` and the epochs after it with ``later`` (:func:`shardkit.mix.resume_mixtures`)."""
+        """Plan ``epoch`` with ``now`` and the epochs after it with ``later`` (:func:`shardkit.plan.resume_mixtures`)."""
         self.mixture = later
         self._finishing = None if now is later else (epoch, now)
 

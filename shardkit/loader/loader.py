@@ -29,28 +29,28 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..doctor import epoch_report
-from ..errors import ShardkitError
-from ..manifest import Manifest
-from .. import mix
-from ..mix import LabelMode, Source
-from ..plan import RankSplit, rank_split
-from ..position import Position
-from .batching import Batch, counters_like, decode_on_device
-from .config import DecodeOn, LoaderConfig, build_config
-from .dataset import ShardDataset
-from .mixstate import mixture_state, resume_mixture
-from .state import from_state, to_state
-from .stats import Counters, LoaderStats, summarise
-from .transport import Envelope, Ring, WorkerFailure, ring_slots
-from .worker_death import dead_workers, death_message, reported_dead
+from shardkit import plan as mix
+from shardkit.errors import ShardkitError
+from shardkit.format.manifest import Manifest
+from shardkit.loader.batching import Batch, counters_like, decode_on_device
+from shardkit.loader.config import DecodeOn, LoaderConfig, build_config
+from shardkit.loader.dataset import ShardDataset
+from shardkit.loader.doctor import epoch_report
+from shardkit.loader.mixstate import mixture_state, resume_mixture
+from shardkit.loader.state import from_state, to_state
+from shardkit.loader.stats import Counters, LoaderStats, summarise
+from shardkit.loader.transport import Envelope, Ring, WorkerFailure, ring_slots
+from shardkit.loader.worker_death import dead_workers, death_message, reported_dead
+from shardkit.plan import LabelMode, Source
+from shardkit.plan.epoch import RankSplit, rank_split
+from shardkit.plan.position import Position
 
 log = logging.getLogger("shardkit.loader")
 
 
 @dataclass(frozen=True)
 class EpochInfo(RankSplit):
-    """:class:`~shardkit.plan.RankSplit` of the epoch the next ``iter()`` gives, saying which.
+    """:class:`~shardkit.plan.epoch.RankSplit` of the epoch the next ``iter()`` gives, saying which.
 
     Attributes:
         epoch: the epoch these figures describe.
@@ -179,7 +179,7 @@ class ShardLoader:
     def iter_on(self, device: "torch.device | str") -> Iterator[Any]:
         """Iterate, with ``decode_on="device"`` batches decoded on ``device`` (``iter(loader)``: on the CPU).
 
-        :class:`~shardkit.prefetch.DevicePrefetcher` iterates the loader this way, inside its side
+        :class:`~shardkit.loader.prefetch.DevicePrefetcher` iterates the loader this way, inside its side
         stream. With ``decode_on="worker"`` the same as ``iter(loader)``.
         """
         self._decode_device = torch.device(device)
@@ -318,11 +318,11 @@ class ShardLoader:
         self._position = up.started(up.epoch)
 
     def device_decoder(self, device: "torch.device | str" = "cpu", size: int = 0) -> Any:
-        """The :class:`~shardkit.devicedecode.DeviceDecoder` that decodes this loader's batches of output ``size``
+        """The :class:`~shardkit.loader.decode.device.DeviceDecoder` that decodes this loader's batches of output ``size``
         (0: the configured one) on ``device`` with ``decode_on="device"``; its ``stats`` count batched,
         fallback, retried and corrupt samples."""
-        from ..devicedecode import DeviceDecoder
-        from ..jpegbackend import normalize_device
+        from shardkit.loader.decode.backend import normalize_device
+        from shardkit.loader.decode.device import DeviceDecoder
 
         image = self.config.image
         key = (normalize_device(device), size or image.size)  # "cuda" and "cuda:0": one decoder

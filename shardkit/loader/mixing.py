@@ -1,8 +1,8 @@
 """The mixture stage: a mixed batch's labels into the mixture's label space, keys qualified by source, counts per source.
 
 Runs after the decode stage in each worker of a loader over several sources
-(:mod:`shardkit.mix`), once per batch, vectorised: a batch's sources come from its
-sample ids (:meth:`shardkit.mix.Mixture.source_of`), what it should have held from
+(:mod:`shardkit.plan`), once per batch, vectorised: a batch's sources come from its
+sample ids (:meth:`shardkit.plan.Mixture.source_of`), what it should have held from
 the worker's plan, so a sample skipped as unreadable is counted against its source.
 """
 
@@ -14,9 +14,9 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
-from ..mix import LabelSpace, qualify_keys
-from .batching import Batch
-from .stats import Counters
+from shardkit.loader.batching import Batch
+from shardkit.loader.stats import Counters
+from shardkit.plan import LabelSpace, qualify_keys
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """The mixture part of the loader's state: which sources and specs planned the epoch, checked on resume.
 
-:func:`mixture_state` adds ``mixture`` (:meth:`shardkit.mix.Mixture.describe` of the mixture
+:func:`mixture_state` adds ``mixture`` (:meth:`shardkit.plan.Mixture.describe` of the mixture
 planning the epoch), ``labels`` (``merged`` or ``per_source``: a resume with the other is refused), ``classes``
 (a digest of ``loader.classes``: a remix that changes them is logged as a warning), ``next_mixture`` while a remix finishes an epoch with the saved mixture,
 and for several sources ``sources`` (each one's dataset fingerprint: shard sizes, contents,
 classes) to the state of :mod:`shardkit.loader.state`. :func:`resume_mixture` checks them with
-:func:`shardkit.mix.resume_mixtures` (refusing another mixture, naming the difference, unless
+:func:`shardkit.plan.resume_mixtures` (refusing another mixture, naming the difference, unless
 ``allow_remix``; a source of the same shard sizes but other contents or classes is refused, naming
 the source and what differs, also when a remixed state finishes its epoch with it) and sets the dataset's mixtures. A state without ``mixture`` (older shardkit)
 is one source, identified by its shard sizes.
@@ -18,14 +18,14 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ShardkitError
-from ..mix import Mixture, mixture_diff, resume_mixtures
-from .state import STATE_FORMAT, dataset_differences, dataset_fingerprint
+from shardkit.errors import ShardkitError
+from shardkit.loader.state import STATE_FORMAT, dataset_differences, dataset_fingerprint
+from shardkit.plan import Mixture, mixture_diff, resume_mixtures
 
 log = logging.getLogger("shardkit.loader")
 
 if TYPE_CHECKING:
-    from .dataset import ShardDataset
+    from shardkit.loader.dataset import ShardDataset
 
 
 def mixture_state(ds: "ShardDataset", epoch: int) -> dict[str, Any]:

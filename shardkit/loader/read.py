@@ -20,13 +20,13 @@ from typing import IO, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from .. import storage
-from ..format.index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
-from ..manifest import Manifest
-from ..plan import Block
-from ..format import RawSample, ShardReader, TarDamage
-from .sources import ShardOpener
-from .stats import COUNTERS, Counters
+from shardkit.format import RawSample, ShardReader, TarDamage
+from shardkit.format.index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
+from shardkit.format.manifest import Manifest
+from shardkit.loader.stats import COUNTERS, Counters
+from shardkit.plan.epoch import Block
+from shardkit.storage import fs as storage
+from shardkit.storage.opener import ShardOpener
 
 log = logging.getLogger("shardkit.loader")
 

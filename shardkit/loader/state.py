@@ -17,11 +17,11 @@ import hashlib
 import json
 from typing import Any, Callable
 
-from ..errors import ShardkitError
-from ..manifest import Manifest
-from ..plan import PlanConfig
-from ..position import Position, Segment, fingerprint
-from .config import plan_to_dict
+from shardkit.errors import ShardkitError
+from shardkit.format.manifest import Manifest
+from shardkit.loader.config import plan_to_dict
+from shardkit.plan.epoch import PlanConfig
+from shardkit.plan.position import Position, Segment, fingerprint
 
 STATE_FORMAT = "shardkit-loader-state"
 #: 2: the dataset fingerprint covers shard contents and classes; 1: shard sizes only (still loaded)

@@ -51,10 +51,10 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import numpy as np
 import torch
 
-from ..errors import ShardkitError
-from ..position import Position, Segment
-from .batching import Batch
-from .stats import Counters
+from shardkit.errors import ShardkitError
+from shardkit.loader.batching import Batch
+from shardkit.loader.stats import Counters
+from shardkit.plan.position import Position, Segment
 
 #: live rings of this process, by id (weak: a ring lives as long as its loader and its leased batches)
 _RINGS: "weakref.WeakValueDictionary[str, Ring]" = weakref.WeakValueDictionary()

@@ -1,6 +1,6 @@
-"""Mutants of the JPEG backend (issue #26 Part A, Part C items 2 and 7): ``shardkit/jpegbackend.py``, the
-batched decode and its fallbacks in ``shardkit/devicedecode.py``, ``decoder="torchvision"`` in
-``shardkit/loader/decoders.py`` and the device decoder cache and report in ``shardkit/loader/loader.py``.
+"""Mutants of the JPEG backend (issue #26 Part A, Part C items 2 and 7): ``shardkit/loader/decode/backend.py``, the
+batched decode and its fallbacks in ``shardkit/loader/decode/device.py``, ``decoder="torchvision"`` in
+``shardkit/loader/decode/decoders.py`` and the device decoder cache and report in ``shardkit/loader/loader.py``.
 """
 
 ROW_BACKEND = ("Device decode: TorchCodec decodes when installed (torchvision's deprecated decoder only without it), "
@@ -16,7 +16,7 @@ MUTANTS = [
     {
         "id": "codec-torchcodec-never-chosen",
         "row": ROW_BACKEND,
-        "file": "shardkit/jpegbackend.py",
+        "file": "shardkit/loader/decode/backend.py",
         "old": "return TORCHCODEC if importable(TORCHCODEC) else TORCHVISION",
         "new": "return TORCHVISION",
         "tests": [f"{T}::test_the_choice_is_a_pure_function_of_what_imports"],
@@ -24,7 +24,7 @@ MUTANTS = [
     {
         "id": "codec-torchcodec-backend-calls-torchvision",
         "row": ROW_BACKEND,
-        "file": "shardkit/jpegbackend.py",
+        "file": "shardkit/loader/decode/backend.py",
         "old": "    TORCHCODEC: _decode_torchcodec,",
         "new": "    TORCHCODEC: _decode_torchvision,",
         "tests": [f"{T}::test_with_torchcodec_the_device_path_never_calls_torchvisions_decoders"],
@@ -48,7 +48,7 @@ MUTANTS = [
     {
         "id": "codec-bisects-on-any-runtime-error",  # the bug of Part C item 2: only OutOfMemoryError propagated
         "row": ROW_ERRORS,
-        "file": "shardkit/devicedecode.py",
+        "file": "shardkit/loader/decode/device.py",
         "old": "            if not is_data_error(exc):",
         "new": "            if isinstance(exc, torch.cuda.OutOfMemoryError) or not isinstance(exc, RuntimeError):",
         "tests": [f"{T}::test_out_of_memory_cuda_and_start_errors_propagate_without_bisection"],
@@ -56,7 +56,7 @@ MUTANTS = [
     {
         "id": "codec-nvjpeg-status-ignored",
         "row": ROW_ERRORS,
-        "file": "shardkit/jpegbackend.py",
+        "file": "shardkit/loader/decode/backend.py",
         "old": "return not (m and int(m.group(1)) in _NVJPEG_NOT_DATA)",
         "new": "return True",
         "tests": [f"{T}::test_out_of_memory_cuda_and_start_errors_propagate_without_bisection"],
@@ -64,7 +64,7 @@ MUTANTS = [
     {
         "id": "codec-every-error-is-the-datas",
         "row": ROW_ERRORS,
-        "file": "shardkit/jpegbackend.py",
+        "file": "shardkit/loader/decode/backend.py",
         "old": "    if any(p in msg for p in _NOT_DATA):\n        return False\n",
         "new": "",
         "tests": [f"{T}::test_out_of_memory_cuda_and_start_errors_propagate_without_bisection"],
@@ -72,7 +72,7 @@ MUTANTS = [
     {
         "id": "codec-no-error-is-the-datas",
         "row": ROW_ERRORS,
-        "file": "shardkit/jpegbackend.py",
+        "file": "shardkit/loader/decode/backend.py",
         "old": "    msg = str(exc).lower()\n",
         "new": "    return False\n    msg = str(exc).lower()\n",
         "tests": [f"{T}::test_a_data_error_is_bisected_and_the_sample_decoded_on_cpu"],
@@ -80,7 +80,7 @@ MUTANTS = [
     {
         "id": "codec-fallback-copy-inside-the-broad-except",  # the other half of Part C item 2
         "row": ROW_ERRORS,
-        "file": "shardkit/devicedecode.py",
+        "file": "shardkit/loader/decode/device.py",
         "old": "            pixels = self._cpu_pixels(jpegs[i], sizes[i, 0], sizes[i, 1])\n",
         "new": "            pixels = self._cpu_pixels(jpegs[i], sizes[i, 0], sizes[i, 1]).to(self.device)\n",
         "tests": [f"{T}::test_the_cpu_fallbacks_copy_to_the_device_is_not_swallowed"],
@@ -88,7 +88,7 @@ MUTANTS = [
     {
         "id": "codec-exif-orientation-not-routed",
         "row": ROW_SAME,
-        "file": "shardkit/devicedecode.py",
+        "file": "shardkit/loader/decode/device.py",
         "old": "            oriented = app1_orientation(b[i + 4 : i + 2 + seg_len]) != 1",
         "new": "            oriented = False",
         "tests": [f"{T}::test_bad_jpegs_skip_rule_and_counts_are_the_worker_paths"],
@@ -96,7 +96,7 @@ MUTANTS = [
     {
         "id": "codec-exif-byte-order-fixed",
         "row": ROW_SAME,
-        "file": "shardkit/jpegbackend.py",
+        "file": "shardkit/loader/decode/backend.py",
         "old": 'order = "little" if tiff[:2] == b"II" else "big"',
         "new": 'order = "big"',
         "tests": [f"{T}::test_exif_orientation_reads_the_tag_like_pil"],
@@ -104,7 +104,7 @@ MUTANTS = [
     {
         "id": "codec-worker-torchvision-decoder-rotates",
         "row": ROW_SAME,
-        "file": "shardkit/loader/decoders.py",
+        "file": "shardkit/loader/decode/decoders.py",
         "old": "self._orientation = exif_orientation if self.backend == TORCHCODEC else None",
         "new": "self._orientation = None",
         "tests": [f"{T}::test_worker_decoder_torchvision_gives_the_stored_pixels"],

@@ -1,4 +1,4 @@
-"""Mutants of the converter's older, pure parts: planning (``shardkit/convert/plan.py``), the resume journal
+"""Mutants of the converter's older, pure parts: planning (``shardkit/convert/shards.py``), the resume journal
 (``journal.py``) and image processing (``imageproc.py``, away from its ``SkipReason`` enum).
 """
 
@@ -15,7 +15,7 @@ MUTANTS = [
     {
         "id": "plan-keys-in-discovery-order",
         "row": ROW_SAME_BYTES,
-        "file": "shardkit/convert/plan.py",
+        "file": "shardkit/convert/shards.py",
         "old": "ordered = sorted(files, key=lambda f: f.relpath)",
         "new": "ordered = list(files)",
         "tests": [f"{T_UNITS}::test_order_and_tasks_are_partitions"],
@@ -23,7 +23,7 @@ MUTANTS = [
     {
         "id": "plan-shuffle-with-the-global-rng",
         "row": ROW_SAME_BYTES,
-        "file": "shardkit/convert/plan.py",
+        "file": "shardkit/convert/shards.py",
         "old": "random.Random(seed).shuffle(items)",
         "new": "random.shuffle(items)",
         "tests": [f"{T_UNITS}::test_order_and_tasks_are_partitions"],
@@ -31,7 +31,7 @@ MUTANTS = [
     {
         "id": "plan-last-shard-owned-by-no-task",
         "row": ROW_SAME_BYTES,
-        "file": "shardkit/convert/plan.py",
+        "file": "shardkit/convert/shards.py",
         "old": "return list(range(task_index, num_shards, num_tasks))",
         "new": "return list(range(task_index, num_shards - 1, num_tasks))",
         "tests": [f"{T_UNITS}::test_order_and_tasks_are_partitions"],
@@ -39,7 +39,7 @@ MUTANTS = [
     {
         "id": "plan-per-shard-against-the-whole-cap",
         "row": ROW_CAP,
-        "file": "shardkit/convert/plan.py",
+        "file": "shardkit/convert/shards.py",
         "old": "usable = shard_bytes * FILL_TARGET - _END_OF_ARCHIVE - _RECORD",
         "new": "usable = shard_bytes",
         "tests": [f"{T_UNITS}::test_order_and_tasks_are_partitions"],
@@ -47,7 +47,7 @@ MUTANTS = [
     {
         "id": "plan-cap-ignores-end-blocks-and-record-padding",
         "row": ROW_CAP,
-        "file": "shardkit/convert/plan.py",
+        "file": "shardkit/convert/shards.py",
         "old": "(self.full or shard_bytes_for(self.total + size) > self.shard_bytes)",
         "new": "(self.full or self.total + size > self.shard_bytes)",
         "tests": [f"{T}::test_byte_cap_is_the_longest_prefix_the_writer_keeps_under_it"],
@@ -55,7 +55,7 @@ MUTANTS = [
     {
         "id": "plan-cap-split-not-a-prefix",
         "row": ROW_CAP,
-        "file": "shardkit/convert/plan.py",
+        "file": "shardkit/convert/shards.py",
         "old": "(self.full or shard_bytes_for(self.total + size) > self.shard_bytes)",
         "new": "(shard_bytes_for(self.total + size) > self.shard_bytes)",
         "tests": [f"{T_UNITS}::test_pack_and_split_at_cap"],
@@ -63,7 +63,7 @@ MUTANTS = [
     {
         "id": "plan-member-bytes-wrong-at-whole-blocks",
         "row": ROW_CAP,
-        "file": "shardkit/convert/plan.py",
+        "file": "shardkit/convert/shards.py",
         "old": "return _MEMBER_OVERHEAD + math.ceil(payload / _BLOCK) * _BLOCK",
         "new": "return _MEMBER_OVERHEAD + (payload // _BLOCK + 1) * _BLOCK",
         "tests": [f"{T}::test_byte_cap_is_the_longest_prefix_the_writer_keeps_under_it"],
@@ -71,7 +71,7 @@ MUTANTS = [
     {
         "id": "plan-pack-one-sample-too-many",
         "row": ROW_CAP,
-        "file": "shardkit/convert/plan.py",
+        "file": "shardkit/convert/shards.py",
         "old": "full = shard_size is not None and i - start >= shard_size",
         "new": "full = shard_size is not None and i - start > shard_size",
         "tests": [f"{T_UNITS}::test_pack_and_split_at_cap"],

@@ -1,6 +1,6 @@
 """Mutants of the conversion job, its output layout and first contact (``shardkit/convert/job.py``, ``dest.py``,
-``encoder.py``, ``options.py``, ``shardkit/manifest.py``, ``shardkit/loader/bench.py``, ``shardkit/cli/sample_data.py``,
-``shardkit/sampledata.py``)."""
+``encoder.py``, ``options.py``, ``shardkit/format/manifest.py``, ``shardkit/loader/bench.py``, ``shardkit/cli/sample_data.py``,
+``shardkit/demo/sampledata.py``)."""
 
 ROW_LAYOUT = "Conversion output: every split in DEST/<split>/; a root of splits names its splits; older flat datasets still load"
 ROW_EMPTY = "Conversion input: a split with no sample is reported with its skips and not written; every split empty is one line, nothing written"
@@ -25,7 +25,7 @@ MUTANTS = [
     {
         "id": "layout-root-of-splits-not-named",
         "row": ROW_LAYOUT,
-        "file": "shardkit/manifest.py",
+        "file": "shardkit/format/manifest.py",
         "old": "splits = [] if murl == url else split_names(url, **storage_options)",
         "new": "splits = []",
         "tests": [T + "test_load_of_a_root_of_splits_names_the_splits"],
@@ -33,7 +33,7 @@ MUTANTS = [
     {
         "id": "layout-root-of-splits-lists-every-folder",
         "row": ROW_LAYOUT,
-        "file": "shardkit/manifest.py",
+        "file": "shardkit/format/manifest.py",
         "old": "return [d for d in dirs if storage.exists(storage.join(url, d, MANIFEST_NAME), **storage_options)]",
         "new": "return list(dirs)",
         "tests": [T + "test_load_of_a_root_of_splits_names_the_splits"],
@@ -166,7 +166,7 @@ MUTANTS = [
     {
         "id": "sample-data-fixed-size-turned-portrait",
         "row": ROW_SAMPLE,
-        "file": "shardkit/sampledata.py",
+        "file": "shardkit/demo/sampledata.py",
         "old": "if rng.random() < spread.portrait:",
         "new": "if rng.random() < 0.25:",
         "tests": [T + "test_sample_data_writes_what_it_says_and_the_quick_start_runs_on_it"],

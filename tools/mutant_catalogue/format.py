@@ -277,7 +277,7 @@ MUTANTS = [
     {
         "id": "verify-sha256-not-compared",
         "row": ROW_VERIFY,
-        "file": "shardkit/inspect.py",
+        "file": "shardkit/format/verify.py",
         "old": "if r.sha.hexdigest() != s.sha256:",
         "new": "if False:",
         "tests": ["tests/test_hostile.py::test_wrong_checksum_found_by_verify"],
@@ -285,7 +285,7 @@ MUTANTS = [
     {
         "id": "verify-sample-count-not-compared",
         "row": ROW_VERIFY,
-        "file": "shardkit/inspect.py",
+        "file": "shardkit/format/verify.py",
         "old": "        if n != expected:\n",
         "new": "        if False:\n",
         "tests": ["tests/test_format.py::test_adjacent_duplicate_keys_are_damage_for_both"],
@@ -293,7 +293,7 @@ MUTANTS = [
     {
         "id": "verify-key-repeated-across-shards-not-reported",
         "row": ROW_VERIFY,
-        "file": "shardkit/inspect.py",
+        "file": "shardkit/format/verify.py",
         "old": "if smp.key in self.keys:",
         "new": "if False:",
         "tests": [f"{T_GUARD}::test_verify_reports_a_key_repeated_in_another_shard"],

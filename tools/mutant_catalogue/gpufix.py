@@ -1,8 +1,8 @@
 """Mutants of the device-side fixes of issue 26 Part C (area "gpufix"): the shared side stream per device
-(``shardkit/prefetch.py``), ``compile=True`` with a dynamic batch dimension (``shardkit/augment/pipeline.py``,
+(``shardkit/loader/prefetch.py``), ``compile=True`` with a dynamic batch dimension (``shardkit/augment/pipeline.py``,
 ``shardkit/compat.py``), resize and affine maths independent of the global matmul precision
-(``shardkit/cropresize.py``, ``shardkit/augment/geometry.py``), out-of-range MixUp/CutMix labels and empty batches
-(``shardkit/augment/mix.py``, ``shardkit/augment/blur.py``). Tests: ``tests/test_gpufix.py``.
+(``shardkit/loader/decode/cropresize.py``, ``shardkit/augment/geometry.py``), out-of-range MixUp/CutMix labels and empty batches
+(``shardkit/augment/mixup.py``, ``shardkit/augment/blur.py``). Tests: ``tests/test_gpufix.py``.
 
 Not here (CPU cannot catch them; the CUDA tests do): the pinned, non-blocking copies of ``cropresize.to_device``
 (``tests/test_gpufix.py::test_resized_crops_never_syncs_on_cuda``) and the stream actually shared on a GPU
@@ -27,11 +27,11 @@ HOST_CHECK = T + "test_prefetcher_refuses_out_of_range_labels_on_the_host"
 NO_SYNC = "tests/test_augment_no_sync.py::test_a_whole_call_draws_and_applies_without_host_reads"
 
 MUTANTS = [
-    # ------------------------------------------------------------------ C3: shardkit/prefetch.py
+    # ------------------------------------------------------------------ C3: shardkit/loader/prefetch.py
     {
         "id": "prefetch-a-stream-per-prefetcher",  # the bug of issue 26 C3
         "row": ROW_STREAM,
-        "file": "shardkit/prefetch.py",
+        "file": "shardkit/loader/prefetch.py",
         "old": "self._stream = side_streams.get(self.device)",
         "new": "self._stream = side_streams._factory(self.device)",
         "tests": [STREAM],
@@ -39,7 +39,7 @@ MUTANTS = [
     {
         "id": "prefetch-cuda-and-cuda0-two-devices",
         "row": ROW_STREAM,
-        "file": "shardkit/prefetch.py",
+        "file": "shardkit/loader/prefetch.py",
         "old": 'if device.type == "cuda" and device.index is None:',
         "new": "if False:",
         "tests": [STREAM],
@@ -47,7 +47,7 @@ MUTANTS = [
     {
         "id": "prefetch-side-stream-not-kept",
         "row": ROW_STREAM,
-        "file": "shardkit/prefetch.py",
+        "file": "shardkit/loader/prefetch.py",
         "old": "                self._streams[device] = self._factory(device)\n            return self._streams[device]",
         "new": "                return self._factory(device)\n            return self._streams[device]",
         "tests": [THREADS, STREAM],
@@ -90,7 +90,7 @@ MUTANTS = [
     {
         "id": "cropresize-float32-matmul",  # the bug of issue 26 C6 (resize)
         "row": ROW_PRECISION,
-        "file": "shardkit/cropresize.py",
+        "file": "shardkit/loader/decode/cropresize.py",
         "old": "exact = torch.float64",
         "new": "exact = torch.float32",
         "tests": [NO_MATMUL],
@@ -107,7 +107,7 @@ MUTANTS = [
     {
         "id": "mix-out-of-range-label-scattered",  # the bug of issue 26 C7 (labels): a device-side assert on CUDA
         "row": ROW_LABELS,
-        "file": "shardkit/augment/mix.py",
+        "file": "shardkit/augment/mixup.py",
         "old": "out.scatter_(1, idx.clamp(0, num_classes - 1).view(-1, 1), valid.view(-1, 1))",
         "new": "out.scatter_(1, idx.view(-1, 1), valid.view(-1, 1))",
         "tests": [LABELS],
@@ -115,7 +115,7 @@ MUTANTS = [
     {
         "id": "mix-out-of-range-label-becomes-a-class",
         "row": ROW_LABELS,
-        "file": "shardkit/augment/mix.py",
+        "file": "shardkit/augment/mixup.py",
         "old": "out.scatter_(1, idx.clamp(0, num_classes - 1).view(-1, 1), valid.view(-1, 1))",
         "new": "out.scatter_(1, idx.clamp(0, num_classes - 1).view(-1, 1), 1.0)",
         "tests": [LABELS],
@@ -123,7 +123,7 @@ MUTANTS = [
     {
         "id": "mix-negative-label-valid",
         "row": ROW_LABELS,
-        "file": "shardkit/augment/mix.py",
+        "file": "shardkit/augment/mixup.py",
         "old": "return (labels < 0) | (labels >= num_classes)",
         "new": "return labels >= num_classes",
         "tests": [LABELS],
@@ -147,7 +147,7 @@ MUTANTS = [
     {
         "id": "prefetch-labels-not-checked-on-the-host",
         "row": ROW_LABELS,
-        "file": "shardkit/prefetch.py",
+        "file": "shardkit/loader/prefetch.py",
         "old": "            check_labels(batch, self._num_classes)",
         "new": "            pass",
         "tests": [HOST_CHECK],
@@ -155,7 +155,7 @@ MUTANTS = [
     {
         "id": "prefetch-label-check-off-by-one",
         "row": ROW_LABELS,
-        "file": "shardkit/prefetch.py",
+        "file": "shardkit/loader/prefetch.py",
         "old": "bad = ((labels < 0) | (labels >= num_classes)).nonzero()",
         "new": "bad = ((labels < 0) | (labels > num_classes)).nonzero()",
         "tests": [HOST_CHECK],

@@ -1,5 +1,5 @@
-"""Mutants of the loader's older code: decode and batching (``shardkit/loader/decode.py``, ``batching.py``,
-``decoders.py``), the batched crop/resize (``shardkit/cropresize.py``) and dead workers (``worker_death.py``).
+"""Mutants of the loader's older code: decode and batching (``shardkit/loader/decode/worker.py``, ``batching.py``,
+``decoders.py``), the batched crop/resize (``shardkit/loader/decode/cropresize.py``) and dead workers (``worker_death.py``).
 
 Remote reads and the shard cache are in ``storage.py``.
 """
@@ -59,7 +59,7 @@ MUTANTS = [
     {
         "id": "decode-row-of-a-failed-image-kept",
         "row": ROW_NOTHING_MOVES,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "boxes[i], flips[i], images[len(kept)], times)",
         "new": "boxes[i], flips[i], images[i], times)",
         "tests": [T_MOVES],
@@ -67,7 +67,7 @@ MUTANTS = [
     {
         "id": "decode-neighbours-crop-after-a-failed-image",
         "row": ROW_NOTHING_MOVES,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "boxes[i], flips[i], images[len(kept)], times)",
         "new": "boxes[len(kept)], flips[len(kept)], images[len(kept)], times)",
         "tests": [T_MOVES],
@@ -75,7 +75,7 @@ MUTANTS = [
     {
         "id": "decode-rrc-box-may-fill-the-image-wrongly",
         "row": ROW_CROPS,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "ok = (w > 0) & (w <= wf[:, None]) & (h > 0) & (h <= hf[:, None])",
         "new": "ok = (w > 0) & (w < wf[:, None]) & (h > 0) & (h < hf[:, None])",
         "tests": [f"{T}::test_rrc_boxes_equal_a_per_sample_reference"],
@@ -83,7 +83,7 @@ MUTANTS = [
     {
         "id": "decode-rrc-fallback-ratio-not-clamped",
         "row": ROW_CROPS,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "fw = np.where(in_ratio > rmax, np.round(hf * rmax), wf)",
         "new": "fw = wf",
         "tests": [f"{T_DEC}::test_rrc_geometry_matches_torchvision"],
@@ -91,7 +91,7 @@ MUTANTS = [
     {
         "id": "decode-crops-ignore-the-epoch",
         "row": ROW_CROPS,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "key = _mix64(key ^ (np.array([epoch], np.int64).astype(np.uint64) + _GOLDEN))",
         "new": "key = _mix64(key ^ _GOLDEN)",
         "tests": [f"{T_DEC}::test_crop_depends_on_sample_not_topology"],
@@ -99,7 +99,7 @@ MUTANTS = [
     {
         "id": "decode-flip-drawn-from-the-left-offset",
         "row": ROW_CROPS,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "flips = (u[:, 22] < 0.5) if c.flip else np.zeros(n, bool)",
         "new": "flips = (u[:, 21] < 0.5) if c.flip else np.zeros(n, bool)",
         "tests": [f"{T_DEC}::test_sample_uniforms_are_uniform_and_independent", f"{T}::test_train_flip_is_independent_of_the_crop"],
@@ -107,7 +107,7 @@ MUTANTS = [
     {
         "id": "decode-vertical-flip",
         "row": ROW_CROPS,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "out.copy_(out.flip(-1))",
         "new": "out.copy_(out.flip(-2))",
         "tests": [f"{T_DEC}::test_train_crop_matches_torchvision_resized_crop"],
@@ -115,7 +115,7 @@ MUTANTS = [
     {
         "id": "decode-dct-scale-below-the-output-size",
         "row": ROW_CROPS,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "while r < 8 and 2 * r <= reduce:",
         "new": "while r < 8 and r <= 2 * reduce:",
         "tests": [f"{T}::test_dct_scaled_crop_keeps_at_least_the_output_size"],
@@ -123,7 +123,7 @@ MUTANTS = [
     {
         "id": "decode-eval-center-crop-transposed",
         "row": ROW_EVAL,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))",
         "new": "top, left = int(round((new_w - size) / 2.0)), int(round((new_h - size) / 2.0))",
         "tests": [f"{T_DEC}::test_eval_preset_close_to_torchvision"],
@@ -131,7 +131,7 @@ MUTANTS = [
     {
         "id": "decode-max-pixels-not-checked",
         "row": ROW_BOMBS,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "if width < 1 or height < 1 or width * height > self.cfg.max_pixels:",
         "new": "if width < 1 or height < 1:",
         "tests": ["tests/test_info_verify.py::test_verify_reports_images_the_loader_skips_for_their_pixel_count"],
@@ -139,7 +139,7 @@ MUTANTS = [
     {
         "id": "decoders-pil-returns-bgr",
         "row": ROW_NOTHING_MOVES,
-        "file": "shardkit/loader/decoders.py",
+        "file": "shardkit/loader/decode/decoders.py",
         "old": 'return np.array(im.convert("RGB"))  # writable',
         "new": 'return np.array(im.convert("RGB"))[..., ::-1].copy()  # writable',
         "tests": ["tests/test_decode_promises.py::test_png_named_jpg_decodes_to_its_pixels"],
@@ -148,7 +148,7 @@ MUTANTS = [
     {
         "id": "cropresize-flips-indexed-by-batch-not-group",
         "row": ROW_DEVICE_CROPS,
-        "file": "shardkit/cropresize.py",
+        "file": "shardkit/loader/decode/cropresize.py",
         "old": "flipped = to_device(np.flatnonzero(np.asarray(flips, bool)[idx]), torch.int64, device)",
         "new": "flipped = to_device(np.flatnonzero(np.asarray(flips, bool))[: len(idx)], torch.int64, device)",
         "tests": [f"{T}::test_batched_crops_equal_torchs_interpolate_of_each_box"],
@@ -156,7 +156,7 @@ MUTANTS = [
     {
         "id": "cropresize-group-written-to-the-first-rows",
         "row": ROW_DEVICE_CROPS,
-        "file": "shardkit/cropresize.py",
+        "file": "shardkit/loader/decode/cropresize.py",
         "old": "out[sel] = res.view(k, c, s, s)",
         "new": "out[: len(idx)] = res.view(k, c, s, s)",
         "tests": [f"{T}::test_batched_crops_equal_torchs_interpolate_of_each_box"],
@@ -164,7 +164,7 @@ MUTANTS = [
     {
         "id": "cropresize-weights-not-normalised",
         "row": ROW_DEVICE_CROPS,
-        "file": "shardkit/cropresize.py",
+        "file": "shardkit/loader/decode/cropresize.py",
         "old": "w.div_(w.sum(-1, keepdim=True).clamp_(min=1e-12))",
         "new": "w.div_(w.sum(-1, keepdim=True).mean().clamp_(min=1e-12))",
         "tests": [f"{T}::test_batched_crops_equal_torchs_interpolate_of_each_box"],
@@ -190,7 +190,7 @@ MUTANTS = [
     {
         "id": "decoders-simplejpeg-without-pil-fallback",
         "row": ROW_FUZZ,
-        "file": "shardkit/loader/decoders.py",
+        "file": "shardkit/loader/decode/decoders.py",
         "old": "        except ValueError:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)\n            return self._pil.decode(data, min_w, min_h)",
         "new": "        except ValueError as exc:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)\n            raise RuntimeError(f\"cannot decode: {exc}\")",
         "tests": [f"{T_DEC}::test_non_jpeg_falls_back_to_pil"],
@@ -198,7 +198,7 @@ MUTANTS = [
     {
         "id": "decode-panorama-box-off-centre",
         "row": ROW_EVAL,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "    left = int(round((new_w - size) / 2.0))\n",
         "new": "    left = int(round((new_w - size) / 1.8))\n",
         "tests": ["tests/test_decode_promises.py::test_elongated_image_gives_the_center_crop_pixels"],
@@ -206,7 +206,7 @@ MUTANTS = [
     {
         "id": "decode-panorama-resized-whole",
         "row": ROW_EVAL,
-        "file": "shardkit/loader/decode.py",
+        "file": "shardkit/loader/decode/worker.py",
         "old": "if max(width, height) > _MAX_EVAL_ASPECT * min(width, height):",
         "new": "if False and max(width, height) > _MAX_EVAL_ASPECT * min(width, height):",
         "tests": ["tests/test_decode_promises.py::test_elongated_image_is_cropped_before_resizing"],
@@ -215,7 +215,7 @@ MUTANTS = [
     {
         "id": "augment-mix-weight-read-on-the-host",
         "row": ROW_NO_SYNC,
-        "file": "shardkit/augment/mix.py",
+        "file": "shardkit/augment/mixup.py",
         "old": "return torch.where(applied, lam, 1.0).expand(b)",
         "new": "return (lam if bool(applied.all()) else torch.where(applied, lam, 1.0)).expand(b)",
         "tests": ["tests/test_augment_no_sync.py::test_a_whole_call_draws_and_applies_without_host_reads"],
@@ -223,7 +223,7 @@ MUTANTS = [
     {
         "id": "augment-mixed-labels-from-the-wrong-neighbour",
         "row": ROW_AUG,
-        "file": "shardkit/augment/mix.py",
+        "file": "shardkit/augment/mixup.py",
         "old": "return torch.lerp(labels.roll(1, 0), labels, lam.view(-1, 1))",
         "new": "return torch.lerp(labels.roll(-1, 0), labels, lam.view(-1, 1))",
         "tests": ["tests/test_augment.py::test_mixup_cutmix_labels"],
@@ -232,7 +232,7 @@ MUTANTS = [
     {
         "id": "sources-pipe-urls-run",
         "row": ROW_PIPE,
-        "file": "shardkit/loader/sources.py",
+        "file": "shardkit/storage/opener.py",
         "old": 'if storage.scheme(url) == "pipe" and not cfg.allow_pipe:',
         "new": 'if storage.scheme(url) == "pipe" and cfg.allow_pipe is None:',
         "tests": ["tests/test_loader.py::test_pipe_urls_refused_unless_opted_in"],
@@ -240,7 +240,7 @@ MUTANTS = [
     {
         "id": "prefetch-mixing-transform-gets-no-labels",
         "row": ROW_PREFETCH,
-        "file": "shardkit/prefetch.py",
+        "file": "shardkit/loader/prefetch.py",
         "old": 'transform_labels = bool(getattr(transform, "needs_labels", False))',
         "new": "transform_labels = False",
         "tests": ["tests/test_prefetch.py::test_mixing_transform_gets_the_labels"],
@@ -248,7 +248,7 @@ MUTANTS = [
     {
         "id": "prefetch-namedtuple-batches-become-lists",
         "row": ROW_PREFETCH,
-        "file": "shardkit/prefetch.py",
+        "file": "shardkit/loader/prefetch.py",
         "old": 'return type(batch)(*fields) if hasattr(batch, "_fields") else type(batch)(fields)',
         "new": "return list(fields)",
         "tests": [f"{T}::test_prefetched_batches_keep_their_type_and_fields_with_a_transform"],

@@ -64,7 +64,7 @@ MUTANTS = [
     {
         "id": "lightning-len-read-once",
         "row": ROW_LIGHTNING,
-        "file": "shardkit/lightning.py",
+        "file": "shardkit/integrations/lightning.py",
         "old": "            trainer.reload_dataloaders_every_n_epochs = 1",
         "new": "            pass",
         "tests": ["tests/test_lightning.py::test_resumed_fit_over_epochs_of_varying_length_equals_uninterrupted"],
@@ -72,7 +72,7 @@ MUTANTS = [
     {
         "id": "lightning-len-of-the-loaders-epoch",
         "row": ROW_LIGHTNING,
-        "file": "shardkit/lightning.py",
+        "file": "shardkit/integrations/lightning.py",
         "old": "        return self.loader.num_batches(self._epoch() if self._epoch is not None else self._start[\"epoch\"])  # type: ignore[index]",
         "new": "        return self.loader.num_batches(0)",
         "tests": ["tests/test_lightning.py::test_fit_over_epochs_of_varying_length_sees_every_sample"],
@@ -97,7 +97,7 @@ MUTANTS = [
     {
         "id": "mixture-diff-weight-only",
         "row": ROW_STATE,
-        "file": "shardkit/mix/remix.py",
+        "file": "shardkit/plan/remix.py",
         "old": "        for k in (\"weight\", \"repeat\", \"choose\"):",
         "new": "        for k in (\"weight\",):",
         "tests": [f"{T_STATE}::test_every_mixture_spec_field_is_checked"],
@@ -105,7 +105,7 @@ MUTANTS = [
     {
         "id": "mixture-diff-ignores-epoch-size",
         "row": ROW_STATE,
-        "file": "shardkit/mix/remix.py",
+        "file": "shardkit/plan/remix.py",
         "old": "    if saved.get(\"epoch_size\") != current.get(\"epoch_size\"):",
         "new": "    if False:",
         "tests": [f"{T_STATE}::test_epoch_size_is_checked"],
@@ -162,7 +162,7 @@ MUTANTS = [
     {
         "id": "labels-same-set-kept-as-is",  # the class SET compared, not the list
         "row": ROW_LABELS,
-        "file": "shardkit/mix/labels.py",
+        "file": "shardkit/plan/labels.py",
         "old": "    if mode is LabelMode.MERGED and all(cl == lists[0] for cl in lists):",
         "new": "    if mode is LabelMode.MERGED and all(set(cl) == set(lists[0]) for cl in lists):",
         "tests": [f"{T_LABELS}::test_merged_labels_name_the_true_class"],
@@ -170,7 +170,7 @@ MUTANTS = [
     {
         "id": "labels-merged-table-by-position",
         "row": ROW_LABELS,
-        "file": "shardkit/mix/labels.py",
+        "file": "shardkit/plan/labels.py",
         "old": "        return LabelSpace(tuple(union), tuple(np.array([index[c] for c in cl], np.int64) for cl in class_lists))",
         "new": "        return LabelSpace(tuple(union), tuple(np.array([index[c] for c in sorted(cl)], np.int64) for cl in class_lists))",
         "tests": [f"{T_LABELS}::test_merged_labels_name_the_true_class"],
@@ -178,7 +178,7 @@ MUTANTS = [
     {
         "id": "labels-per-source-not-offset",
         "row": ROW_LABELS,
-        "file": "shardkit/mix/labels.py",
+        "file": "shardkit/plan/labels.py",
         "old": "        tables.append(np.arange(base, base + len(cl), dtype=np.int64))",
         "new": "        tables.append(np.arange(len(cl), dtype=np.int64))",
         "tests": [f"{T_LABELS}::test_per_source_labels_name_the_true_class_of_their_source"],
@@ -206,7 +206,7 @@ MUTANTS = [
     {
         "id": "epoch-size-fraction-accepted",  # the bug of issue 21 (rough edges)
         "row": ROW_OPTIONS,
-        "file": "shardkit/mix/mixture.py",
+        "file": "shardkit/plan/mixture.py",
         "old": "            if isinstance(self.epoch_size, bool) or not isinstance(self.epoch_size, numbers.Integral) or self.epoch_size < 1:",
         "new": "            if self.epoch_size < 1:",
         "tests": [f"{T_STATE}::test_epoch_size_must_be_a_whole_number_of_samples"],
@@ -214,7 +214,7 @@ MUTANTS = [
     {
         "id": "integer-options-accept-fractions",
         "row": ROW_OPTIONS,
-        "file": "shardkit/loader/config.py",
+        "file": "shardkit/choices.py",
         "old": "            ok, plain = isinstance(v, numbers.Integral) and not isinstance(v, bool), int",
         "new": "            ok, plain = isinstance(v, numbers.Real), int",
         "tests": [f"{T_STATE}::test_an_integer_option_given_a_fraction_is_refused_naming_it"],

@@ -1,6 +1,6 @@
-"""Mutants of planning and elastic resume (``shardkit/plan.py``, ``shardkit/mix/plan.py``), the sample-index
+"""Mutants of planning and elastic resume (``shardkit/plan/epoch.py``, ``shardkit/plan/mixplan.py``), the sample-index
 fallback and range reads (``shardkit/loader/read.py``, ``shardkit/format/index.py``) and device decode
-(``shardkit/devicedecode.py``). Issue 21, area "plan"."""
+(``shardkit/loader/decode/device.py``). Issue 21, area "plan"."""
 
 ROW_ONCE = "Every sample exactly once per epoch over ranks × workers"
 ROW_RESUME = "Mid-epoch checkpoint, resume: the resumed run starts at the next step and equals the uninterrupted run"
@@ -22,11 +22,11 @@ GOING_BACK = "tests/test_index_fallback.py::test_ids_going_back_in_a_shard_read_
 DEV = "tests/test_devicedecode_train.py::test_train_crops_and_flips_stay_with_their_samples_after_a_dropped_one"
 
 MUTANTS = [
-    # ------------------------------------------------------------------ shardkit/plan.py
+    # ------------------------------------------------------------------ shardkit/plan/epoch.py
     {
         "id": "plan-padding-seen-does-not-count",
         "row": ROW_ELASTIC,
-        "file": "shardkit/plan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "seen[np.flatnonzero(seen_virtual) % n] = True",
         "new": "seen[np.flatnonzero(seen_virtual[:n])] = True",
         "tests": [PADDING_FIRST],
@@ -34,7 +34,7 @@ MUTANTS = [
     {
         "id": "plan-partly-emitted-block-forgotten",
         "row": ROW_ELASTIC,
-        "file": "shardkit/plan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "for i in np.flatnonzero(skip > prefix):",
         "new": "for i in np.flatnonzero(skip > skip):",
         "tests": [CHAIN, ORACLE],
@@ -42,7 +42,7 @@ MUTANTS = [
     {
         "id": "plan-second-replan-reuses-generation-0",
         "row": ROW_ELASTIC,
-        "file": "shardkit/plan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen)",
         "new": "epoch=epoch, batches_done=seg.batches_done, generation=0)",
         "tests": [GRID, ORACLE],
@@ -50,7 +50,7 @@ MUTANTS = [
     {
         "id": "plan-dropped-samples-come-back-after-replan",
         "row": ROW_ELASTIC,
-        "file": "shardkit/plan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "keep = np.flatnonzero(assigned & ~seen)",
         "new": "keep = np.flatnonzero(~seen)",
         "tests": [CHAIN, ORACLE],
@@ -58,7 +58,7 @@ MUTANTS = [
     {
         "id": "plan-resume-worker-role-not-rotated",
         "row": ROW_RESUME,
-        "file": "shardkit/plan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "world = world.with_worker((world.worker + batches_done) % world.num_workers, world.num_workers)",
         "new": "world = world.with_worker(world.worker, world.num_workers)",
         "tests": [EVERY_STEP, ORACLE],
@@ -66,7 +66,7 @@ MUTANTS = [
     {
         "id": "plan-padding-repeats-the-last-sample",
         "row": ROW_ONCE,
-        "file": "shardkit/plan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "gids = stream.global_ids_at(positions % n) if n else positions",
         "new": "gids = stream.global_ids_at(np.minimum(positions, n - 1)) if n else positions",
         "tests": [EVERY_STEP, ORACLE],
@@ -74,16 +74,16 @@ MUTANTS = [
     {
         "id": "plan-resume-inside-block-reordered",
         "row": ROW_RESUME,
-        "file": "shardkit/plan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "            perm = np.searchsorted(keep, rest)\n",
         "new": "            perm = np.arange(len(rest))\n",
         "tests": [EVERY_STEP, ORACLE],
     },
-    # ------------------------------------------------------------------ shardkit/mix/plan.py (the loader's planner)
+    # ------------------------------------------------------------------ shardkit/plan/mixplan.py (the loader's planner)
     {
         "id": "mix-padding-in-whole-blocks-not-seen",
         "row": ROW_ELASTIC,
-        "file": "shardkit/mix/plan.py",
+        "file": "shardkit/plan/mixplan.py",
         "old": "seen = _covered(n, starts, starts + whole)",
         "new": "seen = _covered(n, starts, np.minimum(starts + whole, n))",
         "tests": [PADDING_FIRST, CHAIN, ORACLE_ONE],
@@ -91,7 +91,7 @@ MUTANTS = [
     {
         "id": "mix-second-replan-reuses-generation-0",
         "row": ROW_ELASTIC,
-        "file": "shardkit/mix/plan.py",
+        "file": "shardkit/plan/mixplan.py",
         "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen)",
         "new": "epoch=epoch, batches_done=seg.batches_done, generation=0)",
         "tests": [GRID, ORACLE_ONE],
@@ -99,7 +99,7 @@ MUTANTS = [
     {
         "id": "mix-partial-block-of-the-wrong-reader",
         "row": ROW_ELASTIC,
-        "file": "shardkit/mix/plan.py",
+        "file": "shardkit/plan/mixplan.py",
         "old": "world = World(i // num_workers, world_size, i % num_workers, num_workers)",
         "new": "world = World(i % world_size, world_size, i % num_workers, num_workers)",
         "tests": [GRID, ORACLE_ONE],
@@ -107,7 +107,7 @@ MUTANTS = [
     {
         "id": "mix-partial-block-emission-off-by-one",
         "row": ROW_ELASTIC,
-        "file": "shardkit/mix/plan.py",
+        "file": "shardkit/plan/mixplan.py",
         "old": "seen[(c0 + b0 + order[: int(skip[i]) - b0]) % n] = True",
         "new": "seen[(c0 + b0 + order[: int(skip[i]) - b0 - 1]) % n] = True",
         "tests": [CHAIN, ORACLE_ONE],
@@ -115,7 +115,7 @@ MUTANTS = [
     {
         "id": "mix-resume-inside-block-reordered",
         "row": ROW_RESUME,
-        "file": "shardkit/mix/plan.py",
+        "file": "shardkit/plan/mixplan.py",
         "old": "s, g, order = s[keep], g[keep], np.searchsorted(keep, rest)",
         "new": "s, g, order = s[keep], g[keep], np.arange(len(rest))",
         "tests": [EVERY_STEP, ORACLE_ONE],
@@ -123,7 +123,7 @@ MUTANTS = [
     {
         "id": "mix-repeats-counted-by-id-not-position",
         "row": ROW_ELASTIC,
-        "file": "shardkit/mix/plan.py",
+        "file": "shardkit/plan/mixplan.py",
         "old": "    keep = np.flatnonzero(assigned & ~seen)\n    return Explicit(",
         "new": "    seen |= np.isin(listed.gids, listed.gids[seen])\n    keep = np.flatnonzero(assigned & ~seen)\n    return Explicit(",
         "tests": [CHAIN_REPEATS, ORACLE_MIX],
@@ -185,11 +185,11 @@ MUTANTS = [
         "new": "",
         "tests": [FALLBACK],
     },
-    # ------------------------------------------------------------------ shardkit/devicedecode.py
+    # ------------------------------------------------------------------ shardkit/loader/decode/device.py
     {
         "id": "devdecode-crops-shift-after-a-dropped-sample",
         "row": ROW_DEVICE,
-        "file": "shardkit/devicedecode.py",
+        "file": "shardkit/loader/decode/device.py",
         "old": "Crops(np.asarray(crops.boxes)[kept], np.asarray(crops.flips)[kept])",
         "new": "Crops(np.asarray(crops.boxes)[: len(kept)], np.asarray(crops.flips)[: len(kept)])",
         "tests": [DEV],
@@ -197,7 +197,7 @@ MUTANTS = [
     {
         "id": "devdecode-flips-shift-after-a-dropped-sample",
         "row": ROW_DEVICE,
-        "file": "shardkit/devicedecode.py",
+        "file": "shardkit/loader/decode/device.py",
         "old": "Crops(np.asarray(crops.boxes)[kept], np.asarray(crops.flips)[kept])",
         "new": "Crops(np.asarray(crops.boxes)[kept], np.asarray(crops.flips)[: len(kept)])",
         "tests": [DEV],
@@ -205,7 +205,7 @@ MUTANTS = [
     {
         "id": "devdecode-sizes-shift-after-a-dropped-sample",
         "row": ROW_DEVICE,
-        "file": "shardkit/devicedecode.py",
+        "file": "shardkit/loader/decode/device.py",
         "old": "out = self.resize(images, sizes[kept],",
         "new": "out = self.resize(images, sizes[: len(kept)],",
         "tests": [DEV],
@@ -213,7 +213,7 @@ MUTANTS = [
     {
         "id": "devdecode-bisection-loses-the-second-half",
         "row": ROW_DEVICE,
-        "file": "shardkit/devicedecode.py",
+        "file": "shardkit/loader/decode/device.py",
         "old": "                self._decode_batched(idx[half:], tensors, jpegs, sizes, out, errors)\n",
         "new": "",
         "tests": [DEV],

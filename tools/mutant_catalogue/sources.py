@@ -1,6 +1,6 @@
 """Mutants of the sources: listings, folders (ImageFolder, --label-regex), the label rule, --val-fraction.
 
-Files: ``shardkit/convert/listing.py``, ``source.py``, ``discover.py``. Tests: ``tests/test_convert_listing.py``
+Files: ``shardkit/convert/scan/listing.py``, ``source.py``, ``discover.py``. Tests: ``tests/test_convert_listing.py``
 (one test per promise) and ``tests/test_sources_oracle.py`` (the differential oracles; the mutants naming only
 an oracle prove that the oracle itself can fail).
 """
@@ -12,9 +12,9 @@ ROW_VAL = "Validation split (--val-fraction): F x n rounded half up per class, t
 
 T = "tests/test_convert_listing.py::"
 ORACLE = "tests/test_sources_oracle.py::"
-LISTING = "shardkit/convert/listing.py"
-SOURCE = "shardkit/convert/source.py"
-DISCOVER = "shardkit/convert/discover.py"
+LISTING = "shardkit/convert/scan/listing.py"
+SOURCE = "shardkit/convert/scan/source.py"
+DISCOVER = "shardkit/convert/scan/discover.py"
 
 MUTANTS = [
     # --- A3: row shape

@@ -1,4 +1,4 @@
-"""Mutants of the tar and Hugging Face sources (``shardkit/convert/tars.py``, ``shardkit/convert/hf.py``), issue #21.
+"""Mutants of the tar and Hugging Face sources (``shardkit/convert/scan/tars.py``, ``shardkit/convert/scan/hf.py``), issue #21.
 
 Each re-introduces a bug found in issue #21 (A1, A4, A7, A8, A10, B) or a near relative. The unit tests of
 ``tests/test_convert_tars.py`` / ``tests/test_convert_hf.py`` are named first (fast); the ``-oracle`` mutants
@@ -10,9 +10,9 @@ ROW_HF = "Conversion input: Hugging Face datasets (every row one sample with its
 ROW_LABELS = "Conversion labels: one rule for every source"
 ROW_RESHARD = "Re-converting shardkit's own shards keeps the class names, their order, the labels and the pixels"
 
-TARS = "shardkit/convert/tars.py"
-SOURCE_PY = "shardkit/convert/source.py"
-HF = "shardkit/convert/hf.py"
+TARS = "shardkit/convert/scan/tars.py"
+SOURCE_PY = "shardkit/convert/scan/source.py"
+HF = "shardkit/convert/scan/hf.py"
 T = "tests/test_convert_tars.py::"
 H = "tests/test_convert_hf.py::"
 TAR_ORACLE = "tests/test_tarhf_oracle.py::test_tar_source_matches_the_reference"

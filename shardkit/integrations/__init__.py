@@ -1,0 +1,1 @@
+"""Integrations with training frameworks: :mod:`.lightning` (a LightningDataModule)."""

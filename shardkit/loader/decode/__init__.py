@@ -1,0 +1,8 @@
+"""Decoding: JPEG bytes -> uint8 pixels, in the worker or on the device.
+
+* :mod:`.worker` -- the worker-side decode and crop (DCT-scaled decode, one resize per sample).
+* :mod:`.decoders` -- the JPEG decoders a worker can use (simplejpeg, PIL, torchvision/TorchCodec).
+* :mod:`.device` -- ``decode_on="device"``: batched decode where the batch is consumed, then crop and resize.
+* :mod:`.cropresize` -- the batched crop-and-resize of the device path.
+* :mod:`.backend` -- which library decodes JPEGs for the torchvision decoder and the device path.
+"""

@@ -1,0 +1,386 @@
+"""Decode a sample's JPEG straight to its output crop, at the lowest resolution that suffices.
+
+Crop geometry is computed on the stored image size before decoding:
+
+* train: torchvision's ``RandomResizedCrop.get_params`` (10 attempts, then a
+  center crop clamped to the ratio range) and a horizontal flip with p=0.5, for a
+  whole batch at once from uniforms that are a hash of ``(seed, epoch, global id)``
+  (:func:`sample_uniforms`), so a sample's crop does not depend on the number of
+  ranks or workers, and no Python runs per sample to draw it;
+* eval: torchvision's ``Resize(resize_size)`` + ``CenterCrop(size)`` expressed
+  as one box in the original image.
+
+Then the JPEG is decoded with DCT scaling (libjpeg-turbo decodes at 1/2, 1/4,
+1/8 scale almost for free) as far down as the crop still has ``size`` pixels,
+and the box is resized to ``size`` x ``size`` with an antialiased bilinear
+filter (torch's vectorised uint8 kernel: 2-3x faster than PIL's ``resize``),
+written straight into the batch (``3 x size x size`` view; channels-last batches
+are the kernel's native layout, a contiguous one costs a transposing pass). Decoders (:mod:`shardkit.loader.decode.decoders`, measured in the README): simplejpeg
+(libjpeg-turbo, fastest), PIL with ``draft`` (fallback for anything that is not
+a baseline RGB/gray JPEG, and when simplejpeg is not installed), and
+``torchvision.io.decode_jpeg`` (no DCT scaling; kept for comparison).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+from shardkit.loader.config import ImageConfig, Preset
+from shardkit.loader.decode.decoders import (  # noqa: F401 - re-exported
+    DECODERS,
+    JpegDecoder,
+    PilDecoder,
+    SimplejpegDecoder,
+    TorchvisionDecoder,
+    make_decoder,
+)
+
+Box = tuple[float, float, float, float]  #: (left, top, right, bottom) in stored-image pixels
+#: eval images more elongated than this are cropped before resizing (bounded memory; borders may differ by a level)
+_MAX_EVAL_ASPECT = 4
+
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+#: uniforms per sample the train preset consumes: 10 RandomResizedCrop attempts x (area, ratio), top, left, flip
+CROP_UNIFORMS = 23
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic, no warnings on arrays)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def sample_uniforms(seed: int, epoch: int, gids: np.ndarray, k: int = CROP_UNIFORMS) -> np.ndarray:
+    """``[len(gids), k]`` uniforms in [0, 1): a pure function of ``(seed, epoch, gid, column)``.
+
+    A counter-based hash (splitmix64 over the key and a counter), so a whole batch
+    draws its random numbers in a few vectorised operations and a sample's draws do
+    not depend on which rank or worker decodes it, or on what else is in its batch.
+    """
+    key = _mix64(np.array([seed], np.int64).astype(np.uint64) + _GOLDEN)
+    key = _mix64(key ^ (np.array([epoch], np.int64).astype(np.uint64) + _GOLDEN))
+    per_sample = _mix64(key ^ _mix64(np.asarray(gids, np.int64).astype(np.uint64) + _GOLDEN))
+    counters = (np.arange(1, k + 1, dtype=np.uint64) * _GOLDEN)[None, :]
+    bits = _mix64(per_sample[:, None] + counters)
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def rrc_boxes(
+    widths: np.ndarray, heights: np.ndarray, u: np.ndarray, scale: tuple[float, float], ratio: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """torchvision's ``RandomResizedCrop.get_params`` for a whole batch of image sizes at once.
+
+    Up to 10 attempts of an area fraction uniform in ``scale`` and an aspect ratio
+    log-uniform in ``ratio`` (rounded like torchvision); the first box that fits is
+    placed uniformly at random; if none fits, a centre crop with the ratio clamped
+    into ``ratio``.
+
+    Args:
+        widths, heights: ``[n]`` stored image sizes.
+        u: ``[n, >= 22]`` uniforms (columns 0-9 areas, 10-19 ratios, 20 top, 21 left).
+
+    Returns:
+        ``(top, left, h, w)``, each ``[n]`` int64.
+    """
+    wf, hf = np.asarray(widths, np.float64), np.asarray(heights, np.float64)
+    area = (wf * hf)[:, None]
+    target = area * (scale[0] + (scale[1] - scale[0]) * u[:, :10])
+    lo, hi = math.log(ratio[0]), math.log(ratio[1])
+    aspect = np.exp(lo + (hi - lo) * u[:, 10:20])
+    w = np.round(np.sqrt(target * aspect))
+    h = np.round(np.sqrt(target / aspect))
+    ok = (w > 0) & (w <= wf[:, None]) & (h > 0) & (h <= hf[:, None])
+    rows, first = np.arange(len(wf)), ok.argmax(axis=1)
+    found = ok.any(axis=1)
+    in_ratio = wf / hf
+    rmin, rmax = min(ratio), max(ratio)
+    fw = np.where(in_ratio > rmax, np.round(hf * rmax), wf)
+    fh = np.where(in_ratio < rmin, np.round(wf / rmin), hf)
+    w = np.where(found, w[rows, first], fw)
+    h = np.where(found, h[rows, first], fh)
+    top = np.where(found, np.floor(u[:, 20] * (hf - h + 1)), np.floor((hf - h) / 2))
+    left = np.where(found, np.floor(u[:, 21] * (wf - w + 1)), np.floor((wf - w) / 2))
+    return top.astype(np.int64), left.astype(np.int64), h.astype(np.int64), w.astype(np.int64)
+
+
+def center_box(width: int, height: int, size: int, resize_size: int) -> Box:
+    """torchvision ``Resize(resize_size)`` + ``CenterCrop(size)`` as a box in the original image."""
+    if width <= height:
+        new_w, new_h = resize_size, int(resize_size * height / width)
+    else:
+        new_w, new_h = int(resize_size * width / height), resize_size
+    top = int(round((new_h - size) / 2.0))
+    left = int(round((new_w - size) / 2.0))
+    sx, sy = new_w / width, new_h / height
+    return left / sx, top / sy, (left + size) / sx, (top + size) / sy
+
+
+def center_boxes(widths: np.ndarray, heights: np.ndarray, size: int, resize_size: int) -> np.ndarray:
+    """:func:`center_box` for a whole batch at once: ``[n, 4]`` boxes (same arithmetic, vectorised)."""
+    w, h = np.asarray(widths, np.float64), np.asarray(heights, np.float64)
+    portrait = w <= h
+    new_w = np.where(portrait, resize_size, np.floor(resize_size * w / np.where(portrait, 1, h)))
+    new_h = np.where(portrait, np.floor(resize_size * h / np.where(portrait, w, 1)), resize_size)
+    top, left = np.round((new_h - size) / 2.0), np.round((new_w - size) / 2.0)
+    sx, sy = new_w / w, new_h / h
+    return np.stack([left / sx, top / sy, (left + size) / sx, (top + size) / sy], axis=1).reshape(-1, 4)
+
+
+class Crops:
+    """Crop geometry of a batch: ``boxes`` ``[n, 4]`` (left, top, right, bottom in stored-image
+    pixels; ``None`` when the eval preset's were not asked for) and ``flips`` ``[n]`` bool."""
+
+    __slots__ = ("boxes", "flips")
+
+    def __init__(self, boxes: Optional[np.ndarray], flips: np.ndarray):
+        self.boxes, self.flips = boxes, flips
+
+
+class CropDecoder:
+    """Turns JPEG bytes into ``3 x size x size`` uint8 images of the configured preset.
+
+    The batch path is three steps: :meth:`header` per sample (no pixels decoded),
+    :meth:`geometry` once for the whole batch (vectorised), :meth:`decode_into` per
+    sample. ``decoder(data, out, epoch, gid)`` does all three for one sample.
+
+    Args:
+        cfg: image options.
+        seed: the loader's seed (with ``epoch`` and the sample's global id it keys the crop).
+    """
+
+    def __init__(self, cfg: ImageConfig, seed: int):
+        self.cfg, self.seed = cfg, seed
+        self.decoder = make_decoder(cfg.decoder)
+        self.fast = bool(cfg.fast_decode)
+
+    def header(self, data: bytes) -> tuple[int, int]:
+        """``(width, height)`` from the header.
+
+        Raises:
+            ValueError: the header declares no pixels or more than ``max_pixels`` (nothing is decoded).
+        """
+        width, height = self.decoder.header(data)
+        if width < 1 or height < 1 or width * height > self.cfg.max_pixels:
+            raise ValueError(f"image declares {width} x {height} pixels (limit {self.cfg.max_pixels} pixels: max_pixels)")
+        return width, height
+
+    def geometry(self, sizes: np.ndarray, epoch: int, gids: np.ndarray, *, eval_boxes: bool = True) -> Crops:
+        """Crop boxes and flips of a batch; ``sizes`` is ``[n, 2]`` (width, height).
+
+        ``eval_boxes=False``: the eval preset's boxes are not computed (``boxes`` is ``None``),
+        for the CPU decode, whose resize + center crop derives them from the image size.
+        """
+        c = self.cfg
+        sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
+        n = len(sizes)
+        if c.preset is Preset.EVAL:
+            boxes = center_boxes(sizes[:, 0], sizes[:, 1], c.size, c.resize_size) if eval_boxes else None  # type: ignore[arg-type]
+            return Crops(boxes, np.zeros(n, bool))
+        u = sample_uniforms(self.seed, epoch, gids)
+        top, left, h, w = rrc_boxes(sizes[:, 0], sizes[:, 1], u, c.scale, c.ratio)
+        boxes = np.stack([left, top, left + w, top + h], axis=1).astype(np.float64)
+        flips = (u[:, 22] < 0.5) if c.flip else np.zeros(n, bool)
+        return Crops(boxes, flips)
+
+    def decode_into(self, data: bytes, width: int, height: int, box: Optional[Sequence[float]], flip: bool, out: "torch.Tensor",
+                    times: Optional[list[float]] = None) -> None:
+        """Decode ``data`` (header already read) into ``out``, a ``3 x size x size`` uint8 view,
+        cropping ``box`` (a row of :attr:`Crops.boxes`; ignored by the eval preset).
+        ``times`` (optional) accumulates seconds ``[decoding, crop/resize]``."""
+        c = self.cfg
+        if c.preset is Preset.EVAL:
+            resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, times, self.fast)  # type: ignore[arg-type]
+        else:
+            resized_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, times, self.fast)  # type: ignore[arg-type]
+
+    def decode_batch(self, datas: Sequence[bytes], sizes: Sequence[tuple[int, int]], crops: Crops, images: "torch.Tensor",
+                     failed: Callable[[int, Exception], None], times: Optional[list[float]] = None) -> list[int]:
+        """Decode each of ``datas`` into the next free row of ``images`` (``[n, 3, size, size]``).
+
+        A sample whose decode raises is reported to ``failed(i, exc)`` and leaves no row.
+        Flips are applied per row, as part of the resize: one flip per image costs ~14 us,
+        a batched (fancy-indexed) flip of the same rows ~15x more on CPU (notes/issue-10.md).
+
+        Returns:
+            The indices into ``datas`` of the rows written, in order.
+        """
+        boxes = crops.boxes.tolist() if crops.boxes is not None else [None] * len(datas)
+        flips = crops.flips.tolist()
+        kept: list[int] = []
+        for i, data in enumerate(datas):
+            try:
+                self.decode_into(data, sizes[i][0], sizes[i][1], boxes[i], flips[i], images[len(kept)], times)
+            except Exception as exc:  # noqa: BLE001 - reported to the caller, who decides
+                failed(i, exc)
+                continue
+            kept.append(i)
+        return kept
+
+    def __call__(self, data: bytes, out: "torch.Tensor", epoch: int, gid: int) -> None:
+        """Decode one sample into ``out`` (a ``3 x size x size`` uint8 tensor view).
+
+        Raises:
+            ValueError: the header declares no pixels or more than ``max_pixels`` (nothing is decoded).
+        """
+        width, height = self.header(data)
+        crops = self.geometry(np.array([[width, height]]), epoch, np.array([gid]))
+        box = crops.boxes[0].tolist() if crops.boxes is not None else None
+        self.decode_into(data, width, height, box, bool(crops.flips[0]), out)
+
+
+def channels_last_empty(shape: tuple[int, ...]) -> "torch.Tensor":
+    """An uninitialised uint8 ``[..., 3, H, W]`` tensor whose bytes are laid out ``[..., H, W, 3]``."""
+    import torch
+
+    *lead, c, h, w = shape
+    t = torch.empty((*lead, h, w, c), dtype=torch.uint8)
+    return t.movedim(-1, -3)
+
+
+@functools.lru_cache(maxsize=None)
+def _aa_kernel() -> Optional[Callable]:
+    """torch's uint8 antialiased bilinear kernel with an ``out=`` argument, or None where this torch lacks it.
+
+    It is the kernel ``F.interpolate(mode="bilinear", antialias=True)`` dispatches to, called
+    directly because only it can write into a batch row: through ``F.interpolate`` (a new tensor,
+    then a copy; crop views take its slower route) decode + crop/resize measured 6 % (train) and
+    10 % (eval) slower. ``tests/test_decode.py::test_resize_kernel_equals_public_interpolate``
+    checks it against ``F.interpolate`` byte for byte, and the fallback is that public call.
+    """
+    import torch
+
+    return getattr(getattr(torch._C, "_nn", None), "_upsample_bilinear2d_aa", None)
+
+
+def _resize_into(chw: "torch.Tensor", out: "torch.Tensor") -> None:
+    """Antialiased bilinear resize of a uint8 ``3 x h x w`` view into ``out`` (``3 x H x W``).
+
+    torch's vectorised uint8 kernel writes its result straight into ``out``; it is
+    fastest when ``out`` is channels-last (NHWC bytes), its native layout.
+    """
+    if chw.shape[1:] == out.shape[1:]:
+        out.copy_(chw)
+        return
+    kernel = _aa_kernel()
+    if kernel is not None:
+        kernel(chw[None], tuple(out.shape[1:]), False, None, None, out=out[None])
+        return
+    import torch
+    import torch.nn.functional as F
+
+    x = chw[None].contiguous(memory_format=torch.channels_last)
+    out.copy_(F.interpolate(x, size=tuple(out.shape[1:]), mode="bilinear", antialias=True, align_corners=False)[0])
+
+
+def resized_crop(
+    decoder: JpegDecoder,
+    data: bytes,
+    width: int,
+    height: int,
+    box: Box,
+    size: int,
+    flip: bool,
+    out: "torch.Tensor",
+    times: Optional[list[float]] = None,
+    fast: bool = False,
+) -> None:
+    """Decode at the smallest DCT scale that keeps ``box`` >= ``size`` px, resize ``box`` to ``size`` into ``out``.
+
+    ``times`` (optional) accumulates seconds ``[decoding, crop/resize]``.
+    """
+    import torch
+
+    t0 = time.perf_counter()
+    bw, bh = box[2] - box[0], box[3] - box[1]
+    arr = decoder.decode(data, *_dct_size(width, height, min(bw / size, bh / size)), fast)
+    t1 = time.perf_counter()
+    dh, dw = arr.shape[0], arr.shape[1]
+    sx, sy = dw / width, dh / height
+    x0, y0 = min(dw - 1, int(round(box[0] * sx))), min(dh - 1, int(round(box[1] * sy)))
+    x1, y1 = max(x0 + 1, min(dw, int(round(box[2] * sx)))), max(y0 + 1, min(dh, int(round(box[3] * sy))))
+    _resize_into(torch.from_numpy(arr).permute(2, 0, 1)[:, y0:y1, x0:x1], out)
+    if flip:
+        out.copy_(out.flip(-1))
+    if times is not None:
+        times[0] += t1 - t0
+        times[1] += time.perf_counter() - t1
+
+
+def _dct_size(width: int, height: int, reduce: float) -> tuple[int, int]:
+    """The smallest decode size to ask for: the image scaled by 1/2, 1/4 or 1/8, as far as ``reduce``
+    (how much smaller than the image the result may be) allows, else full size.
+
+    libjpeg-turbo also scales by 3/8, 5/8, 6/8 and 7/8, but those IDCTs have no SIMD code and
+    cost more than decoding at full size (at 160 px the train preset decoded 12 % slower
+    than at 224 px, because more crops allowed a 6/8 or 7/8 decode)."""
+    r = 1
+    while r < 8 and 2 * r <= reduce:
+        r *= 2
+    return max(1, math.ceil(width / r)), max(1, math.ceil(height / r))
+
+
+def resize_center_crop(
+    decoder: JpegDecoder,
+    data: bytes,
+    width: int,
+    height: int,
+    resize_size: int,
+    size: int,
+    out: "torch.Tensor",
+    times: Optional[list[float]] = None,
+    fast: bool = False,
+) -> None:
+    """torchvision ``Resize(resize_size)`` + ``CenterCrop(size)``, decoding at a reduced DCT scale when possible."""
+    import torch
+
+    if max(width, height) > _MAX_EVAL_ASPECT * min(width, height):
+        # A panorama (or a hostile 65000 x 1 header): resizing the whole image first would
+        # allocate resize_size^2 x aspect pixels; crop the same box first, then resize it.
+        return resized_crop(decoder, data, width, height, center_box(width, height, size, resize_size), size, False, out, times, fast)
+    t0 = time.perf_counter()
+    if width <= height:
+        new_w, new_h = resize_size, int(resize_size * height / width)
+    else:
+        new_w, new_h = int(resize_size * width / height), resize_size
+    arr = decoder.decode(data, *_dct_size(width, height, min(width / new_w, height / new_h)), fast)
+    t1 = time.perf_counter()
+    full = channels_last_empty((3, new_h, new_w))
+    _resize_into(torch.from_numpy(arr).permute(2, 0, 1), full)
+    top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
+    out.copy_(full[:, top : top + size, left : left + size])
+    if times is not None:
+        times[0] += t1 - t0
+        times[1] += time.perf_counter() - t1
+
+
+def apply_batch_hook(hook: Callable, images: "torch.Tensor", labels: "torch.Tensor", keys: list[str]) -> None:
+    """Run the user's batch hook on ``images`` (``[n, 3, S, S]`` uint8) in place, checking its result."""
+    res = hook(images, labels, keys)
+    if res is None or res is images:
+        return
+    if tuple(res.shape) != tuple(images.shape) or str(res.dtype) != str(images.dtype):
+        raise ValueError(f"batch hook returned {res.dtype} {tuple(res.shape)}; it must return uint8 {tuple(images.shape)}")
+    images.copy_(res)
+
+
+def apply_hook(hook: Optional[Callable], image: "torch.Tensor", sample: object) -> None:
+    """Run the user's per-sample hook on ``image`` (3 x S x S uint8) in place, checking its result."""
+    if hook is None:
+        return
+    res = hook(image, sample)
+    if res is image:
+        return
+    if tuple(res.shape) != tuple(image.shape) or str(res.dtype) != str(image.dtype):
+        raise ValueError(f"sample hook returned {res.dtype} {tuple(res.shape)}; it must return uint8 {tuple(image.shape)}")
+    image.copy_(res)

@@ -1,0 +1,251 @@
+"""Remote shard reads that survive dropped connections: back off, reopen at the byte offset, continue.
+
+Object storage drops connections, answers 500/503 and goes away for a minute;
+a training job must not die for it, nor re-read a shard from its start.
+:class:`RetryingFile` wraps a remote file: when a read (or the open) fails
+with a transient error, it closes the broken file, waits (exponential backoff
+with a deterministic jitter), opens the URL again and seeks to the offset of
+the failed read, so the next request is a range request from that offset.
+A failure is given up when the same read has failed ``max_retries`` times or
+has kept failing for ``retry_budget_s`` seconds; the :class:`StorageError`
+then names the URL, the offset, the attempts and the last error.
+
+Layering with the backend's own retries (so attempts do not multiply):
+s3fs retries a request a few times within about a second (connection and
+payload errors, ``SlowDown``); botocore would retry every 5xx again up to 5
+times with growing sleeps, so :func:`backend_options` turns botocore's retries
+off for shard reads (unless the caller set them), and this layer owns
+everything longer than s3fs's quick retries. fsspec's HTTP backend has no
+retries of its own. Not retried: missing objects, denied access, and any
+error that is not an I/O or network error (a bug must not look like a flaky
+network).
+
+Logging tells one story per outage (:class:`RetryLog`): the first failed read of a
+URL is logged once, a long outage gets a reminder at most every ``repeat_s``
+seconds, and one line says when the URL recovered ("recovered after 7 retries
+over 4.1 s"); giving up is the :class:`StorageError` itself. The counts stay in
+``loader.stats.retries``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import time
+from typing import IO, Any, Callable, Optional
+
+from shardkit.errors import ShardkitError, StorageError
+
+_FATAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+_NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http.client", "ssl", "asyncio")
+#: backoff before the first retry; doubles per attempt up to ``_BACKOFF_MAX_S``
+_BACKOFF_S = 0.05
+_BACKOFF_MAX_S = 5.0
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors worth retrying: I/O and network errors, not missing objects, denied access or bugs."""
+    if isinstance(exc, (ShardkitError, *_FATAL)) or not isinstance(exc, Exception):
+        return False
+    if isinstance(exc, (OSError, EOFError, TimeoutError)):
+        return True
+    return any(c.__module__.split(".")[0] in _NETWORK_MODULES or c.__module__ == "http.client" for c in type(exc).__mro__)
+
+
+_BACKEND_DIRS = ("/fsspec/", "/s3fs/", "/gcsfs/", "/adlfs/")
+
+
+def _raised_by_backend(exc: BaseException) -> bool:
+    """True when the innermost frame of ``exc`` is in a storage backend (not a bug of ours)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and any(d in tb.tb_frame.f_code.co_filename for d in _BACKEND_DIRS)
+
+
+def backend_options(url: str, storage_options: dict[str, Any]) -> dict[str, Any]:
+    """``storage_options`` for reading shards, with the backend's slow retry loops off where we own retries.
+
+    For ``s3://`` the botocore retries (up to 5 attempts per request with sleeps
+    that grow to seconds) are disabled unless the caller configured ``retries``
+    in ``config_kwargs``; s3fs's own quick retries stay.
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("s3", "s3a"):
+        return storage_options
+    ck = dict(storage_options.get("config_kwargs") or {})
+    if "retries" in ck:
+        return storage_options
+    ck["retries"] = {"total_max_attempts": 1}
+    return {**storage_options, "config_kwargs": ck}
+
+
+def backoff_s(url: str, attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based): exponential, capped, jittered by URL (no clock, no pid)."""
+    base = min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** (attempt - 1))
+    h = hashlib.blake2b(f"{url}|{attempt}".encode(), digest_size=2).digest()
+    return base * (0.5 + int.from_bytes(h, "big") / 65535 / 2)  # in [0.5, 1] x base
+
+
+class RetryLog:
+    """Log one story per outage of a URL: its first failure, rare reminders, then its recovery.
+
+    Args:
+        logger: where the lines go (all warnings: a user who saw the failure sees its end).
+        repeat_s: while a URL keeps failing, at most one reminder line per ``repeat_s`` seconds.
+        clock: seconds, monotonic (tests pass a fake clock).
+    """
+
+    def __init__(self, logger: logging.Logger, *, repeat_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
+        self._log, self.repeat_s, self._clock = logger, repeat_s, clock
+        self._last: dict[str, float] = {}  # url -> when its last line was logged (only URLs in an outage)
+
+    def failed(self, url: str, offset: int, attempt: int, exc: BaseException) -> None:
+        """Retry number ``attempt`` (1-based) of a read of ``url`` at ``offset`` is about to be made."""
+        now = self._clock()
+        last = self._last.get(url)
+        if last is None:
+            self._log.warning("shardkit: %s: read at byte %d failed (%s: %s); retrying quietly until it recovers",
+                              url, offset, type(exc).__name__, exc)
+        elif now - last >= self.repeat_s:
+            self._log.warning("shardkit: %s: still failing after %d retries (%s: %s); retrying", url, attempt - 1,
+                              type(exc).__name__, exc)
+        else:
+            return
+        self._last[url] = now
+
+    def recovered(self, url: str, retries: int, seconds: float) -> None:
+        """A read of ``url`` succeeded after ``retries`` retries over ``seconds``."""
+        if self._last.pop(url, None) is not None:
+            self._log.warning("shardkit: %s: recovered after %d %s over %.1f s", url, retries,
+                              "retry" if retries == 1 else "retries", seconds)
+
+    def gave_up(self, url: str) -> None:
+        """The read of ``url`` was given up (the caller raises the error): the story ends there."""
+        self._last.pop(url, None)
+
+
+class RetryingFile(io.RawIOBase):
+    """A read-only, seekable view of ``url`` that reopens at the current offset after transient errors.
+
+    Args:
+        url: the URL (for messages).
+        open_fn: opens ``url`` from its start (an fsspec file, seekable; seeking before reading is free).
+        max_retries: retries of one failing read before giving up.
+        retry_budget_s: seconds one read may keep failing before giving up.
+        on_retry: called as ``on_retry(url, offset, exc)`` before each retry (counting).
+        log: tells the story of an outage (first failure, recovery); None: silent.
+        sleep: the wait function (tests pass a fake clock).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        open_fn: Callable[[], IO[bytes]],
+        *,
+        max_retries: int,
+        retry_budget_s: float,
+        on_retry: Optional[Callable[[str, int, BaseException], None]] = None,
+        log: Optional[RetryLog] = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        super().__init__()
+        self.url, self._open_fn = url, open_fn
+        self.max_retries, self.retry_budget_s = max_retries, retry_budget_s
+        self._on_retry, self._log, self._sleep = on_retry, log, sleep
+        self._f: Optional[IO[bytes]] = None
+        self._pos = 0
+        self.retries = 0  #: retries made so far (all reads together)
+        self._call(lambda f: None)  # open now: a missing shard fails here, with its name
+
+    # -- io.RawIOBase
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        else:
+            pos = self._call(lambda f: f.seek(offset, io.SEEK_END))
+        if pos < 0:
+            raise ValueError(f"negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def read(self, size: Optional[int] = -1) -> bytes:
+        n = -1 if size is None else size
+        data: bytes = self._call(lambda f: f.read(n))
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._drop()
+        super().close()
+
+    # -- machinery
+    def _drop(self) -> None:
+        f, self._f = self._f, None
+        if f is not None:
+            try:
+                f.close()
+            except Exception:  # noqa: BLE001 - a broken connection may fail to close; it is gone either way
+                pass
+
+    def _call(self, op: Callable[[IO[bytes]], Any]) -> Any:
+        """Run ``op`` on the file positioned at ``self._pos``, reopening after transient errors."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        failures, first = 0, 0.0
+        while True:
+            try:
+                if self._f is None:
+                    self._f = self._open_fn()
+                if self._f.tell() != self._pos:
+                    self._f.seek(self._pos)
+                result = op(self._f)
+                if failures and self._log is not None:
+                    self._log.recovered(self.url, failures, time.monotonic() - first)
+                return result
+            except Exception as exc:  # noqa: BLE001 - classified just below
+                if isinstance(exc, _FATAL):
+                    raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc})") from None
+                if not is_transient(exc):
+                    if _raised_by_backend(exc):  # e.g. fsspec's HTTP file on a 404 page: "no range requests"
+                        raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc}); is the shard there?") from None
+                    raise
+                self._drop()
+                now = time.monotonic()
+                first = first or now
+                failures += 1
+                spent = now - first
+                if failures > self.max_retries or spent >= self.retry_budget_s:
+                    if self._log is not None:
+                        self._log.gave_up(self.url)
+                    raise StorageError(
+                        f"{self.url}: read at byte {self._pos} still failing after {failures - 1} retries "
+                        f"over {spent:.1f} s ({type(exc).__name__}: {exc}); check the endpoint and network, "
+                        f"or raise max_retries / retry_budget_s"
+                    ) from None
+                self.retries += 1
+                if self._on_retry is not None:
+                    self._on_retry(self.url, self._pos, exc)
+                if self._log is not None:
+                    self._log.failed(self.url, self._pos, failures, exc)
+                self._sleep(min(backoff_s(self.url, failures), max(0.0, self.retry_budget_s - spent)))
