@@ -26,8 +26,8 @@ import torch.nn.functional as F
 
 import shardkit
 from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomRotation
-from shardkit.convert import ConvertOptions, convert
-from shardkit.convert.imageproc import ImageOptions
+from shardkit.convert import ConvertConfig, convert
+from shardkit.convert.imageproc import EncodeConfig
 from shardkit.loader.prefetch import DevicePrefetcher
 
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # 1. convert once (resumable; re-running skips finished shards)
     # every split lands in SHARDS/<split>/: a plain ImageFolder in SHARDS/train, train/ val/ folders in SHARDS/train and SHARDS/val
-    result = convert(args.src, args.shards, ConvertOptions(image=ImageOptions(short_side=max(args.image_size * 8 // 7, 64))))
+    result = convert(args.src, args.shards, ConvertConfig(image=EncodeConfig(short_side=max(args.image_size * 8 // 7, 64))))
     urls = {s.split: s.url for s in result.splits}
     train_url, val_url = urls["train"], urls.get("val")
 

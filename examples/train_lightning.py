@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomRotation
-from shardkit.convert import ConvertOptions, convert
-from shardkit.convert.imageproc import ImageOptions
+from shardkit.convert import ConvertConfig, convert
+from shardkit.convert.imageproc import EncodeConfig
 from shardkit.format.manifest import load_manifest
 from shardkit.integrations.lightning import ShardDataModule
 
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
 
         args.src = make_imagefolder("catdog-sample", num_classes=2, spread=SMALL, splits={"train": 64, "val": 16})
     if args.src:  # resumable: re-running skips finished shards
-        convert(args.src, args.shards, ConvertOptions(image=ImageOptions(short_side=max(args.image_size * 8 // 7, 64))))
+        convert(args.src, args.shards, ConvertConfig(image=EncodeConfig(short_side=max(args.image_size * 8 // 7, 64))))
     split = os.path.join(args.shards, "train")  # every conversion writes SHARDS/<split>/
     train = split if os.path.exists(os.path.join(split, "manifest.json")) else args.shards  # (older shardkit: SHARDS itself)
     val = os.path.join(args.shards, "val") if os.path.exists(os.path.join(args.shards, "val", "manifest.json")) else None

@@ -34,12 +34,12 @@ from shardkit.loader.prefetch import DevicePrefetcher
 
 def demo_shards(image_size: int) -> tuple[str, str]:
     """A small 4-class sample ImageFolder that shardkit makes, converted; returns (train URL, val URL)."""
-    from shardkit.convert import ConvertOptions, convert
-    from shardkit.convert.imageproc import ImageOptions
+    from shardkit.convert import ConvertConfig, convert
+    from shardkit.convert.imageproc import EncodeConfig
     from shardkit.demo.sampledata import SMALL, make_imagefolder
 
     src = make_imagefolder("timm-sample", num_classes=4, spread=SMALL, splits={"train": 40, "val": 10})
-    convert(src, "timm-sample-shards", ConvertOptions(image=ImageOptions(short_side=max(image_size * 8 // 7, 64))))
+    convert(src, "timm-sample-shards", ConvertConfig(image=EncodeConfig(short_side=max(image_size * 8 // 7, 64))))
     return "timm-sample-shards/train", "timm-sample-shards/val"
 
 

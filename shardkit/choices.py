@@ -55,6 +55,7 @@ def check_types(options: object) -> None:
         v = getattr(options, f.name)
         if v is None and optional:
             continue
+        plain: type
         if kind == "bool":
             ok, plain = isinstance(v, bool) or type(v).__name__ == "bool_", bool
         elif kind == "int":

@@ -98,11 +98,11 @@ def ablations(src: str, dest: str, n: int, runs: int) -> None:
     """``--workers 1`` in this process (warm): as shipped, Pillow only, and draft decoding off."""
     from PIL import JpegImagePlugin
 
-    from shardkit.convert import ConvertOptions, convert, imageproc
+    from shardkit.convert import ConvertConfig, convert, imageproc
 
     def run() -> None:
         shutil.rmtree(dest, ignore_errors=True)
-        convert(src, dest, ConvertOptions(), workers=1, quiet=True)
+        convert(src, dest, ConvertConfig(), workers=1, quiet=True)
 
     def pillow_only() -> None:
         real = imageproc._fast

@@ -28,13 +28,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_dataset(workdir: str, images: int) -> str:
-    from shardkit.convert import ConvertOptions, convert
+    from shardkit.convert import ConvertConfig, convert
     from shardkit.demo.sampledata import IMAGENET_LIKE, make_imagefolder
 
     src, dest = os.path.join(workdir, "src"), os.path.join(workdir, "shards")
     if not os.path.exists(os.path.join(dest, "manifest.json")):
         make_imagefolder(src, num_classes=4, per_class=images // 4, spread=IMAGENET_LIKE)
-        convert(src, dest, ConvertOptions(shard_size=100), quiet=True)
+        convert(src, dest, ConvertConfig(shard_size=100), quiet=True)
     return dest
 
 

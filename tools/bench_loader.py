@@ -5,7 +5,7 @@ shardkit from disk and from S3 (moto on loopback), the in-process decode-only ce
 
 Data: an ImageFolder of photo-like JPEGs with an ImageNet-like size spread
 (``shardkit.demo.sampledata.IMAGENET_LIKE``: median 500x375, some > 1000 px, q90,
-about 2.3 bits per pixel), converted with ``shardkit.convert`` (short side 256)
+about 2.3 bits per pixel), converted with ``shardkit.convert.convert`` (short side 256)
 when available, else written with ``shardkit.format.write_shard`` after
 the same resize. Every figure is the median of ``--runs`` runs.
 """
@@ -56,9 +56,9 @@ def make_data(out: str, n: int, procs: int) -> tuple[str, str]:
     dest = os.path.join(out, "shards")
     if not os.path.exists(os.path.join(dest, "manifest.json")):
         try:
-            from shardkit.convert import ConvertOptions, convert
+            from shardkit.convert import ConvertConfig, convert
 
-            convert(src, dest, ConvertOptions(shard_size=250, shard_bytes=None), workers=procs, quiet=True)
+            convert(src, dest, ConvertConfig(shard_size=250, shard_bytes=None), workers=procs, quiet=True)
         except ImportError:
             _write_shards(src, dest)
     return src, dest

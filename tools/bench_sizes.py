@@ -17,13 +17,13 @@ import time
 
 def make_shards(out: str, images: int, workers: int) -> str:
     """ImageNet-like JPEGs (median 500x375) converted to shards with the short side 256 (reused when present)."""
-    from shardkit.convert import ConvertOptions, convert
+    from shardkit.convert import ConvertConfig, convert
     from shardkit.demo.sampledata import IMAGENET_LIKE, make_imagefolder
 
     dest = os.path.join(out, "shards")
     if not os.path.exists(os.path.join(dest, "manifest.json")):
         src = make_imagefolder(os.path.join(out, "imagefolder"), num_classes=8, per_class=max(1, images // 8), spread=IMAGENET_LIKE)
-        convert(src, dest, ConvertOptions(shard_size=250, shard_bytes=None), workers=workers, quiet=True)
+        convert(src, dest, ConvertConfig(shard_size=250, shard_bytes=None), workers=workers, quiet=True)
     return dest
 
 

@@ -216,7 +216,7 @@ class RandomAffine(GeometricOp):
         shear = (0.0, 0.0, 0.0, 0.0)
         if self.shear is not None:
             if isinstance(self.shear, (int, float)) or len(self.shear) == 2:
-                shear = (*as_range("shear", self.shear), 0.0, 0.0)  # type: ignore[arg-type]
+                shear = (*as_range("shear", self.shear), 0.0, 0.0)
             elif len(self.shear) == 4:
                 shear = (*as_range("shear", self.shear[:2]), *as_range("shear", self.shear[2:]))
             else:

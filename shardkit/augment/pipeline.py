@@ -43,7 +43,9 @@ class _GeometricStage:
 
 
 @dataclass(frozen=True)
-class _Stage:
+class _OpStage:
+    """One op that is not fused into a geometric run, applied on its own (its index in the ops)."""
+
     index: int
 
 
@@ -51,7 +53,7 @@ class _Stage:
 class _Program:
     """The compiled op sequence for one input size: fused geometric stages and per-op input sizes."""
 
-    stages: tuple[_GeometricStage | _Stage, ...]
+    stages: tuple[_GeometricStage | _OpStage, ...]
     op_sizes: tuple[Size, ...]  # size of the image each op receives
     out_size: Size
 
@@ -167,7 +169,7 @@ class GpuAugment(nn.Module):
 
     def _build_program(self, size: Size) -> _Program:
         op_sizes: list[Size] = []
-        stages: list[_GeometricStage | _Stage] = []
+        stages: list[_GeometricStage | _OpStage] = []
         run: list[int] = []
 
         def close_run() -> None:
@@ -182,7 +184,7 @@ class GpuAugment(nn.Module):
                 size = op.output_size(size)
             else:
                 close_run()
-                stages.append(_Stage(i))
+                stages.append(_OpStage(i))
         close_run()
         return _Program(tuple(stages), tuple(op_sizes), size)
 
@@ -221,7 +223,9 @@ class GpuAugment(nn.Module):
             out.append(op.sample(u[:, off : off + op.num_uniforms()], op_size, gen))
         return out
 
-    def apply(self, images: Tensor, params: list[Params], labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def apply(  # type: ignore[override]  # not nn.Module.apply(fn): the public, compile-ready augmentation step
+        self, images: Tensor, params: list[Params], labels: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """The deterministic part: apply ``params`` (from :meth:`sample_params`).
 
         Returns:

@@ -1,6 +1,7 @@
 """The ``shardkit`` command: a thin layer over the library.
 
-Each subcommand lives in its own module in this package, exposing ``HELP``,
+Each subcommand lives in its own module in this package, ``cmd_<command>.py``
+(so that ``cli/cmd_verify.py`` is not taken for ``format/verify.py``), exposing ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``; each ``run`` parses
 nothing itself and calls one public library function. User mistakes
 (:class:`shardkit.ShardkitError`) print one line and exit with status 2.
@@ -23,13 +24,13 @@ from shardkit.errors import ShardkitError
 
 #: subcommand name -> module in this package
 COMMANDS = {
-    "convert": "convert",
-    "merge": "merge",
-    "info": "info",
-    "verify": "verify",
-    "bench": "bench",
-    "demo": "demo",
-    "sample-data": "sample_data",
+    "convert": "cmd_convert",
+    "merge": "cmd_merge",
+    "info": "cmd_info",
+    "verify": "cmd_verify",
+    "bench": "cmd_bench",
+    "demo": "cmd_demo",
+    "sample-data": "cmd_sample_data",
 }
 
 

@@ -1,7 +1,7 @@
 """Decode one source image and re-encode it as a small baseline JPEG.
 
 This is the only module that touches pixels during conversion; everything in
-it is a pure function of the source bytes and :class:`ImageOptions`, so the
+it is a pure function of the source bytes and :class:`EncodeConfig`, so the
 output bytes depend on nothing else (for a given Pillow/libjpeg build).
 
 Pipeline for one file:
@@ -114,7 +114,7 @@ class Resample(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class ImageOptions:
+class EncodeConfig:
     """Everything that decides the output pixels and bytes.
 
     Attributes:
@@ -160,7 +160,7 @@ class Encoded:
     height: int
 
 
-def target_size(width: int, height: int, opts: ImageOptions) -> tuple[int, int]:
+def target_size(width: int, height: int, opts: EncodeConfig) -> tuple[int, int]:
     """Output size for a ``width`` x ``height`` image: the bound side hits the target, never upscaled."""
     if opts.short_side is not None:
         side, target = min(width, height), opts.short_side
@@ -196,7 +196,7 @@ def _to_rgb(im: Image.Image) -> Image.Image:
     return im.convert("RGB")
 
 
-def process(data: bytes, opts: ImageOptions) -> Encoded:
+def process(data: bytes, opts: EncodeConfig) -> Encoded:
     """Turn the bytes of one source file into a baseline JPEG; raise :class:`SkipImage` if impossible."""
     if not data:
         raise SkipImage(SkipReason.EMPTY, "zero bytes")
@@ -224,7 +224,7 @@ def process(data: bytes, opts: ImageOptions) -> Encoded:
             im.close()
 
 
-def _process_open(im: Image.Image, data: bytes, opts: ImageOptions) -> Encoded:
+def _process_open(im: Image.Image, data: bytes, opts: EncodeConfig) -> Encoded:
     w, h = im.size
     if w < 1 or h < 1:
         raise SkipImage(SkipReason.CORRUPT, f"impossible size {w}x{h}")
@@ -241,7 +241,7 @@ def _process_open(im: Image.Image, data: bytes, opts: ImageOptions) -> Encoded:
     if im.format == "JPEG" and tw * 2 <= w and th * 2 <= h:
         im.draft("RGB", (tw, th))  # now im.size is the reduced size libjpeg will decode to
     if sj:
-        arr = _sj_decode(fast, data, *im.size)
+        arr = _sj_decode(fast, data, *im.size)  # type: ignore[arg-type]  # sj: fast is not None
     if arr is None:
         if getattr(im, "n_frames", 1) > 1:
             im.seek(0)
@@ -344,3 +344,16 @@ def encoder_version() -> str:
     fast = _fast()
     extra = f", simplejpeg {fast.simplejpeg.__version__} (decode/encode), torch {fast.torch.__version__} (bilinear resize)" if fast else ""
     return f"pillow {PIL.__version__}, {jpeg}{extra}"
+
+
+#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
+_RENAMED = {"ImageOptions": "EncodeConfig"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"shardkit.convert.imageproc.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

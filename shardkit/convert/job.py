@@ -25,7 +25,7 @@ nothing here depends on the kind. Before writing, DEST is checked against SRC
 and locked for this task (:mod:`shardkit.convert.dest`).
 
 Layout: one rule, every split goes to ``DEST/<split>/`` (a plain ImageFolder to
-``DEST/train/``), whatever the source (``Source.nested`` is not consulted). A DEST
+``DEST/train/``), whatever the source (``ScannedSource.nested`` is not consulted). A DEST
 holding a conversion directly (``manifest.json`` in DEST: the flat layout older
 shardkit wrote for one-split sources) still loads, but converting into it again is
 refused unless ``overwrite`` (which removes it).
@@ -45,8 +45,8 @@ from shardkit.convert.dest import check_flat, check_overlap, dest_lock
 from shardkit.convert.encoder import CHUNK, Encoder, Outcome, check_main_guard, start_pool
 from shardkit.convert.imageproc import Encoded
 from shardkit.convert.merge import finalize_split
-from shardkit.convert.options import ConvertOptions, ConvertResult, SplitResult
-from shardkit.convert.scan.discover import NOT_CANDIDATES, Source, discover
+from shardkit.convert.options import ConvertConfig, ConvertResult, SplitResult
+from shardkit.convert.scan.discover import NOT_CANDIDATES, ScannedSource, discover
 from shardkit.convert.scan.source import SplitSource
 from shardkit.errors import ConvertError
 from shardkit.format import EncodedSample, index_url, write_tar
@@ -78,7 +78,7 @@ def _part_ok(url: str, part: journal.Part | None, storage_options: dict) -> bool
 class SplitJob:
     """Conversion of one split to ``url`` (see module docstring)."""
 
-    def __init__(self, src: SplitSource, classes: list[str], url: str, options: ConvertOptions, storage_options: dict, encoder: str):
+    def __init__(self, src: SplitSource, classes: list[str], url: str, options: ConvertConfig, storage_options: dict, encoder: str):
         self.src, self.classes, self.url, self.options = src, classes, url, options
         self.so = storage_options
         self.items = plan.order(src.files, options.seed, options.shuffle)
@@ -87,7 +87,7 @@ class SplitJob:
         skipped = [SkippedFile(p, r.value, d) for p, r, d in src.skipped]
         self.plan = journal.Plan(
             split=src.name, options=options.recorded(), classes=classes, encoder=encoder,
-            input_sha256=journal.fingerprint([listing, [[s.path, s.reason] for s in skipped]]),
+            input_sha256=journal.json_sha256([listing, [[s.path, s.reason] for s in skipped]]),
             num_items=len(self.items), samples_per_shard=0, num_planned=0,
             key_width=plan.key_width(len(self.items)), skipped=skipped,
         )
@@ -255,7 +255,7 @@ class SplitJob:
 def convert(
     src: Any,
     dest: str,
-    options: ConvertOptions | None = None,
+    options: ConvertConfig | None = None,
     *,
     workers: int | None = None,
     num_tasks: int = 1,
@@ -273,7 +273,7 @@ def convert(
             ``datasets.Dataset``/``DatasetDict`` (see :func:`shardkit.convert.scan.discover.discover`).
         dest: local path or fsspec URL; every split goes to ``dest/<split>/`` (a plain ImageFolder:
             ``dest/train/``, see ``options.split``).
-        options: what to produce (:class:`ConvertOptions`); the same options
+        options: what to produce (:class:`ConvertConfig`); the same options
             and input always give byte-identical output.
         workers: encoding processes (default: all cores); changes speed only.
         num_tasks: split the work over this many independent tasks (machines).
@@ -294,7 +294,7 @@ def convert(
         StorageError: DEST cannot be written (the work done so far is kept and a rerun resumes).
     """
     t0 = time.monotonic()
-    options = options or ConvertOptions()
+    options = options or ConvertConfig()
     so = dict(storage_options or {})
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -333,7 +333,7 @@ def convert(
     return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
 
 
-def _empty_result(s: SplitSource, dest: str, options: ConvertOptions) -> SplitResult:
+def _empty_result(s: SplitSource, dest: str, options: ConvertConfig) -> SplitResult:
     """The result of split ``s``, which has no sample: not written, with its skips and why it is empty."""
     res = SplitResult(split=s.name, url=storage.join(dest, s.name), written=False)
     res.skipped_files = sorted((SkippedFile(p, r.value, d) for p, r, d in s.skipped), key=lambda f: f.path)
@@ -347,7 +347,7 @@ def _empty_result(s: SplitSource, dest: str, options: ConvertOptions) -> SplitRe
     return res
 
 
-def _check_empty_dest(e: SplitResult, classes: list[str], options: ConvertOptions, so: dict, overwrite: bool) -> None:
+def _check_empty_dest(e: SplitResult, classes: list[str], options: ConvertConfig, so: dict, overwrite: bool) -> None:
     """Refuse (or with ``overwrite`` remove) an earlier conversion in the folder of a split that has no sample now."""
     if not (storage.exists(storage.join(e.url, MANIFEST_NAME), **so) or storage.exists(journal.journal_url(e.url, journal.PLAN_NAME), **so)):
         return
@@ -359,7 +359,7 @@ def _check_empty_dest(e: SplitResult, classes: list[str], options: ConvertOption
     SplitJob(SplitSource(e.split, "", []), classes, e.url, options, so, "")._clear()
 
 
-def _discover(src: Any, dest: str, options: ConvertOptions, so: dict) -> Source:
+def _discover(src: Any, dest: str, options: ConvertConfig, so: dict) -> ScannedSource:
     """:func:`discover` ``src``, refusing a DEST that overlaps it and, with ``strict``, any file skipped at discovery."""
     source = discover(src, options, **so)
     if source.local_dir is not None:

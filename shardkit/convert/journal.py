@@ -41,7 +41,7 @@ def journal_url(split_url: str, name: str = "") -> str:
     return storage.join(split_url, JOURNAL_DIR, name) if name else storage.join(split_url, JOURNAL_DIR)
 
 
-def fingerprint(obj: Any) -> str:
+def json_sha256(obj: Any) -> str:
     """sha256 of the canonical JSON of ``obj``."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
@@ -64,7 +64,7 @@ class Plan:
     @property
     def fingerprint(self) -> str:
         """Identity of the conversion: options, classes, encoder and input (not derived numbers)."""
-        return fingerprint([self.split, self.options, self.classes, self.encoder, self.input_sha256])
+        return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256])
 
     def to_json(self) -> bytes:
         d = {"format": PLAN_FORMAT, "version": PLAN_VERSION, **asdict(self), "fingerprint": self.fingerprint}

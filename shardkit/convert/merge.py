@@ -11,6 +11,7 @@ rewrites the same bytes.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from typing import Any
@@ -76,7 +77,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     for g, (a, b) in enumerate(plan.pack(sizes, shard_size, shard_bytes)):
         name = journal.shard_name(p.split, p.num_planned + g)
         batch = overflow[a:b]
-        w = storage.publish(storage.join(split_url, name), lambda f: write_tar(batch, f), **storage_options)
+        w = storage.publish(storage.join(split_url, name), functools.partial(write_tar, batch), **storage_options)
         if w.index is not None:
             storage.put_bytes(index_url(storage.join(split_url, name)), w.index.to_bytes(), **storage_options)
         shards.append(ShardInfo(name=name, samples=w.samples, bytes=w.bytes, sha256=w.sha256))

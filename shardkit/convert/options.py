@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardkit.convert.imageproc import ImageOptions
+from shardkit.convert.imageproc import EncodeConfig
 from shardkit.format.manifest import Manifest, SkippedFile
 
 #: default ``shard_bytes``: a comfortable object-storage object size
@@ -38,7 +38,7 @@ class LabelType(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class SourceOptions:
+class ScanConfig:
     """How to read a SRC that is not plain class folders (defaults fit the usual column names).
 
     Attributes:
@@ -75,12 +75,12 @@ class SourceOptions:
 
     def recorded(self) -> dict[str, Any]:
         """The options that differ from the defaults (so that plain ImageFolder conversions record none)."""
-        default = SourceOptions()
+        default = ScanConfig()
         return {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in vars(self).items() if v != getattr(default, k)}
 
 
 @dataclass(frozen=True)
-class ConvertOptions:
+class ConvertConfig:
     """Options of one conversion; all of them except ``strict`` are recorded in the manifest.
 
     Attributes:
@@ -100,14 +100,14 @@ class ConvertOptions:
             converted and did not (files that are not candidates, such as `notes.txt`, do not count).
     """
 
-    image: ImageOptions = field(default_factory=ImageOptions)
+    image: EncodeConfig = field(default_factory=EncodeConfig)
     seed: int = 0
     shuffle: bool = True
     shard_size: int | None = None
     shard_bytes: int | None = DEFAULT_SHARD_BYTES
     layout: Layout = Layout.AUTO
     split: str = "train"
-    source: SourceOptions = field(default_factory=SourceOptions)
+    source: ScanConfig = field(default_factory=ScanConfig)
     val_fraction: float = 0.0
     strict: bool = False
 
@@ -230,3 +230,16 @@ class ConvertResult:
     def complete(self) -> bool:
         """True when every written split has its manifest (single task, or the merge is done)."""
         return all(s.manifest is not None for s in self.splits if s.written)
+
+
+#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
+_RENAMED = {"ConvertOptions": "ConvertConfig", "SourceOptions": "ScanConfig"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"shardkit.convert.options.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

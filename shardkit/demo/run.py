@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from shardkit.demo.spec import DemoOptions, DemoResult, EpochLog
+from shardkit.demo.spec import DemoConfig, DemoResult, EpochLog
 
 
 def small_cnn(num_classes: int) -> nn.Module:
@@ -32,7 +32,7 @@ def small_cnn(num_classes: int) -> nn.Module:
     return nn.Sequential(block(3, 24), block(24, 48), block(48, 96), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(96, num_classes))
 
 
-def _imagefolder_pass(root: str, opts: DemoOptions) -> float:
+def _imagefolder_pass(root: str, opts: DemoConfig) -> float:
     """Images/s of the seed pipeline (ImageFolder + per-image torchvision transforms) over ``root``."""
     from torchvision import datasets, transforms
 
@@ -66,12 +66,13 @@ def _evaluate(model: nn.Module, loader, augment: nn.Module, device: torch.device
     return correct / max(1, total)
 
 
-def run_demo(opts: DemoOptions = DemoOptions(), log: Callable[[str], None] = lambda s: None) -> DemoResult:
-    """Run the demo; ``log`` receives one line per step of progress."""
+def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda s: None) -> DemoResult:
+    """Run the demo (``opts``: :class:`DemoConfig`, default sizes when ``None``); ``log`` receives one line per step of progress."""
+    opts = opts or DemoConfig()
     from shardkit import load
     from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomGrayscale
-    from shardkit.convert import ConvertOptions, convert
-    from shardkit.convert.imageproc import ImageOptions
+    from shardkit.convert import ConvertConfig, convert
+    from shardkit.convert.imageproc import EncodeConfig
     from shardkit.demo.sampledata import SMALL, make_imagefolder
     from shardkit.loader.prefetch import DevicePrefetcher
 
@@ -89,7 +90,7 @@ def run_demo(opts: DemoOptions = DemoOptions(), log: Callable[[str], None] = lam
         )
     t0 = time.perf_counter()
     short = opts.image_size * 8 // 7
-    convert(src, dest, ConvertOptions(image=ImageOptions(short_side=short), shard_size=128), workers=opts.num_workers, overwrite=True, quiet=True)
+    convert(src, dest, ConvertConfig(image=EncodeConfig(short_side=short), shard_size=128), workers=opts.num_workers, overwrite=True, quiet=True)
     result.convert_seconds = time.perf_counter() - t0
     log(f"converted to {dest} in {result.convert_seconds:.1f} s")
 
@@ -118,11 +119,11 @@ def run_demo(opts: DemoOptions = DemoOptions(), log: Callable[[str], None] = lam
             loss_sum += loss.detach() * len(labels)
             correct += (out.argmax(1) == labels).sum()
             seen += len(labels)
-        loss_sum, correct = float(loss_sum), int(correct)
+        total_loss, n_correct = float(loss_sum), int(correct)
         ips = seen / (time.perf_counter() - t0)
         val_acc = _evaluate(model, val, eval_aug, device)
-        result.epochs.append(EpochLog(epoch, loss_sum / max(1, seen), correct / max(1, seen), val_acc, ips))
-        log(f"epoch {epoch}: loss {loss_sum / max(1, seen):.3f}  train acc {correct / max(1, seen):.3f}  val acc {val_acc:.3f}  {ips:.0f} img/s (training)")
+        result.epochs.append(EpochLog(epoch, total_loss / max(1, seen), n_correct / max(1, seen), val_acc, ips))
+        log(f"epoch {epoch}: loss {total_loss / max(1, seen):.3f}  train acc {n_correct / max(1, seen):.3f}  val acc {val_acc:.3f}  {ips:.0f} img/s (training)")
 
     # input pipelines alone, same images, same workers
     t0, n = time.perf_counter(), 0
@@ -136,3 +137,16 @@ def run_demo(opts: DemoOptions = DemoOptions(), log: Callable[[str], None] = lam
         f"({result.shardkit_images_per_s / max(1e-9, result.imagefolder_images_per_s):.1f}x)"
     )
     return result
+
+
+#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
+_RENAMED = {"DemoOptions": "DemoConfig"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"shardkit.demo.run.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

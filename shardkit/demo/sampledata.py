@@ -64,7 +64,7 @@ def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     for cells, amp in ((3, 70.0), (9, 30.0), (31, 14.0)):
         ch, cw = max(2, cells * h // max(h, w)), max(2, cells * w // max(h, w))
         field = rng.normal(0, 1, (ch, cw, 3)).astype(np.float32)
-        img = Image.fromarray(np.clip(field * 40 + 128, 0, 255).astype(np.uint8)).resize((w, h), Image.BICUBIC)
+        img = Image.fromarray(np.clip(field * 40 + 128, 0, 255).astype(np.uint8)).resize((w, h), Image.Resampling.BICUBIC)
         out += (np.asarray(img, np.float32) - 128) * (amp / 40)
     return out + rng.uniform(90, 160, 3).astype(np.float32)
 

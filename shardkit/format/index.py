@@ -64,7 +64,7 @@ from shardkit.format.sample import (
     size_error,
     store_field,
 )
-from shardkit.format.tar import BLOCK, FILE_TYPES, NAME_FIELD, Layout, ShardReader, header_ok, octal
+from shardkit.format.tar import BLOCK, FILE_TYPES, NAME_FIELD, SampleSpan, ShardReader, header_ok, octal
 
 #: the manifest's ``sample_index`` value for shards with a sidecar in this format
 INDEX_FORMAT = "sidecar-1"
@@ -251,7 +251,7 @@ def _layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, sh
     return None
 
 
-def build_index(layouts: Sequence[Layout], keys: Sequence[str], shard_bytes: int, shard_sha256: str) -> Optional[SampleIndex]:
+def build_index(layouts: Sequence[SampleSpan], keys: Sequence[str], shard_bytes: int, shard_sha256: str) -> Optional[SampleIndex]:
     """The index of a shard from its samples' layouts, or ``None`` if the shard cannot be indexed.
 
     Indexable: every sample has the same fields in the same order, each member's data follows

@@ -24,7 +24,7 @@ from shardkit.format.index import INDEX_FORMAT, IndexDamage, build_index, index_
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_PIXELS, META_EXT, parse_meta
 from shardkit.format.splits import Found, Incomplete, find_splits, load_manifests
-from shardkit.format.tar import Layout, ShardReader, TarDamage
+from shardkit.format.tar import SampleSpan, ShardReader, TarDamage
 from shardkit.storage import fs as storage
 
 
@@ -143,7 +143,7 @@ def iter_samples(f: IO[bytes], url: str = "<shard>") -> Iterator[tuple[str, dict
         while (s := r.read(r.index)) is not None:
             if s.error:
                 raise ValueError(f"{url}: sample {s.index} ({s.key}): {s.error}")
-            yield s.key, {LABEL_EXT: b"%d" % s.label, IMAGE_EXT: s.jpeg or b"", META_EXT: s.meta_bytes}
+            yield s.key, {LABEL_EXT: b"%d" % s.label, IMAGE_EXT: s.jpeg or b"", META_EXT: s.meta_bytes}  # type: ignore[str-format]
     except TarDamage as exc:
         raise ValueError(str(exc)) from None
 
@@ -189,7 +189,7 @@ class _SplitCheck:
             return self.add(s.name, "", "shard is missing")
         if size != s.bytes:
             self.add(s.name, "", f"size is {size} bytes, manifest says {s.bytes}")
-        layouts: list[Layout] = []
+        layouts: list[SampleSpan] = []
         keys: list[str] = []
         with storage.open_read(url, **self.so) as f:
             r = _HashingReader(f)
@@ -204,7 +204,7 @@ class _SplitCheck:
         if m.sample_index:
             self._index(index, None if self.quick else (layouts, keys))
 
-    def _samples(self, reader: ShardReader, name: str, expected: int, layouts: list[Layout], keys: list[str]) -> None:
+    def _samples(self, reader: ShardReader, name: str, expected: int, layouts: list[SampleSpan], keys: list[str]) -> None:
         n = 0
         try:
             while (smp := reader.read(reader.index)) is not None:
@@ -240,7 +240,7 @@ class _SplitCheck:
         if bad:
             self.add(name, key, bad)
 
-    def _index(self, index: int, walked: Optional[tuple[list[Layout], list[str]]]) -> None:
+    def _index(self, index: int, walked: Optional[tuple[list[SampleSpan], list[str]]]) -> None:
         m, s = self.m, self.m.shards[index]
         iname = index_url(s.name)
         if m.sample_index != INDEX_FORMAT:

@@ -28,7 +28,7 @@ log = logging.getLogger("shardkit.loader")
 
 
 @dataclass(frozen=True)
-class SourceConfig:
+class StorageConfig:
     """Where shard bytes come from.
 
     Attributes:
@@ -69,7 +69,7 @@ class SourceConfig:
         return hash(tuple(getattr(self, f.name) for f in fields(self) if f.name != "storage_options"))
 
 
-def check_url(url: str, cfg: SourceConfig) -> None:
+def check_url(url: str, cfg: StorageConfig) -> None:
     """Refuse ``pipe:`` URLs unless opted in."""
     if storage.scheme(url) == "pipe" and not cfg.allow_pipe:
         raise StorageError(f"{url}: pipe: URLs run shell commands and are refused; pass allow_pipe=True only for URLs you trust")
@@ -82,7 +82,7 @@ class ShardOpener:
         cfg: where bytes come from.
     """
 
-    def __init__(self, cfg: SourceConfig):
+    def __init__(self, cfg: StorageConfig):
         self.cfg = cfg
         self.cache = ShardCache(cfg.cache_dir, cfg.cache_size) if cfg.cache_dir else None
         self.retries = 0  #: remote reads retried so far (all shards together)
@@ -94,7 +94,7 @@ class ShardOpener:
         if storage.scheme(url) == "pipe":
             from webdataset.gopen import gopen
 
-            return gopen(url, "rb")  # type: ignore[no-any-return]
+            return gopen(url, "rb")
         if storage.is_local(url):
             return storage.open_read(url)
         if self.cache is not None and nbytes is not None:
@@ -120,7 +120,7 @@ class ShardOpener:
                 raise StorageError(f"{url}: not found") from None
         if storage.scheme(url) == "pipe" or self.cache is not None and nbytes is not None:
             return self.open(url, nbytes)
-        return self._retrying(url)
+        return self._retrying(url)  # type: ignore[return-value]  # a RawIOBase: a binary file
 
     def fetch(self, url: str) -> bytes:
         """The whole of a small object (a sample index): one GET on remote storage, no size probe first."""
@@ -167,3 +167,7 @@ def register_with_webdataset(*schemes: str) -> None:
 
     for s in schemes or ("s3", "gs", "gcs", "abfs", "az"):
         gopen.gopen_schemes[s] = _gopen_fsspec
+
+
+#: the name before issue 22 (``LoaderConfig.source`` is one); the loader and ``shardkit.loader`` still serve it
+SourceConfig = StorageConfig

@@ -1,5 +1,5 @@
 """Mutants of the conversion job, its output layout and first contact (``shardkit/convert/job.py``, ``dest.py``,
-``encoder.py``, ``options.py``, ``shardkit/format/manifest.py``, ``shardkit/loader/bench.py``, ``shardkit/cli/sample_data.py``,
+``encoder.py``, ``options.py``, ``shardkit/format/manifest.py``, ``shardkit/loader/bench.py``, ``shardkit/cli/cmd_sample_data.py``,
 ``shardkit/demo/sampledata.py``)."""
 
 ROW_LAYOUT = "Conversion output: every split in DEST/<split>/; a root of splits names its splits; older flat datasets still load"
@@ -98,7 +98,7 @@ MUTANTS = [
     {
         "id": "empty-split-not-in-summary",
         "row": ROW_EMPTY,
-        "file": "shardkit/cli/convert.py",
+        "file": "shardkit/cli/cmd_convert.py",
         "old": "        if not s.written:\n            print(",
         "new": "        if False:\n            print(",
         "tests": [E + "test_cli_summary_names_the_empty_split_and_its_skips"],
@@ -174,7 +174,7 @@ MUTANTS = [
     {
         "id": "sample-data-writes-into-a-full-folder",
         "row": ROW_SAMPLE,
-        "file": "shardkit/cli/sample_data.py",
+        "file": "shardkit/cli/cmd_sample_data.py",
         "old": "if os.path.exists(args.dir) and (not os.path.isdir(args.dir) or os.listdir(args.dir)):",
         "new": "if False:",
         "tests": [T + "test_sample_data_splits_and_bad_arguments"],
@@ -182,7 +182,7 @@ MUTANTS = [
     {
         "id": "sample-data-seed-ignored",
         "row": ROW_SAMPLE,
-        "file": "shardkit/cli/sample_data.py",
+        "file": "shardkit/cli/cmd_sample_data.py",
         "old": "spread=spread, seed=args.seed,",
         "new": "spread=spread, seed=0,",
         "tests": [T + "test_sample_data_writes_what_it_says_and_the_quick_start_runs_on_it"],

@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 from shardkit.convert.imageproc import IMAGE_EXTENSIONS, SkipReason
 from shardkit.convert.options import Layout
-from shardkit.convert.scan.source import Reader, Source, SourceFile, SplitSource
+from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource
 from shardkit.errors import ConvertError
 
 if TYPE_CHECKING:
-    from shardkit.convert.options import ConvertOptions
+    from shardkit.convert.options import ConvertConfig
 
 #: discovery skips of files that were never meant to be samples: ``strict`` does not fail on them
 NOT_CANDIDATES = frozenset({SkipReason.NOT_AN_IMAGE, SkipReason.NOT_IN_CLASS_FOLDER, SkipReason.DUPLICATE_FILE})
@@ -184,7 +184,7 @@ def _add_files(root: str, splits: list[SplitSource], candidates: list[_Candidate
         split.skipped.sort()
 
 
-def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> Source:
+def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> ScannedSource:
     """Scan ``src``; :class:`ConvertError` if it is missing, not a folder, or holds no class folders or images.
 
     Args:
@@ -221,7 +221,7 @@ def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> Source
         raise ConvertError(
             f"{src}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)} in any case below the class folders)"
         )
-    return Source(root=src, classes=classes, splits=splits, nested=resolved == Layout.SPLITS, reader=Reader(src), local_dir=src)
+    return ScannedSource(root=src, classes=classes, splits=splits, nested=resolved == Layout.SPLITS, reader=Reader(src), local_dir=src)
 
 
 def compile_label_regex(pattern: str) -> re.Pattern[str]:
@@ -235,7 +235,7 @@ def compile_label_regex(pattern: str) -> re.Pattern[str]:
     return rx
 
 
-def scan_regex(src: str, pattern: str, split: str = "train") -> Source:
+def scan_regex(src: str, pattern: str, split: str = "train") -> ScannedSource:
     """Scan the folder ``src`` (flat or nested): the class of a file is the first capture group of ``pattern``
     searched in its path relative to ``src``; files that do not match are ``no_label``. Classes are the sorted names.
     """
@@ -266,13 +266,13 @@ def scan_regex(src: str, pattern: str, split: str = "train") -> Source:
     index = {c: i for i, c in enumerate(classes)}
     out.class_names = classes
     _add_files(src, [out], [_Candidate(0, rel, path, index[c]) for rel, path, c in named])
-    return Source(
+    return ScannedSource(
         root=src, classes=classes, splits=[out], nested=False, reader=Reader(src), local_dir=src,
         notes=[f"{len(classes)} classes from --label-regex: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}"],
     )
 
 
-#: the :class:`SourceOptions` fields each kind of SRC uses (others must keep their defaults)
+#: the :class:`ScanConfig` fields each kind of SRC uses (others must keep their defaults)
 _APPLIES = {
     "folder": {"label_regex"},
     "listing": {"path_col", "label_col", "split_col", "root", "label_type"},
@@ -282,8 +282,8 @@ _APPLIES = {
 _KIND_NAMES = {"folder": "folder", "listing": "listing file", "tars": "set of WebDataset tars", "hf": "Hugging Face dataset"}
 
 
-def discover(src: Any, options: "ConvertOptions", **storage_options: Any) -> Source:
-    """The :class:`Source` for SRC of any kind: a listing file, ``hf:PATH`` or a ``datasets.Dataset``,
+def discover(src: Any, options: "ConvertConfig", **storage_options: Any) -> ScannedSource:
+    """The :class:`ScannedSource` for SRC of any kind: a listing file, ``hf:PATH`` or a ``datasets.Dataset``,
     WebDataset tars, a folder with ``label_regex``, or class folders; then ``val_fraction`` is applied.
     """
     from shardkit.convert.scan.listing import is_listing, scan_listing

@@ -35,12 +35,12 @@ from collections import Counter
 from typing import Any
 
 from shardkit.convert.imageproc import SkipReason
-from shardkit.convert.options import SourceOptions
+from shardkit.convert.options import ScanConfig
 from shardkit.convert.scan.listing import RESERVED_FIELDS
 from shardkit.convert.scan.source import (
     MissingFile,
     Reader,
-    Source,
+    ScannedSource,
     SourceFile,
     SplitSource,
     extra_problem,
@@ -104,7 +104,7 @@ class HFReader(Reader):
             return super().read(relpath, ref)
         split, row = ref[len(_REF):].rsplit(":", 1)
         if self.splits is None:
-            self.splits = _opened(self.path, self.split, self.image_col)  # type: ignore[arg-type]
+            self.splits = _opened(self.path, self.split, self.image_col)
         value = self.splits[split][int(row)][self.image_col]
         if value and value.get("bytes") is not None:
             return bytes(value["bytes"])
@@ -132,7 +132,7 @@ def _label_kind(datasets: Any, what: str, split: str, col: str, feat: Any) -> st
     )
 
 
-def _class_space(what: str, kinds: dict[str, tuple[str, Any]], opts: SourceOptions) -> list[str] | None:
+def _class_space(what: str, kinds: dict[str, tuple[str, Any]], opts: ScanConfig) -> list[str] | None:
     """The ClassLabel names every split shares (``None``: no ClassLabel split); refuses splits that cannot share them."""
     named = {n: f for n, (k, f) in kinds.items() if k == "classlabel"}
     if not named:
@@ -149,8 +149,8 @@ def _class_space(what: str, kinds: dict[str, tuple[str, Any]], opts: SourceOptio
     return list(feat.names)
 
 
-def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
-    """The :class:`Source` of a dataset object or of the dataset saved at path ``src``."""
+def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
+    """The :class:`ScannedSource` of a dataset object or of the dataset saved at path ``src``."""
     import datasets
 
     from shardkit.convert.scan.source import spelled_label_value as label_value
@@ -241,7 +241,7 @@ def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
         s.files.sort(key=lambda f: f.relpath)
         s.skipped.sort()
         s.class_names = sorted({classes[f.label] for f in s.files})
-    return Source(
+    return ScannedSource(
         root=what, classes=classes, splits=splits, nested=isinstance(ds, datasets.DatasetDict),
         reader=HFReader(src if isinstance(src, str) else None, None if isinstance(src, str) else _parts(ds, split, opts.image_col),
                         split, opts.image_col),

@@ -1,6 +1,6 @@
 """A listing file as SRC: a ``.csv``, ``.tsv`` or ``.jsonl`` of (path, label[, split], other fields...).
 
-Columns are named by :class:`~shardkit.convert.options.SourceOptions`
+Columns are named by :class:`~shardkit.convert.options.ScanConfig`
 (``--path-col``, ``--label-col``, ``--split-col``). Paths are relative to
 ``root`` (default: the listing's folder), absolute, or fsspec URLs; a relative
 path that climbs above the root (``../x.jpg``) is refused in one line. Every
@@ -42,10 +42,10 @@ import stat
 from typing import Any, Iterator
 
 from shardkit.convert.imageproc import SkipReason
-from shardkit.convert.options import SourceOptions, valid_split_name
+from shardkit.convert.options import ScanConfig, valid_split_name
 from shardkit.convert.scan.source import (
     Reader,
-    Source,
+    ScannedSource,
     SourceFile,
     SplitSource,
     extra_problem,
@@ -152,7 +152,7 @@ def _normal_url(url: str) -> str:
     return f"{scheme.lower()}://{posixpath.normpath(rest)}"
 
 
-def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_options: Any) -> Source:
+def scan_listing(url: str, opts: ScanConfig, split: str = "train", **storage_options: Any) -> ScannedSource:
     """Read the listing at ``url`` (see module docstring); :class:`ConvertError` for a listing that cannot be used."""
     try:
         raw = storage.read_bytes(url, **storage_options)
@@ -199,9 +199,9 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
             continue
         seen[ident] = n
         if real in files:
-            first, other = files[real]
+            first_line, other = files[real]
             skipped.setdefault(s, []).append((f"{ident} ({name}:{n})", SkipReason.DUPLICATE_FILE,
-                                              f"line {n}: the same file as {other}, listed on line {first}"))
+                                              f"line {n}: the same file as {other}, listed on line {first_line}"))
             continue
         files[real] = (n, ident)
         label, reason = label_value(row.get(opts.label_col))
@@ -244,7 +244,7 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
         sp.class_names = sorted({classes[f.label] for f in sp.files})
     kind = "class names" if ltype.value == "name" else "class indices"
     note = f"labels read as {kind} (--label-type {ltype.value}): {len(classes)} classes"
-    return Source(
+    return ScannedSource(
         root=url, classes=classes, splits=list(splits.values()), nested=bool(opts.split_col),
         reader=Reader(root, storage_options), notes=[note],
     )

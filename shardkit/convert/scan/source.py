@@ -2,12 +2,12 @@
 
 A source kind (class folders, a folder with ``--label-regex``, a CSV/TSV/JSONL
 listing, existing WebDataset tars, a Hugging Face dataset) is only a way to
-build a :class:`Source`; planning, encoding, the journal and merging never
+build a :class:`ScannedSource`; planning, encoding, the journal and merging never
 look at the kind. Per item it gives:
 
 * ``relpath``: the item's identity, unique within its split; sorting by it
   defines sample keys, and it is the ``path`` in the sample's ``.json``;
-* ``label`` (index into ``Source.classes``) and ``size`` (source bytes, 0 if
+* ``label`` (index into ``ScannedSource.classes``) and ``size`` (source bytes, 0 if
   unknown without a request per file);
 * ``ref``: where :class:`Reader` finds the bytes: a path or URL, a member of a
   tar (:func:`tar_ref`), or empty for ``root/relpath``;
@@ -273,7 +273,7 @@ class Reader:
 
 
 @dataclass
-class Source:
+class ScannedSource:
     """A scanned SRC: classes, splits (sorted by name) and how to read items.
 
     Attributes:
@@ -305,11 +305,11 @@ def val_count(fraction: float, n: int) -> int:
     return math.floor(exact + Fraction(1, 2))
 
 
-def carve_val(source: Source, fraction: float, seed: int, val_name: str = "val") -> None:
+def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str = "val") -> None:
     """Move :func:`val_count` ``(fraction, n)`` of each class's ``n`` items of the only split into a new split ``val_name``.
 
     Either split may end up with no files (e.g. every class has one item); it is still returned (see
-    :class:`Source`): the conversion reports an empty split rather than losing it.
+    :class:`ScannedSource`): the conversion reports an empty split rather than losing it.
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"--val-fraction must be between 0 and 1 (exclusive), not {fraction}")
@@ -331,3 +331,12 @@ def carve_val(source: Source, fraction: float, seed: int, val_name: str = "val")
     train.files = [f for f in train.files if f.relpath not in val]
     source.splits = sorted([train, v], key=lambda s: s.name)
     source.nested = True
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name == "Source":  # the name before issue 22 (``shardkit.Source`` is a mixture member)
+        import warnings
+
+        warnings.warn("shardkit.convert.scan.source.Source is now ScannedSource", DeprecationWarning, stacklevel=2)
+        return ScannedSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

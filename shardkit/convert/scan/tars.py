@@ -45,15 +45,14 @@ import json
 import os
 import posixpath
 import tarfile
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from shardkit.convert.imageproc import SkipReason
-from shardkit.convert.options import SourceOptions
+from shardkit.convert.options import ScanConfig
 from shardkit.convert.scan.listing import RESERVED_FIELDS
 from shardkit.convert.scan.source import (
     Reader,
-    Source,
+    ScannedSource,
     SourceFile,
     SplitSource,
     extra_problem,
@@ -63,7 +62,7 @@ from shardkit.convert.scan.source import (
 )
 from shardkit.convert.scan.source import spelled_label_value as label_value
 from shardkit.errors import ConvertError
-from shardkit.format.members import UnsafeName, split_member
+from shardkit.format.members import MemberGroup, group_members
 from shardkit.storage import fs as storage
 
 _SMALL = 1 << 20  # label / metadata members larger than this are not read
@@ -83,45 +82,7 @@ def expand(src: str) -> list[str]:
     return list(braceexpand(src))
 
 
-@dataclass
-class Group:
-    """One sample by the member rule: its key, ``{extension (lower case): member index}``, and why it is unusable."""
-
-    key: str
-    fields: dict[str, int] = field(default_factory=dict)
-    again: int = 0  # 0: the key's first sample in the tar; n: its n-th repeat
-    unsafe: str | None = None
-
-
-def group_members(names: Sequence[str]) -> tuple[list[Group], int]:
-    """The samples that tar members named ``names`` (in tar order) form, and how many belong to no sample.
-
-    The one member rule (:func:`shardkit.format.members.split_member`, and the grouping that
-    :mod:`shardkit.format.tar` applies): consecutive members with the same key form one sample, a repeated field
-    starts a new one. (It belongs in :mod:`shardkit.format.members`, shared with the loader's header walk.)
-    """
-    groups: list[Group] = []
-    seen: dict[str, int] = {}
-    ignored = 0
-    for i, name in enumerate(names):
-        unsafe = None
-        try:
-            ke = split_member(name)
-        except UnsafeName as exc:
-            ke, unsafe = (exc.key, exc.ext), str(exc)
-        if ke is None:
-            ignored += 1
-            continue
-        key, ext = ke[0], ke[1].lower()
-        if not groups or groups[-1].key != key or ext in groups[-1].fields:  # a repeated field starts a new sample
-            groups.append(Group(key, again=seen.get(key, -1) + 1))
-            seen[key] = groups[-1].again
-        groups[-1].fields[ext] = i
-        groups[-1].unsafe = groups[-1].unsafe or unsafe
-    return groups, ignored
-
-
-def _members(url: str, small: frozenset[str], **storage_options: Any) -> tuple[list[tuple[int, int, bytes | None]], list[Group], int]:
+def _members(url: str, small: frozenset[str], **storage_options: Any) -> tuple[list[tuple[int, int, bytes | None]], list[MemberGroup], int]:
     """``(data offset, size, content)`` of each regular file in the tar at ``url``, its samples and how many members
     belong to none; content only for extensions in ``small`` (labels, metadata) up to :data:`_SMALL` bytes.
 
@@ -134,7 +95,7 @@ def _members(url: str, small: frozenset[str], **storage_options: Any) -> tuple[l
                 members = [m for m in tf.getmembers() if m.isfile()]
         except tarfile.TarError as exc:
             raise ConvertError(f"{url}: not a readable tar ({exc}); check the file, or leave it out of SRC") from None
-        groups, ignored = group_members([m.name for m in members])
+        groups, ignored = group_members([m.name for m in members], fold_case=True)
         wanted = {i for g in groups for e, i in g.fields.items() if e in small}
         for i, m in enumerate(members):
             data = None
@@ -171,7 +132,7 @@ def _class_field_names(found: list[tuple[str, str, int, int, Any, dict[str, Any]
     return dict(pairs)
 
 
-def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_options: Any) -> Source:
+def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_options: Any) -> ScannedSource:
     """Scan the tars of ``src`` (see module docstring)."""
     urls = expand(src)
     missing = [u for u in urls if not storage.exists(u, **storage_options)]
@@ -271,7 +232,7 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
     notes += [n for n in (note,) if n]
     if ignored:
         notes.append(f"{ignored} tar members belong to no sample (no extension, or a name starting with '__'): not read")
-    return Source(
+    return ScannedSource(
         root=src, classes=classes, splits=[out], nested=False, reader=Reader("", storage_options),
         local_dir=os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in local]) if local else None, walked=False,
         notes=notes,

@@ -18,7 +18,7 @@ def _pixels(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from shardkit.cli.convert import add_storage_arguments
+    from shardkit.cli import add_storage_arguments
 
     p.add_argument("url", metavar="URL", help="a split folder or dataset root (local or fsspec URL)")
     p.add_argument("--quick", action="store_true", help="sizes and checksums only, no decoding")
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardkit.cli.convert import storage_options
+    from shardkit.cli import storage_options
     from shardkit.format.verify import verify
 
     report = verify(args.url, quick=args.quick, quiet=args.quiet, max_pixels=args.max_pixels, **storage_options(args))

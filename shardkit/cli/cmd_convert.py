@@ -82,19 +82,19 @@ def _mb(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
+    from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 
     try:
-        image = ImageOptions(
+        image = EncodeConfig(
             short_side=None if args.max_side else args.short_side, max_side=args.max_side,
             quality=args.quality, max_pixels=args.max_pixels, resample=args.resample, copy=args.copy,
         )
-        source = SourceOptions(
+        source = ScanConfig(
             path_col=args.path_col, label_col=args.label_col, split_col=args.split_col, root=args.root,
             label_type=args.label_type, label_regex=args.label_regex, image_col=args.image_col,
             image_key=args.image_key, label_key=args.label_key, label_json_field=args.label_json_field,
         )
-        options = ConvertOptions(
+        options = ConvertConfig(
             image=image, seed=args.seed, shuffle=args.shuffle, shard_size=args.shard_size,
             shard_bytes=args.shard_bytes or None, layout=args.layout, split=args.split, source=source,
             val_fraction=args.val_fraction, strict=args.strict,
