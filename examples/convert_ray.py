@@ -26,16 +26,37 @@ from shardkit.format.manifest import Manifest
 
 
 @ray.remote
-def convert_task(src: str, dest: str, options: ConvertConfig, num_tasks: int, task_index: int, workers: int,
-                 storage_options: dict[str, Any]) -> tuple[int, int, int]:
+def convert_task(
+    src: str,
+    dest: str,
+    options: ConvertConfig,
+    num_tasks: int,
+    task_index: int,
+    workers: int,
+    storage_options: dict[str, Any],
+) -> tuple[int, int, int]:
     """Convert task ``task_index`` of ``num_tasks``; returns ``(task_index, images converted, shards kept from an earlier run)``."""
-    r = convert(src, dest, options, workers=workers, num_tasks=num_tasks, task_index=task_index, quiet=True,
-                storage_options=storage_options)
+    r = convert(
+        src,
+        dest,
+        options,
+        workers=workers,
+        num_tasks=num_tasks,
+        task_index=task_index,
+        quiet=True,
+        storage_options=storage_options,
+    )
     return task_index, r.converted, sum(s.shards_resumed for s in r.splits)
 
 
-def convert_with_ray(src: str, dest: str, options: ConvertConfig, num_tasks: int, workers_per_task: int = 1,
-                     storage_options: dict[str, Any] | None = None) -> list[Manifest]:
+def convert_with_ray(
+    src: str,
+    dest: str,
+    options: ConvertConfig,
+    num_tasks: int,
+    workers_per_task: int = 1,
+    storage_options: dict[str, Any] | None = None,
+) -> list[Manifest]:
     """Run the ``num_tasks`` conversion tasks on the connected Ray cluster, then merge; returns the manifests."""
     so = dict(storage_options or {})
     task = convert_task.options(num_cpus=workers_per_task)

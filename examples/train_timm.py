@@ -79,9 +79,17 @@ def main(argv: list[str] | None = None) -> None:
 
     train = shardkit.load(args.data, batch_size=args.batch_size, size=size, num_workers=args.workers, seed=args.seed)
     val = (
-        shardkit.load(args.val, batch_size=args.batch_size, size=size, resize_size=math.floor(size / cfg["crop_pct"]),
-                      preset="eval", shuffle=False, num_workers=args.workers)
-        if args.val else None
+        shardkit.load(
+            args.val,
+            batch_size=args.batch_size,
+            size=size,
+            resize_size=math.floor(size / cfg["crop_pct"]),
+            preset="eval",
+            shuffle=False,
+            num_workers=args.workers,
+        )
+        if args.val
+        else None
     )
     norm = Normalize(tuple(cfg["mean"]), tuple(cfg["std"]))
     mix = [MixUp(num_classes, alpha=args.mixup)] if args.mixup > 0 else []
@@ -90,8 +98,12 @@ def main(argv: list[str] | None = None) -> None:
 
     opt = timm.optim.create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay)
     sched, num_epochs = timm.scheduler.create_scheduler_v2(
-        opt, sched=args.sched, num_epochs=args.epochs, warmup_epochs=args.warmup_epochs,
-        step_on_epochs=False, updates_per_epoch=len(train),
+        opt,
+        sched=args.sched,
+        num_epochs=args.epochs,
+        warmup_epochs=args.warmup_epochs,
+        step_on_epochs=False,
+        updates_per_epoch=len(train),
     )
     # MixUp yields soft labels; otherwise class indices with label smoothing
     loss_fn = timm.loss.SoftTargetCrossEntropy() if mix else timm.loss.LabelSmoothingCrossEntropy(args.smoothing)

@@ -49,7 +49,7 @@ def check_types(options: object) -> None:
             continue
         kind, optional = str(f.type), False
         if kind.startswith("Optional[") and kind.endswith("]"):
-            kind, optional = kind[len("Optional["):-1], True
+            kind, optional = kind[len("Optional[") : -1], True
         if kind not in _KINDS:
             continue
         v = getattr(options, f.name)

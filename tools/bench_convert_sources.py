@@ -41,7 +41,9 @@ def main() -> None:
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="shardkit-bench-sources-")
     try:
-        src = make_imagefolder(os.path.join(tmp, "src"), num_classes=4, per_class=a.images // 4, spread=IMAGENET_LIKE, seed=0)
+        src = make_imagefolder(
+            os.path.join(tmp, "src"), num_classes=4, per_class=a.images // 4, spread=IMAGENET_LIKE, seed=0
+        )
         listing = os.path.join(tmp, "train.csv")
         with open(listing, "w", newline="") as f:
             w = csv.writer(f)

@@ -40,9 +40,23 @@ def make_dataset(workdir: str, images: int) -> str:
 
 def torchrun_rate(data: str, nproc: int, workers: int, batch: int) -> float:
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-        os.path.join(ROOT, "examples", "train_ddp.py"), "--data", data, "--epochs", "2", "--no-train",
-        "--workers", str(workers), "--batch-size", str(batch), "--image-size", "224",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        os.path.join(ROOT, "examples", "train_ddp.py"),
+        "--data",
+        data,
+        "--epochs",
+        "2",
+        "--no-train",
+        "--workers",
+        str(workers),
+        "--batch-size",
+        str(batch),
+        "--image-size",
+        "224",
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if out.returncode:

@@ -32,7 +32,9 @@ def make_split(root: str, images: int, seed: int) -> str:
     dest = os.path.join(root, "shards")
     found = glob.glob(os.path.join(dest, "**", "manifest.json"), recursive=True)
     if not found:
-        src = make_imagefolder(os.path.join(root, "images"), num_classes=8, per_class=max(1, images // 8), spread=IMAGENET_LIKE, seed=seed)
+        src = make_imagefolder(
+            os.path.join(root, "images"), num_classes=8, per_class=max(1, images // 8), spread=IMAGENET_LIKE, seed=seed
+        )
         convert(src, dest, ConvertConfig(shard_size=250, shard_bytes=None), quiet=True)
         found = glob.glob(os.path.join(dest, "**", "manifest.json"), recursive=True)
     return os.path.dirname(found[0])
@@ -40,7 +42,9 @@ def make_split(root: str, images: int, seed: int) -> str:
 
 def epoch_rate(sources, workers: int, batch_size: int, **kw) -> tuple[float, int]:
     """Images per second over one full epoch, and the samples it yielded."""
-    loader = shardkit.load(sources, batch_size=batch_size, num_workers=workers, persistent_workers=False, pin_memory=False, **kw)
+    loader = shardkit.load(
+        sources, batch_size=batch_size, num_workers=workers, persistent_workers=False, pin_memory=False, **kw
+    )
     t0, n = time.perf_counter(), 0
     for images, _ in loader:
         n += len(images)
@@ -70,9 +74,20 @@ def main() -> None:
         rates["mix"].append(r)
         assert n == m == total, (n, m, total)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(json.dumps({"images": total, "workers": a.workers, "runs": a.runs, "one_img_s": round(med["one"]), "mix_img_s": round(med["mix"]),
-                      "mix_over_one": round(med["mix"] / med["one"], 3), "one_runs": [round(r) for r in rates["one"]],
-                      "mix_runs": [round(r) for r in rates["mix"]]}))
+    print(
+        json.dumps(
+            {
+                "images": total,
+                "workers": a.workers,
+                "runs": a.runs,
+                "one_img_s": round(med["one"]),
+                "mix_img_s": round(med["mix"]),
+                "mix_over_one": round(med["mix"] / med["one"], 3),
+                "one_runs": [round(r) for r in rates["one"]],
+                "mix_runs": [round(r) for r in rates["mix"]],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -91,7 +91,9 @@ ATTEMPTS = 10
 BOX_UNIFORMS = 2 * ATTEMPTS + 2
 
 
-def _box_attempts(u: Tensor, area: float, scale: tuple[float, float], ratio: tuple[float, float]) -> tuple[Tensor, Tensor]:
+def _box_attempts(
+    u: Tensor, area: float, scale: tuple[float, float], ratio: tuple[float, float]
+) -> tuple[Tensor, Tensor]:
     """``(h, w)`` of each of the ATTEMPTS candidate boxes per sample, rounded like torchvision."""
     target = uniform(u[:, :ATTEMPTS], scale[0], scale[1]) * area
     log_ratio = uniform(u[:, ATTEMPTS : 2 * ATTEMPTS], math.log(ratio[0]), math.log(ratio[1]))

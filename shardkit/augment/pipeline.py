@@ -17,8 +17,9 @@ from ``seed``. Same seed, same device type, same batches -> same output.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -287,7 +288,9 @@ class GpuAugment(nn.Module):
             if self._compiled is None:
                 self._compiled = torch.compile(self.apply)
             # one graph for every batch size (skips, drops, the last partial batch), not one per size
-            mark_batch_dynamic([images, *(t for p in params for t in p.values()), *([] if labels is None else [labels])])
+            mark_batch_dynamic(
+                [images, *(t for p in params for t in p.values()), *([] if labels is None else [labels])]
+            )
             fn = self._compiled
         out, out_labels = fn(images, params, labels)
         if labels is None:
@@ -338,4 +341,3 @@ class GpuAugment(nn.Module):
         from shardkit.augment.presets import imagenet_eval_ops
 
         return cls(imagenet_eval_ops(size), **kwargs)
-

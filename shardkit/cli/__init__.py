@@ -47,10 +47,19 @@ def _key_value(text: str) -> tuple[str, Any]:
 def add_storage_arguments(p: argparse.ArgumentParser) -> None:
     """``--endpoint-url`` and ``--storage-option KEY=VALUE`` for fsspec URLs."""
     g = p.add_argument_group("storage (fsspec URLs)")
-    g.add_argument("--endpoint-url", default=os.environ.get("SHARDKIT_ENDPOINT_URL"),
-                   help="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: $SHARDKIT_ENDPOINT_URL)")
-    g.add_argument("--storage-option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
-                   help="fsspec option (VALUE parsed as JSON when possible); repeatable, e.g. anon=true")
+    g.add_argument(
+        "--endpoint-url",
+        default=os.environ.get("SHARDKIT_ENDPOINT_URL"),
+        help="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: $SHARDKIT_ENDPOINT_URL)",
+    )
+    g.add_argument(
+        "--storage-option",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option (VALUE parsed as JSON when possible); repeatable, e.g. anon=true",
+    )
 
 
 def storage_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -84,7 +93,9 @@ def positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from shardkit import __version__
 
-    parser = argparse.ArgumentParser(prog="shardkit", description="Make PyTorch image training stop waiting on its input.")
+    parser = argparse.ArgumentParser(
+        prog="shardkit", description="Make PyTorch image training stop waiting on its input."
+    )
     parser.add_argument("--version", action="version", version=f"shardkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

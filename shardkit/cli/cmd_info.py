@@ -13,7 +13,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("url", metavar="URL", help="a split folder or dataset root (local or fsspec URL)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--classes", type=int, default=20, metavar="N", help="list at most N classes per split in text output (default 20)")
+    p.add_argument(
+        "--classes",
+        type=int,
+        default=20,
+        metavar="N",
+        help="list at most N classes per split in text output (default 20)",
+    )
     add_storage_arguments(p)
 
 
@@ -39,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for s in splits:
         index = ", sample index" if s.sample_index else ""
-        print(f"split {s.split}: {s.samples} samples, {len(s.classes)} classes, {s.shards} shards{index}, "
-              f"{s.bytes / 1e6:.1f} MB, mean {s.mean_sample_bytes / 1e3:.1f} kB per sample  ({s.url})")
+        print(
+            f"split {s.split}: {s.samples} samples, {len(s.classes)} classes, {s.shards} shards{index}, "
+            f"{s.bytes / 1e6:.1f} MB, mean {s.mean_sample_bytes / 1e3:.1f} kB per sample  ({s.url})"
+        )
         counts: list[int | None] = list(s.class_counts) or [None] * len(s.classes)
         for i, (c, n) in enumerate(zip(s.classes, counts)):
             if i == args.classes:

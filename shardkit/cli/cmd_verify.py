@@ -23,8 +23,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", metavar="URL", help="a split folder or dataset root (local or fsspec URL)")
     p.add_argument("--quick", action="store_true", help="sizes and checksums only, no decoding")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--max-pixels", type=_pixels, default=None, metavar="N",
-                   help="an image declaring more pixels is a problem, as the loader skips it (default: the loader's default)")
+    p.add_argument(
+        "--max-pixels",
+        type=_pixels,
+        default=None,
+        metavar="N",
+        help="an image declaring more pixels is a problem, as the loader skips it (default: the loader's default)",
+    )
     add_storage_arguments(p)
 
 

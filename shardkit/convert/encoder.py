@@ -24,14 +24,14 @@ from __future__ import annotations
 import collections
 import contextlib
 import multiprocessing
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from types import FrameType
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
 
 from shardkit.convert import shards as plan
-from shardkit.convert.imageproc import Encoded, EncodeConfig, SkipImage, SkipReason, encoder_version, one_core, process
+from shardkit.convert.imageproc import EncodeConfig, Encoded, SkipImage, SkipReason, encoder_version, one_core, process
 from shardkit.convert.scan.source import MissingFile, Reader
 from shardkit.errors import ConvertError
 
@@ -80,7 +80,9 @@ def _unguarded_call(path: str, line: int) -> bool:
         return False  # cannot tell: leave it to multiprocessing
     for node in tree.body:
         if node.lineno <= line <= (node.end_lineno or node.lineno):
-            guarded = isinstance(node, ast.If) and any(isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test))
+            guarded = isinstance(node, ast.If) and any(
+                isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test)
+            )
             return not guarded
     return False
 
@@ -91,8 +93,10 @@ def check_main_guard(api: str = "shardkit.convert.convert") -> None:
     import sys
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):  # this is a worker importing that script
-        raise ConvertError(f"{api} called while a worker process imports the main script; "
-                           'put the call under if __name__ == "__main__": (or pass workers=1)')
+        raise ConvertError(
+            f"{api} called while a worker process imports the main script; "
+            'put the call under if __name__ == "__main__": (or pass workers=1)'
+        )
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     name = getattr(getattr(main, "__spec__", None), "name", "") or ""

@@ -109,8 +109,11 @@ class Resample(str, enum.Enum):
 
     @property
     def pil(self) -> Image.Resampling:
-        return {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
-                "lanczos": Image.Resampling.LANCZOS}[self.value]
+        return {
+            "bilinear": Image.Resampling.BILINEAR,
+            "bicubic": Image.Resampling.BICUBIC,
+            "lanczos": Image.Resampling.LANCZOS,
+        }[self.value]
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,9 @@ class EncodeConfig:
         try:
             object.__setattr__(self, "resample", Resample(self.resample))
         except ValueError:
-            raise ValueError(f"resample must be one of {', '.join(r.value for r in Resample)}, not {self.resample!r}") from None
+            raise ValueError(
+                f"resample must be one of {', '.join(r.value for r in Resample)}, not {self.resample!r}"
+            ) from None
         if (self.short_side is None) == (self.max_side is None):
             raise ValueError("set exactly one of short_side and max_side")
         side = self.short_side if self.short_side is not None else self.max_side
@@ -260,8 +265,11 @@ def _process_open(im: Image.Image, data: bytes, opts: EncodeConfig) -> Encoded:
             arr = None
     if fast is not None:
         jpeg = fast.simplejpeg.encode_jpeg(
-            np.ascontiguousarray(np.asarray(im) if arr is None else arr), quality=opts.quality,
-            colorspace="RGB", colorsubsampling="420", fastdct=False,
+            np.ascontiguousarray(np.asarray(im) if arr is None else arr),
+            quality=opts.quality,
+            colorspace="RGB",
+            colorsubsampling="420",
+            fastdct=False,
         )
         return Encoded(jpeg, ow, oh)
     if arr is not None:
@@ -278,7 +286,7 @@ class _Fast:
     simplejpeg: Any
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fast() -> _Fast | None:
     """torch and simplejpeg for the fast path, imported on first use (``import shardkit`` stays light); ``None``: Pillow only."""
     try:
@@ -295,7 +303,13 @@ def _sj_decode(fast: _Fast, data: bytes, w: int, h: int) -> np.ndarray | None:
     the same scale, so the same pixels), or ``None`` to let Pillow decide (warnings, odd files)."""
     try:
         arr = fast.simplejpeg.decode_jpeg(
-            data, colorspace="RGB", fastdct=False, fastupsample=False, strict=True, min_width=w, min_height=h,
+            data,
+            colorspace="RGB",
+            fastdct=False,
+            fastupsample=False,
+            strict=True,
+            min_width=w,
+            min_height=h,
         )
     except (ValueError, RuntimeError):  # truncated, corrupt, or something libjpeg-turbo only warns about
         return None
@@ -306,8 +320,10 @@ def _torch_resizes(cw: int, ch: int, fw: int, fh: int, resample: Resample) -> bo
     """Whether the torch kernel does this resize: bilinear, and no ``reducing_gap`` pre-reduction in Pillow."""
     return (
         resample is Resample.BILINEAR
-        and fw <= cw and fh <= ch
-        and int(cw / fw / _REDUCING_GAP) <= 1 and int(ch / fh / _REDUCING_GAP) <= 1
+        and fw <= cw
+        and fh <= ch
+        and int(cw / fw / _REDUCING_GAP) <= 1
+        and int(ch / fh / _REDUCING_GAP) <= 1
     )
 
 
@@ -342,7 +358,11 @@ def encoder_version() -> str:
     turbo = features.version("libjpeg_turbo") if features.check_feature("libjpeg_turbo") else None
     jpeg = f"libjpeg-turbo {turbo}" if turbo else f"libjpeg {features.version('jpg')}"
     fast = _fast()
-    extra = f", simplejpeg {fast.simplejpeg.__version__} (decode/encode), torch {fast.torch.__version__} (bilinear resize)" if fast else ""
+    extra = (
+        f", simplejpeg {fast.simplejpeg.__version__} (decode/encode), torch {fast.torch.__version__} (bilinear resize)"
+        if fast
+        else ""
+    )
     return f"pillow {PIL.__version__}, {jpeg}{extra}"
 
 

@@ -97,15 +97,24 @@ def differences(old: Plan, new: Plan) -> list[str]:
     keys = [k for k in now if k not in _DERIVED] + sorted(k for k in was if k not in now and k not in _DERIVED)
     out = [
         f"--{k.replace('_', '-')} was {repr(was[k]) if k in was else 'the default'}, now {repr(now[k]) if k in now else 'the default'}"
-        for k in keys if was.get(k) != now.get(k)
+        for k in keys
+        if was.get(k) != now.get(k)
     ]
     if old.split != new.split:
         out.append(f"split was {old.split!r}, now {new.split!r}")
     if old.classes != new.classes:
         gone, added = sorted(set(old.classes) - set(new.classes)), sorted(set(new.classes) - set(old.classes))
-        out.append("classes differ" + (f" (no longer: {', '.join(gone[:5])})" if gone else "") + (f" (new: {', '.join(added[:5])})" if added else ""))
+        out.append(
+            "classes differ"
+            + (f" (no longer: {', '.join(gone[:5])})" if gone else "")
+            + (f" (new: {', '.join(added[:5])})" if added else "")
+        )
     if old.input_sha256 != new.input_sha256:
-        counts = f": {old.num_items} files then, {new.num_items} now" if old.num_items >= 0 and old.num_items != new.num_items else ""
+        counts = (
+            f": {old.num_items} files then, {new.num_items} now"
+            if old.num_items >= 0 and old.num_items != new.num_items
+            else ""
+        )
         out.append(f"the input listing differs (files added, removed, resized or relabelled{counts})")
     if old.encoder != new.encoder:
         out.append(f"the encoder was {old.encoder!r}, now {new.encoder!r}")
@@ -172,6 +181,8 @@ def read_plan(split_url: str, **storage_options: Any) -> Plan | None:
 def read_record(split_url: str, split: str, index: int, **storage_options: Any) -> ShardRecord | None:
     """The record of planned shard ``index``, or ``None`` if missing or damaged."""
     try:
-        return ShardRecord.from_json(storage.read_bytes(journal_url(split_url, record_name(split, index)), **storage_options))
+        return ShardRecord.from_json(
+            storage.read_bytes(journal_url(split_url, record_name(split, index)), **storage_options)
+        )
     except ShardkitError:
         return None

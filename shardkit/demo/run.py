@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -27,9 +28,13 @@ def small_cnn(num_classes: int) -> nn.Module:
     """A compact CNN that learns the demo classes in a few epochs on a CPU."""
 
     def block(cin: int, cout: int) -> nn.Sequential:
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True), nn.MaxPool2d(2))
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True), nn.MaxPool2d(2)
+        )
 
-    return nn.Sequential(block(3, 24), block(24, 48), block(48, 96), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(96, num_classes))
+    return nn.Sequential(
+        block(3, 24), block(24, 48), block(48, 96), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(96, num_classes)
+    )
 
 
 def _imagefolder_pass(root: str, opts: DemoConfig) -> float:
@@ -90,13 +95,33 @@ def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda
         )
     t0 = time.perf_counter()
     short = opts.image_size * 8 // 7
-    convert(src, dest, ConvertConfig(image=EncodeConfig(short_side=short), shard_size=128), workers=opts.num_workers, overwrite=True, quiet=True)
+    convert(
+        src,
+        dest,
+        ConvertConfig(image=EncodeConfig(short_side=short), shard_size=128),
+        workers=opts.num_workers,
+        overwrite=True,
+        quiet=True,
+    )
     result.convert_seconds = time.perf_counter() - t0
     log(f"converted to {dest} in {result.convert_seconds:.1f} s")
 
     torch.manual_seed(opts.seed)
-    train = load(os.path.join(dest, "train"), batch_size=opts.batch_size, size=opts.image_size, num_workers=opts.num_workers, seed=opts.seed)
-    val = load(os.path.join(dest, "val"), batch_size=opts.batch_size, size=opts.image_size, num_workers=0, preset="eval", shuffle=False)
+    train = load(
+        os.path.join(dest, "train"),
+        batch_size=opts.batch_size,
+        size=opts.image_size,
+        num_workers=opts.num_workers,
+        seed=opts.seed,
+    )
+    val = load(
+        os.path.join(dest, "val"),
+        batch_size=opts.batch_size,
+        size=opts.image_size,
+        num_workers=0,
+        preset="eval",
+        shuffle=False,
+    )
     # crop + flip happen while decoding in the workers; colour and normalisation on the device, per sample
     norm = Normalize(IMAGENET_MEAN, IMAGENET_STD)
     train_aug = GpuAugment([ColorJitter(0.3, 0.3, 0.3, 0.05), RandomGrayscale(0.1), norm], seed=opts.seed)
@@ -123,7 +148,9 @@ def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda
         ips = seen / (time.perf_counter() - t0)
         val_acc = _evaluate(model, val, eval_aug, device)
         result.epochs.append(EpochLog(epoch, total_loss / max(1, seen), n_correct / max(1, seen), val_acc, ips))
-        log(f"epoch {epoch}: loss {total_loss / max(1, seen):.3f}  train acc {n_correct / max(1, seen):.3f}  val acc {val_acc:.3f}  {ips:.0f} img/s (training)")
+        log(
+            f"epoch {epoch}: loss {total_loss / max(1, seen):.3f}  train acc {n_correct / max(1, seen):.3f}  val acc {val_acc:.3f}  {ips:.0f} img/s (training)"
+        )
 
     # input pipelines alone, same images, same workers
     t0, n = time.perf_counter(), 0

@@ -26,12 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import IO, Any, Iterable, Optional
+from typing import IO, Any, Optional
 
 from shardkit.format.index import SampleIndex, build_index
 from shardkit.format.members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, split_member
-from shardkit.format.tar import BLOCK, SampleSpan, Member, pad
+from shardkit.format.tar import BLOCK, Member, SampleSpan, pad
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,9 @@ class StorageConfig:
     def __post_init__(self) -> None:
         check_types(self)
         if self.max_retries < 0 or self.retry_budget_s < 0:
-            raise ValueError(f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}")
+            raise ValueError(
+                f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}"
+            )
 
     def __hash__(self) -> int:
         # storage_options (a dict) is left out: equal configs still hash equal, as eq/hash requires
@@ -72,7 +74,9 @@ class StorageConfig:
 def check_url(url: str, cfg: StorageConfig) -> None:
     """Refuse ``pipe:`` URLs unless opted in."""
     if storage.scheme(url) == "pipe" and not cfg.allow_pipe:
-        raise StorageError(f"{url}: pipe: URLs run shell commands and are refused; pass allow_pipe=True only for URLs you trust")
+        raise StorageError(
+            f"{url}: pipe: URLs run shell commands and are refused; pass allow_pipe=True only for URLs you trust"
+        )
 
 
 class ShardOpener:
@@ -145,8 +149,14 @@ class ShardOpener:
         def open_fn() -> IO[bytes]:
             return storage.open_read(url, block_size=block_size, raw_errors=True, cache_type="none", **opts)
 
-        return RetryingFile(url, open_fn, max_retries=self.cfg.max_retries, retry_budget_s=self.cfg.retry_budget_s, on_retry=self._retried,
-                            log=self.retry_log)
+        return RetryingFile(
+            url,
+            open_fn,
+            max_retries=self.cfg.max_retries,
+            retry_budget_s=self.cfg.retry_budget_s,
+            on_retry=self._retried,
+            log=self.retry_log,
+        )
 
     def _retried(self, url: str, offset: int, exc: BaseException) -> None:
         self.retries += 1

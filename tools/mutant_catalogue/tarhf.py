@@ -48,8 +48,8 @@ MUTANTS = [
      "old": '" (again)" if g.again == 1 else f" (again {g.again})"', "new": '" (again)"',
      "tests": [T + "test_adjacent_repeated_field_starts_a_new_sample_and_is_accounted"]},
     {"id": "tars-bad-index-vanishes", "row": ROW_TARS, "file": TARS,
-     "old": "        if index is None:\n            out.skipped.append((ident, SkipReason.BAD_LABEL,",
-     "new": "        if index is None:\n            continue\n            out.skipped.append((ident, SkipReason.BAD_LABEL,",
+     "old": "        if index is None:\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
+     "new": "        if index is None:\n            continue\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
      "tests": [T + "test_shardkit_manifest_with_an_index_beyond_its_classes_is_bad_label"]},
     # --- A4: the label-value rule (tars, and HF string columns through the same function)
     {"id": "label-float-or-bool-text-becomes-name", "row": ROW_LABELS, "file": SOURCE_PY, "old": _FLOAT_OLD, "new": "if False:",
@@ -81,7 +81,7 @@ MUTANTS = [
      "tests": [H + "test_empty_list_labels_are_no_label_and_odd_string_labels_bad_label"]},
     # --- A7: empty splits
     {"id": "hf-empty-split-dropped", "row": ROW_HF, "file": HF,
-     "old": "root=what, classes=classes, splits=splits,", "new": "root=what, classes=classes, splits=[s for s in splits if s.files],",
+     "old": "        root=what,\n        classes=classes,\n        splits=splits,\n", "new": "        root=what,\n        classes=classes,\n        splits=[s for s in splits if s.files],\n",
      "tests": [H + "test_a_split_whose_every_label_is_minus_one_is_returned_with_no_files_and_its_skips"]},
     {"id": "hf-nothing-usable-not-refused", "row": ROW_HF, "file": HF,
      "old": "    if not any(s.files for s in splits):", "new": "    if False:",

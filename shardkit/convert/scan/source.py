@@ -27,9 +27,10 @@ import os
 import random
 import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from shardkit.convert.imageproc import SkipReason
 from shardkit.errors import ConvertError, StorageError
@@ -64,7 +65,9 @@ def extra_problem(extra: Mapping[str, Any]) -> str | None:
 
 def is_index(value: Any) -> bool:
     """True for an integer label (an ``int`` or a string of digits)."""
-    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and bool(_INT.match(value)))
+    return (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, str) and bool(_INT.match(value))
+    )
 
 
 def label_value(raw: Any) -> tuple[str | int | None, SkipReason | None]:
@@ -136,7 +139,9 @@ def _index(value: Any) -> int | None:
     return MAX_CLASSES if len(digits) > len(str(MAX_CLASSES)) else min(int(digits), MAX_CLASSES)
 
 
-def read_labels(src: str, values: Sequence[tuple[str, Any]], wanted: "LabelType") -> tuple[list[str], list[int | None], "LabelType"]:
+def read_labels(
+    src: str, values: Sequence[tuple[str, Any]], wanted: "LabelType"
+) -> tuple[list[str], list[int | None], "LabelType"]:
     """Classes and each label's index (``None``: not a valid index) from ``(where, raw label)`` pairs.
 
     ``name``: classes are the sorted distinct labels; ``index``: labels are class indices, classes
@@ -247,7 +252,7 @@ class Reader:
         start = end = None
         url = ref or os.path.join(self.root, *relpath.split("/"))
         if url.startswith(TAR_REF):  # a tar member: tar:<offset>:<size>:<url>
-            offset, size, url = url[len(TAR_REF):].split(":", 2)
+            offset, size, url = url[len(TAR_REF) :].split(":", 2)
             start, end = int(offset), int(offset) + int(size)
         if storage.is_local(url):
             try:
@@ -325,7 +330,9 @@ def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str =
     val: set[str] = set()
     for label, files in sorted(by_class.items()):
         picked = list(files)
-        random.Random(f"{seed}:val:{source.classes[label]}").shuffle(picked)  # a str seed is hashed with SHA-512: no PYTHONHASHSEED
+        random.Random(f"{seed}:val:{source.classes[label]}").shuffle(
+            picked
+        )  # a str seed is hashed with SHA-512: no PYTHONHASHSEED
         val.update(f.relpath for f in picked[: val_count(fraction, len(files))])
     v = SplitSource(val_name, train.directory, [f for f in train.files if f.relpath in val], [], train.class_names)
     train.files = [f for f in train.files if f.relpath not in val]
