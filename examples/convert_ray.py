@@ -21,21 +21,42 @@ from typing import Any
 
 import ray
 
-from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
+from shardkit.convert import ConvertConfig, EncodeConfig, convert, merge
 from shardkit.format.manifest import Manifest
 
 
 @ray.remote
-def convert_task(src: str, dest: str, options: ConvertOptions, num_tasks: int, task_index: int, workers: int,
-                 storage_options: dict[str, Any]) -> tuple[int, int, int]:
+def convert_task(
+    src: str,
+    dest: str,
+    options: ConvertConfig,
+    num_tasks: int,
+    task_index: int,
+    workers: int,
+    storage_options: dict[str, Any],
+) -> tuple[int, int, int]:
     """Convert task ``task_index`` of ``num_tasks``; returns ``(task_index, images converted, shards kept from an earlier run)``."""
-    r = convert(src, dest, options, workers=workers, num_tasks=num_tasks, task_index=task_index, quiet=True,
-                storage_options=storage_options)
+    r = convert(
+        src,
+        dest,
+        options,
+        workers=workers,
+        num_tasks=num_tasks,
+        task_index=task_index,
+        quiet=True,
+        storage_options=storage_options,
+    )
     return task_index, r.converted, sum(s.shards_resumed for s in r.splits)
 
 
-def convert_with_ray(src: str, dest: str, options: ConvertOptions, num_tasks: int, workers_per_task: int = 1,
-                     storage_options: dict[str, Any] | None = None) -> list[Manifest]:
+def convert_with_ray(
+    src: str,
+    dest: str,
+    options: ConvertConfig,
+    num_tasks: int,
+    workers_per_task: int = 1,
+    storage_options: dict[str, Any] | None = None,
+) -> list[Manifest]:
     """Run the ``num_tasks`` conversion tasks on the connected Ray cluster, then merge; returns the manifests."""
     so = dict(storage_options or {})
     task = convert_task.options(num_cpus=workers_per_task)
@@ -56,7 +77,7 @@ def main() -> None:
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")
     a = p.parse_args()
     ray.init(address=a.address)
-    options = ConvertOptions(image=ImageOptions(short_side=a.short_side), shard_size=a.shard_size)
+    options = ConvertConfig(image=EncodeConfig(short_side=a.short_side), shard_size=a.shard_size)
     for m in convert_with_ray(a.src, a.dest, options, a.num_tasks, a.workers_per_task):
         print(f"{m.split}: {m.num_samples} samples in {len(m.shards)} shards -> {m.url}")
 

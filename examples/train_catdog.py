@@ -26,8 +26,8 @@ import torch.nn.functional as F
 
 import shardkit
 from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomRotation
-from shardkit.convert import ConvertOptions, convert
-from shardkit.convert.imageproc import ImageOptions
+from shardkit.convert import ConvertConfig, convert
+from shardkit.convert.imageproc import EncodeConfig
 from shardkit.loader.prefetch import DevicePrefetcher
 
 
@@ -41,7 +41,9 @@ def build_model(num_classes: int, pretrained: bool) -> nn.Module:
             weights = DenseNet121_Weights.IMAGENET1K_V1
             model = densenet121(weights=weights)
         except Exception as exc:  # no network / no cached weights
-            raise SystemExit(f"cannot load pretrained densenet121 weights ({exc}); rerun with --no-pretrained") from None
+            raise SystemExit(
+                f"cannot load pretrained densenet121 weights ({exc}); rerun with --no-pretrained"
+            ) from None
     else:
         model = densenet121(weights=None)
     model.classifier = nn.Linear(model.classifier.in_features, num_classes)
@@ -51,10 +53,16 @@ def build_model(num_classes: int, pretrained: bool) -> nn.Module:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--src", help="ImageFolder root (class folders, or train/ and val/ split folders)")
-    p.add_argument("--demo-data", action="store_true", help="use a small sample ImageFolder that shardkit makes (2 classes)")
+    p.add_argument(
+        "--demo-data", action="store_true", help="use a small sample ImageFolder that shardkit makes (2 classes)"
+    )
     p.add_argument("--shards", default="catdog-shards", help="where to write the shards (path or s3://...)")
-    p.add_argument("--arch", choices=["densenet121", "small"], default="densenet121",
-                   help="densenet121 (the fine-tune) or small: a small CNN that trains in seconds on a CPU")
+    p.add_argument(
+        "--arch",
+        choices=["densenet121", "small"],
+        default="densenet121",
+        help="densenet121 (the fine-tune) or small: a small CNN that trains in seconds on a CPU",
+    )
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--image-size", type=int, default=224)
@@ -72,13 +80,21 @@ def main(argv: list[str] | None = None) -> None:
 
     # 1. convert once (resumable; re-running skips finished shards)
     # every split lands in SHARDS/<split>/: a plain ImageFolder in SHARDS/train, train/ val/ folders in SHARDS/train and SHARDS/val
-    result = convert(args.src, args.shards, ConvertOptions(image=ImageOptions(short_side=max(args.image_size * 8 // 7, 64))))
+    result = convert(
+        args.src, args.shards, ConvertConfig(image=EncodeConfig(short_side=max(args.image_size * 8 // 7, 64)))
+    )
     urls = {s.split: s.url for s in result.splits}
     train_url, val_url = urls["train"], urls.get("val")
 
     # 2. stream: crop+flip while decoding in the workers, uint8 batches
     train = shardkit.load(train_url, batch_size=args.batch_size, size=args.image_size, num_workers=args.workers)
-    val = shardkit.load(val_url, batch_size=args.batch_size, size=args.image_size, preset="eval", shuffle=False, num_workers=0) if val_url else None
+    val = (
+        shardkit.load(
+            val_url, batch_size=args.batch_size, size=args.image_size, preset="eval", shuffle=False, num_workers=0
+        )
+        if val_url
+        else None
+    )
 
     # 3. the rest of the augmentation on the device, per sample, whole batch at once
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> None:
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if use_cuda else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     # the loader already crops and flips while decoding; colour and normalisation run on the device
-    augment = GpuAugment([ColorJitter(0.3, 0.3, 0.3, 0.05), Normalize(IMAGENET_MEAN, IMAGENET_STD)], seed=args.seed + rank)
+    augment = GpuAugment(
+        [ColorJitter(0.3, 0.3, 0.3, 0.05), Normalize(IMAGENET_MEAN, IMAGENET_STD)], seed=args.seed + rank
+    )
 
     start_epoch, step = 0, 0
     if args.checkpoint and os.path.exists(args.checkpoint):

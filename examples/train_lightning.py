@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomRotation
-from shardkit.convert import ConvertOptions, convert
-from shardkit.convert.imageproc import ImageOptions
+from shardkit.convert import ConvertConfig, convert
+from shardkit.convert.imageproc import EncodeConfig
 from shardkit.format.manifest import load_manifest
 from shardkit.integrations.lightning import ShardDataModule
 
@@ -56,7 +56,13 @@ class CatDog(pl.LightningModule):
         if self._log_file is None:
             self._log_file = open(os.path.join(self.log_dir, f"rank{self.global_rank}.jsonl"), "a")
         aug_seed = getattr(self.trainer.datamodule.gpu_augment, "seed", None)  # per rank
-        rec = {"stage": stage, "epoch": self.current_epoch, "step": self.global_step, "keys": list(keys), "aug_seed": aug_seed}
+        rec = {
+            "stage": stage,
+            "epoch": self.current_epoch,
+            "step": self.global_step,
+            "keys": list(keys),
+            "aug_seed": aug_seed,
+        }
         self._log_file.write(json.dumps(rec) + "\n")
         self._log_file.flush()  # an abrupt exit loses nothing
 
@@ -78,7 +84,9 @@ class CatDog(pl.LightningModule):
     def configure_optimizers(self) -> dict:
         opt = torch.optim.AdamW(self.parameters(), lr=self.lr)
         # estimated_stepping_batches builds the train loader early: the DataModule still restores its position
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, total_steps=self.trainer.estimated_stepping_batches)
+        sched = torch.optim.lr_scheduler.OneCycleLR(
+            opt, max_lr=self.lr, total_steps=self.trainer.estimated_stepping_batches
+        )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
@@ -110,7 +118,9 @@ class ExitAfterStep(Callback):
     def __init__(self, step: int):
         self.step = step
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
+    ) -> None:
         if trainer.global_step >= self.step:
             os._exit(EXIT_CODE)
 
@@ -128,7 +138,9 @@ def build_net(arch: str, num_classes: int, pretrained: bool) -> torch.nn.Module:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--src", help="ImageFolder root to convert (class folders, or train/ and val/ split folders)")
-    p.add_argument("--demo-data", action="store_true", help="convert a small sample ImageFolder that shardkit makes (2 classes)")
+    p.add_argument(
+        "--demo-data", action="store_true", help="convert a small sample ImageFolder that shardkit makes (2 classes)"
+    )
     p.add_argument("--shards", default="catdog-shards", help="converted dataset (train/ and val/ splits, or one split)")
     p.add_argument("--arch", choices=["densenet121", "small"], default="densenet121")
     p.add_argument("--epochs", type=int, default=3)
@@ -143,8 +155,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ckpt-dir", default="", help="write checkpoints here (last.ckpt + the latest step checkpoint)")
     p.add_argument("--ckpt-every", type=int, default=0, help="also checkpoint every N training steps")
     p.add_argument("--resume", default="", help="checkpoint to continue from (e.g. CKPT_DIR/last.ckpt)")
-    p.add_argument("--log-keys", default="", help="test hook: directory for per-rank JSON lines of every step's sample keys")
-    p.add_argument("--exit-after-step", type=int, default=0, help="test hook: os._exit once step N and its checkpoint are done")
+    p.add_argument(
+        "--log-keys", default="", help="test hook: directory for per-rank JSON lines of every step's sample keys"
+    )
+    p.add_argument(
+        "--exit-after-step", type=int, default=0, help="test hook: os._exit once step N and its checkpoint are done"
+    )
     args = p.parse_args(argv)
 
     if args.demo_data:
@@ -152,17 +168,23 @@ def main(argv: list[str] | None = None) -> None:
 
         args.src = make_imagefolder("catdog-sample", num_classes=2, spread=SMALL, splits={"train": 64, "val": 16})
     if args.src:  # resumable: re-running skips finished shards
-        convert(args.src, args.shards, ConvertOptions(image=ImageOptions(short_side=max(args.image_size * 8 // 7, 64))))
+        convert(args.src, args.shards, ConvertConfig(image=EncodeConfig(short_side=max(args.image_size * 8 // 7, 64))))
     split = os.path.join(args.shards, "train")  # every conversion writes SHARDS/<split>/
-    train = split if os.path.exists(os.path.join(split, "manifest.json")) else args.shards  # (older shardkit: SHARDS itself)
-    val = os.path.join(args.shards, "val") if os.path.exists(os.path.join(args.shards, "val", "manifest.json")) else None
+    train = (
+        split if os.path.exists(os.path.join(split, "manifest.json")) else args.shards
+    )  # (older shardkit: SHARDS itself)
+    val = (
+        os.path.join(args.shards, "val") if os.path.exists(os.path.join(args.shards, "val", "manifest.json")) else None
+    )
     num_classes = len(load_manifest(train).classes)
 
     norm = Normalize(IMAGENET_MEAN, IMAGENET_STD)
     dm = ShardDataModule(
         train,
         val,
-        gpu_augment=GpuAugment([RandomRotation(30), ColorJitter(0.2, 0.2, 0.2), norm], memory_format="channels_last", seed=args.seed),
+        gpu_augment=GpuAugment(
+            [RandomRotation(30), ColorJitter(0.2, 0.2, 0.2), norm], memory_format="channels_last", seed=args.seed
+        ),
         val_gpu_augment=GpuAugment([norm], memory_format="channels_last"),
         batch_size=args.batch_size,
         size=args.image_size,
@@ -175,7 +197,9 @@ def main(argv: list[str] | None = None) -> None:
 
     callbacks: list[Callback] = [PrintEpoch()]
     if args.ckpt_dir:
-        callbacks.append(ModelCheckpoint(dirpath=args.ckpt_dir, every_n_train_steps=args.ckpt_every or None, save_last=True))
+        callbacks.append(
+            ModelCheckpoint(dirpath=args.ckpt_dir, every_n_train_steps=args.ckpt_every or None, save_last=True)
+        )
     if args.exit_after_step:
         callbacks.append(ExitAfterStep(args.exit_after_step))
     devices = int(args.devices) if args.devices.isdigit() else args.devices

@@ -34,12 +34,12 @@ from shardkit.loader.prefetch import DevicePrefetcher
 
 def demo_shards(image_size: int) -> tuple[str, str]:
     """A small 4-class sample ImageFolder that shardkit makes, converted; returns (train URL, val URL)."""
-    from shardkit.convert import ConvertOptions, convert
-    from shardkit.convert.imageproc import ImageOptions
+    from shardkit.convert import ConvertConfig, convert
+    from shardkit.convert.imageproc import EncodeConfig
     from shardkit.demo.sampledata import SMALL, make_imagefolder
 
     src = make_imagefolder("timm-sample", num_classes=4, spread=SMALL, splits={"train": 40, "val": 10})
-    convert(src, "timm-sample-shards", ConvertOptions(image=ImageOptions(short_side=max(image_size * 8 // 7, 64))))
+    convert(src, "timm-sample-shards", ConvertConfig(image=EncodeConfig(short_side=max(image_size * 8 // 7, 64))))
     return "timm-sample-shards/train", "timm-sample-shards/val"
 
 
@@ -79,9 +79,17 @@ def main(argv: list[str] | None = None) -> None:
 
     train = shardkit.load(args.data, batch_size=args.batch_size, size=size, num_workers=args.workers, seed=args.seed)
     val = (
-        shardkit.load(args.val, batch_size=args.batch_size, size=size, resize_size=math.floor(size / cfg["crop_pct"]),
-                      preset="eval", shuffle=False, num_workers=args.workers)
-        if args.val else None
+        shardkit.load(
+            args.val,
+            batch_size=args.batch_size,
+            size=size,
+            resize_size=math.floor(size / cfg["crop_pct"]),
+            preset="eval",
+            shuffle=False,
+            num_workers=args.workers,
+        )
+        if args.val
+        else None
     )
     norm = Normalize(tuple(cfg["mean"]), tuple(cfg["std"]))
     mix = [MixUp(num_classes, alpha=args.mixup)] if args.mixup > 0 else []
@@ -90,8 +98,12 @@ def main(argv: list[str] | None = None) -> None:
 
     opt = timm.optim.create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay)
     sched, num_epochs = timm.scheduler.create_scheduler_v2(
-        opt, sched=args.sched, num_epochs=args.epochs, warmup_epochs=args.warmup_epochs,
-        step_on_epochs=False, updates_per_epoch=len(train),
+        opt,
+        sched=args.sched,
+        num_epochs=args.epochs,
+        warmup_epochs=args.warmup_epochs,
+        step_on_epochs=False,
+        updates_per_epoch=len(train),
     )
     # MixUp yields soft labels; otherwise class indices with label smoothing
     loss_fn = timm.loss.SoftTargetCrossEntropy() if mix else timm.loss.LabelSmoothingCrossEntropy(args.smoothing)

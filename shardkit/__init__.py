@@ -1,6 +1,7 @@
 """shardkit: make PyTorch image training stop waiting on its input.
 
-Convert an ImageFolder into WebDataset shards (:func:`shardkit.convert`),
+Convert an ImageFolder into WebDataset shards (:func:`shardkit.convert.convert`; the package
+:mod:`shardkit.convert` is the conversion, the function its one entry point),
 stream them into training with exact, shuffled, rank- and worker-split
 loading, and augment whole batches on the GPU.
 """

@@ -49,12 +49,13 @@ def check_types(options: object) -> None:
             continue
         kind, optional = str(f.type), False
         if kind.startswith("Optional[") and kind.endswith("]"):
-            kind, optional = kind[len("Optional["):-1], True
+            kind, optional = kind[len("Optional[") : -1], True
         if kind not in _KINDS:
             continue
         v = getattr(options, f.name)
         if v is None and optional:
             continue
+        plain: type
         if kind == "bool":
             ok, plain = isinstance(v, bool) or type(v).__name__ == "bool_", bool
         elif kind == "int":

@@ -24,7 +24,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -42,7 +42,9 @@ from shardkit.augment import (
 from shardkit.loader.prefetch import DevicePrefetcher
 
 
-def shardkit_aug(size: int, compile: bool, compile_mode: str | None, compute_dtype: torch.dtype = torch.float32) -> Callable[[torch.Tensor], torch.Tensor]:
+def shardkit_aug(
+    size: int, compile: bool, compile_mode: str | None, compute_dtype: torch.dtype = torch.float32
+) -> Callable[[torch.Tensor], torch.Tensor]:
     ops = [
         RandomResizedCrop(size),
         HorizontalFlip(0.5),
@@ -51,7 +53,9 @@ def shardkit_aug(size: int, compile: bool, compile_mode: str | None, compute_dty
         RandomGrayscale(0.2),
         Normalize(IMAGENET_MEAN, IMAGENET_STD),
     ]
-    aug = GpuAugment(ops, output_dtype=torch.bfloat16, memory_format="channels_last", seed=0, compute_dtype=compute_dtype)
+    aug = GpuAugment(
+        ops, output_dtype=torch.bfloat16, memory_format="channels_last", seed=0, compute_dtype=compute_dtype
+    )
     if not compile:
         return aug
     # what GpuAugment(compile=True) does, with a selectable mode: eager sampling, compiled apply
@@ -111,7 +115,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_all(contenders: dict[str, tuple[Callable[[torch.Tensor], object], torch.Tensor, int]], repeats: int, warmup: int) -> dict[str, float]:
+def time_all(
+    contenders: dict[str, tuple[Callable[[torch.Tensor], object], torch.Tensor, int]], repeats: int, warmup: int
+) -> dict[str, float]:
     """Median images/s of each ``(fn, batch, iters)``; the timed runs of the
     contenders are interleaved so that background load hits them alike."""
     for fn, x, _ in contenders.values():
@@ -146,8 +152,16 @@ def resnet50_overhead(aug: Callable, x: torch.Tensor, iters: int) -> dict[str, f
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    res = time_all({"model": (lambda _: step(ready), x, iters), "aug+model": (lambda inp: step(aug(inp)), x, iters)}, repeats=3, warmup=2)
-    return {"resnet50_step_img_s": res["model"], "resnet50_aug_step_img_s": res["aug+model"], "overhead_pct": 100 * (res["model"] / res["aug+model"] - 1)}
+    res = time_all(
+        {"model": (lambda _: step(ready), x, iters), "aug+model": (lambda inp: step(aug(inp)), x, iters)},
+        repeats=3,
+        warmup=2,
+    )
+    return {
+        "resnet50_step_img_s": res["model"],
+        "resnet50_aug_step_img_s": res["aug+model"],
+        "overhead_pct": 100 * (res["model"] / res["aug+model"] - 1),
+    }
 
 
 def make_batch(batch: int, size: int, device: torch.device) -> torch.Tensor:
@@ -187,7 +201,12 @@ def end_to_end(args: argparse.Namespace, device: torch.device, aug: Callable) ->
     ds = _JpegSet(args.input_size)
     workers = args.workers if args.workers is not None else min(8, os.cpu_count() or 1)
     loader = torch.utils.data.DataLoader(
-        ds, batch_size=args.batch, num_workers=workers, pin_memory=device.type == "cuda", persistent_workers=workers > 0, drop_last=True
+        ds,
+        batch_size=args.batch,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=workers > 0,
+        drop_last=True,
     )
     n = args.e2e_batches
 
@@ -209,7 +228,13 @@ def end_to_end(args: argparse.Namespace, device: torch.device, aug: Callable) ->
 
     loader_rate, loader_cpu = measure(lambda: loader, touch)
     pf_rate, pf_cpu = measure(lambda: DevicePrefetcher(loader, device=device, transform=aug), lambda b: None)
-    return {"loader_img_s": loader_rate, "loader_main_cpu_s_per_batch": loader_cpu, "prefetch_aug_img_s": pf_rate, "prefetch_aug_main_cpu_s_per_batch": pf_cpu, "workers": workers}
+    return {
+        "loader_img_s": loader_rate,
+        "loader_main_cpu_s_per_batch": loader_cpu,
+        "prefetch_aug_img_s": pf_rate,
+        "prefetch_aug_main_cpu_s_per_batch": pf_cpu,
+        "workers": workers,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,17 +244,46 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=224, help="output size")
     ap.add_argument("--input-size", type=int, default=256, help="size the loader ships")
     ap.add_argument("--iters", type=int, default=None, help="batches per timed run (default 20 on CUDA, 2 on CPU)")
-    ap.add_argument("--repeats", type=int, default=None, help="timed runs, median reported (default 5 on CUDA, 3 on CPU)")
+    ap.add_argument(
+        "--repeats", type=int, default=None, help="timed runs, median reported (default 5 on CUDA, 3 on CPU)"
+    )
     ap.add_argument("--warmup", type=int, default=None)
-    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False, help="also time GpuAugment under torch.compile")
-    ap.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. max-autotune-no-cudagraphs or reduce-overhead")
-    ap.add_argument("--half-compute", action=argparse.BooleanOptionalAction, default=False, help="also time GpuAugment(compute_dtype=torch.float16)")
+    ap.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also time GpuAugment under torch.compile",
+    )
+    ap.add_argument(
+        "--compile-mode", default=None, help="torch.compile mode, e.g. max-autotune-no-cudagraphs or reduce-overhead"
+    )
+    ap.add_argument(
+        "--half-compute",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also time GpuAugment(compute_dtype=torch.float16)",
+    )
     ap.add_argument("--kornia", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--torchvision", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--tv-images", type=int, default=None, help="images per run for the per-image torchvision loop (default: the batch)")
-    ap.add_argument("--e2e", action=argparse.BooleanOptionalAction, default=False, help="also time loader alone vs loader + prefetch + augmentation")
+    ap.add_argument(
+        "--tv-images",
+        type=int,
+        default=None,
+        help="images per run for the per-image torchvision loop (default: the batch)",
+    )
+    ap.add_argument(
+        "--e2e",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also time loader alone vs loader + prefetch + augmentation",
+    )
     ap.add_argument("--e2e-batches", type=int, default=10)
-    ap.add_argument("--resnet50", action=argparse.BooleanOptionalAction, default=False, help="also time a ResNet-50 bf16 train step with and without the augmentation")
+    ap.add_argument(
+        "--resnet50",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also time a ResNet-50 bf16 train step with and without the augmentation",
+    )
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--json", default=None, help="write the figures to this file")
     args = ap.parse_args(argv)
@@ -240,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (5 if cuda else 3)
     warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
     name = torch.cuda.get_device_name(device) if cuda else f"CPU ({torch.get_num_threads()} threads)"
-    print(f"device: {name}; torch {torch.__version__}; batch {args.batch}; {args.input_size}^2 uint8 -> {args.size}^2 bf16 channels_last; median of {repeats} x {iters} batches", flush=True)
+    print(
+        f"device: {name}; torch {torch.__version__}; batch {args.batch}; {args.input_size}^2 uint8 -> {args.size}^2 bf16 channels_last; median of {repeats} x {iters} batches",
+        flush=True,
+    )
 
     x = make_batch(args.batch, args.input_size, device)
     aug = shardkit_aug(args.size, False, None)
@@ -294,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": name, "batch": args.batch, "size": args.size, "input_size": args.input_size, **results}, f, indent=1)
+            json.dump(
+                {"device": name, "batch": args.batch, "size": args.size, "input_size": args.input_size, **results},
+                f,
+                indent=1,
+            )
     return 0
 
 

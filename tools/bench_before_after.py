@@ -46,8 +46,14 @@ print(json.dumps(out))
 
 def one(tree: str, shards: str, workers: int, epochs: int, pin: bool) -> dict:
     env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
-    r = subprocess.run([sys.executable, "-c", CHILD, shards, str(workers), str(epochs), "1" if pin else "0"],
-                       env=env, capture_output=True, text=True, timeout=900, cwd=os.path.abspath(tree))
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, shards, str(workers), str(epochs), "1" if pin else "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=os.path.abspath(tree),
+    )
     # cwd=tree too: `python -c` puts the working directory first on sys.path, ahead of PYTHONPATH
     if r.returncode:
         raise SystemExit(f"{tree}: measurement failed:\n{r.stderr[-2000:]}")
@@ -59,8 +65,11 @@ def main() -> None:
     ap.add_argument("--before", required=True, help="checkout whose shardkit is 'before'")
     ap.add_argument("--after", default=".", help="checkout whose shardkit is 'after' (default: this one)")
     ap.add_argument("--shards", required=True, help="the dataset the 'after' checkout reads")
-    ap.add_argument("--before-shards", default=None,
-                    help="the same images converted by the 'before' checkout (default: --shards), e.g. when the manifest format changed")
+    ap.add_argument(
+        "--before-shards",
+        default=None,
+        help="the same images converted by the 'before' checkout (default: --shards), e.g. when the manifest format changed",
+    )
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 0])
     ap.add_argument("--epochs", type=int, default=1, help="timed epochs per measurement")
     ap.add_argument("--runs", type=int, default=5)
@@ -73,9 +82,13 @@ def main() -> None:
                 v = one(tree, shards, w, a.epochs, pin)["img_s"]
                 res.setdefault((w, pin, name), []).append(v)
                 print(f"round {r}: workers {w} pin_memory={pin!s:<5} {name:<6} {v:>7.0f} img/s", flush=True)
-    ceil = {name: statistics.median(one(tree, shards, -1, 0, False)["ceiling"] for _ in range(3))
-            for name, tree, shards in (("before", a.before, a.before_shards or a.shards), ("after", a.after, a.shards))}
-    print(f"\n{'workers':>7} {'pin_memory':>10} {'before':>8} {'after':>8} {'after/before':>13}   (img/s: medians of {a.runs} interleaved runs)")
+    ceil = {
+        name: statistics.median(one(tree, shards, -1, 0, False)["ceiling"] for _ in range(3))
+        for name, tree, shards in (("before", a.before, a.before_shards or a.shards), ("after", a.after, a.shards))
+    }
+    print(
+        f"\n{'workers':>7} {'pin_memory':>10} {'before':>8} {'after':>8} {'after/before':>13}   (img/s: medians of {a.runs} interleaved runs)"
+    )
     for w, pin in configs:
         b, f = res[(w, pin, "before")], res[(w, pin, "after")]
         ratio = statistics.median(x / y for x, y in zip(f, b))

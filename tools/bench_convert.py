@@ -98,11 +98,11 @@ def ablations(src: str, dest: str, n: int, runs: int) -> None:
     """``--workers 1`` in this process (warm): as shipped, Pillow only, and draft decoding off."""
     from PIL import JpegImagePlugin
 
-    from shardkit.convert import ConvertOptions, convert, imageproc
+    from shardkit.convert import ConvertConfig, convert, imageproc
 
     def run() -> None:
         shutil.rmtree(dest, ignore_errors=True)
-        convert(src, dest, ConvertOptions(), workers=1, quiet=True)
+        convert(src, dest, ConvertConfig(), workers=1, quiet=True)
 
     def pillow_only() -> None:
         real = imageproc._fast
@@ -120,7 +120,11 @@ def ablations(src: str, dest: str, n: int, runs: int) -> None:
         finally:
             JpegImagePlugin.JpegImageFile.draft = real  # type: ignore[method-assign]
 
-    variants = [("--workers 1 (warm)", run), ("--workers 1, Pillow only", pillow_only), ("--workers 1, draft off", no_draft)]
+    variants = [
+        ("--workers 1 (warm)", run),
+        ("--workers 1, Pillow only", pillow_only),
+        ("--workers 1, draft off", no_draft),
+    ]
     for _, fn in variants:
         fn()
     times: dict[str, list[float]] = {name: [] for name, _ in variants}
@@ -139,14 +143,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--src", help="an ImageFolder to use (default: generate one)")
     p.add_argument("--images", type=int, default=3000, help="images to generate (default 3000)")
-    p.add_argument("--size", choices=["imagenet", "photo"], default="imagenet",
-                   help="generated image sizes: imagenet (median 500x375) or photo (median 1600x1200)")
+    p.add_argument(
+        "--size",
+        choices=["imagenet", "photo"],
+        default="imagenet",
+        help="generated image sizes: imagenet (median 500x375) or photo (median 1600x1200)",
+    )
     p.add_argument("--limit", type=int, default=None, help="use at most this many images of --src")
     p.add_argument("--runs", type=int, default=3, help="timed runs per variant; the median is reported (default 3)")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="shardkit --workers values (default 1 2)")
     p.add_argument("--startup-images", type=int, default=10, help="images for the start-up figure (default 10)")
-    p.add_argument("--before", metavar="DIR", help="also time --workers N of the shardkit checkout in DIR (before/after, interleaved)")
-    p.add_argument("--ablations", action="store_true", help="also time the fast-path and draft ablations (warm, in-process)")
+    p.add_argument(
+        "--before",
+        metavar="DIR",
+        help="also time --workers N of the shardkit checkout in DIR (before/after, interleaved)",
+    )
+    p.add_argument(
+        "--ablations", action="store_true", help="also time the fast-path and draft ablations (warm, in-process)"
+    )
     p.add_argument("--loop", nargs=2, metavar=("SRC", "DEST"), help=argparse.SUPPRESS)  # one plain-loop run (a variant)
     args = p.parse_args(argv)
     if args.loop:
@@ -155,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from shardkit.demo.sampledata import IMAGENET_LIKE, SizeSpread, make_imagefolder
 
-    spread = IMAGENET_LIKE if args.size == "imagenet" else SizeSpread(median=(1600, 1200), sigma=0.25, min_side=256, max_side=4000)
+    spread = (
+        IMAGENET_LIKE
+        if args.size == "imagenet"
+        else SizeSpread(median=(1600, 1200), sigma=0.25, min_side=256, max_side=4000)
+    )
     work = tempfile.mkdtemp(prefix="bench-convert-")
     try:
         src = os.path.abspath(args.src) if args.src else None
@@ -163,8 +181,11 @@ def main(argv: list[str] | None = None) -> int:
             src = os.path.join(work, "src")
             t0 = time.perf_counter()
             make_imagefolder(src, num_classes=8, per_class=max(1, args.images // 8), spread=spread, seed=0)
-            print(f"generated {args.images} {args.size} JPEGs (median {spread.median[0]}x{spread.median[1]}) "
-                  f"in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            print(
+                f"generated {args.images} {args.size} JPEGs (median {spread.median[0]}x{spread.median[1]}) "
+                f"in {time.perf_counter() - t0:.1f} s",
+                file=sys.stderr,
+            )
         if args.limit:
             src = limited_copy(src, os.path.join(work, "limited"), args.limit)
         small = limited_copy(src, os.path.join(work, "small"), args.startup_images)
@@ -189,15 +210,19 @@ def main(argv: list[str] | None = None) -> int:
         sec = {name: statistics.median(t) for name, t in times.items()}
         loop = sec[variants[0][0]]
         w1 = sec.get("shardkit convert --workers 1")
-        print(f"{n} images, {src_mb:.1f} MB, {os.cpu_count()} CPUs, median of {args.runs} fresh-process runs (start-up included)")
+        print(
+            f"{n} images, {src_mb:.1f} MB, {os.cpu_count()} CPUs, median of {args.runs} fresh-process runs (start-up included)"
+        )
         print(f"{'variant':32s} {'seconds':>8s} {'img/s':>8s} {'vs loop':>8s} {'vs w1':>6s}")
         w1_before = sec.get("before: --workers 1")
         for name, _, _ in variants:
             base = w1_before if name.startswith("before") else w1
             vs_w1 = f"{base / sec[name]:6.2f}" if base and name != variants[0][0] else ""
             print(f"{name:32s} {sec[name]:8.2f} {n / sec[name]:8.1f} {loop / sec[name]:8.2f} {vs_w1:>6s}")
-        print(f"start-up: converting {args.startup_images} images takes " +
-              ", ".join(f"{sec[name]:.2f} s with {name}" for name, _, _ in startup))
+        print(
+            f"start-up: converting {args.startup_images} images takes "
+            + ", ".join(f"{sec[name]:.2f} s with {name}" for name, _, _ in startup)
+        )
         if args.ablations:
             ablations(src, dest, n, args.runs)
     finally:

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> None:
-    from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
+    from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
     from shardkit.demo.sampledata import IMAGENET_LIKE, make_imagefolder
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -41,7 +41,9 @@ def main() -> None:
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="shardkit-bench-sources-")
     try:
-        src = make_imagefolder(os.path.join(tmp, "src"), num_classes=4, per_class=a.images // 4, spread=IMAGENET_LIKE, seed=0)
+        src = make_imagefolder(
+            os.path.join(tmp, "src"), num_classes=4, per_class=a.images // 4, spread=IMAGENET_LIKE, seed=0
+        )
         listing = os.path.join(tmp, "train.csv")
         with open(listing, "w", newline="") as f:
             w = csv.writer(f)
@@ -49,14 +51,14 @@ def main() -> None:
             for c in sorted(os.listdir(src)):
                 for name in sorted(os.listdir(os.path.join(src, c))):
                     w.writerow([f"{c}/{name}", c])
-        opts = ConvertOptions(image=ImageOptions(short_side=256), shard_size=64)
-        listing_opts = ConvertOptions(image=opts.image, shard_size=64, source=SourceOptions(root=src))
+        opts = ConvertConfig(image=EncodeConfig(short_side=256), shard_size=64)
+        listing_opts = ConvertConfig(image=opts.image, shard_size=64, source=ScanConfig(root=src))
         tars_dir = os.path.join(tmp, "tars")  # originals re-packed as tars: what a foreign pipeline would hand over
-        copy_src = ConvertOptions(image=ImageOptions(short_side=256, copy=True), shard_size=64, shuffle=False)
+        copy_src = ConvertConfig(image=EncodeConfig(short_side=256, copy=True), shard_size=64, shuffle=False)
         convert(src, tars_dir, copy_src, workers=a.workers, quiet=True)
         n_tars = len([f for f in os.listdir(tars_dir) if f.endswith(".tar")])
         pattern = os.path.join(tars_dir, f"train-{{000000..{n_tars - 1:06d}}}.tar")
-        copy = ConvertOptions(image=ImageOptions(short_side=256, copy=True), shard_size=64)
+        copy = ConvertConfig(image=EncodeConfig(short_side=256, copy=True), shard_size=64)
         variants = {
             "ImageFolder": (src, opts),
             "CSV listing": (listing, listing_opts),

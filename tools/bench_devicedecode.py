@@ -39,7 +39,8 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,7 +71,12 @@ SEED, EPOCH = 0, 0
 
 def chain(device: torch.device) -> GpuAugment:
     """tools/bench_augment.py's chain after its crop and flip."""
-    ops = [RandomRotation(15), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2), Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    ops = [
+        RandomRotation(15),
+        ColorJitter(0.4, 0.4, 0.4, 0.1),
+        RandomGrayscale(0.2),
+        Normalize(IMAGENET_MEAN, IMAGENET_STD),
+    ]
     return GpuAugment(ops, output_dtype=torch.bfloat16, memory_format="channels_last", seed=0)
 
 
@@ -112,7 +118,9 @@ def device_path(cfg: ImageConfig, dec: DeviceDecoder, aug: GpuAugment | None) ->
     return run
 
 
-def timed(name: str, fn: Callable[[list[Any]], torch.Tensor], batches: list[list[Any]], device: torch.device, repeats: int) -> dict[str, float]:
+def timed(
+    name: str, fn: Callable[[list[Any]], torch.Tensor], batches: list[list[Any]], device: torch.device, repeats: int
+) -> dict[str, float]:
     """Median img/s over ``repeats`` passes over ``batches`` (one warm-up batch first), CPU s/batch, peak memory."""
     fn(batches[0])
     sync(device)
@@ -132,8 +140,11 @@ def timed(name: str, fn: Callable[[list[Any]], torch.Tensor], batches: list[list
     if device.type == "cuda":
         res[f"{name}_peak_mib"] = (torch.cuda.max_memory_allocated(device) - base) / 2**20
         res[f"{name}_retained_mib"] = (torch.cuda.memory_allocated(device) - base) / 2**20  # > 0 after the run: a leak
-    print(f"  {name:<34}{res[f'{name}_img_s']:>10,.0f} img/s   main CPU {res[f'{name}_main_cpu_s_per_batch'] * 1e3:7.1f} ms/batch"
-          + (f"   peak {res[f'{name}_peak_mib']:,.0f} MiB" if device.type == "cuda" else ""), flush=True)
+    print(
+        f"  {name:<34}{res[f'{name}_img_s']:>10,.0f} img/s   main CPU {res[f'{name}_main_cpu_s_per_batch'] * 1e3:7.1f} ms/batch"
+        + (f"   peak {res[f'{name}_peak_mib']:,.0f} MiB" if device.type == "cuda" else ""),
+        flush=True,
+    )
     return res
 
 
@@ -166,21 +177,31 @@ def compare_backends(batches: list[list[Any]], device: torch.device, rounds: int
     for b in backends:
         res[f"decode_only_{b}_img_s"] = statistics.median(rates[b])
         res[f"decode_only_{b}_runs"] = [round(x, 1) for x in rates[b]]
-        print(f"  batched decode only, {b:<12}{statistics.median(rates[b]):>10,.0f} img/s median of {rounds} "
-              f"(min {min(rates[b]):,.0f}, max {max(rates[b]):,.0f})", flush=True)
+        print(
+            f"  batched decode only, {b:<12}{statistics.median(rates[b]):>10,.0f} img/s median of {rounds} "
+            f"(min {min(rates[b]):,.0f}, max {max(rates[b]):,.0f})",
+            flush=True,
+        )
     if len(backends) == 2:
         res["torchcodec_over_torchvision"] = res["decode_only_torchcodec_img_s"] / res["decode_only_torchvision_img_s"]
-        paired = statistics.median(a / b for a, b in zip(rates["torchcodec"], rates["torchvision"]))  # same round: same load
+        paired = statistics.median(
+            a / b for a, b in zip(rates["torchcodec"], rates["torchvision"])
+        )  # same round: same load
         res["torchcodec_over_torchvision_paired"] = paired
-        print(f"  torchcodec / torchvision: {res['torchcodec_over_torchvision']:.3f} (ratio of medians), "
-              f"{paired:.3f} (median of the per-round ratios)", flush=True)
+        print(
+            f"  torchcodec / torchvision: {res['torchcodec_over_torchvision']:.3f} (ratio of medians), "
+            f"{paired:.3f} (median of the per-round ratios)",
+            flush=True,
+        )
     return res
 
 
 def end_to_end(url: str, cfg: ImageConfig, device: torch.device, args: argparse.Namespace) -> dict[str, float]:
     """The loader with ``--workers`` workers + DevicePrefetcher + chain: ``decode_on="worker"`` vs ``decode_on="device"``."""
     aug = chain(device)
-    opts = dict(batch_size=args.batch, num_workers=args.workers, preset="train", size=cfg.size, drop_last=True, seed=SEED)
+    opts = dict(
+        batch_size=args.batch, num_workers=args.workers, preset="train", size=cfg.size, drop_last=True, seed=SEED
+    )
     n = args.e2e_batches
 
     def measure(batches: Callable[[], Any], consume: Callable[[Any], torch.Tensor]) -> tuple[float, float]:
@@ -208,11 +229,20 @@ def end_to_end(url: str, cfg: ImageConfig, device: torch.device, args: argparse.
     d_rate, d_cpu = measure(lambda: pf, lambda b: b[0])
     device_loader.close()
     st = device_loader.device_decoder(device).stats
-    print(f"  end to end, {args.workers} workers + prefetch + chain: decode_on=worker {w_rate:,.0f} img/s (main CPU {w_cpu * 1e3:.1f} ms/batch); "
-          f"decode_on=device {d_rate:,.0f} img/s (main CPU {d_cpu * 1e3:.1f} ms/batch; batched {st.batched}, fallback {dict(st.fallback)})", flush=True)
-    return {"e2e_worker_decode_img_s": w_rate, "e2e_worker_main_cpu_s_per_batch": w_cpu,
-            "e2e_device_decode_img_s": d_rate, "e2e_device_main_cpu_s_per_batch": d_cpu, "e2e_workers": args.workers,
-            "e2e_device_fallback": dict(st.fallback), "e2e_device_corrupt": st.corrupt}
+    print(
+        f"  end to end, {args.workers} workers + prefetch + chain: decode_on=worker {w_rate:,.0f} img/s (main CPU {w_cpu * 1e3:.1f} ms/batch); "
+        f"decode_on=device {d_rate:,.0f} img/s (main CPU {d_cpu * 1e3:.1f} ms/batch; batched {st.batched}, fallback {dict(st.fallback)})",
+        flush=True,
+    )
+    return {
+        "e2e_worker_decode_img_s": w_rate,
+        "e2e_worker_main_cpu_s_per_batch": w_cpu,
+        "e2e_device_decode_img_s": d_rate,
+        "e2e_device_main_cpu_s_per_batch": d_cpu,
+        "e2e_workers": args.workers,
+        "e2e_device_fallback": dict(st.fallback),
+        "e2e_device_corrupt": st.corrupt,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,18 +251,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=None, help="default 256 on CUDA, 32 on CPU")
     ap.add_argument("--images", type=int, default=None, help="images in the shards (default 2048 on CUDA, 96 on CPU)")
     ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--repeats", type=int, default=None, help="passes over the images, median reported (default 3 on CUDA, 1 on CPU)")
-    ap.add_argument("--e2e", action=argparse.BooleanOptionalAction, default=False, help="also time the loader with --workers workers, both ways")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="passes over the images, median reported (default 3 on CUDA, 1 on CPU)",
+    )
+    ap.add_argument(
+        "--e2e",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also time the loader with --workers workers, both ways",
+    )
     ap.add_argument("--e2e-batches", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--resnet50", action=argparse.BooleanOptionalAction, default=False,
-                    help="also time a ResNet-50 bf16 train step alone and fed by the device path (decode + crop + chain)")
+    ap.add_argument(
+        "--resnet50",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also time a ResNet-50 bf16 train step alone and fed by the device path (decode + crop + chain)",
+    )
     ap.add_argument("--out", default=None, help="directory for the shards (default: a temporary one)")
     ap.add_argument("--json", default=None, help="write the figures to this file")
-    ap.add_argument("--backend", choices=["torchcodec", "torchvision"], default=None,
-                    help="the device path's JPEG backend (default: TorchCodec when installed)")
-    ap.add_argument("--compare-backends", action="store_true",
-                    help="only time the batched decode through TorchCodec vs torchvision, interleaved (--rounds)")
+    ap.add_argument(
+        "--backend",
+        choices=["torchcodec", "torchvision"],
+        default=None,
+        help="the device path's JPEG backend (default: TorchCodec when installed)",
+    )
+    ap.add_argument(
+        "--compare-backends",
+        action="store_true",
+        help="only time the batched decode through TorchCodec vs torchvision, interleaved (--rounds)",
+    )
     ap.add_argument("--rounds", type=int, default=9, help="rounds of --compare-backends (median reported)")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
@@ -244,10 +295,20 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.out or tmp
         t0 = time.perf_counter()
-        ds = write_dataset(os.path.join(root, "train"), num_samples=images, shard_size=256, num_classes=8, size=(341, 256), distinct_images=32)
+        ds = write_dataset(
+            os.path.join(root, "train"),
+            num_samples=images,
+            shard_size=256,
+            num_classes=8,
+            size=(341, 256),
+            distinct_images=32,
+        )
         batches = raw_batches(ds.url, args.batch)
-        print(f"device: {name}; torch {torch.__version__}; {images} 341x256 JPEGs ({time.perf_counter() - t0:.0f} s to write) in batches of "
-              f"{args.batch} -> {args.size}^2; median of {repeats} passes", flush=True)
+        print(
+            f"device: {name}; torch {torch.__version__}; {images} 341x256 JPEGs ({time.perf_counter() - t0:.0f} s to write) in batches of "
+            f"{args.batch} -> {args.size}^2; median of {repeats} passes",
+            flush=True,
+        )
         cfg = ImageConfig(preset="train", size=args.size)
         res: dict[str, Any] = {"device": name, "batch": args.batch, "images": images, "size": args.size}
 
@@ -292,10 +353,18 @@ def main(argv: list[str] | None = None) -> int:
 
             r50 = resnet50_overhead(fed, torch.empty(args.batch, device=device), max(2, len(batches)))
             res.update({f"device_path_{k}": v for k, v in r50.items()})
-            print(f"  ResNet-50 bf16 train step: {r50['resnet50_step_img_s']:,.0f} img/s alone, {r50['resnet50_aug_step_img_s']:,.0f} img/s "
-                  f"fed by decode + crop + chain in the same stream ({r50['overhead_pct']:.1f}% overhead)", flush=True)
+            print(
+                f"  ResNet-50 bf16 train step: {r50['resnet50_step_img_s']:,.0f} img/s alone, {r50['resnet50_aug_step_img_s']:,.0f} img/s "
+                f"fed by decode + crop + chain in the same stream ({r50['overhead_pct']:.1f}% overhead)",
+                flush=True,
+            )
             save()
-        res["device_decoder_stats"] = {"batched": dec.stats.batched, "fallback": dict(dec.stats.fallback), "retried": dec.stats.retried, "corrupt": dec.stats.corrupt}
+        res["device_decoder_stats"] = {
+            "batched": dec.stats.batched,
+            "fallback": dict(dec.stats.fallback),
+            "retried": dec.stats.retried,
+            "corrupt": dec.stats.corrupt,
+        }
         print(f"  decoder stats: {res['device_decoder_stats']}")
         if args.e2e:
             try:

@@ -28,21 +28,35 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_dataset(workdir: str, images: int) -> str:
-    from shardkit.convert import ConvertOptions, convert
+    from shardkit.convert import ConvertConfig, convert
     from shardkit.demo.sampledata import IMAGENET_LIKE, make_imagefolder
 
     src, dest = os.path.join(workdir, "src"), os.path.join(workdir, "shards")
     if not os.path.exists(os.path.join(dest, "manifest.json")):
         make_imagefolder(src, num_classes=4, per_class=images // 4, spread=IMAGENET_LIKE)
-        convert(src, dest, ConvertOptions(shard_size=100), quiet=True)
+        convert(src, dest, ConvertConfig(shard_size=100), quiet=True)
     return dest
 
 
 def torchrun_rate(data: str, nproc: int, workers: int, batch: int) -> float:
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-        os.path.join(ROOT, "examples", "train_ddp.py"), "--data", data, "--epochs", "2", "--no-train",
-        "--workers", str(workers), "--batch-size", str(batch), "--image-size", "224",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        os.path.join(ROOT, "examples", "train_ddp.py"),
+        "--data",
+        data,
+        "--epochs",
+        "2",
+        "--no-train",
+        "--workers",
+        str(workers),
+        "--batch-size",
+        str(batch),
+        "--image-size",
+        "224",
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if out.returncode:

@@ -24,8 +24,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
     jpeg = os.urandom(a.jpeg_bytes)
-    samples = [EncodedSample(f"k{i:06d}", jpeg, i % 10, {"path": f"c/{i}.jpg", "class": "c", "width": 500, "height": 375})
-               for i in range(a.samples)]
+    samples = [
+        EncodedSample(f"k{i:06d}", jpeg, i % 10, {"path": f"c/{i}.jpg", "class": "c", "width": 500, "height": 375})
+        for i in range(a.samples)
+    ]
     buf = io.BytesIO()
     w = write_tar(samples, buf)
     data, idx = buf.getvalue(), w.index
@@ -46,11 +48,15 @@ def main() -> None:
             idx.read(f, s, min(s + a.block, a.samples), url="mem.tar", first_gid=s, num_classes=10)
         slc = min(slc, time.perf_counter() - t)
         t = time.perf_counter()
-        SampleIndex.from_bytes(raw, shard_bytes=len(data), shard_sha256=w.sha256)  # what load_index checks, once per shard
+        SampleIndex.from_bytes(
+            raw, shard_bytes=len(data), shard_sha256=w.sha256
+        )  # what load_index checks, once per shard
         load = min(load, time.perf_counter() - t)
     n = a.samples
-    print(f"header walk: {walk / n * 1e6:.2f} us/sample; index, {a.block}-sample range reads: {slc / n * 1e6:.2f} us/sample "
-          f"+ {load / n * 1e6:.2f} us/sample to parse and check the index; index {len(raw) / n:.1f} bytes/sample")
+    print(
+        f"header walk: {walk / n * 1e6:.2f} us/sample; index, {a.block}-sample range reads: {slc / n * 1e6:.2f} us/sample "
+        f"+ {load / n * 1e6:.2f} us/sample to parse and check the index; index {len(raw) / n:.1f} bytes/sample"
+    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ shardkit from disk and from S3 (moto on loopback), the in-process decode-only ce
 
 Data: an ImageFolder of photo-like JPEGs with an ImageNet-like size spread
 (``shardkit.demo.sampledata.IMAGENET_LIKE``: median 500x375, some > 1000 px, q90,
-about 2.3 bits per pixel), converted with ``shardkit.convert`` (short side 256)
+about 2.3 bits per pixel), converted with ``shardkit.convert.convert`` (short side 256)
 when available, else written with ``shardkit.format.write_shard`` after
 the same resize. Every figure is the median of ``--runs`` runs.
 """
@@ -56,9 +56,9 @@ def make_data(out: str, n: int, procs: int) -> tuple[str, str]:
     dest = os.path.join(out, "shards")
     if not os.path.exists(os.path.join(dest, "manifest.json")):
         try:
-            from shardkit.convert import ConvertOptions, convert
+            from shardkit.convert import ConvertConfig, convert
 
-            convert(src, dest, ConvertOptions(shard_size=250, shard_bytes=None), workers=procs, quiet=True)
+            convert(src, dest, ConvertConfig(shard_size=250, shard_bytes=None), workers=procs, quiet=True)
         except ImportError:
             _write_shards(src, dest)
     return src, dest
@@ -85,7 +85,11 @@ def _write_shards(src: str, dest: str) -> None:
                 im = im.resize((round(w * k), round(h * k)), Image.BICUBIC, reducing_gap=3.0)
             b = io.BytesIO()
             im.save(b, format="JPEG", quality=90)
-            samples.append(EncodedSample(f"{c}_{f[:-4]}", b.getvalue(), classes.index(c), {"path": f"{c}/{f}", "width": w, "height": h}))
+            samples.append(
+                EncodedSample(
+                    f"{c}_{f[:-4]}", b.getvalue(), classes.index(c), {"path": f"{c}/{f}", "width": w, "height": h}
+                )
+            )
         name = f"train-{len(shards):06d}.tar"
         with open(os.path.join(dest, name), "wb") as fh:
             cnt, nbytes, sha = write_shard(samples, fh)
@@ -99,10 +103,15 @@ def _write_shards(src: str, dest: str) -> None:
 def _seed_transforms():
     from torchvision import transforms as T
 
-    return T.Compose([
-        T.RandomRotation(30), T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
-        T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    ])
+    return T.Compose(
+        [
+            T.RandomRotation(30),
+            T.RandomResizedCrop(224),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ]
+    )
 
 
 def _rate(it, batches: int) -> float:
@@ -154,7 +163,9 @@ def run_webdataset(shards: str, workers: int, batches: int) -> float:
 def run_shardkit(url: str, workers: int, batches: int, **opts) -> float:
     import shardkit
 
-    loader = shardkit.load(url, batch_size=BATCH, num_workers=workers, persistent_workers=False, pin_memory=False, **opts)
+    loader = shardkit.load(
+        url, batch_size=BATCH, num_workers=workers, persistent_workers=False, pin_memory=False, **opts
+    )
     return _rate(loader, batches)
 
 
@@ -236,7 +247,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--batches", type=int, default=20, help="batches measured per run (fast pipelines)")
-    ap.add_argument("--seed-batches", type=int, default=8, help="batches measured per run (seed / webdataset pipelines)")
+    ap.add_argument(
+        "--seed-batches", type=int, default=8, help="batches measured per run (seed / webdataset pipelines)"
+    )
     ap.add_argument("--epochs", type=int, default=10, help="epochs for the RSS check")
     ap.add_argument("--out", default="/tmp/shardkit-bench")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: seed,wds,s3,rss")
@@ -249,16 +262,21 @@ def main() -> None:
 
     m = load_manifest(shards)
     sizes = [os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(src) for f in fs]
-    print(f"data: {m.num_samples} images, {np.mean(sizes) / 1e3:.0f} kB mean source JPEG, {len(m.shards)} shards, "
-          f"{m.num_bytes / m.num_samples / 1e3:.0f} kB/sample in shards (prepared in {time.time() - t:.0f} s)", flush=True)
+    print(
+        f"data: {m.num_samples} images, {np.mean(sizes) / 1e3:.0f} kB mean source JPEG, {len(m.shards)} shards, "
+        f"{m.num_bytes / m.num_samples / 1e3:.0f} kB/sample in shards (prepared in {time.time() - t:.0f} s)",
+        flush=True,
+    )
 
     res: dict[str, float] = {}
     W = a.workers
     # Runs are interleaved (one of each per round) so that load from other processes on a shared
     # machine hits every pipeline alike; figures are medians over rounds.
-    parts = {"shardkit (disk)": lambda: run_shardkit(shards, W, a.batches),
-             "shardkit in-process (0 workers)": lambda: run_shardkit(shards, 0, a.batches),
-             "decode-only ceiling/core": lambda: run_ceiling(shards)[0]}
+    parts = {
+        "shardkit (disk)": lambda: run_shardkit(shards, W, a.batches),
+        "shardkit in-process (0 workers)": lambda: run_shardkit(shards, 0, a.batches),
+        "decode-only ceiling/core": lambda: run_ceiling(shards)[0],
+    }
     if "seed" not in skip:
         parts["seed ImageFolder"] = lambda: run_seed(src, W, a.seed_batches)
     if "wds" not in skip:
@@ -290,18 +308,30 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     lines = ["", f"ratios, median over rounds ({W} workers, {cores} cores, batch {BATCH}, train preset 224):"]
     if "seed ImageFolder" in res:
-        lines.append(f"  vs seed ImageFolder pipeline: {ratio('shardkit (disk)', 'seed ImageFolder'):.1f}x   (target >= 8x)")
+        lines.append(
+            f"  vs seed ImageFolder pipeline: {ratio('shardkit (disk)', 'seed ImageFolder'):.1f}x   (target >= 8x)"
+        )
     if "plain webdataset" in res:
-        lines.append(f"  vs plain webdataset:          {ratio('shardkit (disk)', 'plain webdataset'):.1f}x   (target >= 3x)")
-    lines.append(f"  in-process loader (0 workers) / decode-only ceiling, 1 core: {ratio('shardkit in-process (0 workers)', 'decode-only ceiling/core'):.2f}   (target >= 0.8)")
-    lines.append(f"  {W} workers / (ceiling x {min(W, cores)} cores): {ratio('shardkit (disk)', 'decode-only ceiling/core', max(1, min(W, cores))):.2f}")
+        lines.append(
+            f"  vs plain webdataset:          {ratio('shardkit (disk)', 'plain webdataset'):.1f}x   (target >= 3x)"
+        )
+    lines.append(
+        f"  in-process loader (0 workers) / decode-only ceiling, 1 core: {ratio('shardkit in-process (0 workers)', 'decode-only ceiling/core'):.2f}   (target >= 0.8)"
+    )
+    lines.append(
+        f"  {W} workers / (ceiling x {min(W, cores)} cores): {ratio('shardkit (disk)', 'decode-only ceiling/core', max(1, min(W, cores))):.2f}"
+    )
     if "shardkit (S3 via moto)" in res:
-        lines.append(f"  S3 (moto, loopback) / disk:   {ratio('shardkit (S3 via moto)', 'shardkit (disk)'):.2f}   (target >= 0.8)")
+        lines.append(
+            f"  S3 (moto, loopback) / disk:   {ratio('shardkit (S3 via moto)', 'shardkit (disk)'):.2f}   (target >= 0.8)"
+        )
     if "rss" not in skip:
         rss = run_rss(shards, W, a.epochs)
         growth = (max(rss[2:]) - rss[1]) / rss[1] * 100 if len(rss) > 2 else 0.0
         res["rss_growth_after_epoch2_pct"] = growth
-        lines.append(f"  RSS main+workers per epoch (MB): {', '.join(f'{r / 1e6:.0f}' for r in rss)}; growth after epoch 2: {growth:+.1f}%   (target < 5%)")
+        lines.append(
+            f"  RSS main+workers per epoch (MB): {', '.join(f'{r / 1e6:.0f}' for r in rss)}; growth after epoch 2: {growth:+.1f}%   (target < 5%)"
+        )
     print("\n".join(lines))
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)

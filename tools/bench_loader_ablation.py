@@ -28,7 +28,9 @@ CONFIGS = {
 def run(shards: str, workers: int, epochs: int, **opts) -> float:
     import shardkit
 
-    loader = shardkit.load(shards, batch_size=64, num_workers=workers, persistent_workers=True, pin_memory=False, **opts)
+    loader = shardkit.load(
+        shards, batch_size=64, num_workers=workers, persistent_workers=True, pin_memory=False, **opts
+    )
     try:
         for _ in loader:  # warm-up epoch: worker start, page cache
             pass

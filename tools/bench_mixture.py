@@ -3,7 +3,7 @@
     python tools/bench_mixture.py --images 2000 --workers 2 --runs 3 --out /tmp/skmix
 
 Data: three photo-like ImageFolders (``shardkit.demo.sampledata.IMAGENET_LIKE`` sizes, the same
-spread and classes), converted with ``shardkit.convert`` (short side 256): ``one`` with
+spread and classes), converted with ``shardkit.convert.convert`` (short side 256): ``one`` with
 ``--images`` images, ``a`` and ``b`` with 70 % and 30 % of them. Each run reads one full epoch
 of ``one`` and one of the mixture ``[Source(a, weight=0.7), Source(b, weight=0.3)]`` with the
 same epoch size, alternating (one, mix, one, mix, ...) so that load on the machine hits both
@@ -26,21 +26,25 @@ from shardkit import Source
 
 def make_split(root: str, images: int, seed: int) -> str:
     """An ImageFolder of ``images`` JPEGs converted into shards; the split's directory."""
-    from shardkit.convert import ConvertOptions, convert
+    from shardkit.convert import ConvertConfig, convert
     from shardkit.demo.sampledata import IMAGENET_LIKE, make_imagefolder
 
     dest = os.path.join(root, "shards")
     found = glob.glob(os.path.join(dest, "**", "manifest.json"), recursive=True)
     if not found:
-        src = make_imagefolder(os.path.join(root, "images"), num_classes=8, per_class=max(1, images // 8), spread=IMAGENET_LIKE, seed=seed)
-        convert(src, dest, ConvertOptions(shard_size=250, shard_bytes=None), quiet=True)
+        src = make_imagefolder(
+            os.path.join(root, "images"), num_classes=8, per_class=max(1, images // 8), spread=IMAGENET_LIKE, seed=seed
+        )
+        convert(src, dest, ConvertConfig(shard_size=250, shard_bytes=None), quiet=True)
         found = glob.glob(os.path.join(dest, "**", "manifest.json"), recursive=True)
     return os.path.dirname(found[0])
 
 
 def epoch_rate(sources, workers: int, batch_size: int, **kw) -> tuple[float, int]:
     """Images per second over one full epoch, and the samples it yielded."""
-    loader = shardkit.load(sources, batch_size=batch_size, num_workers=workers, persistent_workers=False, pin_memory=False, **kw)
+    loader = shardkit.load(
+        sources, batch_size=batch_size, num_workers=workers, persistent_workers=False, pin_memory=False, **kw
+    )
     t0, n = time.perf_counter(), 0
     for images, _ in loader:
         n += len(images)
@@ -70,9 +74,20 @@ def main() -> None:
         rates["mix"].append(r)
         assert n == m == total, (n, m, total)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(json.dumps({"images": total, "workers": a.workers, "runs": a.runs, "one_img_s": round(med["one"]), "mix_img_s": round(med["mix"]),
-                      "mix_over_one": round(med["mix"] / med["one"], 3), "one_runs": [round(r) for r in rates["one"]],
-                      "mix_runs": [round(r) for r in rates["mix"]]}))
+    print(
+        json.dumps(
+            {
+                "images": total,
+                "workers": a.workers,
+                "runs": a.runs,
+                "one_img_s": round(med["one"]),
+                "mix_img_s": round(med["mix"]),
+                "mix_over_one": round(med["mix"] / med["one"], 3),
+                "one_runs": [round(r) for r in rates["one"]],
+                "mix_runs": [round(r) for r in rates["mix"]],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

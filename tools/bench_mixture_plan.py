@@ -54,9 +54,24 @@ def main() -> None:
     t["worker_plan_s"] = time.perf_counter() - t0
     t["total_s"] = sum(t.values())
     split = rank_split(len(stream), a.ranks, cfg)
-    assert stops[-1] == split.per_rank * a.ranks and wp.num_samples == stops[(a.ranks // 2) * a.workers + a.workers - 1] - starts[(a.ranks // 2) * a.workers + a.workers - 1]
-    print(json.dumps({"sources": a.sources, "shards": a.sources * per, "epoch_samples": len(stream), "readers": a.ranks * a.workers,
-                      "worker_samples": wp.num_samples, "worker_blocks": len(wp.blocks), **{k: round(v, 4) for k, v in t.items()}}))
+    assert (
+        stops[-1] == split.per_rank * a.ranks
+        and wp.num_samples
+        == stops[(a.ranks // 2) * a.workers + a.workers - 1] - starts[(a.ranks // 2) * a.workers + a.workers - 1]
+    )
+    print(
+        json.dumps(
+            {
+                "sources": a.sources,
+                "shards": a.sources * per,
+                "epoch_samples": len(stream),
+                "readers": a.ranks * a.workers,
+                "worker_samples": wp.num_samples,
+                "worker_blocks": len(wp.blocks),
+                **{k: round(v, 4) for k, v in t.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

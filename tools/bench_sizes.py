@@ -17,13 +17,15 @@ import time
 
 def make_shards(out: str, images: int, workers: int) -> str:
     """ImageNet-like JPEGs (median 500x375) converted to shards with the short side 256 (reused when present)."""
-    from shardkit.convert import ConvertOptions, convert
+    from shardkit.convert import ConvertConfig, convert
     from shardkit.demo.sampledata import IMAGENET_LIKE, make_imagefolder
 
     dest = os.path.join(out, "shards")
     if not os.path.exists(os.path.join(dest, "manifest.json")):
-        src = make_imagefolder(os.path.join(out, "imagefolder"), num_classes=8, per_class=max(1, images // 8), spread=IMAGENET_LIKE)
-        convert(src, dest, ConvertOptions(shard_size=250, shard_bytes=None), workers=workers, quiet=True)
+        src = make_imagefolder(
+            os.path.join(out, "imagefolder"), num_classes=8, per_class=max(1, images // 8), spread=IMAGENET_LIKE
+        )
+        convert(src, dest, ConvertConfig(shard_size=250, shard_bytes=None), workers=workers, quiet=True)
     return dest
 
 
@@ -54,8 +56,14 @@ def main() -> None:
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     url = make_shards(a.out, a.images, a.workers)
-    loader = shardkit.load(url, batch_size=a.batch_size, num_workers=a.workers, persistent_workers=a.workers > 0, pin_memory=False,
-                           size=max(sizes))  # the ring's slots hold the largest size
+    loader = shardkit.load(
+        url,
+        batch_size=a.batch_size,
+        num_workers=a.workers,
+        persistent_workers=a.workers > 0,
+        pin_memory=False,
+        size=max(sizes),
+    )  # the ring's slots hold the largest size
     rates: dict[int, list[float]] = {s: [] for s in sizes}
     epoch = 0
     for r in range(a.rounds):

@@ -31,8 +31,12 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if not args.child:  # run the loader in a child and count what it (and its workers) print on stderr
-        r = subprocess.run([sys.executable, __file__, "--child", "--outage-s", str(args.outage_s), "--workers", str(args.workers)],
-                           capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, __file__, "--child", "--outage-s", str(args.outage_s), "--workers", str(args.workers)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         lines = [ln for ln in r.stderr.splitlines() if ln.startswith("shardkit: s3://")]
         print(r.stdout.strip() + f", {len(lines)} log lines")
         for ln in lines:
@@ -51,17 +55,33 @@ def main() -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
     try:
         endpoint = f"http://127.0.0.1:{port}"
-        opts = {"client_kwargs": {"endpoint_url": endpoint}, "key": "testing", "secret": "testing", "skip_instance_cache": True}
+        opts = {
+            "client_kwargs": {"endpoint_url": endpoint},
+            "key": "testing",
+            "secret": "testing",
+            "skip_instance_cache": True,
+        }
         with tempfile.TemporaryDirectory() as tmp:
             ds = write_dataset(os.path.join(tmp, "ds"), num_samples=400, shard_size=50, size=(64, 48))
             fs = s3fs.S3FileSystem(**opts)
             fs.mkdir("outage")
             fs.put(ds.url + "/", "outage/ds/", recursive=True)
             with FaultProxy(endpoint, seed=0) as proxy:
-                loader = shardkit.load("s3://outage/ds", storage_options={**opts, "client_kwargs": {"endpoint_url": proxy.url}},
-                                       num_workers=args.workers, batch_size=10, size=16, pin_memory=False, with_keys=True,
-                                       block_size=8192, shuffle_buffer=10, shuffle_initial=10, max_retries=10_000,
-                                       retry_budget_s=args.outage_s + 30, multiprocessing_context="fork")
+                loader = shardkit.load(
+                    "s3://outage/ds",
+                    storage_options={**opts, "client_kwargs": {"endpoint_url": proxy.url}},
+                    num_workers=args.workers,
+                    batch_size=10,
+                    size=16,
+                    pin_memory=False,
+                    with_keys=True,
+                    block_size=8192,
+                    shuffle_buffer=10,
+                    shuffle_initial=10,
+                    max_retries=10_000,
+                    retry_budget_s=args.outage_s + 30,
+                    multiprocessing_context="fork",
+                )
                 keys: list[str] = []
                 timer = None
                 t0 = time.monotonic()
@@ -76,8 +96,11 @@ def main() -> None:
                 wall = time.monotonic() - t0
                 stats = loader.stats
                 loader.close()
-        print(f"outage {args.outage_s:.1f} s, {args.workers} workers: {stats.retries} retries, "
-              f"{len(keys)} samples ({'each once' if sorted(keys) == sorted(ds.keys) else 'NOT each once'}), {wall:.1f} s", flush=True)
+        print(
+            f"outage {args.outage_s:.1f} s, {args.workers} workers: {stats.retries} retries, "
+            f"{len(keys)} samples ({'each once' if sorted(keys) == sorted(ds.keys) else 'NOT each once'}), {wall:.1f} s",
+            flush=True,
+        )
     finally:
         server.stop()
 

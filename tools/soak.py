@@ -123,9 +123,19 @@ class SoakReport:
         return (b - a) / a if a else 0.0
 
 
-def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers: int = 4, batch_size: int = 32,
-         remote: bool = False, max_growth: float = 0.05, image_size: int = 32, workdir: Optional[str] = None,
-         log=print) -> SoakReport:  # type: ignore[no-untyped-def]
+def soak(
+    *,
+    epochs: int = 20,
+    samples: int = 3000,
+    shard_size: int = 50,
+    workers: int = 4,
+    batch_size: int = 32,
+    remote: bool = False,
+    max_growth: float = 0.05,
+    image_size: int = 32,
+    workdir: Optional[str] = None,
+    log=print,
+) -> SoakReport:  # type: ignore[no-untyped-def]
     """Run the soak; return a :class:`SoakReport` whose ``failures`` list is empty on success."""
     import shardkit
 
@@ -166,14 +176,25 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
         before = set(children(me))  # e.g. a multiprocessing resource tracker started earlier: not ours
         start = {"fds": open_fds(me), "threads": num_threads(me), "children": len(before)}
         report = SoakReport(epochs, samples, workers, remote, start, {}, cache_limit=cache_size or 0)
-        loader = shardkit.load(url, batch_size=batch_size, num_workers=workers, size=image_size, pin_memory=False,
-                               persistent_workers=True, with_keys=True, cache_dir=cache_dir, cache_size=cache_size,
-                               multiprocessing_context="fork")
+        loader = shardkit.load(
+            url,
+            batch_size=batch_size,
+            num_workers=workers,
+            size=image_size,
+            pin_memory=False,
+            persistent_workers=True,
+            with_keys=True,
+            cache_dir=cache_dir,
+            cache_size=cache_size,
+            multiprocessing_context="fork",
+        )
         t0 = time.perf_counter()
         for epoch in range(epochs):
             seen = [k for _, _, ks in loader for k in ks]
             if len(seen) != len(keys) or set(seen) != set(keys):
-                report.failures.append(f"epoch {epoch}: {len(seen)} samples delivered, {len(set(seen))} distinct, expected {len(keys)}")
+                report.failures.append(
+                    f"epoch {epoch}: {len(seen)} samples delivered, {len(set(seen))} distinct, expected {len(keys)}"
+                )
             kids = [k for k in children(me) if k not in before]
             wrss = [rss_bytes(k) for k in kids]
             cache_bytes = 0
@@ -183,21 +204,41 @@ def soak(*, epochs: int = 20, samples: int = 3000, shard_size: int = 50, workers
                 cache_bytes = ShardCache(cache_dir, cache_size).usage()
                 if cache_size is not None and cache_bytes > cache_size:
                     report.failures.append(f"epoch {epoch}: cache holds {cache_bytes} bytes > limit {cache_size}")
-            snap = Snapshot(epoch + 1, time.perf_counter() - t0, rss_bytes(me), wrss, open_fds(me), num_threads(me), len(kids), cache_bytes)
+            snap = Snapshot(
+                epoch + 1,
+                time.perf_counter() - t0,
+                rss_bytes(me),
+                wrss,
+                open_fds(me),
+                num_threads(me),
+                len(kids),
+                cache_bytes,
+            )
             report.snapshots.append(snap)
-            log(f"epoch {epoch + 1:3d}: {snap.seconds:7.1f} s  main RSS {snap.main_rss / 2**20:7.1f} MiB  workers RSS "
+            log(
+                f"epoch {epoch + 1:3d}: {snap.seconds:7.1f} s  main RSS {snap.main_rss / 2**20:7.1f} MiB  workers RSS "
                 f"{' '.join(f'{r / 2**20:.1f}' for r in wrss)} MiB  fds {snap.fds}  threads {snap.threads}  children {snap.children}"
-                + (f"  cache {cache_bytes / 2**20:.1f}/{cache_size / 2**20:.1f} MiB" if cache_dir else ""))  # type: ignore[operator]
+                + (f"  cache {cache_bytes / 2**20:.1f}/{cache_size / 2**20:.1f} MiB" if cache_dir else "")
+            )  # type: ignore[operator]
         loader.close()
         del loader
-        ok = wait_for(lambda: len(children(me)) <= start["children"] and open_fds(me) <= start["fds"] and num_threads(me) <= start["threads"], 15)
+        ok = wait_for(
+            lambda: (
+                len(children(me)) <= start["children"]
+                and open_fds(me) <= start["fds"]
+                and num_threads(me) <= start["threads"]
+            ),
+            15,
+        )
         report.after_close = {"fds": open_fds(me), "threads": num_threads(me), "children": len(children(me))}
         if not ok:
             report.failures.append(f"after close: {report.after_close} != start {start}")
         for which in ("main", "workers"):
             g = report.growth(which)
             if g > max_growth:
-                report.failures.append(f"{which} RSS grew {g:.1%} from epoch 2 to epoch {epochs} (limit {max_growth:.0%})")
+                report.failures.append(
+                    f"{which} RSS grew {g:.1%} from epoch 2 to epoch {epochs} (limit {max_growth:.0%})"
+                )
         report.leftover_tmp = sorted(os.listdir(private_tmp))
         report.leftover_shm = sorted(_shm() - shm0)
         if cache_dir:
@@ -228,14 +269,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--shard-size", type=int, default=50)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--remote", action="store_true", help="serve over HTTP on 127.0.0.1, read through an evicting shard cache")
+    p.add_argument(
+        "--remote", action="store_true", help="serve over HTTP on 127.0.0.1, read through an evicting shard cache"
+    )
     p.add_argument("--max-growth", type=float, default=0.05, help="allowed RSS growth after epoch 2 (default 0.05)")
     p.add_argument("--json", help="write the report here")
     a = p.parse_args(argv)
-    r = soak(epochs=a.epochs, samples=a.samples, shard_size=a.shard_size, workers=a.workers, batch_size=a.batch_size,
-             remote=a.remote, max_growth=a.max_growth)
-    print(f"RSS growth after epoch 2: main {r.growth('main'):+.2%}, workers {r.growth('workers'):+.2%}; "
-          f"start {r.start} -> after close {r.after_close}; temp files left: {len(r.leftover_tmp) + len(r.leftover_shm)}")
+    r = soak(
+        epochs=a.epochs,
+        samples=a.samples,
+        shard_size=a.shard_size,
+        workers=a.workers,
+        batch_size=a.batch_size,
+        remote=a.remote,
+        max_growth=a.max_growth,
+    )
+    print(
+        f"RSS growth after epoch 2: main {r.growth('main'):+.2%}, workers {r.growth('workers'):+.2%}; "
+        f"start {r.start} -> after close {r.after_close}; temp files left: {len(r.leftover_tmp) + len(r.leftover_shm)}"
+    )
     return finish(r, a.json)
 
 

@@ -76,7 +76,12 @@ def plan_timing(n: int, world_size: int = 1024 * 8, workers: int = 8) -> float:
         t = time.perf_counter()
         stream = Stream.full_epoch(sizes, seed=0, epoch=3)
         partition_ranges(len(stream), world_size, workers, cfg)
-        worker_plan(stream, cfg, World(rank=world_size // 2, world_size=world_size, worker=workers - 1, num_workers=workers), epoch=3)
+        worker_plan(
+            stream,
+            cfg,
+            World(rank=world_size // 2, world_size=world_size, worker=workers - 1, num_workers=workers),
+            epoch=3,
+        )
         best = min(best, time.perf_counter() - t)
     return best
 
@@ -87,8 +92,21 @@ def manifest_timing(n: int, workdir: str) -> tuple[float, float]:
     from shardkit.format.manifest import load_manifest
 
     d = tempfile.mkdtemp(prefix="manifest-", dir=workdir)
-    m = {"format": "shardkit-manifest", "version": 1, "split": "train", "classes": [f"c{i}" for i in range(1000)],
-         "shards": [{"name": f"train-{i:06d}.tar", "samples": 12, "bytes": 1 << 20, "sha256": hashlib.sha256(b"%d" % i).hexdigest()} for i in range(n)]}
+    m = {
+        "format": "shardkit-manifest",
+        "version": 1,
+        "split": "train",
+        "classes": [f"c{i}" for i in range(1000)],
+        "shards": [
+            {
+                "name": f"train-{i:06d}.tar",
+                "samples": 12,
+                "bytes": 1 << 20,
+                "sha256": hashlib.sha256(b"%d" % i).hexdigest(),
+            }
+            for i in range(n)
+        ],
+    }
     with open(os.path.join(d, "manifest.json"), "w") as f:
         json.dump(m, f, indent=1)
     load_s, build_s = [], []
@@ -119,9 +137,18 @@ def _epoch(ds: str, batch_size: int, workers: int, shuffle_buffer: int, size: in
     """One epoch over ``ds`` with fresh workers, the RSS and fds of the main process and workers sampled every 20 ms."""
     import shardkit
 
-    loader = shardkit.load(ds, batch_size=batch_size, num_workers=workers, size=size, pin_memory=False, with_keys=True,
-                           shuffle_buffer=shuffle_buffer, shuffle_initial=shuffle_buffer, multiprocessing_context="fork",
-                           persistent_workers=False)
+    loader = shardkit.load(
+        ds,
+        batch_size=batch_size,
+        num_workers=workers,
+        size=size,
+        pin_memory=False,
+        with_keys=True,
+        shuffle_buffer=shuffle_buffer,
+        shuffle_initial=shuffle_buffer,
+        multiprocessing_context="fork",
+        persistent_workers=False,
+    )
     me = os.getpid()
     stop = threading.Event()
     first: dict[int, int] = {}  # worker pid -> RSS when first seen
@@ -148,13 +175,32 @@ def _epoch(ds: str, batch_size: int, workers: int, shuffle_buffer: int, size: in
     stop.set()
     th.join(timeout=5)
     loader.close()
-    return _Epoch(seen, epoch_s, main[1], max(peak.values(), default=0), main[1] - main[0],
-                  max((peak[c] - first[c] for c in peak), default=0), fds[0], len(peak))
+    return _Epoch(
+        seen,
+        epoch_s,
+        main[1],
+        max(peak.values(), default=0),
+        main[1] - main[0],
+        max((peak[c] - first[c] for c in peak), default=0),
+        fds[0],
+        len(peak),
+    )
 
 
-def stress(*, shards: int = 10_000, per_shard: int = 2, workers: int = 8, shuffle_buffer: int = 5000, batch_size: int = 64, size: int = 64,
-           manifest_shards: int = 100_000, manifest_s: float = 1.0, slack_mib: float = 8, workdir: Optional[str] = None,
-           log=print) -> StressReport:  # type: ignore[no-untyped-def]
+def stress(
+    *,
+    shards: int = 10_000,
+    per_shard: int = 2,
+    workers: int = 8,
+    shuffle_buffer: int = 5000,
+    batch_size: int = 64,
+    size: int = 64,
+    manifest_shards: int = 100_000,
+    manifest_s: float = 1.0,
+    slack_mib: float = 8,
+    workdir: Optional[str] = None,
+    log=print,
+) -> StressReport:  # type: ignore[no-untyped-def]
     """Run the stress test; return a report whose ``failures`` list is empty on success."""
 
     work = tempfile.mkdtemp(prefix="shardkit-stress-", dir=workdir)
@@ -162,10 +208,16 @@ def stress(*, shards: int = 10_000, per_shard: int = 2, workers: int = 8, shuffl
     try:
         if manifest_shards:
             r.manifest_load_s, r.loader_build_s = manifest_timing(manifest_shards, work)
-            log(f"manifest of {manifest_shards} shards: load_manifest {r.manifest_load_s:.3f} s, shardkit.load {r.loader_build_s:.3f} s (best of 3)")
+            log(
+                f"manifest of {manifest_shards} shards: load_manifest {r.manifest_load_s:.3f} s, shardkit.load {r.loader_build_s:.3f} s (best of 3)"
+            )
             r.plan_s = plan_timing(manifest_shards)
             log(f"plan of {manifest_shards} shards over 1,024 x 8 ranks x 8 workers: {r.plan_s:.3f} s (best of 3)")
-            for what, s in (("load_manifest", r.manifest_load_s), ("shardkit.load", r.loader_build_s), ("planning", r.plan_s)):
+            for what, s in (
+                ("load_manifest", r.manifest_load_s),
+                ("shardkit.load", r.loader_build_s),
+                ("planning", r.plan_s),
+            ):
                 if s > manifest_s:
                     r.failures.append(f"{what} on {manifest_shards} shards took {s:.2f} s (limit {manifest_s} s)")
         ds = os.path.join(work, "ds")
@@ -181,24 +233,34 @@ def stress(*, shards: int = 10_000, per_shard: int = 2, workers: int = 8, shuffl
         r.peak_main_mib, r.peak_worker_mib = run.peak_main / mib, run.peak_worker / mib
         r.ref_worker_growth_mib, r.ref_main_growth_mib = ref.worker_growth / mib, ref.main_growth / mib
         r.worker_growth_mib, r.main_growth_mib = run.worker_growth / mib, run.main_growth / mib
-        held = min(shuffle_buffer, -(-len(keys) // workers)) - batch_size  # more raw samples a worker may hold than the reference
+        held = (
+            min(shuffle_buffer, -(-len(keys) // workers)) - batch_size
+        )  # more raw samples a worker may hold than the reference
         r.worker_limit_mib = r.ref_worker_growth_mib + max(0, held) * per_sample / mib + slack_mib
         batch_bytes = batch_size * (3 * size * size + 8 + 100)  # uint8 images, int64 labels, keys
         r.main_limit_mib = (2 * workers * batch_bytes + len(keys) * 100) / mib + slack_mib
         if not (ref.workers_seen and run.workers_seen):
             r.failures.append("no worker was seen by the memory monitor")
         if len(run.seen) != len(keys) or set(run.seen) != set(keys):
-            r.failures.append(f"{len(run.seen)} samples delivered ({len(set(run.seen))} distinct), expected {len(keys)}")
+            r.failures.append(
+                f"{len(run.seen)} samples delivered ({len(set(run.seen))} distinct), expected {len(keys)}"
+            )
         if r.worker_growth_mib > r.worker_limit_mib:
-            r.failures.append(f"a worker grew by {r.worker_growth_mib:.1f} MiB (limit {r.worker_limit_mib:.1f} MiB from the data)")
+            r.failures.append(
+                f"a worker grew by {r.worker_growth_mib:.1f} MiB (limit {r.worker_limit_mib:.1f} MiB from the data)"
+            )
         if r.main_growth_mib > r.main_limit_mib:
-            r.failures.append(f"the main process grew by {r.main_growth_mib:.1f} MiB (limit {r.main_limit_mib:.1f} MiB from the data)")
+            r.failures.append(
+                f"the main process grew by {r.main_growth_mib:.1f} MiB (limit {r.main_limit_mib:.1f} MiB from the data)"
+            )
         if r.peak_worker_fds > 128:  # inherited fds + batches in flight (shared memory); never one per shard
             r.failures.append(f"a worker had {r.peak_worker_fds} fds open")
-        log(f"epoch: {len(run.seen)} samples from {shards} shards with {workers} workers on {len(os.sched_getaffinity(0))} cores "
+        log(
+            f"epoch: {len(run.seen)} samples from {shards} shards with {workers} workers on {len(os.sched_getaffinity(0))} cores "
             f"in {r.epoch_s:.1f} s; RSS growth main +{r.main_growth_mib:.1f} MiB (limit {r.main_limit_mib:.1f}), "
             f"worker +{r.worker_growth_mib:.1f} MiB (limit {r.worker_limit_mib:.1f}; reference epoch +{r.ref_worker_growth_mib:.1f}); "
-            f"peak RSS main {r.peak_main_mib:.0f} MiB, worker {r.peak_worker_mib:.0f} MiB; peak fds per worker {r.peak_worker_fds}")
+            f"peak RSS main {r.peak_main_mib:.0f} MiB, worker {r.peak_worker_mib:.0f} MiB; peak fds per worker {r.peak_worker_fds}"
+        )
         return r
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -212,11 +274,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--shuffle-buffer", type=int, default=5000)
     p.add_argument("--manifest-shards", type=int, default=100_000)
     p.add_argument("--manifest-s", type=float, default=1.0)
-    p.add_argument("--slack-mib", type=float, default=8, help="allocator noise allowed on top of the bounds from the data")
+    p.add_argument(
+        "--slack-mib", type=float, default=8, help="allocator noise allowed on top of the bounds from the data"
+    )
     p.add_argument("--json", help="write the report here")
     a = p.parse_args(argv)
-    r = stress(shards=a.shards, per_shard=a.per_shard, workers=a.workers, shuffle_buffer=a.shuffle_buffer,
-               manifest_shards=a.manifest_shards, manifest_s=a.manifest_s, slack_mib=a.slack_mib)
+    r = stress(
+        shards=a.shards,
+        per_shard=a.per_shard,
+        workers=a.workers,
+        shuffle_buffer=a.shuffle_buffer,
+        manifest_shards=a.manifest_shards,
+        manifest_s=a.manifest_s,
+        slack_mib=a.slack_mib,
+    )
     return finish(r, a.json)
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from enum import Enum
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -105,7 +106,9 @@ def _constant(values: tuple[float, ...], shape: tuple[int, ...], device: str, dt
     return torch.tensor(values, dtype=dtype, device=device).view(shape)
 
 
-def const(values: Sequence[float], shape: tuple[int, ...], device: torch.device | str, dtype: torch.dtype = torch.float32) -> Tensor:
+def const(
+    values: Sequence[float], shape: tuple[int, ...], device: torch.device | str, dtype: torch.dtype = torch.float32
+) -> Tensor:
     """A constant on ``device``, created once and cached (never modify it).
 
     ``torch.tensor(..., device="cuda")`` copies from pageable host memory and
@@ -122,7 +125,9 @@ def check_prob(name: str, p: float) -> None:
         raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
 
 
-def as_range(name: str, value: float | Sequence[float], *, center: float = 0.0, min_value: float | None = None) -> tuple[float, float]:
+def as_range(
+    name: str, value: float | Sequence[float], *, center: float = 0.0, min_value: float | None = None
+) -> tuple[float, float]:
     """torchvision's convention: a number ``v`` means ``[center - v, center + v]``,
     a pair means itself. Checks ``low <= high`` and ``low >= min_value``."""
     if isinstance(value, (int, float)):

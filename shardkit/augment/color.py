@@ -12,8 +12,9 @@ in place.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -141,7 +142,12 @@ class ColorJitter(PixelOp):
 
     def apply(self, x: Tensor, params: Params) -> Tensor:
         if self.order == "fixed":
-            for name, fn in (("brightness", adjust_brightness), ("contrast", adjust_contrast), ("saturation", adjust_saturation), ("hue", adjust_hue)):
+            for name, fn in (
+                ("brightness", adjust_brightness),
+                ("contrast", adjust_contrast),
+                ("saturation", adjust_saturation),
+                ("hue", adjust_hue),
+            ):
                 if name in params:
                     x = fn(x, params[name])
             return x
@@ -155,7 +161,12 @@ def _jitter_random_order(x: Tensor, params: Params) -> Tensor:
     for slot in range(4):
         chosen = order[:, slot]
         for idx, (name, fn) in enumerate(
-            (("brightness", adjust_brightness), ("contrast", adjust_contrast), ("saturation", adjust_saturation), ("hue", adjust_hue))
+            (
+                ("brightness", adjust_brightness),
+                ("contrast", adjust_contrast),
+                ("saturation", adjust_saturation),
+                ("hue", adjust_hue),
+            )
         ):
             if name in params:
                 identity = 0.0 if name == "hue" else 1.0

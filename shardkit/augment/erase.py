@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -12,7 +13,7 @@ from shardkit.augment import params as P
 from shardkit.augment.base import Params, PixelOp, Size, as_range, check_prob, const
 
 
-def box_mask(top: Tensor, left: Tensor, height: Tensor, width: Tensor, size: Size) -> Tensor:
+def box_mask(top: Tensor, left: Tensor, height: Tensor, width: Tensor, size: Sequence[int]) -> Tensor:
     """``[B, 1, H, W]`` bool mask of one box per sample (float ``[B]`` box tensors)."""
     h, w = size
     rows = torch.arange(h, device=top.device, dtype=top.dtype).view(1, 1, h, 1)
@@ -69,6 +70,7 @@ class RandomErasing(PixelOp):
 
     def apply(self, x: Tensor, params: Params) -> Tensor:
         mask = box_mask(params["top"], params["left"], params["height"], params["width"], x.shape[-2:])
+        value: Tensor | float
         if self.value == "random":
             value = params["noise"].to(x.dtype)
         elif isinstance(self.value, (int, float)):

@@ -207,7 +207,9 @@ class RandomAffine(GeometricOp):
 
     def __post_init__(self) -> None:
         as_range("degrees", self.degrees)
-        if self.translate is not None and (len(self.translate) != 2 or not all(0.0 <= t <= 1.0 for t in self.translate)):
+        if self.translate is not None and (
+            len(self.translate) != 2 or not all(0.0 <= t <= 1.0 for t in self.translate)
+        ):
             raise ValueError(f"translate must be None or two fractions in [0, 1], got {self.translate}")
         if self.scale is not None:
             lo, _ = as_range("scale", self.scale)
@@ -216,7 +218,7 @@ class RandomAffine(GeometricOp):
         shear = (0.0, 0.0, 0.0, 0.0)
         if self.shear is not None:
             if isinstance(self.shear, (int, float)) or len(self.shear) == 2:
-                shear = (*as_range("shear", self.shear), 0.0, 0.0)  # type: ignore[arg-type]
+                shear = (*as_range("shear", self.shear), 0.0, 0.0)
             elif len(self.shear) == 4:
                 shear = (*as_range("shear", self.shear[:2]), *as_range("shear", self.shear[2:]))
             else:
@@ -247,4 +249,6 @@ class RandomAffine(GeometricOp):
 
     def matrix(self, params: Params, size: Size, out_size: Size, device: torch.device) -> Tensor:
         p = params
-        return affine_matrix(p["angle"], p["translate_x"], p["translate_y"], p["scale"], p["shear_x"], p["shear_y"], size)
+        return affine_matrix(
+            p["angle"], p["translate_x"], p["translate_y"], p["scale"], p["shear_x"], p["shear_y"], size
+        )

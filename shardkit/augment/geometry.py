@@ -32,7 +32,9 @@ def _stack(rows: list[list[Tensor | float]], like: Tensor) -> Tensor:
     entries = []
     for row in rows:
         for v in row:
-            entries.append(v if isinstance(v, Tensor) else torch.full((b,), float(v), dtype=like.dtype, device=like.device))
+            entries.append(
+                v if isinstance(v, Tensor) else torch.full((b,), float(v), dtype=like.dtype, device=like.device)
+            )
     entries += [torch.zeros_like(like), torch.zeros_like(like), torch.ones_like(like)]
     return torch.stack(entries, dim=1).view(b, 3, 3)
 
@@ -174,7 +176,10 @@ def warp(
     for k in range(len(matrices) - 1, -1, -1):
         to_canvas[k] = compose(matrices[k], to_canvas[k + 1])
     denorm = _from_normalized(out_size, device)
-    thetas = {k: compose(_to_normalized(sizes[k], device), compose(to_canvas[k], denorm)).expand(b, 3, 3) for k in {0, *(f.canvas for f in fills)}}
+    thetas = {
+        k: compose(_to_normalized(sizes[k], device), compose(to_canvas[k], denorm)).expand(b, 3, 3)
+        for k in {0, *(f.canvas for f in fills)}
+    }
     gx, gy = _grid(thetas[0], out_size)
     out = F.grid_sample(x, torch.stack([gx, gy], dim=-1), mode="bilinear", padding_mode="border", align_corners=False)
     if not fills:

@@ -41,7 +41,9 @@ def soft_labels(labels: Tensor, num_classes: int) -> Tensor:
         out = torch.zeros(labels.shape[0], num_classes, dtype=torch.float32, device=labels.device)
         return out.scatter_(1, idx.clamp(0, num_classes - 1).view(-1, 1), valid.view(-1, 1))
     if labels.ndim != 2 or labels.shape[1] != num_classes:
-        raise ValueError(f"labels must be [B] class indices or [B, {num_classes}] soft labels, got shape {tuple(labels.shape)}")
+        raise ValueError(
+            f"labels must be [B] class indices or [B, {num_classes}] soft labels, got shape {tuple(labels.shape)}"
+        )
     return labels.to(torch.float32)
 
 

@@ -66,9 +66,8 @@ def gamma(generator: torch.Generator, alpha: float, shape: tuple[int, ...], devi
     boost = alpha < 1
     d = (alpha + 1 if boost else alpha) - 1 / 3
     c = 1 / math.sqrt(9 * d)
-    f64 = dict(dtype=torch.float64, device=device)
-    x = torch.randn((GAMMA_ROUNDS, *shape), generator=generator, **f64)
-    u = torch.rand((GAMMA_ROUNDS + int(boost), *shape), generator=generator, **f64)
+    x = torch.randn((GAMMA_ROUNDS, *shape), generator=generator, dtype=torch.float64, device=device)
+    u = torch.rand((GAMMA_ROUNDS + int(boost), *shape), generator=generator, dtype=torch.float64, device=device)
     v = (1 + c * x) ** 3
     ok = (v > 0) & (torch.log(u[:GAMMA_ROUNDS]) < 0.5 * x * x + d - d * v + d * torch.log(v.clamp_min(1e-300)))
     ok[-1] = True  # the fallback of the 4e-11 case: the last proposal
@@ -92,7 +91,9 @@ ATTEMPTS = 10
 BOX_UNIFORMS = 2 * ATTEMPTS + 2
 
 
-def _box_attempts(u: Tensor, area: float, scale: tuple[float, float], ratio: tuple[float, float]) -> tuple[Tensor, Tensor]:
+def _box_attempts(
+    u: Tensor, area: float, scale: tuple[float, float], ratio: tuple[float, float]
+) -> tuple[Tensor, Tensor]:
     """``(h, w)`` of each of the ATTEMPTS candidate boxes per sample, rounded like torchvision."""
     target = uniform(u[:, :ATTEMPTS], scale[0], scale[1]) * area
     log_ratio = uniform(u[:, ATTEMPTS : 2 * ATTEMPTS], math.log(ratio[0]), math.log(ratio[1]))

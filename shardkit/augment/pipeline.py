@@ -17,8 +17,9 @@ from ``seed``. Same seed, same device type, same batches -> same output.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -43,7 +44,9 @@ class _GeometricStage:
 
 
 @dataclass(frozen=True)
-class _Stage:
+class _OpStage:
+    """One op that is not fused into a geometric run, applied on its own (its index in the ops)."""
+
     index: int
 
 
@@ -51,7 +54,7 @@ class _Stage:
 class _Program:
     """The compiled op sequence for one input size: fused geometric stages and per-op input sizes."""
 
-    stages: tuple[_GeometricStage | _Stage, ...]
+    stages: tuple[_GeometricStage | _OpStage, ...]
     op_sizes: tuple[Size, ...]  # size of the image each op receives
     out_size: Size
 
@@ -167,7 +170,7 @@ class GpuAugment(nn.Module):
 
     def _build_program(self, size: Size) -> _Program:
         op_sizes: list[Size] = []
-        stages: list[_GeometricStage | _Stage] = []
+        stages: list[_GeometricStage | _OpStage] = []
         run: list[int] = []
 
         def close_run() -> None:
@@ -182,7 +185,7 @@ class GpuAugment(nn.Module):
                 size = op.output_size(size)
             else:
                 close_run()
-                stages.append(_Stage(i))
+                stages.append(_OpStage(i))
         close_run()
         return _Program(tuple(stages), tuple(op_sizes), size)
 
@@ -221,7 +224,9 @@ class GpuAugment(nn.Module):
             out.append(op.sample(u[:, off : off + op.num_uniforms()], op_size, gen))
         return out
 
-    def apply(self, images: Tensor, params: list[Params], labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def apply(  # type: ignore[override]  # not nn.Module.apply(fn): the public, compile-ready augmentation step
+        self, images: Tensor, params: list[Params], labels: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """The deterministic part: apply ``params`` (from :meth:`sample_params`).
 
         Returns:
@@ -283,7 +288,9 @@ class GpuAugment(nn.Module):
             if self._compiled is None:
                 self._compiled = torch.compile(self.apply)
             # one graph for every batch size (skips, drops, the last partial batch), not one per size
-            mark_batch_dynamic([images, *(t for p in params for t in p.values()), *([] if labels is None else [labels])])
+            mark_batch_dynamic(
+                [images, *(t for p in params for t in p.values()), *([] if labels is None else [labels])]
+            )
             fn = self._compiled
         out, out_labels = fn(images, params, labels)
         if labels is None:
@@ -334,4 +341,3 @@ class GpuAugment(nn.Module):
         from shardkit.augment.presets import imagenet_eval_ops
 
         return cls(imagenet_eval_ops(size), **kwargs)
-

@@ -1,6 +1,7 @@
 """The ``shardkit`` command: a thin layer over the library.
 
-Each subcommand lives in its own module in this package, exposing ``HELP``,
+Each subcommand lives in its own module in this package, ``cmd_<command>.py``
+(so that ``cli/cmd_verify.py`` is not taken for ``format/verify.py``), exposing ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``; each ``run`` parses
 nothing itself and calls one public library function. User mistakes
 (:class:`shardkit.ShardkitError`) print one line and exit with status 2.
@@ -23,13 +24,13 @@ from shardkit.errors import ShardkitError
 
 #: subcommand name -> module in this package
 COMMANDS = {
-    "convert": "convert",
-    "merge": "merge",
-    "info": "info",
-    "verify": "verify",
-    "bench": "bench",
-    "demo": "demo",
-    "sample-data": "sample_data",
+    "convert": "cmd_convert",
+    "merge": "cmd_merge",
+    "info": "cmd_info",
+    "verify": "cmd_verify",
+    "bench": "cmd_bench",
+    "demo": "cmd_demo",
+    "sample-data": "cmd_sample_data",
 }
 
 
@@ -46,10 +47,19 @@ def _key_value(text: str) -> tuple[str, Any]:
 def add_storage_arguments(p: argparse.ArgumentParser) -> None:
     """``--endpoint-url`` and ``--storage-option KEY=VALUE`` for fsspec URLs."""
     g = p.add_argument_group("storage (fsspec URLs)")
-    g.add_argument("--endpoint-url", default=os.environ.get("SHARDKIT_ENDPOINT_URL"),
-                   help="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: $SHARDKIT_ENDPOINT_URL)")
-    g.add_argument("--storage-option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
-                   help="fsspec option (VALUE parsed as JSON when possible); repeatable, e.g. anon=true")
+    g.add_argument(
+        "--endpoint-url",
+        default=os.environ.get("SHARDKIT_ENDPOINT_URL"),
+        help="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: $SHARDKIT_ENDPOINT_URL)",
+    )
+    g.add_argument(
+        "--storage-option",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option (VALUE parsed as JSON when possible); repeatable, e.g. anon=true",
+    )
 
 
 def storage_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -83,7 +93,9 @@ def positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from shardkit import __version__
 
-    parser = argparse.ArgumentParser(prog="shardkit", description="Make PyTorch image training stop waiting on its input.")
+    parser = argparse.ArgumentParser(
+        prog="shardkit", description="Make PyTorch image training stop waiting on its input."
+    )
     parser.add_argument("--version", action="version", version=f"shardkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -1,6 +1,8 @@
 """``shardkit convert``: ImageFolders, listings, labelled file names, Hugging Face datasets -> verified, resumable, deterministic WebDataset shards.
 
-One public entry point, :func:`convert`, configured by :class:`ConvertOptions` (and :class:`SourceOptions` for SRC that is not class folders);
+One public entry point, ``from shardkit.convert import convert`` (:func:`shardkit.convert.convert`: this package is
+the conversion, the function its entry point; there is no second name for it), configured by :class:`ConvertConfig`
+(with :class:`EncodeConfig` for the output images and :class:`ScanConfig` for SRC that is not class folders);
 :func:`merge` finishes a conversion split over several tasks. See
 :mod:`shardkit.convert.job` for how determinism, resume and scale-out work,
 :mod:`shardkit.convert.shards` for shard boundaries and
@@ -9,30 +11,45 @@ One public entry point, :func:`convert`, configured by :class:`ConvertOptions` (
 
 from __future__ import annotations
 
-from shardkit.convert.imageproc import ImageOptions, Resample, SkipReason
+from typing import Any
+
+from shardkit.convert.imageproc import EncodeConfig, Resample, SkipReason
 from shardkit.convert.job import convert
 from shardkit.convert.merge import merge
 from shardkit.convert.options import (
     DEFAULT_SHARD_BYTES,
-    ConvertOptions,
+    ConvertConfig,
     ConvertResult,
     LabelType,
     Layout,
-    SourceOptions,
+    ScanConfig,
     SplitResult,
 )
 
 __all__ = [
     "DEFAULT_SHARD_BYTES",
-    "ConvertOptions",
+    "ConvertConfig",
     "ConvertResult",
-    "ImageOptions",
+    "EncodeConfig",
     "LabelType",
     "Layout",
     "Resample",
     "SkipReason",
-    "SourceOptions",
+    "ScanConfig",
     "SplitResult",
     "convert",
     "merge",
 ]
+
+
+#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
+_RENAMED = {"ConvertOptions": "ConvertConfig", "ImageOptions": "EncodeConfig", "SourceOptions": "ScanConfig"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"shardkit.convert.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

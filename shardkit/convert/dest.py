@@ -26,7 +26,7 @@ import contextlib
 import json
 import os
 import socket
-from typing import Iterator
+from collections.abc import Iterator
 
 from shardkit.errors import ConvertError
 from shardkit.format.index import INDEX_SUFFIX
@@ -75,6 +75,44 @@ def check_flat(dest: str, overwrite: bool, storage_options: dict) -> None:
             storage.remove(storage.join(dest, name), **so)
 
 
+def is_split_output(split: str, name: str) -> bool:
+    """Whether file ``name`` in the folder of ``split`` is named like its output: a shard or its sample index."""
+    return name.startswith(f"{split}-") and name.endswith((".tar", INDEX_SUFFIX))
+
+
+def clear_split(url: str, split: str, storage_options: dict) -> None:
+    """Remove the conversion of ``split`` in its folder ``url``: journal, manifest, shards, indexes, temporary files."""
+    from shardkit.convert import journal
+    from shardkit.format.manifest import MANIFEST_NAME
+
+    so = storage_options
+    storage.remove(journal.journal_url(url), recursive=True, **so)
+    storage.remove(storage.join(url, MANIFEST_NAME), **so)
+    for name in storage.list_dir(url, **so)[1]:
+        if is_split_output(split, name) or name.startswith(f".{split}-"):
+            storage.remove(storage.join(url, name), **so)
+
+
+def check_empty_split(url: str, split: str, empty: str, overwrite: bool, storage_options: dict) -> None:
+    """Refuse (or with ``overwrite`` remove) an earlier conversion in the folder ``url`` of a split that has no
+    sample now (``empty`` says why)."""
+    from shardkit.convert import journal
+    from shardkit.format.manifest import MANIFEST_NAME
+
+    so = storage_options
+    if not (
+        storage.exists(storage.join(url, MANIFEST_NAME), **so)
+        or storage.exists(journal.journal_url(url, journal.PLAN_NAME), **so)
+    ):
+        return
+    if not overwrite:
+        raise ConvertError(
+            f"{url}: holds an earlier conversion of split {split}, which has no sample now ({empty}); "
+            "pass --overwrite to remove it, or choose another DEST"
+        )
+    clear_split(url, split, so)
+
+
 def _flat_split(dest: str, has_plan: bool, so: dict) -> str:
     """The split name of the flat conversion in ``dest`` (from its plan, else its manifest)."""
     from shardkit.convert import journal
@@ -85,7 +123,9 @@ def _flat_split(dest: str, has_plan: bool, so: dict) -> str:
         p = journal.read_plan(dest, **so) if has_plan else None
         return p.split if p is not None else load_manifest(dest, **so).split
     except ShardkitError as exc:
-        raise ConvertError(f"{dest}: cannot read the flat conversion in DEST to replace it ({exc}); remove it by hand") from None
+        raise ConvertError(
+            f"{dest}: cannot read the flat conversion in DEST to replace it ({exc}); remove it by hand"
+        ) from None
 
 
 def lock_name(task_index: int) -> str:

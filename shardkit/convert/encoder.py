@@ -24,12 +24,14 @@ from __future__ import annotations
 import collections
 import contextlib
 import multiprocessing
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from multiprocessing.context import BaseContext
+from types import FrameType
 
 from shardkit.convert import shards as plan
-from shardkit.convert.imageproc import Encoded, ImageOptions, SkipImage, SkipReason, encoder_version, one_core, process
+from shardkit.convert.imageproc import EncodeConfig, Encoded, SkipImage, SkipReason, encoder_version, one_core, process
 from shardkit.convert.scan.source import MissingFile, Reader
 from shardkit.errors import ConvertError
 
@@ -47,7 +49,7 @@ class Outcome:
     detail: str = ""
 
 
-def encode_chunk(reader: Reader, items: Sequence[plan.Item], image: ImageOptions) -> list[Outcome]:
+def encode_chunk(reader: Reader, items: Sequence[plan.Item], image: EncodeConfig) -> list[Outcome]:
     """Encode ``items`` with torch on one thread (worker entry point; top-level so spawn can import it)."""
     out = []
     with one_core():
@@ -78,7 +80,9 @@ def _unguarded_call(path: str, line: int) -> bool:
         return False  # cannot tell: leave it to multiprocessing
     for node in tree.body:
         if node.lineno <= line <= (node.end_lineno or node.lineno):
-            guarded = isinstance(node, ast.If) and any(isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test))
+            guarded = isinstance(node, ast.If) and any(
+                isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test)
+            )
             return not guarded
     return False
 
@@ -89,14 +93,16 @@ def check_main_guard(api: str = "shardkit.convert.convert") -> None:
     import sys
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):  # this is a worker importing that script
-        raise ConvertError(f"{api} called while a worker process imports the main script; "
-                           'put the call under if __name__ == "__main__": (or pass workers=1)')
+        raise ConvertError(
+            f"{api} called while a worker process imports the main script; "
+            'put the call under if __name__ == "__main__": (or pass workers=1)'
+        )
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     name = getattr(getattr(main, "__spec__", None), "name", "") or ""
     if main is None or not path or name == "__main__" or name.endswith(".__main__"):
         return  # interactive, -c, or a package's __main__: multiprocessing does not re-run it
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
         frame = frame.f_back
     if frame is not None and _unguarded_call(path, frame.f_lineno):
@@ -135,7 +141,7 @@ def start_pool(workers: int) -> Iterator[Executor | None]:
     if "forkserver" in multiprocessing.get_all_start_methods():
         from multiprocessing import forkserver
 
-        ctx = multiprocessing.get_context("forkserver")
+        ctx: BaseContext = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(_PRELOAD)
         forkserver.ensure_running()  # returns at once; the server imports in the background
     else:
@@ -156,7 +162,7 @@ _WORKER_DIED = (
 class Encoder:
     """Encodes chunks of items in order: in this process (no ``pool``) or in the process pool of :func:`start_pool`."""
 
-    def __init__(self, reader: Reader, image: ImageOptions, pool: Executor | None, workers: int = 1):
+    def __init__(self, reader: Reader, image: EncodeConfig, pool: Executor | None, workers: int = 1):
         self.reader, self.image, self.pool, self.workers = reader, image, pool, workers
 
     def version(self) -> str:

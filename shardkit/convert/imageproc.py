@@ -1,7 +1,7 @@
 """Decode one source image and re-encode it as a small baseline JPEG.
 
 This is the only module that touches pixels during conversion; everything in
-it is a pure function of the source bytes and :class:`ImageOptions`, so the
+it is a pure function of the source bytes and :class:`EncodeConfig`, so the
 output bytes depend on nothing else (for a given Pillow/libjpeg build).
 
 Pipeline for one file:
@@ -109,12 +109,15 @@ class Resample(str, enum.Enum):
 
     @property
     def pil(self) -> Image.Resampling:
-        return {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
-                "lanczos": Image.Resampling.LANCZOS}[self.value]
+        return {
+            "bilinear": Image.Resampling.BILINEAR,
+            "bicubic": Image.Resampling.BICUBIC,
+            "lanczos": Image.Resampling.LANCZOS,
+        }[self.value]
 
 
 @dataclass(frozen=True)
-class ImageOptions:
+class EncodeConfig:
     """Everything that decides the output pixels and bytes.
 
     Attributes:
@@ -139,7 +142,9 @@ class ImageOptions:
         try:
             object.__setattr__(self, "resample", Resample(self.resample))
         except ValueError:
-            raise ValueError(f"resample must be one of {', '.join(r.value for r in Resample)}, not {self.resample!r}") from None
+            raise ValueError(
+                f"resample must be one of {', '.join(r.value for r in Resample)}, not {self.resample!r}"
+            ) from None
         if (self.short_side is None) == (self.max_side is None):
             raise ValueError("set exactly one of short_side and max_side")
         side = self.short_side if self.short_side is not None else self.max_side
@@ -160,7 +165,7 @@ class Encoded:
     height: int
 
 
-def target_size(width: int, height: int, opts: ImageOptions) -> tuple[int, int]:
+def target_size(width: int, height: int, opts: EncodeConfig) -> tuple[int, int]:
     """Output size for a ``width`` x ``height`` image: the bound side hits the target, never upscaled."""
     if opts.short_side is not None:
         side, target = min(width, height), opts.short_side
@@ -196,7 +201,7 @@ def _to_rgb(im: Image.Image) -> Image.Image:
     return im.convert("RGB")
 
 
-def process(data: bytes, opts: ImageOptions) -> Encoded:
+def process(data: bytes, opts: EncodeConfig) -> Encoded:
     """Turn the bytes of one source file into a baseline JPEG; raise :class:`SkipImage` if impossible."""
     if not data:
         raise SkipImage(SkipReason.EMPTY, "zero bytes")
@@ -224,7 +229,7 @@ def process(data: bytes, opts: ImageOptions) -> Encoded:
             im.close()
 
 
-def _process_open(im: Image.Image, data: bytes, opts: ImageOptions) -> Encoded:
+def _process_open(im: Image.Image, data: bytes, opts: EncodeConfig) -> Encoded:
     w, h = im.size
     if w < 1 or h < 1:
         raise SkipImage(SkipReason.CORRUPT, f"impossible size {w}x{h}")
@@ -241,7 +246,7 @@ def _process_open(im: Image.Image, data: bytes, opts: ImageOptions) -> Encoded:
     if im.format == "JPEG" and tw * 2 <= w and th * 2 <= h:
         im.draft("RGB", (tw, th))  # now im.size is the reduced size libjpeg will decode to
     if sj:
-        arr = _sj_decode(fast, data, *im.size)
+        arr = _sj_decode(fast, data, *im.size)  # type: ignore[arg-type]  # sj: fast is not None
     if arr is None:
         if getattr(im, "n_frames", 1) > 1:
             im.seek(0)
@@ -260,8 +265,11 @@ def _process_open(im: Image.Image, data: bytes, opts: ImageOptions) -> Encoded:
             arr = None
     if fast is not None:
         jpeg = fast.simplejpeg.encode_jpeg(
-            np.ascontiguousarray(np.asarray(im) if arr is None else arr), quality=opts.quality,
-            colorspace="RGB", colorsubsampling="420", fastdct=False,
+            np.ascontiguousarray(np.asarray(im) if arr is None else arr),
+            quality=opts.quality,
+            colorspace="RGB",
+            colorsubsampling="420",
+            fastdct=False,
         )
         return Encoded(jpeg, ow, oh)
     if arr is not None:
@@ -278,7 +286,7 @@ class _Fast:
     simplejpeg: Any
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fast() -> _Fast | None:
     """torch and simplejpeg for the fast path, imported on first use (``import shardkit`` stays light); ``None``: Pillow only."""
     try:
@@ -295,7 +303,13 @@ def _sj_decode(fast: _Fast, data: bytes, w: int, h: int) -> np.ndarray | None:
     the same scale, so the same pixels), or ``None`` to let Pillow decide (warnings, odd files)."""
     try:
         arr = fast.simplejpeg.decode_jpeg(
-            data, colorspace="RGB", fastdct=False, fastupsample=False, strict=True, min_width=w, min_height=h,
+            data,
+            colorspace="RGB",
+            fastdct=False,
+            fastupsample=False,
+            strict=True,
+            min_width=w,
+            min_height=h,
         )
     except (ValueError, RuntimeError):  # truncated, corrupt, or something libjpeg-turbo only warns about
         return None
@@ -306,8 +320,10 @@ def _torch_resizes(cw: int, ch: int, fw: int, fh: int, resample: Resample) -> bo
     """Whether the torch kernel does this resize: bilinear, and no ``reducing_gap`` pre-reduction in Pillow."""
     return (
         resample is Resample.BILINEAR
-        and fw <= cw and fh <= ch
-        and int(cw / fw / _REDUCING_GAP) <= 1 and int(ch / fh / _REDUCING_GAP) <= 1
+        and fw <= cw
+        and fh <= ch
+        and int(cw / fw / _REDUCING_GAP) <= 1
+        and int(ch / fh / _REDUCING_GAP) <= 1
     )
 
 
@@ -342,5 +358,22 @@ def encoder_version() -> str:
     turbo = features.version("libjpeg_turbo") if features.check_feature("libjpeg_turbo") else None
     jpeg = f"libjpeg-turbo {turbo}" if turbo else f"libjpeg {features.version('jpg')}"
     fast = _fast()
-    extra = f", simplejpeg {fast.simplejpeg.__version__} (decode/encode), torch {fast.torch.__version__} (bilinear resize)" if fast else ""
+    extra = (
+        f", simplejpeg {fast.simplejpeg.__version__} (decode/encode), torch {fast.torch.__version__} (bilinear resize)"
+        if fast
+        else ""
+    )
     return f"pillow {PIL.__version__}, {jpeg}{extra}"
+
+
+#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
+_RENAMED = {"ImageOptions": "EncodeConfig"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"shardkit.convert.imageproc.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,7 +25,7 @@ nothing here depends on the kind. Before writing, DEST is checked against SRC
 and locked for this task (:mod:`shardkit.convert.dest`).
 
 Layout: one rule, every split goes to ``DEST/<split>/`` (a plain ImageFolder to
-``DEST/train/``), whatever the source (``Source.nested`` is not consulted). A DEST
+``DEST/train/``), whatever the source (``ScannedSource.nested`` is not consulted). A DEST
 holding a conversion directly (``manifest.json`` in DEST: the flat layout older
 shardkit wrote for one-split sources) still loads, but converting into it again is
 refused unless ``overwrite`` (which removes it).
@@ -37,26 +37,32 @@ import collections
 import itertools
 import os
 import time
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from shardkit.convert import journal
 from shardkit.convert import shards as plan
-from shardkit.convert.dest import check_flat, check_overlap, dest_lock
+from shardkit.convert.dest import check_empty_split, check_flat, check_overlap, clear_split, dest_lock, is_split_output
 from shardkit.convert.encoder import CHUNK, Encoder, Outcome, check_main_guard, start_pool
 from shardkit.convert.imageproc import Encoded
 from shardkit.convert.merge import finalize_split
-from shardkit.convert.options import ConvertOptions, ConvertResult, SplitResult
-from shardkit.convert.scan.discover import NOT_CANDIDATES, Source, discover
+from shardkit.convert.options import ConvertConfig, ConvertResult, SplitResult, empty_split_result
+from shardkit.convert.scan.discover import NOT_CANDIDATES, ScannedSource, discover
 from shardkit.convert.scan.source import SplitSource
 from shardkit.errors import ConvertError
 from shardkit.format import EncodedSample, index_url, write_tar
-from shardkit.format.index import INDEX_SUFFIX
 from shardkit.format.manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from shardkit.storage import fs as storage
 
 
 def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> EncodedSample:
-    meta = {**(item.meta or {}), "path": item.relpath, "class": classes[item.label], "width": enc.width, "height": enc.height}
+    meta = {
+        **(item.meta or {}),
+        "path": item.relpath,
+        "class": classes[item.label],
+        "width": enc.width,
+        "height": enc.height,
+    }
     return EncodedSample(plan.make_key(item.index, width), enc.jpeg, item.label, meta)
 
 
@@ -78,7 +84,15 @@ def _part_ok(url: str, part: journal.Part | None, storage_options: dict) -> bool
 class SplitJob:
     """Conversion of one split to ``url`` (see module docstring)."""
 
-    def __init__(self, src: SplitSource, classes: list[str], url: str, options: ConvertOptions, storage_options: dict, encoder: str):
+    def __init__(
+        self,
+        src: SplitSource,
+        classes: list[str],
+        url: str,
+        options: ConvertConfig,
+        storage_options: dict,
+        encoder: str,
+    ):
         self.src, self.classes, self.url, self.options = src, classes, url, options
         self.so = storage_options
         self.items = plan.order(src.files, options.seed, options.shuffle)
@@ -86,10 +100,16 @@ class SplitJob:
         listing = [[f.relpath, f.label, f.size] + ([dict(f.meta)] if f.meta else []) for f in src.files]
         skipped = [SkippedFile(p, r.value, d) for p, r, d in src.skipped]
         self.plan = journal.Plan(
-            split=src.name, options=options.recorded(), classes=classes, encoder=encoder,
-            input_sha256=journal.fingerprint([listing, [[s.path, s.reason] for s in skipped]]),
-            num_items=len(self.items), samples_per_shard=0, num_planned=0,
-            key_width=plan.key_width(len(self.items)), skipped=skipped,
+            split=src.name,
+            options=options.recorded(),
+            classes=classes,
+            encoder=encoder,
+            input_sha256=journal.json_sha256([listing, [[s.path, s.reason] for s in skipped]]),
+            num_items=len(self.items),
+            samples_per_shard=0,
+            num_planned=0,
+            key_width=plan.key_width(len(self.items)),
+            skipped=skipped,
         )
 
     def check_dest(self, overwrite: bool) -> None:
@@ -99,8 +119,15 @@ class SplitJob:
         if existing is None and storage.exists(storage.join(self.url, MANIFEST_NAME), **self.so):
             m = load_manifest(self.url, **self.so)
             old = journal.Plan(
-                split=m.split, options=m.options, classes=m.classes, encoder=m.options.get("encoder", ""),
-                input_sha256=m.options.get("input_sha256", ""), num_items=-1, samples_per_shard=0, num_planned=0, key_width=0,
+                split=m.split,
+                options=m.options,
+                classes=m.classes,
+                encoder=m.options.get("encoder", ""),
+                input_sha256=m.options.get("input_sha256", ""),
+                num_items=-1,
+                samples_per_shard=0,
+                num_planned=0,
+                key_width=0,
             )
             if m.options.get("fingerprint") == self.plan.fingerprint:
                 old, ours = None, True
@@ -123,19 +150,11 @@ class SplitJob:
         elif existing is not None:
             self.plan = existing
 
-    def _is_ours(self, name: str) -> bool:
-        """Whether file ``name`` in the split folder is named like this split's output: a shard or its sample index."""
-        return name.startswith(f"{self.src.name}-") and name.endswith((".tar", INDEX_SUFFIX))
-
     def _shard_files(self) -> list[str]:
-        return [n for n in storage.list_dir(self.url, **self.so)[1] if self._is_ours(n)]
+        return [n for n in storage.list_dir(self.url, **self.so)[1] if is_split_output(self.src.name, n)]
 
     def _clear(self) -> None:
-        storage.remove(journal.journal_url(self.url), recursive=True, **self.so)
-        storage.remove(storage.join(self.url, MANIFEST_NAME), **self.so)
-        for name in storage.list_dir(self.url, **self.so)[1]:
-            if self._is_ours(name) or name.startswith(f".{self.src.name}-"):
-                storage.remove(storage.join(self.url, name), **self.so)
+        clear_split(self.url, self.src.name, self.so)
 
     def ensure_plan(self, encoder: Encoder, task_index: int) -> None:
         """Run the pilot (if the plan is new) and write ``plan.json``."""
@@ -153,7 +172,9 @@ class SplitJob:
         self.plan.samples_per_shard = n
         self.plan.num_planned = len(plan.shard_ranges(len(self.items), n))
         storage.makedirs(journal.journal_url(self.url), **self.so)
-        storage.put_bytes(journal.journal_url(self.url, journal.PLAN_NAME), self.plan.to_json(), tag=f"task{task_index}", **self.so)
+        storage.put_bytes(
+            journal.journal_url(self.url, journal.PLAN_NAME), self.plan.to_json(), tag=f"task{task_index}", **self.so
+        )
 
     def finished(self, j: int) -> journal.ShardRecord | None:
         """The record of planned shard ``j`` if it and its files check out, else ``None``."""
@@ -161,7 +182,9 @@ class SplitJob:
         if rec is None or rec.fingerprint != self.plan.fingerprint or rec.index != j:
             return None
         shard_ok = _part_ok(storage.join(self.url, journal.shard_name(self.src.name, j)), rec.shard, self.so)
-        over_ok = _part_ok(journal.journal_url(self.url, journal.overflow_name(self.src.name, j)), rec.overflow, self.so)
+        over_ok = _part_ok(
+            journal.journal_url(self.url, journal.overflow_name(self.src.name, j)), rec.overflow, self.so
+        )
         return rec if shard_ok and over_ok else None
 
     def finish_shard(self, j: int, items: Sequence[plan.Item], outcomes: Iterable[Outcome]) -> journal.ShardRecord:
@@ -192,13 +215,24 @@ class SplitJob:
         name, oname = journal.shard_name(self.src.name, j), journal.overflow_name(self.src.name, j)
         samples = fitting()
         first = next(samples, None)  # no tar at all for a shard whose every item is skipped
-        shard = _write_part(storage.join(self.url, name), name, itertools.chain([first], samples), self.so) if first is not None else None
+        shard = (
+            _write_part(storage.join(self.url, name), name, itertools.chain([first], samples), self.so)
+            if first is not None
+            else None
+        )
         overflow = _write_part(journal.journal_url(self.url, oname), oname, over, self.so) if over else None
         rec = journal.ShardRecord(
-            fingerprint=self.plan.fingerprint, index=j, shard=shard, overflow=overflow, class_counts=counts,
-            skipped=skipped, bytes_in=sum(it.size for it in items),
+            fingerprint=self.plan.fingerprint,
+            index=j,
+            shard=shard,
+            overflow=overflow,
+            class_counts=counts,
+            skipped=skipped,
+            bytes_in=sum(it.size for it in items),
         )
-        storage.put_bytes(journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so)
+        storage.put_bytes(
+            journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so
+        )
         return rec
 
     def run(self, encoder: Encoder, owned: list[int], quiet: bool) -> SplitResult:
@@ -223,7 +257,7 @@ class SplitJob:
         def chunks() -> Iterator[list[plan.Item]]:
             for j in todo:
                 for c in range(0, len(needs[j]), CHUNK):
-                    yield needs[j][c:c + CHUNK]
+                    yield needs[j][c : c + CHUNK]
 
         # the bar counts every input of the split (a skipped one too) at its encoding rate; the summary's rate is the whole run's
         with tqdm(total=total, initial=done, unit="img", desc=self.src.name, disable=quiet, dynamic_ncols=True) as bar:
@@ -255,7 +289,7 @@ class SplitJob:
 def convert(
     src: Any,
     dest: str,
-    options: ConvertOptions | None = None,
+    options: ConvertConfig | None = None,
     *,
     workers: int | None = None,
     num_tasks: int = 1,
@@ -273,7 +307,7 @@ def convert(
             ``datasets.Dataset``/``DatasetDict`` (see :func:`shardkit.convert.scan.discover.discover`).
         dest: local path or fsspec URL; every split goes to ``dest/<split>/`` (a plain ImageFolder:
             ``dest/train/``, see ``options.split``).
-        options: what to produce (:class:`ConvertOptions`); the same options
+        options: what to produce (:class:`ConvertConfig`); the same options
             and input always give byte-identical output.
         workers: encoding processes (default: all cores); changes speed only.
         num_tasks: split the work over this many independent tasks (machines).
@@ -294,7 +328,7 @@ def convert(
         StorageError: DEST cannot be written (the work done so far is kept and a rerun resumes).
     """
     t0 = time.monotonic()
-    options = options or ConvertOptions()
+    options = options or ConvertConfig()
     so = dict(storage_options or {})
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -305,20 +339,25 @@ def convert(
         check_main_guard()
     with start_pool(workers) as pool:  # first: its start-up overlaps discovery
         source = _discover(src, dest, options, so)
-        empty = [_empty_result(s, dest, options) for s in source.splits if not s.files]
+        empty = [empty_split_result(s, dest, options) for s in source.splits if not s.files]
         if len(empty) == len(source.splits):  # decided before anything is written
             raise ConvertError(
-                f"{source.root}: no split has a sample to convert: " + "; ".join(f"{e.split} ({e.empty})" for e in empty)
+                f"{source.root}: no split has a sample to convert: "
+                + "; ".join(f"{e.split} ({e.empty})" for e in empty)
                 + "; nothing written"
             )
         encoder = Encoder(source.reader, options.image, pool, workers)
         version = encoder.version()
-        jobs = [SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version) for s in source.splits if s.files]
+        jobs = [
+            SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version)
+            for s in source.splits
+            if s.files
+        ]
         results = list(empty)
         with dest_lock(dest, task_index):
             check_flat(dest, overwrite, so)
             for e in empty:
-                _check_empty_dest(e, source.classes, options, so, overwrite)
+                check_empty_split(e.url, e.split, e.empty, overwrite, so)
             for job in jobs:
                 job.check_dest(overwrite)
             for job in jobs:  # every split's plan.json before any shard: `shardkit verify` then sees splits not begun
@@ -333,33 +372,7 @@ def convert(
     return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
 
 
-def _empty_result(s: SplitSource, dest: str, options: ConvertOptions) -> SplitResult:
-    """The result of split ``s``, which has no sample: not written, with its skips and why it is empty."""
-    res = SplitResult(split=s.name, url=storage.join(dest, s.name), written=False)
-    res.skipped_files = sorted((SkippedFile(p, r.value, d) for p, r, d in s.skipped), key=lambda f: f.path)
-    res.add_skipped(res.skipped_files)
-    if res.skipped:
-        res.empty = f"{res.skipped} skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(res.skipped_reasons.items()))
-    elif options.val_fraction:
-        res.empty = f"no input: --val-fraction {options.val_fraction} rounds each class's share to 0; raise it"
-    else:
-        res.empty = "no input"
-    return res
-
-
-def _check_empty_dest(e: SplitResult, classes: list[str], options: ConvertOptions, so: dict, overwrite: bool) -> None:
-    """Refuse (or with ``overwrite`` remove) an earlier conversion in the folder of a split that has no sample now."""
-    if not (storage.exists(storage.join(e.url, MANIFEST_NAME), **so) or storage.exists(journal.journal_url(e.url, journal.PLAN_NAME), **so)):
-        return
-    if not overwrite:
-        raise ConvertError(
-            f"{e.url}: holds an earlier conversion of split {e.split}, which has no sample now ({e.empty}); "
-            "pass --overwrite to remove it, or choose another DEST"
-        )
-    SplitJob(SplitSource(e.split, "", []), classes, e.url, options, so, "")._clear()
-
-
-def _discover(src: Any, dest: str, options: ConvertOptions, so: dict) -> Source:
+def _discover(src: Any, dest: str, options: ConvertConfig, so: dict) -> ScannedSource:
     """:func:`discover` ``src``, refusing a DEST that overlaps it and, with ``strict``, any file skipped at discovery."""
     source = discover(src, options, **so)
     if source.local_dir is not None:

@@ -41,7 +41,7 @@ def journal_url(split_url: str, name: str = "") -> str:
     return storage.join(split_url, JOURNAL_DIR, name) if name else storage.join(split_url, JOURNAL_DIR)
 
 
-def fingerprint(obj: Any) -> str:
+def json_sha256(obj: Any) -> str:
     """sha256 of the canonical JSON of ``obj``."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
@@ -64,7 +64,7 @@ class Plan:
     @property
     def fingerprint(self) -> str:
         """Identity of the conversion: options, classes, encoder and input (not derived numbers)."""
-        return fingerprint([self.split, self.options, self.classes, self.encoder, self.input_sha256])
+        return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256])
 
     def to_json(self) -> bytes:
         d = {"format": PLAN_FORMAT, "version": PLAN_VERSION, **asdict(self), "fingerprint": self.fingerprint}
@@ -97,15 +97,24 @@ def differences(old: Plan, new: Plan) -> list[str]:
     keys = [k for k in now if k not in _DERIVED] + sorted(k for k in was if k not in now and k not in _DERIVED)
     out = [
         f"--{k.replace('_', '-')} was {repr(was[k]) if k in was else 'the default'}, now {repr(now[k]) if k in now else 'the default'}"
-        for k in keys if was.get(k) != now.get(k)
+        for k in keys
+        if was.get(k) != now.get(k)
     ]
     if old.split != new.split:
         out.append(f"split was {old.split!r}, now {new.split!r}")
     if old.classes != new.classes:
         gone, added = sorted(set(old.classes) - set(new.classes)), sorted(set(new.classes) - set(old.classes))
-        out.append("classes differ" + (f" (no longer: {', '.join(gone[:5])})" if gone else "") + (f" (new: {', '.join(added[:5])})" if added else ""))
+        out.append(
+            "classes differ"
+            + (f" (no longer: {', '.join(gone[:5])})" if gone else "")
+            + (f" (new: {', '.join(added[:5])})" if added else "")
+        )
     if old.input_sha256 != new.input_sha256:
-        counts = f": {old.num_items} files then, {new.num_items} now" if old.num_items >= 0 and old.num_items != new.num_items else ""
+        counts = (
+            f": {old.num_items} files then, {new.num_items} now"
+            if old.num_items >= 0 and old.num_items != new.num_items
+            else ""
+        )
         out.append(f"the input listing differs (files added, removed, resized or relabelled{counts})")
     if old.encoder != new.encoder:
         out.append(f"the encoder was {old.encoder!r}, now {new.encoder!r}")
@@ -172,6 +181,8 @@ def read_plan(split_url: str, **storage_options: Any) -> Plan | None:
 def read_record(split_url: str, split: str, index: int, **storage_options: Any) -> ShardRecord | None:
     """The record of planned shard ``index``, or ``None`` if missing or damaged."""
     try:
-        return ShardRecord.from_json(storage.read_bytes(journal_url(split_url, record_name(split, index)), **storage_options))
+        return ShardRecord.from_json(
+            storage.read_bytes(journal_url(split_url, record_name(split, index)), **storage_options)
+        )
     except ShardkitError:
         return None

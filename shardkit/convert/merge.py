@@ -11,6 +11,7 @@ rewrites the same bytes.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from typing import Any
@@ -46,9 +47,13 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     """
     p = journal.read_plan(split_url, **storage_options)
     if p is None or not p.num_planned:
-        raise ConvertError(f"{split_url}: nothing to merge (no {journal.JOURNAL_DIR}/{journal.PLAN_NAME}); run 'shardkit convert' first")
+        raise ConvertError(
+            f"{split_url}: nothing to merge (no {journal.JOURNAL_DIR}/{journal.PLAN_NAME}); run 'shardkit convert' first"
+        )
     records = [journal.read_record(split_url, p.split, j, **storage_options) for j in range(p.num_planned)]
-    missing = [journal.shard_name(p.split, j) for j, r in enumerate(records) if r is None or r.fingerprint != p.fingerprint]
+    missing = [
+        journal.shard_name(p.split, j) for j, r in enumerate(records) if r is None or r.fingerprint != p.fingerprint
+    ]
     if missing:
         raise ConvertError(
             _missing_message(split_url, f"of {p.num_planned} planned shards are not converted yet", missing)
@@ -59,7 +64,10 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         assert r is not None
         if r.shard and storage.size_of(storage.join(split_url, r.shard.name), **storage_options) != r.shard.bytes:
             lost.append(r.shard.name)
-        if r.overflow and storage.size_of(journal.journal_url(split_url, r.overflow.name), **storage_options) != r.overflow.bytes:
+        if (
+            r.overflow
+            and storage.size_of(journal.journal_url(split_url, r.overflow.name), **storage_options) != r.overflow.bytes
+        ):
             lost.append(f"{journal.JOURNAL_DIR}/{r.overflow.name}")
     if lost:
         raise ConvertError(
@@ -70,27 +78,40 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     overflow: list[EncodedSample] = []
     for r in records:
         if r and r.overflow:
-            overflow += read_samples(storage.read_bytes(journal.journal_url(split_url, r.overflow.name), **storage_options))
+            overflow += read_samples(
+                storage.read_bytes(journal.journal_url(split_url, r.overflow.name), **storage_options)
+            )
     sizes = [plan.tar_size(s) for s in overflow]
     shard_size, shard_bytes = p.options.get("shard_size"), p.options.get("shard_bytes")
     for g, (a, b) in enumerate(plan.pack(sizes, shard_size, shard_bytes)):
         name = journal.shard_name(p.split, p.num_planned + g)
         batch = overflow[a:b]
-        w = storage.publish(storage.join(split_url, name), lambda f: write_tar(batch, f), **storage_options)
+        w = storage.publish(storage.join(split_url, name), functools.partial(write_tar, batch), **storage_options)
         if w.index is not None:
             storage.put_bytes(index_url(storage.join(split_url, name)), w.index.to_bytes(), **storage_options)
         shards.append(ShardInfo(name=name, samples=w.samples, bytes=w.bytes, sha256=w.sha256))
     counts = [sum(col) for col in zip(*(r.class_counts for r in records if r))] if records else []
     skipped = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
     options = {
-        **p.options, "samples_per_shard": p.samples_per_shard, "encoder": p.encoder,
-        "input_sha256": p.input_sha256, "fingerprint": p.fingerprint,
+        **p.options,
+        "samples_per_shard": p.samples_per_shard,
+        "encoder": p.encoder,
+        "input_sha256": p.input_sha256,
+        "fingerprint": p.fingerprint,
     }
-    listed = set(storage.list_dir(split_url, **storage_options)[1])  # shards resumed from an older shardkit have no index
+    listed = set(
+        storage.list_dir(split_url, **storage_options)[1]
+    )  # shards resumed from an older shardkit have no index
     indexed = all(index_url(s.name) in listed for s in shards if s is not None)
     m = Manifest(
-        split=p.split, classes=list(p.classes), shards=[s for s in shards if s is not None], options=options,
-        class_counts=counts, skipped=skipped, shardkit_version=__version__, sample_index=INDEX_FORMAT if indexed else "",
+        split=p.split,
+        classes=list(p.classes),
+        shards=[s for s in shards if s is not None],
+        options=options,
+        class_counts=counts,
+        skipped=skipped,
+        shardkit_version=__version__,
+        sample_index=INDEX_FORMAT if indexed else "",
     )
     m.validate()
     m.url = manifest_url(split_url)
@@ -103,7 +124,11 @@ def split_urls(dest: str, **storage_options: Any) -> list[str]:
     if storage.exists(journal.journal_url(dest, journal.PLAN_NAME), **storage_options):
         return [dest]
     dirs, _ = storage.list_dir(dest, **storage_options)
-    return [storage.join(dest, d) for d in dirs if storage.exists(journal.journal_url(storage.join(dest, d), journal.PLAN_NAME), **storage_options)]
+    return [
+        storage.join(dest, d)
+        for d in dirs
+        if storage.exists(journal.journal_url(storage.join(dest, d), journal.PLAN_NAME), **storage_options)
+    ]
 
 
 def merge(dest: str, **storage_options: Any) -> list[Manifest]:
@@ -114,5 +139,7 @@ def merge(dest: str, **storage_options: Any) -> list[Manifest]:
     """
     urls = split_urls(dest, **storage_options)
     if not urls:
-        raise ConvertError(f"{dest}: no conversion found (no {journal.JOURNAL_DIR}/{journal.PLAN_NAME} here or in its sub-folders)")
+        raise ConvertError(
+            f"{dest}: no conversion found (no {journal.JOURNAL_DIR}/{journal.PLAN_NAME} here or in its sub-folders)"
+        )
     return [finalize_split(u, **storage_options) for u in urls]

@@ -5,10 +5,14 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardkit.convert.imageproc import ImageOptions
+from shardkit.convert.imageproc import EncodeConfig
 from shardkit.format.manifest import Manifest, SkippedFile
+from shardkit.storage import fs as storage
+
+if TYPE_CHECKING:
+    from shardkit.convert.scan.source import SplitSource
 
 #: default ``shard_bytes``: a comfortable object-storage object size
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
@@ -28,7 +32,6 @@ class Layout(str, enum.Enum):
     SPLITS = "splits"
 
 
-
 class LabelType(str, enum.Enum):
     """How a listing's labels are read: class ``name``, class ``index``, or ``auto`` (detect; mixed is an error)."""
 
@@ -38,7 +41,7 @@ class LabelType(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class SourceOptions:
+class ScanConfig:
     """How to read a SRC that is not plain class folders (defaults fit the usual column names).
 
     Attributes:
@@ -71,16 +74,20 @@ class SourceOptions:
         try:
             object.__setattr__(self, "label_type", LabelType(self.label_type))
         except ValueError:
-            raise ValueError(f"label_type must be one of {', '.join(t.value for t in LabelType)}, not {self.label_type!r}") from None
+            raise ValueError(
+                f"label_type must be one of {', '.join(t.value for t in LabelType)}, not {self.label_type!r}"
+            ) from None
 
     def recorded(self) -> dict[str, Any]:
         """The options that differ from the defaults (so that plain ImageFolder conversions record none)."""
-        default = SourceOptions()
-        return {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in vars(self).items() if v != getattr(default, k)}
+        default = ScanConfig()
+        return {
+            k: (v.value if isinstance(v, enum.Enum) else v) for k, v in vars(self).items() if v != getattr(default, k)
+        }
 
 
 @dataclass(frozen=True)
-class ConvertOptions:
+class ConvertConfig:
     """Options of one conversion; all of them except ``strict`` are recorded in the manifest.
 
     Attributes:
@@ -100,14 +107,14 @@ class ConvertOptions:
             converted and did not (files that are not candidates, such as `notes.txt`, do not count).
     """
 
-    image: ImageOptions = field(default_factory=ImageOptions)
+    image: EncodeConfig = field(default_factory=EncodeConfig)
     seed: int = 0
     shuffle: bool = True
     shard_size: int | None = None
     shard_bytes: int | None = DEFAULT_SHARD_BYTES
     layout: Layout = Layout.AUTO
     split: str = "train"
-    source: SourceOptions = field(default_factory=SourceOptions)
+    source: ScanConfig = field(default_factory=ScanConfig)
     val_fraction: float = 0.0
     strict: bool = False
 
@@ -183,6 +190,20 @@ class SplitResult:
             self.skipped_reasons[f.reason] = self.skipped_reasons.get(f.reason, 0) + 1
 
 
+def empty_split_result(s: SplitSource, dest: str, options: ConvertConfig) -> SplitResult:
+    """The result of split ``s``, which has no sample: not written, with its skips and why it is empty."""
+    res = SplitResult(split=s.name, url=storage.join(dest, s.name), written=False)
+    res.skipped_files = sorted((SkippedFile(p, r.value, d) for p, r, d in s.skipped), key=lambda f: f.path)
+    res.add_skipped(res.skipped_files)
+    if res.skipped:
+        res.empty = f"{res.skipped} skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(res.skipped_reasons.items()))
+    elif options.val_fraction:
+        res.empty = f"no input: --val-fraction {options.val_fraction} rounds each class's share to 0; raise it"
+    else:
+        res.empty = "no input"
+    return res
+
+
 @dataclass
 class ConvertResult:
     """Outcome of :func:`shardkit.convert.convert`: one :class:`SplitResult` per split (sorted by name; a split with
@@ -230,3 +251,16 @@ class ConvertResult:
     def complete(self) -> bool:
         """True when every written split has its manifest (single task, or the merge is done)."""
         return all(s.manifest is not None for s in self.splits if s.written)
+
+
+#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
+_RENAMED = {"ConvertOptions": "ConvertConfig", "SourceOptions": "ScanConfig"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"shardkit.convert.options.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

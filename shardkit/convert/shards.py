@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from shardkit.convert.scan.source import SourceFile
 from shardkit.format import EncodedSample, meta_bytes
@@ -99,7 +100,9 @@ def shard_bytes_for(sample_total: int) -> int:
     return math.ceil((sample_total + _END_OF_ARCHIVE) / _RECORD) * _RECORD
 
 
-def samples_per_shard(num_items: int, shard_size: int | None, shard_bytes: int | None, pilot_sizes: Sequence[int]) -> int:
+def samples_per_shard(
+    num_items: int, shard_size: int | None, shard_bytes: int | None, pilot_sizes: Sequence[int]
+) -> int:
     """Samples per planned shard from the caps and the pilot's per-sample tar sizes."""
     n = num_items if shard_size is None else shard_size
     if shard_bytes is not None and pilot_sizes:
@@ -130,7 +133,11 @@ class CapSplit:
         self.shard_bytes, self.total, self.count, self.full = shard_bytes, 0, 0, False
 
     def fits(self, size: int) -> bool:
-        if self.shard_bytes is not None and self.count > 0 and (self.full or shard_bytes_for(self.total + size) > self.shard_bytes):
+        if (
+            self.shard_bytes is not None
+            and self.count > 0
+            and (self.full or shard_bytes_for(self.total + size) > self.shard_bytes)
+        ):
             self.full = True  # a prefix: once one sample is beyond the cap, all later ones are too
             return False
         self.total, self.count = self.total + size, self.count + 1

@@ -14,25 +14,30 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from shardkit.demo.spec import DemoOptions, DemoResult, EpochLog
+from shardkit.demo.spec import DemoConfig, DemoResult, EpochLog
 
 
 def small_cnn(num_classes: int) -> nn.Module:
     """A compact CNN that learns the demo classes in a few epochs on a CPU."""
 
     def block(cin: int, cout: int) -> nn.Sequential:
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True), nn.MaxPool2d(2))
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True), nn.MaxPool2d(2)
+        )
 
-    return nn.Sequential(block(3, 24), block(24, 48), block(48, 96), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(96, num_classes))
+    return nn.Sequential(
+        block(3, 24), block(24, 48), block(48, 96), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(96, num_classes)
+    )
 
 
-def _imagefolder_pass(root: str, opts: DemoOptions) -> float:
+def _imagefolder_pass(root: str, opts: DemoConfig) -> float:
     """Images/s of the seed pipeline (ImageFolder + per-image torchvision transforms) over ``root``."""
     from torchvision import datasets, transforms
 
@@ -66,12 +71,13 @@ def _evaluate(model: nn.Module, loader, augment: nn.Module, device: torch.device
     return correct / max(1, total)
 
 
-def run_demo(opts: DemoOptions = DemoOptions(), log: Callable[[str], None] = lambda s: None) -> DemoResult:
-    """Run the demo; ``log`` receives one line per step of progress."""
+def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda s: None) -> DemoResult:
+    """Run the demo (``opts``: :class:`DemoConfig`, default sizes when ``None``); ``log`` receives one line per step of progress."""
+    opts = opts or DemoConfig()
     from shardkit import load
     from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomGrayscale
-    from shardkit.convert import ConvertOptions, convert
-    from shardkit.convert.imageproc import ImageOptions
+    from shardkit.convert import ConvertConfig, convert
+    from shardkit.convert.imageproc import EncodeConfig
     from shardkit.demo.sampledata import SMALL, make_imagefolder
     from shardkit.loader.prefetch import DevicePrefetcher
 
@@ -89,13 +95,33 @@ def run_demo(opts: DemoOptions = DemoOptions(), log: Callable[[str], None] = lam
         )
     t0 = time.perf_counter()
     short = opts.image_size * 8 // 7
-    convert(src, dest, ConvertOptions(image=ImageOptions(short_side=short), shard_size=128), workers=opts.num_workers, overwrite=True, quiet=True)
+    convert(
+        src,
+        dest,
+        ConvertConfig(image=EncodeConfig(short_side=short), shard_size=128),
+        workers=opts.num_workers,
+        overwrite=True,
+        quiet=True,
+    )
     result.convert_seconds = time.perf_counter() - t0
     log(f"converted to {dest} in {result.convert_seconds:.1f} s")
 
     torch.manual_seed(opts.seed)
-    train = load(os.path.join(dest, "train"), batch_size=opts.batch_size, size=opts.image_size, num_workers=opts.num_workers, seed=opts.seed)
-    val = load(os.path.join(dest, "val"), batch_size=opts.batch_size, size=opts.image_size, num_workers=0, preset="eval", shuffle=False)
+    train = load(
+        os.path.join(dest, "train"),
+        batch_size=opts.batch_size,
+        size=opts.image_size,
+        num_workers=opts.num_workers,
+        seed=opts.seed,
+    )
+    val = load(
+        os.path.join(dest, "val"),
+        batch_size=opts.batch_size,
+        size=opts.image_size,
+        num_workers=0,
+        preset="eval",
+        shuffle=False,
+    )
     # crop + flip happen while decoding in the workers; colour and normalisation on the device, per sample
     norm = Normalize(IMAGENET_MEAN, IMAGENET_STD)
     train_aug = GpuAugment([ColorJitter(0.3, 0.3, 0.3, 0.05), RandomGrayscale(0.1), norm], seed=opts.seed)
@@ -118,11 +144,13 @@ def run_demo(opts: DemoOptions = DemoOptions(), log: Callable[[str], None] = lam
             loss_sum += loss.detach() * len(labels)
             correct += (out.argmax(1) == labels).sum()
             seen += len(labels)
-        loss_sum, correct = float(loss_sum), int(correct)
+        total_loss, n_correct = float(loss_sum), int(correct)
         ips = seen / (time.perf_counter() - t0)
         val_acc = _evaluate(model, val, eval_aug, device)
-        result.epochs.append(EpochLog(epoch, loss_sum / max(1, seen), correct / max(1, seen), val_acc, ips))
-        log(f"epoch {epoch}: loss {loss_sum / max(1, seen):.3f}  train acc {correct / max(1, seen):.3f}  val acc {val_acc:.3f}  {ips:.0f} img/s (training)")
+        result.epochs.append(EpochLog(epoch, total_loss / max(1, seen), n_correct / max(1, seen), val_acc, ips))
+        log(
+            f"epoch {epoch}: loss {total_loss / max(1, seen):.3f}  train acc {n_correct / max(1, seen):.3f}  val acc {val_acc:.3f}  {ips:.0f} img/s (training)"
+        )
 
     # input pipelines alone, same images, same workers
     t0, n = time.perf_counter(), 0
@@ -136,3 +164,16 @@ def run_demo(opts: DemoOptions = DemoOptions(), log: Callable[[str], None] = lam
         f"({result.shardkit_images_per_s / max(1e-9, result.imagefolder_images_per_s):.1f}x)"
     )
     return result
+
+
+#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
+_RENAMED = {"DemoOptions": "DemoConfig"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"shardkit.demo.run.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -43,7 +43,9 @@ class SizeSpread:
         """Every image exactly ``width`` x ``height``."""
         if width < 8 or height < 8:
             raise ValueError(f"image size must be at least 8x8, not {width}x{height}")
-        return cls(median=(width, height), sigma=0.0, min_side=min(width, height), max_side=max(width, height), portrait=0.0)
+        return cls(
+            median=(width, height), sigma=0.0, min_side=min(width, height), max_side=max(width, height), portrait=0.0
+        )
 
 
 SMALL = SizeSpread(median=(160, 120), sigma=0.2, min_side=48, max_side=320)
@@ -64,7 +66,9 @@ def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     for cells, amp in ((3, 70.0), (9, 30.0), (31, 14.0)):
         ch, cw = max(2, cells * h // max(h, w)), max(2, cells * w // max(h, w))
         field = rng.normal(0, 1, (ch, cw, 3)).astype(np.float32)
-        img = Image.fromarray(np.clip(field * 40 + 128, 0, 255).astype(np.uint8)).resize((w, h), Image.BICUBIC)
+        img = Image.fromarray(np.clip(field * 40 + 128, 0, 255).astype(np.uint8)).resize(
+            (w, h), Image.Resampling.BICUBIC
+        )
         out += (np.asarray(img, np.float32) - 128) * (amp / 40)
     return out + rng.uniform(90, 160, 3).astype(np.float32)
 

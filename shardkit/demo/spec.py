@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
-class DemoOptions:
+class DemoConfig:
     """Size of the demo run (defaults finish in about a minute on 2 cores)."""
 
     workdir: str = "shardkit-demo"
@@ -37,3 +38,16 @@ class DemoResult:
     imagefolder_images_per_s: float = 0.0
     convert_seconds: float = 0.0
     device: str = "cpu"
+
+
+#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
+_RENAMED = {"DemoOptions": "DemoConfig"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"shardkit.demo.spec.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

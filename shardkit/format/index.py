@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Optional, Sequence
+from typing import IO, Any, Optional
 
 import numpy as np
 
@@ -64,7 +65,7 @@ from shardkit.format.sample import (
     size_error,
     store_field,
 )
-from shardkit.format.tar import BLOCK, FILE_TYPES, NAME_FIELD, Layout, ShardReader, header_ok, octal
+from shardkit.format.tar import BLOCK, FILE_TYPES, NAME_FIELD, SampleSpan, ShardReader, header_ok, octal
 
 #: the manifest's ``sample_index`` value for shards with a sidecar in this format
 INDEX_FORMAT = "sidecar-1"
@@ -113,8 +114,9 @@ class SampleIndex:
             raise IndexError(f"samples {start}..{stop} outside 0..{len(self.keys)}")
         return int(self.starts[start]), int(self.starts[stop])
 
-    def slice(self, data: bytes, start: int, stop: int, *, url: str, first_gid: int = -1,
-              num_classes: Optional[int] = None) -> list[RawSample]:
+    def slice(
+        self, data: bytes, start: int, stop: int, *, url: str, first_gid: int = -1, num_classes: Optional[int] = None
+    ) -> list[RawSample]:
         """The samples ``start .. stop-1`` out of ``data``, the bytes :meth:`byte_range` names.
 
         Returns the same :class:`RawSample` objects the header walk returns (only
@@ -143,9 +145,19 @@ class SampleIndex:
                 at, size = base + offs[s][c], sizes[s][c]
                 hdr = data[at - BLOCK : at]
                 name = kb + names[c]  # shorter than the name field (_check): the walk reads exactly these bytes
-                if len(hdr) != BLOCK or hdr[: len(name)] != name or hdr[len(name)] != 0 or hdr[156:157] not in FILE_TYPES \
-                        or (hdr[345] and hdr[257:262] == b"ustar") or not header_ok(hdr) or _size(hdr) != size or at + size > len(data):
-                    raise IndexMismatch(f"{url}: sample {start + s} ({key}.{ext}): the tar header at byte {lo + at - BLOCK} does not match the index")
+                if (
+                    len(hdr) != BLOCK
+                    or hdr[: len(name)] != name
+                    or hdr[len(name)] != 0
+                    or hdr[156:157] not in FILE_TYPES
+                    or (hdr[345] and hdr[257:262] == b"ustar")
+                    or not header_ok(hdr)
+                    or _size(hdr) != size
+                    or at + size > len(data)
+                ):
+                    raise IndexMismatch(
+                        f"{url}: sample {start + s} ({key}.{ext}): the tar header at byte {lo + at - BLOCK} does not match the index"
+                    )
                 if size <= limits[c]:
                     store_field(sample, ext, data[at : at + size])
                 elif limits[c] >= 0:  # as the walk: refused from its size, not read
@@ -154,8 +166,9 @@ class SampleIndex:
             out.append(sample)
         return out
 
-    def read(self, f: IO[bytes], start: int, stop: int, *, url: str, first_gid: int = -1,
-             num_classes: Optional[int] = None) -> list[RawSample]:
+    def read(
+        self, f: IO[bytes], start: int, stop: int, *, url: str, first_gid: int = -1, num_classes: Optional[int] = None
+    ) -> list[RawSample]:
         """Samples ``start .. stop-1`` with one range read from the shard open as ``f`` (see :meth:`slice`)."""
         lo, hi = self.byte_range(start, stop)
         f.seek(lo)
@@ -165,15 +178,30 @@ class SampleIndex:
         """The sidecar's bytes."""
         exts = "\n".join(self.exts).encode("utf-8")
         keys = "\n".join(self.keys).encode("utf-8")
-        body = b"".join([
-            _HEAD.pack(_MAGIC, len(self.keys), len(self.exts), self.shard_bytes, bytes.fromhex(self.shard_sha256), len(exts), len(keys)),
-            exts, keys, self.starts.astype("<u8").tobytes(), self.offsets.astype("<u4").tobytes(), self.sizes.astype("<u4").tobytes(),
-        ])
+        body = b"".join(
+            [
+                _HEAD.pack(
+                    _MAGIC,
+                    len(self.keys),
+                    len(self.exts),
+                    self.shard_bytes,
+                    bytes.fromhex(self.shard_sha256),
+                    len(exts),
+                    len(keys),
+                ),
+                exts,
+                keys,
+                self.starts.astype("<u8").tobytes(),
+                self.offsets.astype("<u4").tobytes(),
+                self.sizes.astype("<u4").tobytes(),
+            ]
+        )
         return body + struct.pack("<I", zlib.crc32(body))
 
     @classmethod
-    def from_bytes(cls, data: bytes, url: str = "<index>", *, shard_bytes: Optional[int] = None,
-                   shard_sha256: Optional[str] = None) -> "SampleIndex":
+    def from_bytes(
+        cls, data: bytes, url: str = "<index>", *, shard_bytes: Optional[int] = None, shard_sha256: Optional[str] = None
+    ) -> "SampleIndex":
         """Parse and check a sidecar (see the module docstring); :class:`IndexDamage` naming ``url`` if it is unusable."""
         if len(data) > MAX_INDEX_BYTES:
             raise IndexDamage(f"{url}: sample index larger than {MAX_INDEX_BYTES} bytes")
@@ -215,7 +243,11 @@ class SampleIndex:
                     raise IndexDamage(f"{url}: {key!r} is not a sample key (member rule)")
             except UnsafeName as exc:
                 raise IndexDamage(f"{url}: {exc}") from None
-        if n and max(len(x.encode("utf-8")) for x in self.keys) + 1 + max(len(e.encode("utf-8")) for e in self.exts) >= NAME_FIELD:
+        if (
+            n
+            and max(len(x.encode("utf-8")) for x in self.keys) + 1 + max(len(e.encode("utf-8")) for e in self.exts)
+            >= NAME_FIELD
+        ):
             raise IndexDamage(f"{url}: a member name does not fit a tar header's {NAME_FIELD}-byte name field")
         why = _layout_error(self.starts, self.offsets, self.sizes, self.shard_bytes)
         if why:
@@ -246,12 +278,18 @@ def _layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, sh
     if size.max(initial=0) > MAX_MEMBER_BYTES:  # the walk never loads such a member: a range read must not either
         return f"a member of {size.max()} bytes (limit {MAX_MEMBER_BYTES})"
     ends = off + (size + BLOCK - 1) // BLOCK * BLOCK  # each member's padded data end, relative to its sample
-    if np.any(off[:, 0] != BLOCK) or np.any(off[:, 1:] != ends[:, :-1] + BLOCK) or np.any(np.diff(starts.astype(np.int64)) != ends[:, -1]):
+    if (
+        np.any(off[:, 0] != BLOCK)
+        or np.any(off[:, 1:] != ends[:, :-1] + BLOCK)
+        or np.any(np.diff(starts.astype(np.int64)) != ends[:, -1])
+    ):
         return "members or samples not back to back (a gap between them)"
     return None
 
 
-def build_index(layouts: Sequence[Layout], keys: Sequence[str], shard_bytes: int, shard_sha256: str) -> Optional[SampleIndex]:
+def build_index(
+    layouts: Sequence[SampleSpan], keys: Sequence[str], shard_bytes: int, shard_sha256: str
+) -> Optional[SampleIndex]:
     """The index of a shard from its samples' layouts, or ``None`` if the shard cannot be indexed.
 
     Indexable: every sample has the same fields in the same order, each member's data follows
@@ -274,11 +312,18 @@ def build_index(layouts: Sequence[Layout], keys: Sequence[str], shard_bytes: int
         starts[i], starts[i + 1] = lay.start, lay.end
         offsets[i] = [m.data_offset - lay.start for m in lay.members]
         sizes[i] = [m.size for m in lay.members]
-    if offsets.max() > _U32 or sizes.max() > _U32 or len(set(keys)) != n or _layout_error(starts, offsets, sizes, shard_bytes):
+    if (
+        offsets.max() > _U32
+        or sizes.max() > _U32
+        or len(set(keys)) != n
+        or _layout_error(starts, offsets, sizes, shard_bytes)
+    ):
         return None
     if max(len(x.encode("utf-8")) for x in keys) + 1 + max(len(e.encode("utf-8")) for e in exts) >= NAME_FIELD:
         return None
-    return SampleIndex(tuple(keys), exts, starts, offsets.astype(np.uint32), sizes.astype(np.uint32), shard_bytes, shard_sha256)
+    return SampleIndex(
+        tuple(keys), exts, starts, offsets.astype(np.uint32), sizes.astype(np.uint32), shard_bytes, shard_sha256
+    )
 
 
 def index_from_walk(f: IO[bytes], url: str, shard_bytes: int, shard_sha256: str) -> Optional[SampleIndex]:
@@ -295,8 +340,14 @@ def index_from_walk(f: IO[bytes], url: str, shard_bytes: int, shard_sha256: str)
     return build_index(layouts, keys, shard_bytes, shard_sha256)
 
 
-def load_index(shard_url: str, *, shard_bytes: int, shard_sha256: str, open_fn: Optional[Callable[[str], IO[bytes]]] = None,
-               **storage_options: Any) -> SampleIndex:
+def load_index(
+    shard_url: str,
+    *,
+    shard_bytes: int,
+    shard_sha256: str,
+    open_fn: Optional[Callable[[str], IO[bytes]]] = None,
+    **storage_options: Any,
+) -> SampleIndex:
     """Load and check the sidecar index of ``shard_url`` (local path or any fsspec URL).
 
     Args:
@@ -313,7 +364,7 @@ def load_index(shard_url: str, *, shard_bytes: int, shard_sha256: str, open_fn: 
 
     url = index_url(shard_url)
     try:
-        with (open_fn(url) if open_fn is not None else storage.open_read(url, **storage_options)) as f:
+        with open_fn(url) if open_fn is not None else storage.open_read(url, **storage_options) as f:
             head = f.read(_HEAD.size)
             need = _announced(head, url, shard_bytes)  # read what the header announces (bounded), not a fixed maximum
             data = head + f.read(need - len(head) + 1)
@@ -333,7 +384,14 @@ def _announced(head: bytes, url: str, shard_bytes: Optional[int]) -> int:
     _, n, k, _, _, le, lk = _HEAD.unpack_from(head)
     need = _HEAD.size + le + lk + 8 * (n + 1) + 8 * n * k + 4
     limit = MAX_INDEX_BYTES if shard_bytes is None else min(MAX_INDEX_BYTES, shard_bytes)
-    if need > limit or (shard_bytes is not None and n * k * BLOCK > shard_bytes) or le >= k * NAME_FIELD or lk >= (n + 1) * NAME_FIELD:
-        raise IndexDamage(f"{url}: its header announces {n} samples of {k} fields ({need} bytes), impossible for a shard of "
-                          f"{shard_bytes} bytes")
+    if (
+        need > limit
+        or (shard_bytes is not None and n * k * BLOCK > shard_bytes)
+        or le >= k * NAME_FIELD
+        or lk >= (n + 1) * NAME_FIELD
+    ):
+        raise IndexDamage(
+            f"{url}: its header announces {n} samples of {k} fields ({need} bytes), impossible for a shard of "
+            f"{shard_bytes} bytes"
+        )
     return need

@@ -136,7 +136,7 @@ class Manifest:
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ManifestError(f"{where}: not valid JSON ({exc}); re-run 'shardkit convert' to rewrite it") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise ManifestError(f"{where}: not a shardkit manifest (missing \"format\": \"{FORMAT}\")")
+            raise ManifestError(f'{where}: not a shardkit manifest (missing "format": "{FORMAT}")')
         version = d.get("version")
         if not _is_int(version) or version not in READABLE_VERSIONS:
             raise ManifestError(
@@ -144,7 +144,11 @@ class Manifest:
                 f"(reads versions {', '.join(map(str, READABLE_VERSIONS))}); upgrade shardkit or re-convert the dataset"
             )
         try:
-            if not isinstance(d["shards"], list) or not isinstance(d["classes"], list) or not isinstance(d.get("class_counts", []), list):
+            if (
+                not isinstance(d["shards"], list)
+                or not isinstance(d["classes"], list)
+                or not isinstance(d.get("class_counts", []), list)
+            ):
                 raise TypeError("'shards', 'classes' and 'class_counts' must be lists")
             shards = [ShardInfo(**s) for s in d["shards"]]
             skipped = [SkippedFile(**s) for s in d.get("skipped", [])]
@@ -165,7 +169,9 @@ class Manifest:
         m.validate(allow_unsafe_names=allow_unsafe_names)
         declared = d.get("num_samples")
         if declared is not None and declared != m.num_samples:
-            raise ManifestError(f"{where}: num_samples says {declared!r} but the shards hold {m.num_samples}; the manifest was edited or damaged")
+            raise ManifestError(
+                f"{where}: num_samples says {declared!r} but the shards hold {m.num_samples}; the manifest was edited or damaged"
+            )
         return m
 
     def validate(self, *, allow_unsafe_names: bool = False) -> None:
@@ -176,7 +182,9 @@ class Manifest:
             if not isinstance(s.name, str) or not _is_int(s.samples) or not _is_int(s.bytes):
                 raise ManifestError(f"{where}: shard entry {s!r} has wrong field types")
             if not 0 <= s.samples < _MAX_COUNT or not 0 <= s.bytes < _MAX_COUNT:
-                raise ManifestError(f"{where}: shard {s.name!r} has an impossible count ({s.samples} samples, {s.bytes} bytes)")
+                raise ManifestError(
+                    f"{where}: shard {s.name!r} has an impossible count ({s.samples} samples, {s.bytes} bytes)"
+                )
             if not isinstance(s.sha256, str) or not _HEX64.fullmatch(s.sha256):
                 raise ManifestError(f"{where}: shard {s.name!r} has a malformed sha256")
             if s.name in names:

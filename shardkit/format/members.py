@@ -15,12 +15,19 @@ longer than :data:`MAX_NAME` is damage (:class:`UnsafeName`): the sample it
 would belong to is unusable. Consecutive members with the same key form one
 sample; a field that repeats starts a new sample; a key seen before in the same
 shard (adjacent or not) is damage: its later samples are unusable.
+
+:func:`split_member` is the per-name half of the rule, :func:`group_members` the
+whole rule over a tar's member names (the converter's scan of existing tars uses
+it); the loader's header walk (:class:`shardkit.format.tar.ShardReader`) applies
+the same grouping one member at a time, as it reads.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Optional
 
 IMAGE_EXT = "jpg"
@@ -69,6 +76,47 @@ def split_member(name: str) -> Optional[tuple[str, str]]:
     if not dot or not stem or base.startswith("__"):
         return None
     return d + slash + stem, ext
+
+
+@dataclass
+class MemberGroup:
+    """One sample by the member rule: its key, ``{field: member index}``, and why it is unusable.
+
+    ``again`` is 0 for the key's first sample in the tar and ``n`` for its ``n``-th repeat (damage).
+    """
+
+    key: str
+    fields: dict[str, int] = field(default_factory=dict)
+    again: int = 0  # 0: the key's first sample in the tar; n: its n-th repeat
+    unsafe: Optional[str] = None
+
+
+def group_members(names: Sequence[str], *, fold_case: bool = False) -> tuple[list[MemberGroup], int]:
+    """The samples that tar members named ``names`` (in tar order) form, and how many belong to no sample.
+
+    The member rule (module docstring): :func:`split_member` per name; consecutive members with the same
+    key form one sample, a repeated field starts a new one. ``fold_case``: fields are compared (and kept)
+    lower-case, as webdataset's reader does (``lcase``), for tars that shardkit did not write.
+    """
+    groups: list[MemberGroup] = []
+    seen: dict[str, int] = {}
+    ignored = 0
+    for i, name in enumerate(names):
+        unsafe = None
+        try:
+            ke = split_member(name)
+        except UnsafeName as exc:
+            ke, unsafe = (exc.key, exc.ext), str(exc)
+        if ke is None:
+            ignored += 1
+            continue
+        key, ext = ke[0], ke[1].lower() if fold_case else ke[1]
+        if not groups or groups[-1].key != key or ext in groups[-1].fields:  # a repeated field starts a new sample
+            groups.append(MemberGroup(key, again=seen.get(key, -1) + 1))
+            seen[key] = groups[-1].again
+        groups[-1].fields[ext] = i
+        groups[-1].unsafe = groups[-1].unsafe or unsafe
+    return groups, ignored
 
 
 def duplicate_key_error(key: str) -> str:

@@ -20,8 +20,10 @@ from shardkit.storage import fs as storage
 
 _JOURNAL_DIR = "_shardkit"  # shardkit.convert.journal.JOURNAL_DIR (not imported: reading a dataset needs no converter)
 _RECORD = re.compile(r".+-[0-9]{6}\.json")  # a finished planned shard's journal record
-_FINISH = ("finish it by rerunning the same 'shardkit convert SRC DEST' command "
-           "(after a multi-task conversion: run the missing tasks, then 'shardkit merge DEST')")
+_FINISH = (
+    "finish it by rerunning the same 'shardkit convert SRC DEST' command "
+    "(after a multi-task conversion: run the missing tasks, then 'shardkit merge DEST')"
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,13 @@ def _incomplete(url: str, files: list[str], dirs: list[str], **so: Any) -> Optio
             _, jfiles = _list(storage.join(url, _JOURNAL_DIR), **so)
             records = sum(1 for f in jfiles if _RECORD.fullmatch(f))
             done = f", {records} of {planned} planned shards finished" if planned else ", planned but no shard finished"
-        except (ShardkitError, ValueError, TypeError, AttributeError, RecursionError):  # a hostile plan.json is no crash
+        except (
+            ShardkitError,
+            ValueError,
+            TypeError,
+            AttributeError,
+            RecursionError,
+        ):  # a hostile plan.json is no crash
             done = ", its conversion plan is unreadable"
     what = f"{len(shards)} shard(s)" + (f" and a conversion journal ({_JOURNAL_DIR}/)" if _JOURNAL_DIR in dirs else "")
     return Incomplete(url, f"incomplete conversion: {what} but no {MANIFEST_NAME}{done}; {_FINISH}")
@@ -93,7 +101,9 @@ def find_splits(url: str, **storage_options: Any) -> Found:
             sdirs, sfiles = _list(sub, **so)
             incomplete += [i for i in [_incomplete(sub, sfiles, sdirs, **so)] if i is not None]
     if not manifests and not incomplete and not unreadable:
-        raise ManifestError(f"{url}: no {MANIFEST_NAME} here or in its sub-folders; is this a dataset written by 'shardkit convert'?")
+        raise ManifestError(
+            f"{url}: no {MANIFEST_NAME} here or in its sub-folders; is this a dataset written by 'shardkit convert'?"
+        )
     return Found(manifests, incomplete, unreadable)
 
 

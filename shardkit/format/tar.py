@@ -79,7 +79,7 @@ class Member:
 
 
 @dataclass(slots=True)
-class Layout:
+class SampleSpan:
     """Where the sample last read lies: bytes ``[start, end)`` of the shard and its members in order."""
 
     start: int
@@ -173,7 +173,7 @@ class ShardReader:
         self.pos = 0  #: byte offset of the next header to parse
         self.index = 0  #: index of the next sample
         self.bytes_read = 0  #: bytes actually read (headers + kept members)
-        self.layout: Optional[Layout] = None  #: where the sample last returned by :meth:`read` lies
+        self.layout: Optional[SampleSpan] = None  #: where the sample last returned by :meth:`read` lies
         self._keys: set[str] = set()
         self._pending: Optional[Member] = None
         self._eof = False
@@ -301,7 +301,7 @@ class ShardReader:
                     self._damage, m, damage = exc, None, exc  # deliver the sample if complete, fail on the next read
             self.index += 1
             if sample is not None:
-                self.layout = Layout(members[0].start, end, tuple(members))
+                self.layout = SampleSpan(members[0].start, end, tuple(members))
                 check_sample(sample, self.num_classes)
                 if sample.error and damage is not None:
                     sample.error = str(damage)  # incomplete because of the damage: say so

@@ -16,15 +16,16 @@ from __future__ import annotations
 import hashlib
 import io
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterator, Optional
+from typing import IO, Any, Optional
 
 from shardkit.errors import ShardkitError
 from shardkit.format.index import INDEX_FORMAT, IndexDamage, build_index, index_url, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_PIXELS, META_EXT, parse_meta
 from shardkit.format.splits import Found, Incomplete, find_splits, load_manifests
-from shardkit.format.tar import Layout, ShardReader, TarDamage
+from shardkit.format.tar import SampleSpan, ShardReader, TarDamage
 from shardkit.storage import fs as storage
 
 
@@ -51,18 +52,33 @@ class SplitInfo:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (``shardkit info --json``)."""
         return {
-            "split": self.split, "url": self.url, "shards": self.shards, "samples": self.samples, "bytes": self.bytes,
+            "split": self.split,
+            "url": self.url,
+            "shards": self.shards,
+            "samples": self.samples,
+            "bytes": self.bytes,
             "mean_sample_bytes": round(self.mean_sample_bytes, 1),
-            "classes": {c: n for c, n in zip(self.classes, self.class_counts)} if self.class_counts else {c: None for c in self.classes},
-            "skipped": self.skipped, "options": self.options, "sample_index": self.sample_index,
+            "classes": {c: n for c, n in zip(self.classes, self.class_counts)}
+            if self.class_counts
+            else {c: None for c in self.classes},
+            "skipped": self.skipped,
+            "options": self.options,
+            "sample_index": self.sample_index,
         }
 
 
 def split_info(m: Manifest) -> SplitInfo:
     """The summary of one split from its manifest."""
     return SplitInfo(
-        split=m.split, url=m.base_url, classes=m.classes, class_counts=m.class_counts, shards=len(m.shards),
-        samples=m.num_samples, bytes=m.num_bytes, skipped=dict(Counter(s.reason for s in m.skipped)), options=m.options,
+        split=m.split,
+        url=m.base_url,
+        classes=m.classes,
+        class_counts=m.class_counts,
+        shards=len(m.shards),
+        samples=m.num_samples,
+        bytes=m.num_bytes,
+        skipped=dict(Counter(s.reason for s in m.skipped)),
+        options=m.options,
         sample_index=m.sample_index,
     )
 
@@ -143,7 +159,7 @@ def iter_samples(f: IO[bytes], url: str = "<shard>") -> Iterator[tuple[str, dict
         while (s := r.read(r.index)) is not None:
             if s.error:
                 raise ValueError(f"{url}: sample {s.index} ({s.key}): {s.error}")
-            yield s.key, {LABEL_EXT: b"%d" % s.label, IMAGE_EXT: s.jpeg or b"", META_EXT: s.meta_bytes}
+            yield s.key, {LABEL_EXT: b"%d" % s.label, IMAGE_EXT: s.jpeg or b"", META_EXT: s.meta_bytes}  # type: ignore[str-format]
     except TarDamage as exc:
         raise ValueError(str(exc)) from None
 
@@ -189,7 +205,7 @@ class _SplitCheck:
             return self.add(s.name, "", "shard is missing")
         if size != s.bytes:
             self.add(s.name, "", f"size is {size} bytes, manifest says {s.bytes}")
-        layouts: list[Layout] = []
+        layouts: list[SampleSpan] = []
         keys: list[str] = []
         with storage.open_read(url, **self.so) as f:
             r = _HashingReader(f)
@@ -204,7 +220,9 @@ class _SplitCheck:
         if m.sample_index:
             self._index(index, None if self.quick else (layouts, keys))
 
-    def _samples(self, reader: ShardReader, name: str, expected: int, layouts: list[Layout], keys: list[str]) -> None:
+    def _samples(
+        self, reader: ShardReader, name: str, expected: int, layouts: list[SampleSpan], keys: list[str]
+    ) -> None:
         n = 0
         try:
             while (smp := reader.read(reader.index)) is not None:
@@ -240,21 +258,33 @@ class _SplitCheck:
         if bad:
             self.add(name, key, bad)
 
-    def _index(self, index: int, walked: Optional[tuple[list[Layout], list[str]]]) -> None:
+    def _index(self, index: int, walked: Optional[tuple[list[SampleSpan], list[str]]]) -> None:
         m, s = self.m, self.m.shards[index]
         iname = index_url(s.name)
         if m.sample_index != INDEX_FORMAT:
-            return self.add(iname, "", f"sample index format {m.sample_index!r} is unknown to this shardkit (the loader reads the tar without it)")
+            return self.add(
+                iname,
+                "",
+                f"sample index format {m.sample_index!r} is unknown to this shardkit (the loader reads the tar without it)",
+            )
         try:
             idx = load_index(m.shard_url(index), shard_bytes=s.bytes, shard_sha256=s.sha256, **self.so)
         except IndexDamage as exc:
             return self.add(iname, "", f"sample index unusable, the loader falls back to the header walk ({exc})")
         if walked is not None and idx != build_index(*walked, s.bytes, s.sha256):
-            self.add(iname, "", "sample index does not match the tar (the loader detects this and falls back to the header walk)")
+            self.add(
+                iname,
+                "",
+                "sample index does not match the tar (the loader detects this and falls back to the header walk)",
+            )
 
     def finish(self) -> None:
         if not self.quick and not self.unread and self.m.class_counts and self.counts != self.m.class_counts:
-            self.add(MANIFEST_NAME, "", f"class counts in the shards {self.counts} differ from the manifest {self.m.class_counts}")
+            self.add(
+                MANIFEST_NAME,
+                "",
+                f"class counts in the shards {self.counts} differ from the manifest {self.m.class_counts}",
+            )
 
 
 def _relative(url: str, base: str) -> str:
@@ -266,12 +296,13 @@ def _relative(url: str, base: str) -> str:
         return ""
     for sep in ("/", "\\"):
         if b.startswith(u + sep):
-            return b[len(u) + 1:] + "/"
+            return b[len(u) + 1 :] + "/"
     return b + "/"
 
 
-def verify(url: str, *, quick: bool = False, quiet: bool = True, max_pixels: Optional[int] = None,
-           **storage_options: Any) -> VerifyReport:
+def verify(
+    url: str, *, quick: bool = False, quiet: bool = True, max_pixels: Optional[int] = None, **storage_options: Any
+) -> VerifyReport:
     """Check every shard of the dataset at ``url`` against its manifest.
 
     Args:
@@ -314,5 +345,16 @@ def verify(url: str, *, quick: bool = False, quiet: bool = True, max_pixels: Opt
     return report
 
 
-__all__ = ["Found", "Incomplete", "Problem", "SplitInfo", "VerifyReport", "find_splits", "info", "split_info", "iter_samples", "load_manifests",
-           "verify"]
+__all__ = [
+    "Found",
+    "Incomplete",
+    "Problem",
+    "SplitInfo",
+    "VerifyReport",
+    "find_splits",
+    "info",
+    "split_info",
+    "iter_samples",
+    "load_manifests",
+    "verify",
+]

@@ -26,12 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import IO, Any, Iterable, Optional
+from typing import IO, Any, Optional
 
 from shardkit.format.index import SampleIndex, build_index
 from shardkit.format.members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, split_member
-from shardkit.format.tar import BLOCK, Layout, Member, pad
+from shardkit.format.tar import BLOCK, Member, SampleSpan, pad
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def member_header(name: str, size: int) -> bytes:
 def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
     """Write ``samples`` as one tar to the open binary file ``f``, recording where each member lands."""
     hw = _HashingWriter(f)
-    layouts: list[Layout] = []
+    layouts: list[SampleSpan] = []
     keys: list[str] = []
     offset = 0
     for s in samples:
@@ -141,7 +142,7 @@ def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
             parts += (header, data, bytes(pad(len(data)) - len(data)))
             offset += len(header) + pad(len(data))
         hw.write(b"".join(parts))  # one write per sample
-        layouts.append(Layout(start, offset, tuple(members)))
+        layouts.append(SampleSpan(start, offset, tuple(members)))
         keys.append(s.key)
     end = offset + 2 * BLOCK  # two zero blocks end the archive; tarfile then pads to whole records
     hw.write(bytes(2 * BLOCK + (-end) % tarfile.RECORDSIZE))

@@ -39,7 +39,8 @@ How the seams are closed (Lightning 2.x):
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
 
 try:
     import lightning.pytorch as pl
@@ -82,7 +83,7 @@ class TrainerLoader:
         # creates the iterator (with trainer.estimated_stepping_batches in configure_optimizers
         # that is before the checkpoint's epoch is restored: set_epoch(0) would drop the position)
         if self._epoch is None:
-            self.loader.load_state_dict(self._start)
+            self.loader.load_state_dict(self._start)  # type: ignore[arg-type]  # set whenever _epoch is None
         else:
             self.loader.set_epoch(self._epoch())
         yield from self.loader
@@ -137,10 +138,18 @@ class ShardDataModule(pl.LightningDataModule):
         self.gpu_augment, self.val_gpu_augment = gpu_augment, val_gpu_augment
         self._augment_seed: Optional[int] = getattr(gpu_augment, "seed", None)  # rank 0's; rank r draws from + r
         self.train_options = {"preset": "train", "shuffle": True, **load_options}
-        self.val_options = {**load_options, "preset": "eval", "shuffle": False, "drop_last": False, **(val_options or {})}
+        self.val_options = {
+            **load_options,
+            "preset": "eval",
+            "shuffle": False,
+            "drop_last": False,
+            **(val_options or {}),
+        }
         self._train: Optional[TrainerLoader] = None
         self._val: Optional[TrainerLoader] = None
-        self._topology: Optional[tuple[int, int]] = None  # (rank, world size) the loaders were built for
+        self._topology: Optional[tuple[Optional[int], Optional[int]]] = (
+            None  # (rank, world size) the loaders were built for
+        )
         self._restored: Optional[dict[str, Any]] = None  # train state from a checkpoint, for a loader not built yet
 
     # ------------------------------------------------------------------ loaders
@@ -176,9 +185,11 @@ class ShardDataModule(pl.LightningDataModule):
             # different lengths (a mixture's fractional repeat) need len() read again every epoch
             trainer.reload_dataloaders_every_n_epochs = 1
         if self._train is None:
-            self._train = TrainerLoader(load(self.train_url, rank=rank, world_size=world, **self.train_options), self._current_epoch)
+            self._train = TrainerLoader(
+                load(self.train_url, rank=rank, world_size=world, **self.train_options), self._current_epoch
+            )
             if self._augment_seed is not None and hasattr(self.gpu_augment, "manual_seed"):
-                self.gpu_augment.manual_seed(self._augment_seed + (rank or 0))
+                self.gpu_augment.manual_seed(self._augment_seed + (rank or 0))  # type: ignore[union-attr]
         if self._restored is not None:
             self._train.load_state_dict(self._restored)
             self._restored = None

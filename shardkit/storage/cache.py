@@ -19,7 +19,8 @@ import hashlib
 import os
 import shutil
 import uuid
-from typing import IO, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import IO, Optional
 
 from shardkit.errors import StorageError
 
@@ -113,7 +114,9 @@ class ShardCache:
                 written = f.tell()
                 f.truncate(written)
             if written != nbytes:
-                raise StorageError(f"{url}: downloaded {written} bytes, manifest says {nbytes}; the shard changed since conversion")
+                raise StorageError(
+                    f"{url}: downloaded {written} bytes, manifest says {nbytes}; the shard changed since conversion"
+                )
             with self._locked():
                 os.replace(tmp, path)
                 os.utime(path)
@@ -126,7 +129,7 @@ class ShardCache:
 
 def _owner_alive(tmp_name: str) -> bool:
     try:
-        pid = int(tmp_name[len(_TMP):].split("-", 1)[0])
+        pid = int(tmp_name[len(_TMP) :].split("-", 1)[0])
         os.kill(pid, 0)
     except (ValueError, ProcessLookupError):
         return False

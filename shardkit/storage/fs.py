@@ -12,7 +12,8 @@ import hashlib
 import os
 import posixpath
 import tempfile
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 from shardkit.errors import StorageError
 
@@ -36,7 +37,7 @@ def is_local(url: str) -> bool:
 
 def local_path(url: str) -> str:
     """The filesystem path of a local URL (strips ``file://``)."""
-    return url[len("file://"):] if url.startswith("file://") else url
+    return url[len("file://") :] if url.startswith("file://") else url
 
 
 def join(url: str, *names: str) -> str:
@@ -70,7 +71,9 @@ def exists(url: str, **storage_options: Any) -> bool:
     try:
         return bool(fs.exists(path))
     except Exception as exc:  # noqa: BLE001 - backends raise their own types (botocore, aiohttp...)
-        raise StorageError(f"{url}: cannot check ({type(exc).__name__}: {exc}); check the URL, endpoint and credentials") from None
+        raise StorageError(
+            f"{url}: cannot check ({type(exc).__name__}: {exc}); check the URL, endpoint and credentials"
+        ) from None
 
 
 def read_bytes(url: str, **storage_options: Any) -> bytes:
@@ -85,7 +88,9 @@ def read_bytes(url: str, **storage_options: Any) -> bytes:
         except (FileNotFoundError, StorageError):
             raise
         except Exception as exc:  # noqa: BLE001 - backends raise their own types (aiohttp, botocore...)
-            raise StorageError(f"{url}: cannot read ({type(exc).__name__}: {exc}); check the URL, endpoint and credentials, then retry") from None
+            raise StorageError(
+                f"{url}: cannot read ({type(exc).__name__}: {exc}); check the URL, endpoint and credentials, then retry"
+            ) from None
     except FileNotFoundError:
         raise StorageError(f"{url}: not found") from None
     except StorageError:
@@ -94,7 +99,14 @@ def read_bytes(url: str, **storage_options: Any) -> bytes:
         raise StorageError(f"{url}: cannot read ({exc})") from None
 
 
-def open_read(url: str, block_size: int = 8 << 20, *, raw_errors: bool = False, cache_type: str = "readahead", **storage_options: Any) -> IO[bytes]:
+def open_read(
+    url: str,
+    block_size: int = 8 << 20,
+    *,
+    raw_errors: bool = False,
+    cache_type: str = "readahead",
+    **storage_options: Any,
+) -> IO[bytes]:
     """A binary file object for sequential reading with read-ahead.
 
     Local files use a large OS-level buffer; remote files use fsspec's
@@ -191,7 +203,9 @@ def list_dir(url: str, **storage_options: Any) -> tuple[list[str], list[str]]:
             fs, path = get_fs(url, **storage_options)
             if not fs.exists(path):
                 return [], []
-            entries = [(e["name"].rstrip("/").rsplit("/", 1)[-1], e["type"] == "directory") for e in fs.ls(path, detail=True)]
+            entries = [
+                (e["name"].rstrip("/").rsplit("/", 1)[-1], e["type"] == "directory") for e in fs.ls(path, detail=True)
+            ]
     except StorageError:
         raise
     except OSError as exc:

@@ -28,7 +28,7 @@ log = logging.getLogger("shardkit.loader")
 
 
 @dataclass(frozen=True)
-class SourceConfig:
+class StorageConfig:
     """Where shard bytes come from.
 
     Attributes:
@@ -62,17 +62,21 @@ class SourceConfig:
     def __post_init__(self) -> None:
         check_types(self)
         if self.max_retries < 0 or self.retry_budget_s < 0:
-            raise ValueError(f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}")
+            raise ValueError(
+                f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}"
+            )
 
     def __hash__(self) -> int:
         # storage_options (a dict) is left out: equal configs still hash equal, as eq/hash requires
         return hash(tuple(getattr(self, f.name) for f in fields(self) if f.name != "storage_options"))
 
 
-def check_url(url: str, cfg: SourceConfig) -> None:
+def check_url(url: str, cfg: StorageConfig) -> None:
     """Refuse ``pipe:`` URLs unless opted in."""
     if storage.scheme(url) == "pipe" and not cfg.allow_pipe:
-        raise StorageError(f"{url}: pipe: URLs run shell commands and are refused; pass allow_pipe=True only for URLs you trust")
+        raise StorageError(
+            f"{url}: pipe: URLs run shell commands and are refused; pass allow_pipe=True only for URLs you trust"
+        )
 
 
 class ShardOpener:
@@ -82,7 +86,7 @@ class ShardOpener:
         cfg: where bytes come from.
     """
 
-    def __init__(self, cfg: SourceConfig):
+    def __init__(self, cfg: StorageConfig):
         self.cfg = cfg
         self.cache = ShardCache(cfg.cache_dir, cfg.cache_size) if cfg.cache_dir else None
         self.retries = 0  #: remote reads retried so far (all shards together)
@@ -94,7 +98,7 @@ class ShardOpener:
         if storage.scheme(url) == "pipe":
             from webdataset.gopen import gopen
 
-            return gopen(url, "rb")  # type: ignore[no-any-return]
+            return gopen(url, "rb")
         if storage.is_local(url):
             return storage.open_read(url)
         if self.cache is not None and nbytes is not None:
@@ -120,7 +124,7 @@ class ShardOpener:
                 raise StorageError(f"{url}: not found") from None
         if storage.scheme(url) == "pipe" or self.cache is not None and nbytes is not None:
             return self.open(url, nbytes)
-        return self._retrying(url)
+        return self._retrying(url)  # type: ignore[return-value]  # a RawIOBase: a binary file
 
     def fetch(self, url: str) -> bytes:
         """The whole of a small object (a sample index): one GET on remote storage, no size probe first."""
@@ -145,8 +149,14 @@ class ShardOpener:
         def open_fn() -> IO[bytes]:
             return storage.open_read(url, block_size=block_size, raw_errors=True, cache_type="none", **opts)
 
-        return RetryingFile(url, open_fn, max_retries=self.cfg.max_retries, retry_budget_s=self.cfg.retry_budget_s, on_retry=self._retried,
-                            log=self.retry_log)
+        return RetryingFile(
+            url,
+            open_fn,
+            max_retries=self.cfg.max_retries,
+            retry_budget_s=self.cfg.retry_budget_s,
+            on_retry=self._retried,
+            log=self.retry_log,
+        )
 
     def _retried(self, url: str, offset: int, exc: BaseException) -> None:
         self.retries += 1
@@ -167,3 +177,7 @@ def register_with_webdataset(*schemes: str) -> None:
 
     for s in schemes or ("s3", "gs", "gcs", "abfs", "az"):
         gopen.gopen_schemes[s] = _gopen_fsspec
+
+
+#: the name before issue 22 (``LoaderConfig.source`` is one); the loader and ``shardkit.loader`` still serve it
+SourceConfig = StorageConfig

@@ -33,7 +33,8 @@ import hashlib
 import io
 import logging
 import time
-from typing import IO, Any, Callable, Optional
+from collections.abc import Callable
+from typing import IO, Any, Optional
 
 from shardkit.errors import ShardkitError, StorageError
 
@@ -50,7 +51,9 @@ def is_transient(exc: BaseException) -> bool:
         return False
     if isinstance(exc, (OSError, EOFError, TimeoutError)):
         return True
-    return any(c.__module__.split(".")[0] in _NETWORK_MODULES or c.__module__ == "http.client" for c in type(exc).__mro__)
+    return any(
+        c.__module__.split(".")[0] in _NETWORK_MODULES or c.__module__ == "http.client" for c in type(exc).__mro__
+    )
 
 
 _BACKEND_DIRS = ("/fsspec/", "/s3fs/", "/gcsfs/", "/adlfs/")
@@ -106,11 +109,21 @@ class RetryLog:
         now = self._clock()
         last = self._last.get(url)
         if last is None:
-            self._log.warning("shardkit: %s: read at byte %d failed (%s: %s); retrying quietly until it recovers",
-                              url, offset, type(exc).__name__, exc)
+            self._log.warning(
+                "shardkit: %s: read at byte %d failed (%s: %s); retrying quietly until it recovers",
+                url,
+                offset,
+                type(exc).__name__,
+                exc,
+            )
         elif now - last >= self.repeat_s:
-            self._log.warning("shardkit: %s: still failing after %d retries (%s: %s); retrying", url, attempt - 1,
-                              type(exc).__name__, exc)
+            self._log.warning(
+                "shardkit: %s: still failing after %d retries (%s: %s); retrying",
+                url,
+                attempt - 1,
+                type(exc).__name__,
+                exc,
+            )
         else:
             return
         self._last[url] = now
@@ -118,8 +131,13 @@ class RetryLog:
     def recovered(self, url: str, retries: int, seconds: float) -> None:
         """A read of ``url`` succeeded after ``retries`` retries over ``seconds``."""
         if self._last.pop(url, None) is not None:
-            self._log.warning("shardkit: %s: recovered after %d %s over %.1f s", url, retries,
-                              "retry" if retries == 1 else "retries", seconds)
+            self._log.warning(
+                "shardkit: %s: recovered after %d %s over %.1f s",
+                url,
+                retries,
+                "retry" if retries == 1 else "retries",
+                seconds,
+            )
 
     def gave_up(self, url: str) -> None:
         """The read of ``url`` was given up (the caller raises the error): the story ends there."""
@@ -228,7 +246,9 @@ class RetryingFile(io.RawIOBase):
                     raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc})") from None
                 if not is_transient(exc):
                     if _raised_by_backend(exc):  # e.g. fsspec's HTTP file on a 404 page: "no range requests"
-                        raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc}); is the shard there?") from None
+                        raise StorageError(
+                            f"{self.url}: cannot read ({type(exc).__name__}: {exc}); is the shard there?"
+                        ) from None
                     raise
                 self._drop()
                 now = time.monotonic()

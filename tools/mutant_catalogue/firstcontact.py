@@ -1,5 +1,5 @@
 """Mutants of the conversion job, its output layout and first contact (``shardkit/convert/job.py``, ``dest.py``,
-``encoder.py``, ``options.py``, ``shardkit/format/manifest.py``, ``shardkit/loader/bench.py``, ``shardkit/cli/sample_data.py``,
+``encoder.py``, ``options.py``, ``shardkit/format/manifest.py``, ``shardkit/loader/bench.py``, ``shardkit/cli/cmd_sample_data.py``,
 ``shardkit/demo/sampledata.py``)."""
 
 ROW_LAYOUT = "Conversion output: every split in DEST/<split>/; a root of splits names its splits; older flat datasets still load"
@@ -18,8 +18,8 @@ MUTANTS = [
         "id": "layout-one-split-lands-in-dest",  # the old rule: a one-split source went to DEST itself
         "row": ROW_LAYOUT,
         "file": "shardkit/convert/job.py",
-        "old": "jobs = [SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version)",
-        "new": "jobs = [SplitJob(s, source.classes, dest if len(source.splits) == 1 else storage.join(dest, s.name), options, so, version)",
+        "old": "SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version)",
+        "new": "SplitJob(s, source.classes, dest if len(source.splits) == 1 else storage.join(dest, s.name), options, so, version)",
         "tests": [T + "test_every_source_kind_lands_in_dest_split", T + "test_adding_a_val_split_does_not_move_the_train_data"],
     },
     {
@@ -59,8 +59,8 @@ MUTANTS = [
         "id": "empty-split-planned-like-the-others",  # A7 as it was: "nothing to merge (no _shardkit/plan.json)"
         "row": ROW_EMPTY,
         "file": "shardkit/convert/job.py",
-        "old": "options, so, version) for s in source.splits if s.files]",
-        "new": "options, so, version) for s in source.splits]",
+        "old": "            for s in source.splits\n            if s.files\n",
+        "new": "            for s in source.splits\n",
         "tests": [E + "test_hf_test_split_of_all_minus_one_is_reported_and_the_others_converted"],
     },
     {
@@ -74,7 +74,7 @@ MUTANTS = [
     {
         "id": "empty-split-skips-not-counted",
         "row": ROW_EMPTY,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/options.py",
         "old": "    res.add_skipped(res.skipped_files)\n",
         "new": "",
         "tests": [E + "test_hf_test_split_of_all_minus_one_is_reported_and_the_others_converted"],
@@ -91,14 +91,14 @@ MUTANTS = [
         "id": "empty-split-earlier-conversion-left-behind",
         "row": ROW_EMPTY,
         "file": "shardkit/convert/job.py",
-        "old": "_check_empty_dest(e, source.classes, options, so, overwrite)",
+        "old": "check_empty_split(e.url, e.split, e.empty, overwrite, so)",
         "new": "pass",
         "tests": [E + "test_an_earlier_conversion_of_a_split_that_is_empty_now_is_not_left_behind_silently"],
     },
     {
         "id": "empty-split-not-in-summary",
         "row": ROW_EMPTY,
-        "file": "shardkit/cli/convert.py",
+        "file": "shardkit/cli/cmd_convert.py",
         "old": "        if not s.written:\n            print(",
         "new": "        if False:\n            print(",
         "tests": [E + "test_cli_summary_names_the_empty_split_and_its_skips"],
@@ -116,7 +116,7 @@ MUTANTS = [
         "id": "guard-any-if-counts-as-the-guard",
         "row": ROW_GUARD,
         "file": "shardkit/convert/encoder.py",
-        "old": "guarded = isinstance(node, ast.If) and any(isinstance(n, ast.Name) and n.id == \"__name__\" for n in ast.walk(node.test))",
+        "old": "guarded = isinstance(node, ast.If) and any(\n                isinstance(n, ast.Name) and n.id == \"__name__\" for n in ast.walk(node.test)\n            )",
         "new": "guarded = isinstance(node, ast.If)",
         "tests": [T + "test_script_without_main_guard_gets_one_line_saying_what_to_do"],
     },
@@ -174,7 +174,7 @@ MUTANTS = [
     {
         "id": "sample-data-writes-into-a-full-folder",
         "row": ROW_SAMPLE,
-        "file": "shardkit/cli/sample_data.py",
+        "file": "shardkit/cli/cmd_sample_data.py",
         "old": "if os.path.exists(args.dir) and (not os.path.isdir(args.dir) or os.listdir(args.dir)):",
         "new": "if False:",
         "tests": [T + "test_sample_data_splits_and_bad_arguments"],
@@ -182,9 +182,9 @@ MUTANTS = [
     {
         "id": "sample-data-seed-ignored",
         "row": ROW_SAMPLE,
-        "file": "shardkit/cli/sample_data.py",
-        "old": "spread=spread, seed=args.seed,",
-        "new": "spread=spread, seed=0,",
+        "file": "shardkit/cli/cmd_sample_data.py",
+        "old": "        spread=spread,\n        seed=args.seed,",
+        "new": "        spread=spread,\n        seed=0,",
         "tests": [T + "test_sample_data_writes_what_it_says_and_the_quick_start_runs_on_it"],
     },
 ]

@@ -11,6 +11,7 @@ ROW_LABELS = "Conversion labels: one rule for every source"
 ROW_RESHARD = "Re-converting shardkit's own shards keeps the class names, their order, the labels and the pixels"
 
 TARS = "shardkit/convert/scan/tars.py"
+MEMBERS = "shardkit/format/members.py"  # group_members: the member rule over a tar's names
 SOURCE_PY = "shardkit/convert/scan/source.py"
 HF = "shardkit/convert/scan/hf.py"
 T = "tests/test_convert_tars.py::"
@@ -28,16 +29,16 @@ _HF_STR_NEW = 'if isinstance(feat, datasets.Value) and feat.dtype in ("string", 
 
 MUTANTS = [
     # --- A1: the one member rule
-    {"id": "tars-repeated-field-merges", "row": ROW_TARS, "file": TARS, "old": _REPEAT_OLD, "new": _REPEAT_NEW,
+    {"id": "tars-repeated-field-merges", "row": ROW_TARS, "file": MEMBERS, "old": _REPEAT_OLD, "new": _REPEAT_NEW,
      "tests": [T + "test_adjacent_repeated_field_starts_a_new_sample_and_is_accounted"]},
-    {"id": "tars-repeated-field-merges-oracle", "row": ROW_TARS, "file": TARS, "old": _REPEAT_OLD, "new": _REPEAT_NEW,
+    {"id": "tars-repeated-field-merges-oracle", "row": ROW_TARS, "file": MEMBERS, "old": _REPEAT_OLD, "new": _REPEAT_NEW,
      "tests": [TAR_ORACLE]},
     {"id": "tars-later-key-converted-again", "row": ROW_TARS, "file": TARS,
      "old": "            if g.again:\n                out.skipped.append",
      "new": "            if False:\n                out.skipped.append",
      "tests": [T + "test_non_adjacent_repeat_and_case_repeat_are_accounted"]},
     {"id": "tars-extension-case-sensitive", "row": ROW_TARS, "file": TARS,
-     "old": "key, ext = ke[0], ke[1].lower()", "new": "key, ext = ke[0], ke[1]",
+     "old": "group_members([m.name for m in members], fold_case=True)", "new": "group_members([m.name for m in members])",
      "tests": [T + "test_non_adjacent_repeat_and_case_repeat_are_accounted"]},
     {"id": "tars-unsafe-name-converted", "row": ROW_TARS, "file": TARS,
      "old": "            if g.unsafe:\n                out.skipped.append((ident, SkipReason.BAD_NAME, g.unsafe))",
@@ -47,8 +48,8 @@ MUTANTS = [
      "old": '" (again)" if g.again == 1 else f" (again {g.again})"', "new": '" (again)"',
      "tests": [T + "test_adjacent_repeated_field_starts_a_new_sample_and_is_accounted"]},
     {"id": "tars-bad-index-vanishes", "row": ROW_TARS, "file": TARS,
-     "old": "        if index is None:\n            out.skipped.append((ident, SkipReason.BAD_LABEL,",
-     "new": "        if index is None:\n            continue\n            out.skipped.append((ident, SkipReason.BAD_LABEL,",
+     "old": "        if index is None:\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
+     "new": "        if index is None:\n            continue\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
      "tests": [T + "test_shardkit_manifest_with_an_index_beyond_its_classes_is_bad_label"]},
     # --- A4: the label-value rule (tars, and HF string columns through the same function)
     {"id": "label-float-or-bool-text-becomes-name", "row": ROW_LABELS, "file": SOURCE_PY, "old": _FLOAT_OLD, "new": "if False:",
@@ -80,7 +81,7 @@ MUTANTS = [
      "tests": [H + "test_empty_list_labels_are_no_label_and_odd_string_labels_bad_label"]},
     # --- A7: empty splits
     {"id": "hf-empty-split-dropped", "row": ROW_HF, "file": HF,
-     "old": "root=what, classes=classes, splits=splits,", "new": "root=what, classes=classes, splits=[s for s in splits if s.files],",
+     "old": "        root=what,\n        classes=classes,\n        splits=splits,\n", "new": "        root=what,\n        classes=classes,\n        splits=[s for s in splits if s.files],\n",
      "tests": [H + "test_a_split_whose_every_label_is_minus_one_is_returned_with_no_files_and_its_skips"]},
     {"id": "hf-nothing-usable-not-refused", "row": ROW_HF, "file": HF,
      "old": "    if not any(s.files for s in splits):", "new": "    if False:",

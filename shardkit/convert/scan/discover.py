@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 from shardkit.convert.imageproc import IMAGE_EXTENSIONS, SkipReason
 from shardkit.convert.options import Layout
-from shardkit.convert.scan.source import Reader, Source, SourceFile, SplitSource
+from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource
 from shardkit.errors import ConvertError
 
 if TYPE_CHECKING:
-    from shardkit.convert.options import ConvertOptions
+    from shardkit.convert.options import ConvertConfig
 
 #: discovery skips of files that were never meant to be samples: ``strict`` does not fail on them
 NOT_CANDIDATES = frozenset({SkipReason.NOT_AN_IMAGE, SkipReason.NOT_IN_CLASS_FOLDER, SkipReason.DUPLICATE_FILE})
@@ -123,19 +123,35 @@ class _Candidate:
     label: int
 
 
-def _scan_split(root: str, name: str, directory: str, class_index: dict[str, int], n: int, out: list[_Candidate]) -> SplitSource:
+def _scan_split(
+    root: str, name: str, directory: str, class_index: dict[str, int], n: int, out: list[_Candidate]
+) -> SplitSource:
     """The split's class list and discovery-time skips; its image candidates are appended to ``out``."""
     split = SplitSource(name=name, directory=directory, files=[], class_names=_subdirs(directory))
     for f in _top_files(directory):
-        split.skipped.append((json_safe(_rel(root, os.path.join(directory, f))), SkipReason.NOT_IN_CLASS_FOLDER, "file outside any class folder"))
+        split.skipped.append(
+            (
+                json_safe(_rel(root, os.path.join(directory, f))),
+                SkipReason.NOT_IN_CLASS_FOLDER,
+                "file outside any class folder",
+            )
+        )
     for cls in split.class_names:
         bad_class = _bad_name(cls)
         for path in _walk_files(os.path.join(directory, cls)):
             rel = _rel(root, path)
             if bad_class:
-                split.skipped.append((json_safe(rel), SkipReason.BAD_NAME, "class folder name is not valid UTF-8; rename the folder to convert it"))
+                split.skipped.append(
+                    (
+                        json_safe(rel),
+                        SkipReason.BAD_NAME,
+                        "class folder name is not valid UTF-8; rename the folder to convert it",
+                    )
+                )
             elif _bad_name(rel):
-                split.skipped.append((json_safe(rel), SkipReason.BAD_NAME, "file name is not valid UTF-8; rename the file to convert it"))
+                split.skipped.append(
+                    (json_safe(rel), SkipReason.BAD_NAME, "file name is not valid UTF-8; rename the file to convert it")
+                )
             elif not path.lower().endswith(IMAGE_EXTENSIONS):
                 split.skipped.append((rel, SkipReason.NOT_AN_IMAGE, "file name extension is not an image type"))
             else:
@@ -171,20 +187,25 @@ def _add_files(root: str, splits: list[SplitSource], candidates: list[_Candidate
     for group in by_path:
         first = 0
         if len(group) > 1:
-            first = min(range(len(group)), key=lambda i: (not _is_real(root_real, group[i][0]), group[i][0].split, group[i][0].rel))
+            first = min(
+                range(len(group)),
+                key=lambda i: (not _is_real(root_real, group[i][0]), group[i][0].split, group[i][0].rel),
+            )
         winner = group[first][0]
         for i, (c, size) in enumerate(group):
             if i == first:
                 splits[c.split].files.append(SourceFile(c.rel, c.label, size))
             else:
                 where = winner.rel if winner.split == c.split else f"{winner.rel} in split {splits[winner.split].name}"
-                splits[c.split].skipped.append((c.rel, SkipReason.DUPLICATE_FILE, f"the same file as {where} (through a symlink)"))
+                splits[c.split].skipped.append(
+                    (c.rel, SkipReason.DUPLICATE_FILE, f"the same file as {where} (through a symlink)")
+                )
     for split in splits:
         split.files.sort(key=lambda s: s.relpath)
         split.skipped.sort()
 
 
-def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> Source:
+def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> ScannedSource:
     """Scan ``src``; :class:`ConvertError` if it is missing, not a folder, or holds no class folders or images.
 
     Args:
@@ -221,7 +242,9 @@ def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> Source
         raise ConvertError(
             f"{src}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)} in any case below the class folders)"
         )
-    return Source(root=src, classes=classes, splits=splits, nested=resolved == Layout.SPLITS, reader=Reader(src), local_dir=src)
+    return ScannedSource(
+        root=src, classes=classes, splits=splits, nested=resolved == Layout.SPLITS, reader=Reader(src), local_dir=src
+    )
 
 
 def compile_label_regex(pattern: str) -> re.Pattern[str]:
@@ -231,17 +254,21 @@ def compile_label_regex(pattern: str) -> re.Pattern[str]:
     except re.error as exc:
         raise ConvertError(f"--label-regex {pattern!r}: not a valid regular expression ({exc})") from None
     if rx.groups < 1:
-        raise ConvertError(f"--label-regex {pattern!r} has no capture group; put the class name in one, e.g. '^(cat|dog)\\.'")
+        raise ConvertError(
+            f"--label-regex {pattern!r} has no capture group; put the class name in one, e.g. '^(cat|dog)\\.'"
+        )
     return rx
 
 
-def scan_regex(src: str, pattern: str, split: str = "train") -> Source:
+def scan_regex(src: str, pattern: str, split: str = "train") -> ScannedSource:
     """Scan the folder ``src`` (flat or nested): the class of a file is the first capture group of ``pattern``
     searched in its path relative to ``src``; files that do not match are ``no_label``. Classes are the sorted names.
     """
     rx = compile_label_regex(pattern)
     if not os.path.isdir(src):
-        raise ConvertError(f"{src}: source folder does not exist" if not os.path.exists(src) else f"{src}: source is not a folder")
+        raise ConvertError(
+            f"{src}: source folder does not exist" if not os.path.exists(src) else f"{src}: source is not a folder"
+        )
     out = SplitSource(name=split, directory=src, files=[])
     named: list[tuple[str, str, str]] = []
     try:
@@ -253,7 +280,9 @@ def scan_regex(src: str, pattern: str, split: str = "train") -> Source:
         bad = _bad_name(rel)
         m = None if bad else rx.search(rel)
         if bad:
-            out.skipped.append((json_safe(rel), SkipReason.BAD_NAME, "file name is not valid UTF-8; rename the file to convert it"))
+            out.skipped.append(
+                (json_safe(rel), SkipReason.BAD_NAME, "file name is not valid UTF-8; rename the file to convert it")
+            )
         elif not path.lower().endswith(IMAGE_EXTENSIONS):
             out.skipped.append((rel, SkipReason.NOT_AN_IMAGE, "file name extension is not an image type"))
         elif m is None or not m.group(1):
@@ -262,36 +291,53 @@ def scan_regex(src: str, pattern: str, split: str = "train") -> Source:
             named.append((rel, path, m.group(1)))
     classes = sorted({c for _, _, c in named})
     if not classes:
-        raise ConvertError(f"{src}: no image path matches --label-regex {pattern!r} (paths are relative to SRC, '/'-separated)")
+        raise ConvertError(
+            f"{src}: no image path matches --label-regex {pattern!r} (paths are relative to SRC, '/'-separated)"
+        )
     index = {c: i for i, c in enumerate(classes)}
     out.class_names = classes
     _add_files(src, [out], [_Candidate(0, rel, path, index[c]) for rel, path, c in named])
-    return Source(
-        root=src, classes=classes, splits=[out], nested=False, reader=Reader(src), local_dir=src,
-        notes=[f"{len(classes)} classes from --label-regex: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}"],
+    return ScannedSource(
+        root=src,
+        classes=classes,
+        splits=[out],
+        nested=False,
+        reader=Reader(src),
+        local_dir=src,
+        notes=[
+            f"{len(classes)} classes from --label-regex: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}"
+        ],
     )
 
 
-#: the :class:`SourceOptions` fields each kind of SRC uses (others must keep their defaults)
+#: the :class:`ScanConfig` fields each kind of SRC uses (others must keep their defaults)
 _APPLIES = {
     "folder": {"label_regex"},
     "listing": {"path_col", "label_col", "split_col", "root", "label_type"},
     "tars": {"image_key", "label_key", "label_json_field", "label_type"},
     "hf": {"image_col", "label_col", "label_type"},
 }
-_KIND_NAMES = {"folder": "folder", "listing": "listing file", "tars": "set of WebDataset tars", "hf": "Hugging Face dataset"}
+_KIND_NAMES = {
+    "folder": "folder",
+    "listing": "listing file",
+    "tars": "set of WebDataset tars",
+    "hf": "Hugging Face dataset",
+}
 
 
-def discover(src: Any, options: "ConvertOptions", **storage_options: Any) -> Source:
-    """The :class:`Source` for SRC of any kind: a listing file, ``hf:PATH`` or a ``datasets.Dataset``,
+def discover(src: Any, options: "ConvertConfig", **storage_options: Any) -> ScannedSource:
+    """The :class:`ScannedSource` for SRC of any kind: a listing file, ``hf:PATH`` or a ``datasets.Dataset``,
     WebDataset tars, a folder with ``label_regex``, or class folders; then ``val_fraction`` is applied.
     """
     from shardkit.convert.scan.listing import is_listing, scan_listing
     from shardkit.convert.scan.tars import is_tar_source, scan_tars
 
     so = options.source
-    kind = "hf" if not isinstance(src, str) or src.startswith("hf:") else (
-        "listing" if is_listing(src) else "tars" if is_tar_source(src) else "folder")
+    kind = (
+        "hf"
+        if not isinstance(src, str) or src.startswith("hf:")
+        else ("listing" if is_listing(src) else "tars" if is_tar_source(src) else "folder")
+    )
     unused = sorted(set(so.recorded()) - _APPLIES[kind])
     if unused or (options.layout != Layout.AUTO and kind != "folder"):
         flag = "--" + (unused[0] if unused else "layout").replace("_", "-")

@@ -35,12 +35,12 @@ from collections import Counter
 from typing import Any
 
 from shardkit.convert.imageproc import SkipReason
-from shardkit.convert.options import SourceOptions
+from shardkit.convert.options import ScanConfig
 from shardkit.convert.scan.listing import RESERVED_FIELDS
 from shardkit.convert.scan.source import (
     MissingFile,
     Reader,
-    Source,
+    ScannedSource,
     SourceFile,
     SplitSource,
     extra_problem,
@@ -60,16 +60,22 @@ def _load(path: str) -> Any:
     try:
         import datasets
     except ImportError:
-        raise ConvertError(f"hf:{path}: the Hugging Face source needs the datasets package: pip install 'shardkit[hf]'") from None
+        raise ConvertError(
+            f"hf:{path}: the Hugging Face source needs the datasets package: pip install 'shardkit[hf]'"
+        ) from None
     if not os.path.exists(path):
-        raise ConvertError(f"hf:{path}: does not exist (expected a save_to_disk folder, a folder of data files, or a .parquet or .arrow file)")
+        raise ConvertError(
+            f"hf:{path}: does not exist (expected a save_to_disk folder, a folder of data files, or a .parquet or .arrow file)"
+        )
     try:
         if path.endswith(".parquet"):
             return datasets.Dataset.from_parquet(path)
         if path.endswith(".arrow"):
             return datasets.Dataset.from_file(path)
         if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, m)) for m in _SAVED_MARKERS):
-            return datasets.load_dataset(path)  # a local dataset repository: data files (parquet, ...) with splits in their names
+            return datasets.load_dataset(
+                path
+            )  # a local dataset repository: data files (parquet, ...) with splits in their names
         return datasets.load_from_disk(path)
     except (FileNotFoundError, ValueError) as exc:
         raise ConvertError(f"hf:{path}: not a dataset saved by datasets ({exc})") from None
@@ -80,7 +86,10 @@ def _parts(ds: Any, split: str, image_col: str) -> dict[str, Any]:
     import datasets
 
     parts = dict(ds) if isinstance(ds, datasets.DatasetDict) else {split: ds}
-    return {name: p.cast_column(image_col, datasets.Image(decode=False)) if image_col in p.column_names else p for name, p in parts.items()}
+    return {
+        name: p.cast_column(image_col, datasets.Image(decode=False)) if image_col in p.column_names else p
+        for name, p in parts.items()
+    }
 
 
 @functools.lru_cache(maxsize=4)
@@ -102,9 +111,9 @@ class HFReader(Reader):
     def read(self, relpath: str, ref: str) -> bytes:
         if not ref.startswith(_REF):
             return super().read(relpath, ref)
-        split, row = ref[len(_REF):].rsplit(":", 1)
+        split, row = ref[len(_REF) :].rsplit(":", 1)
         if self.splits is None:
-            self.splits = _opened(self.path, self.split, self.image_col)  # type: ignore[arg-type]
+            self.splits = _opened(self.path, self.split, self.image_col)
         value = self.splits[split][int(row)][self.image_col]
         if value and value.get("bytes") is not None:
             return bytes(value["bytes"])
@@ -115,7 +124,9 @@ class HFReader(Reader):
 
 def _label_kind(datasets: Any, what: str, split: str, col: str, feat: Any) -> str:
     """``classlabel``, ``int``, ``str``, ``list`` (only empty lists are accepted: ``no_label``) or ``null``; refuses others."""
-    lists = tuple(c for c in (getattr(datasets, n, None) for n in ("List", "LargeList", "Sequence")) if isinstance(c, type))
+    lists = tuple(
+        c for c in (getattr(datasets, n, None) for n in ("List", "LargeList", "Sequence")) if isinstance(c, type)
+    )
     if isinstance(feat, datasets.ClassLabel):
         return "classlabel"
     if isinstance(feat, datasets.Value) and feat.dtype.startswith(("int", "uint")):
@@ -132,7 +143,7 @@ def _label_kind(datasets: Any, what: str, split: str, col: str, feat: Any) -> st
     )
 
 
-def _class_space(what: str, kinds: dict[str, tuple[str, Any]], opts: SourceOptions) -> list[str] | None:
+def _class_space(what: str, kinds: dict[str, tuple[str, Any]], opts: ScanConfig) -> list[str] | None:
     """The ClassLabel names every split shares (``None``: no ClassLabel split); refuses splits that cannot share them."""
     named = {n: f for n, (k, f) in kinds.items() if k == "classlabel"}
     if not named:
@@ -140,17 +151,21 @@ def _class_space(what: str, kinds: dict[str, tuple[str, Any]], opts: SourceOptio
     first, feat = next(iter(named.items()))
     for n, f in named.items():
         if list(f.names) != list(feat.names):
-            raise ConvertError(f"{what}: split {first!r} has ClassLabel names {list(feat.names)[:10]} but split {n!r} has "
-                               f"{list(f.names)[:10]}; give every split the same ClassLabel (datasets' cast_column)")
+            raise ConvertError(
+                f"{what}: split {first!r} has ClassLabel names {list(feat.names)[:10]} but split {n!r} has "
+                f"{list(f.names)[:10]}; give every split the same ClassLabel (datasets' cast_column)"
+            )
     for n, (k, f) in kinds.items():
         if k == "int":
-            raise ConvertError(f"{what}: split {first!r} labels {opts.label_col!r} with {feat!r} but split {n!r} with {f!r} "
-                               "(class indices of which classes?); cast that split's column to the same ClassLabel")
+            raise ConvertError(
+                f"{what}: split {first!r} labels {opts.label_col!r} with {feat!r} but split {n!r} with {f!r} "
+                "(class indices of which classes?); cast that split's column to the same ClassLabel"
+            )
     return list(feat.names)
 
 
-def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
-    """The :class:`Source` of a dataset object or of the dataset saved at path ``src``."""
+def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
+    """The :class:`ScannedSource` of a dataset object or of the dataset saved at path ``src``."""
     import datasets
 
     from shardkit.convert.scan.source import spelled_label_value as label_value
@@ -172,15 +187,23 @@ def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
         kinds[name] = (_label_kind(datasets, what, name, opts.label_col, feat), feat)
         part = part.cast_column(opts.image_col, datasets.Image(decode=False))
         sizes = _byte_sizes(part, opts.image_col)
-        extra_cols = [c for c, f in part.features.items() if c not in (opts.image_col, opts.label_col)
-                      and isinstance(f, datasets.Value) and f.dtype.startswith(_JSON_DTYPES) and c not in RESERVED_FIELDS]
+        extra_cols = [
+            c
+            for c, f in part.features.items()
+            if c not in (opts.image_col, opts.label_col)
+            and isinstance(f, datasets.Value)
+            and f.dtype.startswith(_JSON_DTYPES)
+            and c not in RESERVED_FIELDS
+        ]
         table = part.select_columns([opts.label_col, *extra_cols]).to_dict()
         labels = table.pop(opts.label_col)
         if kinds[name][0] == "list":
             full = next((i for i, v in enumerate(labels) if v), None)
             if full is not None:
-                raise ConvertError(f"{what}: label column {opts.label_col!r} of split {name!r} is {feat!r}: not a class label "
-                                   f"(row {full} holds {str(labels[full])[:40]}; multi-label is not supported yet; an empty list is no_label)")
+                raise ConvertError(
+                    f"{what}: label column {opts.label_col!r} of split {name!r} is {feat!r}: not a class label "
+                    f"(row {full} holds {str(labels[full])[:40]}; multi-label is not supported yet; an empty list is no_label)"
+                )
         for i, label in enumerate(labels):
             raw.append((name, i, label, {c: table[c][i] for c in extra_cols}, sizes[i]))
         splits.append(SplitSource(name=name, directory=what, files=[]))
@@ -194,7 +217,11 @@ def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
         kind = kinds[r[0]][0]
         value, bad = (None, SkipReason.NO_LABEL) if kind == "classlabel" and r[2] in (None, -1) else label_value(r[2])
         if bad is not None:
-            detail = "no label" if bad == SkipReason.NO_LABEL else f"{str(r[2])[:80]!r} is not a class name or index (a list, number or bool)"
+            detail = (
+                "no label"
+                if bad == SkipReason.NO_LABEL
+                else f"{str(r[2])[:80]!r} is not a class name or index (a list, number or bool)"
+            )
             by_name[r[0]].skipped.append((ident[k], bad, f"split {r[0]} row {r[1]}: {detail}"))
         else:
             usable.append(k)
@@ -206,8 +233,10 @@ def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
         if digits is not None:
             cl = next(n for n, (kd, _) in kinds.items() if kd == "classlabel")
             st = next(raw[k][0] for k, v in zip(usable, values) if v == digits)
-            raise ConvertError(f"{what}: split {cl!r} has a ClassLabel but split {st!r} labels {digits!r}, not one of its names "
-                               f"{classes[:10]} (a class index?); cast that split's column to the same ClassLabel")
+            raise ConvertError(
+                f"{what}: split {cl!r} has a ClassLabel but split {st!r} labels {digits!r}, not one of its names "
+                f"{classes[:10]} (a class index?); cast that split's column to the same ClassLabel"
+            )
         classes = classes + extra_names
         pos = {c: i for i, c in enumerate(classes)}
         n_cl = len(classes) - len(extra_names)
@@ -216,22 +245,30 @@ def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
         if extra_names:
             note += f", {len(extra_names)} more named only in string-labelled splits: {', '.join(extra_names[:5])}"
     else:
-        classes, indices, kind = read_labels(what, [(f"split {raw[k][0]} row {raw[k][1]}", v) for k, v in zip(usable, values)],
-                                             opts.label_type)
+        classes, indices, kind = read_labels(
+            what, [(f"split {raw[k][0]} row {raw[k][1]}", v) for k, v in zip(usable, values)], opts.label_type
+        )
         note = f"labels read as {'class names' if kind.value == 'name' else 'class indices'} (--label-type {kind.value}): {len(classes)} classes"
     for k, index in zip(usable, indices):
         name, row, label, extra, size = raw[k]
         problem = extra_problem(extra)
         if index is None:
-            by_name[name].skipped.append((ident[k], SkipReason.BAD_LABEL, f"split {name} row {row}: {label!r} is not a class index"))
+            by_name[name].skipped.append(
+                (ident[k], SkipReason.BAD_LABEL, f"split {name} row {row}: {label!r} is not a class index")
+            )
         elif problem:
             by_name[name].skipped.append((ident[k], SkipReason.BAD_METADATA, f"split {name} row {row}: {problem}"))
         else:
             by_name[name].files.append(SourceFile(ident[k], index, size, f"{_REF}{name}:{row}", extra or None))
     if not any(s.files for s in splits):
+
         def why(s: SplitSource) -> str:
             reasons = Counter(r.value for _, r, _ in s.skipped)
-            return f"{s.name} ({len(s.skipped)} skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())) + ")"
+            return (
+                f"{s.name} ({len(s.skipped)} skipped: "
+                + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+                + ")"
+            )
 
         raise ConvertError(
             f"{what}: no split has a sample to convert (no labelled image): {'; '.join(why(s) for s in splits)}; "
@@ -241,10 +278,17 @@ def scan_hf(src: Any, opts: SourceOptions, split: str = "train") -> Source:
         s.files.sort(key=lambda f: f.relpath)
         s.skipped.sort()
         s.class_names = sorted({classes[f.label] for f in s.files})
-    return Source(
-        root=what, classes=classes, splits=splits, nested=isinstance(ds, datasets.DatasetDict),
-        reader=HFReader(src if isinstance(src, str) else None, None if isinstance(src, str) else _parts(ds, split, opts.image_col),
-                        split, opts.image_col),
+    return ScannedSource(
+        root=what,
+        classes=classes,
+        splits=splits,
+        nested=isinstance(ds, datasets.DatasetDict),
+        reader=HFReader(
+            src if isinstance(src, str) else None,
+            None if isinstance(src, str) else _parts(ds, split, opts.image_col),
+            split,
+            opts.image_col,
+        ),
         notes=[note],
     )
 

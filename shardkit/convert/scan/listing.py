@@ -1,6 +1,6 @@
 """A listing file as SRC: a ``.csv``, ``.tsv`` or ``.jsonl`` of (path, label[, split], other fields...).
 
-Columns are named by :class:`~shardkit.convert.options.SourceOptions`
+Columns are named by :class:`~shardkit.convert.options.ScanConfig`
 (``--path-col``, ``--label-col``, ``--split-col``). Paths are relative to
 ``root`` (default: the listing's folder), absolute, or fsspec URLs; a relative
 path that climbs above the root (``../x.jpg``) is refused in one line. Every
@@ -39,13 +39,14 @@ import json
 import os
 import posixpath
 import stat
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from shardkit.convert.imageproc import SkipReason
-from shardkit.convert.options import SourceOptions, valid_split_name
+from shardkit.convert.options import ScanConfig, valid_split_name
 from shardkit.convert.scan.source import (
     Reader,
-    Source,
+    ScannedSource,
     SourceFile,
     SplitSource,
     extra_problem,
@@ -72,7 +73,9 @@ def _csv_rows(url: str, text: str) -> tuple[list[str], Iterator[tuple[int, dict[
     header = next(reader, [])
     twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
     if twice is not None:
-        raise ConvertError(f"{url}: the header names column {twice!r} twice; rename one of them so each column has its own name")
+        raise ConvertError(
+            f"{url}: the header names column {twice!r} twice; rename one of them so each column has its own name"
+        )
 
     sep = "tab" if url.lower().endswith(".tsv") else "comma"
 
@@ -99,9 +102,13 @@ def _rows(url: str, text: str) -> tuple[list[str], Iterator[tuple[int, dict[str,
         try:
             row = json.loads(line)
         except (ValueError, RecursionError) as exc:
-            raise ConvertError(f"{url}: line {n} is not valid JSON ({type(exc).__name__}: {str(exc)[:100]}); fix or remove that line") from None
+            raise ConvertError(
+                f"{url}: line {n} is not valid JSON ({type(exc).__name__}: {str(exc)[:100]}); fix or remove that line"
+            ) from None
         if not isinstance(row, dict):
-            raise ConvertError(f"{url}: line {n} is not a JSON object; each line must be one object like {{\"path\": ..., \"label\": ...}}")
+            raise ConvertError(
+                f'{url}: line {n} is not a JSON object; each line must be one object like {{"path": ..., "label": ...}}'
+            )
         rows.append((n, row))
     columns = sorted({k for _, r in rows if isinstance(r, dict) for k in r})  # every row is a dict here
     return columns, iter(rows)
@@ -152,7 +159,7 @@ def _normal_url(url: str) -> str:
     return f"{scheme.lower()}://{posixpath.normpath(rest)}"
 
 
-def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_options: Any) -> Source:
+def scan_listing(url: str, opts: ScanConfig, split: str = "train", **storage_options: Any) -> ScannedSource:
     """Read the listing at ``url`` (see module docstring); :class:`ConvertError` for a listing that cannot be used."""
     try:
         raw = storage.read_bytes(url, **storage_options)
@@ -163,16 +170,18 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
     except UnicodeDecodeError as exc:
         raise ConvertError(f"{url}: not UTF-8 text ({exc}); save the listing as UTF-8") from None
     columns, rows = _rows(url, text)
-    wanted = [("--path-col", opts.path_col), ("--label-col", opts.label_col)] + ([("--split-col", opts.split_col)] if opts.split_col else [])
+    wanted = [("--path-col", opts.path_col), ("--label-col", opts.label_col)] + (
+        [("--split-col", opts.split_col)] if opts.split_col else []
+    )
     for flag, col in wanted:
         if col not in columns:
-            raise ConvertError(
-                f"{url}: no column {col!r} ({flag}); its columns are: {', '.join(columns) or '(none)'}"
-            )
+            raise ConvertError(f"{url}: no column {col!r} ({flag}); its columns are: {', '.join(columns) or '(none)'}")
     used = {opts.path_col, opts.label_col, opts.split_col}
     clash = [c for c in columns if c not in used and c in RESERVED_FIELDS]
     if clash:
-        raise ConvertError(f"{url}: column {clash[0]!r} would overwrite the field shardkit writes in each sample's .json; rename it")
+        raise ConvertError(
+            f"{url}: column {clash[0]!r} would overwrite the field shardkit writes in each sample's .json; rename it"
+        )
     root = opts.root if opts.root is not None else (posixpath.dirname(url) if "://" in url else _dirname(url))
     places = _Where(url, root)
     name = url.rstrip("/").rsplit("/", 1)[-1]
@@ -188,20 +197,31 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
         s = row.get(opts.split_col) if opts.split_col else None
         s = split if s in (None, "") else str(s).strip()
         if not valid_split_name(s):
-            raise ConvertError(f"{url}: line {n}: split {s!r} ({opts.split_col}) must use letters, digits, '_', '-' and '.'")
+            raise ConvertError(
+                f"{url}: line {n}: split {s!r} ({opts.split_col}) must use letters, digits, '_', '-' and '.'"
+            )
         path = row.get(opts.path_col)
         if path in (None, "") or not isinstance(path, str) or not path.strip():
-            skipped.setdefault(s, []).append((f"{name}:{n}", SkipReason.MISSING_FILE, f"line {n}: no path in column {opts.path_col!r}"))
+            skipped.setdefault(s, []).append(
+                (f"{name}:{n}", SkipReason.MISSING_FILE, f"line {n}: no path in column {opts.path_col!r}")
+            )
             continue
         ident, where, real = places.locate(n, path.strip())
         if ident in seen:
-            skipped.setdefault(s, []).append((f"{ident} ({name}:{n})", SkipReason.DUPLICATE_PATH, f"line {n}: already listed on line {seen[ident]}"))
+            skipped.setdefault(s, []).append(
+                (f"{ident} ({name}:{n})", SkipReason.DUPLICATE_PATH, f"line {n}: already listed on line {seen[ident]}")
+            )
             continue
         seen[ident] = n
         if real in files:
-            first, other = files[real]
-            skipped.setdefault(s, []).append((f"{ident} ({name}:{n})", SkipReason.DUPLICATE_FILE,
-                                              f"line {n}: the same file as {other}, listed on line {first}"))
+            first_line, other = files[real]
+            skipped.setdefault(s, []).append(
+                (
+                    f"{ident} ({name}:{n})",
+                    SkipReason.DUPLICATE_FILE,
+                    f"line {n}: the same file as {other}, listed on line {first_line}",
+                )
+            )
             continue
         files[real] = (n, ident)
         label, reason = label_value(row.get(opts.label_col))
@@ -225,7 +245,9 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
     good = []
     for (n, ident, where, label, s, extra), index in zip(entries, indices):
         if index is None:
-            skipped.setdefault(s, []).append((ident, SkipReason.BAD_LABEL, f"line {n}: {label!r} is not a class index (0, 1, ...)"))
+            skipped.setdefault(s, []).append(
+                (ident, SkipReason.BAD_LABEL, f"line {n}: {label!r} is not a class index (0, 1, ...)")
+            )
         else:
             good.append((ident, where, index, s, extra))
     names = sorted({g[3] for g in good} | set(skipped)) or [split]
@@ -244,9 +266,13 @@ def scan_listing(url: str, opts: SourceOptions, split: str = "train", **storage_
         sp.class_names = sorted({classes[f.label] for f in sp.files})
     kind = "class names" if ltype.value == "name" else "class indices"
     note = f"labels read as {kind} (--label-type {ltype.value}): {len(classes)} classes"
-    return Source(
-        root=url, classes=classes, splits=list(splits.values()), nested=bool(opts.split_col),
-        reader=Reader(root, storage_options), notes=[note],
+    return ScannedSource(
+        root=url,
+        classes=classes,
+        splits=list(splits.values()),
+        nested=bool(opts.split_col),
+        reader=Reader(root, storage_options),
+        notes=[note],
     )
 
 

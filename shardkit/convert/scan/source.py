@@ -2,12 +2,12 @@
 
 A source kind (class folders, a folder with ``--label-regex``, a CSV/TSV/JSONL
 listing, existing WebDataset tars, a Hugging Face dataset) is only a way to
-build a :class:`Source`; planning, encoding, the journal and merging never
+build a :class:`ScannedSource`; planning, encoding, the journal and merging never
 look at the kind. Per item it gives:
 
 * ``relpath``: the item's identity, unique within its split; sorting by it
   defines sample keys, and it is the ``path`` in the sample's ``.json``;
-* ``label`` (index into ``Source.classes``) and ``size`` (source bytes, 0 if
+* ``label`` (index into ``ScannedSource.classes``) and ``size`` (source bytes, 0 if
   unknown without a request per file);
 * ``ref``: where :class:`Reader` finds the bytes: a path or URL, a member of a
   tar (:func:`tar_ref`), or empty for ``root/relpath``;
@@ -27,9 +27,10 @@ import os
 import random
 import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from shardkit.convert.imageproc import SkipReason
 from shardkit.errors import ConvertError, StorageError
@@ -64,7 +65,9 @@ def extra_problem(extra: Mapping[str, Any]) -> str | None:
 
 def is_index(value: Any) -> bool:
     """True for an integer label (an ``int`` or a string of digits)."""
-    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and bool(_INT.match(value)))
+    return (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, str) and bool(_INT.match(value))
+    )
 
 
 def label_value(raw: Any) -> tuple[str | int | None, SkipReason | None]:
@@ -136,7 +139,9 @@ def _index(value: Any) -> int | None:
     return MAX_CLASSES if len(digits) > len(str(MAX_CLASSES)) else min(int(digits), MAX_CLASSES)
 
 
-def read_labels(src: str, values: Sequence[tuple[str, Any]], wanted: "LabelType") -> tuple[list[str], list[int | None], "LabelType"]:
+def read_labels(
+    src: str, values: Sequence[tuple[str, Any]], wanted: "LabelType"
+) -> tuple[list[str], list[int | None], "LabelType"]:
     """Classes and each label's index (``None``: not a valid index) from ``(where, raw label)`` pairs.
 
     ``name``: classes are the sorted distinct labels; ``index``: labels are class indices, classes
@@ -247,7 +252,7 @@ class Reader:
         start = end = None
         url = ref or os.path.join(self.root, *relpath.split("/"))
         if url.startswith(TAR_REF):  # a tar member: tar:<offset>:<size>:<url>
-            offset, size, url = url[len(TAR_REF):].split(":", 2)
+            offset, size, url = url[len(TAR_REF) :].split(":", 2)
             start, end = int(offset), int(offset) + int(size)
         if storage.is_local(url):
             try:
@@ -273,7 +278,7 @@ class Reader:
 
 
 @dataclass
-class Source:
+class ScannedSource:
     """A scanned SRC: classes, splits (sorted by name) and how to read items.
 
     Attributes:
@@ -305,11 +310,11 @@ def val_count(fraction: float, n: int) -> int:
     return math.floor(exact + Fraction(1, 2))
 
 
-def carve_val(source: Source, fraction: float, seed: int, val_name: str = "val") -> None:
+def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str = "val") -> None:
     """Move :func:`val_count` ``(fraction, n)`` of each class's ``n`` items of the only split into a new split ``val_name``.
 
     Either split may end up with no files (e.g. every class has one item); it is still returned (see
-    :class:`Source`): the conversion reports an empty split rather than losing it.
+    :class:`ScannedSource`): the conversion reports an empty split rather than losing it.
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"--val-fraction must be between 0 and 1 (exclusive), not {fraction}")
@@ -325,9 +330,20 @@ def carve_val(source: Source, fraction: float, seed: int, val_name: str = "val")
     val: set[str] = set()
     for label, files in sorted(by_class.items()):
         picked = list(files)
-        random.Random(f"{seed}:val:{source.classes[label]}").shuffle(picked)  # a str seed is hashed with SHA-512: no PYTHONHASHSEED
+        random.Random(f"{seed}:val:{source.classes[label]}").shuffle(
+            picked
+        )  # a str seed is hashed with SHA-512: no PYTHONHASHSEED
         val.update(f.relpath for f in picked[: val_count(fraction, len(files))])
     v = SplitSource(val_name, train.directory, [f for f in train.files if f.relpath in val], [], train.class_names)
     train.files = [f for f in train.files if f.relpath not in val]
     source.splits = sorted([train, v], key=lambda s: s.name)
     source.nested = True
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name == "Source":  # the name before issue 22 (``shardkit.Source`` is a mixture member)
+        import warnings
+
+        warnings.warn("shardkit.convert.scan.source.Source is now ScannedSource", DeprecationWarning, stacklevel=2)
+        return ScannedSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -45,15 +45,14 @@ import json
 import os
 import posixpath
 import tarfile
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from shardkit.convert.imageproc import SkipReason
-from shardkit.convert.options import SourceOptions
+from shardkit.convert.options import ScanConfig
 from shardkit.convert.scan.listing import RESERVED_FIELDS
 from shardkit.convert.scan.source import (
     Reader,
-    Source,
+    ScannedSource,
     SourceFile,
     SplitSource,
     extra_problem,
@@ -63,7 +62,7 @@ from shardkit.convert.scan.source import (
 )
 from shardkit.convert.scan.source import spelled_label_value as label_value
 from shardkit.errors import ConvertError
-from shardkit.format.members import UnsafeName, split_member
+from shardkit.format.members import MemberGroup, group_members
 from shardkit.storage import fs as storage
 
 _SMALL = 1 << 20  # label / metadata members larger than this are not read
@@ -83,45 +82,9 @@ def expand(src: str) -> list[str]:
     return list(braceexpand(src))
 
 
-@dataclass
-class Group:
-    """One sample by the member rule: its key, ``{extension (lower case): member index}``, and why it is unusable."""
-
-    key: str
-    fields: dict[str, int] = field(default_factory=dict)
-    again: int = 0  # 0: the key's first sample in the tar; n: its n-th repeat
-    unsafe: str | None = None
-
-
-def group_members(names: Sequence[str]) -> tuple[list[Group], int]:
-    """The samples that tar members named ``names`` (in tar order) form, and how many belong to no sample.
-
-    The one member rule (:func:`shardkit.format.members.split_member`, and the grouping that
-    :mod:`shardkit.format.tar` applies): consecutive members with the same key form one sample, a repeated field
-    starts a new one. (It belongs in :mod:`shardkit.format.members`, shared with the loader's header walk.)
-    """
-    groups: list[Group] = []
-    seen: dict[str, int] = {}
-    ignored = 0
-    for i, name in enumerate(names):
-        unsafe = None
-        try:
-            ke = split_member(name)
-        except UnsafeName as exc:
-            ke, unsafe = (exc.key, exc.ext), str(exc)
-        if ke is None:
-            ignored += 1
-            continue
-        key, ext = ke[0], ke[1].lower()
-        if not groups or groups[-1].key != key or ext in groups[-1].fields:  # a repeated field starts a new sample
-            groups.append(Group(key, again=seen.get(key, -1) + 1))
-            seen[key] = groups[-1].again
-        groups[-1].fields[ext] = i
-        groups[-1].unsafe = groups[-1].unsafe or unsafe
-    return groups, ignored
-
-
-def _members(url: str, small: frozenset[str], **storage_options: Any) -> tuple[list[tuple[int, int, bytes | None]], list[Group], int]:
+def _members(
+    url: str, small: frozenset[str], **storage_options: Any
+) -> tuple[list[tuple[int, int, bytes | None]], list[MemberGroup], int]:
     """``(data offset, size, content)`` of each regular file in the tar at ``url``, its samples and how many members
     belong to none; content only for extensions in ``small`` (labels, metadata) up to :data:`_SMALL` bytes.
 
@@ -134,7 +97,7 @@ def _members(url: str, small: frozenset[str], **storage_options: Any) -> tuple[l
                 members = [m for m in tf.getmembers() if m.isfile()]
         except tarfile.TarError as exc:
             raise ConvertError(f"{url}: not a readable tar ({exc}); check the file, or leave it out of SRC") from None
-        groups, ignored = group_members([m.name for m in members])
+        groups, ignored = group_members([m.name for m in members], fold_case=True)
         wanted = {i for g in groups for e, i in g.fields.items() if e in small}
         for i, m in enumerate(members):
             data = None
@@ -171,14 +134,18 @@ def _class_field_names(found: list[tuple[str, str, int, int, Any, dict[str, Any]
     return dict(pairs)
 
 
-def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_options: Any) -> Source:
+def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_options: Any) -> ScannedSource:
     """Scan the tars of ``src`` (see module docstring)."""
     urls = expand(src)
     missing = [u for u in urls if not storage.exists(u, **storage_options)]
     if len(missing) == len(urls):
-        raise ConvertError(f"{src}: matches no tar (looked for {len(urls)}: {urls[0]}{' ...' if len(urls) > 1 else ''})")
+        raise ConvertError(
+            f"{src}: matches no tar (looked for {len(urls)}: {urls[0]}{' ...' if len(urls) > 1 else ''})"
+        )
     if missing:
-        raise ConvertError(f"{src}: {len(missing)} of {len(urls)} tars do not exist, e.g. {missing[0]}; fix the pattern")
+        raise ConvertError(
+            f"{src}: {len(missing)} of {len(urls)} tars do not exist, e.g. {missing[0]}; fix the pattern"
+        )
     prefix = posixpath.commonprefix(urls)
     base = prefix[: prefix.rfind("/") + 1]  # the folder the tars share
     image_exts = [e.strip().lower() for e in opts.image_key.split(";") if e.strip()]
@@ -194,7 +161,7 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
         scanned = list(zip(urls, listed))
     ignored = 0
     for url, (members, groups, n_ignored) in scanned:
-        name = url[len(base):]
+        name = url[len(base) :]
         ignored += n_ignored
         for g in groups:
             ident = f"{name}/{g.key}" + ("" if not g.again else " (again)" if g.again == 1 else f" (again {g.again})")
@@ -203,7 +170,9 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
                 out.skipped.append((ident, SkipReason.BAD_NAME, g.unsafe))
                 continue
             if g.again:
-                out.skipped.append((ident, SkipReason.DUPLICATE_PATH, "this key appears again in the tar (a repeated or later member)"))
+                out.skipped.append(
+                    (ident, SkipReason.DUPLICATE_PATH, "this key appears again in the tar (a repeated or later member)")
+                )
                 continue
             image = next((e for e in image_exts if e in fields), None)
             meta: Any = None
@@ -228,29 +197,40 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
             where = f"field {opts.label_json_field!r} of .json" if opts.label_json_field else f".{opts.label_key}"
             if image is None:
                 exts = ", ".join("." + e for e in sorted(fields) if e) or "none"
-                out.skipped.append((ident, SkipReason.MISSING_FILE, f"no image member ({opts.image_key}); members: {exts}"))
+                out.skipped.append(
+                    (ident, SkipReason.MISSING_FILE, f"no image member ({opts.image_key}); members: {exts}")
+                )
             elif problem:
                 out.skipped.append((ident, SkipReason.BAD_METADATA, problem))
             elif bad == SkipReason.NO_LABEL:
                 out.skipped.append((ident, SkipReason.NO_LABEL, f"no label ({where})"))
             elif bad is not None:
-                out.skipped.append((ident, bad, f"{str(raw)[:80]!r} ({where}) is not a class name or index (a list, number or bool)"))
+                out.skipped.append(
+                    (ident, bad, f"{str(raw)[:80]!r} ({where}) is not a class name or index (a list, number or bool)")
+                )
             else:
                 found.append((ident, url, fields[image][0], fields[image][1], label, extra, meta.get("class")))
     if not found:
-        raise ConvertError(f"{src}: no sample with both an image ({opts.image_key}) and a usable label ({len(out.skipped)} skipped)")
-    known, note = (None, None) if opts.label_json_field is not None and opts.label_json_field != "class" else \
-        _manifest_classes(base, [u[len(base):] for u in urls], **storage_options)
+        raise ConvertError(
+            f"{src}: no sample with both an image ({opts.image_key}) and a usable label ({len(out.skipped)} skipped)"
+        )
+    known, note = (
+        (None, None)
+        if opts.label_json_field is not None and opts.label_json_field != "class"
+        else _manifest_classes(base, [u[len(base) :] for u in urls], **storage_options)
+    )
     by_field = None if known is not None or opts.label_json_field is not None else _class_field_names(found)
     if known is not None and opts.label_json_field is None:  # shardkit's shards: .cls indexes the manifest's classes
         classes = known
-        indices: list[int | None] = [int(f[4]) if is_index(f[4]) and 0 <= int(f[4]) < len(known) else None for f in found]
+        indices: list[int | None] = [
+            int(f[4]) if is_index(f[4]) and 0 <= int(f[4]) < len(known) else None for f in found
+        ]
         what = f"class indices into the manifest's {len(known)} classes"
     elif by_field is not None:  # shardkit's shards without a manifest: the .json "class" names, in .cls order
         classes = [by_field[i] for i in sorted(by_field, key=int)]
         pos = {c: i for i, c in enumerate(classes)}
         indices = [pos[f[6]] for f in found]
-        what = "the .json \"class\" names of shardkit shards, ordered by their .cls index"
+        what = 'the .json "class" names of shardkit shards, ordered by their .cls index'
     else:
         classes, indices, kind = read_labels(src, [(f"sample {f[0]}", f[4]) for f in found], opts.label_type)
         if known is not None and kind.value == "name":  # names also keep the manifest's order
@@ -260,7 +240,9 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
         what = f"{'class names' if kind.value == 'name' else 'class indices'} (--label-type {kind.value})"
     for (ident, url, offset, size, label, extra, _), index in zip(found, indices):
         if index is None:
-            out.skipped.append((ident, SkipReason.BAD_LABEL, f"{label!r} is not a class index (0 .. {len(classes) - 1})"))
+            out.skipped.append(
+                (ident, SkipReason.BAD_LABEL, f"{label!r} is not a class index (0 .. {len(classes) - 1})")
+            )
         else:
             out.files.append(SourceFile(ident, index, size, tar_ref(url, offset, size), extra or None))
     out.files.sort(key=lambda f: f.relpath)
@@ -270,9 +252,16 @@ def scan_tars(src: str, opts: SourceOptions, split: str = "train", **storage_opt
     notes = [f"{len(urls)} tars; labels read as {what}: {len(classes)} classes"]
     notes += [n for n in (note,) if n]
     if ignored:
-        notes.append(f"{ignored} tar members belong to no sample (no extension, or a name starting with '__'): not read")
-    return Source(
-        root=src, classes=classes, splits=[out], nested=False, reader=Reader("", storage_options),
-        local_dir=os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in local]) if local else None, walked=False,
+        notes.append(
+            f"{ignored} tar members belong to no sample (no extension, or a name starting with '__'): not read"
+        )
+    return ScannedSource(
+        root=src,
+        classes=classes,
+        splits=[out],
+        nested=False,
+        reader=Reader("", storage_options),
+        local_dir=os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in local]) if local else None,
+        walked=False,
         notes=notes,
     )

@@ -16,7 +16,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shardkit.convert import merge
+
     for m in merge(args.dest, **storage_options(args)):
-        print(f"{m.split}: {m.num_samples} samples in {len(m.shards)} shards, {m.num_bytes / 1e6:.1f} MB, "
-              f"{len(m.skipped)} skipped -> {m.url}")
+        print(
+            f"{m.split}: {m.num_samples} samples in {len(m.shards)} shards, {m.num_bytes / 1e6:.1f} MB, "
+            f"{len(m.skipped)} skipped -> {m.url}"
+        )
     return 0

@@ -8,9 +8,9 @@ HELP = "run the whole workflow on sample data shardkit makes itself (no download
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from shardkit.demo.spec import DemoOptions  # not ..demo: that imports torch (1 s) for every command
+    from shardkit.demo.spec import DemoConfig  # not ..demo: that imports torch (1 s) for every command
 
-    d = DemoOptions()
+    d = DemoConfig()
     p.add_argument("--workdir", default=d.workdir, help="where sample images and shards go (default: %(default)s)")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--per-class", type=int, default=d.train_per_class, help="training images per class")
@@ -23,9 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardkit.demo.run import DemoOptions, run_demo
+    from shardkit.demo.run import DemoConfig, run_demo
 
-    opts = DemoOptions(
+    opts = DemoConfig(
         workdir=args.workdir,
         num_classes=args.classes,
         train_per_class=args.per_class,

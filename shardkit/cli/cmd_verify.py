@@ -18,18 +18,23 @@ def _pixels(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from shardkit.cli.convert import add_storage_arguments
+    from shardkit.cli import add_storage_arguments
 
     p.add_argument("url", metavar="URL", help="a split folder or dataset root (local or fsspec URL)")
     p.add_argument("--quick", action="store_true", help="sizes and checksums only, no decoding")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--max-pixels", type=_pixels, default=None, metavar="N",
-                   help="an image declaring more pixels is a problem, as the loader skips it (default: the loader's default)")
+    p.add_argument(
+        "--max-pixels",
+        type=_pixels,
+        default=None,
+        metavar="N",
+        help="an image declaring more pixels is a problem, as the loader skips it (default: the loader's default)",
+    )
     add_storage_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardkit.cli.convert import storage_options
+    from shardkit.cli import storage_options
     from shardkit.format.verify import verify
 
     report = verify(args.url, quick=args.quick, quiet=args.quiet, max_pixels=args.max_pixels, **storage_options(args))

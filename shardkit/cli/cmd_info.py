@@ -9,18 +9,24 @@ HELP = "show splits, classes, per-class counts, shards, samples and bytes of a c
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from shardkit.cli.convert import add_storage_arguments
+    from shardkit.cli import add_storage_arguments
 
     p.add_argument("url", metavar="URL", help="a split folder or dataset root (local or fsspec URL)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--classes", type=int, default=20, metavar="N", help="list at most N classes per split in text output (default 20)")
+    p.add_argument(
+        "--classes",
+        type=int,
+        default=20,
+        metavar="N",
+        help="list at most N classes per split in text output (default 20)",
+    )
     add_storage_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from shardkit.cli.convert import storage_options
+    from shardkit.cli import storage_options
     from shardkit.errors import ManifestError
     from shardkit.format.verify import find_splits, split_info
 
@@ -39,9 +45,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for s in splits:
         index = ", sample index" if s.sample_index else ""
-        print(f"split {s.split}: {s.samples} samples, {len(s.classes)} classes, {s.shards} shards{index}, "
-              f"{s.bytes / 1e6:.1f} MB, mean {s.mean_sample_bytes / 1e3:.1f} kB per sample  ({s.url})")
-        counts = s.class_counts or [None] * len(s.classes)
+        print(
+            f"split {s.split}: {s.samples} samples, {len(s.classes)} classes, {s.shards} shards{index}, "
+            f"{s.bytes / 1e6:.1f} MB, mean {s.mean_sample_bytes / 1e3:.1f} kB per sample  ({s.url})"
+        )
+        counts: list[int | None] = list(s.class_counts) or [None] * len(s.classes)
         for i, (c, n) in enumerate(zip(s.classes, counts)):
             if i == args.classes:
                 print(f"  ... {len(s.classes) - i} more classes (--classes N to list more, --json for all)")

@@ -23,19 +23,44 @@ def _int_list(text: str) -> list[int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", metavar="URL", help="dataset split directory or manifest.json (path or fsspec URL)")
     p.add_argument("--workers", type=_int_list, default=[0, 1, 2], help="worker counts to sweep (default 0,1,2)")
-    p.add_argument("--batches", type=positive_int, default=30,
-                   help="at least this many batches timed per worker count, then until the rate is stable (default 30)")
+    p.add_argument(
+        "--batches",
+        type=positive_int,
+        default=30,
+        help="at least this many batches timed per worker count, then until the rate is stable (default 30)",
+    )
     p.add_argument("--window", type=positive_int, default=10, help="batches per stability window (default 10)")
     p.add_argument("--max-seconds", type=float, default=30.0, help="time limit per worker count (default 30)")
-    p.add_argument("--step-ms", type=float, default=None, metavar="T",
-                   help="your training step time per batch (without data loading): the report says whether it is input-bound")
-    p.add_argument("--model", default=None, metavar="NAME",
-                   help="measure the step time of a torchvision model (e.g. resnet50) instead of --step-ms")
-    p.add_argument("--device", default=None, help="device for --model and --decode-on device (default: cuda if available, else cpu)")
-    p.add_argument("--decode-on", choices=["worker", "device"], default="worker",
-                   help="where JPEGs are decoded: in the CPU workers (default) or on --device (TorchCodec's nvJPEG on CUDA)")
-    p.add_argument("--decoder", choices=["auto", "simplejpeg", "pil", "torchvision"], default="auto",
-                   help="the CPU JPEG decoder (default auto: simplejpeg); torchvision: TorchCodec's decode_jpeg when installed")
+    p.add_argument(
+        "--step-ms",
+        type=float,
+        default=None,
+        metavar="T",
+        help="your training step time per batch (without data loading): the report says whether it is input-bound",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="NAME",
+        help="measure the step time of a torchvision model (e.g. resnet50) instead of --step-ms",
+    )
+    p.add_argument(
+        "--device",
+        default=None,
+        help="device for --model and --decode-on device (default: cuda if available, else cpu)",
+    )
+    p.add_argument(
+        "--decode-on",
+        choices=["worker", "device"],
+        default="worker",
+        help="where JPEGs are decoded: in the CPU workers (default) or on --device (TorchCodec's nvJPEG on CUDA)",
+    )
+    p.add_argument(
+        "--decoder",
+        choices=["auto", "simplejpeg", "pil", "torchvision"],
+        default="auto",
+        help="the CPU JPEG decoder (default auto: simplejpeg); torchvision: TorchCodec's decode_jpeg when installed",
+    )
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--preset", choices=["train", "eval"], default="train")
     p.add_argument("--size", type=int, default=224, help="output image size (default 224)")
@@ -68,14 +93,28 @@ def run(args: argparse.Namespace) -> int:
             print(f"shardkit: error: --model {args.model}: {exc}", file=sys.stderr)
             return 2
         source = f"{args.model} step on {device}: {step_ms:.1f} ms"
-    report = bench(args.url, workers=args.workers, batches=args.batches, batch_size=args.batch_size, preset=args.preset,
-                   size=args.size, window=args.window, max_s=args.max_seconds, step_ms=step_ms, step_source=source, **opts)
+    report = bench(
+        args.url,
+        workers=args.workers,
+        batches=args.batches,
+        batch_size=args.batch_size,
+        preset=args.preset,
+        size=args.size,
+        window=args.window,
+        max_s=args.max_seconds,
+        step_ms=step_ms,
+        step_source=source,
+        **opts,
+    )
     print(report.format())
     if args.plot:
         try:
             plot(report, args.plot)
             print(f"plot saved to {args.plot}")
         except ImportError:
-            print("--plot needs matplotlib: pip install matplotlib (the numbers above are complete without it)", file=sys.stderr)
+            print(
+                "--plot needs matplotlib: pip install matplotlib (the numbers above are complete without it)",
+                file=sys.stderr,
+            )
             return 1
     return 0

@@ -23,12 +23,26 @@ def _size(text: str) -> tuple[int, int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", help="folder to create (must not exist, or be empty)")
     p.add_argument("--classes", type=positive_int, default=4, help="number of classes, 1-8 (default 4)")
-    p.add_argument("--per-class", type=positive_int, default=50, help="images per class (in train, with --val-per-class; default 50)")
-    p.add_argument("--val-per-class", type=int, default=0, metavar="M",
-                   help="also write DIR/val with M images per class (then the training images go to DIR/train)")
+    p.add_argument(
+        "--per-class",
+        type=positive_int,
+        default=50,
+        help="images per class (in train, with --val-per-class; default 50)",
+    )
+    p.add_argument(
+        "--val-per-class",
+        type=int,
+        default=0,
+        metavar="M",
+        help="also write DIR/val with M images per class (then the training images go to DIR/train)",
+    )
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--size", type=_size, default=None, metavar="WxH", help="every image this size (default: about 160x120, varied)")
-    size.add_argument("--imagenet-like", action="store_true", help="ImageNet-like sizes: median 500x375, a tail past 1000 px")
+    size.add_argument(
+        "--size", type=_size, default=None, metavar="WxH", help="every image this size (default: about 160x120, varied)"
+    )
+    size.add_argument(
+        "--imagenet-like", action="store_true", help="ImageNet-like sizes: median 500x375, a tail past 1000 px"
+    )
     p.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes (default 0)")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
 
@@ -49,8 +63,15 @@ def run(args: argparse.Namespace) -> int:
     if os.path.exists(args.dir) and (not os.path.isdir(args.dir) or os.listdir(args.dir)):
         raise ShardkitError(f"{args.dir}: exists and is not an empty folder; choose a new DIR")
     splits = {"train": args.per_class, "val": args.val_per_class} if args.val_per_class else None
-    make_imagefolder(args.dir, num_classes=args.classes, per_class=args.per_class, spread=spread, seed=args.seed,
-                     quality=args.quality, splits=splits)
+    make_imagefolder(
+        args.dir,
+        num_classes=args.classes,
+        per_class=args.per_class,
+        spread=spread,
+        seed=args.seed,
+        quality=args.quality,
+        splits=splits,
+    )
     n = args.classes * (args.per_class + args.val_per_class)
     where = f"{args.dir}/train and {args.dir}/val" if splits else f"{args.dir}/<class>/"
     print(f"wrote {n} images of {args.classes} classes ({', '.join(class_names(args.classes))}) to {where}")

@@ -1,0 +1,242 @@
+"""``shardkit convert SRC DEST``: ImageFolder -> WebDataset shards (maps arguments to :func:`shardkit.convert.convert`)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from shardkit.cli import add_storage_arguments, option_error, storage_options
+from shardkit.format.members import MAX_PIXELS
+
+HELP = (
+    "convert an ImageFolder, a folder of splits, a folder labelled by --label-regex, a CSV/TSV/JSONL listing "
+    "or a Hugging Face dataset (hf:PATH) into verified, resumable WebDataset shards"
+)
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"256MB"``, ``"1GiB"``, ``"500000"`` -> bytes (decimal units; ``i`` for binary)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r}: use bytes or a number with KB/MB/GB/TB (KiB/MiB/... for binary)"
+        )
+    base = 1024 if m.group(3) else 1000
+    return int(float(m.group(1)) * base ** "_kmgt".index((m.group(2) or "_").lower()))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from shardkit.convert import DEFAULT_SHARD_BYTES, LabelType, Layout, Resample
+
+    p.add_argument(
+        "src",
+        metavar="SRC",
+        help="ImageFolder root (one folder per class), a root of split folders, "
+        "a listing (.csv, .tsv, .jsonl; path or URL), WebDataset tars (x.tar, 'shards/{000..009}.tar', URLs) "
+        "or hf:PATH (a Hugging Face dataset saved on disk)",
+    )
+    p.add_argument("dest", metavar="DEST", help="output folder or fsspec URL (s3://bucket/prefix, file://...)")
+    g = p.add_argument_group("images")
+    size = g.add_mutually_exclusive_group()
+    size.add_argument(
+        "--short-side", type=int, default=256, help="resize so the shorter side is this (never upscale; default 256)"
+    )
+    size.add_argument("--max-side", type=int, default=None, help="instead: resize so the longer side is this")
+    g.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
+    g.add_argument(
+        "--resample",
+        choices=[v.value for v in Resample],
+        default=Resample.BILINEAR.value,
+        help="antialiasing resize filter (default bilinear, as torchvision's Resize)",
+    )
+    g.add_argument(
+        "--max-pixels",
+        type=int,
+        default=MAX_PIXELS,
+        help="skip larger images as too_many_pixels (default 100M, the loader's limit too)",
+    )
+    g.add_argument(
+        "--copy",
+        action="store_true",
+        help="keep upright RGB/grayscale JPEGs byte for byte (no decode, resize or re-encode); others are converted",
+    )
+    g = p.add_argument_group("shards")
+    g.add_argument("--shard-size", type=int, default=None, help="at most this many samples per shard")
+    g.add_argument(
+        "--shard-bytes",
+        type=parse_size,
+        default=DEFAULT_SHARD_BYTES,
+        help="at most this many bytes per shard, e.g. 256MiB (default), 1GB; 0 for no byte cap",
+    )
+    g.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    g.add_argument(
+        "--shuffle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="shuffle samples across classes before sharding (default on)",
+    )
+    g = p.add_argument_group("input")
+    g.add_argument(
+        "--layout",
+        choices=[v.value for v in Layout],
+        default=Layout.AUTO.value,
+        help="auto (default), imagefolder (SRC/<class>/...) or splits (SRC/<split>/<class>/...)",
+    )
+    g.add_argument("--split", default="train", help="split name for an imagefolder SRC (default train)")
+    g.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="carve a split 'val' from a source without splits: round(F*n) of each class's n inputs (seeded)",
+    )
+    g.add_argument(
+        "--strict", action="store_true", help="fail on the first file that should have converted and did not"
+    )
+    g = p.add_argument_group("listings, labels in file names, Hugging Face datasets")
+    g.add_argument("--path-col", default="path", help="listing column with the image path (default path)")
+    g.add_argument("--label-col", default="label", help="listing / Hugging Face column with the label (default label)")
+    g.add_argument("--split-col", default=None, help="listing column with each row's split (default: one split)")
+    g.add_argument(
+        "--root",
+        default=None,
+        help="folder or URL the listing's relative paths start from (default: the listing's folder)",
+    )
+    g.add_argument(
+        "--label-type",
+        choices=[t.value for t in LabelType],
+        default=LabelType.AUTO.value,
+        help="listing labels are class names or integer indices (default auto: detect, and say which)",
+    )
+    g.add_argument(
+        "--label-regex",
+        default=None,
+        metavar="REGEX",
+        help="folder SRC: the first capture group searched in each file's relative path is its class, e.g. '^(cat|dog)\\.'",
+    )
+    g.add_argument("--image-col", default="image", help="Hugging Face column with the image (default image)")
+    g.add_argument(
+        "--image-key", default="jpg;jpeg;png;webp", help="WebDataset tar SRC: image member extensions, in order"
+    )
+    g.add_argument(
+        "--label-key", default="cls", help="WebDataset tar SRC: member extension with the label (default cls)"
+    )
+    g.add_argument(
+        "--label-json-field",
+        default=None,
+        metavar="FIELD",
+        help="WebDataset tar SRC: read the label from this .json field",
+    )
+    g = p.add_argument_group("execution")
+    g.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
+    g.add_argument(
+        "--num-tasks", type=int, default=1, help="split the work over K tasks/machines (then run 'shardkit merge')"
+    )
+    g.add_argument("--task-index", type=int, default=0, help="this task's index, 0..K-1 (e.g. $SLURM_ARRAY_TASK_ID)")
+    g.add_argument("--overwrite", action="store_true", help="replace a different conversion found at DEST")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_storage_arguments(p)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def run(args: argparse.Namespace) -> int:
+    from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
+
+    try:
+        image = EncodeConfig(
+            short_side=None if args.max_side else args.short_side,
+            max_side=args.max_side,
+            quality=args.quality,
+            max_pixels=args.max_pixels,
+            resample=args.resample,
+            copy=args.copy,
+        )
+        source = ScanConfig(
+            path_col=args.path_col,
+            label_col=args.label_col,
+            split_col=args.split_col,
+            root=args.root,
+            label_type=args.label_type,
+            label_regex=args.label_regex,
+            image_col=args.image_col,
+            image_key=args.image_key,
+            label_key=args.label_key,
+            label_json_field=args.label_json_field,
+        )
+        options = ConvertConfig(
+            image=image,
+            seed=args.seed,
+            shuffle=args.shuffle,
+            shard_size=args.shard_size,
+            shard_bytes=args.shard_bytes or None,
+            layout=args.layout,
+            split=args.split,
+            source=source,
+            val_fraction=args.val_fraction,
+            strict=args.strict,
+        )
+        if args.workers is not None and args.workers < 1:
+            raise ValueError("--workers must be at least 1")
+        if args.num_tasks < 1:
+            raise ValueError(f"--num-tasks must be at least 1, not {args.num_tasks}")
+        if not 0 <= args.task_index < args.num_tasks:
+            raise ValueError(
+                f"--task-index must be in 0..{args.num_tasks - 1} for --num-tasks {args.num_tasks}, not {args.task_index}"
+            )
+    except ValueError as exc:
+        from shardkit.errors import ConvertError
+
+        raise ConvertError(option_error(exc, args)) from None
+    result = convert(
+        args.src,
+        args.dest,
+        options,
+        workers=args.workers,
+        num_tasks=args.num_tasks,
+        task_index=args.task_index,
+        overwrite=args.overwrite,
+        quiet=args.quiet,
+        storage_options=storage_options(args),
+    )
+    resumed = sum(s.shards_resumed for s in result.splits)
+    for note in result.notes:
+        print(note)
+    reasons = ", ".join(f"{n} {r}" for r, n in result.skipped_reasons.items())
+    print(
+        f"converted {result.converted} images, skipped {result.skipped} files"
+        + (f" ({reasons})" if reasons else "")
+        + (f", kept {resumed} finished shards" if resumed else "")
+        + f"; {_mb(result.bytes_in)} in -> {_mb(result.bytes_out)} out; "
+        f"{result.seconds:.1f} s in all, {result.images_per_second:.1f} img/s overall (start-up included)"
+    )
+    dup, bad = result.skipped_reasons.get("duplicate_file", 0), result.skipped_reasons.get("bad_name", 0)
+    if dup:
+        print(
+            f"warning: {dup} paths lead through symlinks to a file already converted; each real file is one "
+            "sample, the other paths are listed as duplicate_file in the manifest",
+            file=sys.stderr,
+        )
+    if bad:
+        print(
+            f"warning: {bad} files have names that are not valid UTF-8 and were not converted (bad_name in the manifest); "
+            "rename them to convert them",
+            file=sys.stderr,
+        )
+    for s in result.splits:
+        if not s.written:
+            print(f"  {s.split}: no samples ({s.empty}), not written")
+        elif s.manifest is not None:
+            m = s.manifest
+            print(f"  {s.split}: {m.num_samples} samples in {len(m.shards)} shards, {_mb(m.num_bytes)} -> {m.url}")
+    if not result.complete:
+        print(
+            f"task {args.task_index} of {args.num_tasks} done; when all tasks are done run: shardkit merge {args.dest}",
+            file=sys.stdout,
+        )
+    return 0
