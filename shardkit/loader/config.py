@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from shardkit.choices import Choice, check_types
 from shardkit.format.members import MAX_PIXELS
-from shardkit.plan.epoch import SHUFFLE_BUFFER, EpochPolicy, PlanConfig
+from shardkit.plan.ordering import SHUFFLE_BUFFER, EpochPolicy, PlanConfig
 from shardkit.storage.opener import SourceConfig
 
 

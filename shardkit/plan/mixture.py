@@ -1,7 +1,7 @@
 """Weighted mixtures of several datasets: what each source contributes to each epoch.
 
 Pure functions of (sources' shard sizes, specs, seed, epoch); no data is touched.
-:mod:`shardkit.plan.mixplan` interleaves the sources and splits the mixed epoch over
+:mod:`shardkit.plan.epoch` interleaves the sources and splits the mixed epoch over
 ranks and workers.
 
 The model:
@@ -21,7 +21,7 @@ The model:
      sources the epoch size is the sum of the counts (fractional repeats make it vary by
      a sample or so from epoch to epoch).
 3. **Selection** (:func:`selection`): every source has an infinite stream, pass after
-   pass, each pass its shards in a seeded order (:meth:`shardkit.plan.epoch.Stream.full_epoch`
+   pass, each pass its shards in a seeded order (:meth:`shardkit.plan.stream.Stream.full_epoch`
    with the source's seed). Epoch ``e`` takes the next ``count`` samples of that stream,
    right after those of the earlier epochs: sampling without replacement across epochs,
    read as contiguous runs inside shards. Source 0's seed is the loader seed, so a
@@ -46,7 +46,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from shardkit.errors import ShardkitError
-from shardkit.plan.epoch import Stream, fingerprint
+from shardkit.plan.stream import Stream, sizes_fingerprint
 from shardkit.plan.member import Source, check_specs, exact
 
 #: per-source seeds: source ``i`` shuffles its passes with ``seed + i * _SOURCE_STRIDE``
@@ -174,8 +174,8 @@ class Mixture:
         """This mixture from ``epoch`` on, after ``previous`` until then: a source of both (same
         shard sizes) continues its stream where ``previous`` left it, with the same seed."""
         ends = previous.starts(epoch)
-        mine = [fingerprint(s) for s in self.shard_sizes]
-        theirs = [fingerprint(s) for s in previous.shard_sizes]
+        mine = [sizes_fingerprint(s) for s in self.shard_sizes]
+        theirs = [sizes_fingerprint(s) for s in previous.shard_sizes]
         offsets, keys, used = [], [], set()
         fresh = max(previous.seed_keys) + 1  # type: ignore[arg-type]
         for fp in mine:
@@ -194,7 +194,7 @@ class Mixture:
         """JSON-friendly identity of the mixture (data fingerprints and specs), for state dicts."""
         return {
             "epoch_size": self.epoch_size,
-            "sources": [{"fingerprint": fingerprint(s), "samples": int(n), **src.spec()}
+            "sources": [{"fingerprint": sizes_fingerprint(s), "samples": int(n), **src.spec()}
                         for s, n, src in zip(self.shard_sizes, self.sizes, self.sources)],
             "first_epoch": self.first_epoch,
             "offsets": list(self.offsets),  # type: ignore[arg-type]
@@ -214,7 +214,7 @@ def source_seed(seed: int, source: int) -> int:
 
 def selection(shard_sizes: Sequence[int], *, seed: int, start: int, count: int, shuffle: bool = True) -> Stream:
     """Samples ``[start, start + count)`` of a source's infinite stream (pass after pass, shards in a
-    per-pass seeded order) as a :class:`~shardkit.plan.epoch.Stream` in the source's own sample ids."""
+    per-pass seeded order) as a :class:`~shardkit.plan.stream.Stream` in the source's own sample ids."""
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     n = int(sizes.sum())
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)

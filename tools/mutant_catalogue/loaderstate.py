@@ -113,16 +113,16 @@ MUTANTS = [
     {
         "id": "labels-mode-switch-accepted",
         "row": ROW_STATE,
-        "file": "shardkit/loader/mixstate.py",
-        "old": "    if labels is not None and labels != ds.label_mode.value:",
+        "file": "shardkit/loader/state.py",
+        "old": "    if labels is not None and labels != ident.label_mode.value:",
         "new": "    if False:",
         "tests": [f"{T_STATE}::test_switching_labels_between_save_and_resume_is_refused"],
     },
     {
         "id": "mixture-sources-not-fingerprinted",  # the per-source check of issue 21 B
         "row": ROW_DATA,
-        "file": "shardkit/loader/mixstate.py",
-        "old": "    if len(ds.sources) > 1 and isinstance(fps, list):",
+        "file": "shardkit/loader/state.py",
+        "old": "    if len(manifests) > 1 and isinstance(fps, list):",
         "new": "    if False:",
         "tests": [f"{T_STATE}::test_mixture_source_with_the_same_shard_sizes_but_other_data_is_refused"],
     },
@@ -137,7 +137,7 @@ MUTANTS = [
     {
         "id": "remix-finishes-epoch-with-other-data",
         "row": ROW_DATA,
-        "file": "shardkit/loader/mixstate.py",
+        "file": "shardkit/loader/state.py",
         "old": "                     if mid and isinstance(a, dict) and a.get(\"shard_sizes\") in sizes]",
         "new": "                     if False]",
         "tests": [f"{T_STATE}::test_mixture_source_with_the_same_shard_sizes_but_other_data_is_refused"],
@@ -145,15 +145,15 @@ MUTANTS = [
     {
         "id": "remix-class-change-silent",
         "row": ROW_STATE,
-        "file": "shardkit/loader/mixstate.py",
-        "old": "    if saved_classes is not None and saved_classes != classes_digest(ds.classes):",
+        "file": "shardkit/loader/state.py",
+        "old": "    if saved_classes is not None and saved_classes != classes_digest(ident.classes):",
         "new": "    if False:",
         "tests": [f"{T_STATE}::test_a_remix_that_changes_the_classes_says_so"],
     },
     {
         "id": "allow-remix-refused-at-epoch-boundary",
         "row": ROW_DATA,
-        "file": "shardkit/loader/mixstate.py",
+        "file": "shardkit/loader/state.py",
         "old": "        if not (remixed or allow_remix):",
         "new": "        if not remixed:",
         "tests": [f"{T_STATE}::test_mixture_source_with_the_same_shard_sizes_but_other_data_is_refused"],
