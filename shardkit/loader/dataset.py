@@ -23,8 +23,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Iterator, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
@@ -94,7 +95,7 @@ class ShardDataset(IterableDataset):
         if len(manifests) > 1:
             check_data(self.sources, [_source_data(m) for m in manifests])
         #: which mixture plans each epoch: one immutable value, replaced when a state is loaded (:meth:`replan`)
-        self.schedule = Schedule(Mixture(self.sources, tuple(m.shard_sizes for m in manifests), epoch_size))
+        self.schedule = Schedule(Mixture(self.sources, tuple(np.asarray(m.shard_sizes, np.int64) for m in manifests), epoch_size))
         self.label_mode = LabelMode.parse(labels)  #: ``merged`` or ``per_source`` (saved in states, checked on resume)
         self.labels = label_space([m.classes for m in manifests], self.label_mode)  #: the mixture's classes and label tables
         self.urls = [u for urls in urls_per_source for u in urls]

@@ -27,7 +27,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from shardkit.errors import ShardkitError
 from shardkit.format.manifest import Manifest
@@ -94,7 +94,10 @@ def classes_digest(classes: "tuple[str, ...] | list[str]") -> str:
 
 def state_of(position: Position, ident: DatasetIdentity, *, world_size: int, num_workers: int) -> dict[str, Any]:
     """The state dict of ``position`` (what ``ShardLoader.state_dict()`` returns)."""
-    return {**_plan_keys(position, ident, world_size=world_size, num_workers=num_workers), **_mixture_keys(ident, position.epoch)}
+    return {
+        **_plan_keys(position, ident, world_size=world_size, num_workers=num_workers),
+        **_mixture_keys(ident, position.epoch),
+    }
 
 
 def _plan_keys(position: Position, ident: DatasetIdentity, *, world_size: int, num_workers: int) -> dict[str, Any]:
@@ -115,7 +118,11 @@ def _plan_keys(position: Position, ident: DatasetIdentity, *, world_size: int, n
 def _mixture_keys(ident: DatasetIdentity, epoch: int) -> dict[str, Any]:
     """The keys that identify the mixture of ``epoch`` (and a pending switch)."""
     now = ident.schedule.mixture_for(epoch)
-    out: dict[str, Any] = {"mixture": now.describe(), "labels": ident.label_mode.value, "classes": classes_digest(ident.classes)}
+    out: dict[str, Any] = {
+        "mixture": now.describe(),
+        "labels": ident.label_mode.value,
+        "classes": classes_digest(ident.classes),
+    }
     if now is not ident.schedule.mixture:
         out["next_mixture"] = ident.schedule.mixture.describe()
     if len(ident.manifests) > 1:
@@ -126,7 +133,9 @@ def _mixture_keys(ident: DatasetIdentity, epoch: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- reading
 
 
-def resume_state(state: Any, ident: DatasetIdentity, *, world_size: int, num_workers: int, allow_remix: bool = False) -> Resumed:
+def resume_state(
+    state: Any, ident: DatasetIdentity, *, world_size: int, num_workers: int, allow_remix: bool = False
+) -> Resumed:
     """Where ``state`` continues on ``world_size`` x ``num_workers`` readers, and with which mixtures.
 
     On the saved topology the position is the saved one (exact resume); on another one, what was
@@ -140,7 +149,9 @@ def resume_state(state: Any, ident: DatasetIdentity, *, world_size: int, num_wor
             type or out of range (named).
     """
     schedule, checked = _resume_mixture(state, ident, allow_remix=allow_remix)
-    position = _position(state, ident, schedule, world_size=world_size, num_workers=num_workers, dataset_checked=checked)
+    position = _position(
+        state, ident, schedule, world_size=world_size, num_workers=num_workers, dataset_checked=checked
+    )
     return Resumed(position, schedule)
 
 
@@ -167,12 +178,15 @@ def dataset_differences(saved: dict[str, Any], manifest: Manifest, *, complete: 
 
 
 def _check_dataset(state: dict[str, Any], manifest: Manifest) -> None:
+    saved: Any
     if state.get("version") == 1:  # shard sizes were all a version 1 state recorded
         saved = {"shard_sizes": state.get("fingerprint")}
     else:
         saved = state.get("dataset")
         if not isinstance(saved, dict):
-            raise ShardkitError(f"loader state field 'dataset' must be a dict of fingerprints, got {type(saved).__name__}")
+            raise ShardkitError(
+                f"loader state field 'dataset' must be a dict of fingerprints, got {type(saved).__name__}"
+            )
     differ = dataset_differences(saved, manifest, complete=state.get("version") != 1)
     if differ:
         raise ShardkitError(
@@ -187,20 +201,29 @@ def _check_plan(state: dict[str, Any], plan: PlanConfig) -> None:
         raise ShardkitError(f"loader state field 'plan' must be a dict, got {type(saved).__name__}")
     for k, v in mine.items():
         if k in saved and type(saved[k]) is not type(v):
-            raise ShardkitError(f"loader state field 'plan.{k}' must be {type(v).__name__}, got {type(saved[k]).__name__} {saved[k]!r}")
+            raise ShardkitError(
+                f"loader state field 'plan.{k}' must be {type(v).__name__}, got {type(saved[k]).__name__} {saved[k]!r}"
+            )
     if saved != mine:
         diff = {k: (saved.get(k), v) for k, v in mine.items() if saved.get(k) != v}
-        raise ShardkitError(f"loader state was saved with other ordering options {diff} (saved, now); use the same options to resume")
+        raise ShardkitError(
+            f"loader state was saved with other ordering options {diff} (saved, now); use the same options to resume"
+        )
 
 
-def _position(state: Any, ident: DatasetIdentity, schedule: Schedule, *, world_size: int, num_workers: int,
-              dataset_checked: bool) -> Position:
+def _position(
+    state: Any, ident: DatasetIdentity, schedule: Schedule, *, world_size: int, num_workers: int, dataset_checked: bool
+) -> Position:
     """The state's :class:`Position` on ``world_size`` x ``num_workers`` readers (``dataset_checked``: the
     mixture checks compared every source's fingerprints already)."""
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise ShardkitError("not a shardkit loader state (missing 'format'); pass what ShardLoader.state_dict() returned")
+        raise ShardkitError(
+            "not a shardkit loader state (missing 'format'); pass what ShardLoader.state_dict() returned"
+        )
     if state.get("version") not in (1, STATE_VERSION):
-        raise ShardkitError(f"loader state version {state.get('version')!r} is not supported (this shardkit reads 1 and {STATE_VERSION})")
+        raise ShardkitError(
+            f"loader state version {state.get('version')!r} is not supported (this shardkit reads 1 and {STATE_VERSION})"
+        )
     if not dataset_checked:
         _check_dataset(state, ident.manifests[0])
     _check_plan(state, ident.plan)
@@ -212,13 +235,23 @@ def _position(state: Any, ident: DatasetIdentity, schedule: Schedule, *, world_s
         raise ShardkitError(f"loader state field 'history' must be a list, got {type(hist).__name__}")
     history = []
     for i, seg in enumerate(hist):
-        if not isinstance(seg, (list, tuple)) or len(seg) != 3 or any(type(v) is not int for v in seg) or min(seg[0], seg[1]) < 1 or seg[2] < 0:
-            raise ShardkitError(f"loader state field 'history[{i}]' must be [world_size >= 1, num_workers >= 1, batches_done >= 0], got {seg!r}")
+        if (
+            not isinstance(seg, (list, tuple))
+            or len(seg) != 3
+            or any(type(v) is not int for v in seg)
+            or min(seg[0], seg[1]) < 1
+            or seg[2] < 0
+        ):
+            raise ShardkitError(
+                f"loader state field 'history[{i}]' must be [world_size >= 1, num_workers >= 1, batches_done >= 0], got {seg!r}"
+            )
         history.append(Segment(*seg))
     stream = epoch_stream(schedule.mixture_for(epoch), ident.plan, epoch, history)
     total = rank_split(len(stream), saved_ws, ident.plan).num_batches
     if done > total:
-        raise ShardkitError(f"loader state field 'batches_done' is {done}, but epoch {epoch} has only {total} batches per rank on {saved_ws} rank(s)")
+        raise ShardkitError(
+            f"loader state field 'batches_done' is {done}, but epoch {epoch} has only {total} batches per rank on {saved_ws} rank(s)"
+        )
     size = _int(state, "size", 0) if "size" in state else 0
     pos = Position(epoch, done, tuple(history), size)
     if (saved_ws, saved_nw) != (world_size, num_workers):
@@ -234,7 +267,10 @@ def _saved_mixture(state: dict[str, Any]) -> dict[str, Any]:
         raise ShardkitError(f"loader state field 'mixture' must be a dict with 'sources', got {type(saved).__name__}")
     d = state.get("dataset")  # a state without a mixture (older shardkit): one source, known by its shard sizes
     fp = d.get("shard_sizes") if isinstance(d, dict) else state.get("fingerprint")
-    return {"epoch_size": None, "sources": [{"fingerprint": fp, "samples": 0, "weight": None, "repeat": None, "choose": None}]}
+    return {
+        "epoch_size": None,
+        "sources": [{"fingerprint": fp, "samples": 0, "weight": None, "repeat": None, "choose": None}],
+    }
 
 
 def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) -> tuple[Schedule, bool]:
@@ -251,40 +287,62 @@ def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) ->
         return unchanged  # _position names what is wrong
     labels = state.get("labels")
     if labels is not None and labels != ident.label_mode.value:
-        raise ShardkitError(f"loader state field 'labels' is {labels!r} but this loader's labels are {ident.label_mode.value!r}: the same label "
-                            f"index would name another class; resume with labels={labels!r}")
+        raise ShardkitError(
+            f"loader state field 'labels' is {labels!r} but this loader's labels are {ident.label_mode.value!r}: the same label "
+            f"index would name another class; resume with labels={labels!r}"
+        )
     saved, epoch = _saved_mixture(state), state["epoch"]
-    if not allow_remix and len(saved["sources"]) == 1 == len(manifests) and \
-            saved["sources"][0].get("fingerprint") != current.describe()["sources"][0]["fingerprint"]:
+    if (
+        not allow_remix
+        and len(saved["sources"]) == 1 == len(manifests)
+        and saved["sources"][0].get("fingerprint") != current.describe()["sources"][0]["fingerprint"]
+    ):
         return unchanged  # one dataset for another: _position's message names what differs
-    if not allow_remix and len(manifests) == 1 and isinstance(state.get("dataset"), dict) and dataset_differences(state["dataset"], manifests[0]):
+    if (
+        not allow_remix
+        and len(manifests) == 1
+        and isinstance(state.get("dataset"), dict)
+        and dataset_differences(state["dataset"], manifests[0])
+    ):
         return unchanged  # the same shape, other data: _position's message names what differs
     mid = bool(state.get("batches_done") or state.get("history"))
     nxt = state.get("next_mixture")
-    now, later = resume_mixtures(saved, current, epoch, mid_epoch=mid, allow_remix=allow_remix,
-                                 saved_next=nxt if isinstance(nxt, dict) else None)
+    now, later = resume_mixtures(
+        saved, current, epoch, mid_epoch=mid, allow_remix=allow_remix, saved_next=nxt if isinstance(nxt, dict) else None
+    )
     remixed = bool(mixture_diff(saved, current.describe()))
     fps = state.get("sources")
     if len(manifests) > 1 and isinstance(fps, list):
         if not (remixed or allow_remix):
             pairs = list(enumerate(zip(fps, manifests)))
         else:  # mid-epoch, the saved mixture finishes its epoch with the current source of the same shard sizes: the same data only
-            sizes = [dataset_fingerprint(m)["shard_sizes"] for m in manifests]
-            pairs = [(i, (a, manifests[sizes.index(a.get("shard_sizes"))])) for i, a in enumerate(fps)
-                     if mid and isinstance(a, dict) and a.get("shard_sizes") in sizes]
+            sizes: list[Any] = [dataset_fingerprint(m)["shard_sizes"] for m in manifests]
+            pairs = [
+                (i, (a, manifests[sizes.index(a.get("shard_sizes"))]))
+                for i, a in enumerate(fps)
+                if mid and isinstance(a, dict) and a.get("shard_sizes") in sizes
+            ]
         for i, (a, m) in pairs:
             differ = dataset_differences(a, m) if isinstance(a, dict) else ["fingerprints"]
             if differ:
-                raise ShardkitError(f"loader state's source {i} is another dataset than {m.url or 'this source'} ({', '.join(differ)} "
-                                    f"differ); resume with the sources it was saved from (at least to finish epoch {epoch}), or start "
-                                    "the new sources at an epoch boundary (allow_remix=True with a state saved between epochs)")
+                raise ShardkitError(
+                    f"loader state's source {i} is another dataset than {m.url or 'this source'} ({', '.join(differ)} "
+                    f"differ); resume with the sources it was saved from (at least to finish epoch {epoch}), or start "
+                    "the new sources at an epoch boundary (allow_remix=True with a state saved between epochs)"
+                )
     saved_classes = state.get("classes")
     if saved_classes is not None and saved_classes != classes_digest(ident.classes):
         if not allow_remix:
-            raise ShardkitError("loader state field 'classes' does not match this loader's classes (loader.classes); resume with the "
-                                "sources and labels it was saved with")
-        log.warning("shardkit: the remixed sources index other classes than the saved state (%d now): from the rest of epoch %d on, "
-                    "a label index may name another class than in the checkpoint's training; loader.classes lists them", len(ident.classes), epoch)
+            raise ShardkitError(
+                "loader state field 'classes' does not match this loader's classes (loader.classes); resume with the "
+                "sources and labels it was saved with"
+            )
+        log.warning(
+            "shardkit: the remixed sources index other classes than the saved state (%d now): from the rest of epoch %d on, "
+            "a label index may name another class than in the checkpoint's training; loader.classes lists them",
+            len(ident.classes),
+            epoch,
+        )
     return Schedule.switching(now, later, epoch), bool(remixed or len(manifests) > 1)  # checked above, per source
 
 
@@ -293,7 +351,9 @@ def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) ->
 # ``ShardDataset.remix``), as adapters over :func:`resume_state`: delete them once it makes the one call.
 
 
-def to_state(position: Position, *, manifest: Manifest, plan: PlanConfig, world_size: int, num_workers: int) -> dict[str, Any]:
+def to_state(
+    position: Position, *, manifest: Manifest, plan: PlanConfig, world_size: int, num_workers: int
+) -> dict[str, Any]:
     """The state keys of ``position`` without the mixture's (:func:`shardkit.loader.mixstate.mixture_state` adds them)."""
     ident = DatasetIdentity((manifest,), Schedule(None), LabelMode.MERGED, (), plan)  # type: ignore[arg-type]
     return _plan_keys(position, ident, world_size=world_size, num_workers=num_workers)
@@ -308,7 +368,9 @@ def from_state(state: Any, **_: Any) -> Position:
 
 def legacy_resume(ds: Any, state: Any, *, allow_remix: bool) -> tuple[Resumed, Any, Any]:
     """``(resumed, mixture of its epoch, mixture of the epochs after)`` on ``ds``'s loader's topology."""
-    resumed = resume_state(state, ds.identity, world_size=ds.world_size, num_workers=max(1, ds.config.num_workers), allow_remix=allow_remix)
+    resumed = resume_state(
+        state, ds.identity, world_size=ds.world_size, num_workers=max(1, ds.config.num_workers), allow_remix=allow_remix
+    )
     sched = resumed.schedule
     return resumed, sched.mixture_for(resumed.position.epoch), sched.mixture
 

@@ -33,8 +33,8 @@ indices only. A single dataset is the one-source mixture (a plain
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import numpy as np
 
@@ -47,8 +47,24 @@ from shardkit.plan.stream import Explicit, MixedEpoch, MixedStream, Stream, shar
 from shardkit.plan.world import World
 
 __all__ = [  # the planner, and what its callers name with it (imported from here by older code)
-    "Block", "EpochPolicy", "Explicit", "MixedEpoch", "MixedStream", "PlanConfig", "RankSplit", "Segment", "Stream", "WorkerPlan",
-    "epoch_stream", "mixed_epoch", "partition_ranges", "rank_split", "remaining", "replanned", "shard_offsets", "worker_plan",
+    "Block",
+    "EpochPolicy",
+    "Explicit",
+    "MixedEpoch",
+    "MixedStream",
+    "PlanConfig",
+    "RankSplit",
+    "Segment",
+    "Stream",
+    "WorkerPlan",
+    "epoch_stream",
+    "mixed_epoch",
+    "partition_ranges",
+    "rank_split",
+    "remaining",
+    "replanned",
+    "shard_offsets",
+    "worker_plan",
 ]
 
 
@@ -75,8 +91,17 @@ def _virtual(stream: MixedStream, c0: int, c1: int) -> tuple[np.ndarray, np.ndar
     return np.concatenate([s for s, _ in parts]), np.concatenate([g for _, g in parts])
 
 
-def _block_order(stream: MixedStream, cfg: PlanConfig, epoch: int, generation: int, world: World, block: int, src: np.ndarray,
-                 gids: np.ndarray, start: int) -> np.ndarray:
+def _block_order(
+    stream: MixedStream,
+    cfg: PlanConfig,
+    epoch: int,
+    generation: int,
+    world: World,
+    block: int,
+    src: np.ndarray,
+    gids: np.ndarray,
+    start: int,
+) -> np.ndarray:
     """Emission order of a block whose stream-order sources and ids are ``src``, ``gids``, at chunk offset ``start``."""
     order = by_source(block_perm(cfg, epoch, generation, world, block, len(src)), src)
     return spread_repeats(order, gids, src, start, cfg.batch_size) if stream.repeats else order
@@ -100,7 +125,9 @@ def _chunk(stream_len: int, cfg: PlanConfig, world: World, batches_done: int) ->
     return c0, c1, skip, block_bounds(c1 - c0, cfg)
 
 
-def worker_plan(stream: MixedStream, cfg: PlanConfig, world: World, *, epoch: int, batches_done: int = 0, generation: int = 0) -> WorkerPlan:
+def worker_plan(
+    stream: MixedStream, cfg: PlanConfig, world: World, *, epoch: int, batches_done: int = 0, generation: int = 0
+) -> WorkerPlan:
     """The rest of the epoch for ``world`` after the rank consumed ``batches_done`` batches.
 
     Args:
@@ -136,11 +163,21 @@ def worker_plan(stream: MixedStream, cfg: PlanConfig, world: World, *, epoch: in
         inv = np.empty_like(group)
         inv[group] = np.arange(len(group))
         blocks.append(Block(gids=g[group], order=inv[order]))
-    return WorkerPlan(world=world, split=rank_split(n, world.world_size, cfg), chunk=(c0, c1), skip=skip, blocks=tuple(blocks))
+    return WorkerPlan(
+        world=world, split=rank_split(n, world.world_size, cfg), chunk=(c0, c1), skip=skip, blocks=tuple(blocks)
+    )
 
 
-def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers: int, *, epoch: int, batches_done: int,
-              generation: int = 0) -> Explicit:
+def remaining(
+    stream: MixedStream,
+    cfg: PlanConfig,
+    world_size: int,
+    num_workers: int,
+    *,
+    epoch: int,
+    batches_done: int,
+    generation: int = 0,
+) -> Explicit:
     """The samples of ``stream`` not yet emitted on any rank, in stream order (elastic resume).
 
     A checkpoint taken after ``batches_done`` batches with ``world_size`` x ``num_workers`` readers
@@ -149,7 +186,9 @@ def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers
     the epoch); only each reader's partly emitted block is planned again.
     """
     n = len(stream)
-    listed = Explicit(*stream.window(0, n), repeats=stream.repeats, mixed=stream.mixed)  # materialised once: the partial blocks are slices of it
+    listed = Explicit(
+        *stream.window(0, n), repeats=stream.repeats, mixed=stream.mixed
+    )  # materialised once: the partial blocks are slices of it
     if n == 0:
         return listed
     split = rank_split(n, world_size, cfg)
@@ -174,7 +213,9 @@ def remaining(stream: MixedStream, cfg: PlanConfig, world_size: int, num_workers
 def replanned(stream: MixedStream, cfg: PlanConfig, epoch: int, history: Sequence[Segment] = ()) -> MixedStream:
     """What is left of ``stream`` (epoch ``epoch``) after the finished segments in ``history``."""
     for gen, seg in enumerate(history):
-        stream = remaining(stream, cfg, seg.world_size, seg.num_workers, epoch=epoch, batches_done=seg.batches_done, generation=gen)
+        stream = remaining(
+            stream, cfg, seg.world_size, seg.num_workers, epoch=epoch, batches_done=seg.batches_done, generation=gen
+        )
     return stream
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import Any, Optional
 
 from shardkit.choices import Choice, check_types
 
@@ -51,7 +51,15 @@ class PlanConfig:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.shuffle_initial is None:
+            object.__setattr__(self, "_derived_initial", True)  # not a field: states and equality see the value only
             object.__setattr__(self, "shuffle_initial", min(SHUFFLE_INITIAL, self.shuffle_buffer))
         if self.shuffle_buffer < 1 or self.shuffle_initial < 0:  # type: ignore[operator]
             raise ValueError("shuffle_buffer must be >= 1 and shuffle_initial >= 0")
         object.__setattr__(self, "policy", EpochPolicy.parse(self.policy))
+
+    def updated(self, **changes: Any) -> "PlanConfig":
+        """``dataclasses.replace`` that derives ``shuffle_initial`` again from a new ``shuffle_buffer`` unless it
+        was given (a given value stays, even one equal to the derived one)."""
+        if getattr(self, "_derived_initial", False):
+            changes.setdefault("shuffle_initial", None)
+        return replace(self, **changes)

@@ -39,7 +39,9 @@ class Position:
 
     def __post_init__(self) -> None:
         if self.epoch < 0 or self.batches_done < 0 or self.size < 0:
-            raise ValueError(f"epoch, batches_done and size must be >= 0, got {self.epoch}, {self.batches_done}, {self.size}")
+            raise ValueError(
+                f"epoch, batches_done and size must be >= 0, got {self.epoch}, {self.batches_done}, {self.size}"
+            )
         object.__setattr__(self, "history", tuple(self.history))
 
     def advanced(self, batches: int = 1) -> "Position":

@@ -70,7 +70,9 @@ def worker_chunks(split: RankSplit, num_workers: int, batch_size: int) -> tuple[
     return stops - sizes, stops
 
 
-def partition_ranges(num_samples: int, world_size: int, num_workers: int, cfg: PlanConfig) -> tuple[np.ndarray, np.ndarray]:
+def partition_ranges(
+    num_samples: int, world_size: int, num_workers: int, cfg: PlanConfig
+) -> tuple[np.ndarray, np.ndarray]:
     """Virtual stream ranges ``[start, stop)`` of every (rank, worker), rank-major, vectorised.
 
     Positions ``>= num_samples`` are padding and wrap around to the start of the stream.

@@ -7,12 +7,16 @@ samples all come from source 0, so :func:`shardkit.plan.epoch.worker_plan` plans
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, Union
 
 import numpy as np
 
 from shardkit.plan.interleave import window as interleave_window
+
+#: samples per shard, in manifest order (a list or an integer array)
+Sizes = Union[Sequence[int], np.ndarray]
 
 
 def seeded_rng(*key: int) -> np.random.Generator:
@@ -20,12 +24,12 @@ def seeded_rng(*key: int) -> np.random.Generator:
     return np.random.default_rng([int(k) & 0xFFFFFFFF for k in key] + [0x5EED])
 
 
-def sizes_fingerprint(shard_sizes: Sequence[int]) -> str:
+def sizes_fingerprint(shard_sizes: Sizes) -> str:
     """A short hash of the shard sizes, to refuse resuming on a different dataset (and find a source by its shards)."""
     return hashlib.sha256(np.asarray(shard_sizes, dtype=np.int64).tobytes()).hexdigest()[:16]
 
 
-def shard_offsets(shard_sizes: Sequence[int]) -> np.ndarray:
+def shard_offsets(shard_sizes: Sizes) -> np.ndarray:
     """Global id of each shard's first sample (manifest order): ``[0, s0, s0 + s1, ...]`` without the total."""
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     return (np.cumsum(sizes) - sizes).astype(np.int64)
@@ -34,10 +38,15 @@ def shard_offsets(shard_sizes: Sequence[int]) -> np.ndarray:
 class MixedStream(Protocol):
     """The samples of (the rest of) an epoch, in stream order, each with its source."""
 
-    #: some source is seen more than once in the epoch (then no batch is let hold a sample twice)
-    repeats: bool
-    #: the stream mixes sources (then unshuffled chunks are cut in blocks too, see :func:`shardkit.plan.epoch.worker_plan`)
-    mixed: bool
+    @property
+    def repeats(self) -> bool:
+        """Some source is seen more than once in the epoch (then no batch is let hold a sample twice)."""
+        ...
+
+    @property
+    def mixed(self) -> bool:
+        """The stream mixes sources (then unshuffled chunks are cut in blocks too, see :func:`shardkit.plan.epoch.worker_plan`)."""
+        ...
 
     def __len__(self) -> int: ...
 
@@ -59,6 +68,7 @@ class Stream:
     run_start: np.ndarray
     run_stop: np.ndarray
     shard_offsets: np.ndarray
+    _ends: np.ndarray = field(init=False, repr=False)  #: stream position after each run
 
     repeats = False  # one pass over one source: no sample twice (a MixedStream attribute, not a field)
     mixed = False
@@ -71,7 +81,7 @@ class Stream:
         return int(self._ends[-1]) if len(self._ends) else 0
 
     @classmethod
-    def full_epoch(cls, shard_sizes: Sequence[int], *, seed: int, epoch: int, shuffle: bool = True) -> "Stream":
+    def full_epoch(cls, shard_sizes: Sizes, *, seed: int, epoch: int, shuffle: bool = True) -> "Stream":
         """Every sample once: shards in a seeded per-epoch order (manifest order if not ``shuffle``)."""
         sizes = np.asarray(shard_sizes, dtype=np.int64)
         offsets = shard_offsets(sizes)

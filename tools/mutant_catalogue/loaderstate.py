@@ -138,8 +138,8 @@ MUTANTS = [
         "id": "remix-finishes-epoch-with-other-data",
         "row": ROW_DATA,
         "file": "shardkit/loader/state.py",
-        "old": "                     if mid and isinstance(a, dict) and a.get(\"shard_sizes\") in sizes]",
-        "new": "                     if False]",
+        "old": "                if mid and isinstance(a, dict) and a.get(\"shard_sizes\") in sizes\n",
+        "new": "                if False\n",
         "tests": [f"{T_STATE}::test_mixture_source_with_the_same_shard_sizes_but_other_data_is_refused"],
     },
     {
@@ -207,8 +207,8 @@ MUTANTS = [
         "id": "epoch-size-fraction-accepted",  # the bug of issue 21 (rough edges)
         "row": ROW_OPTIONS,
         "file": "shardkit/plan/mixture.py",
-        "old": "            if isinstance(self.epoch_size, bool) or not isinstance(self.epoch_size, numbers.Integral) or self.epoch_size < 1:",
-        "new": "            if self.epoch_size < 1:",
+        "old": "                isinstance(self.epoch_size, bool)\n                or not isinstance(self.epoch_size, numbers.Integral)\n                or self.epoch_size < 1\n",
+        "new": "                self.epoch_size < 1\n",
         "tests": [f"{T_STATE}::test_epoch_size_must_be_a_whole_number_of_samples"],
     },
     {

@@ -45,8 +45,8 @@ MUTANTS = [
         "id": "plan-second-replan-reuses-generation-0",
         "row": ROW_ELASTIC,
         "file": "shardkit/plan/epoch.py",
-        "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen)",
-        "new": "epoch=epoch, batches_done=seg.batches_done, generation=0)",
+        "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen\n",
+        "new": "epoch=epoch, batches_done=seg.batches_done, generation=0\n",
         "tests": [GRID, ORACLE],
     },
     {
@@ -94,8 +94,8 @@ MUTANTS = [
         "id": "mix-second-replan-reuses-generation-0",
         "row": ROW_ELASTIC,
         "file": "shardkit/plan/epoch.py",
-        "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen)",
-        "new": "epoch=epoch, batches_done=seg.batches_done, generation=0)",
+        "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen\n",
+        "new": "epoch=epoch, batches_done=seg.batches_done, generation=0\n",
         "tests": [GRID, ORACLE_ONE],
     },
     {
