@@ -11,11 +11,15 @@ import pytest
 
 from shardkit.errors import ShardkitError
 from shardkit.plan import (
+    EpochPolicy,
     Explicit,
     LabelMode,
     Mixture,
+    PlanConfig,
+    Segment,
     Source,
     SourceData,
+    Stream,
     as_sources,
     by_source,
     check_data,
@@ -26,6 +30,7 @@ from shardkit.plan import (
     positions,
     qualify_keys,
     remaining,
+    replanned,
     resume_mixtures,
     selection,
     source_epoch,
@@ -33,7 +38,6 @@ from shardkit.plan import (
     window,
     worker_plan,
 )
-from shardkit.plan import EpochPolicy, PlanConfig, Segment, Stream, replanned
 from shardkit.plan import epoch as plan
 from shardkit.plan import source_seed as source_seed_of
 from shardkit.plan.world import World

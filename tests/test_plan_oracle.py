@@ -33,8 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardkit import plan as mix
-from shardkit.plan import Mixture, Source
-from shardkit.plan import PlanConfig, Segment, Stream
+from shardkit.plan import Mixture, PlanConfig, Segment, Source, Stream
 from shardkit.plan import epoch as P
 from shardkit.plan.world import World
 
