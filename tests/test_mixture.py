@@ -11,11 +11,15 @@ import pytest
 
 from shardkit.errors import ShardkitError
 from shardkit.plan import (
+    EpochPolicy,
     Explicit,
     LabelMode,
     Mixture,
+    PlanConfig,
+    Segment,
     Source,
     SourceData,
+    Stream,
     as_sources,
     by_source,
     check_data,
@@ -26,6 +30,7 @@ from shardkit.plan import (
     positions,
     qualify_keys,
     remaining,
+    replanned,
     resume_mixtures,
     selection,
     source_epoch,
@@ -35,7 +40,6 @@ from shardkit.plan import (
 )
 from shardkit.plan import epoch as plan
 from shardkit.plan import source_seed as source_seed_of
-from shardkit.plan.epoch import EpochPolicy, PlanConfig, Segment, Stream
 from shardkit.plan.world import World
 
 A = [7, 7, 7, 3, 0, 7, 5]  # 36 samples, one empty shard
@@ -317,13 +321,13 @@ def test_one_source_is_the_single_dataset_plan(R, W, shuffle):
     for e in range(3):
         for history in ([], [Segment(2, 2, 3)], [Segment(3, 1, 2), Segment(1, 2, 1)]):
             mine = epoch_stream(m, cfg, e, history)
-            theirs = plan.epoch_stream(A, cfg, e, history)
-            assert list(mine.window(0, len(mine))[1]) == list(theirs.global_ids())
+            theirs = replanned(Stream.full_epoch(A, seed=cfg.seed, epoch=e, shuffle=cfg.shuffle), cfg, e, history)  # the plain stream
+            assert list(mine.window(0, len(mine))[1]) == list(theirs.window(0, len(theirs))[1])
             for r in range(R):
                 for w in range(W):
                     for k in (0, 1, 4):
                         a = worker_plan(mine, cfg, World(r, R, w, W), epoch=e, batches_done=k, generation=len(history))
-                        b = plan.worker_plan(theirs, cfg, World(r, R, w, W), epoch=e, batches_done=k, generation=len(history))
+                        b = worker_plan(theirs, cfg, World(r, R, w, W), epoch=e, batches_done=k, generation=len(history))
                         assert a.world == b.world and a.skip == b.skip and len(a.blocks) == len(b.blocks)
                         for x, y in zip(a.blocks, b.blocks):
                             assert np.array_equal(x.gids, y.gids) and np.array_equal(x.order, y.order)
@@ -423,8 +427,8 @@ def test_one_source_remaining_equals_single_dataset(seed):
         stream = epoch_stream(m, cfg, 1)
         k = int(rng.integers(0, plan.rank_split(len(stream), R, cfg).num_batches + 2))
         mine = remaining(stream, cfg, R, W, epoch=1, batches_done=k)
-        theirs = plan.remaining_stream(plan.epoch_stream(sizes, cfg, 1, []), cfg, R, W, epoch=1, batches_done=k)
-        assert list(mine.gids) == list(theirs.global_ids()), (cfg, R, W, k)
+        theirs = remaining(Stream.full_epoch(sizes, seed=cfg.seed, epoch=1, shuffle=cfg.shuffle), cfg, R, W, epoch=1, batches_done=k)
+        assert list(mine.gids) == list(theirs.gids), (cfg, R, W, k)
 
 
 def random_mixture(rng: np.random.Generator) -> Mixture:

@@ -9,10 +9,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from shardkit.plan.epoch import (
+from shardkit.plan import (
     EpochPolicy,
+    Mixture,
     PlanConfig,
     Segment,
+    Source,
     Stream,
     epoch_stream,
     partition_ranges,
@@ -98,11 +100,12 @@ def test_elastic_resume_exactly_once(old, new, policy):
     cfg = PlanConfig(batch_size=2, seed=9, shuffle_buffer=4, policy=policy)
     sizes = [5, 9, 2, 7, 8, 1, 6]  # 38 samples
     R0, W0 = old
-    stream = epoch_stream(sizes, cfg, 0, [])
+    one = Mixture((Source("a"),), (sizes,))  # a single dataset is the one-source mixture
+    stream = epoch_stream(one, cfg, 0, [])
     first = rank_split(len(stream), R0, cfg)
     k = first.num_batches // 2
     seen = Counter(int(g) for r in range(R0) for b in rank_batches(stream, cfg, R0, W0, r)[:k] for g in b)
-    rest_stream = epoch_stream(sizes, cfg, 0, [Segment(R0, W0, k)])
+    rest_stream = epoch_stream(one, cfg, 0, [Segment(R0, W0, k)])
     R1, W1 = new
     second = rank_split(len(rest_stream), R1, cfg)
     rest = [rank_batches(rest_stream, cfg, R1, W1, r, generation=1) for r in range(R1)]

@@ -14,7 +14,7 @@ README's promise ("Multi-node data-parallel training") literally --
 * an elastic resume continues with the samples the split assigned, in stream order, minus every
   sample some rank already delivered (a sample seen through padding counts as seen).
 
-and checks the planners (:mod:`shardkit.plan.epoch` for one dataset, :mod:`shardkit.plan.mixplan` for
+and checks the planner (:mod:`shardkit.plan.epoch`: for one dataset given as a plain stream, for
 mixtures and for the one-source mixture the loader uses) against it, for every checkpoint step
 and for chains of up to three topologies in one epoch (3 -> 2 -> 3 ranks and the like),
 including checkpoints after padding was emitted. Over the whole epoch: every sample is delivered
@@ -33,9 +33,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardkit import plan as mix
-from shardkit.plan import Mixture, Source
+from shardkit.plan import Mixture, PlanConfig, Segment, Source, Stream
 from shardkit.plan import epoch as P
-from shardkit.plan.epoch import PlanConfig, Segment
 from shardkit.plan.world import World
 
 # --------------------------------------------------------------------------- the reference
@@ -101,17 +100,18 @@ def seen_positions(items: list, got: list[list[list[int]]], refpos: list[list[li
 
 
 class Single:
-    """One dataset, planned by :mod:`shardkit.plan.epoch`."""
+    """One dataset as a plain :class:`~shardkit.plan.stream.Stream` (every shard once, in a seeded order), planned by
+    :mod:`shardkit.plan.epoch`."""
 
     def __init__(self, sizes: list[int]):
         self.sizes = sizes
 
     def stream(self, cfg: PlanConfig, epoch: int, history: list[Segment]):
-        return P.epoch_stream(self.sizes, cfg, epoch, history)
+        return P.replanned(Stream.full_epoch(self.sizes, seed=cfg.seed, epoch=epoch, shuffle=cfg.shuffle), cfg, epoch, history)
 
     @staticmethod
     def items(stream) -> list[int]:
-        return [int(g) for g in stream.global_ids()]
+        return [int(g) for g in stream.window(0, len(stream))[1]]
 
     @staticmethod
     def worker_plan(stream, cfg, world, **kw):
@@ -119,7 +119,7 @@ class Single:
 
 
 class Mixed:
-    """A mixture (or one source, as the loader plans a plain URL), planned by :mod:`shardkit.plan.mixplan`."""
+    """A mixture (or one source, as the loader plans a plain URL), planned by :mod:`shardkit.plan.epoch`."""
 
     def __init__(self, mixture: Mixture):
         self.mixture = mixture

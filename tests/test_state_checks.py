@@ -23,8 +23,8 @@ from helpers import write_dataset
 import shardkit
 from shardkit import ShardkitError, Source
 from shardkit.format.manifest import load_manifest, save_manifest
-from shardkit.loader.config import ImageConfig, LoaderConfig, SourceConfig
-from shardkit.plan.epoch import PlanConfig
+from shardkit.loader.config import ImageConfig, LoaderConfig, SourceConfig, WorkerConfig
+from shardkit.plan.ordering import PlanConfig
 
 KW = dict(size=16, pin_memory=False, num_workers=0, with_keys=True)
 BASE = dict(batch_size=3, seed=4, shuffle=True, shuffle_buffer=6, shuffle_initial=2, drop_last=False, policy="pad")
@@ -151,13 +151,13 @@ def _typed_fields(cls, kind):
     return [f.name for f in fields(cls) if f.init and str(f.type) in (kind, f"Optional[{kind}]")]
 
 
-@pytest.mark.parametrize("name", _typed_fields(LoaderConfig, "int") + _typed_fields(ImageConfig, "int") + _typed_fields(SourceConfig, "int"))
+@pytest.mark.parametrize("name", [n for c in (LoaderConfig, PlanConfig, WorkerConfig, ImageConfig, SourceConfig) for n in _typed_fields(c, "int")])
 def test_an_integer_option_given_a_fraction_is_refused_naming_it(ds, name):
     with pytest.raises(ValueError, match=rf"loader option '{name}' must be an integer.*got float 2\.5"):
         shardkit.load(ds["a"], **{**KW, name: 2.5})
 
 
-@pytest.mark.parametrize("name", _typed_fields(LoaderConfig, "bool") + _typed_fields(ImageConfig, "bool") + _typed_fields(SourceConfig, "bool"))
+@pytest.mark.parametrize("name", [n for c in (LoaderConfig, PlanConfig, WorkerConfig, ImageConfig, SourceConfig) for n in _typed_fields(c, "bool")])
 def test_a_flag_given_a_string_is_refused_naming_it(ds, name):
     with pytest.raises(ValueError, match=rf"loader option '{name}' must be True or False.*got str 'no'"):
         shardkit.load(ds["a"], **{**KW, name: "no"})

@@ -2,19 +2,21 @@
 
 * :class:`ImageConfig` -- what a sample becomes (preset, output size, user hook).
 * :class:`SourceConfig` -- where shards come from (fsspec options, cache, safety opt-ins).
-* :class:`LoaderConfig` -- everything, plus ordering (:class:`shardkit.plan.epoch.PlanConfig`
-  fields) and the ``DataLoader`` knobs.
+* :class:`WorkerConfig` -- the ``DataLoader`` worker processes and shared batch slots.
+* :class:`LoaderConfig` -- everything: those groups, the ordering options
+  (:class:`shardkit.plan.ordering.PlanConfig`) and three switches.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from shardkit.choices import Choice, check_types
 from shardkit.format.members import MAX_PIXELS
-from shardkit.plan.epoch import SHUFFLE_BUFFER, EpochPolicy, PlanConfig
+from shardkit.plan.ordering import EpochPolicy, PlanConfig
 from shardkit.storage.opener import SourceConfig
 
 
@@ -116,7 +118,9 @@ class ImageConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
-        object.__setattr__(self, "derived", tuple(n for n in ("resize_size", "fast_decode") if getattr(self, n) is None))
+        object.__setattr__(
+            self, "derived", tuple(n for n in ("resize_size", "fast_decode") if getattr(self, n) is None)
+        )
         object.__setattr__(self, "preset", Preset.parse(self.preset))
         object.__setattr__(self, "decoder", Decoder.parse(self.decoder))
         object.__setattr__(self, "decode_on", DecodeOn.parse(self.decode_on))
@@ -134,7 +138,6 @@ class ImageConfig:
             raise ValueError(f"resize_size ({self.resize_size}) must be >= size ({self.size})")
         if not 0 < self.scale[0] <= self.scale[1] or not 0 < self.ratio[0] <= self.ratio[1]:
             raise ValueError(f"invalid scale {self.scale} or ratio {self.ratio}")
-
 
     def _derived_fast_decode(self) -> bool:
         return self.preset is Preset.TRAIN
@@ -155,22 +158,10 @@ class ImageConfig:
 
 
 @dataclass(frozen=True)
-class LoaderConfig:
-    """All loader options (see :func:`shardkit.load` for the common ones).
+class WorkerConfig:
+    """How batches are made and handed over: the ``DataLoader`` worker processes and the shared batch slots.
 
     Attributes:
-        batch_size: samples per batch.
-        image: :class:`ImageConfig`.
-        source: :class:`SourceConfig`.
-        seed: seed of shard order, shuffle blocks and crops.
-        shuffle: shuffle shards and samples (False: manifest order, e.g. for evaluation).
-        shuffle_buffer: samples per worker shuffle block (memory: up to two blocks of JPEG bytes per
-            worker, the one being decoded and the next one, read ahead on a thread).
-        shuffle_initial: size of the first block (starts faster); 0 means ``shuffle_buffer``.
-            Defaults: :data:`shardkit.plan.epoch.SHUFFLE_BUFFER` (1024) and ``min(SHUFFLE_INITIAL, shuffle_buffer)``
-            (:data:`shardkit.plan.epoch.SHUFFLE_INITIAL` is 256), both resolved by :class:`shardkit.plan.epoch.PlanConfig`.
-        policy: uneven epochs over ranks: ``"pad"`` (repeat a few samples) or ``"drop"``.
-        drop_last: drop each rank's last partial batch.
         num_workers: DataLoader worker processes (0: load in the main process). Default (None):
             the CPUs available to this process, at most 8 (:func:`default_num_workers`).
         pin_memory: pin batches for fast host-to-GPU copies (only used when CUDA is available).
@@ -181,61 +172,176 @@ class LoaderConfig:
             ``"forkserver"``) or None (default: the platform's).
         timeout: seconds to wait for one batch from a worker before raising (0: wait forever, as
             ``DataLoader``); a bound turns any stuck worker into an error instead of a hang.
-        strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
-        raw: yield raw samples (bytes, label, metadata) instead of decoded batches.
         reuse_buffers: workers reuse their shared-memory batch buffers once the main process
             no longer references a batch (:mod:`shardkit.loader.transport`); False: new memory per
             batch, as plain ``DataLoader`` does.
-        log_every_epoch: at the end of each epoch, log :meth:`ShardLoader.report`'s line (the share of
-            the epoch the loop waited for data, img/s, skipped, retries, the slowest stage) on the
-            ``shardkit.loader`` logger at INFO level.
     """
 
-    batch_size: int = 64
-    image: ImageConfig = field(default_factory=ImageConfig)
-    source: SourceConfig = field(default_factory=SourceConfig)
-    seed: int = 0
-    shuffle: bool = True
-    shuffle_buffer: int = SHUFFLE_BUFFER
-    shuffle_initial: Optional[int] = None
-    policy: EpochPolicy = EpochPolicy.PAD
-    drop_last: bool = False
     num_workers: Optional[int] = None
     pin_memory: bool = True
     persistent_workers: Optional[bool] = None
     prefetch_factor: int = 4
     multiprocessing_context: Optional[MultiprocessingContext] = None
     timeout: float = 0.0
-    strict: bool = False
-    raw: bool = False
     reuse_buffers: bool = True
-    log_every_epoch: bool = False
 
     def __post_init__(self) -> None:
         check_types(self)
-        object.__setattr__(self, "policy", EpochPolicy.parse(self.policy))
         if self.num_workers is None:
             object.__setattr__(self, "num_workers", default_num_workers())
         if self.multiprocessing_context is not None:
-            object.__setattr__(self, "multiprocessing_context", MultiprocessingContext.parse(self.multiprocessing_context))
+            object.__setattr__(
+                self, "multiprocessing_context", MultiprocessingContext.parse(self.multiprocessing_context)
+            )
         if self.prefetch_factor < 1:
             raise ValueError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
-        if self.num_workers < 0:
+        if self.num_workers < 0:  # type: ignore[operator]
             raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
-        self.plan  # validates batch_size and shuffle sizes (PlanConfig resolves the shuffle_initial default)
+
+
+def _group_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls) if f.init)
+
+
+#: the option groups of :class:`LoaderConfig`: each flat option name belongs to exactly one
+_GROUPS: dict[str, type] = {"plan": PlanConfig, "image": ImageConfig, "source": SourceConfig, "workers": WorkerConfig}
+
+
+@dataclass(frozen=True, init=False)
+class LoaderConfig:
+    """All loader options, grouped (see :func:`shardkit.load` for the common ones).
+
+    Attributes:
+        plan: :class:`~shardkit.plan.ordering.PlanConfig`: batch size, seed, shuffle, shuffle blocks, rank split.
+        image: :class:`ImageConfig`: what a sample becomes.
+        source: :class:`SourceConfig`: where shards come from.
+        workers: :class:`WorkerConfig`: worker processes and batch slots.
+        strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
+        raw: yield raw samples (bytes, label, metadata) instead of decoded batches.
+        log_every_epoch: at the end of each epoch, log :meth:`ShardLoader.report`'s line (the share of
+            the epoch the loop waited for data, img/s, skipped, retries, the slowest stage) on the
+            ``shardkit.loader`` logger at INFO level.
+
+    The fields of :class:`~shardkit.plan.ordering.PlanConfig` and :class:`WorkerConfig` may also be given
+    flat, ``LoaderConfig(batch_size=256, num_workers=8)``, and read flat (``config.batch_size``): each
+    is a read-only view of its group's field, whose default is stated there once.
+    """
+
+    plan: PlanConfig
+    image: ImageConfig
+    source: SourceConfig
+    workers: WorkerConfig
+    strict: bool
+    raw: bool
+    log_every_epoch: bool
+
+    def __init__(
+        self,
+        plan: Optional[PlanConfig] = None,
+        image: Optional[ImageConfig] = None,
+        source: Optional[SourceConfig] = None,
+        workers: Optional[WorkerConfig] = None,
+        *,
+        strict: bool = False,
+        raw: bool = False,
+        log_every_epoch: bool = False,
+        **flat: Any,
+    ) -> None:
+        given = {"plan": plan, "image": image, "source": source, "workers": workers}
+        for g in ("plan", "workers"):  # flat fields of the plan and worker groups (LoaderConfig(batch_size=...))
+            mine = {k: flat.pop(k) for k in list(flat) if k in _group_names(_GROUPS[g])}
+            group = given[g]
+            given[g] = (
+                group.updated(**mine)
+                if isinstance(group, PlanConfig)
+                else replace(group, **mine)
+                if group is not None
+                else _GROUPS[g](**mine)
+            )
+        if flat:
+            name = next(iter(flat))
+            raise TypeError(f"LoaderConfig() got an unexpected keyword argument {name!r}")
+        for g, cls in _GROUPS.items():
+            if given[g] is not None and not isinstance(given[g], cls):
+                raise TypeError(
+                    f"LoaderConfig's {g} must be a {cls.__name__}, got {type(given[g]).__name__} (flat options are keywords: "
+                    "LoaderConfig(batch_size=256))"
+                )
+            object.__setattr__(self, g, given[g] if given[g] is not None else cls())
+        for name, value in (("strict", strict), ("raw", raw), ("log_every_epoch", log_every_epoch)):
+            object.__setattr__(self, name, value)
+        check_types(self)
+
+    # read-only flat views of the plan and worker options: each default is stated once, on its group's field
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch (``plan.batch_size``)."""
+        return self.plan.batch_size
 
     @property
-    def plan(self) -> PlanConfig:
-        """The options that decide sample order and split."""
-        return PlanConfig(
-            batch_size=self.batch_size,
-            seed=self.seed,
-            shuffle=self.shuffle,
-            shuffle_buffer=self.shuffle_buffer,
-            shuffle_initial=self.shuffle_initial,
-            drop_last=self.drop_last,
-            policy=self.policy,
-        )
+    def seed(self) -> int:
+        """Seed of shard order, shuffle blocks and crops (``plan.seed``)."""
+        return self.plan.seed
+
+    @property
+    def shuffle(self) -> bool:
+        """Shuffle shards and samples (``plan.shuffle``)."""
+        return self.plan.shuffle
+
+    @property
+    def shuffle_buffer(self) -> int:
+        """Samples per shuffle block (``plan.shuffle_buffer``)."""
+        return self.plan.shuffle_buffer
+
+    @property
+    def shuffle_initial(self) -> int:
+        """Samples in the first shuffle block (``plan.shuffle_initial``)."""
+        return self.plan.shuffle_initial  # type: ignore[return-value]
+
+    @property
+    def drop_last(self) -> bool:
+        """Drop each rank's last partial batch (``plan.drop_last``)."""
+        return self.plan.drop_last
+
+    @property
+    def policy(self) -> EpochPolicy:
+        """Uneven epochs over ranks: pad or drop (``plan.policy``)."""
+        return self.plan.policy
+
+    @property
+    def num_workers(self) -> int:
+        """DataLoader worker processes (``workers.num_workers``)."""
+        return self.workers.num_workers  # type: ignore[return-value]
+
+    @property
+    def pin_memory(self) -> bool:
+        """Pin batches for host-to-GPU copies (``workers.pin_memory``)."""
+        return self.workers.pin_memory
+
+    @property
+    def persistent_workers(self) -> Optional[bool]:
+        """Keep workers alive between epochs (``workers.persistent_workers``)."""
+        return self.workers.persistent_workers
+
+    @property
+    def prefetch_factor(self) -> int:
+        """Batches each worker prepares ahead (``workers.prefetch_factor``)."""
+        return self.workers.prefetch_factor
+
+    @property
+    def multiprocessing_context(self) -> Optional[MultiprocessingContext]:
+        """How worker processes start (``workers.multiprocessing_context``)."""
+        return self.workers.multiprocessing_context
+
+    @property
+    def timeout(self) -> float:
+        """Seconds to wait for one batch from a worker (``workers.timeout``)."""
+        return self.workers.timeout
+
+    @property
+    def reuse_buffers(self) -> bool:
+        """Workers reuse their shared batch slots (``workers.reuse_buffers``)."""
+        return self.workers.reuse_buffers
 
 
 def plan_to_dict(cfg: PlanConfig) -> dict[str, Any]:
@@ -245,26 +351,29 @@ def plan_to_dict(cfg: PlanConfig) -> dict[str, Any]:
     return d
 
 
+def option_names() -> dict[str, str]:
+    """Every flat option name of :func:`shardkit.load` -> where it lives: a group of :class:`LoaderConfig`
+    (``"plan"``, ``"image"``, ``"source"``, ``"workers"``) or ``""`` (a field of :class:`LoaderConfig` itself)."""
+    out = {name: "" for name in _group_names(LoaderConfig) - set(_GROUPS)}
+    for g, cls in _GROUPS.items():
+        out.update({name: g for name in _group_names(cls)})
+    return out
+
+
 def build_config(config: Optional[LoaderConfig], options: dict[str, Any]) -> LoaderConfig:
-    """``config`` (or defaults) with ``options`` routed to the right dataclass."""
+    """``config`` (or defaults) with flat ``options`` routed to the dataclass each belongs to."""
     base = config or LoaderConfig()
-    groups = {"image": ImageConfig, "source": SourceConfig}
-    top_names = {f.name for f in fields(LoaderConfig)} - set(groups)
-    per_group: dict[str, dict[str, Any]] = {g: {} for g in groups}
+    where = option_names()
+    per_group: dict[str, dict[str, Any]] = {g: {} for g in _GROUPS}
     top: dict[str, Any] = {}
     for k, v in options.items():
-        if k in top_names:
-            top[k] = v
-            continue
-        for g, cls in groups.items():
-            if k in {f.name for f in fields(cls) if f.init}:
-                per_group[g][k] = v
-                break
-        else:
-            valid = sorted(top_names | {f.name for cls in groups.values() for f in fields(cls) if f.init})
-            raise TypeError(f"unknown loader option {k!r}; valid options: {', '.join(valid)}")
-    for g in groups:
-        if per_group[g]:
+        if k not in where:
+            raise TypeError(f"unknown loader option {k!r}; valid options: {', '.join(sorted(where))}")
+        (per_group[where[k]] if where[k] else top)[k] = v
+    for g, changes in per_group.items():
+        if changes:
             group = getattr(base, g)
-            top[g] = group.updated(**per_group[g]) if isinstance(group, ImageConfig) else replace(group, **per_group[g])
+            top[g] = (
+                group.updated(**changes) if isinstance(group, (ImageConfig, PlanConfig)) else replace(group, **changes)
+            )
     return replace(base, **top)

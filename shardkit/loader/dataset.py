@@ -6,7 +6,7 @@ or ``torch.distributed``, plus ``get_worker_info``), asks
 resume point, and runs a ``webdataset.DataPipeline`` of three stages
 (:mod:`shardkit.loader.read`, :mod:`shardkit.loader.batching`): plan blocks -> sequentially read raw
 samples in shuffled emission order -> decoded uint8 batches. A plain URL is a one-source
-mixture whose plan is exactly the single-dataset plan of :mod:`shardkit.plan.epoch`; several
+mixture (:mod:`shardkit.plan.epoch` plans both); several
 sources (:class:`shardkit.Source`) get one reader each and a fourth stage
 (:mod:`shardkit.loader.mixing`: labels, keys, per-source counts).
 
@@ -23,8 +23,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Iterator, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
@@ -37,11 +38,13 @@ from shardkit.loader.config import LoaderConfig, SourceConfig
 from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.mixing import MixSpec, mixture_batches
 from shardkit.loader.read import BlockReader, MixReader, indexed_shards, plan_blocks, read_blocks
+from shardkit.loader.state import DatasetIdentity
 from shardkit.loader.stats import Counters
 from shardkit.loader.transport import Envelope, PositionBox, Ring, envelopes, failures_as_items
-from shardkit.plan import LabelMode, Mixture, Source, SourceData, as_sources, check_data, label_space
-from shardkit.plan.epoch import RankSplit, rank_split
-from shardkit.plan.position import Position, fingerprint
+from shardkit.plan import LabelMode, Mixture, Schedule, Source, SourceData, as_sources, check_data, label_space
+from shardkit.plan.position import Position
+from shardkit.plan.split import RankSplit, rank_split
+from shardkit.plan.stream import MixedStream, sizes_fingerprint
 from shardkit.plan.world import World, detect
 from shardkit.storage import fs as storage
 from shardkit.storage.opener import ShardOpener, check_url
@@ -91,10 +94,10 @@ class ShardDataset(IterableDataset):
                 check_local_shards(m, urls)
         if len(manifests) > 1:
             check_data(self.sources, [_source_data(m) for m in manifests])
-        self.mixture = Mixture(self.sources, tuple(m.shard_sizes for m in manifests), epoch_size)
+        #: which mixture plans each epoch: one immutable value, replaced when a state is loaded (:meth:`replan`)
+        self.schedule = Schedule(Mixture(self.sources, tuple(np.asarray(m.shard_sizes, np.int64) for m in manifests), epoch_size))
         self.label_mode = LabelMode.parse(labels)  #: ``merged`` or ``per_source`` (saved in states, checked on resume)
         self.labels = label_space([m.classes for m in manifests], self.label_mode)  #: the mixture's classes and label tables
-        self._finishing: Optional[tuple[int, Mixture]] = None  #: (epoch, mixture) a remixed state finishes that epoch with
         self.urls = [u for urls in urls_per_source for u in urls]
         self.shard_sizes = [n for m in manifests for n in m.shard_sizes]
         self.shard_bytes = [s.bytes for m in manifests for s in m.shards]
@@ -126,19 +129,34 @@ class ShardDataset(IterableDataset):
         """Class names the labels index (a mixture's merged or per-source classes)."""
         return self.labels.classes
 
+    @property
+    def mixture(self) -> Mixture:
+        """The mixture that plans the epochs (after a remix: from the switch on)."""
+        return self.schedule.mixture
+
     def mixture_for(self, epoch: int) -> Mixture:
         """The mixture that plans ``epoch`` (a remixed state finishes its epoch with the saved one)."""
-        if self._finishing is not None and self._finishing[0] == epoch:
-            return self._finishing[1]
-        return self.mixture
+        return self.schedule.mixture_for(epoch)
+
+    @property
+    def identity(self) -> DatasetIdentity:
+        """What a loader state is saved from and checked against (:mod:`shardkit.loader.state`)."""
+        return DatasetIdentity(self.manifests, self.schedule, self.label_mode, self.classes, self.config.plan)
+
+    def replan(self, schedule: Schedule, epoch: int) -> bool:
+        """Plan with ``schedule`` (a loaded state's, :func:`shardkit.loader.state.resume_state`); whether it plans
+        ``epoch`` or the epochs after it with other mixtures than before (then running workers hold a stale copy)."""
+        changed = not self.schedule.plans_like(schedule, epoch)
+        self.schedule = schedule
+        return changed
 
     def _rows(self, m: Mixture) -> np.ndarray:
         """Index among this loader's sources of each source of ``m`` (found by shard sizes)."""
         if m.shard_base.shape == self.mixture.shard_base.shape and all(
                 np.array_equal(a, b) for a, b in zip(m.shard_sizes, self.mixture.shard_sizes)):
             return np.arange(len(self.sources), dtype=np.int64)
-        mine = [fingerprint(s) for s in self.mixture.shard_sizes]
-        return np.array([mine.index(fingerprint(s)) for s in m.shard_sizes], np.int64)
+        mine = [sizes_fingerprint(s) for s in self.mixture.shard_sizes]
+        return np.array([mine.index(sizes_fingerprint(s)) for s in m.shard_sizes], np.int64)
 
     def sources_of(self, gids: np.ndarray, epoch: int) -> np.ndarray:
         """Index among this loader's sources of mixture sample ids ``gids`` of ``epoch``."""
@@ -146,9 +164,8 @@ class ShardDataset(IterableDataset):
         return self._rows(m)[m.source_of(gids)]
 
     def remix(self, now: Mixture, later: Mixture, epoch: int) -> None:
-        """Plan ``epoch`` with ``now`` and the epochs after it with ``later`` (:func:`shardkit.plan.resume_mixtures`)."""
-        self.mixture = later
-        self._finishing = None if now is later else (epoch, now)
+        """Plan ``epoch`` with ``now`` and the epochs after it with ``later`` (:meth:`replan` with :meth:`Schedule.switching`)."""
+        self.replan(Schedule.switching(now, later, epoch), epoch)
 
     def for_loader(self) -> "ShardDataset":
         """A shallow copy for :class:`ShardLoader`: it yields :class:`Envelope` objects and writes into
@@ -186,7 +203,7 @@ class ShardDataset(IterableDataset):
 
     # ------------------------------------------------------------------ plan
 
-    def stream(self, position: Optional[Position] = None) -> "mix.MixedStream":
+    def stream(self, position: Optional[Position] = None) -> MixedStream:
         """The epoch's stream after the elastic history (every rank's samples, in stream order)."""
         pos = self.position if position is None else position
         return mix.epoch_stream(self.mixture_for(pos.epoch), self.config.plan, pos.epoch, pos.history)

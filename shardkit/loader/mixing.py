@@ -8,8 +8,8 @@ the worker's plan, so a sample skipped as unreadable is counted against its sour
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -30,7 +30,9 @@ class MixSpec:
     num_sources: int  #: the loader's sources
 
 
-def mixture_batches(batches: Iterable[Batch], *, planned: np.ndarray, spec: MixSpec, counters: Counters) -> Iterator[Batch]:
+def mixture_batches(
+    batches: Iterable[Batch], *, planned: np.ndarray, spec: MixSpec, counters: Counters
+) -> Iterator[Batch]:
     """Map labels, qualify keys (``"1/00000042"``) and count samples/skipped per source.
 
     ``planned``: the (loader's) source of each sample this worker emits, in emission order (batch ``j``

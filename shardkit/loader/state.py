@@ -1,31 +1,74 @@
-"""The loader's resumable state: a plain dict, checked field by field when it is loaded.
+"""The loader's resumable state: the one owner of the state dict <-> (position, mixture schedule) mapping.
 
-Keys: ``format``, ``version``, ``dataset`` (fingerprints of the shard sizes, the
-shards' sha256s and the class names, from the manifest), ``plan`` (the ordering
-options), ``epoch``, ``history`` (segments of the epoch read with other
-topologies), ``world_size``, ``num_workers``, ``batches_done`` and ``size`` (the output
-image size set with ``set_epoch(..., size=)``, 0: the configured one; states saved
-before it existed load at the configured size). Loading refuses,
-naming the field, a state of another dataset (even one with the same shard
-layout), other ordering options, wrong types and out-of-range numbers.
-Version 1 states (fingerprint of the shard sizes only) still load.
+:func:`state_of` writes a state; :func:`resume_state`, a pure function of (state, :class:`DatasetIdentity`,
+topology), reads one back as a :class:`Resumed` value: the :class:`~shardkit.plan.position.Position` to
+continue from and the :class:`~shardkit.plan.remix.Schedule` of mixtures that plans each epoch.
+
+Keys: ``format``, ``version``, ``dataset`` (fingerprints of the shard sizes, the shards' sha256s and the
+class names, from the (first source's) manifest), ``plan`` (the ordering options), ``epoch``, ``history``
+(segments of the epoch read with other topologies), ``world_size``, ``num_workers``, ``batches_done``,
+``size`` (the output image size set with ``set_epoch(..., size=)``, 0: the configured one; states saved
+before it existed load at the configured size), ``mixture`` (:meth:`shardkit.plan.Mixture.describe` of
+the mixture planning the epoch), ``labels`` (``merged`` or ``per_source``: a resume with the other is
+refused), ``classes`` (a digest of ``loader.classes``: a remix that changes them is logged as a warning),
+``next_mixture`` while a remix finishes an epoch with the saved mixture, and for several sources
+``sources`` (each one's dataset fingerprint: shard sizes, contents, classes).
+
+Loading refuses, naming the field, a state of another dataset (even one with the same shard layout),
+other ordering options, another mixture (naming every difference, unless ``allow_remix``), a source of
+the same shard sizes but other contents or classes (also when a remixed state finishes its epoch with
+it), wrong types and out-of-range numbers. Version 1 states (fingerprint of the shard sizes only) and
+states without ``mixture`` (one source, identified by its shard sizes) still load.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Callable
+import logging
+from dataclasses import dataclass
+from typing import Any
 
 from shardkit.errors import ShardkitError
 from shardkit.format.manifest import Manifest
 from shardkit.loader.config import plan_to_dict
-from shardkit.plan.epoch import PlanConfig
-from shardkit.plan.position import Position, Segment, fingerprint
+from shardkit.plan import LabelMode, Schedule, epoch_stream, mixture_diff, rank_split, resume_mixtures
+from shardkit.plan.ordering import PlanConfig
+from shardkit.plan.position import Position, Segment
+from shardkit.plan.stream import sizes_fingerprint
+
+log = logging.getLogger("shardkit.loader")
 
 STATE_FORMAT = "shardkit-loader-state"
 #: 2: the dataset fingerprint covers shard contents and classes; 1: shard sizes only (still loaded)
 STATE_VERSION = 2
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetIdentity:
+    """What a state is saved from and checked against (:attr:`shardkit.ShardDataset.identity`).
+
+    Attributes:
+        manifests: one per source.
+        schedule: the mixtures planning each epoch now.
+        label_mode: ``merged`` or ``per_source``.
+        classes: the class names the labels index (``loader.classes``).
+        plan: the ordering options.
+    """
+
+    manifests: tuple[Manifest, ...]
+    schedule: Schedule
+    label_mode: LabelMode
+    classes: tuple[str, ...]
+    plan: PlanConfig
+
+
+@dataclass(frozen=True, eq=False)
+class Resumed:
+    """A loaded state: where to continue, and which mixture plans each epoch."""
+
+    position: Position
+    schedule: Schedule
 
 
 def _digest(text: str) -> str:
@@ -35,19 +78,34 @@ def _digest(text: str) -> str:
 def dataset_fingerprint(manifest: Manifest) -> dict[str, str]:
     """What identifies a dataset's data: its shard sizes, the shards' sha256s and its classes."""
     return {
-        "shard_sizes": fingerprint(manifest.shard_sizes),
+        "shard_sizes": sizes_fingerprint(manifest.shard_sizes),
         "shard_sha256": _digest(",".join(s.sha256 for s in manifest.shards)),
         "classes": _digest(json.dumps(list(manifest.classes))),
     }
 
 
-def to_state(position: Position, *, manifest: Manifest, plan: PlanConfig, world_size: int, num_workers: int) -> dict[str, Any]:
-    """The state dict of ``position``."""
+def classes_digest(classes: "tuple[str, ...] | list[str]") -> str:
+    """A short hash of the class names the labels index (``loader.classes``), in order."""
+    return hashlib.sha256(json.dumps(list(classes)).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def state_of(position: Position, ident: DatasetIdentity, *, world_size: int, num_workers: int) -> dict[str, Any]:
+    """The state dict of ``position`` (what ``ShardLoader.state_dict()`` returns)."""
+    return {
+        **_plan_keys(position, ident, world_size=world_size, num_workers=num_workers),
+        **_mixture_keys(ident, position.epoch),
+    }
+
+
+def _plan_keys(position: Position, ident: DatasetIdentity, *, world_size: int, num_workers: int) -> dict[str, Any]:
     return {
         "format": STATE_FORMAT,
         "version": STATE_VERSION,
-        "dataset": dataset_fingerprint(manifest),
-        "plan": plan_to_dict(plan),
+        "dataset": dataset_fingerprint(ident.manifests[0]),
+        "plan": plan_to_dict(ident.plan),
         "epoch": position.epoch,
         "history": [[s.world_size, s.num_workers, s.batches_done] for s in position.history],
         "world_size": world_size,
@@ -55,6 +113,46 @@ def to_state(position: Position, *, manifest: Manifest, plan: PlanConfig, world_
         "batches_done": position.batches_done,
         "size": position.size,
     }
+
+
+def _mixture_keys(ident: DatasetIdentity, epoch: int) -> dict[str, Any]:
+    """The keys that identify the mixture of ``epoch`` (and a pending switch)."""
+    now = ident.schedule.mixture_for(epoch)
+    out: dict[str, Any] = {
+        "mixture": now.describe(),
+        "labels": ident.label_mode.value,
+        "classes": classes_digest(ident.classes),
+    }
+    if now is not ident.schedule.mixture:
+        out["next_mixture"] = ident.schedule.mixture.describe()
+    if len(ident.manifests) > 1:
+        out["sources"] = [dataset_fingerprint(m) for m in ident.manifests]
+    return out
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def resume_state(
+    state: Any, ident: DatasetIdentity, *, world_size: int, num_workers: int, allow_remix: bool = False
+) -> Resumed:
+    """Where ``state`` continues on ``world_size`` x ``num_workers`` readers, and with which mixtures.
+
+    On the saved topology the position is the saved one (exact resume); on another one, what was
+    consumed becomes a finished segment of the history (elastic resume). The mixtures: the saved one
+    (with its bookkeeping) when it is this dataset's; with ``allow_remix`` another one finishes the
+    saved epoch as saved and the current one takes over at the next epoch boundary.
+
+    Raises:
+        ShardkitError: not a loader state, an unknown version, another dataset (shard sizes, contents or
+            classes differ), another mixture or labels mode, other ordering options, or a field of the wrong
+            type or out of range (named).
+    """
+    schedule, checked = _resume_mixture(state, ident, allow_remix=allow_remix)
+    position = _position(
+        state, ident, schedule, world_size=world_size, num_workers=num_workers, dataset_checked=checked
+    )
+    return Resumed(position, schedule)
 
 
 def _int(state: dict[str, Any], name: str, low: int) -> int:
@@ -80,12 +178,15 @@ def dataset_differences(saved: dict[str, Any], manifest: Manifest, *, complete: 
 
 
 def _check_dataset(state: dict[str, Any], manifest: Manifest) -> None:
+    saved: Any
     if state.get("version") == 1:  # shard sizes were all a version 1 state recorded
         saved = {"shard_sizes": state.get("fingerprint")}
     else:
         saved = state.get("dataset")
         if not isinstance(saved, dict):
-            raise ShardkitError(f"loader state field 'dataset' must be a dict of fingerprints, got {type(saved).__name__}")
+            raise ShardkitError(
+                f"loader state field 'dataset' must be a dict of fingerprints, got {type(saved).__name__}"
+            )
     differ = dataset_differences(saved, manifest, complete=state.get("version") != 1)
     if differ:
         raise ShardkitError(
@@ -100,38 +201,32 @@ def _check_plan(state: dict[str, Any], plan: PlanConfig) -> None:
         raise ShardkitError(f"loader state field 'plan' must be a dict, got {type(saved).__name__}")
     for k, v in mine.items():
         if k in saved and type(saved[k]) is not type(v):
-            raise ShardkitError(f"loader state field 'plan.{k}' must be {type(v).__name__}, got {type(saved[k]).__name__} {saved[k]!r}")
+            raise ShardkitError(
+                f"loader state field 'plan.{k}' must be {type(v).__name__}, got {type(saved[k]).__name__} {saved[k]!r}"
+            )
     if saved != mine:
         diff = {k: (saved.get(k), v) for k, v in mine.items() if saved.get(k) != v}
-        raise ShardkitError(f"loader state was saved with other ordering options {diff} (saved, now); use the same options to resume")
+        raise ShardkitError(
+            f"loader state was saved with other ordering options {diff} (saved, now); use the same options to resume"
+        )
 
 
-def from_state(
-    state: Any,
-    *,
-    manifest: Manifest,
-    plan: PlanConfig,
-    world_size: int,
-    num_workers: int,
-    num_batches: Callable[[Position, int], int],
+def _position(
+    state: Any, ident: DatasetIdentity, schedule: Schedule, *, world_size: int, num_workers: int, dataset_checked: bool
 ) -> Position:
-    """The :class:`Position` to continue from on ``world_size`` x ``num_workers`` readers.
-
-    ``num_batches(position, world_size)`` is the number of batches per rank of the
-    stream of ``position`` (its epoch after its history) split over ``world_size`` ranks.
-    On the saved topology the position is the saved one (exact resume); on another
-    one, what was consumed becomes a finished segment of the history (elastic resume).
-
-    Raises:
-        ShardkitError: not a loader state, an unknown version, another dataset, other
-            ordering options, or a field of the wrong type or out of range (named).
-    """
+    """The state's :class:`Position` on ``world_size`` x ``num_workers`` readers (``dataset_checked``: the
+    mixture checks compared every source's fingerprints already)."""
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise ShardkitError("not a shardkit loader state (missing 'format'); pass what ShardLoader.state_dict() returned")
+        raise ShardkitError(
+            "not a shardkit loader state (missing 'format'); pass what ShardLoader.state_dict() returned"
+        )
     if state.get("version") not in (1, STATE_VERSION):
-        raise ShardkitError(f"loader state version {state.get('version')!r} is not supported (this shardkit reads 1 and {STATE_VERSION})")
-    _check_dataset(state, manifest)
-    _check_plan(state, plan)
+        raise ShardkitError(
+            f"loader state version {state.get('version')!r} is not supported (this shardkit reads 1 and {STATE_VERSION})"
+        )
+    if not dataset_checked:
+        _check_dataset(state, ident.manifests[0])
+    _check_plan(state, ident.plan)
     epoch = _int(state, "epoch", 0)
     saved_ws, saved_nw = _int(state, "world_size", 1), _int(state, "num_workers", 1)
     done = _int(state, "batches_done", 0)
@@ -140,15 +235,145 @@ def from_state(
         raise ShardkitError(f"loader state field 'history' must be a list, got {type(hist).__name__}")
     history = []
     for i, seg in enumerate(hist):
-        if not isinstance(seg, (list, tuple)) or len(seg) != 3 or any(type(v) is not int for v in seg) or min(seg[0], seg[1]) < 1 or seg[2] < 0:
-            raise ShardkitError(f"loader state field 'history[{i}]' must be [world_size >= 1, num_workers >= 1, batches_done >= 0], got {seg!r}")
+        if (
+            not isinstance(seg, (list, tuple))
+            or len(seg) != 3
+            or any(type(v) is not int for v in seg)
+            or min(seg[0], seg[1]) < 1
+            or seg[2] < 0
+        ):
+            raise ShardkitError(
+                f"loader state field 'history[{i}]' must be [world_size >= 1, num_workers >= 1, batches_done >= 0], got {seg!r}"
+            )
         history.append(Segment(*seg))
-    pos = Position(epoch, 0, tuple(history))
-    total = num_batches(pos, saved_ws)
+    stream = epoch_stream(schedule.mixture_for(epoch), ident.plan, epoch, history)
+    total = rank_split(len(stream), saved_ws, ident.plan).num_batches
     if done > total:
-        raise ShardkitError(f"loader state field 'batches_done' is {done}, but epoch {epoch} has only {total} batches per rank on {saved_ws} rank(s)")
+        raise ShardkitError(
+            f"loader state field 'batches_done' is {done}, but epoch {epoch} has only {total} batches per rank on {saved_ws} rank(s)"
+        )
     size = _int(state, "size", 0) if "size" in state else 0
     pos = Position(epoch, done, tuple(history), size)
     if (saved_ws, saved_nw) != (world_size, num_workers):
         pos = pos.replanned(saved_ws, saved_nw)
     return pos
+
+
+def _saved_mixture(state: dict[str, Any]) -> dict[str, Any]:
+    saved = state.get("mixture")
+    if isinstance(saved, dict) and isinstance(saved.get("sources"), list):
+        return saved
+    if saved is not None:
+        raise ShardkitError(f"loader state field 'mixture' must be a dict with 'sources', got {type(saved).__name__}")
+    d = state.get("dataset")  # a state without a mixture (older shardkit): one source, known by its shard sizes
+    fp = d.get("shard_sizes") if isinstance(d, dict) else state.get("fingerprint")
+    return {
+        "epoch_size": None,
+        "sources": [{"fingerprint": fp, "samples": 0, "weight": None, "repeat": None, "choose": None}],
+    }
+
+
+def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) -> tuple[Schedule, bool]:
+    """Check ``state``'s mixture against ``ident``'s: ``(the schedule to plan with, whether every source's data
+    was checked here)``; when not, :func:`_position` checks the (first source's) dataset fingerprint.
+
+    Raises:
+        ShardkitError: another mixture without ``allow_remix`` (every difference named), another labels mode,
+            or a source whose contents or classes differ from the saved one's.
+    """
+    current, manifests = ident.schedule.mixture, ident.manifests
+    unchanged = (Schedule(current), False)
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or type(state.get("epoch")) is not int:
+        return unchanged  # _position names what is wrong
+    labels = state.get("labels")
+    if labels is not None and labels != ident.label_mode.value:
+        raise ShardkitError(
+            f"loader state field 'labels' is {labels!r} but this loader's labels are {ident.label_mode.value!r}: the same label "
+            f"index would name another class; resume with labels={labels!r}"
+        )
+    saved, epoch = _saved_mixture(state), state["epoch"]
+    if (
+        not allow_remix
+        and len(saved["sources"]) == 1 == len(manifests)
+        and saved["sources"][0].get("fingerprint") != current.describe()["sources"][0]["fingerprint"]
+    ):
+        return unchanged  # one dataset for another: _position's message names what differs
+    if (
+        not allow_remix
+        and len(manifests) == 1
+        and isinstance(state.get("dataset"), dict)
+        and dataset_differences(state["dataset"], manifests[0])
+    ):
+        return unchanged  # the same shape, other data: _position's message names what differs
+    mid = bool(state.get("batches_done") or state.get("history"))
+    nxt = state.get("next_mixture")
+    now, later = resume_mixtures(
+        saved, current, epoch, mid_epoch=mid, allow_remix=allow_remix, saved_next=nxt if isinstance(nxt, dict) else None
+    )
+    remixed = bool(mixture_diff(saved, current.describe()))
+    fps = state.get("sources")
+    if len(manifests) > 1 and isinstance(fps, list):
+        if not (remixed or allow_remix):
+            pairs = list(enumerate(zip(fps, manifests)))
+        else:  # mid-epoch, the saved mixture finishes its epoch with the current source of the same shard sizes: the same data only
+            sizes: list[Any] = [dataset_fingerprint(m)["shard_sizes"] for m in manifests]
+            pairs = [
+                (i, (a, manifests[sizes.index(a.get("shard_sizes"))]))
+                for i, a in enumerate(fps)
+                if mid and isinstance(a, dict) and a.get("shard_sizes") in sizes
+            ]
+        for i, (a, m) in pairs:
+            differ = dataset_differences(a, m) if isinstance(a, dict) else ["fingerprints"]
+            if differ:
+                raise ShardkitError(
+                    f"loader state's source {i} is another dataset than {m.url or 'this source'} ({', '.join(differ)} "
+                    f"differ); resume with the sources it was saved from (at least to finish epoch {epoch}), or start "
+                    "the new sources at an epoch boundary (allow_remix=True with a state saved between epochs)"
+                )
+    saved_classes = state.get("classes")
+    if saved_classes is not None and saved_classes != classes_digest(ident.classes):
+        if not allow_remix:
+            raise ShardkitError(
+                "loader state field 'classes' does not match this loader's classes (loader.classes); resume with the "
+                "sources and labels it was saved with"
+            )
+        log.warning(
+            "shardkit: the remixed sources index other classes than the saved state (%d now): from the rest of epoch %d on, "
+            "a label index may name another class than in the checkpoint's training; loader.classes lists them",
+            len(ident.classes),
+            epoch,
+        )
+    return Schedule.switching(now, later, epoch), bool(remixed or len(manifests) > 1)  # checked above, per source
+
+
+# --------------------------------------------------------------------------- until loader.py calls resume_state (issue 22)
+# The three-step protocol ``ShardLoader.load_state_dict`` used before (``resume_mixture``, ``from_state``,
+# ``ShardDataset.remix``), as adapters over :func:`resume_state`: delete them once it makes the one call.
+
+
+def to_state(
+    position: Position, *, manifest: Manifest, plan: PlanConfig, world_size: int, num_workers: int
+) -> dict[str, Any]:
+    """The state keys of ``position`` without the mixture's (:func:`shardkit.loader.mixstate.mixture_state` adds them)."""
+    ident = DatasetIdentity((manifest,), Schedule(None), LabelMode.MERGED, (), plan)  # type: ignore[arg-type]
+    return _plan_keys(position, ident, world_size=world_size, num_workers=num_workers)
+
+
+def from_state(state: Any, **_: Any) -> Position:
+    """The position of what :func:`shardkit.loader.mixstate.resume_mixture` resumed."""
+    if not isinstance(state, Resumed):
+        raise TypeError("from_state takes what resume_mixture returned; call resume_state instead")
+    return state.position
+
+
+def legacy_resume(ds: Any, state: Any, *, allow_remix: bool) -> tuple[Resumed, Any, Any]:
+    """``(resumed, mixture of its epoch, mixture of the epochs after)`` on ``ds``'s loader's topology."""
+    resumed = resume_state(
+        state, ds.identity, world_size=ds.world_size, num_workers=max(1, ds.config.num_workers), allow_remix=allow_remix
+    )
+    sched = resumed.schedule
+    return resumed, sched.mixture_for(resumed.position.epoch), sched.mixture
+
+
+def legacy_mixture_keys(ds: Any, epoch: int) -> dict[str, Any]:
+    return _mixture_keys(ds.identity, epoch)

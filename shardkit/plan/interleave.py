@@ -64,7 +64,9 @@ def window(counts: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     """``(source, k)`` of mixed positions ``[a, b)``: sample ``k`` of each one's source."""
     counts = np.asarray(counts, np.int64)
     if int(counts.sum()) >= _MAX_EPOCH:
-        raise ValueError(f"an epoch of {int(counts.sum())} samples is too large to interleave (at most {_MAX_EPOCH - 1})")
+        raise ValueError(
+            f"an epoch of {int(counts.sum())} samples is too large to interleave (at most {_MAX_EPOCH - 1})"
+        )
     src = np.empty(b - a, np.int64)
     kk = np.empty(b - a, np.int64)
     k0, k1 = prefix(counts, a), prefix(counts, b)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -12,7 +12,9 @@ import numpy as np
 class LabelMode(str, enum.Enum):
     """How the sources' class indices become the mixture's."""
 
-    MERGED = "merged"  #: classes merged by name into one sorted union (sources that all list the same classes keep them)
+    MERGED = (
+        "merged"  #: classes merged by name into one sorted union (sources that all list the same classes keep them)
+    )
     PER_SOURCE = "per_source"  #: each source's classes kept apart, offset by the classes before it
 
     @classmethod
@@ -34,11 +36,19 @@ class LabelSpace:
 
     classes: tuple[str, ...]
     tables: "tuple[np.ndarray, ...] | None"
+    _base: np.ndarray = field(init=False, repr=False)  #: first row of each source's table in ``_lut``
+    _lut: np.ndarray = field(init=False, repr=False)  #: every table, concatenated
 
     def __post_init__(self) -> None:
         lens = [len(t) for t in self.tables or ()]
-        object.__setattr__(self, "_base", np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) if lens else np.zeros(0, np.int64))
-        object.__setattr__(self, "_lut", np.concatenate(self.tables).astype(np.int64) if lens else np.zeros(0, np.int64))
+        object.__setattr__(
+            self,
+            "_base",
+            np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) if lens else np.zeros(0, np.int64),
+        )
+        object.__setattr__(
+            self, "_lut", np.concatenate(self.tables or ()).astype(np.int64) if lens else np.zeros(0, np.int64)
+        )
 
     def map(self, sources: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Mixture labels of a batch's ``labels`` from ``sources`` (vectorised)."""
@@ -62,13 +72,16 @@ def label_space(class_lists: Sequence[Sequence[str]], mode: "LabelMode | str" = 
         return LabelSpace(tuple(lists[0]) if lists else (), None)
     for i, cl in enumerate(lists):
         if not cl:
-            raise ValueError(f"source {i} has no class names (its manifest lists no classes), so its labels cannot join the mixture's")
+            raise ValueError(
+                f"source {i} has no class names (its manifest lists no classes), so its labels cannot join the mixture's"
+            )
     if mode is LabelMode.MERGED:
         union = sorted(set().union(*map(set, class_lists))) if class_lists else []
         index = {c: i for i, c in enumerate(union)}
         return LabelSpace(tuple(union), tuple(np.array([index[c] for c in cl], np.int64) for cl in class_lists))
-    names, tables, base = [], [], 0
-    for i, cl in enumerate(class_lists):
+    names: list[str] = []
+    tables, base = [], 0
+    for i, cl in enumerate(lists):
         names += [f"{i}/{c}" for c in cl]
         tables.append(np.arange(base, base + len(cl), dtype=np.int64))
         base += len(cl)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from shardkit.errors import ShardkitError
 
@@ -39,13 +40,17 @@ class Source:
                 continue
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"source {self.url!r}: {name} must be a finite number >= 0, got {v!r}")
-            object.__setattr__(self, name, int(v) if isinstance(v, numbers.Integral) else float(v))  # plain, JSON-friendly
+            object.__setattr__(
+                self, name, int(v) if isinstance(v, numbers.Integral) else float(v)
+            )  # plain, JSON-friendly
         if self.choose is not None:
             if isinstance(self.choose, bool) or not isinstance(self.choose, numbers.Integral) or self.choose < 1:
                 raise ValueError(f"source {self.url!r}: choose must be an integer >= 1, got {self.choose!r}")
             object.__setattr__(self, "choose", int(self.choose))
         if len(self.given) > 1:
-            raise ValueError(f"source {self.url!r}: give one of weight, repeat or choose, not {' and '.join(self.given)}")
+            raise ValueError(
+                f"source {self.url!r}: give one of weight, repeat or choose, not {' and '.join(self.given)}"
+            )
 
     @property
     def given(self) -> tuple[str, ...]:
@@ -57,7 +62,9 @@ class Source:
         return {n: getattr(self, n) for n in ("weight", "repeat", "choose")}
 
 
-def as_sources(sources: "str | os.PathLike[str] | Source | Sequence[str | os.PathLike[str] | Source]") -> tuple[Source, ...]:
+def as_sources(
+    sources: "str | os.PathLike[str] | Source | Sequence[str | os.PathLike[str] | Source]",
+) -> tuple[Source, ...]:
     """Normalise ``load``'s first argument: a URL (or path) or :class:`Source`, or a list of them.
 
     Raises:
@@ -65,7 +72,7 @@ def as_sources(sources: "str | os.PathLike[str] | Source | Sequence[str | os.Pat
         ValueError: see :func:`check_specs`.
     """
     one = (str, os.PathLike, Source)
-    items = [sources] if isinstance(sources, one) else list(sources)  # type: ignore[arg-type]
+    items = [sources] if isinstance(sources, one) else list(sources)
     for s in items:
         if not isinstance(s, one):
             raise TypeError(f"a mixture's sources are URLs or shardkit.Source objects, not {type(s).__name__}")
@@ -81,7 +88,9 @@ def check_specs(sources: Sequence[Source]) -> None:
     if len(sources) > 1:
         for i, s in enumerate(sources):
             if not s.given:
-                raise ValueError(f"source {i} ({s.url!r}): give one of weight=, repeat= or choose= (only a lone source may omit them)")
+                raise ValueError(
+                    f"source {i} ({s.url!r}): give one of weight=, repeat= or choose= (only a lone source may omit them)"
+                )
     weights = [s.weight for s in sources if s.weight is not None]
     if weights and not any(weights):
         raise ValueError("all weights are 0: give at least one source a positive weight")
@@ -115,12 +124,16 @@ def check_data(sources: Sequence[Source], data: Sequence[SourceData]) -> None:
     for i, d in enumerate(data):
         if d.identity in seen:
             j = seen[d.identity]
-            raise ShardkitError(f"sources {j} ({data[j].url}) and {i} ({d.url}) are the same split; list it once (use repeat= to oversample it)")
+            raise ShardkitError(
+                f"sources {j} ({data[j].url}) and {i} ({d.url}) are the same split; list it once (use repeat= to oversample it)"
+            )
         seen[d.identity] = i
     for i, d in enumerate(data[1:], 1):
         if dict(d.image) != dict(data[0].image):
-            raise ShardkitError(f"source {i} ({d.url}) was converted with image options {dict(d.image)}, source 0 ({data[0].url}) with "
-                                f"{dict(data[0].image)}; convert both with the same --short-side/--max-side")
+            raise ShardkitError(
+                f"source {i} ({d.url}) was converted with image options {dict(d.image)}, source 0 ({data[0].url}) with "
+                f"{dict(data[0].image)}; convert both with the same --short-side/--max-side"
+            )
 
 
 def exact(v: "float | int") -> Fraction:

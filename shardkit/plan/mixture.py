@@ -1,7 +1,7 @@
 """Weighted mixtures of several datasets: what each source contributes to each epoch.
 
 Pure functions of (sources' shard sizes, specs, seed, epoch); no data is touched.
-:mod:`shardkit.plan.mixplan` interleaves the sources and splits the mixed epoch over
+:mod:`shardkit.plan.epoch` interleaves the sources and splits the mixed epoch over
 ranks and workers.
 
 The model:
@@ -21,7 +21,7 @@ The model:
      sources the epoch size is the sum of the counts (fractional repeats make it vary by
      a sample or so from epoch to epoch).
 3. **Selection** (:func:`selection`): every source has an infinite stream, pass after
-   pass, each pass its shards in a seeded order (:meth:`shardkit.plan.epoch.Stream.full_epoch`
+   pass, each pass its shards in a seeded order (:meth:`shardkit.plan.stream.Stream.full_epoch`
    with the source's seed). Epoch ``e`` takes the next ``count`` samples of that stream,
    right after those of the earlier epochs: sampling without replacement across epochs,
    read as contiguous runs inside shards. Source 0's seed is the loader seed, so a
@@ -41,13 +41,13 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
 from shardkit.errors import ShardkitError
-from shardkit.plan.epoch import Stream, fingerprint
 from shardkit.plan.member import Source, check_specs, exact
+from shardkit.plan.stream import Sizes, Stream, sizes_fingerprint
 
 #: per-source seeds: source ``i`` shuffles its passes with ``seed + i * _SOURCE_STRIDE``
 _SOURCE_STRIDE = 0x9E3779B9
@@ -80,14 +80,24 @@ class Mixture:
             raise ValueError(f"{len(self.sources)} sources but {len(sizes)} shard size lists")
         object.__setattr__(self, "shard_sizes", sizes)
         n = len(sizes)
-        object.__setattr__(self, "offsets", tuple(int(v) for v in self.offsets) if self.offsets is not None else (0,) * n)
-        object.__setattr__(self, "seed_keys", tuple(int(v) for v in self.seed_keys) if self.seed_keys is not None else tuple(range(n)))
+        object.__setattr__(
+            self, "offsets", tuple(int(v) for v in self.offsets) if self.offsets is not None else (0,) * n
+        )
+        object.__setattr__(
+            self, "seed_keys", tuple(int(v) for v in self.seed_keys) if self.seed_keys is not None else tuple(range(n))
+        )
         if len(self.offsets) != n or len(self.seed_keys) != n or self.first_epoch < 0:  # type: ignore[arg-type]
             raise ValueError("offsets and seed_keys need one entry per source, first_epoch >= 0")
         if self.epoch_size is not None:
-            if isinstance(self.epoch_size, bool) or not isinstance(self.epoch_size, numbers.Integral) or self.epoch_size < 1:
-                raise ValueError(f"epoch_size must be an integer >= 1 (samples per epoch of a weighted mixture) or None "
-                                 f"(the sum of the sources' sizes), got {type(self.epoch_size).__name__} {self.epoch_size!r}")
+            if (
+                isinstance(self.epoch_size, bool)
+                or not isinstance(self.epoch_size, numbers.Integral)
+                or self.epoch_size < 1
+            ):
+                raise ValueError(
+                    f"epoch_size must be an integer >= 1 (samples per epoch of a weighted mixture) or None "
+                    f"(the sum of the sources' sizes), got {type(self.epoch_size).__name__} {self.epoch_size!r}"
+                )
             object.__setattr__(self, "epoch_size", int(self.epoch_size))
             if all(s.weight is None for s in self.sources):
                 raise ValueError("epoch_size applies to weighted sources; repeat= and choose= fix their own counts")
@@ -97,16 +107,25 @@ class Mixture:
         object.__setattr__(self, "shard_base", np.concatenate([[0], np.cumsum(nshards)]).astype(np.int64))
         object.__setattr__(self, "gid_base", np.concatenate([[0], np.cumsum(totals)]).astype(np.int64))
         flat = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
-        object.__setattr__(self, "shard_offsets", np.concatenate([[0], np.cumsum(flat)[:-1]]).astype(np.int64) if len(flat) else flat)
+        object.__setattr__(
+            self, "shard_offsets", np.concatenate([[0], np.cumsum(flat)[:-1]]).astype(np.int64) if len(flat) else flat
+        )
         for i, (s, n) in enumerate(zip(self.sources, totals)):
             if n == 0 and len(self.sources) > 1:
-                raise ShardkitError(f"source {i} ({s.url}) has no samples; convert it again or leave it out of the mixture")
+                raise ShardkitError(
+                    f"source {i} ({s.url}) has no samples; convert it again or leave it out of the mixture"
+                )
         if any(s.weight is not None for s in self.sources):  # the repeat/choose counts must fit every epoch
-            most = sum(math.ceil(exact(s.repeat) * n) if s.repeat is not None else (s.choose or 0) for s, n in zip(self.sources, totals.tolist()))
+            most = sum(
+                math.ceil(exact(s.repeat) * n) if s.repeat is not None else (s.choose or 0)
+                for s, n in zip(self.sources, totals.tolist())
+            )
             total = self.epoch_size if self.epoch_size is not None else int(totals.sum())
             if most > total:
-                raise ValueError(f"repeat/choose sources take up to {most} samples per epoch, more than the epoch size {total}; "
-                                 "raise epoch_size or lower them")
+                raise ValueError(
+                    f"repeat/choose sources take up to {most} samples per epoch, more than the epoch size {total}; "
+                    "raise epoch_size or lower them"
+                )
 
     sizes: np.ndarray = field(init=False, repr=False)  #: samples per source
     shard_base: np.ndarray = field(init=False, repr=False)  #: first mixture shard index of each source (+ total)
@@ -139,8 +158,10 @@ class Mixture:
         total = self.epoch_size if self.epoch_size is not None else int(self.sizes.sum())
         seats = total - int(fixed.sum())
         if seats < 0:
-            raise ValueError(f"repeat/choose sources take {int(fixed.sum())} samples of epoch {epoch}, more than the epoch size {total}; "
-                             "raise epoch_size or lower them")
+            raise ValueError(
+                f"repeat/choose sources take {int(fixed.sum())} samples of epoch {epoch}, more than the epoch size {total}; "
+                "raise epoch_size or lower them"
+            )
         wsum = sum(v for _, v in w)
         quotas = [seats * v / wsum for _, v in w]
         floors = [math.floor(q) for q in quotas]
@@ -174,8 +195,8 @@ class Mixture:
         """This mixture from ``epoch`` on, after ``previous`` until then: a source of both (same
         shard sizes) continues its stream where ``previous`` left it, with the same seed."""
         ends = previous.starts(epoch)
-        mine = [fingerprint(s) for s in self.shard_sizes]
-        theirs = [fingerprint(s) for s in previous.shard_sizes]
+        mine = [sizes_fingerprint(s) for s in self.shard_sizes]
+        theirs = [sizes_fingerprint(s) for s in previous.shard_sizes]
         offsets, keys, used = [], [], set()
         fresh = max(previous.seed_keys) + 1  # type: ignore[arg-type]
         for fp in mine:
@@ -194,8 +215,10 @@ class Mixture:
         """JSON-friendly identity of the mixture (data fingerprints and specs), for state dicts."""
         return {
             "epoch_size": self.epoch_size,
-            "sources": [{"fingerprint": fingerprint(s), "samples": int(n), **src.spec()}
-                        for s, n, src in zip(self.shard_sizes, self.sizes, self.sources)],
+            "sources": [
+                {"fingerprint": sizes_fingerprint(s), "samples": int(n), **src.spec()}
+                for s, n, src in zip(self.shard_sizes, self.sizes, self.sources)
+            ],
             "first_epoch": self.first_epoch,
             "offsets": list(self.offsets),  # type: ignore[arg-type]
             "seed_keys": list(self.seed_keys),  # type: ignore[arg-type]
@@ -203,8 +226,14 @@ class Mixture:
 
     def with_history(self, saved: dict[str, Any]) -> "Mixture":
         """This mixture with the era bookkeeping (first epoch, offsets, seeds) of a saved :meth:`describe`."""
-        return Mixture(self.sources, self.shard_sizes, self.epoch_size, int(saved.get("first_epoch", 0)),
-                       tuple(saved.get("offsets") or (0,) * len(self.sources)), tuple(saved.get("seed_keys") or range(len(self.sources))))
+        return Mixture(
+            self.sources,
+            self.shard_sizes,
+            self.epoch_size,
+            int(saved.get("first_epoch", 0)),
+            tuple(saved.get("offsets") or (0,) * len(self.sources)),
+            tuple(saved.get("seed_keys") or range(len(self.sources))),
+        )
 
 
 def source_seed(seed: int, source: int) -> int:
@@ -212,9 +241,9 @@ def source_seed(seed: int, source: int) -> int:
     return seed + source * _SOURCE_STRIDE
 
 
-def selection(shard_sizes: Sequence[int], *, seed: int, start: int, count: int, shuffle: bool = True) -> Stream:
+def selection(shard_sizes: Sizes, *, seed: int, start: int, count: int, shuffle: bool = True) -> Stream:
     """Samples ``[start, start + count)`` of a source's infinite stream (pass after pass, shards in a
-    per-pass seeded order) as a :class:`~shardkit.plan.epoch.Stream` in the source's own sample ids."""
+    per-pass seeded order) as a :class:`~shardkit.plan.stream.Stream` in the source's own sample ids."""
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     n = int(sizes.sum())
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
@@ -240,8 +269,16 @@ def source_epochs(mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = Tr
     starts, counts = mixture.starts(epoch), mixture.counts(epoch)
     out = []
     for i, key in enumerate(mixture.seed_keys):  # type: ignore[arg-type]
-        local = selection(mixture.shard_sizes[i], seed=source_seed(seed, key), start=int(starts[i]), count=int(counts[i]), shuffle=shuffle)
-        out.append(Stream(local.run_shard + mixture.shard_base[i], local.run_start, local.run_stop, mixture.shard_offsets))
+        local = selection(
+            mixture.shard_sizes[i],
+            seed=source_seed(seed, key),
+            start=int(starts[i]),
+            count=int(counts[i]),
+            shuffle=shuffle,
+        )
+        out.append(
+            Stream(local.run_shard + mixture.shard_base[i], local.run_start, local.run_stop, mixture.shard_offsets)
+        )
     return tuple(out)
 
 

@@ -3,21 +3,12 @@
 :class:`Position` is what :class:`shardkit.ShardLoader` owns and replaces (never
 changes): advanced per batch handed out, moved to the next epoch when a pass ends,
 replaced by ``set_epoch``/``load_state_dict``, and handed one way to the workers when
-an iteration starts. :mod:`shardkit.plan.epoch` turns it into what each worker reads.
+an iteration starts. with the mixture that plans its epoch, :mod:`shardkit.plan.epoch` turns it into what each worker reads.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
-from typing import Sequence
-
-import numpy as np
-
-
-def fingerprint(shard_sizes: Sequence[int]) -> str:
-    """A short hash of the shard sizes, to refuse resuming on a different dataset."""
-    return hashlib.sha256(np.asarray(shard_sizes, dtype=np.int64).tobytes()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -48,7 +39,9 @@ class Position:
 
     def __post_init__(self) -> None:
         if self.epoch < 0 or self.batches_done < 0 or self.size < 0:
-            raise ValueError(f"epoch, batches_done and size must be >= 0, got {self.epoch}, {self.batches_done}, {self.size}")
+            raise ValueError(
+                f"epoch, batches_done and size must be >= 0, got {self.epoch}, {self.batches_done}, {self.size}"
+            )
         object.__setattr__(self, "history", tuple(self.history))
 
     def advanced(self, batches: int = 1) -> "Position":

@@ -1,13 +1,49 @@
-"""Resuming a state saved with one mixture: refuse another mixture, or (``allow_remix``) switch at the next epoch."""
+"""Resuming a state saved with one mixture: refuse another mixture, or (``allow_remix``) switch at the next epoch.
+
+:class:`Schedule` is the outcome, one immutable value: which mixture plans each epoch.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
+
 from shardkit.errors import ShardkitError
-from shardkit.plan.epoch import fingerprint
 from shardkit.plan.member import Source
 from shardkit.plan.mixture import Mixture
+from shardkit.plan.stream import sizes_fingerprint
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """Which mixture plans each epoch: ``mixture``, except the epoch a remixed state finishes with the saved one.
+
+    Attributes:
+        mixture: plans every epoch (after a remix: from the switch on).
+        finishing: ``(epoch, mixture)``: that epoch is finished with the saved mixture (None: no switch pending).
+    """
+
+    mixture: Mixture
+    finishing: Optional[tuple[int, Mixture]] = None
+
+    @classmethod
+    def switching(cls, now: Mixture, later: Mixture, epoch: int) -> "Schedule":
+        """``epoch`` planned with ``now``, the epochs after it with ``later`` (:func:`resume_mixtures`' pair)."""
+        return cls(later, None if now is later else (epoch, now))
+
+    def mixture_for(self, epoch: int) -> Mixture:
+        """The mixture that plans ``epoch``."""
+        if self.finishing is not None and self.finishing[0] == epoch:
+            return self.finishing[1]
+        return self.mixture
+
+    def plans_like(self, other: "Schedule", epoch: int) -> bool:
+        """Whether ``other`` plans ``epoch`` and the epochs after it with the same mixtures (by :meth:`Mixture.describe`)."""
+        return [m.describe() for m in (self.mixture, self.mixture_for(epoch))] == [
+            m.describe() for m in (other.mixture, other.mixture_for(epoch))
+        ]
 
 
 def mixture_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -27,8 +63,15 @@ def mixture_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return out
 
 
-def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, mid_epoch: bool, allow_remix: bool = False,
-                    saved_next: Optional[dict[str, Any]] = None) -> tuple[Mixture, Mixture]:
+def resume_mixtures(
+    saved: dict[str, Any],
+    current: Mixture,
+    epoch: int,
+    *,
+    mid_epoch: bool,
+    allow_remix: bool = False,
+    saved_next: Optional[dict[str, Any]] = None,
+) -> tuple[Mixture, Mixture]:
     """The mixtures to plan with after loading a state saved in ``epoch`` with mixture ``saved``:
     ``(for the rest of epoch, from epoch + 1 on)``.
 
@@ -59,17 +102,26 @@ def resume_mixtures(saved: dict[str, Any], current: Mixture, epoch: int, *, mid_
 
 def _saved_mixture(saved: dict[str, Any], current: Mixture, epoch: int, mid_epoch: bool) -> Mixture:
     """The mixture ``saved`` describes, its sources found among ``current``'s by their shard sizes."""
-    by_fp = {fingerprint(s): (src, s) for src, s in zip(current.sources, current.shard_sizes)}
-    srcs, sizes = [], []
+    by_fp = {sizes_fingerprint(s): (src, s) for src, s in zip(current.sources, current.shard_sizes)}
+    srcs, sizes = [], []  # type: list[Source], list[np.ndarray]
     for i, d in enumerate(saved["sources"]):
         src, s = by_fp.get(d["fingerprint"], (None, None))
         if src is None and mid_epoch:
-            raise ShardkitError(f"saved mixture's source {i} is not among the current sources, so epoch {epoch} cannot finish as saved; "
-                                f"add it back, or start the new mixture now with set_epoch({epoch + 1})")
+            raise ShardkitError(
+                f"saved mixture's source {i} is not among the current sources, so epoch {epoch} cannot finish as saved; "
+                f"add it back, or start the new mixture now with set_epoch({epoch + 1})"
+            )
         # a source that is gone only counts (its size shares out the weighted seats): one placeholder shard
-        srcs.append(Source(src.url if src else f"<saved source {i}>", weight=d.get("weight"), repeat=d.get("repeat"), choose=d.get("choose"),
-                           storage_options=src.storage_options if src else None))
-        sizes.append(s if s is not None else [int(d["samples"])])
+        srcs.append(
+            Source(
+                src.url if src else f"<saved source {i}>",
+                weight=d.get("weight"),
+                repeat=d.get("repeat"),
+                choose=d.get("choose"),
+                storage_options=src.storage_options if src else None,
+            )
+        )
+        sizes.append(s if s is not None else np.array([int(d["samples"])], np.int64))
     return Mixture(tuple(srcs), tuple(sizes), saved.get("epoch_size")).with_history(saved)
 
 
@@ -81,6 +133,8 @@ def check_remix(saved: dict[str, Any], current: dict[str, Any], *, allow_remix: 
     """
     diff = mixture_diff(saved, current)
     if diff and not allow_remix:
-        raise ShardkitError(f"loader state was saved with another mixture ({'; '.join(diff)}); resume with the same sources, "
-                            "or pass allow_remix=True to finish this epoch as saved and switch at the next epoch")
+        raise ShardkitError(
+            f"loader state was saved with another mixture ({'; '.join(diff)}); resume with the same sources, "
+            "or pass allow_remix=True to finish this epoch as saved and switch at the next epoch"
+        )
     return bool(diff)

@@ -1,4 +1,4 @@
-"""Mutants of planning and elastic resume (``shardkit/plan/epoch.py``, ``shardkit/plan/mixplan.py``), the sample-index
+"""Mutants of planning and elastic resume (``shardkit/plan/epoch.py``, ``shardkit/plan/split.py``), the sample-index
 fallback and range reads (``shardkit/loader/read.py``, ``shardkit/format/index.py``) and device decode
 (``shardkit/loader/decode/device.py``). Issue 21, area "plan"."""
 
@@ -22,29 +22,31 @@ GOING_BACK = "tests/test_index_fallback.py::test_ids_going_back_in_a_shard_read_
 DEV = "tests/test_devicedecode_train.py::test_train_crops_and_flips_stay_with_their_samples_after_a_dropped_one"
 
 MUTANTS = [
-    # ------------------------------------------------------------------ shardkit/plan/epoch.py
+    # ------------------------------------------------------------------ the one planner (shardkit/plan/epoch.py, split.py):
+    # a single dataset given as a plain stream (ORACLE) -- the same bugs as the one-source mixture's below, planted
+    # where the single-dataset planner had them before it became the one-source mixture
     {
         "id": "plan-padding-seen-does-not-count",
         "row": ROW_ELASTIC,
-        "file": "shardkit/plan/epoch.py",
-        "old": "seen[np.flatnonzero(seen_virtual) % n] = True",
-        "new": "seen[np.flatnonzero(seen_virtual[:n])] = True",
+        "file": "shardkit/plan/split.py",
+        "old": "        out[: min(n, size - a)] |= cov[a : a + n]\n",
+        "new": "        pass\n",
         "tests": [PADDING_FIRST],
     },
     {
         "id": "plan-partly-emitted-block-forgotten",
         "row": ROW_ELASTIC,
         "file": "shardkit/plan/epoch.py",
-        "old": "for i in np.flatnonzero(skip > prefix):",
-        "new": "for i in np.flatnonzero(skip > skip):",
+        "old": "for i in np.flatnonzero(whole < skip).tolist():",
+        "new": "for i in np.flatnonzero(whole < whole).tolist():",
         "tests": [CHAIN, ORACLE],
     },
     {
         "id": "plan-second-replan-reuses-generation-0",
         "row": ROW_ELASTIC,
         "file": "shardkit/plan/epoch.py",
-        "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen)",
-        "new": "epoch=epoch, batches_done=seg.batches_done, generation=0)",
+        "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen\n",
+        "new": "epoch=epoch, batches_done=seg.batches_done, generation=0\n",
         "tests": [GRID, ORACLE],
     },
     {
@@ -67,39 +69,39 @@ MUTANTS = [
         "id": "plan-padding-repeats-the-last-sample",
         "row": ROW_ONCE,
         "file": "shardkit/plan/epoch.py",
-        "old": "gids = stream.global_ids_at(positions % n) if n else positions",
-        "new": "gids = stream.global_ids_at(np.minimum(positions, n - 1)) if n else positions",
+        "old": "        a = p % n\n",
+        "new": "        a = min(p, n - 1)\n",
         "tests": [EVERY_STEP, ORACLE],
     },
     {
         "id": "plan-resume-inside-block-reordered",
         "row": ROW_RESUME,
         "file": "shardkit/plan/epoch.py",
-        "old": "            perm = np.searchsorted(keep, rest)\n",
-        "new": "            perm = np.arange(len(rest))\n",
+        "old": "s, g, order = s[keep], g[keep], np.searchsorted(keep, rest)",
+        "new": "s, g, order = s[keep], g[keep], np.arange(len(rest))",
         "tests": [EVERY_STEP, ORACLE],
     },
-    # ------------------------------------------------------------------ shardkit/plan/mixplan.py (the loader's planner)
+    # ------------------------------------------------------------------ the one planner, as the loader uses it (mixtures, one source)
     {
         "id": "mix-padding-in-whole-blocks-not-seen",
         "row": ROW_ELASTIC,
-        "file": "shardkit/plan/mixplan.py",
-        "old": "seen = _covered(n, starts, starts + whole)",
-        "new": "seen = _covered(n, starts, np.minimum(starts + whole, n))",
+        "file": "shardkit/plan/epoch.py",
+        "old": "seen = covered(n, starts, starts + whole)",
+        "new": "seen = covered(n, starts, np.minimum(starts + whole, n))",
         "tests": [PADDING_FIRST, CHAIN, ORACLE_ONE],
     },
     {
         "id": "mix-second-replan-reuses-generation-0",
         "row": ROW_ELASTIC,
-        "file": "shardkit/plan/mixplan.py",
-        "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen)",
-        "new": "epoch=epoch, batches_done=seg.batches_done, generation=0)",
+        "file": "shardkit/plan/epoch.py",
+        "old": "epoch=epoch, batches_done=seg.batches_done, generation=gen\n",
+        "new": "epoch=epoch, batches_done=seg.batches_done, generation=0\n",
         "tests": [GRID, ORACLE_ONE],
     },
     {
         "id": "mix-partial-block-of-the-wrong-reader",
         "row": ROW_ELASTIC,
-        "file": "shardkit/plan/mixplan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "world = World(i // num_workers, world_size, i % num_workers, num_workers)",
         "new": "world = World(i % world_size, world_size, i % num_workers, num_workers)",
         "tests": [GRID, ORACLE_ONE],
@@ -107,7 +109,7 @@ MUTANTS = [
     {
         "id": "mix-partial-block-emission-off-by-one",
         "row": ROW_ELASTIC,
-        "file": "shardkit/plan/mixplan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "seen[(c0 + b0 + order[: int(skip[i]) - b0]) % n] = True",
         "new": "seen[(c0 + b0 + order[: int(skip[i]) - b0 - 1]) % n] = True",
         "tests": [CHAIN, ORACLE_ONE],
@@ -115,7 +117,7 @@ MUTANTS = [
     {
         "id": "mix-resume-inside-block-reordered",
         "row": ROW_RESUME,
-        "file": "shardkit/plan/mixplan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "s, g, order = s[keep], g[keep], np.searchsorted(keep, rest)",
         "new": "s, g, order = s[keep], g[keep], np.arange(len(rest))",
         "tests": [EVERY_STEP, ORACLE_ONE],
@@ -123,7 +125,7 @@ MUTANTS = [
     {
         "id": "mix-repeats-counted-by-id-not-position",
         "row": ROW_ELASTIC,
-        "file": "shardkit/plan/mixplan.py",
+        "file": "shardkit/plan/epoch.py",
         "old": "    keep = np.flatnonzero(assigned & ~seen)\n    return Explicit(",
         "new": "    seen |= np.isin(listed.gids, listed.gids[seen])\n    keep = np.flatnonzero(assigned & ~seen)\n    return Explicit(",
         "tests": [CHAIN_REPEATS, ORACLE_MIX],

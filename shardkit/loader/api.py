@@ -1,0 +1,86 @@
+"""``shardkit.load``: the one call most users need, with its common options as typed keywords.
+
+The common options are keywords of :func:`load` (an IDE and a type checker see them); every other
+option of :class:`~shardkit.loader.config.LoaderConfig` and its groups is still accepted flat through
+``**options`` (``shuffle_buffer=``, ``storage_options=``, ``hook=``...). A keyword left at ``None`` is not
+given: the value comes from ``config`` (or the defaults, each stated once, on its dataclass field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from shardkit.format.manifest import Manifest
+from shardkit.loader.config import DecodeOn, LoaderConfig, Preset, build_config
+from shardkit.loader.dataset import ShardDataset
+from shardkit.loader.loader import ShardLoader
+from shardkit.plan import LabelMode, Source
+
+
+def load(
+    url: "str | Manifest | Source | Sequence[str | Source]",
+    *,
+    batch_size: Optional[int] = None,
+    size: Optional[int] = None,
+    preset: "Preset | str | None" = None,
+    num_workers: Optional[int] = None,
+    seed: Optional[int] = None,
+    shuffle: Optional[bool] = None,
+    drop_last: Optional[bool] = None,
+    decode_on: "DecodeOn | str | None" = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    with_keys: bool = False,
+    with_source: bool = False,
+    epoch_size: Optional[int] = None,
+    labels: "LabelMode | str" = LabelMode.MERGED,
+    config: Optional[LoaderConfig] = None,
+    **options: Any,
+) -> ShardLoader:
+    """Stream a shardkit dataset (or a weighted mixture of several) as uint8 batches ready for the GPU.
+
+    Args:
+        url: the split directory (or its ``manifest.json``): local path, ``s3://``, ``gs://``,
+            ``http(s)://`` or any fsspec URL; or a list of :class:`shardkit.Source` (and URLs) to
+            mix, each with one of ``weight``/``repeat``/``choose`` (README "Mixing datasets").
+        batch_size: samples per batch (:class:`~shardkit.plan.ordering.PlanConfig`).
+        size: output height and width (:class:`~shardkit.loader.config.ImageConfig`).
+        preset: ``"train"`` (random resized crop + flip) or ``"eval"`` (resize + center crop).
+        num_workers: DataLoader worker processes, 0: the main process (:class:`~shardkit.loader.config.WorkerConfig`).
+        seed: seed of shard order, shuffle blocks and crops.
+        shuffle: shuffle shards and samples (False: manifest order, e.g. for evaluation).
+        drop_last: drop each rank's last partial batch.
+        decode_on: ``"worker"`` (workers decode) or ``"device"`` (the consumer decodes, e.g. on the GPU).
+        rank: this process's rank (with ``world_size``); default from ``torch.distributed``.
+        world_size: number of ranks.
+        with_keys: yield ``(images, labels, keys)``; a mixture's keys read ``"1/00000042"``.
+        with_source: also yield each sample's source index (int64 ``[B]``), last in the tuple.
+        epoch_size: a weighted mixture's samples per epoch (default: the sum of the sources' sizes).
+        labels: a mixture's classes ``"merged"`` by name (``loader.classes``) or kept apart ``"per_source"``.
+        config: a full :class:`~shardkit.loader.config.LoaderConfig`; the keywords and ``options`` given override it.
+        **options: any other option, flat: a field of :class:`~shardkit.plan.ordering.PlanConfig`
+            (``shuffle_buffer``, ``policy``...), :class:`~shardkit.loader.config.ImageConfig` (``resize_size``,
+            ``hook``, ``decoder``...), :class:`~shardkit.loader.config.SourceConfig` (``storage_options``,
+            ``cache_dir``...), :class:`~shardkit.loader.config.WorkerConfig` (``prefetch_factor``, ``timeout``...)
+            or :class:`~shardkit.loader.config.LoaderConfig` (``strict``, ``raw``, ``log_every_epoch``).
+
+    Each default is documented once, on its dataclass field (e.g. ``num_workers``: the CPUs available to
+    this process, at most 8); a keyword left at ``None`` keeps ``config``'s value.
+
+    Returns:
+        A :class:`~shardkit.loader.loader.ShardLoader`; ``len()`` is the number of batches per epoch on this rank.
+    """
+    common = {
+        "batch_size": batch_size,
+        "size": size,
+        "preset": preset,
+        "num_workers": num_workers,
+        "seed": seed,
+        "shuffle": shuffle,
+        "drop_last": drop_last,
+        "decode_on": decode_on,
+    }
+    cfg = build_config(config, {**{k: v for k, v in common.items() if v is not None}, **options})
+    ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, epoch_size=epoch_size, labels=labels)
+    return ShardLoader(ds, with_keys=with_keys, with_source=with_source)
