@@ -8,7 +8,7 @@ batch through the modules of this package is in the README ("How it works").
 from __future__ import annotations
 
 from shardkit.format import RawSample
-from shardkit.loader.batching import Batch
+from shardkit.loader.batchtypes import Batch, JpegBatch, PixelBatch, RawBatch
 from shardkit.loader.config import (
     DecodeOn,
     Decoder,
@@ -28,10 +28,13 @@ __all__ = [
     "DecodeOn",
     "Decoder",
     "ImageConfig",
+    "JpegBatch",
     "LoaderConfig",
     "LoaderStats",
     "MultiprocessingContext",
+    "PixelBatch",
     "Preset",
+    "RawBatch",
     "RawSample",
     "ShardDataset",
     "ShardLoader",

@@ -32,13 +32,13 @@ from torch.utils.data import DataLoader
 from shardkit import plan as mix
 from shardkit.errors import ShardkitError
 from shardkit.format.manifest import Manifest
-from shardkit.loader.batching import Batch, counters_like, decode_on_device
-from shardkit.loader.config import DecodeOn, LoaderConfig, build_config
+from shardkit.loader.config import LoaderConfig, build_config
 from shardkit.loader.dataset import ShardDataset
+from shardkit.loader.decode.strategies import Consumer
 from shardkit.loader.doctor import epoch_report
 from shardkit.loader.mixstate import mixture_state, resume_mixture
 from shardkit.loader.state import from_state, to_state
-from shardkit.loader.stats import Counters, LoaderStats, summarise
+from shardkit.loader.stats import LoaderStats, summarise
 from shardkit.loader.transport import Envelope, Ring, WorkerFailure, ring_slots
 from shardkit.loader.worker_death import dead_workers, death_message, reported_dead
 from shardkit.plan import LabelMode, Source
@@ -118,11 +118,12 @@ class ShardLoader:
     def _new_ring(self) -> None:
         """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
         c = self.config
-        if c.num_workers > 0 and not c.raw and c.reuse_buffers and c.image.decode_on is DecodeOn.WORKER:  # device: no pixels
+        strategy = self.dataset.strategy
+        if c.num_workers > 0 and c.reuse_buffers and strategy.uses_ring:  # raw samples, encoded JPEGs: no pixels
             # slots for the largest size seen so far: a smaller batch uses the start of its slot
             # (untouched pages cost no memory), so a progressive-resolution run keeps its slots
             self._ring_size = max(self._ring_size, c.image.size, self._position.size)
-            self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), c.batch_size * 3 * self._ring_size**2)
+            self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), strategy.slot_bytes(c.batch_size, self._ring_size))
         else:
             self._dl_dataset.ring = None
 
@@ -205,7 +206,7 @@ class ShardLoader:
         dl = self._dataloader()
         self.dataset.publish(self._position)  # the workers of this iteration read it when they start
         self._counters, self._wait, self._batches = {}, 0.0, 0
-        consumer = None  # decode_on="device": this process's own counts (skipped, decode_s), next to the workers'
+        strategy, consumer = self.dataset.strategy, self._consumer()
         self._t0 = time.perf_counter()
         it = iter(dl)
         while True:
@@ -230,21 +231,17 @@ class ShardLoader:
             self._counters[env.worker] = env.counters
             batch = env.batch
             del env
-            if batch.encoded is not None:  # decode_on="device": decoded here, before it counts as handed out
-                if consumer is None:
-                    consumer = counters_like(next(iter(self._counters.values())))  # the workers' layout
-                    self._counters[-1] = consumer.v
-                batch = self._decode_here(batch, consumer)
+            try:  # e.g. decode_on="device": decoded here, before it counts as handed out
+                batch = strategy.finish(batch, consumer)
+            except Exception:
+                self.close()  # e.g. strict=True: as a worker's DataError, the batch is not handed out
+                raise
             self._batches += 1
             self._position = self._position.advanced()  # a batch counts as consumed once handed out
             self._t1 = time.perf_counter()
             # A batch whose samples were all skipped (logged, counted) is still yielded, empty:
             # every rank must yield the same number of batches or DDP waits forever.
-            out: Any = batch.raw if self.config.raw else (batch.images, batch.labels)
-            if self.with_keys and not self.config.raw:
-                out = (batch.images, batch.labels, batch.keys)
-            if self.with_source and not self.config.raw:
-                out = (*out, torch.from_numpy(self.dataset.sources_of(batch.gids.numpy(), self._position.epoch)))
+            out = strategy.deliver(batch, with_keys=self.with_keys, sources=self._sources if self.with_source else None)
             yield out
             del out, batch  # the user's references alone decide when a batch's slot is released
         self._t1 = time.perf_counter()
@@ -253,18 +250,16 @@ class ShardLoader:
         self._position = self._position.next_epoch()  # a finished pass advances the epoch
         self.dataset.publish(self._position)
 
-    def _decode_here(self, batch: Batch, consumer: Counters) -> Batch:
-        """A ``decode_on="device"`` batch decoded on this iteration's device, counted in ``consumer``."""
-        epoch = self._position.epoch
+    def _consumer(self) -> Consumer:
+        """What this iteration's strategy may use to finish a batch here (device decoders, this process's counters)."""
+        epoch, device = self._position.epoch, self._decode_device
         mixture = len(self.dataset.sources) > 1
-        try:
-            return decode_on_device(
-                batch, self.device_decoder(self._decode_device, batch.encoded.size), strict=self.config.strict,
-                counters=consumer, source_of=(lambda g: self.dataset.sources_of(g, epoch)) if mixture else None,
-            )
-        except Exception:
-            self.close()  # e.g. strict=True: as a worker's DataError, the batch is not handed out
-            raise
+        return Consumer(lambda size: self.device_decoder(device, size), strict=self.config.strict, counters=self._counters,
+                        source_of=(lambda g: self.dataset.sources_of(g, epoch)) if mixture else None)
+
+    def _sources(self, batch: Any) -> torch.Tensor:
+        """Each sample's source index (``with_source=True``)."""
+        return torch.from_numpy(self.dataset.sources_of(batch.gids.numpy(), self._position.epoch))
 
     # ------------------------------------------------------------------ epochs and stats
 

@@ -8,7 +8,7 @@ the worker's plan, so a sample skipped as unreadable is counted against its sour
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -46,7 +46,4 @@ def mixture_batches(batches: Iterable[Batch], *, planned: np.ndarray, spec: MixS
         if spec.labels.tables is not None and len(src):
             labels = torch.from_numpy(spec.labels.map(src, batch.labels.numpy()))
         keys = qualify_keys(src.tolist(), batch.keys)
-        raw = batch.raw
-        if raw is not None:  # raw=True: the samples carry the mixture's label and key too
-            raw = [replace(r, key=k, label=int(v)) for r, k, v in zip(raw, keys, labels.tolist())]
-        yield replace(batch, labels=labels, keys=keys, raw=raw)
+        yield batch.relabelled(labels, keys)  # raw=True: the samples carry the mixture's label and key too

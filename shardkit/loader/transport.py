@@ -33,8 +33,10 @@ The epoch position goes the other way, main -> workers, through a
 :class:`PositionBox`: a small shared int64 tensor created with the dataset (so
 persistent workers, which hold a stale copy of everything else, see it too),
 written only by the main process while no iteration is starting, read by each
-worker once when its iteration starts. Batches carry data only (:class:`Batch`); the
-envelope also carries the worker id and its counters, for :class:`ShardLoader`.
+worker once when its iteration starts. Batches carry data only (:mod:`shardkit.loader.batchtypes`);
+the envelope also carries the worker id and its counters, for :class:`ShardLoader`. Only a
+:class:`~shardkit.loader.batchtypes.PixelBatch` made in a slot travels by its slot (its ``images``);
+every other batch (raw samples, encoded JPEGs, pixels in new memory) is pickled whole.
 Rings are found by id in a process-local registry of live rings, because
 ``DataLoader`` unpickles worker results inside its own machinery.
 """
@@ -52,7 +54,7 @@ import numpy as np
 import torch
 
 from shardkit.errors import ShardkitError
-from shardkit.loader.batching import Batch
+from shardkit.loader.batchtypes import Batch, PixelBatch
 from shardkit.loader.stats import Counters
 from shardkit.plan.position import Position, Segment
 
@@ -213,7 +215,7 @@ class Envelope:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         b = self.batch
-        if self.slot < 0:
+        if self.slot < 0 or not isinstance(b, PixelBatch):
             return _receive_unslotted, (b, self.worker, self.counters, self.ring)
         im = b.images
         offset = im.storage_offset() - self.slot_start
@@ -245,7 +247,7 @@ def _receive_slotted(ring_id: str, worker: int, slot: int, token: int, nbytes: i
     """Unpickled in the main process: lease the slot and view the batch in it."""
     view = _ring(ring_id).lease(worker, slot, token, nbytes)
     images = torch.from_numpy(view).as_strided(shape, stride, offset)
-    return Envelope(Batch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys), worker, counters)
+    return Envelope(PixelBatch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys), worker, counters)
 
 
 def _receive_unslotted(batch: Batch, worker: int, counters: np.ndarray, ring_id: str) -> Envelope:
@@ -292,6 +294,6 @@ def envelopes(batches: Iterable[Batch], *, worker: int, counters: Counters, writ
     """Last stage in a worker: wrap each batch with the worker id, a copy of its counters and its slot."""
     ring = writer.ring.id if writer is not None else ""
     for b in batches:
-        slot, token = writer.claim(b.images) if writer is not None else (-1, 0)
+        slot, token = writer.claim(b.images) if writer is not None and isinstance(b, PixelBatch) else (-1, 0)
         start = slot * writer.ring.slot_bytes if writer is not None and slot >= 0 else 0
         yield Envelope(b, worker, counters.v.copy(), ring, slot, token, start)
