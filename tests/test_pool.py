@@ -42,7 +42,7 @@ def check(batch, ref):
 
 
 def ring_of(loader):
-    return loader._dl_dataset.ring
+    return loader._pool.ring
 
 
 def test_the_batch_carries_data_only():

@@ -27,20 +27,17 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from shardkit import plan as mix
-from shardkit.errors import ShardkitError
 from shardkit.format.manifest import Manifest
 from shardkit.loader.config import LoaderConfig, build_config
 from shardkit.loader.dataset import ShardDataset
-from shardkit.loader.decode.strategies import Consumer
+from shardkit.loader.decode.strategies import Consumer, DeviceDecoders
 from shardkit.loader.doctor import epoch_report
 from shardkit.loader.mixstate import mixture_state, resume_mixture
 from shardkit.loader.state import from_state, to_state
 from shardkit.loader.stats import LoaderStats, summarise
-from shardkit.loader.transport import Envelope, Ring, WorkerFailure, ring_slots
-from shardkit.loader.worker_death import dead_workers, death_message, reported_dead
+from shardkit.loader.pool import WorkerPool
 from shardkit.plan import LabelMode, Source
 from shardkit.plan.epoch import RankSplit, rank_split
 from shardkit.plan.position import Position
@@ -75,57 +72,18 @@ class ShardLoader:
         self.config = dataset.config
         self.with_keys = with_keys
         self.with_source = with_source
-        self._dl: Optional[DataLoader] = None
+        self._pool = WorkerPool(dataset)  #: the DataLoader and its worker processes
         self._counters: dict[int, np.ndarray] = {}
         self._wait = 0.0
         self._t0 = 0.0
         self._t1 = 0.0
         self._batches = 0
-        self._device_decoders: dict[tuple[torch.device, int], Any] = {}  # decode_on="device": DeviceDecoder per (device, size)
+        self._device_decoders = DeviceDecoders(self.config.image)  # decode_on="device": one per (device, size)
         self._decode_device = torch.device("cpu")  # where the current iteration decodes decode_on="device" batches
         #: where the epoch stands: the one value state_dict/load_state_dict/set_epoch read and replace;
         #: advanced per batch handed out, published to the workers when an iteration starts
         self._position: Position = dataset.position
-        self._dl_dataset: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
-        self._ring_size = 0  # image size the current ring's slots hold
         self._stats_epoch = self._position.epoch  # the epoch :attr:`stats` counts
-
-    # ------------------------------------------------------------------ DataLoader
-
-    def _dataloader(self) -> DataLoader:
-        ds = self.dataset
-        if self._dl is not None and dead_workers(getattr(self._dl, "_iterator", None), wait_s=0):
-            self.close()  # a worker died (torch's SIGCHLD handler may have raised anywhere): start fresh ones
-        if self._dl is None:
-            c = self.config
-            nw = c.num_workers
-            persistent = (nw > 0) if c.persistent_workers is None else (c.persistent_workers and nw > 0)
-            kw: dict[str, Any] = {}
-            if nw > 0:
-                kw["prefetch_factor"] = c.prefetch_factor
-                kw["persistent_workers"] = persistent
-                if c.multiprocessing_context:
-                    kw["multiprocessing_context"] = c.multiprocessing_context.value
-                if c.timeout:
-                    kw["timeout"] = c.timeout
-            self._dl_dataset = ds.for_loader()  # private: only this DataLoader's workers see the ring
-            self._dl = DataLoader(self._dl_dataset, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
-            self._new_ring()
-        elif not self._dl.persistent_workers:
-            self._new_ring()  # every iteration starts new worker processes: a new ring for them
-        return self._dl
-
-    def _new_ring(self) -> None:
-        """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
-        c = self.config
-        strategy = self.dataset.strategy
-        if c.num_workers > 0 and c.reuse_buffers and strategy.uses_ring:  # raw samples, encoded JPEGs: no pixels
-            # slots for the largest size seen so far: a smaller batch uses the start of its slot
-            # (untouched pages cost no memory), so a progressive-resolution run keeps its slots
-            self._ring_size = max(self._ring_size, c.image.size, self._position.size)
-            self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), strategy.slot_bytes(c.batch_size, self._ring_size))
-        else:
-            self._dl_dataset.ring = None
 
     def __len__(self) -> int:
         """Batches this rank yields in the whole epoch the next ``iter()`` gives (the same on every rank).
@@ -160,13 +118,7 @@ class ShardLoader:
 
     def close(self) -> None:
         """Stop the worker processes now (persistent ones too); the loader stays usable (new workers on the next ``iter``)."""
-        dl, self._dl, self._dl_dataset = self._dl, None, None
-        it = getattr(dl, "_iterator", None) if dl is not None else None
-        if it is not None:
-            shutdown = getattr(it, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
-            dl._iterator = None  # type: ignore[union-attr]
+        self._pool.close()
 
     def __enter__(self) -> "ShardLoader":
         return self
@@ -189,44 +141,26 @@ class ShardLoader:
         except RuntimeError as exc:
             # torch's SIGCHLD watchdog raises "... is killed by signal" at any point of the main
             # thread (not only in next()): the same one-line story as a death seen in next()
-            dead = reported_dead(exc)
-            if not dead:
+            died = self._pool.died(exc)
+            if died is None:
                 raise
-            try:
-                self.close()
-            except RuntimeError:
-                pass
-            raise RuntimeError(death_message(dead, exc)) from exc
+            raise died from exc
 
     def _iterate(self) -> Iterator[Any]:
         # an epoch consumed by a loop that stopped after len() batches without asking for one
         # more (Lightning, zip, islice): this iteration is the next epoch, not an empty one
         self._position = self._upcoming()
         self._stats_epoch = self._position.epoch
-        dl = self._dataloader()
         self.dataset.publish(self._position)  # the workers of this iteration read it when they start
         self._counters, self._wait, self._batches = {}, 0.0, 0
         strategy, consumer = self.dataset.strategy, self._consumer()
         self._t0 = time.perf_counter()
-        it = iter(dl)
+        envelopes = self._pool.envelopes(self._position.size)
         while True:
             t = time.perf_counter()
-            try:
-                env: Envelope | WorkerFailure = next(it)
-            except StopIteration:
+            env = next(envelopes, None)
+            if env is None:
                 break
-            except BaseException as exc:
-                # A worker died or raised: its DataLoader (persistent workers included) cannot be
-                # reused; the next iter() starts fresh workers at the batches already handed out.
-                dead = (dead_workers(it) or reported_dead(exc)) if isinstance(exc, Exception) else []
-                self.close()
-                if dead and not isinstance(exc, ShardkitError):
-                    # e.g. ConnectionResetError while receiving a batch from a worker the OOM killer took
-                    raise RuntimeError(death_message(dead, exc)) from exc
-                raise
-            if isinstance(env, WorkerFailure):  # a worker's error, as one line (not DataLoader's traceback dump)
-                self.close()
-                raise env.exception() from None
             self._wait += time.perf_counter() - t
             self._counters[env.worker] = env.counters
             batch = env.batch
@@ -296,10 +230,7 @@ class ShardLoader:
         pos = up if epoch == up.epoch else up.started(epoch)
         if size is not None:
             pos = pos.resized(0 if size == self.config.image.size else size)
-            if self._dl is not None and self._dl.persistent_workers and self._ring_size and size > self._ring_size:
-                log.warning("shardkit: size %d is larger than the shared batch slots of the running workers (%d): batches go to new "
-                            "memory until the workers restart (loader.close()); pass the schedule's largest size to load(size=...)",
-                            size, self._ring_size)
+            self._pool.warn_if_slots_too_small(size)
         self._position = pos
 
     @property
@@ -316,14 +247,7 @@ class ShardLoader:
         """The :class:`~shardkit.loader.decode.device.DeviceDecoder` that decodes this loader's batches of output ``size``
         (0: the configured one) on ``device`` with ``decode_on="device"``; its ``stats`` count batched,
         fallback, retried and corrupt samples."""
-        from shardkit.loader.decode.backend import normalize_device
-        from shardkit.loader.decode.device import DeviceDecoder
-
-        image = self.config.image
-        key = (normalize_device(device), size or image.size)  # "cuda" and "cuda:0": one decoder
-        if key not in self._device_decoders:
-            self._device_decoders[key] = DeviceDecoder(image if key[1] == image.size else image.updated(size=key[1]), key[0])
-        return self._device_decoders[key]
+        return self._device_decoders.get(device, size)
 
     @property
     def epoch_info(self) -> "EpochInfo":
@@ -343,9 +267,7 @@ class ShardLoader:
         """One line about the current or last epoch: the share of it the loop waited for data, img/s,
         skipped samples, read retries and the slowest worker stage (``log_every_epoch=True`` logs it);
         with ``decode_on="device"``, where and by which library the batches were decoded."""
-        line = epoch_report(self._stats_epoch, self.stats)
-        decoders = {f"{dev} by {dec.backend}" for (dev, _), dec in self._device_decoders.items()}
-        return line + (f", decoded on {', '.join(sorted(decoders))}" if decoders else "")
+        return epoch_report(self._stats_epoch, self.stats) + self._device_decoders.where()
 
     # ------------------------------------------------------------------ state
 

@@ -20,7 +20,8 @@ from torch.utils.data import get_worker_info
 from shardkit import plan as mix
 from shardkit.loader.batching import BatchSpec, plain_alloc, planned_batches
 from shardkit.loader.mixing import MixSpec, mixture_batches
-from shardkit.loader.read import BlockReader, MixReader, indexed_shards, plan_blocks, read_blocks
+from shardkit.loader.blockreader import BlockReader, indexed_shards
+from shardkit.loader.read import MixReader, plan_blocks, read_blocks
 from shardkit.loader.stats import Counters
 from shardkit.loader.transport import envelopes, failures_as_items
 from shardkit.storage.opener import ShardOpener

@@ -182,8 +182,8 @@ MUTANTS = [
         "id": "worker-death-watchdog-message-not-parsed-for-several-pids",
         "row": ROW_WORKER_DEATH,
         "file": "shardkit/loader/worker_death.py",
-        "old": 'return [f"{pid.strip()} ({how})" for pid in m.group(1).split(",") if pid.strip()]',
-        "new": 'return [f"{m.group(1).strip()} ({how})"]',
+        "old": 'return [f"{pid.strip()} ({how})" for pid in pids.split(",") if pid.strip()]',
+        "new": 'return [f"{pids.strip()} ({how})"]',
         "tests": [f"{T}::test_a_dead_worker_is_named_with_its_signal"],
     },
     # ---------------------------------------------------------------- more decode (notes/issue-15.md)

@@ -28,6 +28,7 @@ from shardkit.format import RawSample
 from shardkit.loader.batching import BatchSpec, decode_batch, skip, skip_key
 from shardkit.loader.batchtypes import Batch, JpegBatch, Jpegs, PixelBatch, RawBatch
 from shardkit.loader.config import DecodeOn, ImageConfig, LoaderConfig
+from shardkit.loader.decode.backend import normalize_device
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
 from shardkit.loader.decode.worker import CropDecoder, Crops
 from shardkit.loader.stats import Counters
@@ -56,6 +57,34 @@ class Consumer:
             self._own.v = np.zeros_like(next(iter(self._all.values())))
             self._all[-1] = self._own.v
         return self._own
+
+
+class DeviceDecoders:
+    """The consumer's :class:`DeviceDecoder` per (device, output size), each made on first use.
+
+    Args:
+        image: the loader's image options (a decoder for another size gets them at that size).
+    """
+
+    def __init__(self, image: ImageConfig):
+        self.image = image
+        self._made: dict[tuple[torch.device, int], DeviceDecoder] = {}
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def get(self, device: "torch.device | str" = "cpu", size: int = 0) -> DeviceDecoder:
+        """The decoder of output ``size`` (0: the configured one) on ``device``."""
+        image = self.image
+        key = (normalize_device(device), size or image.size)  # "cuda" and "cuda:0": one decoder
+        if key not in self._made:
+            self._made[key] = DeviceDecoder(image if key[1] == image.size else image.updated(size=key[1]), key[0])
+        return self._made[key]
+
+    def where(self) -> str:
+        """``", decoded on cpu by torchvision"``: where and by which library batches were decoded ("" if nowhere)."""
+        decoders = {f"{dev} by {dec.backend}" for (dev, _), dec in self._made.items()}
+        return f", decoded on {', '.join(sorted(decoders))}" if decoders else ""
 
 
 class DecodeStrategy:
