@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional, Protocol
+from typing import Optional, Protocol
 
 import numpy as np
 import torch
@@ -74,11 +75,19 @@ class BatchSpec:
 class MakeBatch(Protocol):
     """A strategy's worker side: one planned batch's good samples -> the batch it sends."""
 
-    def make(self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float) -> Batch: ...
+    def make(
+        self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float
+    ) -> Batch: ...
 
 
-def planned_batches(samples: Iterable[RawSample], *, spec: BatchSpec, output: MakeBatch, decoder: Optional[CropDecoder],
-                    counters: Counters) -> Iterator[Batch]:
+def planned_batches(
+    samples: Iterable[RawSample],
+    *,
+    spec: BatchSpec,
+    output: MakeBatch,
+    decoder: Optional[CropDecoder],
+    counters: Counters,
+) -> Iterator[Batch]:
     """Stage 2: cut emissions into the planned batches, skip the samples that failed to read, ``output`` makes each batch."""
     it = iter(samples)
     for _ in range(spec.num_batches):
@@ -93,7 +102,9 @@ def planned_batches(samples: Iterable[RawSample], *, spec: BatchSpec, output: Ma
         yield output.make(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
 
 
-def decode_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: Optional[float] = None) -> PixelBatch:
+def decode_batch(
+    good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: Optional[float] = None
+) -> PixelBatch:
     """Decode ``good`` into one preallocated ``[n, 3, S, S]`` uint8 tensor; bad images are skipped.
 
     Headers first (no pixels; an unreadable or oversized one skips its sample), then
@@ -135,4 +146,3 @@ def decode_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder
     counters.add("samples", n)
     counters.add("batches", 1)
     return PixelBatch(images, labels, torch.from_numpy(gids_in[kept]), keys)
-

@@ -14,8 +14,9 @@ batch's images go through torch's shared-memory reducer (or the transport's ring
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar, Optional, TypeVar
+from typing import Any, ClassVar, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -58,7 +59,7 @@ class Batch:
 
 
 def _rebuild(cls: type, payload: tuple[Any, ...], labels: np.ndarray, gids: np.ndarray, keys: list[str]) -> Batch:
-    return cls(*payload, torch.from_numpy(labels), torch.from_numpy(gids), keys)  # type: ignore[no-any-return]
+    return cls(*payload, torch.from_numpy(labels), torch.from_numpy(gids), keys)
 
 
 @dataclass
@@ -167,4 +168,3 @@ class JpegBatch(Batch):
     def encoded(self) -> Jpegs:
         """:attr:`jpegs` (the field's name when one batch type had every mode's fields)."""
         return self.jpegs
-

@@ -14,7 +14,8 @@ from __future__ import annotations
 import io
 import logging
 import time
-from typing import IO, Optional, Sequence
+from collections.abc import Sequence
+from typing import IO, Optional
 
 import numpy as np
 
@@ -57,8 +58,17 @@ class BlockReader:
     #: sample indexes kept per reader (a worker's shards are read one after another)
     KEEP_INDEXES = 4
 
-    def __init__(self, urls: Sequence[str], nbytes: Sequence[int], shard_offsets: np.ndarray, opener: ShardOpener, counters: Counters,
-                 num_classes: Optional[int] = None, *, sha256: Optional[Sequence[str]] = None):
+    def __init__(
+        self,
+        urls: Sequence[str],
+        nbytes: Sequence[int],
+        shard_offsets: np.ndarray,
+        opener: ShardOpener,
+        counters: Counters,
+        num_classes: Optional[int] = None,
+        *,
+        sha256: Optional[Sequence[Optional[str]]] = None,
+    ):
         self.urls, self.nbytes, self.offsets = urls, nbytes, shard_offsets
         self.num_classes = num_classes
         self.opener, self.counters = opener, counters
@@ -99,7 +109,9 @@ class BlockReader:
     def _reader_for(self, shard: int, index: int) -> ShardReader:
         if self._reader is None or self._shard != shard or self._reader.index > index:
             self.close()
-            self._reader = ShardReader(self.opener.open(self.urls[shard], self.nbytes[shard]), self.urls[shard], num_classes=self.num_classes)
+            self._reader = ShardReader(
+                self.opener.open(self.urls[shard], self.nbytes[shard]), self.urls[shard], num_classes=self.num_classes
+            )
             self._shard = shard
         return self._reader
 
@@ -151,14 +163,19 @@ class BlockReader:
 
     def _index(self, shard: int) -> Optional[SampleIndex]:
         """The shard's sample index (loaded and checked once), None if the shard is read with the walk."""
-        if shard in self._walk_only or self.sha256[shard] is None:  # type: ignore[index]
+        sha = self.sha256[shard] if self.sha256 is not None else None
+        if shard in self._walk_only or sha is None:
             return None
         idx = self._indexes.pop(shard, None)
         if idx is None:
             url = self.urls[shard]
             try:
-                idx = load_index(url, shard_bytes=int(self.nbytes[shard]), shard_sha256=self.sha256[shard],  # type: ignore[index]
-                                 open_fn=lambda u: io.BytesIO(self.opener.fetch(u)))
+                idx = load_index(
+                    url,
+                    shard_bytes=int(self.nbytes[shard]),
+                    shard_sha256=sha,
+                    open_fn=lambda u: io.BytesIO(self.opener.fetch(u)),
+                )
             except IndexDamage as exc:
                 self._fall_back(shard, exc)
                 return None
@@ -192,18 +209,29 @@ class BlockReader:
         url, first = self.urls[shard], int(self.offsets[shard])
         local = gids - first
         if local[-1] >= len(idx):
-            self._fall_back(shard, f"{index_url(url)}: the index lists {len(idx)} samples, sample {int(local[-1])} was asked for")
+            self._fall_back(
+                shard, f"{index_url(url)}: the index lists {len(idx)} samples, sample {int(local[-1])} was asked for"
+            )
             return None
         runs = [0, *(np.flatnonzero(np.diff(local) != 1) + 1).tolist(), len(local)]
-        spans = [p for a, b in zip(runs[:-1], runs[1:]) for p in _pieces_of(idx, int(local[a]), int(local[b - 1]) + 1, self.MAX_RANGE_BYTES)]
-        starts = idx.starts.astype(np.int64)  # signed: a span may go back (a repeated source's next pass), uint64 would wrap
+        spans = [
+            p
+            for a, b in zip(runs[:-1], runs[1:])
+            for p in _pieces_of(idx, int(local[a]), int(local[b - 1]) + 1, self.MAX_RANGE_BYTES)
+        ]
+        # signed: a span may go back (a repeated source's next pass), uint64 would wrap
+        starts = idx.starts.astype(np.int64)
         out: list[RawSample] = []
         try:
             group = [spans[0]]
-            for span in spans[1:] + [None]:  # type: ignore[list-item]
+            ends: list[Optional[tuple[int, int]]] = [*spans[1:], None]
+            for span in ends:
                 # joined to the group: a span after the group's end (a hole of at most MAX_HOLE_BYTES), not one going back
-                if span is not None and 0 <= starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES \
-                        and starts[span[1]] - starts[group[0][0]] <= self.MAX_RANGE_BYTES:
+                if (
+                    span is not None
+                    and 0 <= starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES
+                    and starts[span[1]] - starts[group[0][0]] <= self.MAX_RANGE_BYTES
+                ):
                     group.append(span)
                     continue
                 lo, hi = idx.byte_range(group[0][0], group[-1][1])
@@ -212,7 +240,8 @@ class BlockReader:
                     a, b = idx.byte_range(i, j)
                     piece = data if (a, b) == (lo, hi) else data[a - lo : b - lo]
                     out.extend(idx.slice(piece, i, j, url=url, first_gid=first + i, num_classes=self.num_classes))
-                group = [span]
+                if span is not None:
+                    group = [span]
         except IndexMismatch as exc:
             self._close_ranged()
             self._fall_back(shard, exc)

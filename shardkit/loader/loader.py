@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional
 
-import numpy as np
 import torch
 
 from shardkit import plan as mix
@@ -35,9 +35,9 @@ from shardkit.loader.dataset import ShardDataset
 from shardkit.loader.decode.strategies import Consumer, DeviceDecoders
 from shardkit.loader.doctor import epoch_report
 from shardkit.loader.mixstate import mixture_state, resume_mixture
-from shardkit.loader.state import from_state, to_state
-from shardkit.loader.stats import LoaderStats, summarise
 from shardkit.loader.pool import WorkerPool
+from shardkit.loader.state import from_state, to_state
+from shardkit.loader.stats import EpochMeter, LoaderStats
 from shardkit.plan import LabelMode, Source
 from shardkit.plan.epoch import RankSplit, rank_split
 from shardkit.plan.position import Position
@@ -57,6 +57,7 @@ class EpochInfo(RankSplit):
     epoch: int
     batches_done: int
 
+
 class ShardLoader:
     """Iterable of ``(images uint8 [B,3,S,S], labels int64 [B])`` batches for this rank.
 
@@ -73,17 +74,12 @@ class ShardLoader:
         self.with_keys = with_keys
         self.with_source = with_source
         self._pool = WorkerPool(dataset)  #: the DataLoader and its worker processes
-        self._counters: dict[int, np.ndarray] = {}
-        self._wait = 0.0
-        self._t0 = 0.0
-        self._t1 = 0.0
-        self._batches = 0
         self._device_decoders = DeviceDecoders(self.config.image)  # decode_on="device": one per (device, size)
         self._decode_device = torch.device("cpu")  # where the current iteration decodes decode_on="device" batches
         #: where the epoch stands: the one value state_dict/load_state_dict/set_epoch read and replace;
         #: advanced per batch handed out, published to the workers when an iteration starts
         self._position: Position = dataset.position
-        self._stats_epoch = self._position.epoch  # the epoch :attr:`stats` counts
+        self._meter = EpochMeter(self._position.epoch)  # what :attr:`stats` reports
 
     def __len__(self) -> int:
         """Batches this rank yields in the whole epoch the next ``iter()`` gives (the same on every rank).
@@ -150,19 +146,18 @@ class ShardLoader:
         # an epoch consumed by a loop that stopped after len() batches without asking for one
         # more (Lightning, zip, islice): this iteration is the next epoch, not an empty one
         self._position = self._upcoming()
-        self._stats_epoch = self._position.epoch
         self.dataset.publish(self._position)  # the workers of this iteration read it when they start
-        self._counters, self._wait, self._batches = {}, 0.0, 0
-        strategy, consumer = self.dataset.strategy, self._consumer()
-        self._t0 = time.perf_counter()
+        meter, strategy = self._meter, self.dataset.strategy
+        meter.start(self._position.epoch)
+        consumer = self._consumer()
         envelopes = self._pool.envelopes(self._position.size)
         while True:
             t = time.perf_counter()
             env = next(envelopes, None)
             if env is None:
                 break
-            self._wait += time.perf_counter() - t
-            self._counters[env.worker] = env.counters
+            meter.wait_s += time.perf_counter() - t
+            meter.counters[env.worker] = env.counters
             batch = env.batch
             del env
             try:  # e.g. decode_on="device": decoded here, before it counts as handed out
@@ -170,15 +165,15 @@ class ShardLoader:
             except Exception:
                 self.close()  # e.g. strict=True: as a worker's DataError, the batch is not handed out
                 raise
-            self._batches += 1
+            meter.batches += 1
             self._position = self._position.advanced()  # a batch counts as consumed once handed out
-            self._t1 = time.perf_counter()
+            meter.t1 = time.perf_counter()
             # A batch whose samples were all skipped (logged, counted) is still yielded, empty:
             # every rank must yield the same number of batches or DDP waits forever.
             out = strategy.deliver(batch, with_keys=self.with_keys, sources=self._sources if self.with_source else None)
             yield out
             del out, batch  # the user's references alone decide when a batch's slot is released
-        self._t1 = time.perf_counter()
+        meter.t1 = time.perf_counter()
         if self.config.log_every_epoch:
             log.info("%s", self.report())
         self._position = self._position.next_epoch()  # a finished pass advances the epoch
@@ -188,8 +183,12 @@ class ShardLoader:
         """What this iteration's strategy may use to finish a batch here (device decoders, this process's counters)."""
         epoch, device = self._position.epoch, self._decode_device
         mixture = len(self.dataset.sources) > 1
-        return Consumer(lambda size: self.device_decoder(device, size), strict=self.config.strict, counters=self._counters,
-                        source_of=(lambda g: self.dataset.sources_of(g, epoch)) if mixture else None)
+        return Consumer(
+            lambda size: self.device_decoder(device, size),
+            strict=self.config.strict,
+            counters=self._meter.counters,
+            source_of=(lambda g: self.dataset.sources_of(g, epoch)) if mixture else None,
+        )
 
     def _sources(self, batch: Any) -> torch.Tensor:
         """Each sample's source index (``with_source=True``)."""
@@ -260,19 +259,18 @@ class ShardLoader:
     @property
     def stats(self) -> LoaderStats:
         """Counters of the current or last epoch (samples, skipped, bytes, time waiting...)."""
-        return summarise(self._counters.values(), batches=self._batches, wait_s=self._wait, elapsed_s=self._t1 - self._t0,
-                         num_sources=len(self.dataset.sources))
+        return self._meter.stats(len(self.dataset.sources))
 
     def report(self) -> str:
         """One line about the current or last epoch: the share of it the loop waited for data, img/s,
         skipped samples, read retries and the slowest worker stage (``log_every_epoch=True`` logs it);
         with ``decode_on="device"``, where and by which library the batches were decoded."""
-        return epoch_report(self._stats_epoch, self.stats) + self._device_decoders.where()
+        return epoch_report(self._meter.epoch, self.stats) + self._device_decoders.where()
 
     # ------------------------------------------------------------------ state
 
     def _topology(self) -> tuple[int, int]:
-        return self.dataset.world_size, max(1, self.config.num_workers)
+        return self.dataset.world_size, max(1, self.config.num_workers or 0)
 
     def state_dict(self) -> dict[str, Any]:
         """A plain dict with everything needed to continue this epoch exactly (put it in your checkpoint)."""
@@ -303,7 +301,9 @@ class ShardLoader:
         def num_batches(pos: Position, world_size: int) -> int:
             return rank_split(len(mix.epoch_stream(now, plan, pos.epoch, pos.history)), world_size, plan).num_batches
 
-        self._position = from_state(state, manifest=ds.manifest, plan=plan, world_size=ws, num_workers=nw, num_batches=num_batches)
+        self._position = from_state(
+            state, manifest=ds.manifest, plan=plan, world_size=ws, num_workers=nw, num_batches=num_batches
+        )
         old = [m.describe() for m in (ds.mixture, ds.mixture_for(self._position.epoch))]
         ds.remix(now, later, self._position.epoch)
         if [m.describe() for m in (ds.mixture, ds.mixture_for(self._position.epoch))] != old:

@@ -12,15 +12,16 @@ labels, keys and per-source counts (:mod:`shardkit.loader.mixing`) -> for
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 from torch.utils.data import get_worker_info
 
 from shardkit import plan as mix
 from shardkit.loader.batching import BatchSpec, plain_alloc, planned_batches
-from shardkit.loader.mixing import MixSpec, mixture_batches
 from shardkit.loader.blockreader import BlockReader, indexed_shards
+from shardkit.loader.mixing import MixSpec, mixture_batches
 from shardkit.loader.read import MixReader, plan_blocks, read_blocks
 from shardkit.loader.stats import Counters
 from shardkit.loader.transport import envelopes, failures_as_items
@@ -38,21 +39,35 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     world = ds.world()
     pos = ds.position  # read once: this iteration's plan
     epoch = pos.epoch
-    work = mix.worker_plan(ds.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history))
+    work = mix.worker_plan(
+        ds.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history)
+    )
     num_batches = -(-work.num_samples // cfg.batch_size)
     mixed = len(ds.sources) > 1
     counters = Counters(len(ds.sources) if mixed else 0)
     plan_mix = ds.mixture_for(epoch)
-    rows = ds._rows(plan_mix)  # the epoch's sources among the loader's (they differ only while a remix finishes an epoch)
+    # the epoch's sources among the loader's (they differ only while a remix finishes an epoch)
+    rows = ds._rows(plan_mix)
     urls, nbytes = ds.urls, ds.shard_bytes
     if not np.array_equal(rows, np.arange(len(ds.sources))):
         urls = [u for k in rows.tolist() for u in ds.manifests[k].shard_urls()]
         nbytes = [s.bytes for k in rows.tolist() for s in ds.manifests[k].shards]
-    sha = [h for k in rows.tolist() for h in (indexed_shards(ds.manifests[k], ds.manifests[k].shard_urls())
-                                              or [None] * len(ds.manifests[k].shards))]
+    sha: list[Optional[str]] = []
+    for m in (ds.manifests[k] for k in rows.tolist()):
+        sha += indexed_shards(m, m.shard_urls()) or [None] * len(m.shards)
     sha256 = None if all(h is None for h in sha) else sha  # sample indexes, per shard (None: that shard is walked)
-    readers = [BlockReader(urls, nbytes, plan_mix.shard_offsets, ShardOpener(ds._source_config(ds.sources[k])), counters,
-                           num_classes=len(ds.manifests[k].classes) or None, sha256=sha256) for k in rows.tolist()]
+    readers = [
+        BlockReader(
+            urls,
+            nbytes,
+            plan_mix.shard_offsets,
+            ShardOpener(ds._source_config(ds.sources[k])),
+            counters,
+            num_classes=len(ds.manifests[k].classes) or None,
+            sha256=sha256,
+        )
+        for k in rows.tolist()
+    ]
     reader = MixReader(readers, plan_mix.gid_base, counters, rows, len(ds.sources)) if mixed else readers[0]
     strategy = ds.strategy
     decoder = strategy.decoder(cfg.image.at_size(pos.size), cfg.seed)  # size: set_epoch(..., size=)

@@ -10,7 +10,8 @@ them. Every use of torch's DataLoader internals goes through :mod:`shardkit.comp
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any, Optional
 
 import torch
 from torch.utils.data import DataLoader
@@ -37,6 +38,7 @@ class WorkerPool:
         self._dl: Optional[DataLoader] = None
         self._copy: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
         self._ring_size = 0  # image size the current ring's slots hold
+        self._num_workers = self.config.num_workers or 0  # resolved by LoaderConfig (None: its default)
 
     @property
     def ring(self) -> Optional[Ring]:
@@ -53,7 +55,7 @@ class WorkerPool:
             self.close()  # a worker died (torch's SIGCHLD handler may have raised anywhere): start fresh ones
         if self._dl is None:
             c = self.config
-            nw = c.num_workers
+            nw = self._num_workers
             persistent = (nw > 0) if c.persistent_workers is None else (c.persistent_workers and nw > 0)
             kw: dict[str, Any] = {}
             if nw > 0:
@@ -64,7 +66,9 @@ class WorkerPool:
                 if c.timeout:
                     kw["timeout"] = c.timeout
             self._copy = self.dataset.for_loader()  # private: only this DataLoader's workers see the ring
-            self._dl = DataLoader(self._copy, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
+            self._dl = DataLoader(
+                self._copy, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw
+            )
             self._new_ring(size)
         elif not self._dl.persistent_workers:
             self._new_ring(size)  # every iteration starts new worker processes: a new ring for them
@@ -74,20 +78,25 @@ class WorkerPool:
         """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
         c, strategy = self.config, self.dataset.strategy
         assert self._copy is not None
-        if c.num_workers > 0 and c.reuse_buffers and strategy.uses_ring:  # raw samples, encoded JPEGs: no pixels
+        if self._num_workers > 0 and c.reuse_buffers and strategy.uses_ring:  # raw samples, encoded JPEGs: no pixels
             # slots for the largest size seen so far: a smaller batch uses the start of its slot
             # (untouched pages cost no memory), so a progressive-resolution run keeps its slots
             self._ring_size = max(self._ring_size, c.image.size, size)
-            self._copy.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), strategy.slot_bytes(c.batch_size, self._ring_size))
+            self._copy.ring = Ring(
+                self._num_workers, ring_slots(c.prefetch_factor), strategy.slot_bytes(c.batch_size, self._ring_size)
+            )
         else:
             self._copy.ring = None
 
     def warn_if_slots_too_small(self, size: int) -> None:
         """Say so when running persistent workers' slots cannot hold batches of ``size`` (they go to new memory)."""
         if self._dl is not None and self._dl.persistent_workers and self._ring_size and size > self._ring_size:
-            log.warning("shardkit: size %d is larger than the shared batch slots of the running workers (%d): batches go to new "
-                        "memory until the workers restart (loader.close()); pass the schedule's largest size to load(size=...)",
-                        size, self._ring_size)
+            log.warning(
+                "shardkit: size %d is larger than the shared batch slots of the running workers (%d): batches go to new "
+                "memory until the workers restart (loader.close()); pass the schedule's largest size to load(size=...)",
+                size,
+                self._ring_size,
+            )
 
     def envelopes(self, size: int = 0) -> Iterator[Envelope]:
         """Start an iteration (workers now, for a non-persistent DataLoader) and return its envelopes.

@@ -9,7 +9,8 @@ samples in its planned (shuffled) order.
 from __future__ import annotations
 
 import threading
-from typing import Iterable, Iterator, Optional, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from shardkit.loader.stats import COUNTERS, Counters
 from shardkit.plan.epoch import Block
 
 __all__ = ["BlockReader", "MixReader", "indexed_shards", "plan_blocks", "read_blocks"]
+
 
 class MixReader:
     """Reads the blocks of a mixture: one :class:`BlockReader` per source (its own opener, storage
@@ -32,11 +34,18 @@ class MixReader:
         rows: the per-source counter row of each reader; num_rows: how many rows.
     """
 
-    def __init__(self, readers: Sequence[BlockReader], gid_base: np.ndarray, counters: Counters, rows: Sequence[int], num_rows: int):
+    def __init__(
+        self,
+        readers: Sequence[BlockReader],
+        gid_base: np.ndarray,
+        counters: Counters,
+        rows: "Sequence[int] | np.ndarray",
+        num_rows: int,
+    ):
         self.readers, self.gid_base, self.counters = list(readers), gid_base, counters
         self.rows, self.num_rows = [int(r) for r in rows], num_rows
 
-    def _counted(self, i: int, fn, *args):  # type: ignore[no-untyped-def]
+    def _counted(self, i: int, fn: Callable[..., Any], *args: Any) -> Any:
         before = self.counters.v[_BYTES]
         out = fn(*args)
         per = np.zeros(self.num_rows)
@@ -120,7 +129,9 @@ class _BlockRead:
         self.reader.close()
 
 
-def read_blocks(blocks: Iterable[Block], *, reader: "BlockReader | MixReader", chunk: int = 64, read_ahead: bool = True) -> Iterator[RawSample]:
+def read_blocks(
+    blocks: Iterable[Block], *, reader: "BlockReader | MixReader", chunk: int = 64, read_ahead: bool = True
+) -> Iterator[RawSample]:
     """Stage 1: read each block sequentially, emit its samples in the block's shuffled order.
 
     With ``read_ahead`` the next block is read on a background thread while this one is

@@ -35,8 +35,10 @@ def dead_workers(it: Any, wait_s: float = 1.0) -> list[str]:
 
 def death_message(dead: list[str], exc: BaseException) -> str:
     """The one-line error for workers ``dead`` (from :func:`dead_workers` or :func:`reported_dead`)."""
-    return (f"DataLoader worker (pid {', '.join(dead)}) died mid-epoch ({type(exc).__name__}: {exc}); "
-            "out of memory or killed from outside? Iterating the loader again continues the epoch with new workers")
+    return (
+        f"DataLoader worker (pid {', '.join(dead)}) died mid-epoch ({type(exc).__name__}: {exc}); "
+        "out of memory or killed from outside? Iterating the loader again continues the epoch with new workers"
+    )
 
 
 def reported_dead(exc: BaseException) -> list[str]:

@@ -97,8 +97,8 @@ MUTANTS = [
         "id": "codec-exif-byte-order-fixed",
         "row": ROW_SAME,
         "file": "shardkit/loader/decode/backend.py",
-        "old": 'order = "little" if tiff[:2] == b"II" else "big"',
-        "new": 'order = "big"',
+        "old": 'order: Literal["little", "big"] = "little" if tiff[:2] == b"II" else "big"',
+        "new": 'order: Literal["little", "big"] = "big"',
         "tests": [f"{T}::test_exif_orientation_reads_the_tag_like_pil"],
     },
     {

@@ -18,7 +18,8 @@ Strategies hold no state: they travel to the workers with the dataset.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, ClassVar, Optional
+from collections.abc import Callable
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import torch
@@ -44,8 +45,14 @@ class Consumer:
         source_of: a mixture's sample ids -> source index (``None``: one source).
     """
 
-    def __init__(self, decoder: Callable[[int], DeviceDecoder], *, strict: bool, counters: dict[int, np.ndarray],
-                 source_of: Optional[Callable[[np.ndarray], np.ndarray]] = None):
+    def __init__(
+        self,
+        decoder: Callable[[int], DeviceDecoder],
+        *,
+        strict: bool,
+        counters: dict[int, np.ndarray],
+        source_of: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+    ):
         self.decoder, self.strict, self.source_of = decoder, strict, source_of
         self._all = counters
         self._own: Optional[Counters] = None
@@ -96,7 +103,9 @@ class DecodeStrategy:
         """The worker's decoder for one iteration (``image`` at the epoch's output size)."""
         return CropDecoder(image, seed)
 
-    def make(self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float) -> Batch:
+    def make(
+        self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float
+    ) -> Batch:
         """Worker side: a planned batch's good samples -> the batch the worker sends."""
         raise NotImplementedError
 
@@ -122,7 +131,9 @@ class WorkerDecode(DecodeStrategy):
 
     uses_ring = True
 
-    def make(self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float) -> Batch:
+    def make(
+        self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float
+    ) -> Batch:
         assert decoder is not None
         # per-image resizes are tiny: torch's intra-op threads only add overhead (10x on a busy
         # machine). DataLoader workers run with 1 thread anyway; in the main process the user's
@@ -137,14 +148,21 @@ class WorkerDecode(DecodeStrategy):
 class DeviceDecode(DecodeStrategy):
     """``decode_on="device"``: the worker sends JPEG bytes and crop geometry, the consumer decodes on its device."""
 
-    def make(self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float) -> Batch:
+    def make(
+        self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float
+    ) -> Batch:
         assert decoder is not None
         return encode_batch(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
 
     def finish(self, batch: Batch, consumer: Consumer) -> Batch:
         assert isinstance(batch, JpegBatch)
-        return decode_on_device(batch, consumer.decoder(batch.jpegs.size), strict=consumer.strict, counters=consumer.counters(),
-                                source_of=consumer.source_of)
+        return decode_on_device(
+            batch,
+            consumer.decoder(batch.jpegs.size),
+            strict=consumer.strict,
+            counters=consumer.counters(),
+            source_of=consumer.source_of,
+        )
 
 
 class NoDecode(DecodeStrategy):
@@ -153,11 +171,17 @@ class NoDecode(DecodeStrategy):
     def decoder(self, image: ImageConfig, seed: int) -> Optional[CropDecoder]:
         return None
 
-    def make(self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float) -> Batch:
+    def make(
+        self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float
+    ) -> Batch:
         counters.add("samples", len(good))
         counters.add("batches", 1)
-        return RawBatch(good, torch.tensor([s.label for s in good], dtype=torch.int64), torch.tensor([s.gid for s in good], dtype=torch.int64),
-                        [s.key for s in good])
+        return RawBatch(
+            good,
+            torch.tensor([s.label for s in good], dtype=torch.int64),
+            torch.tensor([s.gid for s in good], dtype=torch.int64),
+            [s.key for s in good],
+        )
 
     def deliver(self, batch: Batch, *, with_keys: bool, sources: Optional[Callable[[Batch], torch.Tensor]]) -> Any:
         assert isinstance(batch, RawBatch)
@@ -173,7 +197,9 @@ def strategy_for(config: LoaderConfig) -> DecodeStrategy:
     return WorkerDecode()
 
 
-def encode_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: Optional[float] = None) -> JpegBatch:
+def encode_batch(
+    good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: Optional[float] = None
+) -> JpegBatch:
     """``decode_on="device"``, worker side: headers and crop geometry only, no pixels.
 
     The worker path's first two steps (:func:`~shardkit.loader.decode.device.batch_geometry`: an
@@ -187,20 +213,39 @@ def encode_batch(good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder
     for i, reason in geo.errors:
         skip(good[i], reason, spec.strict, counters)
     ok = [good[i] for i in geo.kept.tolist()]
-    lengths = np.fromiter((len(s.jpeg) for s in ok), np.int64, len(ok))  # type: ignore[arg-type]
+    lengths = np.fromiter((len(s.jpeg) for s in ok), np.int64, len(ok))
     offsets = np.zeros(len(ok) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    data = np.frombuffer(bytearray().join(s.jpeg for s in ok), np.uint8)  # type: ignore[misc] # one copy, writable
-    encoded = Jpegs(data, offsets, geo.sizes, np.asarray(geo.crops.boxes, np.float64).reshape(-1, 4), np.asarray(geo.crops.flips, bool),
-                    geo.routes, tuple(s.shard for s in ok), decoder.cfg.size)
+    data = np.frombuffer(bytearray().join(s.jpeg for s in ok), np.uint8)  # one copy, writable
+    encoded = Jpegs(
+        data,
+        offsets,
+        geo.sizes,
+        np.asarray(geo.crops.boxes, np.float64).reshape(-1, 4),
+        np.asarray(geo.crops.flips, bool),
+        geo.routes,
+        tuple(s.shard for s in ok),
+        decoder.cfg.size,
+    )
     counters.add("collate_s", time.perf_counter() - t0)
     counters.add("samples", len(ok))
     counters.add("batches", 1)
-    return JpegBatch(encoded, torch.tensor([s.label for s in ok], dtype=torch.int64), torch.from_numpy(gids[geo.kept]), [s.key for s in ok])
+    return JpegBatch(
+        encoded,
+        torch.tensor([s.label for s in ok], dtype=torch.int64),
+        torch.from_numpy(gids[geo.kept]),
+        [s.key for s in ok],
+    )
 
 
-def decode_on_device(batch: JpegBatch, decoder: DeviceDecoder, *, strict: bool, counters: Counters,
-                     source_of: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> PixelBatch:
+def decode_on_device(
+    batch: JpegBatch,
+    decoder: DeviceDecoder,
+    *,
+    strict: bool,
+    counters: Counters,
+    source_of: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+) -> PixelBatch:
     """``decode_on="device"``, consumer side: decode, crop and resize ``batch.jpegs`` with ``decoder``.
 
     A sample no decoder can read is dropped, the batch one smaller: the worker path's skip
