@@ -25,7 +25,7 @@ import torch
 from shardkit.errors import DataError
 from shardkit.format import RawSample
 from shardkit.loader.batchtypes import Batch, PixelBatch
-from shardkit.loader.decode.worker import CropDecoder, apply_batch_hook, apply_hook
+from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.stats import Counters
 
 log = logging.getLogger("shardkit.loader")
@@ -146,3 +146,29 @@ def decode_batch(
     counters.add("samples", n)
     counters.add("batches", 1)
     return PixelBatch(images, labels, torch.from_numpy(gids_in[kept]), keys)
+
+
+def apply_batch_hook(hook: Callable, images: "torch.Tensor", labels: "torch.Tensor", keys: list[str]) -> None:
+    """Run the user's batch hook on ``images`` (``[n, 3, S, S]`` uint8) in place, checking its result."""
+    res = hook(images, labels, keys)
+    if res is None or res is images:
+        return
+    if tuple(res.shape) != tuple(images.shape) or str(res.dtype) != str(images.dtype):
+        raise ValueError(
+            f"batch hook returned {res.dtype} {tuple(res.shape)}; it must return uint8 {tuple(images.shape)}"
+        )
+    images.copy_(res)
+
+
+def apply_hook(hook: Optional[Callable], image: "torch.Tensor", sample: object) -> None:
+    """Run the user's per-sample hook on ``image`` (3 x S x S uint8) in place, checking its result."""
+    if hook is None:
+        return
+    res = hook(image, sample)
+    if res is image:
+        return
+    if tuple(res.shape) != tuple(image.shape) or str(res.dtype) != str(image.dtype):
+        raise ValueError(
+            f"sample hook returned {res.dtype} {tuple(res.shape)}; it must return uint8 {tuple(image.shape)}"
+        )
+    image.copy_(res)

@@ -207,8 +207,8 @@ MUTANTS = [
         "id": "decode-panorama-resized-whole",
         "row": ROW_EVAL,
         "file": "shardkit/loader/decode/worker.py",
-        "old": "if max(width, height) > _MAX_EVAL_ASPECT * min(width, height):",
-        "new": "if False and max(width, height) > _MAX_EVAL_ASPECT * min(width, height):",
+        "old": "if max(width, height) > MAX_EVAL_ASPECT * min(width, height):",
+        "new": "if False and max(width, height) > MAX_EVAL_ASPECT * min(width, height):",
         "tests": ["tests/test_decode_promises.py::test_elongated_image_is_cropped_before_resizing"],
     },
     # ---------------------------------------------------------------- augment (notes/issue-15.md)

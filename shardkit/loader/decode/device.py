@@ -57,7 +57,7 @@ from shardkit.loader.decode.backend import (
     normalize_device,
 )
 from shardkit.loader.decode.cropresize import axis_params, resized_crops
-from shardkit.loader.decode.worker import _MAX_EVAL_ASPECT, CropDecoder, Crops, make_decoder
+from shardkit.loader.decode.worker import MAX_EVAL_ASPECT, CropDecoder, Crops, make_decoder
 
 Jpeg = Union[bytes, bytearray, memoryview, Tensor]
 
@@ -357,7 +357,7 @@ class DeviceDecoder:
         dims = np.array([img.shape[1:] for img in images], np.int64)
         boxes = np.asarray(crops.boxes, np.float64)
         if self.cfg.preset is Preset.EVAL:
-            clamp_box = sizes.max(1) > _MAX_EVAL_ASPECT * sizes.min(1)  # the worker crops panoramas first
+            clamp_box = sizes.max(1) > MAX_EVAL_ASPECT * sizes.min(1)  # the worker crops panoramas first
         else:
             clamp_box = np.ones(n, bool)
         px = axis_params(

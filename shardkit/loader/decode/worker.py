@@ -46,7 +46,7 @@ from shardkit.loader.decode.decoders import (  # noqa: F401 - re-exported
 
 Box = tuple[float, float, float, float]  #: (left, top, right, bottom) in stored-image pixels
 #: eval images more elongated than this are cropped before resizing (bounded memory; borders may differ by a level)
-_MAX_EVAL_ASPECT = 4
+MAX_EVAL_ASPECT = 4
 
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -362,7 +362,7 @@ def resize_center_crop(
     """torchvision ``Resize(resize_size)`` + ``CenterCrop(size)``, decoding at a reduced DCT scale when possible."""
     import torch
 
-    if max(width, height) > _MAX_EVAL_ASPECT * min(width, height):
+    if max(width, height) > MAX_EVAL_ASPECT * min(width, height):
         # A panorama (or a hostile 65000 x 1 header): resizing the whole image first would
         # allocate resize_size^2 x aspect pixels; crop the same box first, then resize it.
         return resized_crop(
@@ -382,29 +382,3 @@ def resize_center_crop(
     if times is not None:
         times[0] += t1 - t0
         times[1] += time.perf_counter() - t1
-
-
-def apply_batch_hook(hook: Callable, images: "torch.Tensor", labels: "torch.Tensor", keys: list[str]) -> None:
-    """Run the user's batch hook on ``images`` (``[n, 3, S, S]`` uint8) in place, checking its result."""
-    res = hook(images, labels, keys)
-    if res is None or res is images:
-        return
-    if tuple(res.shape) != tuple(images.shape) or str(res.dtype) != str(images.dtype):
-        raise ValueError(
-            f"batch hook returned {res.dtype} {tuple(res.shape)}; it must return uint8 {tuple(images.shape)}"
-        )
-    images.copy_(res)
-
-
-def apply_hook(hook: Optional[Callable], image: "torch.Tensor", sample: object) -> None:
-    """Run the user's per-sample hook on ``image`` (3 x S x S uint8) in place, checking its result."""
-    if hook is None:
-        return
-    res = hook(image, sample)
-    if res is image:
-        return
-    if tuple(res.shape) != tuple(image.shape) or str(res.dtype) != str(image.dtype):
-        raise ValueError(
-            f"sample hook returned {res.dtype} {tuple(res.shape)}; it must return uint8 {tuple(image.shape)}"
-        )
-    image.copy_(res)
