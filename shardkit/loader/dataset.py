@@ -1,6 +1,6 @@
 """``ShardDataset``: the iterable dataset each DataLoader worker runs.
 
-In ``__iter__`` a worker runs :func:`shardkit.loader.pipeline.worker_pipeline`: it finds out
+In ``__iter__`` a worker runs :func:`shardkit.loader.stages.worker_pipeline`: it finds out
 who it is (explicit ``rank``/``world_size`` or ``torch.distributed``, plus ``get_worker_info``),
 asks :func:`shardkit.plan.worker_plan` what to read for the current epoch and resume point,
 and runs a ``webdataset.DataPipeline`` of three stages (:mod:`shardkit.loader.read`,
@@ -36,7 +36,7 @@ from shardkit.errors import ShardkitError, StorageError
 from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.loader.config import LoaderConfig, SourceConfig
 from shardkit.loader.decode.strategies import DecodeStrategy, strategy_for
-from shardkit.loader.pipeline import worker_pipeline
+from shardkit.loader.stages import worker_pipeline
 from shardkit.loader.transport import PositionBox, Ring
 from shardkit.plan import LabelMode, Mixture, Source, SourceData, as_sources, check_data, label_space
 from shardkit.plan.epoch import RankSplit, rank_split
@@ -219,7 +219,7 @@ class ShardDataset(IterableDataset):
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[Any]:
-        """This worker's batches of the published position (:func:`~shardkit.loader.pipeline.worker_pipeline`)."""
+        """This worker's batches of the published position (:func:`~shardkit.loader.stages.worker_pipeline`)."""
         return worker_pipeline(self)
 
 
