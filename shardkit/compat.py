@@ -14,6 +14,12 @@ that a torch upgrade that moves it breaks one small function, not the library.
   loader, its bench and the converter. Per-image resizes are tiny: intra-op threads
   only add overhead (10x on a busy machine), and the parallelism of both the loader
   and the converter is one process per core.
+* :func:`dataloader_iterator`, :func:`shutdown_dataloader`, :func:`worker_processes`: a
+  ``DataLoader``'s live iterator (``_iterator``), stopping its workers now
+  (``_shutdown_workers``; persistent ones too) and its worker processes (``_workers``), for
+  :mod:`shardkit.loader.pool` and :mod:`shardkit.loader.worker_death`.
+* :func:`watchdog_killed`: the pids and signal in the text of the error torch's SIGCHLD
+  watchdog raises when it reaps a killed worker (a message, not an API).
 * :func:`alias_moved_modules`: the module paths of shardkit 0.1 before its layers
   became folders keep importing, with a DeprecationWarning.
 
@@ -27,10 +33,11 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import re
 import sys
 import warnings
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Optional
 
 
 def mark_batch_dynamic(tensors: Iterable[Any]) -> None:
@@ -62,6 +69,34 @@ def one_thread() -> Iterator[None]:
     finally:
         if before != 1:
             torch.set_num_threads(before)
+
+
+def dataloader_iterator(dl: Any) -> Any:
+    """The live iterator of a ``DataLoader`` with persistent workers or an iteration in progress (``None``: none)."""
+    return getattr(dl, "_iterator", None)
+
+
+def shutdown_dataloader(dl: Any) -> None:
+    """Stop a ``DataLoader``'s worker processes now (persistent ones too) and forget its iterator."""
+    it = dataloader_iterator(dl)
+    if it is None:
+        return
+    shutdown = getattr(it, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+    dl._iterator = None
+
+
+def worker_processes(it: Any) -> list[Any]:
+    """The worker processes (``pid``, ``exitcode``) of a ``DataLoader`` iterator (empty without workers)."""
+    return list(getattr(it, "_workers", None) or [])
+
+
+def watchdog_killed(exc: BaseException) -> Optional[tuple[str, str]]:
+    """``(pids, signal description)`` from the error torch's SIGCHLD watchdog raises for killed workers
+    ("DataLoader worker (pid(s) 21, 22) is killed by signal: Killed."); ``None`` for any other error."""
+    m = re.search(r"DataLoader worker \(pids?\(?s?\)? ([\d, ]+)\) is killed by signal: (.+?)\.", str(exc))
+    return None if m is None else (m.group(1), m.group(2).strip())
 
 
 #: module paths of shardkit 0.1 -> where the module lives now

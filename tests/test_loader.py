@@ -429,7 +429,7 @@ def test_bench_cli(datasets, capsys):
 def test_worker_timeout_option_reaches_dataloader(datasets):
     ds = datasets["many_shards"]
     loader, batches = run_rank(ds.url, 0, 1, num_workers=1, timeout=60)
-    assert loader._dataloader().timeout == 60
+    assert loader._pool.dataloader().timeout == 60
     assert sorted(k for b in batches for k in b) == sorted(ds.keys)
 
 

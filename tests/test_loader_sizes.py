@@ -46,7 +46,7 @@ def test_sizes_change_between_epochs_with_the_same_persistent_workers(ds):
         ref = _epoch(fresh)
         assert _keys(ref) == _keys(batches) and all(torch.equal(a, b) for (a, _), (b, _) in zip(ref, batches))
         held += [(im, im.clone()) for im, _ in batches[:2]]  # kept across later epochs: never overwritten
-    ring = loader._dl_dataset.ring
+    ring = loader._pool.ring
     assert ring.leased > 0 and ring.unslotted <= len(held)  # slots sized for 24 serve every smaller size
     assert all(torch.equal(a, b) for a, b in held)
     loader.close()

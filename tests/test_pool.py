@@ -14,7 +14,7 @@ import torch.multiprocessing as tmp
 from helpers import write_dataset
 
 import shardkit
-from shardkit.loader.batching import Batch
+from shardkit.loader.batchtypes import Batch, JpegBatch, PixelBatch, RawBatch
 from shardkit.loader.stats import Counters
 from shardkit.loader.transport import Envelope, Ring, envelopes
 
@@ -42,11 +42,12 @@ def check(batch, ref):
 
 
 def ring_of(loader):
-    return loader._dl_dataset.ring
+    return loader._pool.ring
 
 
 def test_the_batch_carries_data_only():
-    assert [f.name for f in fields(Batch)] == ["images", "labels", "gids", "keys", "raw", "encoded"]  # encoded: decode_on="device" bytes + geometry (data)
+    for kind, payload in ((PixelBatch, "images"), (RawBatch, "samples"), (JpegBatch, "jpegs")):  # one type per mode
+        assert [f.name for f in fields(kind)] == [payload, "labels", "gids", "keys"]
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
@@ -147,7 +148,7 @@ def _one_envelope(ring, fill=7):
     writer = ring.writer(0)
     images = writer((2, 3, 4, 4))
     images.fill_(fill)
-    batch = Batch(images, torch.tensor([1, 2]), torch.tensor([10, 11]), ["a", "b"])
+    batch = PixelBatch(images, torch.tensor([1, 2]), torch.tensor([10, 11]), ["a", "b"])
     env = next(envelopes([batch], worker=0, counters=Counters(), writer=writer))
     assert env.slot >= 0
     return pickle.loads(ForkingPickler.dumps(env))

@@ -8,7 +8,7 @@ batch through the modules of this package is in the README ("How it works").
 from __future__ import annotations
 
 from shardkit.format import RawSample
-from shardkit.loader.batching import Batch
+from shardkit.loader.batchtypes import Batch, JpegBatch, PixelBatch, RawBatch
 from shardkit.loader.config import (
     DecodeOn,
     Decoder,
@@ -19,7 +19,8 @@ from shardkit.loader.config import (
     SourceConfig,
 )
 from shardkit.loader.dataset import ShardDataset
-from shardkit.loader.loader import ShardLoader, load
+from shardkit.loader.api import load
+from shardkit.loader.loader import ShardLoader
 from shardkit.loader.stats import LoaderStats
 from shardkit.storage.opener import register_with_webdataset
 
@@ -28,10 +29,13 @@ __all__ = [
     "DecodeOn",
     "Decoder",
     "ImageConfig",
+    "JpegBatch",
     "LoaderConfig",
     "LoaderStats",
     "MultiprocessingContext",
+    "PixelBatch",
     "Preset",
+    "RawBatch",
     "RawSample",
     "ShardDataset",
     "ShardLoader",

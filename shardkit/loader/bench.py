@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 
@@ -15,7 +16,7 @@ from shardkit.loader.batching import BatchSpec, decode_batch
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.doctor import measure, verdict
-from shardkit.loader.loader import load
+from shardkit.loader.api import load
 from shardkit.loader.stats import Counters, LoaderStats
 
 
@@ -55,14 +56,23 @@ class BenchReport:
         best = self.best
         if self.step_ms is None or best is None:
             return None
-        return verdict(images_per_s=best.images_per_s, batch_size=self.batch_size, step_ms=self.step_ms, stats=best.stats,
-                       workers=best.num_workers, cpus=self.cpus, gpu=self.gpu)
+        return verdict(
+            images_per_s=best.images_per_s,
+            batch_size=self.batch_size,
+            step_ms=self.step_ms,
+            stats=best.stats,
+            workers=best.num_workers,
+            cpus=self.cpus,
+            gpu=self.gpu,
+        )
 
     def format(self) -> str:
         """A human-readable report (the first two columns, workers and img/s, are for scripts)."""
         lines = [f"shardkit bench {self.url}  (batch {self.batch_size}, decoder {self.decoder})", ""]
-        lines.append(f"{'workers':>7}  {'img/s':>8}  {'1st batch':>9}  {'MB/s':>7}  {'read':>6}  {'decode':>6}  {'resize':>6}  "
-                     f"{'collate':>7}  {'wait/batch':>10}  steady")
+        lines.append(
+            f"{'workers':>7}  {'img/s':>8}  {'1st batch':>9}  {'MB/s':>7}  {'read':>6}  {'decode':>6}  {'resize':>6}  "
+            f"{'collate':>7}  {'wait/batch':>10}  steady"
+        )
         for p in self.points:
             s = p.stats
             tot = max(1e-9, s.read_s + s.decode_s + s.resize_s + s.collate_s)
@@ -72,28 +82,41 @@ class BenchReport:
                 f"{p.num_workers:>7}  {p.images_per_s:>8.0f}  {p.first_batch_s:>8.2f}s  {p.mb_per_s:>7.1f}  {pct[0]:>5.0f}%  {pct[1]:>5.0f}%  "
                 f"{pct[2]:>5.0f}%  {pct[3]:>6.0f}%  {wait:>8.1f}ms  {'yes' if p.stable else 'no (' + p.stop + ')'}"
             )
-        lines += ["", "img/s: steady state, timed from the moment every worker has delivered its first batch until two "
-                  "consecutive windows agree within 5 %; 1st batch: what every epoch start and resume pays",
-                  f"decode-only ceiling (decode + crop/resize, 1 core, in process): {self.decode_ceiling:.0f} img/s"]
+        lines += [
+            "",
+            "img/s: steady state, timed from the moment every worker has delivered its first batch until two "
+            "consecutive windows agree within 5 %; 1st batch: what every epoch start and resume pays",
+            f"decode-only ceiling (decode + crop/resize, 1 core, in process): {self.decode_ceiling:.0f} img/s",
+        ]
         small = next((p.stop for p in self.points if p.stop.startswith("too small")), "")
         if small:
-            lines.append(f"the dataset is too small to measure ({small.split(': ', 1)[1]} warm-up and two windows "
-                         "within one epoch): the figures vary between runs; bench a larger dataset, or lower --batch-size or --window")
+            lines.append(
+                f"the dataset is too small to measure ({small.split(': ', 1)[1]} warm-up and two windows "
+                "within one epoch): the figures vary between runs; bench a larger dataset, or lower --batch-size or --window"
+            )
         best = self.best
         if best is not None and best.images_per_s > 0:
             per_batch = self.batch_size / best.images_per_s
-            lines.append(f"best: {best.images_per_s:.0f} img/s with {best.num_workers} workers = {1000 * per_batch:.1f} ms per batch of {self.batch_size}")
+            lines.append(
+                f"best: {best.images_per_s:.0f} img/s with {best.num_workers} workers = {1000 * per_batch:.1f} ms per batch of {self.batch_size}"
+            )
             v = self.verdict()
             if v is not None:
                 lines.append(f"verdict ({self.step_source}): {v}")
             else:
-                lines.append(f"a training step faster than {1000 * per_batch:.1f} ms per batch of {self.batch_size} (without data loading) "
-                             "will wait on this loader: pass --step-ms T (or --model NAME) for a verdict")
-            lines.append("in training: loader.report() (or log_every_epoch=True) gives the same diagnosis once per epoch")
+                lines.append(
+                    f"a training step faster than {1000 * per_batch:.1f} ms per batch of {self.batch_size} (without data loading) "
+                    "will wait on this loader: pass --step-ms T (or --model NAME) for a verdict"
+                )
+            lines.append(
+                "in training: loader.report() (or log_every_epoch=True) gives the same diagnosis once per epoch"
+            )
         return "\n".join(lines)
 
 
-def decode_ceiling(url: str, *, image: ImageConfig, seed: int = 0, samples: int = 256, **options: Any) -> tuple[float, str]:
+def decode_ceiling(
+    url: str, *, image: ImageConfig, seed: int = 0, samples: int = 256, **options: Any
+) -> tuple[float, str]:
     """img/s of the decode stage alone on the first ``samples`` samples (one core, bytes in memory).
 
     The same code as a worker's (:func:`shardkit.loader.batching.decode_batch`: headers, batch
@@ -142,21 +165,37 @@ def bench(
     image = ImageConfig(preset=preset, size=size, decoder=options.get("decoder", "auto"))  # type: ignore[arg-type]
     device = options.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     on_device = options.get("decode_on", "worker") == "device"
-    report = BenchReport(url=url, batch_size=batch_size, step_ms=step_ms, step_source=step_source,
-                         cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-                         gpu=torch.cuda.is_available())
+    report = BenchReport(
+        url=url,
+        batch_size=batch_size,
+        step_ms=step_ms,
+        step_source=step_source,
+        cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+        gpu=torch.cuda.is_available(),
+    )
     backend = ""
     for nw in workers:
         # persistent workers: a measurement longer than an epoch goes on without restarting them
-        loader = load(url, batch_size=batch_size, num_workers=nw, preset=preset, size=size, persistent_workers=nw > 0, **options)
+        loader = load(
+            url, batch_size=batch_size, num_workers=nw, preset=preset, size=size, persistent_workers=nw > 0, **options
+        )
         try:
-            passes = _passes((lambda: loader.iter_on(device)) if on_device else (lambda: iter(loader)))
-            r = measure((len(images) for images, _ in passes), warm=max(1, nw), window=window,
-                        min_batches=batches, max_batches=max(batches, 100 * window), max_s=max_s, clock=clock)
+            passes = _passes((lambda: loader.iter_on(device)) if on_device else (lambda: iter(loader)))  # noqa: B023 - used inside this iteration
+            r = measure(
+                (len(images) for images, _ in passes),
+                warm=max(1, nw),
+                window=window,
+                min_batches=batches,
+                max_batches=max(batches, 100 * window),
+                max_s=max_s,
+                clock=clock,
+            )
             st = loader.stats
             per_epoch, need = len(loader), max(1, nw) + 2 * window
             if per_epoch < need:  # every window spans an epoch start (refill, shuffle): figures vary 2x between runs
-                r = replace(r, stable=False, stop=f"too small: {per_epoch} batches per epoch, a steady figure needs {need}")
+                r = replace(
+                    r, stable=False, stop=f"too small: {per_epoch} batches per epoch, a steady figure needs {need}"
+                )
             m = loader.dataset.manifest
             per_sample = sum(s.bytes for s in m.shards) / max(1, m.num_samples)  # workers read ahead: not bytes_read
             if on_device:
@@ -165,7 +204,9 @@ def bench(
             loader.close()  # its workers must not compete with the next measurement
         mb_per_s = r.images_per_s * per_sample / 1e6
         report.points.append(SweepPoint(nw, r.images_per_s, mb_per_s, st, r.first_batch_s, r.stable, r.stop))
-    report.decode_ceiling, report.decoder = decode_ceiling(url, image=image, **{k: v for k, v in options.items() if k != "decode_on"})
+    report.decode_ceiling, report.decoder = decode_ceiling(
+        url, image=image, **{k: v for k, v in options.items() if k != "decode_on"}
+    )
     if on_device:
         report.decoder += f", decoded on {device} by {backend}"
     return report
@@ -223,11 +264,18 @@ def plot(report: BenchReport, path: str) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     xs = [p.num_workers for p in report.points]
     ax.plot(xs, [p.images_per_s for p in report.points], "o-", lw=2, label="shardkit loader")
-    ax.plot(xs, [report.decode_ceiling * min(max(1, x), report.cpus) for x in xs], "s--", color="gray",
-            label=f"decode-only ceiling × min(workers, {report.cpus} CPUs)")
+    ax.plot(
+        xs,
+        [report.decode_ceiling * min(max(1, x), report.cpus) for x in xs],
+        "s--",
+        color="gray",
+        label=f"decode-only ceiling × min(workers, {report.cpus} CPUs)",
+    )
     if report.step_ms:
         need = report.batch_size / (report.step_ms / 1000)
-        ax.axhline(need, color="tab:red", ls=":", label=f"your step ({report.step_ms:.1f} ms/batch) consumes {need:.0f} img/s")
+        ax.axhline(
+            need, color="tab:red", ls=":", label=f"your step ({report.step_ms:.1f} ms/batch) consumes {need:.0f} img/s"
+        )
     ax.set_xticks(sorted(set(xs)))
     ax.set_xlabel("DataLoader workers")
     ax.set_ylabel("images / s (steady state)")

@@ -1,13 +1,14 @@
 """``ShardDataset``: the iterable dataset each DataLoader worker runs.
 
-In ``__iter__`` a worker finds out who it is (explicit ``rank``/``world_size``
-or ``torch.distributed``, plus ``get_worker_info``), asks
-:func:`shardkit.plan.worker_plan` what to read for the current epoch and
-resume point, and runs a ``webdataset.DataPipeline`` of three stages
-(:mod:`shardkit.loader.read`, :mod:`shardkit.loader.batching`): plan blocks -> sequentially read raw
-samples in shuffled emission order -> decoded uint8 batches. A plain URL is a one-source
-mixture (:mod:`shardkit.plan.epoch` plans both); several
-sources (:class:`shardkit.Source`) get one reader each and a fourth stage
+In ``__iter__`` a worker runs :func:`shardkit.loader.stages.worker_pipeline`: it finds out
+who it is (explicit ``rank``/``world_size`` or ``torch.distributed``, plus ``get_worker_info``),
+asks :func:`shardkit.plan.worker_plan` what to read for the current epoch and resume point,
+and runs a ``webdataset.DataPipeline`` of three stages (:mod:`shardkit.loader.read`,
+:mod:`shardkit.loader.batching`): plan blocks -> sequentially read raw samples in shuffled
+emission order -> the planned batches, made by the dataset's decode strategy
+(:attr:`ShardDataset.strategy`). A plain URL is a one-source mixture whose plan is exactly
+the single-dataset plan (:mod:`shardkit.plan.epoch` plans both); several sources
+(:class:`shardkit.Source`) get one reader each and a fourth stage
 (:mod:`shardkit.loader.mixing`: labels, keys, per-source counts).
 
 The epoch position (:class:`shardkit.plan.position.Position`: epoch, batches done,
@@ -21,11 +22,12 @@ reads it once, when its iteration starts.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
@@ -33,21 +35,18 @@ from torch.utils.data import IterableDataset, get_worker_info
 from shardkit import plan as mix
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.format.manifest import Manifest, load_manifest
-from shardkit.loader.batching import Batch, BatchSpec, decode_batches, plain_alloc
 from shardkit.loader.config import LoaderConfig, SourceConfig
-from shardkit.loader.decode.worker import CropDecoder
-from shardkit.loader.mixing import MixSpec, mixture_batches
-from shardkit.loader.read import BlockReader, MixReader, indexed_shards, plan_blocks, read_blocks
+from shardkit.loader.decode.strategies import DecodeStrategy, strategy_for
+from shardkit.loader.stages import worker_pipeline
 from shardkit.loader.state import DatasetIdentity
-from shardkit.loader.stats import Counters
-from shardkit.loader.transport import Envelope, PositionBox, Ring, envelopes, failures_as_items
+from shardkit.loader.transport import PositionBox, Ring
 from shardkit.plan import LabelMode, Mixture, Schedule, Source, SourceData, as_sources, check_data, label_space
 from shardkit.plan.position import Position
 from shardkit.plan.split import RankSplit, rank_split
 from shardkit.plan.stream import MixedStream, sizes_fingerprint
 from shardkit.plan.world import World, detect
 from shardkit.storage import fs as storage
-from shardkit.storage.opener import ShardOpener, check_url
+from shardkit.storage.opener import check_url
 
 
 class ShardDataset(IterableDataset):
@@ -63,14 +62,23 @@ class ShardDataset(IterableDataset):
         epoch_size: a weighted mixture's samples per epoch (default: the sum of the sources' sizes).
         labels: a mixture's classes merged by name (``"merged"``) or kept apart (``"per_source"``).
 
-    Each item is a :class:`shardkit.loader.batching.Batch` (``images`` uint8 ``[n,3,S,S]``,
-    ``labels`` int64 ``[n]``, ``gids``, ``keys``); with ``config.raw`` its ``raw`` field holds the
-    :class:`shardkit.format.RawSample` objects instead of images.
+    Each item is a batch of the config's decode strategy (:mod:`shardkit.loader.batchtypes`): a
+    :class:`~shardkit.loader.batchtypes.PixelBatch` (``images`` uint8 ``[n,3,S,S]``, ``labels`` int64
+    ``[n]``, ``gids``, ``keys``); with ``config.raw`` a :class:`~shardkit.loader.batchtypes.RawBatch`
+    (its ``samples`` are the :class:`shardkit.format.RawSample` objects); with ``decode_on="device"``
+    a :class:`~shardkit.loader.batchtypes.JpegBatch` (encoded bytes and crop geometry).
     """
 
-    def __init__(self, url: "str | Manifest | Source | Sequence[str | Source]", config: Optional[LoaderConfig] = None, *,
-                 rank: Optional[int] = None, world_size: Optional[int] = None, epoch_size: Optional[int] = None,
-                 labels: "LabelMode | str" = LabelMode.MERGED):
+    def __init__(
+        self,
+        url: "str | Manifest | Source | Sequence[str | Source]",
+        config: Optional[LoaderConfig] = None,
+        *,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        epoch_size: Optional[int] = None,
+        labels: "LabelMode | str" = LabelMode.MERGED,
+    ):
         super().__init__()
         self.config = config or LoaderConfig()
         src = self.config.source
@@ -95,9 +103,13 @@ class ShardDataset(IterableDataset):
         if len(manifests) > 1:
             check_data(self.sources, [_source_data(m) for m in manifests])
         #: which mixture plans each epoch: one immutable value, replaced when a state is loaded (:meth:`replan`)
-        self.schedule = Schedule(Mixture(self.sources, tuple(np.asarray(m.shard_sizes, np.int64) for m in manifests), epoch_size))
+        self.schedule = Schedule(
+            Mixture(self.sources, tuple(np.asarray(m.shard_sizes, np.int64) for m in manifests), epoch_size)
+        )
         self.label_mode = LabelMode.parse(labels)  #: ``merged`` or ``per_source`` (saved in states, checked on resume)
-        self.labels = label_space([m.classes for m in manifests], self.label_mode)  #: the mixture's classes and label tables
+        self.labels = label_space(
+            [m.classes for m in manifests], self.label_mode
+        )  #: the mixture's classes and label tables
         self.urls = [u for urls in urls_per_source for u in urls]
         self.shard_sizes = [n for m in manifests for n in m.shard_sizes]
         self.shard_bytes = [s.bytes for m in manifests for s in m.shards]
@@ -153,7 +165,8 @@ class ShardDataset(IterableDataset):
     def _rows(self, m: Mixture) -> np.ndarray:
         """Index among this loader's sources of each source of ``m`` (found by shard sizes)."""
         if m.shard_base.shape == self.mixture.shard_base.shape and all(
-                np.array_equal(a, b) for a, b in zip(m.shard_sizes, self.mixture.shard_sizes)):
+            np.array_equal(a, b) for a, b in zip(m.shard_sizes, self.mixture.shard_sizes)
+        ):
             return np.arange(len(self.sources), dtype=np.int64)
         mine = [sizes_fingerprint(s) for s in self.mixture.shard_sizes]
         return np.array([mine.index(sizes_fingerprint(s)) for s in m.shard_sizes], np.int64)
@@ -166,6 +179,11 @@ class ShardDataset(IterableDataset):
     def remix(self, now: Mixture, later: Mixture, epoch: int) -> None:
         """Plan ``epoch`` with ``now`` and the epochs after it with ``later`` (:meth:`replan` with :meth:`Schedule.switching`)."""
         self.replan(Schedule.switching(now, later, epoch), epoch)
+
+    @functools.cached_property
+    def strategy(self) -> DecodeStrategy:
+        """The output mode, chosen once from the config (:func:`shardkit.loader.decode.strategies.strategy_for`)."""
+        return strategy_for(self.config)
 
     def for_loader(self) -> "ShardDataset":
         """A shallow copy for :class:`ShardLoader`: it yields :class:`Envelope` objects and writes into
@@ -229,48 +247,9 @@ class ShardDataset(IterableDataset):
 
     # ------------------------------------------------------------------ iteration
 
-    def __iter__(self) -> Iterator["Batch | Envelope"]:
-        import webdataset as wds
-
-        cfg = self.config
-        world = self.world()
-        pos = self.position  # read once: this iteration's plan
-        epoch = pos.epoch
-        work = mix.worker_plan(self.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history))
-        num_batches = -(-work.num_samples // cfg.batch_size)
-        mixed = len(self.sources) > 1
-        counters = Counters(len(self.sources) if mixed else 0)
-        plan_mix = self.mixture_for(epoch)
-        rows = self._rows(plan_mix)  # the epoch's sources among the loader's (they differ only while a remix finishes an epoch)
-        urls, nbytes = self.urls, self.shard_bytes
-        if not np.array_equal(rows, np.arange(len(self.sources))):
-            urls = [u for k in rows.tolist() for u in self.manifests[k].shard_urls()]
-            nbytes = [s.bytes for k in rows.tolist() for s in self.manifests[k].shards]
-        sha = [h for k in rows.tolist() for h in (indexed_shards(self.manifests[k], self.manifests[k].shard_urls())
-                                                   or [None] * len(self.manifests[k].shards))]
-        sha256 = None if all(h is None for h in sha) else sha  # sample indexes, per shard (None: that shard is walked)
-        readers = [BlockReader(urls, nbytes, plan_mix.shard_offsets, ShardOpener(self._source_config(self.sources[k])), counters,
-                               num_classes=len(self.manifests[k].classes) or None, sha256=sha256) for k in rows.tolist()]
-        reader = MixReader(readers, plan_mix.gid_base, counters, rows, len(self.sources)) if mixed else readers[0]
-        decoder = None if cfg.raw else CropDecoder(cfg.image.at_size(pos.size), cfg.seed)  # size: set_epoch(..., size=)
-        in_worker = get_worker_info() is not None
-        writer = self.ring.writer(world.worker) if self._envelopes and self.ring is not None and in_worker and not cfg.raw else None
-        spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, cfg.raw, alloc=writer or plain_alloc)
-        stages = [
-            _Const(work.blocks),
-            _Stage(read_blocks, reader=reader, chunk=cfg.batch_size),
-            _Stage(decode_batches, spec=spec, decoder=decoder, counters=counters),
-        ]
-        if mixed:
-            planned = rows[plan_mix.source_of(work.emission_order())].astype(np.int16)
-            spec_mix = MixSpec(cfg.batch_size, plan_mix.gid_base, rows, self.labels, len(self.sources))
-            stages.append(_Stage(mixture_batches, planned=planned, spec=spec_mix, counters=counters))
-        if self._envelopes:
-            stages.append(_Stage(envelopes, worker=world.worker, counters=counters, writer=writer))
-            if in_worker:
-                stages.append(_Stage(failures_as_items, worker=world.worker))
-        pipeline = wds.DataPipeline(*stages)
-        return iter(pipeline)
+    def __iter__(self) -> Iterator[Any]:
+        """This worker's batches of the published position (:func:`~shardkit.loader.stages.worker_pipeline`)."""
+        return worker_pipeline(self)
 
 
 def check_local_shards(manifest: Manifest, urls: Sequence[str]) -> None:
@@ -286,7 +265,9 @@ def check_local_shards(manifest: Manifest, urls: Sequence[str]) -> None:
         try:
             size = os.stat(path).st_size
         except FileNotFoundError:
-            raise StorageError(f"{url}: not found (the manifest lists this shard); restore it or convert again") from None
+            raise StorageError(
+                f"{url}: not found (the manifest lists this shard); restore it or convert again"
+            ) from None
         except OSError as exc:
             raise StorageError(f"{url}: cannot stat shard ({exc.strerror or exc})") from None
         if size != info.bytes:
@@ -303,24 +284,3 @@ def _source_data(m: Manifest) -> SourceData:
     identity = hashlib.sha256(text.encode()).hexdigest()
     image = tuple((k, m.options.get(k)) for k in ("short_side", "max_side"))
     return SourceData(m.url, identity=identity, num_samples=m.num_samples, image=image)
-
-
-class _Const:
-    """Pipeline source: the plan's blocks (picklable)."""
-
-    def __init__(self, blocks: tuple) -> None:
-        self.blocks = blocks
-
-    def __call__(self) -> Iterator:
-        return plan_blocks(self.blocks)
-
-
-class _Stage:
-    """A generator stage with keyword arguments bound (picklable, unlike a lambda)."""
-
-    def __init__(self, fn, **kw) -> None:  # type: ignore[no-untyped-def]
-        self.fn, self.kw = fn, kw
-
-    def __call__(self, src: Iterator) -> Iterator:
-        return self.fn(src, **self.kw)
-

@@ -22,27 +22,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
-from shardkit import plan as mix
-from shardkit.errors import ShardkitError
-from shardkit.format.manifest import Manifest
-from shardkit.loader.batching import Batch, counters_like, decode_on_device
-from shardkit.loader.config import DecodeOn, LoaderConfig, build_config
 from shardkit.loader.dataset import ShardDataset
+from shardkit.loader.decode.strategies import Consumer, DeviceDecoders
 from shardkit.loader.doctor import epoch_report
-from shardkit.loader.mixstate import mixture_state, resume_mixture
-from shardkit.loader.state import from_state, to_state
-from shardkit.loader.stats import Counters, LoaderStats, summarise
-from shardkit.loader.transport import Envelope, Ring, WorkerFailure, ring_slots
-from shardkit.loader.worker_death import dead_workers, death_message, reported_dead
-from shardkit.plan import LabelMode, Source
-from shardkit.plan.epoch import RankSplit, rank_split
+from shardkit.loader.pool import WorkerPool
+from shardkit.loader.state import resume_state, state_of
+from shardkit.loader.stats import EpochMeter, LoaderStats
+from shardkit.plan import RankSplit
 from shardkit.plan.position import Position
 
 log = logging.getLogger("shardkit.loader")
@@ -60,6 +52,7 @@ class EpochInfo(RankSplit):
     epoch: int
     batches_done: int
 
+
 class ShardLoader:
     """Iterable of ``(images uint8 [B,3,S,S], labels int64 [B])`` batches for this rank.
 
@@ -75,56 +68,13 @@ class ShardLoader:
         self.config = dataset.config
         self.with_keys = with_keys
         self.with_source = with_source
-        self._dl: Optional[DataLoader] = None
-        self._counters: dict[int, np.ndarray] = {}
-        self._wait = 0.0
-        self._t0 = 0.0
-        self._t1 = 0.0
-        self._batches = 0
-        self._device_decoders: dict[tuple[torch.device, int], Any] = {}  # decode_on="device": DeviceDecoder per (device, size)
+        self._pool = WorkerPool(dataset)  #: the DataLoader and its worker processes
+        self._device_decoders = DeviceDecoders(self.config.image)  # decode_on="device": one per (device, size)
         self._decode_device = torch.device("cpu")  # where the current iteration decodes decode_on="device" batches
         #: where the epoch stands: the one value state_dict/load_state_dict/set_epoch read and replace;
         #: advanced per batch handed out, published to the workers when an iteration starts
         self._position: Position = dataset.position
-        self._dl_dataset: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
-        self._ring_size = 0  # image size the current ring's slots hold
-        self._stats_epoch = self._position.epoch  # the epoch :attr:`stats` counts
-
-    # ------------------------------------------------------------------ DataLoader
-
-    def _dataloader(self) -> DataLoader:
-        ds = self.dataset
-        if self._dl is not None and dead_workers(getattr(self._dl, "_iterator", None), wait_s=0):
-            self.close()  # a worker died (torch's SIGCHLD handler may have raised anywhere): start fresh ones
-        if self._dl is None:
-            c = self.config
-            nw = c.num_workers
-            persistent = (nw > 0) if c.persistent_workers is None else (c.persistent_workers and nw > 0)
-            kw: dict[str, Any] = {}
-            if nw > 0:
-                kw["prefetch_factor"] = c.prefetch_factor
-                kw["persistent_workers"] = persistent
-                if c.multiprocessing_context:
-                    kw["multiprocessing_context"] = c.multiprocessing_context.value
-                if c.timeout:
-                    kw["timeout"] = c.timeout
-            self._dl_dataset = ds.for_loader()  # private: only this DataLoader's workers see the ring
-            self._dl = DataLoader(self._dl_dataset, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw)
-            self._new_ring()
-        elif not self._dl.persistent_workers:
-            self._new_ring()  # every iteration starts new worker processes: a new ring for them
-        return self._dl
-
-    def _new_ring(self) -> None:
-        """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
-        c = self.config
-        if c.num_workers > 0 and not c.raw and c.reuse_buffers and c.image.decode_on is DecodeOn.WORKER:  # device: no pixels
-            # slots for the largest size seen so far: a smaller batch uses the start of its slot
-            # (untouched pages cost no memory), so a progressive-resolution run keeps its slots
-            self._ring_size = max(self._ring_size, c.image.size, self._position.size)
-            self._dl_dataset.ring = Ring(c.num_workers, ring_slots(c.prefetch_factor), c.batch_size * 3 * self._ring_size**2)
-        else:
-            self._dl_dataset.ring = None
+        self._meter = EpochMeter(self._position.epoch)  # what :attr:`stats` reports
 
     def __len__(self) -> int:
         """Batches this rank yields in the whole epoch the next ``iter()`` gives (the same on every rank).
@@ -159,13 +109,7 @@ class ShardLoader:
 
     def close(self) -> None:
         """Stop the worker processes now (persistent ones too); the loader stays usable (new workers on the next ``iter``)."""
-        dl, self._dl, self._dl_dataset = self._dl, None, None
-        it = getattr(dl, "_iterator", None) if dl is not None else None
-        if it is not None:
-            shutdown = getattr(it, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
-            dl._iterator = None  # type: ignore[union-attr]
+        self._pool.close()
 
     def __enter__(self) -> "ShardLoader":
         return self
@@ -188,83 +132,62 @@ class ShardLoader:
         except RuntimeError as exc:
             # torch's SIGCHLD watchdog raises "... is killed by signal" at any point of the main
             # thread (not only in next()): the same one-line story as a death seen in next()
-            dead = reported_dead(exc)
-            if not dead:
+            died = self._pool.died(exc)
+            if died is None:
                 raise
-            try:
-                self.close()
-            except RuntimeError:
-                pass
-            raise RuntimeError(death_message(dead, exc)) from exc
+            raise died from exc
 
     def _iterate(self) -> Iterator[Any]:
         # an epoch consumed by a loop that stopped after len() batches without asking for one
         # more (Lightning, zip, islice): this iteration is the next epoch, not an empty one
         self._position = self._upcoming()
-        self._stats_epoch = self._position.epoch
-        dl = self._dataloader()
         self.dataset.publish(self._position)  # the workers of this iteration read it when they start
-        self._counters, self._wait, self._batches = {}, 0.0, 0
-        consumer = None  # decode_on="device": this process's own counts (skipped, decode_s), next to the workers'
-        self._t0 = time.perf_counter()
-        it = iter(dl)
+        meter, strategy = self._meter, self.dataset.strategy
+        meter.start(self._position.epoch)
+        consumer = self._consumer()
+        envelopes = self._pool.envelopes(self._position.size)
         while True:
             t = time.perf_counter()
-            try:
-                env: Envelope | WorkerFailure = next(it)
-            except StopIteration:
+            env = next(envelopes, None)
+            if env is None:
                 break
-            except BaseException as exc:
-                # A worker died or raised: its DataLoader (persistent workers included) cannot be
-                # reused; the next iter() starts fresh workers at the batches already handed out.
-                dead = (dead_workers(it) or reported_dead(exc)) if isinstance(exc, Exception) else []
-                self.close()
-                if dead and not isinstance(exc, ShardkitError):
-                    # e.g. ConnectionResetError while receiving a batch from a worker the OOM killer took
-                    raise RuntimeError(death_message(dead, exc)) from exc
-                raise
-            if isinstance(env, WorkerFailure):  # a worker's error, as one line (not DataLoader's traceback dump)
-                self.close()
-                raise env.exception() from None
-            self._wait += time.perf_counter() - t
-            self._counters[env.worker] = env.counters
+            meter.wait_s += time.perf_counter() - t
+            meter.counters[env.worker] = env.counters
             batch = env.batch
             del env
-            if batch.encoded is not None:  # decode_on="device": decoded here, before it counts as handed out
-                if consumer is None:
-                    consumer = counters_like(next(iter(self._counters.values())))  # the workers' layout
-                    self._counters[-1] = consumer.v
-                batch = self._decode_here(batch, consumer)
-            self._batches += 1
+            try:  # e.g. decode_on="device": decoded here, before it counts as handed out
+                batch = strategy.finish(batch, consumer)
+            except Exception:
+                self.close()  # e.g. strict=True: as a worker's DataError, the batch is not handed out
+                raise
+            meter.batches += 1
             self._position = self._position.advanced()  # a batch counts as consumed once handed out
-            self._t1 = time.perf_counter()
+            meter.t1 = time.perf_counter()
             # A batch whose samples were all skipped (logged, counted) is still yielded, empty:
             # every rank must yield the same number of batches or DDP waits forever.
-            out: Any = batch.raw if self.config.raw else (batch.images, batch.labels)
-            if self.with_keys and not self.config.raw:
-                out = (batch.images, batch.labels, batch.keys)
-            if self.with_source and not self.config.raw:
-                out = (*out, torch.from_numpy(self.dataset.sources_of(batch.gids.numpy(), self._position.epoch)))
+            out = strategy.deliver(batch, with_keys=self.with_keys, sources=self._sources if self.with_source else None)
             yield out
             del out, batch  # the user's references alone decide when a batch's slot is released
-        self._t1 = time.perf_counter()
+        meter.t1 = time.perf_counter()
         if self.config.log_every_epoch:
             log.info("%s", self.report())
         self._position = self._position.next_epoch()  # a finished pass advances the epoch
         self.dataset.publish(self._position)
 
-    def _decode_here(self, batch: Batch, consumer: Counters) -> Batch:
-        """A ``decode_on="device"`` batch decoded on this iteration's device, counted in ``consumer``."""
-        epoch = self._position.epoch
+    def _consumer(self) -> Consumer:
+        """What this iteration's strategy may use to finish a batch here (device decoders, this process's counters)."""
+        epoch, device = self._position.epoch, self._decode_device
         mixture = len(self.dataset.sources) > 1
-        try:
-            return decode_on_device(
-                batch, self.device_decoder(self._decode_device, batch.encoded.size), strict=self.config.strict,
-                counters=consumer, source_of=(lambda g: self.dataset.sources_of(g, epoch)) if mixture else None,
-            )
-        except Exception:
-            self.close()  # e.g. strict=True: as a worker's DataError, the batch is not handed out
-            raise
+        return Consumer(
+            lambda size: self.device_decoder(device, size),
+            strict=self.config.strict,
+            counters=self._meter.counters,
+            source_of=(lambda g: self.dataset.sources_of(g, epoch)) if mixture else None,
+        )
+
+    def _sources(self, batch: Any) -> torch.Tensor:
+        """Each sample's source index (``with_source=True``)."""
+        return torch.from_numpy(self.dataset.sources_of(batch.gids.numpy(), self._position.epoch))
 
     # ------------------------------------------------------------------ epochs and stats
 
@@ -301,10 +224,7 @@ class ShardLoader:
         pos = up if epoch == up.epoch else up.started(epoch)
         if size is not None:
             pos = pos.resized(0 if size == self.config.image.size else size)
-            if self._dl is not None and self._dl.persistent_workers and self._ring_size and size > self._ring_size:
-                log.warning("shardkit: size %d is larger than the shared batch slots of the running workers (%d): batches go to new "
-                            "memory until the workers restart (loader.close()); pass the schedule's largest size to load(size=...)",
-                            size, self._ring_size)
+            self._pool.warn_if_slots_too_small(size)
         self._position = pos
 
     @property
@@ -321,14 +241,7 @@ class ShardLoader:
         """The :class:`~shardkit.loader.decode.device.DeviceDecoder` that decodes this loader's batches of output ``size``
         (0: the configured one) on ``device`` with ``decode_on="device"``; its ``stats`` count batched,
         fallback, retried and corrupt samples."""
-        from shardkit.loader.decode.backend import normalize_device
-        from shardkit.loader.decode.device import DeviceDecoder
-
-        image = self.config.image
-        key = (normalize_device(device), size or image.size)  # "cuda" and "cuda:0": one decoder
-        if key not in self._device_decoders:
-            self._device_decoders[key] = DeviceDecoder(image if key[1] == image.size else image.updated(size=key[1]), key[0])
-        return self._device_decoders[key]
+        return self._device_decoders.get(device, size)
 
     @property
     def epoch_info(self) -> "EpochInfo":
@@ -341,29 +254,24 @@ class ShardLoader:
     @property
     def stats(self) -> LoaderStats:
         """Counters of the current or last epoch (samples, skipped, bytes, time waiting...)."""
-        return summarise(self._counters.values(), batches=self._batches, wait_s=self._wait, elapsed_s=self._t1 - self._t0,
-                         num_sources=len(self.dataset.sources))
+        return self._meter.stats(len(self.dataset.sources))
 
     def report(self) -> str:
         """One line about the current or last epoch: the share of it the loop waited for data, img/s,
         skipped samples, read retries and the slowest worker stage (``log_every_epoch=True`` logs it);
         with ``decode_on="device"``, where and by which library the batches were decoded."""
-        line = epoch_report(self._stats_epoch, self.stats)
-        decoders = {f"{dev} by {dec.backend}" for (dev, _), dec in self._device_decoders.items()}
-        return line + (f", decoded on {', '.join(sorted(decoders))}" if decoders else "")
+        return epoch_report(self._meter.epoch, self.stats) + self._device_decoders.where()
 
     # ------------------------------------------------------------------ state
 
     def _topology(self) -> tuple[int, int]:
-        return self.dataset.world_size, max(1, self.config.num_workers)
+        return self.dataset.world_size, max(1, self.config.num_workers or 0)
 
     def state_dict(self) -> dict[str, Any]:
         """A plain dict with everything needed to continue this epoch exactly (put it in your checkpoint)."""
         ws, nw = self._topology()
-        ds = self.dataset
         pos = self._upcoming()  # a finished epoch is saved as the next one's start
-        state = to_state(pos, manifest=ds.manifest, plan=self.config.plan, world_size=ws, num_workers=nw)
-        return {**state, **mixture_state(ds, pos.epoch)}
+        return state_of(pos, self.dataset.identity, world_size=ws, num_workers=nw)
 
     def load_state_dict(self, state: dict[str, Any], *, allow_remix: bool = False) -> None:
         """Continue from ``state``: exactly on the same topology, re-planned (elastic) on another one.
@@ -378,56 +286,8 @@ class ShardLoader:
                 another mixture (every difference named), other ordering options, an unknown format, or a
                 field has the wrong type or range (named).
         """
-        ds, plan = self.dataset, self.config.plan
         ws, nw = self._topology()
-
-        state, now, later = resume_mixture(ds, state, allow_remix=allow_remix)
-
-        def num_batches(pos: Position, world_size: int) -> int:
-            return rank_split(len(mix.epoch_stream(now, plan, pos.epoch, pos.history)), world_size, plan).num_batches
-
-        self._position = from_state(state, manifest=ds.manifest, plan=plan, world_size=ws, num_workers=nw, num_batches=num_batches)
-        old = [m.describe() for m in (ds.mixture, ds.mixture_for(self._position.epoch))]
-        ds.remix(now, later, self._position.epoch)
-        if [m.describe() for m in (ds.mixture, ds.mixture_for(self._position.epoch))] != old:
+        resumed = resume_state(state, self.dataset.identity, world_size=ws, num_workers=nw, allow_remix=allow_remix)
+        if self.dataset.replan(resumed.schedule, resumed.position.epoch):
             self.close()  # the workers hold a copy of the dataset: new ones plan with the new mixtures
-
-
-def load(
-    url: "str | Manifest | Source | Sequence[str | Source]",
-    *,
-    config: Optional[LoaderConfig] = None,
-    rank: Optional[int] = None,
-    world_size: Optional[int] = None,
-    with_keys: bool = False,
-    with_source: bool = False,
-    epoch_size: Optional[int] = None,
-    labels: "LabelMode | str" = LabelMode.MERGED,
-    **options: Any,
-) -> ShardLoader:
-    """Stream a shardkit dataset (or a weighted mixture of several) as uint8 batches ready for the GPU.
-
-    Args:
-        url: the split directory (or its ``manifest.json``): local path, ``s3://``, ``gs://``,
-            ``http(s)://`` or any fsspec URL; or a list of :class:`shardkit.Source` (and URLs) to
-            mix, each with one of ``weight``/``repeat``/``choose`` (README "Mixing datasets").
-        config: a full :class:`LoaderConfig`; ``options`` override its fields.
-        rank: this process's rank (with ``world_size``); default from ``torch.distributed``.
-        world_size: number of ranks.
-        with_keys: yield ``(images, labels, keys)``; a mixture's keys read ``"1/00000042"``.
-        with_source: also yield each sample's source index (int64 ``[B]``), last in the tuple.
-        epoch_size: a weighted mixture's samples per epoch (default: the sum of the sources' sizes).
-        labels: a mixture's classes ``"merged"`` by name (``loader.classes``) or kept apart ``"per_source"``.
-        **options: any field of :class:`LoaderConfig` (``batch_size``, ``seed``, ``shuffle``,
-            ``num_workers``, ``drop_last``, ``policy``, ``strict``, ``pin_memory``...), of
-            :class:`ImageConfig` (``preset``, ``size``, ``resize_size``, ``hook``, ``decoder``...)
-            or of :class:`SourceConfig` (``storage_options``, ``cache_dir``, ``cache_size``,
-            ``allow_pipe``, ``allow_unsafe_names``...). Each default is documented once, on
-            its dataclass field (e.g. ``num_workers``: the CPUs available to this process, at most 8).
-
-    Returns:
-        A :class:`ShardLoader`; ``len()`` is the number of batches per epoch on this rank.
-    """
-    cfg = build_config(config, options)
-    ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, epoch_size=epoch_size, labels=labels)
-    return ShardLoader(ds, with_keys=with_keys, with_source=with_source)
+        self._position = resumed.position

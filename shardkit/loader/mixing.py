@@ -9,7 +9,7 @@ the worker's plan, so a sample skipped as unreadable is counted against its sour
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -48,7 +48,4 @@ def mixture_batches(
         if spec.labels.tables is not None and len(src):
             labels = torch.from_numpy(spec.labels.map(src, batch.labels.numpy()))
         keys = qualify_keys(src.tolist(), batch.keys)
-        raw = batch.raw
-        if raw is not None:  # raw=True: the samples carry the mixture's label and key too
-            raw = [replace(r, key=k, label=int(v)) for r, k, v in zip(raw, keys, labels.tolist())]
-        yield replace(batch, labels=labels, keys=keys, raw=raw)
+        yield batch.relabelled(labels, keys)  # raw=True: the samples carry the mixture's label and key too

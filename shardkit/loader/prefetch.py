@@ -35,7 +35,8 @@ training script runs everywhere.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -111,7 +112,13 @@ def check_labels(batch: Batch, num_classes: int) -> None:
     if isinstance(batch, Tensor) or len(batch) < 2:
         return
     labels = batch[1]
-    if not isinstance(labels, Tensor) or labels.device.type != "cpu" or labels.ndim != 1 or labels.is_floating_point() or not len(labels):
+    if (
+        not isinstance(labels, Tensor)
+        or labels.device.type != "cpu"
+        or labels.ndim != 1
+        or labels.is_floating_point()
+        or not len(labels)
+    ):
         return
     bad = ((labels < 0) | (labels >= num_classes)).nonzero()
     if len(bad):
@@ -154,7 +161,9 @@ class DevicePrefetcher:
         self.loader = loader
         device = torch.device(device) if device is not None else _default_device()
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device is 'cuda' but torch.cuda.is_available() is False; pass device=None to fall back to the CPU")
+            raise ValueError(
+                "device is 'cuda' but torch.cuda.is_available() is False; pass device=None to fall back to the CPU"
+            )
         self.device = normalise_device(device)
         self.transform = transform
         if transform_labels is None:
@@ -209,7 +218,8 @@ class DevicePrefetcher:
         have = False
         it = iter(self._source())
         while True:
-            with torch.cuda.stream(stream):  # next(): a loader's own device work (decode_on="device") is on the side stream too
+            # next(): a loader's own device work (decode_on="device") is on the side stream too
+            with torch.cuda.stream(stream):
                 cpu_batch = next(it, _END)
                 if cpu_batch is _END:
                     break

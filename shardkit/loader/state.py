@@ -344,36 +344,3 @@ def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) ->
             epoch,
         )
     return Schedule.switching(now, later, epoch), bool(remixed or len(manifests) > 1)  # checked above, per source
-
-
-# --------------------------------------------------------------------------- until loader.py calls resume_state (issue 22)
-# The three-step protocol ``ShardLoader.load_state_dict`` used before (``resume_mixture``, ``from_state``,
-# ``ShardDataset.remix``), as adapters over :func:`resume_state`: delete them once it makes the one call.
-
-
-def to_state(
-    position: Position, *, manifest: Manifest, plan: PlanConfig, world_size: int, num_workers: int
-) -> dict[str, Any]:
-    """The state keys of ``position`` without the mixture's (:func:`shardkit.loader.mixstate.mixture_state` adds them)."""
-    ident = DatasetIdentity((manifest,), Schedule(None), LabelMode.MERGED, (), plan)  # type: ignore[arg-type]
-    return _plan_keys(position, ident, world_size=world_size, num_workers=num_workers)
-
-
-def from_state(state: Any, **_: Any) -> Position:
-    """The position of what :func:`shardkit.loader.mixstate.resume_mixture` resumed."""
-    if not isinstance(state, Resumed):
-        raise TypeError("from_state takes what resume_mixture returned; call resume_state instead")
-    return state.position
-
-
-def legacy_resume(ds: Any, state: Any, *, allow_remix: bool) -> tuple[Resumed, Any, Any]:
-    """``(resumed, mixture of its epoch, mixture of the epochs after)`` on ``ds``'s loader's topology."""
-    resumed = resume_state(
-        state, ds.identity, world_size=ds.world_size, num_workers=max(1, ds.config.num_workers), allow_remix=allow_remix
-    )
-    sched = resumed.schedule
-    return resumed, sched.mixture_for(resumed.position.epoch), sched.mixture
-
-
-def legacy_mixture_keys(ds: Any, epoch: int) -> dict[str, Any]:
-    return _mixture_keys(ds.identity, epoch)

@@ -8,13 +8,25 @@ Stages add to the counters once per batch or per block read, never per sample.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
 #: names of the per-worker counters sent with every batch (cumulative over the epoch)
-COUNTERS = ("samples", "skipped", "bytes_read", "read_s", "decode_s", "resize_s", "collate_s", "batches", "retries", "index_fallbacks")
+COUNTERS = (
+    "samples",
+    "skipped",
+    "bytes_read",
+    "read_s",
+    "decode_s",
+    "resize_s",
+    "collate_s",
+    "batches",
+    "retries",
+    "index_fallbacks",
+)
 _INDEX = {name: i for i, name in enumerate(COUNTERS)}
 #: per-source counters of a mixture, after :data:`COUNTERS` in the same vector (one row per source)
 SOURCE_COUNTERS = ("samples", "skipped", "bytes_read")
@@ -89,7 +101,9 @@ class LoaderStats:
         )
 
 
-def summarise(per_worker: Iterable[np.ndarray], *, batches: int, wait_s: float, elapsed_s: float, num_sources: int = 1) -> LoaderStats:
+def summarise(
+    per_worker: Iterable[np.ndarray], *, batches: int, wait_s: float, elapsed_s: float, num_sources: int = 1
+) -> LoaderStats:
     """:class:`LoaderStats` from the latest :class:`Counters` vector of each worker (``num_sources`` > 1: a mixture's)."""
     vectors = list(per_worker)
     width = len(COUNTERS) + (len(SOURCE_COUNTERS) * num_sources if num_sources > 1 else 0)
@@ -115,3 +129,33 @@ def summarise(per_worker: Iterable[np.ndarray], *, batches: int, wait_s: float, 
         index_fallbacks=int(d["index_fallbacks"]),
         sources=sources,
     )
+
+
+class EpochMeter:
+    """What one pass of a loader measured: each worker's latest counters, the time the loop waited, batches handed out.
+
+    Args:
+        epoch: the epoch it counts (until :meth:`start`).
+    """
+
+    def __init__(self, epoch: int = 0) -> None:
+        self.epoch = epoch
+        self.counters: dict[int, np.ndarray] = {}  #: by worker (the consumer's own at -1)
+        self.wait_s = 0.0
+        self.batches = 0
+        self.t0 = self.t1 = 0.0
+
+    def start(self, epoch: int) -> None:
+        """A new pass of ``epoch`` starts now."""
+        self.epoch, self.counters, self.wait_s, self.batches = epoch, {}, 0.0, 0
+        self.t0 = time.perf_counter()
+
+    def stats(self, num_sources: int) -> LoaderStats:
+        """The pass's :class:`LoaderStats` so far."""
+        return summarise(
+            self.counters.values(),
+            batches=self.batches,
+            wait_s=self.wait_s,
+            elapsed_s=self.t1 - self.t0,
+            num_sources=num_sources,
+        )

@@ -33,8 +33,10 @@ The epoch position goes the other way, main -> workers, through a
 :class:`PositionBox`: a small shared int64 tensor created with the dataset (so
 persistent workers, which hold a stale copy of everything else, see it too),
 written only by the main process while no iteration is starting, read by each
-worker once when its iteration starts. Batches carry data only (:class:`Batch`); the
-envelope also carries the worker id and its counters, for :class:`ShardLoader`.
+worker once when its iteration starts. Batches carry data only (:mod:`shardkit.loader.batchtypes`);
+the envelope also carries the worker id and its counters, for :class:`ShardLoader`. Only a
+:class:`~shardkit.loader.batchtypes.PixelBatch` made in a slot travels by its slot (its ``images``);
+every other batch (raw samples, encoded JPEGs, pixels in new memory) is pickled whole.
 Rings are found by id in a process-local registry of live rings, because
 ``DataLoader`` unpickles worker results inside its own machinery.
 """
@@ -44,15 +46,16 @@ from __future__ import annotations
 import itertools
 import os
 import weakref
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from multiprocessing import shared_memory
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from shardkit.errors import ShardkitError
-from shardkit.loader.batching import Batch
+from shardkit.loader.batchtypes import Batch, PixelBatch
 from shardkit.loader.stats import Counters
 from shardkit.plan.position import Position, Segment
 
@@ -75,7 +78,9 @@ class PositionBox:
     def write(self, pos: Position) -> None:
         """Publish ``pos`` (main process; workers read it when their next iteration starts)."""
         if len(pos.history) > self.MAX_HISTORY:
-            raise ShardkitError(f"more than {self.MAX_HISTORY} topology changes within epoch {pos.epoch}; finish the epoch on one topology")
+            raise ShardkitError(
+                f"more than {self.MAX_HISTORY} topology changes within epoch {pos.epoch}; finish the epoch on one topology"
+            )
         flat = [pos.epoch, pos.batches_done, pos.size, len(pos.history)]
         flat += [v for s in pos.history for v in (s.world_size, s.num_workers, s.batches_done)]
         self.box[: len(flat)] = torch.tensor(flat, dtype=torch.int64)
@@ -107,7 +112,9 @@ class Ring:
         self.flags = torch.zeros(num_workers, slots, dtype=torch.int64).share_memory_()
         # one segment per worker; its pages are allocated when first written (a slot that is never
         # needed costs no memory), and the name goes when the ring does (or the process: resource tracker)
-        self.memory = [shared_memory.SharedMemory(create=True, size=max(1, slots * slot_bytes)) for _ in range(num_workers)]
+        self.memory = [
+            shared_memory.SharedMemory(create=True, size=max(1, slots * slot_bytes)) for _ in range(num_workers)
+        ]
         self._views = [np.ndarray((slots * slot_bytes,), np.uint8, buffer=m.buf) for m in self.memory]
         weakref.finalize(self, _free, self.memory, self._views)
         self.leased = 0  #: batches received in a slot
@@ -115,7 +122,13 @@ class Ring:
         _RINGS[self.id] = self
 
     def __getstate__(self) -> dict[str, Any]:  # to spawned workers: segment names, the flag table by file descriptor
-        return {"id": self.id, "slots": self.slots, "slot_bytes": self.slot_bytes, "flags": self.flags, "names": [m.name for m in self.memory]}
+        return {
+            "id": self.id,
+            "slots": self.slots,
+            "slot_bytes": self.slot_bytes,
+            "flags": self.flags,
+            "names": [m.name for m in self.memory],
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         names = state.pop("names")
@@ -213,13 +226,25 @@ class Envelope:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         b = self.batch
-        if self.slot < 0:
+        if self.slot < 0 or not isinstance(b, PixelBatch):
             return _receive_unslotted, (b, self.worker, self.counters, self.ring)
         im = b.images
         offset = im.storage_offset() - self.slot_start
         nbytes = offset + sum((d - 1) * s for d, s in zip(im.shape, im.stride())) + 1 if im.numel() else 0
-        return _receive_slotted, (self.ring, self.worker, self.slot, self.token, nbytes, tuple(im.shape), im.stride(), offset,
-                                  b.labels.numpy(), b.gids.numpy(), b.keys, self.counters)
+        return _receive_slotted, (
+            self.ring,
+            self.worker,
+            self.slot,
+            self.token,
+            nbytes,
+            tuple(im.shape),
+            im.stride(),
+            offset,
+            b.labels.numpy(),
+            b.gids.numpy(),
+            b.keys,
+            self.counters,
+        )
 
     def pin_memory(self, device: Any = None) -> "Envelope":
         """The envelope with a pinned copy of the batch (DataLoader's pin-memory thread); its slot is released at once."""
@@ -240,12 +265,24 @@ def _ring(ring_id: str) -> Ring:
     return ring
 
 
-def _receive_slotted(ring_id: str, worker: int, slot: int, token: int, nbytes: int, shape: tuple[int, ...], stride: tuple[int, ...],
-                     offset: int, labels: np.ndarray, gids: np.ndarray, keys: list[str], counters: np.ndarray) -> Envelope:
+def _receive_slotted(
+    ring_id: str,
+    worker: int,
+    slot: int,
+    token: int,
+    nbytes: int,
+    shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    offset: int,
+    labels: np.ndarray,
+    gids: np.ndarray,
+    keys: list[str],
+    counters: np.ndarray,
+) -> Envelope:
     """Unpickled in the main process: lease the slot and view the batch in it."""
     view = _ring(ring_id).lease(worker, slot, token, nbytes)
     images = torch.from_numpy(view).as_strided(shape, stride, offset)
-    return Envelope(Batch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys), worker, counters)
+    return Envelope(PixelBatch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys), worker, counters)
 
 
 def _receive_unslotted(batch: Batch, worker: int, counters: np.ndarray, ring_id: str) -> Envelope:
@@ -271,7 +308,7 @@ class WorkerFailure:
     def exception(self) -> BaseException:
         msg = f"{self.message} (DataLoader worker {self.worker})"
         try:
-            return self.exc_type(msg)  # type: ignore[no-any-return]
+            return self.exc_type(msg)
         except Exception:  # noqa: BLE001 - a class that cannot be built from one message
             return RuntimeError(f"{self.exc_type.__name__}: {msg}")
 
@@ -288,10 +325,12 @@ def failures_as_items(items: Iterable[Envelope], *, worker: int) -> Iterator["En
         yield WorkerFailure(exc_type, message, worker)
 
 
-def envelopes(batches: Iterable[Batch], *, worker: int, counters: Counters, writer: Optional[SlotWriter] = None) -> Iterator[Envelope]:
+def envelopes(
+    batches: Iterable[Batch], *, worker: int, counters: Counters, writer: Optional[SlotWriter] = None
+) -> Iterator[Envelope]:
     """Last stage in a worker: wrap each batch with the worker id, a copy of its counters and its slot."""
     ring = writer.ring.id if writer is not None else ""
     for b in batches:
-        slot, token = writer.claim(b.images) if writer is not None else (-1, 0)
+        slot, token = writer.claim(b.images) if writer is not None and isinstance(b, PixelBatch) else (-1, 0)
         start = slot * writer.ring.slot_bytes if writer is not None and slot >= 0 else 0
         yield Envelope(b, worker, counters.v.copy(), ring, slot, token, start)

@@ -2,22 +2,24 @@
 
 Two places can notice: the main process's ``next()`` fails (then :func:`dead_workers` reads the
 exit status of the iterator's worker processes), or torch's SIGCHLD watchdog raises its own
-"... is killed by signal" at any point of the main thread (then :func:`reported_dead` parses it,
-because the watchdog has already reaped the process). Either way :func:`death_message` is what the
+"... is killed by signal" at any point of the main thread (then :func:`reported_dead` reads it,
+because the watchdog has already reaped the process). Both read torch's internals through
+:mod:`shardkit.compat`. Either way :func:`death_message` is what the
 user sees.
 """
 
 from __future__ import annotations
 
-import re
 import signal
 import time
 from typing import Any
 
+from shardkit.compat import watchdog_killed, worker_processes
+
 
 def dead_workers(it: Any, wait_s: float = 1.0) -> list[str]:
     """``"PID (killed by SIGKILL)"`` for each worker of a DataLoader iterator that is gone (waits briefly for the exit status)."""
-    workers = getattr(it, "_workers", None) or []
+    workers = worker_processes(it)
     deadline = time.monotonic() + wait_s
     while True:
         dead = [w for w in workers if w.exitcode is not None]
@@ -33,16 +35,19 @@ def dead_workers(it: Any, wait_s: float = 1.0) -> list[str]:
 
 def death_message(dead: list[str], exc: BaseException) -> str:
     """The one-line error for workers ``dead`` (from :func:`dead_workers` or :func:`reported_dead`)."""
-    return (f"DataLoader worker (pid {', '.join(dead)}) died mid-epoch ({type(exc).__name__}: {exc}); "
-            "out of memory or killed from outside? Iterating the loader again continues the epoch with new workers")
+    return (
+        f"DataLoader worker (pid {', '.join(dead)}) died mid-epoch ({type(exc).__name__}: {exc}); "
+        "out of memory or killed from outside? Iterating the loader again continues the epoch with new workers"
+    )
 
 
 def reported_dead(exc: BaseException) -> list[str]:
     """The workers torch's own watchdog reported dead ("DataLoader worker (pid(s) 12) is killed by signal: Killed."),
     when it reaped them before :func:`dead_workers` could read their exit status."""
-    m = re.search(r"DataLoader worker \(pids?\(?s?\)? ([\d, ]+)\) is killed by signal: (.+?)\.", str(exc))
-    if m is None:
+    found = watchdog_killed(exc)
+    if found is None:
         return []
+    pids, described = found
     names = {signal.strsignal(s): s.name for s in signal.Signals if signal.strsignal(s)}
-    how = f"killed by {names.get(m.group(2).strip(), m.group(2).strip())}"
-    return [f"{pid.strip()} ({how})" for pid in m.group(1).split(",") if pid.strip()]
+    how = f"killed by {names.get(described, described)}"
+    return [f"{pid.strip()} ({how})" for pid in pids.split(",") if pid.strip()]

@@ -32,9 +32,9 @@ MUTANTS = [
     {
         "id": "codec-report-omits-the-backend",
         "row": ROW_BACKEND,
-        "file": "shardkit/loader/loader.py",
-        "old": """        return line + (f", decoded on {', '.join(sorted(decoders))}" if decoders else "")""",
-        "new": "        return line",
+        "file": "shardkit/loader/decode/strategies.py",
+        "old": """        return f", decoded on {', '.join(sorted(decoders))}" if decoders else ""\n""",
+        "new": '        return ""\n',
         "tests": [f"{T}::test_a_fresh_process_under_W_error_decodes_through_the_reported_backend"],
     },
     {
@@ -97,8 +97,8 @@ MUTANTS = [
         "id": "codec-exif-byte-order-fixed",
         "row": ROW_SAME,
         "file": "shardkit/loader/decode/backend.py",
-        "old": 'order = "little" if tiff[:2] == b"II" else "big"',
-        "new": 'order = "big"',
+        "old": 'order: Literal["little", "big"] = "little" if tiff[:2] == b"II" else "big"',
+        "new": 'order: Literal["little", "big"] = "big"',
         "tests": [f"{T}::test_exif_orientation_reads_the_tag_like_pil"],
     },
     {
@@ -112,7 +112,7 @@ MUTANTS = [
     {
         "id": "codec-decoder-cache-keyed-by-the-raw-device",  # Part C item 7
         "row": ROW_DEVICE,
-        "file": "shardkit/loader/loader.py",
+        "file": "shardkit/loader/decode/strategies.py",
         "old": "key = (normalize_device(device), size or image.size)",
         "new": "key = (torch.device(device), size or image.size)",
         "tests": [f"{T}::test_cuda_and_cuda0_share_one_decoder"],

@@ -35,8 +35,8 @@ MUTANTS = [
         "id": "batching-ids-shift-after-a-bad-image",
         "row": ROW_NOTHING_MOVES,
         "file": "shardkit/loader/batching.py",
-        "old": "return Batch(images, labels, torch.from_numpy(gids_in[kept]), keys)",
-        "new": "return Batch(images, labels, torch.from_numpy(gids_in[: len(kept)]), keys)",
+        "old": "return PixelBatch(images, labels, torch.from_numpy(gids_in[kept]), keys)",
+        "new": "return PixelBatch(images, labels, torch.from_numpy(gids_in[: len(kept)]), keys)",
         "tests": [T_MOVES],
     },
     {
@@ -182,8 +182,8 @@ MUTANTS = [
         "id": "worker-death-watchdog-message-not-parsed-for-several-pids",
         "row": ROW_WORKER_DEATH,
         "file": "shardkit/loader/worker_death.py",
-        "old": 'return [f"{pid.strip()} ({how})" for pid in m.group(1).split(",") if pid.strip()]',
-        "new": 'return [f"{m.group(1).strip()} ({how})"]',
+        "old": 'return [f"{pid.strip()} ({how})" for pid in pids.split(",") if pid.strip()]',
+        "new": 'return [f"{pids.strip()} ({how})"]',
         "tests": [f"{T}::test_a_dead_worker_is_named_with_its_signal"],
     },
     # ---------------------------------------------------------------- more decode (notes/issue-15.md)
@@ -207,8 +207,8 @@ MUTANTS = [
         "id": "decode-panorama-resized-whole",
         "row": ROW_EVAL,
         "file": "shardkit/loader/decode/worker.py",
-        "old": "if max(width, height) > _MAX_EVAL_ASPECT * min(width, height):",
-        "new": "if False and max(width, height) > _MAX_EVAL_ASPECT * min(width, height):",
+        "old": "if max(width, height) > MAX_EVAL_ASPECT * min(width, height):",
+        "new": "if False and max(width, height) > MAX_EVAL_ASPECT * min(width, height):",
         "tests": ["tests/test_decode_promises.py::test_elongated_image_is_cropped_before_resizing"],
     },
     # ---------------------------------------------------------------- augment (notes/issue-15.md)

@@ -134,7 +134,7 @@ MUTANTS = [
     {
         "id": "read-mismatch-returns-the-partial-block",
         "row": ROW_INDEX,
-        "file": "shardkit/loader/read.py",
+        "file": "shardkit/loader/blockreader.py",
         "old": "            self._fall_back(shard, exc)\n            return None\n        return out",
         "new": "            self._fall_back(shard, exc)\n            return out\n        return out",
         "tests": [FALLBACK],
@@ -142,7 +142,7 @@ MUTANTS = [
     {
         "id": "read-mismatch-walks-the-sliced-samples-again",
         "row": ROW_INDEX,
-        "file": "shardkit/loader/read.py",
+        "file": "shardkit/loader/blockreader.py",
         "old": "            self._fall_back(shard, exc)\n            return None\n        return out",
         "new": "            self._fall_back(shard, exc)\n            return out + self._walk(shard, gids)\n        return out",
         "tests": [FALLBACK],
@@ -150,7 +150,7 @@ MUTANTS = [
     {
         "id": "read-uint64-offsets-wrap",
         "row": ROW_INDEX,
-        "file": "shardkit/loader/read.py",
+        "file": "shardkit/loader/blockreader.py",
         "old": "starts = idx.starts.astype(np.int64)",
         "new": "starts = idx.starts",
         "tests": [GOING_BACK],
@@ -158,7 +158,7 @@ MUTANTS = [
     {
         "id": "read-span-going-back-joined-to-the-range",
         "row": ROW_INDEX,
-        "file": "shardkit/loader/read.py",
+        "file": "shardkit/loader/blockreader.py",
         "old": "0 <= starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES",
         "new": "starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES",
         "tests": [GOING_BACK],
@@ -182,7 +182,7 @@ MUTANTS = [
     {
         "id": "read-fallback-forgets-the-shard",
         "row": ROW_INDEX,
-        "file": "shardkit/loader/read.py",
+        "file": "shardkit/loader/blockreader.py",
         "old": "        self._walk_only.add(shard)\n",
         "new": "",
         "tests": [FALLBACK],

@@ -25,7 +25,8 @@ import re
 import sys
 import threading
 import warnings
-from typing import Callable, Union
+from collections.abc import Callable
+from typing import Literal, Union
 
 import torch
 from torch import Tensor
@@ -66,8 +67,10 @@ def import_backend(name: str) -> None:
     t.join()
     if failed:
         if name == TORCHCODEC and isinstance(failed[0], ImportError):
-            raise ImportError(f"the torchcodec JPEG backend cannot be imported ({failed[0]}): pip install 'shardkit[gpu]', "
-                              "or leave the backend unset to use torchvision's decoder") from failed[0]
+            raise ImportError(
+                f"the torchcodec JPEG backend cannot be imported ({failed[0]}): pip install 'shardkit[gpu]', "
+                "or leave the backend unset to use torchvision's decoder"
+            ) from failed[0]
         raise failed[0]
 
 
@@ -79,7 +82,7 @@ def _importable(name: str) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def default_backend() -> str:
     """The backend of this process, chosen on first use: TorchCodec when it imports, else torchvision."""
     return choose_backend(_importable)
@@ -130,12 +133,28 @@ _NVJPEG_NOT_DATA = {1, 5, 6, 7, 8}
 _NVJPEG_STATUS = re.compile(r"nvjpeg\w*\s+failed[^0-9\n]{0,20}(\d+)", re.IGNORECASE)
 #: message fragments of failures that are not the data's: memory, the CUDA runtime, the decoder failing to start
 _NOT_DATA = (
-    "out of memory", "cuda error", "cudaerror", "cuda driver", "cuda runtime", "device-side assert",
-    "illegal memory access", "launch failure", "no kernel image", "cublas", "cudnn",
-    "nvjpeg_status_not_initialized", "nvjpeg_status_allocator_failure", "nvjpeg_status_execution_failed",
-    "nvjpeg_status_arch_mismatch", "nvjpeg_status_internal_error",
-    "failed to create nvjpeg", "failed to initialize nvjpeg", "failed to create jpeg stream",
-    "libnvjpeg", "could not load", "cannot open shared object",
+    "out of memory",
+    "cuda error",
+    "cudaerror",
+    "cuda driver",
+    "cuda runtime",
+    "device-side assert",
+    "illegal memory access",
+    "launch failure",
+    "no kernel image",
+    "cublas",
+    "cudnn",
+    "nvjpeg_status_not_initialized",
+    "nvjpeg_status_allocator_failure",
+    "nvjpeg_status_execution_failed",
+    "nvjpeg_status_arch_mismatch",
+    "nvjpeg_status_internal_error",
+    "failed to create nvjpeg",
+    "failed to initialize nvjpeg",
+    "failed to create jpeg stream",
+    "libnvjpeg",
+    "could not load",
+    "cannot open shared object",
 )
 
 
@@ -170,7 +189,7 @@ def app1_orientation(payload: Union[bytes, memoryview]) -> int:
     tiff = bytes(payload[6 : 6 + 65536])
     if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
         return 1
-    order = "little" if tiff[:2] == b"II" else "big"
+    order: Literal["little", "big"] = "little" if tiff[:2] == b"II" else "big"
 
     def u(off: int, n: int) -> int:
         return int.from_bytes(tiff[off : off + n], order) if off + n <= len(tiff) else -1

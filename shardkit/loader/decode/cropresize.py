@@ -30,7 +30,9 @@ import torch
 from torch import Tensor
 
 
-def axis_params(size: int, lengths: np.ndarray, decoded: np.ndarray, b0: np.ndarray, b1: np.ndarray, clamp_box: np.ndarray) -> np.ndarray:
+def axis_params(
+    size: int, lengths: np.ndarray, decoded: np.ndarray, b0: np.ndarray, b1: np.ndarray, clamp_box: np.ndarray
+) -> np.ndarray:
     """Per-sample resampling parameters of one axis, ``[n, 6]`` float64: start, scale, lo, hi, window start, window end.
 
     Output pixel ``o`` samples the decoded image around ``start + (o + 0.5) * scale``
@@ -69,7 +71,10 @@ def _weights(p: Tensor, size: int, window: int, flip: Optional[Tensor]) -> Tenso
     support = scale.clamp(min=1.0)
     w = j + 0.5 - center  # the one [n, size, window] float tensor; the rest is in place
     w.div_(support).abs_().neg_().add_(1).clamp_(min=0)
-    w.mul_((j >= torch.maximum(lo, torch.floor(center - support + 0.5))) & (j < torch.minimum(hi, torch.floor(center + support + 0.5))))
+    w.mul_(
+        (j >= torch.maximum(lo, torch.floor(center - support + 0.5)))
+        & (j < torch.minimum(hi, torch.floor(center + support + 0.5)))
+    )
     w.div_(w.sum(-1, keepdim=True).clamp_(min=1e-12))
     if flip is not None and len(flip):
         w[flip] = w[flip].flip(1)
@@ -107,7 +112,9 @@ def padded_by_copy(images: list[Tensor]) -> Tensor:
 def canvas_groups(areas: np.ndarray, heights: np.ndarray, widths: np.ndarray, budget: int) -> list[np.ndarray]:
     """Group sample indices (sorted by window area) into canvases of at most ``budget`` pixels (at least one sample each)."""
     order = np.argsort(areas, kind="stable")
-    out, cur, mh, mw = [], [], 0, 0
+    out: list[np.ndarray] = []
+    cur: list[int] = []
+    mh, mw = 0, 0
     for i in order.tolist():
         h, w = max(mh, int(heights[i])), max(mw, int(widths[i]))
         if cur and (len(cur) + 1) * h * w > budget:
@@ -120,7 +127,9 @@ def canvas_groups(areas: np.ndarray, heights: np.ndarray, widths: np.ndarray, bu
     return out
 
 
-def resized_crops(images: list[Tensor], px: np.ndarray, py: np.ndarray, flips: np.ndarray, out: Tensor, max_canvas_pixels: int) -> Tensor:
+def resized_crops(
+    images: list[Tensor], px: np.ndarray, py: np.ndarray, flips: np.ndarray, out: Tensor, max_canvas_pixels: int
+) -> Tensor:
     """Resample ``images`` (``C x H x W`` uint8 on ``out``'s device) into ``out`` (uint8 ``[n, C, S, S]``, any strides).
 
     ``px``/``py`` are :func:`axis_params` rows of the samples; ``flips`` ``[n]`` bool mirrors horizontally.
@@ -138,7 +147,8 @@ def resized_crops(images: list[Tensor], px: np.ndarray, py: np.ndarray, flips: n
         canvas = padded(views).to(exact)  # [k, C, Hc, Wc]
         sel = to_device(idx, torch.int64, device)
         k, c, hc, wc = canvas.shape
-        flipped = to_device(np.flatnonzero(np.asarray(flips, bool)[idx]), torch.int64, device)  # positions within the group
+        # positions within the group
+        flipped = to_device(np.flatnonzero(np.asarray(flips, bool)[idx]), torch.int64, device)
         wx = _weights(px_t[sel], s, wc, flipped).to(exact)  # [k, S, Wc]
         wy = _weights(py_t[sel], s, hc, None).to(exact)  # [k, S, Hc]
         rows = torch.bmm(canvas.view(k, c * hc, wc), wx.transpose(1, 2))  # [k, C*Hc, S]: every row resized

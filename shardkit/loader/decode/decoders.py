@@ -10,7 +10,7 @@ simplejpeg is not installed) and ``decode_jpeg`` of TorchCodec, or of torchvisio
 from __future__ import annotations
 
 import io
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from PIL import Image
@@ -69,7 +69,13 @@ class SimplejpegDecoder(JpegDecoder):
     def decode(self, data: bytes, min_w: int, min_h: int, fast: bool = False) -> np.ndarray:
         try:
             return self._sj.decode_jpeg(
-                data, colorspace="RGB", min_width=min_w, min_height=min_h, min_factor=1.0, fastdct=fast, fastupsample=fast
+                data,
+                colorspace="RGB",
+                min_width=min_w,
+                min_height=min_h,
+                min_factor=1.0,
+                fastdct=fast,
+                fastupsample=fast,
             )
         except ValueError:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)
             return self._pil.decode(data, min_w, min_h)

@@ -38,8 +38,9 @@ tensors, which is how the tests check it against the worker path.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -56,7 +57,7 @@ from shardkit.loader.decode.backend import (
     normalize_device,
 )
 from shardkit.loader.decode.cropresize import axis_params, resized_crops
-from shardkit.loader.decode.worker import _MAX_EVAL_ASPECT, CropDecoder, Crops, make_decoder
+from shardkit.loader.decode.worker import MAX_EVAL_ASPECT, CropDecoder, Crops, make_decoder
 
 Jpeg = Union[bytes, bytearray, memoryview, Tensor]
 
@@ -79,7 +80,7 @@ def jpeg_route(data: Jpeg) -> Optional[str]:
     and one with an EXIF orientation other than 1 (``"orientation"``: TorchCodec would rotate it;
     the worker path and the crop geometry use the stored pixels).
     """
-    b = memoryview(data.numpy() if isinstance(data, Tensor) else data).cast("B")  # no copy
+    b = memoryview(data.numpy() if isinstance(data, Tensor) else data).cast("B")  # type: ignore[arg-type] # no copy
     if bytes(b[:2]) != b"\xff\xd8":
         return "not-jpeg"
     i, n, adobe_rgb, oriented = 2, len(b), False, False
@@ -242,8 +243,14 @@ class DeviceDecoder:
     ``decoder.backend`` (and ``decoder.stats.backend``) says which library decodes the batches.
     """
 
-    def __init__(self, image: ImageConfig, device: Union[torch.device, str] = "cpu", *, max_canvas_pixels: int = 1 << 25,
-                 backend: Optional[str] = None):
+    def __init__(
+        self,
+        image: ImageConfig,
+        device: Union[torch.device, str] = "cpu",
+        *,
+        max_canvas_pixels: int = 1 << 25,
+        backend: Optional[str] = None,
+    ):
         if image.hook is not None:
             raise ValueError("a per-sample hook runs on the CPU in the worker; use decode_on='worker' with a hook")
         if max_canvas_pixels < 1:
@@ -264,8 +271,15 @@ class DeviceDecoder:
         arr = self.fallback_decoder.decode(raw, int(width), int(height), bool(self.cfg.fast_decode))
         return torch.from_numpy(arr).permute(2, 0, 1)
 
-    def _cpu_decode(self, i: int, jpegs: Sequence[Jpeg], sizes: np.ndarray, out: list[Optional[Tensor]],
-                    errors: list[tuple[int, str]], why: str = "") -> bool:
+    def _cpu_decode(
+        self,
+        i: int,
+        jpegs: Sequence[Jpeg],
+        sizes: np.ndarray,
+        out: list[Optional[Tensor]],
+        errors: list[tuple[int, str]],
+        why: str = "",
+    ) -> bool:
         """Decode sample ``i`` on the CPU into ``out[i]`` (on the device), or record it in ``errors``.
 
         Only the decode is guarded: the copy to the device is outside the ``except`` (an out-of-memory or
@@ -280,13 +294,21 @@ class DeviceDecoder:
         out[i] = pixels.to(self.device)
         return True
 
-    def _decode_batched(self, idx: list[int], tensors: dict[int, Tensor], jpegs: Sequence[Jpeg], sizes: np.ndarray,
-                        out: list[Optional[Tensor]], errors: list[tuple[int, str]]) -> None:
+    def _decode_batched(
+        self,
+        idx: list[int],
+        tensors: dict[int, Tensor],
+        jpegs: Sequence[Jpeg],
+        sizes: np.ndarray,
+        out: list[Optional[Tensor]],
+        errors: list[tuple[int, str]],
+    ) -> None:
         """Batched decode of ``idx``; on a data error bisect, and decode a failing single sample on the CPU."""
         try:
             images = _decode_list([tensors[i] for i in idx], self.device, self.backend)
         except Exception as exc:
-            if not is_data_error(exc):  # out of memory, CUDA, decoder start: not the data's fault, no bisection, no drop
+            # out of memory, CUDA, decoder start: not the data's fault, no bisection, no drop
+            if not is_data_error(exc):
                 raise
             if len(idx) > 1:
                 half = len(idx) // 2
@@ -300,8 +322,9 @@ class DeviceDecoder:
             out[i] = img
         self.stats.batched += len(idx)
 
-    def decode(self, jpegs: Sequence[Jpeg], sizes: np.ndarray,
-               routes: Optional[Sequence[Optional[str]]] = None) -> tuple[list[Optional[Tensor]], list[tuple[int, str]]]:
+    def decode(
+        self, jpegs: Sequence[Jpeg], sizes: np.ndarray, routes: Optional[Sequence[Optional[str]]] = None
+    ) -> tuple[list[Optional[Tensor]], list[tuple[int, str]]]:
         """Full-resolution ``3 x H x W`` uint8 images on the device (``None`` where undecodable) and the errors."""
         out: list[Optional[Tensor]] = [None] * len(jpegs)
         errors: list[tuple[int, str]] = []
@@ -334,15 +357,20 @@ class DeviceDecoder:
         dims = np.array([img.shape[1:] for img in images], np.int64)
         boxes = np.asarray(crops.boxes, np.float64)
         if self.cfg.preset is Preset.EVAL:
-            clamp_box = sizes.max(1) > _MAX_EVAL_ASPECT * sizes.min(1)  # the worker crops panoramas first
+            clamp_box = sizes.max(1) > MAX_EVAL_ASPECT * sizes.min(1)  # the worker crops panoramas first
         else:
             clamp_box = np.ones(n, bool)
-        px = axis_params(s, sizes[:, 0].astype(np.float64), dims[:, 1].astype(np.float64), boxes[:, 0], boxes[:, 2], clamp_box)
-        py = axis_params(s, sizes[:, 1].astype(np.float64), dims[:, 0].astype(np.float64), boxes[:, 1], boxes[:, 3], clamp_box)
+        px = axis_params(
+            s, sizes[:, 0].astype(np.float64), dims[:, 1].astype(np.float64), boxes[:, 0], boxes[:, 2], clamp_box
+        )
+        py = axis_params(
+            s, sizes[:, 1].astype(np.float64), dims[:, 0].astype(np.float64), boxes[:, 1], boxes[:, 3], clamp_box
+        )
         return resized_crops(images, px, py, np.asarray(crops.flips, bool), out, self.max_canvas_pixels)
 
-    def __call__(self, jpegs: Sequence[Jpeg], sizes: np.ndarray, crops: Crops,
-                 routes: Optional[Sequence[Optional[str]]] = None) -> DecodedBatch:
+    def __call__(
+        self, jpegs: Sequence[Jpeg], sizes: np.ndarray, crops: Crops, routes: Optional[Sequence[Optional[str]]] = None
+    ) -> DecodedBatch:
         """Decode, crop and resize one batch.
 
         Args:
@@ -355,8 +383,9 @@ class DeviceDecoder:
             A :class:`DecodedBatch`; undecodable samples are dropped and listed in ``errors``.
         """
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
-        if len(jpegs) != len(sizes) or len(sizes) != len(crops.boxes):
-            raise ValueError(f"got {len(jpegs)} images, {len(sizes)} sizes and {len(crops.boxes)} crop boxes; they must match")
+        n_boxes = len(crops.boxes)  # type: ignore[arg-type] # the device path always has boxes
+        if len(jpegs) != len(sizes) or len(sizes) != n_boxes:
+            raise ValueError(f"got {len(jpegs)} images, {len(sizes)} sizes and {n_boxes} crop boxes; they must match")
         decoded, errors = self.decode(jpegs, sizes, routes)
         kept = np.array([i for i, img in enumerate(decoded) if img is not None], np.int64)
         images = [decoded[i] for i in kept.tolist()]

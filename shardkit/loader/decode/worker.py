@@ -26,7 +26,8 @@ from __future__ import annotations
 import functools
 import math
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -45,7 +46,7 @@ from shardkit.loader.decode.decoders import (  # noqa: F401 - re-exported
 
 Box = tuple[float, float, float, float]  #: (left, top, right, bottom) in stored-image pixels
 #: eval images more elongated than this are cropped before resizing (bounded memory; borders may differ by a level)
-_MAX_EVAL_ASPECT = 4
+MAX_EVAL_ASPECT = 4
 
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -172,7 +173,9 @@ class CropDecoder:
         """
         width, height = self.decoder.header(data)
         if width < 1 or height < 1 or width * height > self.cfg.max_pixels:
-            raise ValueError(f"image declares {width} x {height} pixels (limit {self.cfg.max_pixels} pixels: max_pixels)")
+            raise ValueError(
+                f"image declares {width} x {height} pixels (limit {self.cfg.max_pixels} pixels: max_pixels)"
+            )
         return width, height
 
     def geometry(self, sizes: np.ndarray, epoch: int, gids: np.ndarray, *, eval_boxes: bool = True) -> Crops:
@@ -193,8 +196,16 @@ class CropDecoder:
         flips = (u[:, 22] < 0.5) if c.flip else np.zeros(n, bool)
         return Crops(boxes, flips)
 
-    def decode_into(self, data: bytes, width: int, height: int, box: Optional[Sequence[float]], flip: bool, out: "torch.Tensor",
-                    times: Optional[list[float]] = None) -> None:
+    def decode_into(
+        self,
+        data: bytes,
+        width: int,
+        height: int,
+        box: Optional[Sequence[float]],
+        flip: bool,
+        out: "torch.Tensor",
+        times: Optional[list[float]] = None,
+    ) -> None:
         """Decode ``data`` (header already read) into ``out``, a ``3 x size x size`` uint8 view,
         cropping ``box`` (a row of :attr:`Crops.boxes`; ignored by the eval preset).
         ``times`` (optional) accumulates seconds ``[decoding, crop/resize]``."""
@@ -204,8 +215,15 @@ class CropDecoder:
         else:
             resized_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, times, self.fast)  # type: ignore[arg-type]
 
-    def decode_batch(self, datas: Sequence[bytes], sizes: Sequence[tuple[int, int]], crops: Crops, images: "torch.Tensor",
-                     failed: Callable[[int, Exception], None], times: Optional[list[float]] = None) -> list[int]:
+    def decode_batch(
+        self,
+        datas: Sequence[bytes],
+        sizes: Sequence[tuple[int, int]],
+        crops: Crops,
+        images: "torch.Tensor",
+        failed: Callable[[int, Exception], None],
+        times: Optional[list[float]] = None,
+    ) -> list[int]:
         """Decode each of ``datas`` into the next free row of ``images`` (``[n, 3, size, size]``).
 
         A sample whose decode raises is reported to ``failed(i, exc)`` and leaves no row.
@@ -248,7 +266,7 @@ def channels_last_empty(shape: tuple[int, ...]) -> "torch.Tensor":
     return t.movedim(-1, -3)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _aa_kernel() -> Optional[Callable]:
     """torch's uint8 antialiased bilinear kernel with an ``out=`` argument, or None where this torch lacks it.
 
@@ -344,10 +362,12 @@ def resize_center_crop(
     """torchvision ``Resize(resize_size)`` + ``CenterCrop(size)``, decoding at a reduced DCT scale when possible."""
     import torch
 
-    if max(width, height) > _MAX_EVAL_ASPECT * min(width, height):
+    if max(width, height) > MAX_EVAL_ASPECT * min(width, height):
         # A panorama (or a hostile 65000 x 1 header): resizing the whole image first would
         # allocate resize_size^2 x aspect pixels; crop the same box first, then resize it.
-        return resized_crop(decoder, data, width, height, center_box(width, height, size, resize_size), size, False, out, times, fast)
+        return resized_crop(
+            decoder, data, width, height, center_box(width, height, size, resize_size), size, False, out, times, fast
+        )
     t0 = time.perf_counter()
     if width <= height:
         new_w, new_h = resize_size, int(resize_size * height / width)
@@ -362,25 +382,3 @@ def resize_center_crop(
     if times is not None:
         times[0] += t1 - t0
         times[1] += time.perf_counter() - t1
-
-
-def apply_batch_hook(hook: Callable, images: "torch.Tensor", labels: "torch.Tensor", keys: list[str]) -> None:
-    """Run the user's batch hook on ``images`` (``[n, 3, S, S]`` uint8) in place, checking its result."""
-    res = hook(images, labels, keys)
-    if res is None or res is images:
-        return
-    if tuple(res.shape) != tuple(images.shape) or str(res.dtype) != str(images.dtype):
-        raise ValueError(f"batch hook returned {res.dtype} {tuple(res.shape)}; it must return uint8 {tuple(images.shape)}")
-    images.copy_(res)
-
-
-def apply_hook(hook: Optional[Callable], image: "torch.Tensor", sample: object) -> None:
-    """Run the user's per-sample hook on ``image`` (3 x S x S uint8) in place, checking its result."""
-    if hook is None:
-        return
-    res = hook(image, sample)
-    if res is image:
-        return
-    if tuple(res.shape) != tuple(image.shape) or str(res.dtype) != str(image.dtype):
-        raise ValueError(f"sample hook returned {res.dtype} {tuple(res.shape)}; it must return uint8 {tuple(image.shape)}")
-    image.copy_(res)

@@ -1,0 +1,281 @@
+"""Shard bytes -> samples: :class:`BlockReader` reads the samples of one plan block at a time.
+
+``read(gids)`` gets the samples of one block (consecutive ids of one or more shards, in
+stored order), keeping one shard open across consecutive blocks. A shard with a sample
+index (:mod:`shardkit.format.index`) is read with one range request per block, members
+sliced out at their recorded offsets; without one (or when it is damaged or disagrees
+with the tar) the tar headers are walked (:class:`shardkit.format.tar.ShardReader`,
+skipping forward without reading data). The read stage that drives it is
+:mod:`shardkit.loader.read`.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Sequence
+from typing import IO, Optional
+
+import numpy as np
+
+from shardkit.format import RawSample, ShardReader, TarDamage
+from shardkit.format.index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
+from shardkit.format.manifest import Manifest
+from shardkit.loader.stats import Counters
+from shardkit.storage import fs as storage
+from shardkit.storage.opener import ShardOpener
+
+log = logging.getLogger("shardkit.loader")
+
+
+class BlockReader:
+    """Reads the samples of plan blocks, keeping one shard open across consecutive blocks.
+
+    With ``sha256`` (the manifest's ``sample_index`` is set: every shard has a sidecar
+    index) each shard's index is loaded once, when the shard is first read, and a block's
+    samples of one shard are one range read (:meth:`SampleIndex.slice
+    <shardkit.format.index.SampleIndex.slice>` cuts the members out and checks each
+    member's tar header). Without an index, or when it is missing, damaged or disagrees
+    with the tar, the shard is read with the header walk (logged once per shard, counted
+    in :attr:`index_fallbacks`): the same samples, never other bytes.
+
+    Args:
+        urls: shard URLs (manifest order).
+        nbytes: shard sizes in bytes (for the cache).
+        shard_offsets: global id of each shard's first sample.
+        opener: opens shard URLs.
+        counters: where read time and bytes are counted.
+        num_classes: labels must lie in ``[0, num_classes)`` (None: any non-negative int64).
+        sha256: the shards' sha256s from the manifest when the shards have sample indexes (None: walk only;
+            a None entry: that shard is walked, e.g. a mixture's source written before the index).
+    """
+
+    #: holes (consumed samples on resume) up to this many bytes are read through rather than split into two range reads
+    MAX_HOLE_BYTES = 1 << 20
+    #: largest range read: a block of more bytes takes several (bounds the block's bytes held twice while its members are cut out)
+    MAX_RANGE_BYTES = 64 << 20
+    #: sample indexes kept per reader (a worker's shards are read one after another)
+    KEEP_INDEXES = 4
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        nbytes: Sequence[int],
+        shard_offsets: np.ndarray,
+        opener: ShardOpener,
+        counters: Counters,
+        num_classes: Optional[int] = None,
+        *,
+        sha256: Optional[Sequence[Optional[str]]] = None,
+    ):
+        self.urls, self.nbytes, self.offsets = urls, nbytes, shard_offsets
+        self.num_classes = num_classes
+        self.opener, self.counters = opener, counters
+        self.sha256 = sha256
+        self._shard = -1
+        self._reader: Optional[ShardReader] = None
+        self._damaged: dict[int, str] = {}
+        self._counted = 0  # bytes of the open reader already counted
+        self._retries = 0  # opener retries already counted
+        self._indexes: dict[int, SampleIndex] = {}  # recently used, oldest first
+        self._walk_only: set[int] = set()  # shards whose index is missing, damaged or wrong
+        self._ranged: tuple[int, Optional[IO[bytes]]] = (-1, None)  # the shard open for range reads
+        self.index_fallbacks = 0  #: shards read with the header walk although the manifest promised an index
+        self.range_reads = 0  #: range reads made through the index
+
+    def _count_bytes(self) -> None:
+        if self._reader is not None:
+            self.counters.add("bytes_read", self._reader.bytes_read - self._counted)
+            self._counted = self._reader.bytes_read
+        if self.opener.retries != self._retries:
+            self.counters.add("retries", self.opener.retries - self._retries)
+            self._retries = self.opener.retries
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._count_bytes()
+            self._counted = 0
+            self._reader.close()
+            self._reader = None
+            self._shard = -1
+        self._close_ranged()
+
+    def _close_ranged(self) -> None:
+        f, self._ranged = self._ranged[1], (-1, None)
+        if f is not None:
+            f.close()
+
+    def _reader_for(self, shard: int, index: int) -> ShardReader:
+        if self._reader is None or self._shard != shard or self._reader.index > index:
+            self.close()
+            self._reader = ShardReader(
+                self.opener.open(self.urls[shard], self.nbytes[shard]), self.urls[shard], num_classes=self.num_classes
+            )
+            self._shard = shard
+        return self._reader
+
+    def read(self, gids: np.ndarray) -> list[RawSample]:
+        """The samples ``gids`` (in the given, sequential order); unusable ones carry ``error``."""
+        t0 = time.perf_counter()
+        shards = np.searchsorted(self.offsets, gids, side="right") - 1
+        out: list[RawSample] = []
+        cuts = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(gids)]
+        for a, b in zip(cuts[:-1], cuts[1:]):  # the block's samples of one shard each
+            shard = int(shards[a])
+            got = self._read_indexed(shard, gids[a:b]) if self.sha256 is not None else None
+            out.extend(self._walk(shard, gids[a:b]) if got is None else got)
+        self._count_bytes()
+        self.counters.add("read_s", time.perf_counter() - t0)
+        return out
+
+    # ------------------------------------------------------------------ the header walk
+
+    def _walk(self, shard: int, gids: np.ndarray) -> list[RawSample]:
+        out = []
+        url, first = self.urls[shard], int(self.offsets[shard])
+        for gid in gids.tolist():
+            index = gid - first
+            if shard in self._damaged:
+                out.append(RawSample(key=f"#{index}", gid=gid, shard=url, index=index, error=self._damaged[shard]))
+                continue
+            try:
+                s = self._reader_for(shard, index).read(index, gid)
+            except TarDamage as exc:
+                log.warning("shardkit: %s; samples after it are skipped", exc)
+                self._damaged[shard] = str(exc)
+                self.close()
+                s = None
+            if s is None:
+                reason = self._damaged.get(shard) or f"shard ends before sample {index} (manifest disagrees)"
+                s = RawSample(key=f"#{index}", gid=gid, shard=url, index=index, error=reason)
+            out.append(s)
+        return out
+
+    # ------------------------------------------------------------------ the sample index
+
+    def _fall_back(self, shard: int, why: object) -> None:
+        self._walk_only.add(shard)
+        self._indexes.pop(shard, None)
+        self.index_fallbacks += 1
+        self.counters.add("index_fallbacks", 1)
+        log.warning("shardkit: %s; reading %s with the tar header walk", why, self.urls[shard])
+
+    def _index(self, shard: int) -> Optional[SampleIndex]:
+        """The shard's sample index (loaded and checked once), None if the shard is read with the walk."""
+        sha = self.sha256[shard] if self.sha256 is not None else None
+        if shard in self._walk_only or sha is None:
+            return None
+        idx = self._indexes.pop(shard, None)
+        if idx is None:
+            url = self.urls[shard]
+            try:
+                idx = load_index(
+                    url,
+                    shard_bytes=int(self.nbytes[shard]),
+                    shard_sha256=sha,
+                    open_fn=lambda u: io.BytesIO(self.opener.fetch(u)),
+                )
+            except IndexDamage as exc:
+                self._fall_back(shard, exc)
+                return None
+            samples = int(self.offsets[shard + 1] - self.offsets[shard]) if shard + 1 < len(self.offsets) else len(idx)
+            if len(idx) != samples:
+                self._fall_back(shard, f"{index_url(url)}: the index lists {len(idx)} samples, the manifest {samples}")
+                return None
+            while len(self._indexes) >= self.KEEP_INDEXES:
+                self._indexes.pop(next(iter(self._indexes)))
+        self._indexes[shard] = idx  # most recently used last
+        return idx
+
+    def _ranged_file(self, shard: int) -> IO[bytes]:
+        if self._ranged[0] != shard or self._ranged[1] is None:
+            self.close()  # one shard open at a time (walk or ranges)
+            self._ranged = (shard, self.opener.open_ranges(self.urls[shard], self.nbytes[shard]))
+        f = self._ranged[1]
+        assert f is not None
+        return f
+
+    def _read_indexed(self, shard: int, gids: np.ndarray) -> Optional[list[RawSample]]:
+        """The samples ``gids`` of ``shard`` through its index (None: read them with the walk).
+
+        Consecutive samples are one range read (of at most :attr:`MAX_RANGE_BYTES`); a hole
+        left by consumed samples (resume) is read through when it is small (:attr:`MAX_HOLE_BYTES`),
+        else the block takes one range read per run.
+        """
+        idx = self._index(shard) if shard not in self._damaged else None
+        if idx is None:
+            return None
+        url, first = self.urls[shard], int(self.offsets[shard])
+        local = gids - first
+        if local[-1] >= len(idx):
+            self._fall_back(
+                shard, f"{index_url(url)}: the index lists {len(idx)} samples, sample {int(local[-1])} was asked for"
+            )
+            return None
+        runs = [0, *(np.flatnonzero(np.diff(local) != 1) + 1).tolist(), len(local)]
+        spans = [
+            p
+            for a, b in zip(runs[:-1], runs[1:])
+            for p in _pieces_of(idx, int(local[a]), int(local[b - 1]) + 1, self.MAX_RANGE_BYTES)
+        ]
+        # signed: a span may go back (a repeated source's next pass), uint64 would wrap
+        starts = idx.starts.astype(np.int64)
+        out: list[RawSample] = []
+        try:
+            group = [spans[0]]
+            ends: list[Optional[tuple[int, int]]] = [*spans[1:], None]
+            for span in ends:
+                # joined to the group: a span after the group's end (a hole of at most MAX_HOLE_BYTES), not one going back
+                if (
+                    span is not None
+                    and 0 <= starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES
+                    and starts[span[1]] - starts[group[0][0]] <= self.MAX_RANGE_BYTES
+                ):
+                    group.append(span)
+                    continue
+                lo, hi = idx.byte_range(group[0][0], group[-1][1])
+                data = self._read_range(shard, lo, hi)
+                for i, j in group:
+                    a, b = idx.byte_range(i, j)
+                    piece = data if (a, b) == (lo, hi) else data[a - lo : b - lo]
+                    out.extend(idx.slice(piece, i, j, url=url, first_gid=first + i, num_classes=self.num_classes))
+                if span is not None:
+                    group = [span]
+        except IndexMismatch as exc:
+            self._close_ranged()
+            self._fall_back(shard, exc)
+            return None
+        return out
+
+    def _read_range(self, shard: int, lo: int, hi: int) -> bytes:
+        f = self._ranged_file(shard)
+        f.seek(lo)
+        parts, n = [], hi - lo
+        while n > 0:  # one request; a short read (never seen) asks for the rest
+            b = f.read(n)
+            if not b:
+                break
+            parts.append(b)
+            n -= len(b)
+        self.range_reads += 1
+        self.counters.add("bytes_read", hi - lo - n)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _pieces_of(idx: SampleIndex, i: int, j: int, limit: int) -> list[tuple[int, int]]:
+    """Samples ``i .. j-1`` cut into runs of at most ``limit`` bytes (at least one sample each)."""
+    out = []
+    while i < j:
+        k = min(max(int(np.searchsorted(idx.starts, idx.starts[i] + np.uint64(limit), side="right")) - 1, i + 1), j)
+        out.append((i, k))
+        i = k
+    return out
+
+
+def indexed_shards(manifest: Manifest, urls: Sequence[str]) -> Optional[list[str]]:
+    """The ``sha256`` argument of :class:`BlockReader` for ``manifest``'s shards: their sha256s when
+    they have sample indexes this shardkit reads (and can be read by range), else None."""
+    if manifest.sample_index != INDEX_FORMAT or not urls or storage.scheme(urls[0]) == "pipe":
+        return None
+    return [s.sha256 for s in manifest.shards]

@@ -1,0 +1,111 @@
+"""What one iteration of a :class:`~shardkit.loader.dataset.ShardDataset` runs, in each DataLoader worker.
+
+:func:`worker_pipeline` finds out who the worker is, asks :func:`shardkit.plan.worker_plan`
+what to read for the current epoch and resume point, and folds a ``webdataset.DataPipeline``
+over the stages: plan blocks -> sequentially read raw samples in shuffled emission order
+(:mod:`shardkit.loader.read`) -> the planned batches, made by the dataset's decode strategy
+(:mod:`shardkit.loader.batching`, :mod:`shardkit.loader.decode.strategies`) -> for a mixture,
+labels, keys and per-source counts (:mod:`shardkit.loader.mixing`) -> for
+:class:`~shardkit.loader.ShardLoader`'s private copy, transport envelopes
+(:mod:`shardkit.loader.transport`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+from torch.utils.data import get_worker_info
+
+from shardkit import plan as mix
+from shardkit.loader.batching import BatchSpec, plain_alloc, planned_batches
+from shardkit.loader.blockreader import BlockReader, indexed_shards
+from shardkit.loader.mixing import MixSpec, mixture_batches
+from shardkit.loader.read import MixReader, plan_blocks, read_blocks
+from shardkit.loader.stats import Counters
+from shardkit.loader.transport import envelopes, failures_as_items
+from shardkit.storage.opener import ShardOpener
+
+if TYPE_CHECKING:
+    from shardkit.loader.dataset import ShardDataset
+
+
+def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
+    """This worker's batches (:class:`~shardkit.loader.transport.Envelope` objects for the loader's private copy)."""
+    import webdataset as wds
+
+    cfg = ds.config
+    world = ds.world()
+    pos = ds.position  # read once: this iteration's plan
+    epoch = pos.epoch
+    work = mix.worker_plan(
+        ds.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history)
+    )
+    num_batches = -(-work.num_samples // cfg.batch_size)
+    mixed = len(ds.sources) > 1
+    counters = Counters(len(ds.sources) if mixed else 0)
+    plan_mix = ds.mixture_for(epoch)
+    # the epoch's sources among the loader's (they differ only while a remix finishes an epoch)
+    rows = ds._rows(plan_mix)
+    urls, nbytes = ds.urls, ds.shard_bytes
+    if not np.array_equal(rows, np.arange(len(ds.sources))):
+        urls = [u for k in rows.tolist() for u in ds.manifests[k].shard_urls()]
+        nbytes = [s.bytes for k in rows.tolist() for s in ds.manifests[k].shards]
+    sha: list[Optional[str]] = []
+    for m in (ds.manifests[k] for k in rows.tolist()):
+        sha += indexed_shards(m, m.shard_urls()) or [None] * len(m.shards)
+    sha256 = None if all(h is None for h in sha) else sha  # sample indexes, per shard (None: that shard is walked)
+    readers = [
+        BlockReader(
+            urls,
+            nbytes,
+            plan_mix.shard_offsets,
+            ShardOpener(ds._source_config(ds.sources[k])),
+            counters,
+            num_classes=len(ds.manifests[k].classes) or None,
+            sha256=sha256,
+        )
+        for k in rows.tolist()
+    ]
+    reader = MixReader(readers, plan_mix.gid_base, counters, rows, len(ds.sources)) if mixed else readers[0]
+    strategy = ds.strategy
+    decoder = strategy.decoder(cfg.image.at_size(pos.size), cfg.seed)  # size: set_epoch(..., size=)
+    in_worker = get_worker_info() is not None
+    envelope = ds._envelopes
+    writer = ds.ring.writer(world.worker) if envelope and ds.ring is not None and in_worker else None
+    spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, alloc=writer or plain_alloc)
+    stages: list[Callable[..., Iterator[Any]]] = [
+        Const(work.blocks),
+        Stage(read_blocks, reader=reader, chunk=cfg.batch_size),
+        Stage(planned_batches, spec=spec, output=strategy, decoder=decoder, counters=counters),
+    ]
+    if mixed:
+        planned = rows[plan_mix.source_of(work.emission_order())].astype(np.int16)
+        spec_mix = MixSpec(cfg.batch_size, plan_mix.gid_base, rows, ds.labels, len(ds.sources))
+        stages.append(Stage(mixture_batches, planned=planned, spec=spec_mix, counters=counters))
+    if envelope:
+        stages.append(Stage(envelopes, worker=world.worker, counters=counters, writer=writer))
+        if in_worker:
+            stages.append(Stage(failures_as_items, worker=world.worker))
+    return iter(wds.DataPipeline(*stages))
+
+
+class Const:
+    """Pipeline source: the plan's blocks (picklable)."""
+
+    def __init__(self, blocks: tuple[Any, ...]) -> None:
+        self.blocks = blocks
+
+    def __call__(self) -> Iterator[Any]:
+        return plan_blocks(self.blocks)
+
+
+class Stage:
+    """A generator stage with keyword arguments bound (picklable, unlike a lambda)."""
+
+    def __init__(self, fn: Callable[..., Iterator[Any]], **kw: Any) -> None:
+        self.fn, self.kw = fn, kw
+
+    def __call__(self, src: Iterator[Any]) -> Iterator[Any]:
+        return self.fn(src, **self.kw)
