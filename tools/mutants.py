@@ -53,7 +53,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT / "tools" / "mutant_catalogue"
-_IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".hypothesis", ".pytest_cache", "*.egg-info", "out", "bench-out")
+_IGNORE = shutil.ignore_patterns(
+    ".git", ".venv", "__pycache__", ".hypothesis", ".pytest_cache", "*.egg-info", "out", "bench-out"
+)
 
 
 @dataclass(frozen=True)
@@ -175,8 +177,14 @@ class Zygote:
 
     def __init__(self, scratch: Path):
         self.scratch = scratch
-        self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE_SOURCE], cwd=scratch, env=_env(scratch),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _ZYGOTE_SOURCE],
+            cwd=scratch,
+            env=_env(scratch),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
     def pytest(self, args: list[str], timeout: float) -> tuple[int, str]:
         out = self.scratch / ".mutant-run.log"
@@ -199,7 +207,13 @@ def missing_tests(scratch: Path, mutants: list[Mutant]) -> list[str]:
     rc, out = _pytest(scratch, ["--collect-only", *wanted], 600)
     if rc == 0:
         return []
-    bad = [t for t in wanted if f"ERROR: not found: {scratch / t}" in out or f"not found: {t}" in out or f"ERROR: file or directory not found: {t.split('::')[0]}" in out]
+    bad = [
+        t
+        for t in wanted
+        if f"ERROR: not found: {scratch / t}" in out
+        or f"not found: {t}" in out
+        or f"ERROR: file or directory not found: {t.split('::')[0]}" in out
+    ]
     return bad or [f"collection failed (exit {rc}): {out.strip().splitlines()[-1] if out.strip() else ''}"]
 
 
@@ -207,7 +221,7 @@ def _failing_function(out: str) -> str:
     """The test function (node id without parameters) of the first ``FAILED`` line of pytest's summary."""
     for line in out.splitlines():
         if line.startswith("FAILED "):
-            return line[len("FAILED "):].split(" - ", 1)[0].split("[", 1)[0].strip()
+            return line[len("FAILED ") :].split(" - ", 1)[0].split("[", 1)[0].strip()
     return ""
 
 
@@ -221,12 +235,18 @@ def failing_unmutated(zygotes: list[Zygote], functions: list[str], extra: tuple[
         return set()
     parts = [functions[j :: len(zygotes)] for j in range(len(zygotes))]
     with cf.ThreadPoolExecutor(len(zygotes)) as pool:
-        results = list(pool.map(lambda zp: zp[0].pytest([*extra, *zp[1]], 1800) if zp[1] else (0, ""), zip(zygotes, parts)))
+        results = list(
+            pool.map(lambda zp: zp[0].pytest([*extra, *zp[1]], 1800) if zp[1] else (0, ""), zip(zygotes, parts))
+        )
     bad: set[str] = set()
     for part, (rc, out) in zip(parts, results):
         if rc not in (0, 1):
             return set(functions)  # could not tell: verify them all in new processes
-        bad |= {f for f in part if any(ln.startswith(f"FAILED {f}") or ln.startswith(f"ERROR {f}") for ln in out.splitlines())}
+        bad |= {
+            f
+            for f in part
+            if any(ln.startswith(f"FAILED {f}") or ln.startswith(f"ERROR {f}") for ln in out.splitlines())
+        }
     return bad
 
 
@@ -243,7 +263,9 @@ settings.load_profile("mutants-explicit-only")
 """
 
 
-def run_one(scratch: Path, m: Mutant, timeout: float, extra: tuple[str, ...] = (), zygote: Zygote | None = None) -> Outcome:
+def run_one(
+    scratch: Path, m: Mutant, timeout: float, extra: tuple[str, ...] = (), zygote: Zygote | None = None
+) -> Outcome:
     path = scratch / m.file
     original = path.read_text()
     t0 = time.monotonic()
@@ -282,8 +304,10 @@ def area_summary(outcomes: list[Outcome]) -> str:
     areas: dict[str, list[Outcome]] = {}
     for o in outcomes:
         areas.setdefault(o.mutant.area, []).append(o)
-    return "\n".join(f"  {a:14} {sum(o.verdict == 'caught' for o in os_)}/{len(os_)} caught, {sum(o.seconds for o in os_):.0f} s of mutant runs"
-                     for a, os_ in sorted(areas.items()))
+    return "\n".join(
+        f"  {a:14} {sum(o.verdict == 'caught' for o in os_)}/{len(os_)} caught, {sum(o.seconds for o in os_):.0f} s of mutant runs"
+        for a, os_ in sorted(areas.items())
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,8 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant before it counts as caught (hang)")
     ap.add_argument("--list", action="store_true", help="print the catalogue and exit")
     ap.add_argument("--markdown", action="store_true", help="print a table per Guarantees row after the runs")
-    ap.add_argument("--explicit-only", action="store_true",
-                    help="run hypothesis tests on their @example cases only (is each mutant caught deterministically?)")
+    ap.add_argument(
+        "--explicit-only",
+        action="store_true",
+        help="run hypothesis tests on their @example cases only (is each mutant caught deterministically?)",
+    )
     ap.add_argument("--no-zygote", action="store_true", help="start every pytest run as a new process (slower)")
     args = ap.parse_args(argv)
 
@@ -352,7 +379,10 @@ def main(argv: list[str] | None = None) -> int:
                     suspects = failing_unmutated(zygotes, sorted({o.failing for o in outcomes if o.failing}), extra)  # type: ignore[arg-type]
                     again = [i for i, o in enumerate(outcomes) if o.failing in suspects]
                     if again:
-                        print(f"tests failing in the zygote unmutated: {sorted(suspects)}; {len(again)} mutants again in new processes", flush=True)
+                        print(
+                            f"tests failing in the zygote unmutated: {sorted(suspects)}; {len(again)} mutants again in new processes",
+                            flush=True,
+                        )
                     for i, o in zip(again, pool.map(lambda i: task(outcomes[i].mutant, True), again)):
                         outcomes[i] = o
                         print(f"{o.verdict:8} {o.seconds:6.1f}s  {o.mutant.id} (new process): {o.detail}", flush=True)
@@ -368,7 +398,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + markdown(outcomes))
     left = [o for o in outcomes if o.verdict != "caught"]
     for o in left:
-        print(f"NOT CAUGHT ({o.verdict}): {o.mutant.id} [{o.mutant.file}] row {o.mutant.row!r}; tests: {' '.join(o.mutant.tests)}", file=sys.stderr)
+        print(
+            f"NOT CAUGHT ({o.verdict}): {o.mutant.id} [{o.mutant.file}] row {o.mutant.row!r}; tests: {' '.join(o.mutant.tests)}",
+            file=sys.stderr,
+        )
     return 1 if left else 0
 
 

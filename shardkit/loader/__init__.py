@@ -8,6 +8,7 @@ batch through the modules of this package is in the README ("How it works").
 from __future__ import annotations
 
 from shardkit.format import RawSample
+from shardkit.loader.api import load
 from shardkit.loader.batchtypes import Batch, JpegBatch, PixelBatch, RawBatch
 from shardkit.loader.config import (
     DecodeOn,
@@ -17,9 +18,9 @@ from shardkit.loader.config import (
     MultiprocessingContext,
     Preset,
     SourceConfig,
+    StorageConfig,
 )
 from shardkit.loader.dataset import ShardDataset
-from shardkit.loader.api import load
 from shardkit.loader.loader import ShardLoader
 from shardkit.loader.stats import LoaderStats
 from shardkit.storage.opener import register_with_webdataset
@@ -40,6 +41,7 @@ __all__ = [
     "ShardDataset",
     "ShardLoader",
     "SourceConfig",
+    "StorageConfig",
     "load",
     "register_with_webdataset",
 ]

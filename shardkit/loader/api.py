@@ -61,7 +61,7 @@ def load(
         config: a full :class:`~shardkit.loader.config.LoaderConfig`; the keywords and ``options`` given override it.
         **options: any other option, flat: a field of :class:`~shardkit.plan.ordering.PlanConfig`
             (``shuffle_buffer``, ``policy``...), :class:`~shardkit.loader.config.ImageConfig` (``resize_size``,
-            ``hook``, ``decoder``...), :class:`~shardkit.loader.config.SourceConfig` (``storage_options``,
+            ``hook``, ``decoder``...), :class:`~shardkit.loader.config.StorageConfig` (``storage_options``,
             ``cache_dir``...), :class:`~shardkit.loader.config.WorkerConfig` (``prefetch_factor``, ``timeout``...)
             or :class:`~shardkit.loader.config.LoaderConfig` (``strict``, ``raw``, ``log_every_epoch``).
 

@@ -12,11 +12,11 @@ from typing import Any, Optional
 import torch
 
 from shardkit.compat import one_thread
+from shardkit.loader.api import load
 from shardkit.loader.batching import BatchSpec, decode_batch
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.doctor import measure, verdict
-from shardkit.loader.api import load
 from shardkit.loader.stats import Counters, LoaderStats
 
 

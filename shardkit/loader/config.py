@@ -1,7 +1,7 @@
 """Typed options of the loader, grouped so that no constructor takes a dozen arguments.
 
 * :class:`ImageConfig` -- what a sample becomes (preset, output size, user hook).
-* :class:`SourceConfig` -- where shards come from (fsspec options, cache, safety opt-ins).
+* :class:`StorageConfig` -- where shards come from (fsspec options, cache, safety opt-ins).
 * :class:`WorkerConfig` -- the ``DataLoader`` worker processes and shared batch slots.
 * :class:`LoaderConfig` -- everything: those groups, the ordering options
   (:class:`shardkit.plan.ordering.PlanConfig`) and three switches.
@@ -17,7 +17,7 @@ from typing import Any, Optional
 from shardkit.choices import Choice, check_types
 from shardkit.format.members import MAX_PIXELS
 from shardkit.plan.ordering import EpochPolicy, PlanConfig
-from shardkit.storage.opener import SourceConfig
+from shardkit.storage.opener import SourceConfig, StorageConfig  # noqa: F401 - SourceConfig: the old name
 
 
 class Preset(Choice):
@@ -204,7 +204,7 @@ def _group_names(cls: type) -> frozenset[str]:
 
 
 #: the option groups of :class:`LoaderConfig`: each flat option name belongs to exactly one
-_GROUPS: dict[str, type] = {"plan": PlanConfig, "image": ImageConfig, "source": SourceConfig, "workers": WorkerConfig}
+_GROUPS: dict[str, type] = {"plan": PlanConfig, "image": ImageConfig, "source": StorageConfig, "workers": WorkerConfig}
 
 
 @dataclass(frozen=True, init=False)
@@ -214,7 +214,7 @@ class LoaderConfig:
     Attributes:
         plan: :class:`~shardkit.plan.ordering.PlanConfig`: batch size, seed, shuffle, shuffle blocks, rank split.
         image: :class:`ImageConfig`: what a sample becomes.
-        source: :class:`SourceConfig`: where shards come from.
+        source: :class:`StorageConfig`: where shards come from.
         workers: :class:`WorkerConfig`: worker processes and batch slots.
         strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
         raw: yield raw samples (bytes, label, metadata) instead of decoded batches.
@@ -229,7 +229,7 @@ class LoaderConfig:
 
     plan: PlanConfig
     image: ImageConfig
-    source: SourceConfig
+    source: StorageConfig
     workers: WorkerConfig
     strict: bool
     raw: bool
@@ -239,7 +239,7 @@ class LoaderConfig:
         self,
         plan: Optional[PlanConfig] = None,
         image: Optional[ImageConfig] = None,
-        source: Optional[SourceConfig] = None,
+        source: Optional[StorageConfig] = None,
         workers: Optional[WorkerConfig] = None,
         *,
         strict: bool = False,

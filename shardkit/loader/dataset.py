@@ -35,7 +35,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from shardkit import plan as mix
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.format.manifest import Manifest, load_manifest
-from shardkit.loader.config import LoaderConfig, SourceConfig
+from shardkit.loader.config import LoaderConfig, StorageConfig
 from shardkit.loader.decode.strategies import DecodeStrategy, strategy_for
 from shardkit.loader.stages import worker_pipeline
 from shardkit.loader.state import DatasetIdentity
@@ -122,7 +122,7 @@ class ShardDataset(IterableDataset):
 
     def _load_manifest(self, i: int, source: Source) -> Manifest:
         """Source ``i``'s manifest; in a mixture an error names the source (a lone URL keeps the plain message)."""
-        cfg = self._source_config(source)
+        cfg = self.storage_config(source)
         try:
             check_url(source.url, cfg)
             return load_manifest(source.url, allow_unsafe_names=cfg.allow_unsafe_names, **cfg.storage_options)
@@ -131,7 +131,7 @@ class ShardDataset(IterableDataset):
                 raise
             raise type(exc)(f"source {i} ({source.url}): {exc}") from exc
 
-    def _source_config(self, source: Source) -> SourceConfig:
+    def storage_config(self, source: Source) -> StorageConfig:
         """The loader's source options with ``source``'s own storage options, if it has any."""
         src = self.config.source
         return src if source.storage_options is None else replace(src, storage_options=source.storage_options)
@@ -162,7 +162,7 @@ class ShardDataset(IterableDataset):
         self.schedule = schedule
         return changed
 
-    def _rows(self, m: Mixture) -> np.ndarray:
+    def source_rows(self, m: Mixture) -> np.ndarray:
         """Index among this loader's sources of each source of ``m`` (found by shard sizes)."""
         if m.shard_base.shape == self.mixture.shard_base.shape and all(
             np.array_equal(a, b) for a, b in zip(m.shard_sizes, self.mixture.shard_sizes)
@@ -174,7 +174,7 @@ class ShardDataset(IterableDataset):
     def sources_of(self, gids: np.ndarray, epoch: int) -> np.ndarray:
         """Index among this loader's sources of mixture sample ids ``gids`` of ``epoch``."""
         m = self.mixture_for(epoch)
-        return self._rows(m)[m.source_of(gids)]
+        return self.source_rows(m)[m.source_of(gids)]
 
     def remix(self, now: Mixture, later: Mixture, epoch: int) -> None:
         """Plan ``epoch`` with ``now`` and the epochs after it with ``later`` (:meth:`replan` with :meth:`Schedule.switching`)."""

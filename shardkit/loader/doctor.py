@@ -20,8 +20,9 @@ clock and stub loaders.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Protocol, Sequence
+from typing import Optional, Protocol
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def measure(
             first = clock() - start
     t0 = clock()
     windows: list[float] = []
-    win_n, win_t0, n, stop = 0, t0, 0, "end of data"
+    win_n, win_t0, stop = 0, t0, "end of data"
     last_two: list[tuple[int, float]] = []  # (images, seconds) of the last two windows
     batches = 0
     for b in it:
@@ -112,12 +113,16 @@ def _close(a: float, b: float, tolerance: float) -> bool:
 
 
 class StageTimes(Protocol):
-    """What :func:`verdict` and :func:`epoch_report` read of ``loader.stats``."""
+    """What :func:`verdict` and :func:`epoch_report` read of ``loader.stats`` (read-only)."""
 
-    read_s: float
-    decode_s: float
-    resize_s: float
-    collate_s: float
+    @property
+    def read_s(self) -> float: ...
+    @property
+    def decode_s(self) -> float: ...
+    @property
+    def resize_s(self) -> float: ...
+    @property
+    def collate_s(self) -> float: ...
 
 
 _STAGES = ("read", "decode", "resize", "collate")
@@ -139,18 +144,30 @@ _ADVICE = {
 }
 
 
-def verdict(*, images_per_s: float, batch_size: int, step_ms: float, stats: Optional[StageTimes] = None,
-            workers: int = 0, cpus: Optional[int] = None, gpu: bool = False) -> str:
+def verdict(
+    *,
+    images_per_s: float,
+    batch_size: int,
+    step_ms: float,
+    stats: Optional[StageTimes] = None,
+    workers: int = 0,
+    cpus: Optional[int] = None,
+    gpu: bool = False,
+) -> str:
     """One paragraph: is a training step of ``step_ms`` per batch input-bound at ``images_per_s``?"""
     if images_per_s <= 0:
         return "no batches were measured: the loader delivered nothing (check the dataset with `shardkit verify`)"
     loader_ms = 1000.0 * batch_size / images_per_s
     if loader_ms <= step_ms:
-        head = (f"not input-bound: the loader gives a batch of {batch_size} every {loader_ms:.1f} ms, your step takes "
-                f"{step_ms:.1f} ms ({step_ms / loader_ms:.1f}x headroom)")
+        head = (
+            f"not input-bound: the loader gives a batch of {batch_size} every {loader_ms:.1f} ms, your step takes "
+            f"{step_ms:.1f} ms ({step_ms / loader_ms:.1f}x headroom)"
+        )
         return head
-    head = (f"input-bound: the loader gives a batch of {batch_size} every {loader_ms:.1f} ms, your step takes {step_ms:.1f} ms "
-            f"(the GPU would wait {loader_ms - step_ms:.1f} ms per step, {100 * (1 - step_ms / loader_ms):.0f} % of the time)")
+    head = (
+        f"input-bound: the loader gives a batch of {batch_size} every {loader_ms:.1f} ms, your step takes {step_ms:.1f} ms "
+        f"(the GPU would wait {loader_ms - step_ms:.1f} ms per step, {100 * (1 - step_ms / loader_ms):.0f} % of the time)"
+    )
     if stats is None:
         return head
     stage, share = slowest_stage(stats)
@@ -164,11 +181,16 @@ def verdict(*, images_per_s: float, batch_size: int, step_ms: float, stats: Opti
 
 
 class EpochStats(StageTimes, Protocol):
-    samples: int
-    skipped: int
-    retries: int
-    wait_s: float
-    elapsed_s: float
+    @property
+    def samples(self) -> int: ...
+    @property
+    def skipped(self) -> int: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def wait_s(self) -> float: ...
+    @property
+    def elapsed_s(self) -> float: ...
 
 
 def epoch_report(epoch: int, stats: EpochStats) -> str:
@@ -177,8 +199,10 @@ def epoch_report(epoch: int, stats: EpochStats) -> str:
     waited = 100.0 * stats.wait_s / wall if wall > 0 else 0.0
     rate = stats.samples / wall if wall > 0 else 0.0
     stage, share = slowest_stage(stats)
-    return (f"shardkit epoch {epoch}: waited {waited:.0f} % of {wall:.1f} s for data, {rate:.0f} img/s, "
-            f"{stats.skipped} skipped, {stats.retries} retries, slowest stage {stage} ({100 * share:.0f} %)")
+    return (
+        f"shardkit epoch {epoch}: waited {waited:.0f} % of {wall:.1f} s for data, {rate:.0f} img/s, "
+        f"{stats.skipped} skipped, {stats.retries} retries, slowest stage {stage} ({100 * share:.0f} %)"
+    )
 
 
 def ticks(workers: Sequence[int]) -> list[int]:

@@ -47,7 +47,7 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     counters = Counters(len(ds.sources) if mixed else 0)
     plan_mix = ds.mixture_for(epoch)
     # the epoch's sources among the loader's (they differ only while a remix finishes an epoch)
-    rows = ds._rows(plan_mix)
+    rows = ds.source_rows(plan_mix)
     urls, nbytes = ds.urls, ds.shard_bytes
     if not np.array_equal(rows, np.arange(len(ds.sources))):
         urls = [u for k in rows.tolist() for u in ds.manifests[k].shard_urls()]
@@ -61,7 +61,7 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
             urls,
             nbytes,
             plan_mix.shard_offsets,
-            ShardOpener(ds._source_config(ds.sources[k])),
+            ShardOpener(ds.storage_config(ds.sources[k])),
             counters,
             num_classes=len(ds.manifests[k].classes) or None,
             sha256=sha256,

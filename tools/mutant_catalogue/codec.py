@@ -3,11 +3,17 @@ batched decode and its fallbacks in ``shardkit/loader/decode/device.py``, ``deco
 ``shardkit/loader/decode/decoders.py`` and the device decoder cache and report in ``shardkit/loader/loader.py``.
 """
 
-ROW_BACKEND = ("Device decode: TorchCodec decodes when installed (torchvision's deprecated decoder only without it), "
-               "chosen once, named in loader.report() and shardkit bench")
-ROW_SAME = ("Device decode: the worker path's pixels and skip counts through either backend (EXIF-oriented, CMYK, gray, "
-            "progressive, PNG named .jpg, truncated, garbage)")
-ROW_ERRORS = "Device decode: only a bad file is bisected and dropped; out-of-memory, CUDA and decoder-start errors propagate"
+ROW_BACKEND = (
+    "Device decode: TorchCodec decodes when installed (torchvision's deprecated decoder only without it), "
+    "chosen once, named in loader.report() and shardkit bench"
+)
+ROW_SAME = (
+    "Device decode: the worker path's pixels and skip counts through either backend (EXIF-oriented, CMYK, gray, "
+    "progressive, PNG named .jpg, truncated, garbage)"
+)
+ROW_ERRORS = (
+    "Device decode: only a bad file is bisected and dropped; out-of-memory, CUDA and decoder-start errors propagate"
+)
 ROW_DEVICE = "Device decode: one decoder per device ('cuda' and 'cuda:0' are the same)"
 
 T = "tests/test_codec.py"

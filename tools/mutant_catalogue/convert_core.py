@@ -2,7 +2,9 @@
 (``journal.py``) and image processing (``imageproc.py``, away from its ``SkipReason`` enum).
 """
 
-ROW_SAME_BYTES = "Conversion: byte-identical shards whatever --workers or --num-tasks; a shard's recorded sha256 is its file's"
+ROW_SAME_BYTES = (
+    "Conversion: byte-identical shards whatever --workers or --num-tasks; a shard's recorded sha256 is its file's"
+)
 ROW_CAP = "Conversion: shards within --shard-bytes (the writer's bytes)"
 ROW_RESUME = "Processes killed: a killed conversion, rerun, is byte-identical to an uninterrupted one"
 ROW_PIXELS = "Conversion: every image converted upright to the target size, or skipped with its reason"
@@ -131,7 +133,7 @@ MUTANTS = [
         "row": ROW_PIXELS,
         "file": "shardkit/convert/imageproc.py",
         "old": 'bg.paste(im, mask=im.getchannel("A"))',
-        "new": "bg.paste(im.convert(\"RGB\"))",
+        "new": 'bg.paste(im.convert("RGB"))',
         "tests": [f"{T_UNITS}::test_mode_conversions"],
     },
     {

@@ -2,9 +2,13 @@
 ``encoder.py``, ``options.py``, ``shardkit/format/manifest.py``, ``shardkit/loader/bench.py``, ``shardkit/cli/cmd_sample_data.py``,
 ``shardkit/demo/sampledata.py``)."""
 
-ROW_LAYOUT = "Conversion output: every split in DEST/<split>/; a root of splits names its splits; older flat datasets still load"
+ROW_LAYOUT = (
+    "Conversion output: every split in DEST/<split>/; a root of splits names its splits; older flat datasets still load"
+)
 ROW_EMPTY = "Conversion input: a split with no sample is reported with its skips and not written; every split empty is one line, nothing written"
-ROW_GUARD = "Python API: a script calling convert() with workers outside the __main__ guard gets one line saying what to do"
+ROW_GUARD = (
+    "Python API: a script calling convert() with workers outside the __main__ guard gets one line saying what to do"
+)
 ROW_PROGRESS = "Conversion progress: the bar counts every input, skips too, and ends at 100 %"
 ROW_BENCH = "bench: a dataset too small for a steady figure is said to be, never called steady"
 ROW_SAMPLE = "sample-data writes the classes, counts and sizes it says, the same bytes for the same seed"
@@ -20,7 +24,10 @@ MUTANTS = [
         "file": "shardkit/convert/job.py",
         "old": "SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version)",
         "new": "SplitJob(s, source.classes, dest if len(source.splits) == 1 else storage.join(dest, s.name), options, so, version)",
-        "tests": [T + "test_every_source_kind_lands_in_dest_split", T + "test_adding_a_val_split_does_not_move_the_train_data"],
+        "tests": [
+            T + "test_every_source_kind_lands_in_dest_split",
+            T + "test_adding_a_val_split_does_not_move_the_train_data",
+        ],
     },
     {
         "id": "layout-root-of-splits-not-named",
@@ -116,7 +123,7 @@ MUTANTS = [
         "id": "guard-any-if-counts-as-the-guard",
         "row": ROW_GUARD,
         "file": "shardkit/convert/encoder.py",
-        "old": "guarded = isinstance(node, ast.If) and any(\n                isinstance(n, ast.Name) and n.id == \"__name__\" for n in ast.walk(node.test)\n            )",
+        "old": 'guarded = isinstance(node, ast.If) and any(\n                isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test)\n            )',
         "new": "guarded = isinstance(node, ast.If)",
         "tests": [T + "test_script_without_main_guard_gets_one_line_saying_what_to_do"],
     },

@@ -6,10 +6,14 @@
 ROW_AGREE = "Damaged shards: loader and verify agree sample by sample on awkward member names"
 ROW_TRICKS = "Hostile input: tar tricks touch nothing, never merge two samples"
 ROW_WRITER = "Damaged shards: the writer is byte for byte webdataset.TarWriter and refuses unreadable keys"
-ROW_DETERMINISTIC = "Conversion: byte-identical shards whatever --workers or --num-tasks; a shard's recorded sha256 is its file's"
+ROW_DETERMINISTIC = (
+    "Conversion: byte-identical shards whatever --workers or --num-tasks; a shard's recorded sha256 is its file's"
+)
 ROW_HEADER = "Damaged shards: corrupt header bytes reported at that header's offset"
 ROW_TRUNCATED = "Damaged shards: truncated shard delivers the prefix once and counts the rest"
-ROW_TAMPERED = "Damaged shards: tampered headers (type flag, USTAR prefix, size, pax) never hand out what the walk would not"
+ROW_TAMPERED = (
+    "Damaged shards: tampered headers (type flag, USTAR prefix, size, pax) never hand out what the walk would not"
+)
 ROW_SIZES = "Damaged shards: huge header sizes are damage; oversized .cls/.json are bad samples, unread"
 ROW_JSON = "Damaged shards: a deep or non-JSON .json member is a bad sample, not a crash"
 ROW_FOREIGN = "Hostile input: foreign members are never deserialised, nor even read"
@@ -67,7 +71,10 @@ MUTANTS = [
         "file": "shardkit/format/members.py",
         "old": "quote = (a == 34) & (run % 2 == 0)",
         "new": "quote = a == 34",
-        "tests": ["tests/test_format.py::test_json_bounds_are_linear_and_ignore_brackets_in_strings", f"{T_GUARD}::test_json_depth_equals_a_reference_parser"],
+        "tests": [
+            "tests/test_format.py::test_json_bounds_are_linear_and_ignore_brackets_in_strings",
+            f"{T_GUARD}::test_json_depth_equals_a_reference_parser",
+        ],
     },
     {
         "id": "members-json-depth-check-skipped",
@@ -107,14 +114,17 @@ MUTANTS = [
         "row": ROW_TAMPERED,
         "file": "shardkit/format/tar.py",
         "old": "if kind not in FILE_TYPES:  # directories",
-        "new": "if kind in (b\"5\",):  # directories",
-        "tests": ["tests/test_format_review.py::test_member_of_another_type_is_not_sliced", f"{T_GUARD}::test_walk_equals_a_tarfile_reference"],
+        "new": 'if kind in (b"5",):  # directories',
+        "tests": [
+            "tests/test_format_review.py::test_member_of_another_type_is_not_sliced",
+            f"{T_GUARD}::test_walk_equals_a_tarfile_reference",
+        ],
     },
     {
         "id": "tar-pax-size-record-ignored",
         "row": ROW_SIZES,
         "file": "shardkit/format/tar.py",
-        "old": "if pax_size is not None and kind not in (b\"x\", b\"L\"):",
+        "old": 'if pax_size is not None and kind not in (b"x", b"L"):',
         "new": "if False:",
         "tests": ["tests/test_format_review.py::test_pax_size_record_is_honoured_as_tar_and_webdataset_do"],
     },
@@ -124,7 +134,9 @@ MUTANTS = [
         "file": "shardkit/format/tar.py",
         "old": "elif m.size > FIELD_LIMITS[m.ext]:",
         "new": "elif m.size > MAX_MEMBER_BYTES:",
-        "tests": ["tests/test_format_review.py::test_oversized_label_and_metadata_members_are_bad_samples_read_by_neither_walk_nor_index"],
+        "tests": [
+            "tests/test_format_review.py::test_oversized_label_and_metadata_members_are_bad_samples_read_by_neither_walk_nor_index"
+        ],
     },
     {
         "id": "tar-huge-size-not-damage",
@@ -148,13 +160,15 @@ MUTANTS = [
         "file": "shardkit/format/tar.py",
         "old": "        if prefix:\n            name = prefix",
         "new": "        if False:\n            name = prefix",
-        "tests": ["tests/test_format_review.py::test_ustar_prefix_changes_the_key_for_the_walk_so_the_index_must_see_it"],
+        "tests": [
+            "tests/test_format_review.py::test_ustar_prefix_changes_the_key_for_the_walk_so_the_index_must_see_it"
+        ],
     },
     {
         "id": "tar-octal-accepts-non-digits",
         "row": ROW_TAMPERED,
         "file": "shardkit/format/tar.py",
-        "old": "if s.translate(None, b\"01234567\"):",
+        "old": 'if s.translate(None, b"01234567"):',
         "new": "if False:",
         "tests": [f"{T_GUARD}::test_signed_or_prefixed_size_fields_are_damage"],
     },
@@ -171,8 +185,8 @@ MUTANTS = [
         "id": "writer-mode-0644",
         "row": ROW_WRITER,
         "file": "shardkit/format/writer.py",
-        "old": "0, 0o444, \"shardkit\", \"shardkit\"",
-        "new": "0, 0o644, \"shardkit\", \"shardkit\"",
+        "old": '0, 0o444, "shardkit", "shardkit"',
+        "new": '0, 0o644, "shardkit", "shardkit"',
         "tests": ["tests/test_format_review.py::test_writer_is_byte_for_byte_webdatasets_tarwriter"],
     },
     {
@@ -228,7 +242,7 @@ MUTANTS = [
         "id": "sample-unreadable-label-not-an-error",
         "row": ROW_AGREE,
         "file": "shardkit/format/sample.py",
-        "old": "sample.error = sample.error or f\"unreadable label {data[:20]!r}\"",
+        "old": 'sample.error = sample.error or f"unreadable label {data[:20]!r}"',
         "new": "sample.label = 0",
         "tests": [f"{T_GUARD}::test_walk_equals_a_tarfile_reference"],
     },
@@ -236,7 +250,7 @@ MUTANTS = [
         "id": "sample-bad-json-accepted",
         "row": ROW_JSON,
         "file": "shardkit/format/sample.py",
-        "old": "sample.error = sample.error or f\"bad .{META_EXT} member: {exc}\"",
+        "old": 'sample.error = sample.error or f"bad .{META_EXT} member: {exc}"',
         "new": "pass",
         "tests": ["tests/test_format.py::test_deep_json_is_a_bad_sample_not_a_crash"],
     },
@@ -255,7 +269,9 @@ MUTANTS = [
         "file": "shardkit/format/splits.py",
         "old": "                unreadable.append(Incomplete(sub, str(exc)))",
         "new": "                raise",
-        "tests": ["tests/test_info_verify.py::test_one_damaged_split_manifest_is_a_problem_and_the_other_splits_are_checked"],
+        "tests": [
+            "tests/test_info_verify.py::test_one_damaged_split_manifest_is_a_problem_and_the_other_splits_are_checked"
+        ],
     },
     {
         "id": "splits-journal-files-counted-as-finished-shards",

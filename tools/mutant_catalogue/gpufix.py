@@ -10,7 +10,9 @@ Not here (CPU cannot catch them; the CUDA tests do): the pinned, non-blocking co
 
 ROW_STREAM = "GPU augmentation: one side stream per device, shared by every DevicePrefetcher"
 ROW_COMPILE = "GPU augmentation: compile=True builds a bounded number of graphs over any batch sizes"
-ROW_PRECISION = "GPU augmentation and device decode: resize and affine results do not depend on the global matmul precision"
+ROW_PRECISION = (
+    "GPU augmentation and device decode: resize and affine results do not depend on the global matmul precision"
+)
 ROW_EMPTY = "GPU augmentation: every op takes an empty batch"
 ROW_LABELS = "GPU augmentation: an out-of-range MixUp/CutMix label is refused on the host (DevicePrefetcher) or counted (GpuAugment), never a device-side assert"
 ROW_NOSYNC = "GPU augmentation: a GpuAugment call never reads a value back to the host"

@@ -102,7 +102,10 @@ MUTANTS = [
         "file": "shardkit/loader/decode/worker.py",
         "old": "flips = (u[:, 22] < 0.5) if c.flip else np.zeros(n, bool)",
         "new": "flips = (u[:, 21] < 0.5) if c.flip else np.zeros(n, bool)",
-        "tests": [f"{T_DEC}::test_sample_uniforms_are_uniform_and_independent", f"{T}::test_train_flip_is_independent_of_the_crop"],
+        "tests": [
+            f"{T_DEC}::test_sample_uniforms_are_uniform_and_independent",
+            f"{T}::test_train_flip_is_independent_of_the_crop",
+        ],
     },
     {
         "id": "decode-vertical-flip",
@@ -192,7 +195,7 @@ MUTANTS = [
         "row": ROW_FUZZ,
         "file": "shardkit/loader/decode/decoders.py",
         "old": "        except ValueError:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)\n            return self._pil.decode(data, min_w, min_h)",
-        "new": "        except ValueError as exc:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)\n            raise RuntimeError(f\"cannot decode: {exc}\")",
+        "new": '        except ValueError as exc:  # not a JPEG libjpeg-turbo handles as RGB (CMYK, PNG, damaged...)\n            raise RuntimeError(f"cannot decode: {exc}")',
         "tests": [f"{T_DEC}::test_non_jpeg_falls_back_to_pil"],
     },
     {

@@ -2,7 +2,9 @@
 
 ROW_LEN = "len() and epoch_info describe the pass the next iter() gives, also after a pass stopped at exactly len()"
 ROW_LIGHTNING = "Lightning over epochs of varying length: every batch of every epoch, also resumed mid-run"
-ROW_STATE = "A loader state is refused for other ordering options, another mixture spec or labels mode, naming the field"
+ROW_STATE = (
+    "A loader state is refused for other ordering options, another mixture spec or labels mode, naming the field"
+)
 ROW_DATA = "A loader state is refused for another dataset even with the same shard layout (shard contents or classes differ, named)"
 ROW_LABELS = "A mixture's labels name each sample's true class (merged by name, or per source)"
 ROW_OPTIONS = "Options of the wrong kind are refused where they are built, naming the option; given options stay given"
@@ -73,7 +75,7 @@ MUTANTS = [
         "id": "lightning-len-of-the-loaders-epoch",
         "row": ROW_LIGHTNING,
         "file": "shardkit/integrations/lightning.py",
-        "old": "        return self.loader.num_batches(self._epoch() if self._epoch is not None else self._start[\"epoch\"])  # type: ignore[index]",
+        "old": '        return self.loader.num_batches(self._epoch() if self._epoch is not None else self._start["epoch"])  # type: ignore[index]',
         "new": "        return self.loader.num_batches(0)",
         "tests": ["tests/test_lightning.py::test_fit_over_epochs_of_varying_length_sees_every_sample"],
     },
@@ -98,15 +100,15 @@ MUTANTS = [
         "id": "mixture-diff-weight-only",
         "row": ROW_STATE,
         "file": "shardkit/plan/remix.py",
-        "old": "        for k in (\"weight\", \"repeat\", \"choose\"):",
-        "new": "        for k in (\"weight\",):",
+        "old": '        for k in ("weight", "repeat", "choose"):',
+        "new": '        for k in ("weight",):',
         "tests": [f"{T_STATE}::test_every_mixture_spec_field_is_checked"],
     },
     {
         "id": "mixture-diff-ignores-epoch-size",
         "row": ROW_STATE,
         "file": "shardkit/plan/remix.py",
-        "old": "    if saved.get(\"epoch_size\") != current.get(\"epoch_size\"):",
+        "old": '    if saved.get("epoch_size") != current.get("epoch_size"):',
         "new": "    if False:",
         "tests": [f"{T_STATE}::test_epoch_size_is_checked"],
     },
@@ -138,7 +140,7 @@ MUTANTS = [
         "id": "remix-finishes-epoch-with-other-data",
         "row": ROW_DATA,
         "file": "shardkit/loader/state.py",
-        "old": "                if mid and isinstance(a, dict) and a.get(\"shard_sizes\") in sizes\n",
+        "old": '                if mid and isinstance(a, dict) and a.get("shard_sizes") in sizes\n',
         "new": "                if False\n",
         "tests": [f"{T_STATE}::test_mixture_source_with_the_same_shard_sizes_but_other_data_is_refused"],
     },
@@ -197,10 +199,10 @@ MUTANTS = [
         "row": ROW_OPTIONS,
         "file": "shardkit/loader/config.py",
         "old": "        for name in self.derived:\n            changes.setdefault(name, None)\n",
-        "new": "        if \"resize_size\" not in changes and self.resize_size == self._derived_resize_size():\n"
-               "            changes[\"resize_size\"] = None\n"
-               "        if \"fast_decode\" not in changes and self.fast_decode == self._derived_fast_decode():\n"
-               "            changes[\"fast_decode\"] = None\n",
+        "new": '        if "resize_size" not in changes and self.resize_size == self._derived_resize_size():\n'
+        '            changes["resize_size"] = None\n'
+        '        if "fast_decode" not in changes and self.fast_decode == self._derived_fast_decode():\n'
+        '            changes["fast_decode"] = None\n',
         "tests": [f"{T_STATE}::test_an_explicit_resize_size_stays_explicit_when_the_size_changes"],
     },
     {

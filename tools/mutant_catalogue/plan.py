@@ -6,7 +6,7 @@ ROW_ONCE = "Every sample exactly once per epoch over ranks × workers"
 ROW_RESUME = "Mid-epoch checkpoint, resume: the resumed run starts at the next step and equals the uninterrupted run"
 ROW_ELASTIC = "Elastic: up to three topologies in one epoch (3 → 2 → 3 ranks), also after padding was emitted"
 ROW_INDEX = "The sample index yields exactly the header walk's samples; a wrong index falls back with every key once"
-ROW_DEVICE = "decode_on=\"device\": the worker path's samples, crops and flips, also after a dropped sample"
+ROW_DEVICE = 'decode_on="device": the worker path\'s samples, crops and flips, also after a dropped sample'
 
 ORACLE = "tests/test_plan_oracle.py::test_single_dataset_plan_matches_the_reference"
 ORACLE_ONE = "tests/test_plan_oracle.py::test_one_source_mixture_plan_matches_the_reference"

@@ -2,7 +2,9 @@
 
 ROW_RETRY = "Object storage that fails: retried with capped, jittered backoff, resumed at the byte offset"
 ROW_NOT_RETRIED = "Object storage: missing objects, denied access and bugs are not retried; botocore's retries off"
-ROW_BUDGET = "Object storage: down longer than the budget (or max_retries): one bounded StorageError naming URL and offset"
+ROW_BUDGET = (
+    "Object storage: down longer than the budget (or max_retries): one bounded StorageError naming URL and offset"
+)
 ROW_CACHE = "Object storage: the shard cache holds exactly the manifest's bytes, least recently used evicted first"
 
 T = "tests/test_guard_loader.py"
@@ -29,7 +31,7 @@ MUTANTS = [
         "id": "retry-backoff-no-jitter",
         "row": ROW_RETRY,
         "file": "shardkit/storage/retry.py",
-        "old": "return base * (0.5 + int.from_bytes(h, \"big\") / 65535 / 2)",
+        "old": 'return base * (0.5 + int.from_bytes(h, "big") / 65535 / 2)',
         "new": "return base",
         "tests": ["tests/test_faults_s3.py::test_retries_back_off_exponentially_capped_with_jitter"],
     },
@@ -61,7 +63,7 @@ MUTANTS = [
         "id": "retry-botocore-retries-left-on",
         "row": ROW_NOT_RETRIED,
         "file": "shardkit/storage/retry.py",
-        "old": "    ck[\"retries\"] = {\"total_max_attempts\": 1}\n    return {**storage_options, \"config_kwargs\": ck}",
+        "old": '    ck["retries"] = {"total_max_attempts": 1}\n    return {**storage_options, "config_kwargs": ck}',
         "new": "    return storage_options",
         "tests": [f"{T_S3}::test_botocore_retries_off_only_where_we_own_them"],
     },
@@ -69,7 +71,7 @@ MUTANTS = [
         "id": "retry-callers-own-retries-overridden",
         "row": ROW_NOT_RETRIED,
         "file": "shardkit/storage/retry.py",
-        "old": "    if \"retries\" in ck:\n        return storage_options",
+        "old": '    if "retries" in ck:\n        return storage_options',
         "new": "    if False:\n        return storage_options",
         "tests": [f"{T_S3}::test_botocore_retries_off_only_where_we_own_them"],
     },
