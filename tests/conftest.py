@@ -8,7 +8,7 @@ import os
 import threading
 
 import pytest
-from helpers import free_port
+from tests.support.faults import free_port
 
 
 @pytest.fixture(scope="session")

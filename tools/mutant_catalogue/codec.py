@@ -10,7 +10,7 @@ ROW_SAME = ("Device decode: the worker path's pixels and skip counts through eit
 ROW_ERRORS = "Device decode: only a bad file is bisected and dropped; out-of-memory, CUDA and decoder-start errors propagate"
 ROW_DEVICE = "Device decode: one decoder per device ('cuda' and 'cuda:0' are the same)"
 
-T = "tests/test_codec.py"
+T = "tests/loader/decode/test_backend.py"
 
 MUTANTS = [
     {
