@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from tests.support.faults import FaultProxy
 from tests.support.data import add_index, write_dataset
+from tests.support.resume import check_resume
 from tests.support.batches import assert_same_batches, keyed_batches
 
 import shardkit
@@ -87,18 +88,10 @@ def test_loader_with_index_equals_walk(pair, shuffle):
 
 def test_resume_with_index_continues_exactly(pair):
     walk_root, indexed_root, _ = pair
-    rests = []
-    for root in (walk_root, indexed_root):
-        loader = shardkit.load(root, **{**KW, "num_workers": 0})
-        it = iter(loader)
-        for _ in range(3):
-            next(it)
-        state = loader.state_dict()
-        again = shardkit.load(root, **{**KW, "num_workers": 0})
-        again.load_state_dict(state)
-        rests.append([(im, k) for im, _, k in again])
-    _same(rests[0], rests[1])
-    assert len(rests[1]) == len(again) - 3
+    walk, indexed = (check_resume(lambda root=root, **topo: shardkit.load(root, **topo, **{**KW, "num_workers": 0}), after=3, pixels=True)
+                     for root in (walk_root, indexed_root))
+    _same([(b.images, b.keys) for b in walk.rest[0]], [(b.images, b.keys) for b in indexed.rest[0]])
+    assert len(indexed.rest[0]) == len(indexed.loaders[0]) - 3
 
 
 def _rewrite_index(path: str, patch) -> None:

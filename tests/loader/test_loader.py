@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 import torch
 from tests.support.data import jpeg_bytes, write_dataset
+from tests.support.resume import check_resume
 
 import shardkit
 from shardkit.errors import DataError, ManifestError, ShardkitError, StorageError
@@ -91,49 +92,16 @@ def test_epochs_differ_seed_reproduces_persistent_workers(datasets):
 def test_state_dict_resume_is_exact(datasets, num_workers):
     url = datasets["many_shards"].url
     kw = dict(batch_size=3, num_workers=num_workers, seed=5, shuffle_buffer=5, shuffle_initial=2, with_keys=True, **SMALL)
-    ref = shardkit.load(url, **kw)
-    ref.set_epoch(3)
-    full = [(im.clone(), k) for im, _, k in ref]
-    a = shardkit.load(url, **kw)
-    a.set_epoch(3)
-    it = iter(a)
-    head = [next(it) for _ in range(5)]
-    state = a.state_dict()
-    del it
-    state = json.loads(json.dumps(state))  # a plain dict
-    b = shardkit.load(url, **kw)
-    b.load_state_dict(state)
-    rest = [(im, k) for im, _, k in b]
-    got = [k for _, _, k in head] + [k for _, k in rest]
-    assert got == [k for _, k in full]
-    for (im, _), (ref_im, _) in zip(rest, full[5:]):
-        assert torch.equal(im, ref_im)
-    assert b.stats.samples == sum(len(k) for _, k in rest)  # consumed samples were not decoded
+    res = check_resume(lambda **topo: shardkit.load(url, **topo, **kw), after=5, start=lambda loader: loader.set_epoch(3), pixels=True)
+    assert res.loaders[0].stats.samples == sum(len(b.keys) for b in res.rest[0])  # consumed samples were not decoded
 
 
 def test_elastic_resume_three_to_two_ranks(datasets):
     url = datasets["many_shards"].url
-    kw = dict(batch_size=2, num_workers=2, seed=3, shuffle_buffer=4, **SMALL)
-    seen = Counter()
-    states = []
-    for rank in range(3):
-        loader = shardkit.load(url, rank=rank, world_size=3, with_keys=True, **kw)
-        loader.set_epoch(2)
-        for i, (_, _, keys) in enumerate(loader):
-            seen.update(keys)
-            if i == 2:
-                break
-        states.append(loader.state_dict())
-    assert all(s == states[0] for s in states)
-    counts = []
-    for rank in range(2):
-        loader = shardkit.load(url, rank=rank, world_size=2, with_keys=True, **{**kw, "num_workers": 1})
-        loader.load_state_dict(states[rank])
-        batches = [k for _, _, k in loader]
-        counts.append(len(batches))
-        seen.update(k for b in batches for k in b)
-    assert counts[0] == counts[1]
-    assert sorted(seen) == sorted(datasets["many_shards"].keys) and set(seen.values()) == {1}
+    kw = dict(batch_size=2, seed=3, shuffle_buffer=4, with_keys=True, **SMALL)
+    res = check_resume(lambda **topo: shardkit.load(url, num_workers=2, **topo, **kw), after=3, world_size=3, start=lambda loader: loader.set_epoch(2),
+                       resume_world_size=2, resume=lambda **topo: shardkit.load(url, num_workers=1, **topo, **kw))
+    assert sorted(res.keys()) == sorted(datasets["many_shards"].keys)  # every sample exactly once
 
 
 def test_state_from_other_dataset_or_options_refused(datasets):

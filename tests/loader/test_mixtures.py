@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 from tests.support.faults import free_port
+from tests.support.resume import check_resume
 from tests.support.data import jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
 
 import shardkit
@@ -188,22 +189,11 @@ def test_mid_epoch_resume_equals_uninterrupted(dsets):
     a, b, c = dsets["a"], dsets["b"], dsets["c"]
     sources = [Source(a.url, weight=0.7), Source(b.url, weight=0.3), Source(c.url, repeat=1.5)]
     opts = dict(num_workers=2, seed=5, **KW)
-    ref = shardkit.load(sources, **opts)
-    ref.set_epoch(1)
-    whole, following = _pass(ref), _pass(ref)
-    ref.close()
-    for k in (1, 4):
-        first = shardkit.load(sources, **opts)
-        first.set_epoch(1)
-        it = iter(first)
-        done = [next(it) for _ in range(k)]
-        state = json.loads(json.dumps(first.state_dict()))
-        del it, done
-        first.close()
-        again = shardkit.load(sources, **opts)
-        again.load_state_dict(state)
-        _same(_pass(again), whole[k:])  # the same remaining batches, in the same order, pixels included
-        _same(_pass(again), following)  # and the next epoch as uninterrupted
+    for k in (1, 4):  # the same remaining batches, in the same order, pixels included
+        res = check_resume(lambda **topo: shardkit.load(sources, **topo, **opts), after=k, start=lambda loader: loader.set_epoch(1), pixels=True)
+        ref, again = res.reference_loaders[0], res.loaders[0]
+        _same(_pass(again), _pass(ref))  # and the next epoch as uninterrupted
+        ref.close()
         again.close()
 
 
@@ -212,28 +202,15 @@ def test_elastic_resume_covers_exactly_the_unseen(dsets):
     a, b = dsets["a"], dsets["b"]
     sources = [Source(a.url, repeat=1), Source(b.url, repeat=1)]
     opts = dict(seed=2, policy="drop", **KW)
-    seen, states = [], []
-    for rank in range(3):
-        loader = shardkit.load(sources, num_workers=2, rank=rank, world_size=3, **opts)
-        dropped_before = loader.epoch_info.dropped
-        it = iter(loader)
-        for _ in range(2):
-            seen += next(it)[2]
-        states.append(json.loads(json.dumps(loader.state_dict())))
-        del it
+    res = check_resume(lambda **topo: shardkit.load(sources, num_workers=2, **topo, **opts), after=2, world_size=3,
+                       resume_world_size=2, resume=lambda **topo: shardkit.load(sources, num_workers=1, **topo, **opts), complete=False)
+    for loader in res.loaders + res.reference_loaders:
         loader.close()
-    assert all(s == states[0] for s in states)
-    rest, lens = [], set()
-    for rank in range(2):
-        loader = shardkit.load(sources, num_workers=1, rank=rank, world_size=2, **opts)
-        loader.load_state_dict(states[0])
-        dropped_after = loader.epoch_info.dropped  # of the re-planned rest of the epoch
-        batches = [keys for _, _, keys in loader]
-        lens.add(len(batches))
-        rest += [k for keys in batches for k in keys]
-        loader.close()
-    assert len(lens) == 1
-    every = seen + rest
+    dropped_before = shardkit.load(sources, num_workers=2, rank=2, world_size=3, **opts).epoch_info.dropped
+    resumed = shardkit.load(sources, num_workers=1, rank=1, world_size=2, **opts)
+    resumed.load_state_dict(res.states[0])
+    dropped_after = resumed.epoch_info.dropped  # of the re-planned rest of the epoch
+    every = res.keys()
     assert len(every) == len(set(every)) == 52 - dropped_before - dropped_after  # exactly the unseen, nothing twice
 
 

@@ -8,6 +8,7 @@ import itertools
 import pytest
 import torch
 from tests.support.probes import dataloader_workers
+from tests.support.resume import check_resume
 from tests.support.data import write_dataset
 
 import shardkit
@@ -54,18 +55,14 @@ def test_sizes_change_between_epochs_with_the_same_persistent_workers(ds):
 
 
 def test_resume_continues_at_the_saved_size(ds):
-    a = shardkit.load(ds.url, size=24, num_workers=0, **KW)
-    a.set_epoch(1, size=16)
-    it = iter(a)
-    first = [next(it) for _ in range(2)]
-    state = a.state_dict()
-    rest = [(im, k) for im, _, k in it]
-    assert state["size"] == 16 and all(im.shape[-1] == 16 for im, _, _ in first)
+    res = check_resume(lambda **topo: shardkit.load(ds.url, size=24, num_workers=0, **topo, **KW), after=2,
+                       start=lambda loader: loader.set_epoch(1, size=16), pixels=True)
+    state = res.states[0]
+    assert state["size"] == 16 and all(b.images.shape[-1] == 16 for b in res.head[0])
     b = shardkit.load(ds.url, size=24, num_workers=0, **KW)
     b.load_state_dict(state)
     assert b.size == 16 and b.epoch == 1
-    resumed = _epoch(b)
-    assert _keys(resumed) == _keys(rest) and all(torch.equal(x, y) for (x, _), (y, _) in zip(resumed, rest))
+    b = res.loaders[0]  # resumed, the rest of the epoch delivered
     assert b.size == 16  # the next epoch stays at the size until it is set again
     assert all(im.shape[-1] == 16 for im, _ in _epoch(b))
     # a state saved before sizes existed (no "size") loads at the configured size

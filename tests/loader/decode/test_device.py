@@ -22,6 +22,7 @@ import pytest
 import torch
 from tests.support.data import jpeg_bytes
 from tests.support.decode_paths import EPOCH, SEED, device_path, diff, encode, worker_path
+from tests.support.resume import check_resume
 from PIL import Image
 
 import shardkit.loader.decode.cropresize as cr
@@ -388,31 +389,13 @@ def test_device_decode_exactly_once_resume_and_elastic_resume(small):
         seen.update(k for _, _, ks in batches for k in ks)
     assert sorted(seen) == sorted(small.keys) and set(seen.values()) == {1}
 
-    _, full = loader_batches(small.url, **kw)
-    a = shardkit.load(small.url, with_keys=True, **{**LOADER, **kw})
-    it = iter(a)
-    head = [next(it)[2] for _ in range(4)]
-    state = a.state_dict()
-    del it
-    b, rest = shardkit.load(small.url, with_keys=True, **{**LOADER, **kw}), []
-    b.load_state_dict(state)
-    rest = [(im, list(k)) for im, _, k in b]
-    assert [list(k) for k in head] + [k for _, k in rest] == [k for _, _, k in full]
-    assert all(torch.equal(im, ref[0]) for (im, _), ref in zip(rest, full[4:]))
+    def make(**topo):
+        return shardkit.load(small.url, with_keys=True, **topo, **{**LOADER, **kw})
 
-    seen, states = Counter(), []
-    for rank in range(3):
-        loader = shardkit.load(small.url, rank=rank, world_size=3, with_keys=True, **{**LOADER, **kw})
-        for i, (_, _, keys) in enumerate(loader):
-            seen.update(keys)
-            if i == 1:
-                break
-        states.append(loader.state_dict())
-    for rank in range(2):
-        loader = shardkit.load(small.url, rank=rank, world_size=2, with_keys=True, **{**LOADER, **kw, "num_workers": 1})
-        loader.load_state_dict(states[rank])
-        seen.update(k for _, _, ks in loader for k in ks)
-    assert sorted(seen) == sorted(small.keys) and set(seen.values()) == {1}
+    check_resume(make, after=4, pixels=True)
+    res = check_resume(make, after=2, world_size=3, resume_world_size=2,
+                       resume=lambda **topo: shardkit.load(small.url, with_keys=True, **topo, **{**LOADER, **kw, "num_workers": 1}))
+    assert sorted(res.keys()) == sorted(small.keys)  # every key once
 
 
 def write_with_bad(root: str, not_jpeg: int = 3, cut: int = 8) -> list[str]:
