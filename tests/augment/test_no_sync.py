@@ -33,17 +33,41 @@ from shardkit.augment import (
 
 
 def _ops(per_sample: bool = False) -> list:
-    return [RandomResizedCrop(16), HorizontalFlip(), RandomRotation(20, fill=3), RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5),
-            ColorJitter(0.4, 0.4, 0.4, 0.1, order="random"), RandomGrayscale(0.2), GaussianBlur(3), Normalize(IMAGENET_MEAN, IMAGENET_STD),
-            RandomErasing(), MixUp(4, per_sample=per_sample), CutMix(4, per_sample=per_sample)]
+    return [
+        RandomResizedCrop(16),
+        HorizontalFlip(),
+        RandomRotation(20, fill=3),
+        RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5),
+        ColorJitter(0.4, 0.4, 0.4, 0.1, order="random"),
+        RandomGrayscale(0.2),
+        GaussianBlur(3),
+        Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        RandomErasing(),
+        MixUp(4, per_sample=per_sample),
+        CutMix(4, per_sample=per_sample),
+    ]
 
 
 def _images(n: int = 8, size: int = 24) -> torch.Tensor:
     return torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
 
 
-_HOST_READS = {"item", "tolist", "numpy", "cpu", "nonzero", "argwhere", "masked_select", "unique", "unique_consecutive",
-               "bincount", "__bool__", "__int__", "__float__", "__index__"}
+_HOST_READS = {
+    "item",
+    "tolist",
+    "numpy",
+    "cpu",
+    "nonzero",
+    "argwhere",
+    "masked_select",
+    "unique",
+    "unique_consecutive",
+    "bincount",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+}
 
 
 class HostReads(TorchFunctionMode):
@@ -58,7 +82,12 @@ class HostReads(TorchFunctionMode):
         name = getattr(func, "__name__", str(func))
         if name in _HOST_READS:
             self.calls.append(name)
-        elif name == "repeat_interleave" and len(args) > 1 and isinstance(args[1], torch.Tensor) and "output_size" not in kwargs:
+        elif (
+            name == "repeat_interleave"
+            and len(args) > 1
+            and isinstance(args[1], torch.Tensor)
+            and "output_size" not in kwargs
+        ):
             self.calls.append(name)  # tensor repeats: the output size is read back
         elif name in ("__getitem__", "__setitem__") and len(args) > 1:
             idx = args[1] if isinstance(args[1], tuple) else (args[1],)

@@ -131,7 +131,12 @@ def test_affine_matches_torchvision(device):
     out, params = run([op], x, device)
     for b in range(6):
         p = per_sample(params[0], b)
-        args = (float(p["angle"]), [float(p["translate_x"]), float(p["translate_y"])], float(p["scale"]), [float(p["shear_x"]), float(p["shear_y"])])
+        args = (
+            float(p["angle"]),
+            [float(p["translate_x"]), float(p["translate_y"])],
+            float(p["scale"]),
+            [float(p["shear_x"]), float(p["shear_y"])],
+        )
         ref = F.affine(to_float(x[b]), *args, interpolation=BILINEAR)
         ones = F.affine(torch.ones(1, 36, 44), *args, interpolation=BILINEAR)
         m = inside(ones).expand_as(ref)
@@ -244,7 +249,9 @@ def test_mixup_cutmix_labels(device, per_sample):
             ref = lam.view(-1, 1, 1, 1) * xf + (1 - lam.view(-1, 1, 1, 1)) * prev
             assert (out - ref).abs().max() < 1e-5
         else:
-            pasted = ((out - xf).abs() > 1e-6).any(1).float().mean((1, 2))  # fraction of pixels taken from the neighbour
+            pasted = (
+                ((out - xf).abs() > 1e-6).any(1).float().mean((1, 2))
+            )  # fraction of pixels taken from the neighbour
             assert torch.all(pasted <= 1 - lam + 1e-6)
             for b in range(8):
                 t, l_, h, w = (int(params[0][k][b]) for k in ("top", "left", "height", "width"))
@@ -279,11 +286,20 @@ def test_fused_equals_sequential_torchvision(device):
     for b in range(6):
         c, f, r, a = (per_sample(p, b) for p in params)
 
-        def chain(img):
-            img = F.resized_crop(img, *(int(c[k]) for k in ("top", "left", "height", "width")), [28, 28], antialias=False)
+        def chain(img, c=c, f=f, r=r, a=a):
+            img = F.resized_crop(
+                img, *(int(c[k]) for k in ("top", "left", "height", "width")), [28, 28], antialias=False
+            )
             img = F.horizontal_flip(img) if f["flip"] else img
             img = F.rotate(img, float(r["angle"]), interpolation=BILINEAR)
-            return F.affine(img, float(a["angle"]), [float(a["translate_x"]), float(a["translate_y"])], float(a["scale"]), [float(a["shear_x"]), 0.0], interpolation=BILINEAR)
+            return F.affine(
+                img,
+                float(a["angle"]),
+                [float(a["translate_x"]), float(a["translate_y"])],
+                float(a["scale"]),
+                [float(a["shear_x"]), 0.0],
+                interpolation=BILINEAR,
+            )
 
         ref, ones = chain(to_float(x[b])), chain(torch.ones(1, 40, 44))
         m = inside(ones).expand_as(ref)
@@ -298,7 +314,10 @@ def test_fused_equals_own_sequential_passes(device):
     x = smooth_images(6, 40, 44).to(device)
     identity = Normalize((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
     fused = GpuAugment(GEOMETRIC_CHAIN, seed=5)
-    split = GpuAugment([GEOMETRIC_CHAIN[0], identity, GEOMETRIC_CHAIN[1], identity, GEOMETRIC_CHAIN[2], identity, GEOMETRIC_CHAIN[3]], seed=5)
+    split = GpuAugment(
+        [GEOMETRIC_CHAIN[0], identity, GEOMETRIC_CHAIN[1], identity, GEOMETRIC_CHAIN[2], identity, GEOMETRIC_CHAIN[3]],
+        seed=5,
+    )
     params = fused.sample_params(6, (40, 44), device)
     split_params = [params[0], {}, params[1], {}, params[2], {}, params[3]]
     a, _ = fused.apply(x, params)
@@ -342,7 +361,16 @@ def test_normalisation_and_eval_preset(device):
 
 def test_channels_last_input_gives_same_result(device):
     x = smooth_images(4, 32, 36).to(device)
-    aug = GpuAugment([RandomResizedCrop(20), HorizontalFlip(), RandomRotation(20), ColorJitter(0.3, 0.3, 0.3, 0.1), RandomGrayscale(0.3)], seed=3)
+    aug = GpuAugment(
+        [
+            RandomResizedCrop(20),
+            HorizontalFlip(),
+            RandomRotation(20),
+            ColorJitter(0.3, 0.3, 0.3, 0.1),
+            RandomGrayscale(0.3),
+        ],
+        seed=3,
+    )
     a = aug(x)
     aug.manual_seed(3)
     b = aug(x.contiguous(memory_format=torch.channels_last))
@@ -355,7 +383,13 @@ def test_channels_last_input_gives_same_result(device):
 
 def test_seed_reproducibility(device):
     x = noise_images(6, 24, 24).to(device)
-    ops = [RandomResizedCrop(16), HorizontalFlip(), RandomRotation(20), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomErasing(value="random")]
+    ops = [
+        RandomResizedCrop(16),
+        HorizontalFlip(),
+        RandomRotation(20),
+        ColorJitter(0.4, 0.4, 0.4, 0.1),
+        RandomErasing(value="random"),
+    ]
     a = GpuAugment(ops, seed=7)
     b = GpuAugment(ops, seed=7)
     c = GpuAugment(ops, seed=8)
@@ -369,7 +403,15 @@ def test_seed_reproducibility(device):
 
 def test_half_compute_dtype_is_close(device):
     x = noise_images(4, 40, 40).to(device)
-    ops = [RandomResizedCrop(32), HorizontalFlip(), RandomRotation(20, fill=5), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.3), GaussianBlur(3), RandomErasing(value=(1, 2, 3))]
+    ops = [
+        RandomResizedCrop(32),
+        HorizontalFlip(),
+        RandomRotation(20, fill=5),
+        ColorJitter(0.4, 0.4, 0.4, 0.1),
+        RandomGrayscale(0.3),
+        GaussianBlur(3),
+        RandomErasing(value=(1, 2, 3)),
+    ]
     ref = GpuAugment(ops, seed=0)(x)
     half = GpuAugment(ops, seed=0, compute_dtype=torch.float16)(x)
     assert half.dtype == torch.float32
@@ -387,7 +429,18 @@ def test_apply_traces_without_graph_breaks():
     """fullgraph tracing fails on .item(), data-dependent Python branches and
     dynamic shapes, i.e. on anything that would synchronise with the host."""
     x = noise_images(4, 24, 24)
-    ops = [RandomResizedCrop(16), HorizontalFlip(), RandomRotation(20, fill=3), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2), GaussianBlur(3), Normalize(IMAGENET_MEAN, IMAGENET_STD), RandomErasing(), MixUp(4), CutMix(4)]
+    ops = [
+        RandomResizedCrop(16),
+        HorizontalFlip(),
+        RandomRotation(20, fill=3),
+        ColorJitter(0.4, 0.4, 0.4, 0.1),
+        RandomGrayscale(0.2),
+        GaussianBlur(3),
+        Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        RandomErasing(),
+        MixUp(4),
+        CutMix(4),
+    ]
     aug = GpuAugment(ops, seed=0, output_dtype=torch.bfloat16, memory_format="channels_last")
     params = aug.sample_params(4, (24, 24), "cpu")
     labels = torch.tensor([0, 1, 2, 3])
@@ -402,7 +455,16 @@ def test_uniform_to_params_traces_without_graph_breaks():
     """The per-sample parameter maths (everything but the generator draws) has no
     host sync either: e.g. RandomResizedCrop's 10-attempt rejection sampling.
     (The generator draws: tests/test_augment_no_sync.py.)"""
-    ops = [RandomResizedCrop(16), HorizontalFlip(), RandomRotation(20), RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5), ColorJitter(0.4, 0.4, 0.4, 0.1, order="random"), RandomGrayscale(0.2), GaussianBlur(3), RandomErasing()]
+    ops = [
+        RandomResizedCrop(16),
+        HorizontalFlip(),
+        RandomRotation(20),
+        RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5),
+        ColorJitter(0.4, 0.4, 0.4, 0.1, order="random"),
+        RandomGrayscale(0.2),
+        GaussianBlur(3),
+        RandomErasing(),
+    ]
     sizes = [(24, 24)] + [(16, 16)] * (len(ops) - 1)
     gen = torch.Generator().manual_seed(0)
     widths = [op.num_uniforms() for op in ops]
@@ -424,7 +486,18 @@ def test_uniform_to_params_traces_without_graph_breaks():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_no_host_sync_on_cuda():
     x = noise_images(8, 64, 64).cuda()
-    ops = [RandomResizedCrop(48), HorizontalFlip(), RandomRotation(20), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2), GaussianBlur(3), Normalize(IMAGENET_MEAN, IMAGENET_STD), RandomErasing(), MixUp(4), CutMix(4)]
+    ops = [
+        RandomResizedCrop(48),
+        HorizontalFlip(),
+        RandomRotation(20),
+        ColorJitter(0.4, 0.4, 0.4, 0.1),
+        RandomGrayscale(0.2),
+        GaussianBlur(3),
+        Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        RandomErasing(),
+        MixUp(4),
+        CutMix(4),
+    ]
     aug = GpuAugment(ops, seed=0, output_dtype=torch.bfloat16, memory_format="channels_last")
     labels = torch.arange(8, device="cuda") % 4
     aug(x, labels)  # first call creates cached constants and the generator

@@ -74,7 +74,9 @@ def test_resized_crop_boxes_follow_torchvision():
     # compare with torchvision's own sampler (one box per call)
     torch.manual_seed(0)
     img = torch.zeros(3, *SIZE)
-    ref = torch.tensor([v2.RandomResizedCrop.get_params(img, [0.1, 0.9], [0.5, 2.0])[2:] for _ in range(2000)], dtype=torch.float32)
+    ref = torch.tensor(
+        [v2.RandomResizedCrop.get_params(img, [0.1, 0.9], [0.5, 2.0])[2:] for _ in range(2000)], dtype=torch.float32
+    )
     ref_area = ref[:, 0] * ref[:, 1] / (SIZE[0] * SIZE[1])
     assert abs(area.mean() - ref_area.mean()) < 0.03
     assert abs((w / h).log().mean() - (ref[:, 1] / ref[:, 0]).log().mean()) < 0.06
@@ -101,7 +103,9 @@ def test_random_order_permutations_are_uniform():
 
 
 def test_probabilities_of_pixel_ops():
-    gray, blur, erase = draw([RandomGrayscale(0.2), GaussianBlur(3, (0.5, 1.0), p=0.4), RandomErasing(p=0.6)], batches=4)
+    gray, blur, erase = draw(
+        [RandomGrayscale(0.2), GaussianBlur(3, (0.5, 1.0), p=0.4), RandomErasing(p=0.6)], batches=4
+    )
     assert within(gray["apply"].float().mean().item(), 0.2, 4 * B)
     assert within((blur["sigma"] >= 0.5).float().mean().item(), 0.4, 4 * B)
     # torchvision skips erasing when no box fits in 10 attempts: rate slightly below p

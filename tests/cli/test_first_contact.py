@@ -8,8 +8,6 @@ import subprocess
 import sys
 
 import pytest
-from tests.support.data import split_samples, tree_digests, write_dataset
-from tests.support.repo import ROOT
 
 import shardkit
 from shardkit.cli import main
@@ -17,6 +15,8 @@ from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.errors import ShardkitError
 from shardkit.format.manifest import load_manifest
+from tests.support.data import split_samples, tree_digests, write_dataset
+from tests.support.repo import ROOT
 
 OPTS = ConvertOptions(image=ImageOptions(short_side=16), shard_size=4, seed=1)
 
@@ -62,11 +62,18 @@ def test_adding_a_val_split_does_not_move_the_train_data(tmp_path):
     """With and without --val-fraction the training data is DEST/train (the path a training script names)."""
     src = _src(tmp_path / "src", per_class=5)
     a = convert(src, str(tmp_path / "a"), OPTS, workers=1, quiet=True)
-    b = convert(src, str(tmp_path / "b"), ConvertOptions(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.4),
-                workers=1, quiet=True)
+    b = convert(
+        src,
+        str(tmp_path / "b"),
+        ConvertOptions(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.4),
+        workers=1,
+        quiet=True,
+    )
     assert {s.split: os.path.relpath(s.url, tmp_path / "a") for s in a.splits} == {"train": "train"}
     assert {s.split: os.path.relpath(s.url, tmp_path / "b") for s in b.splits} == {"train": "train", "val": "val"}
-    train_a, train_b, val_b = (split_samples(str(tmp_path / d / s)) for d, s in (("a", "train"), ("b", "train"), ("b", "val")))
+    train_a, train_b, val_b = (
+        split_samples(str(tmp_path / d / s)) for d, s in (("a", "train"), ("b", "train"), ("b", "val"))
+    )
     paths = lambda ss: sorted(g["json"]["path"] for g in ss.values())  # noqa: E731
     assert sorted(paths(train_b) + paths(val_b)) == paths(train_a) and len(val_b) == 4
 
@@ -180,8 +187,13 @@ def test_script_without_main_guard_gets_one_line_saying_what_to_do(tmp_path, cal
     src = _src(tmp_path / "src", per_class=2)
     script = tmp_path / "convert_it.py"
     script.write_text(_SCRIPT.format(call=call))
-    p = subprocess.run([sys.executable, str(script), src, str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": ROOT})
+    p = subprocess.run(
+        [sys.executable, str(script), src, str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert p.returncode != 0
     last = p.stderr.strip().splitlines()[-1]
     assert 'if __name__ == "__main__":' in last and str(script) in last and "workers=1" in last, p.stderr
@@ -194,8 +206,13 @@ def test_script_with_main_guard_converts_with_a_pool(tmp_path):
     src = _src(tmp_path / "src", per_class=2)
     script = tmp_path / "convert_it.py"
     script.write_text(_SCRIPT.format(call='if __name__ == "__main__":\n    go()'))
-    p = subprocess.run([sys.executable, str(script), src, str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": ROOT})
+    p = subprocess.run(
+        [sys.executable, str(script), src, str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert p.returncode == 0 and "converted 4" in p.stdout, p.stderr
 
 
@@ -214,10 +231,14 @@ def _last_counts(stderr: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-@pytest.mark.parametrize("opts", [
-    ConvertOptions(image=ImageOptions(short_side=16), shard_size=3, shard_bytes=None),
-    ConvertOptions(image=ImageOptions(short_side=16), shard_size=4),  # byte cap on: the pilot encodes a few first
-], ids=["count-cap", "byte-cap-pilot"])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        ConvertOptions(image=ImageOptions(short_side=16), shard_size=3, shard_bytes=None),
+        ConvertOptions(image=ImageOptions(short_side=16), shard_size=4),  # byte cap on: the pilot encodes a few first
+    ],
+    ids=["count-cap", "byte-cap-pilot"],
+)
 def test_progress_bar_counts_every_input_and_ends_at_total(tmp_path, capfd, opts):
     src = _src(tmp_path / "src", per_class=5, splits={"train": 5, "val": 2})
     cls = sorted(os.listdir(os.path.join(src, "train")))[0]
@@ -237,7 +258,9 @@ def test_summary_rate_is_labelled_as_the_whole_run(tmp_path, capsys):
     out = capsys.readouterr().out
     import re
 
-    m = re.search(r"converted 6 images, skipped 0 files; .* ([\d.]+) s in all, ([\d.]+) img/s overall \(start-up included\)", out)
+    m = re.search(
+        r"converted 6 images, skipped 0 files; .* ([\d.]+) s in all, ([\d.]+) img/s overall \(start-up included\)", out
+    )
     assert m, out
 
 
@@ -286,13 +309,31 @@ def test_sample_data_writes_what_it_says_and_the_quick_start_runs_on_it(tmp_path
     assert {p.split(os.sep)[0] for p in imgs} == {"circle", "square", "stripes"}
     # the same seed writes the same bytes; another seed other bytes
     assert main(["sample-data", str(tmp_path / "again"), "--classes", "3", "--per-class", "4", "--size", "40x30"]) == 0
-    assert main(["sample-data", str(tmp_path / "other"), "--classes", "3", "--per-class", "4", "--size", "40x30", "--seed", "1"]) == 0
+    assert (
+        main(
+            [
+                "sample-data",
+                str(tmp_path / "other"),
+                "--classes",
+                "3",
+                "--per-class",
+                "4",
+                "--size",
+                "40x30",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert tree_digests(d) == tree_digests(str(tmp_path / "again")) != tree_digests(str(tmp_path / "other"))
     # the Quick start: convert DIR, then load DEST/train
     assert main(["convert", d, str(tmp_path / "shards"), "--quiet", "--workers", "1", "--short-side", "24"]) == 0
     capsys.readouterr()
-    loader = shardkit.load(str(tmp_path / "shards" / "train"), batch_size=5, size=16, num_workers=0, preset="eval", shuffle=False)
+    loader = shardkit.load(
+        str(tmp_path / "shards" / "train"), batch_size=5, size=16, num_workers=0, preset="eval", shuffle=False
+    )
     labels = [int(y) for _, ys in loader for y in ys]
     assert sorted(labels) == [0] * 4 + [1] * 4 + [2] * 4 and list(loader.classes) == ["circle", "square", "stripes"]
 
@@ -304,8 +345,11 @@ def test_sample_data_splits_and_bad_arguments(tmp_path, capsys):
     imgs = _images(d)
     assert sorted(os.listdir(d)) == ["train", "val"] and len(imgs) == 8
     assert sum(p.startswith("val" + os.sep) for p in imgs) == 2
-    for argv, what in (([d], "exists and is not an empty folder"), ([str(tmp_path / "x"), "--classes", "9"], "--classes must be between 1 and 8"),
-                       ([str(tmp_path / "x"), "--size", "4x4"], "at least 8x8")):
+    for argv, what in (
+        ([d], "exists and is not an empty folder"),
+        ([str(tmp_path / "x"), "--classes", "9"], "--classes must be between 1 and 8"),
+        ([str(tmp_path / "x"), "--size", "4x4"], "at least 8x8"),
+    ):
         assert main(["sample-data", *argv]) == 2
         err = capsys.readouterr().err
         assert what in err and len(err.strip().splitlines()) == 1, err

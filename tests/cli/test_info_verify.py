@@ -21,7 +21,9 @@ OPTS = ConvertOptions(image=ImageOptions(short_side=40), shard_size=7, seed=1)
 
 @pytest.fixture(scope="module")
 def src(tmp_path_factory):
-    return make_imagefolder(str(tmp_path_factory.mktemp("src") / "splits"), num_classes=3, per_class=5, splits={"train": 5, "val": 2})
+    return make_imagefolder(
+        str(tmp_path_factory.mktemp("src") / "splits"), num_classes=3, per_class=5, splits={"train": 5, "val": 2}
+    )
 
 
 @pytest.fixture()
@@ -50,14 +52,16 @@ def test_verify_clean_and_corrupted(ds, capsys):
     shard = os.path.join(ds, "train", "train-000001.tar")
     data = bytearray(open(shard, "rb").read())
     first_jpeg = data.index(b"\xff\xd8\xff")
-    data[first_jpeg:first_jpeg + 2] = b"\x00\x00"  # break the JPEG start marker of one sample
+    data[first_jpeg : first_jpeg + 2] = b"\x00\x00"  # break the JPEG start marker of one sample
     open(shard, "wb").write(bytes(data))
     report = verify(ds)
     msgs = [str(p) for p in report.problems]
     assert any("train/train-000001.tar key" in m and "does not decode" in m for m in msgs), msgs
     assert any("sha256 does not match" in m for m in msgs)
     quick = verify(ds, quick=True)
-    assert [p.message for p in quick.problems] == ["sha256 does not match the manifest (the shard changed or is damaged)"]
+    assert [p.message for p in quick.problems] == [
+        "sha256 does not match the manifest (the shard changed or is damaged)"
+    ]
     os.remove(os.path.join(ds, "val", "val-000000.tar"))
     assert main(["verify", ds, "--quiet"]) == 1
     out = capsys.readouterr().out
@@ -88,7 +92,7 @@ def _s3_incomplete_split_is_a_problem_exit_1(url, opts, s3_endpoint, capsys):
     import s3fs
 
     fs = s3fs.S3FileSystem(**opts)
-    bucket_path = url[len("s3://"):]
+    bucket_path = url[len("s3://") :]
     fs.rm(f"{bucket_path}/val/manifest.json")  # as after Ctrl-C while val was being written
     report = verify(url, **opts)
     assert [p.shard for p in report.problems] == ["val/"], report.problems
@@ -96,7 +100,9 @@ def _s3_incomplete_split_is_a_problem_exit_1(url, opts, s3_endpoint, capsys):
     assert main(["verify", url, "--endpoint-url", s3_endpoint, "--quiet"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("val/: incomplete conversion") and "1 problem(s)" in out
-    assert main(["info", url, "--endpoint-url", s3_endpoint]) == 0 and "incomplete conversion" in capsys.readouterr().err
+    assert (
+        main(["info", url, "--endpoint-url", s3_endpoint]) == 0 and "incomplete conversion" in capsys.readouterr().err
+    )
     # the split folder itself, and a split with nothing finished: still named, exit 1 (not "no manifest here", exit 2)
     assert main(["verify", f"{url}/val", "--endpoint-url", s3_endpoint, "--quiet"]) == 1
     assert capsys.readouterr().out.startswith("./: incomplete conversion")
@@ -125,7 +131,10 @@ def _error_cases(tmp_path, src):
         (["convert", str(empty), str(tmp_path / "o3")], "no class folders"),
         (["convert", str(no_images), str(tmp_path / "o4")], "no images found"),
         (["convert", src, str(a_file / "sub")], "cannot"),
-        (["convert", src, str(taken), "--short-side", "40", "--shard-size", "7", "--seed", "2"], "different conversion"),
+        (
+            ["convert", src, str(taken), "--short-side", "40", "--shard-size", "7", "--seed", "2"],
+            "different conversion",
+        ),
         (["convert", src, str(tmp_path / "o5"), "--quality", "100"], "quality"),
         (["convert", src, "gs://bucket/ds"], "shardkit[gcs]"),
         (["info", str(bad_version)], "version 99"),
@@ -145,16 +154,41 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, src, capsys):
 
 
 def test_cli_error_in_a_real_process(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(tmp_path / "nope"), str(tmp_path / "out")],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "shardkit", "convert", str(tmp_path / "nope"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    )
 
 
 def test_cli_convert_and_merge_summary(tmp_path, src, capsys):
     dest = str(tmp_path / "ds")
     for i in range(2):
-        assert main(["convert", src, dest, "--short-side", "40", "--shard-size", "7", "--quiet", "--workers", "1",
-                     "--num-tasks", "2", "--task-index", str(i)]) == 0
+        assert (
+            main(
+                [
+                    "convert",
+                    src,
+                    dest,
+                    "--short-side",
+                    "40",
+                    "--shard-size",
+                    "7",
+                    "--quiet",
+                    "--workers",
+                    "1",
+                    "--num-tasks",
+                    "2",
+                    "--task-index",
+                    str(i),
+                ]
+            )
+            == 0
+        )
         assert "shardkit merge" in capsys.readouterr().out
     assert main(["merge", dest]) == 0
     out = capsys.readouterr().out
@@ -172,10 +206,23 @@ def test_cli_storage_backend_failure_is_one_line(tmp_path):
 
     from tests.support.faults import free_port
 
-    env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_EC2_METADATA_DISABLED="true")
+    env = dict(
+        os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_EC2_METADATA_DISABLED="true"
+    )
     out = subprocess.run(
-        [sys.executable, "-m", "shardkit", "info", "s3://bucket/ds", "--endpoint-url", f"http://127.0.0.1:{free_port()}"],
-        capture_output=True, text=True, timeout=120, env=env,
+        [
+            sys.executable,
+            "-m",
+            "shardkit",
+            "info",
+            "s3://bucket/ds",
+            "--endpoint-url",
+            f"http://127.0.0.1:{free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
@@ -187,7 +234,9 @@ def test_one_damaged_split_manifest_is_a_problem_and_the_other_splits_are_checke
     with open(os.path.join(ds, "val", "manifest.json"), "w") as f:
         f.write("{not json")
     report = verify(ds)
-    assert [p.shard for p in report.problems] == ["val/manifest.json"] and "not valid JSON" in report.problems[0].message
+    assert [p.shard for p in report.problems] == ["val/manifest.json"] and "not valid JSON" in report.problems[
+        0
+    ].message
     assert report.samples == 15 and report.splits == 2
     assert main(["verify", ds, "--quiet"]) == 1
     assert capsys.readouterr().out.startswith("val/manifest.json: ")
@@ -209,7 +258,9 @@ def test_verify_reports_images_the_loader_skips_for_their_pixel_count(ds, capsys
 
     small = verify(ds, max_pixels=100)  # every converted image (short side 40) declares more
     assert len(small.problems) == 21 and all("the loader skips it (max_pixels 100" in p.message for p in small.problems)
-    loader = shardkit.load(os.path.join(ds, "val"), batch_size=4, num_workers=0, max_pixels=100, pin_memory=False, size=16)
+    loader = shardkit.load(
+        os.path.join(ds, "val"), batch_size=4, num_workers=0, max_pixels=100, pin_memory=False, size=16
+    )
     assert sum(len(b[1]) for b in loader) == 0 and loader.stats.skipped == 6  # what verify said
     assert verify(ds).ok and ImageConfig.max_pixels == ImageOptions.max_pixels  # one default: what converts also loads
     assert main(["verify", os.path.join(ds, "val"), "--quiet", "--max-pixels", "100"]) == 1

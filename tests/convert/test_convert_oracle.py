@@ -15,7 +15,6 @@ import json
 from dataclasses import replace
 
 import pytest
-from tests.support.data import jpeg_bytes
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -25,6 +24,7 @@ from shardkit.convert import journal
 from shardkit.convert import shards as cplan
 from shardkit.errors import ConvertError
 from shardkit.format import EncodedSample, write_tar
+from tests.support.data import jpeg_bytes
 
 _SIZES = st.one_of(st.integers(0, 5000), st.integers(0, 10).map(lambda k: 512 * k))
 
@@ -42,7 +42,10 @@ def _written(samples: list[EncodedSample]) -> int:
 def test_byte_cap_is_the_longest_prefix_the_writer_keeps_under_it(rows, cap):
     """``tar_size`` is what the writer writes per sample, and ``split_at_cap`` keeps the longest prefix whose
     written shard is within the cap (at least one sample): checked by writing the shards."""
-    samples = [EncodedSample(f"{i:08d}", bytes(n), label, {"path": f"c/{i}.jpg", "class": "c"}) for i, (n, label) in enumerate(rows)]
+    samples = [
+        EncodedSample(f"{i:08d}", bytes(n), label, {"path": f"c/{i}.jpg", "class": "c"})
+        for i, (n, label) in enumerate(rows)
+    ]
     sizes = [cplan.tar_size(s) for s in samples]
     for k in range(1, len(samples) + 1):
         assert _written(samples[:k]) == cplan.shard_bytes_for(sum(sizes[:k]))
@@ -53,8 +56,17 @@ def test_byte_cap_is_the_longest_prefix_the_writer_keeps_under_it(rows, cap):
 
 
 def _plan(**over) -> journal.Plan:
-    p = journal.Plan(split="train", options={"seed": 7, "source": {"path_col": "path"}}, classes=["a", "b"], encoder="pillow-1",
-                     input_sha256="0" * 64, num_items=10, samples_per_shard=4, num_planned=3, key_width=8)
+    p = journal.Plan(
+        split="train",
+        options={"seed": 7, "source": {"path_col": "path"}},
+        classes=["a", "b"],
+        encoder="pillow-1",
+        input_sha256="0" * 64,
+        num_items=10,
+        samples_per_shard=4,
+        num_planned=3,
+        key_width=8,
+    )
     return replace(p, **over)
 
 
@@ -62,8 +74,13 @@ def test_the_plans_identity_covers_options_classes_encoder_and_input():
     """A rerun resumes only the same conversion: any identity field changed changes the fingerprint; derived
     numbers (samples per shard, planned shards) do not."""
     base = _plan().fingerprint
-    for change in (dict(split="val"), dict(options={"seed": 8, "source": {"path_col": "path"}}), dict(classes=["b", "a"]),
-                   dict(encoder="pillow-2"), dict(input_sha256="1" * 64)):
+    for change in (
+        dict(split="val"),
+        dict(options={"seed": 8, "source": {"path_col": "path"}}),
+        dict(classes=["b", "a"]),
+        dict(encoder="pillow-2"),
+        dict(input_sha256="1" * 64),
+    ):
         assert _plan(**change).fingerprint != base, change
     assert _plan(samples_per_shard=5, num_planned=2).fingerprint == base
 
@@ -82,8 +99,13 @@ def test_a_damaged_shard_record_is_redone_not_a_crash():
     text = rec.to_json()
     assert journal.ShardRecord.from_json(text) == rec
     d = json.loads(text)
-    for bad in (text[: len(text) // 2], json.dumps({k: v for k, v in d.items() if k != "skipped"}).encode(),
-                json.dumps({**d, "shard": {"name": "x"}}).encode(), json.dumps([1, 2]).encode(), b"\xff"):
+    for bad in (
+        text[: len(text) // 2],
+        json.dumps({k: v for k, v in d.items() if k != "skipped"}).encode(),
+        json.dumps({**d, "shard": {"name": "x"}}).encode(),
+        json.dumps([1, 2]).encode(),
+        b"\xff",
+    ):
         assert journal.ShardRecord.from_json(bad) is None, bad
 
 

@@ -8,7 +8,6 @@ import io
 import os
 
 import pytest
-from tests.support.data import split_samples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -18,6 +17,7 @@ from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
 from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError
 from shardkit.format.verify import verify
+from tests.support.data import split_samples
 
 datasets = pytest.importorskip("datasets")
 
@@ -34,7 +34,9 @@ def _png(label: int, seed: int) -> bytes:
 def _split(labels: list[int]):
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=NAMES)})
     return datasets.Dataset.from_dict(
-        {"image": [{"bytes": _png(max(y, 0), i), "path": None} for i, y in enumerate(labels)], "label": labels}, features=features)
+        {"image": [{"bytes": _png(max(y, 0), i), "path": None} for i, y in enumerate(labels)], "label": labels},
+        features=features,
+    )
 
 
 def _dd(**splits: list[int]):
@@ -43,7 +45,13 @@ def _dd(**splits: list[int]):
 
 def test_hf_test_split_of_all_minus_one_is_reported_and_the_others_converted(tmp_path):
     dest = str(tmp_path / "out")
-    r = convert(_dd(train=[0, 1, 0, 1, 1], test=[-1, -1, -1]), dest, ConvertOptions(image=IMG, shard_size=2), workers=1, quiet=True)
+    r = convert(
+        _dd(train=[0, 1, 0, 1, 1], test=[-1, -1, -1]),
+        dest,
+        ConvertOptions(image=IMG, shard_size=2),
+        workers=1,
+        quiet=True,
+    )
     by = {s.split: s for s in r.splits}
     assert sorted(by) == ["test", "train"]
     assert by["train"].written and by["train"].manifest is not None and by["train"].converted == 5
@@ -84,15 +92,27 @@ def test_a_source_whose_every_split_is_empty_is_refused_by_the_job_too(tmp_path,
     from shardkit.convert.imageproc import SkipReason
     from shardkit.convert.scan.source import Reader, Source, SplitSource
 
-    src = Source(root="made-up", classes=["a"], nested=True, reader=Reader(str(tmp_path)),
-                 splits=[SplitSource("train", "made-up", [], [("x.png", SkipReason.NO_LABEL, "no label")]),
-                         SplitSource("val", "made-up", [], [("y.png", SkipReason.BAD_LABEL, "bad")])])
+    src = Source(
+        root="made-up",
+        classes=["a"],
+        nested=True,
+        reader=Reader(str(tmp_path)),
+        splits=[
+            SplitSource("train", "made-up", [], [("x.png", SkipReason.NO_LABEL, "no label")]),
+            SplitSource("val", "made-up", [], [("y.png", SkipReason.BAD_LABEL, "bad")]),
+        ],
+    )
     monkeypatch.setattr(job, "_discover", lambda *a, **k: src)
     dest = str(tmp_path / "out")
     with pytest.raises(ConvertError) as e:
         convert("made-up", dest, ConvertOptions(image=IMG), workers=1, quiet=True)
     msg = str(e.value)
-    assert "\n" not in msg and "no split has a sample" in msg and "train (1 skipped: 1 no_label)" in msg and "val (1 skipped: 1 bad_label)" in msg
+    assert (
+        "\n" not in msg
+        and "no split has a sample" in msg
+        and "train (1 skipped: 1 no_label)" in msg
+        and "val (1 skipped: 1 bad_label)" in msg
+    )
     assert not os.path.exists(dest)
 
 
@@ -120,14 +140,22 @@ def test_an_earlier_conversion_of_a_split_that_is_empty_now_is_not_left_behind_s
     convert(_dd(train=[0, 1], test=[0, 1]), dest, ConvertOptions(image=IMG), workers=1, quiet=True)
     with pytest.raises(ConvertError, match=r"test.*earlier conversion.*--overwrite"):
         convert(_dd(train=[0, 1], test=[-1, -1]), dest, ConvertOptions(image=IMG), workers=1, quiet=True)
-    r = convert(_dd(train=[0, 1], test=[-1, -1]), dest, ConvertOptions(image=IMG), workers=1, quiet=True, overwrite=True)
+    r = convert(
+        _dd(train=[0, 1], test=[-1, -1]), dest, ConvertOptions(image=IMG), workers=1, quiet=True, overwrite=True
+    )
     assert r.complete and not os.path.exists(os.path.join(dest, "test", "manifest.json"))
     assert verify(dest, quiet=True).ok and verify(dest, quiet=True).splits == 1
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-@given(st.dictionaries(st.sampled_from(["test", "train", "validation"]),
-                       st.lists(st.sampled_from([-1, -1, 0, 1]), min_size=1, max_size=4), min_size=1, max_size=3))
+@given(
+    st.dictionaries(
+        st.sampled_from(["test", "train", "validation"]),
+        st.lists(st.sampled_from([-1, -1, 0, 1]), min_size=1, max_size=4),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_oracle_every_row_is_a_sample_or_a_skip_and_empty_splits_write_nothing(tmp_path_factory, splits):
     dest = str(tmp_path_factory.mktemp("o") / "out")
     want = {name: [(f"row-{i:08d}", y) for i, y in enumerate(labels) if y >= 0] for name, labels in splits.items()}

@@ -155,8 +155,17 @@ def test_tarfile_readback(odd):
     assert abs(gray16.mean() - gray8.mean()) < 3  # 16-bit scaled to 8 bits, not clipped to white
     cmyk = np.asarray(by_path["c001/cmyk.jpg"][0], np.float32)
     assert 30 < cmyk.mean() < 225 and cmyk.std() > 5
-    for p in ("c002/UPPER.JPG", "c002/Photo.PNG", "c002/sub folder/nested.jpeg", "c002/pic.webp", "c002/pic.bmp",
-              "c002/pic.tif", "c002/progressive.jpg", "c001/palette.png", "ünïcödé/名前 with space.jpg"):
+    for p in (
+        "c002/UPPER.JPG",
+        "c002/Photo.PNG",
+        "c002/sub folder/nested.jpeg",
+        "c002/pic.webp",
+        "c002/pic.bmp",
+        "c002/pic.tif",
+        "c002/progressive.jpg",
+        "c001/palette.png",
+        "ünïcödé/名前 with space.jpg",
+    ):
         assert p in by_path, p
 
 
@@ -196,9 +205,8 @@ def test_no_shuffle_keeps_sorted_order_and_keys(tmp_path, odd):
 
 def test_main_process_of_a_pool_conversion_never_imports_torch(tmp_path):
     """Start-up: torch (~1 s) is imported once, in the pool's forkserver, not again in the main process."""
-    from tests.support.probes import run_fresh
-
     from shardkit.demo.sampledata import make_imagefolder
+    from tests.support.probes import run_fresh
 
     src = make_imagefolder(str(tmp_path / "src"), num_classes=2, per_class=3)
     code = (

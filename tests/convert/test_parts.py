@@ -132,8 +132,12 @@ def test_mode_conversions():
 def test_tar_size_matches_writer():
     rng = np.random.default_rng(0)
     samples = [
-        EncodedSample(f"{i:08d}", bytes(int(rng.integers(0, 3000))), int(rng.integers(0, 1000)),
-                      {"path": f"c/ü {i}.jpg", "class": "c", "width": 5, "height": 7})
+        EncodedSample(
+            f"{i:08d}",
+            bytes(int(rng.integers(0, 3000))),
+            int(rng.integers(0, 1000)),
+            {"path": f"c/ü {i}.jpg", "class": "c", "width": 5, "height": 7},
+        )
         for i in range(23)
     ]
     for n in (1, 2, 7, 23):
@@ -170,12 +174,17 @@ def test_order_and_tasks_are_partitions():
     assert plan.shard_ranges(10, 4) == [(0, 4), (4, 8), (8, 10)]
     for cap in (10**6, 3 * 10**5, 123_457):  # the byte cap binds: shards stay within it, and are not much smaller
         n = plan.samples_per_shard(1000, 100, cap, [20_000] * 5)
-        assert plan.shard_bytes_for(n * 20_000) <= cap < plan.shard_bytes_for((n + 1) * 20_000) / plan.FILL_TARGET * 1.1, (cap, n)
+        assert (
+            plan.shard_bytes_for(n * 20_000) <= cap < plan.shard_bytes_for((n + 1) * 20_000) / plan.FILL_TARGET * 1.1
+        ), (cap, n)
     assert plan.samples_per_shard(1000, 30, 10**6, [20_000] * 5) == 30
     assert plan.samples_per_shard(10, None, 10**9, [20_000]) == 10
 
 
-@pytest.mark.parametrize("size, target", [((500, 375), (341, 256)), ((375, 500), (256, 341)), ((1000, 300), (853, 256)), ((257, 256), (256, 255))])
+@pytest.mark.parametrize(
+    "size, target",
+    [((500, 375), (341, 256)), ((375, 500), (256, 341)), ((1000, 300), (853, 256)), ((257, 256), (256, 255))],
+)
 def test_torch_resize_matches_pil_bilinear(size, target):
     arr = make_image(3, 1, size)
     ours = ip.resize_bilinear(arr, *target)

@@ -12,14 +12,14 @@ import sys
 
 import numpy as np
 import pytest
-from tests.support.probes import kill_when
-from tests.support.data import tree_digests
 from PIL import Image
 
 from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
 from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError, StorageError
 from shardkit.format.manifest import load_manifest
+from tests.support.data import tree_digests
+from tests.support.probes import kill_when
 
 
 def make_mixed_sizes(root: str) -> str:
@@ -86,7 +86,9 @@ def test_rerun_resumes_and_refuses_other_options(tmp_path, small_src):
     convert(small_src, dest, other, workers=1, quiet=True, overwrite=True)
     m = load_manifest(os.path.join(dest, "train"))
     assert m.options["quality"] == 70
-    assert sorted(f for f in os.listdir(os.path.join(dest, "train")) if f.endswith(".tar")) == sorted(s.name for s in m.shards)
+    assert sorted(f for f in os.listdir(os.path.join(dest, "train")) if f.endswith(".tar")) == sorted(
+        s.name for s in m.shards
+    )
 
 
 def test_write_error_keeps_work_resumable(tmp_path, small_src, monkeypatch):
@@ -147,19 +149,28 @@ def test_kill9_then_rerun_gives_identical_bytes(tmp_path):
     clean = str(tmp_path / "clean")  # the same options through the library
     convert(src, clean, ConvertOptions(image=ImageOptions(short_side=128), shard_size=8), workers=1, quiet=True)
     dest = str(tmp_path / "dest")
-    proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardkit", "convert", src, dest, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     split = os.path.join(dest, "train")
     assert kill_when(proc, lambda: os.path.exists(os.path.join(split, "train-000001.tar")), 60), "no shard appeared"
     assert proc.returncode == -signal.SIGKILL
     assert not os.path.exists(os.path.join(split, "manifest.json")), "the conversion finished before the kill"
+
     def stat(n):
         st = os.stat(os.path.join(split, n))
         return st.st_ino, st.st_mtime_ns
 
     visible = {n: stat(n) for n in os.listdir(split) if re.fullmatch(r"train-\d{6}\.tar", n)}  # renamed into place
-    done = subprocess.run([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
-                          check=True, timeout=120, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "shardkit", "convert", src, dest, *args],
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
     kept = int(re.search(r", kept (\d+) finished shards", done.stdout).group(1))
     untouched = [n for n, st in visible.items() if stat(n) == st]
     # finished shards were kept, not rewritten (the report says how many); only the shard being

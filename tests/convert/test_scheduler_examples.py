@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
-from tests.support.data import tree_digests
-from tests.support.repo import ROOT as REPO
 
 from shardkit.convert import ConvertOptions, ImageOptions, convert
 from shardkit.demo.sampledata import make_imagefolder
+from tests.support.data import tree_digests
+from tests.support.repo import ROOT as REPO
 
 EXAMPLES = os.path.join(REPO, "examples")
 OPTS = ConvertOptions(image=ImageOptions(short_side=16), shard_size=3, seed=1)
@@ -31,6 +31,7 @@ def test_ray_tasks_then_merge_equal_a_single_task_run(single, tmp_path):
     ray = pytest.importorskip("ray")
     src, expected = single
     from examples import convert_ray  # the repository root is on sys.path (pytest's rootdir)
+
     path = os.pathsep.join([REPO, EXAMPLES, os.environ.get("PYTHONPATH", "")])
     ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=False)
     try:
@@ -48,9 +49,15 @@ def test_slurm_script_syntax_and_a_two_task_array_run_by_hand(single, tmp_path):
     dest = str(tmp_path / "slurm")
     env = {**os.environ, "SHARDKIT": f"{sys.executable} -m shardkit", "SLURM_ARRAY_TASK_COUNT": "2", "PYTHONPATH": REPO}
     for i in ("1", "0"):  # what the array's two tasks run, in any order
-        subprocess.run(["bash", script, src, dest, "--short-side", "16", "--shard-size", "3", "--seed", "1"],
-                       env={**env, "SLURM_ARRAY_TASK_ID": i}, check=True, timeout=120)
-    subprocess.run([sys.executable, "-m", "shardkit", "merge", dest], env=env, check=True, timeout=120, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["bash", script, src, dest, "--short-side", "16", "--shard-size", "3", "--seed", "1"],
+            env={**env, "SLURM_ARRAY_TASK_ID": i},
+            check=True,
+            timeout=120,
+        )
+    subprocess.run(
+        [sys.executable, "-m", "shardkit", "merge", dest], env=env, check=True, timeout=120, stdout=subprocess.DEVNULL
+    )
     assert tree_digests(dest) == tree_digests(expected)
 
 

@@ -6,13 +6,13 @@ import json
 import os
 
 import pytest
-from tests.support.data import split_samples
 
 from shardkit.cli import build_parser, main
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
+from tests.support.data import split_samples
 
 OPTS = ConvertOptions(image=ImageOptions(short_side=16), shard_size=8, seed=7)
 
@@ -51,7 +51,9 @@ def test_names_that_are_not_utf8_are_skipped_not_fatal(tmp_path, capsys):
     assert m.classes == classes  # a folder that cannot be named is not a class
     skipped = {s.path: s.reason for s in m.skipped}
     assert skipped == {f"{classes[0]}/caf\\xe9.jpg": "bad_name", "cl\\xffss/x.jpg": "bad_name"}
-    json.dumps(json.load(open(os.path.join(dest, "manifest.json"), encoding="utf-8")), ensure_ascii=False).encode("utf-8")
+    json.dumps(json.load(open(os.path.join(dest, "manifest.json"), encoding="utf-8")), ensure_ascii=False).encode(
+        "utf-8"
+    )
     assert len(_paths(dest)) == 6
 
 
@@ -62,8 +64,11 @@ def test_dest_inside_src_or_src_inside_dest_is_refused(tmp_path, capsys, layout)
     else:
         src = _src(tmp_path / "src")
     before = sorted(os.walk(src))
-    for dest, what in ((os.path.join(src, "out"), "DEST is inside SRC"), (src, "DEST is inside SRC"),
-                       (str(tmp_path), "SRC is inside DEST")):
+    for dest, what in (
+        (os.path.join(src, "out"), "DEST is inside SRC"),
+        (src, "DEST is inside SRC"),
+        (str(tmp_path), "SRC is inside DEST"),
+    ):
         rc, _, err = _cli(capsys, src, dest)
         assert rc == 2 and what in err and len(err.strip().splitlines()) == 1, err
         with pytest.raises(ConvertError, match=what):
@@ -110,7 +115,12 @@ def test_symlinked_class_folders_and_loops_visit_each_real_file_once(tmp_path, c
     assert rc == 0 and "duplicate_file" in err
     dest = os.path.join(dest, "train")
     got = _paths(dest)
-    real = {f"{c}/{f}": i for i, c in enumerate((a, b)) for f in sorted(os.listdir(os.path.join(src, c))) if f.endswith(".jpg")}
+    real = {
+        f"{c}/{f}": i
+        for i, c in enumerate((a, b))
+        for f in sorted(os.listdir(os.path.join(src, c)))
+        if f.endswith(".jpg")
+    }
     assert got == real  # each real file once, with the label of the folder it really is in
     m = load_manifest(dest)
     dups = [s.path for s in m.skipped if s.reason == "duplicate_file"]
@@ -137,9 +147,22 @@ def test_refusal_of_a_different_conversion_says_what_differs(tmp_path):
     convert(src, dest, OPTS, workers=1, quiet=True)
     with pytest.raises(ConvertError, match=r"different conversion \(--seed was 7, now 8\); pass --overwrite"):
         convert(src, dest, ConvertOptions(image=OPTS.image, shard_size=8, seed=8), workers=1, quiet=True)
-    with pytest.raises(ConvertError, match=r"\(--copy was the default, now True; --label-regex was the default, now '\(\.\)'; classes differ"):
-        convert(src, dest, ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=8, seed=7,
-                                          source=SourceOptions(label_regex="(.)")), workers=1, quiet=True)
+    with pytest.raises(
+        ConvertError,
+        match=r"\(--copy was the default, now True; --label-regex was the default, now '\(\.\)'; classes differ",
+    ):
+        convert(
+            src,
+            dest,
+            ConvertOptions(
+                image=ImageOptions(short_side=16, copy=True),
+                shard_size=8,
+                seed=7,
+                source=SourceOptions(label_regex="(.)"),
+            ),
+            workers=1,
+            quiet=True,
+        )
     cls = sorted(os.listdir(src))[0]
     extra = os.path.join(src, cls, "zz_new.jpg")
     with open(extra, "wb") as f:
@@ -182,7 +205,9 @@ def test_a_shard_named_file_shardkit_did_not_write_is_not_overwritten(tmp_path, 
     assert open(mine, "rb").read() == b"someone else's shard"
     rc, _, err = _cli(capsys, src, dest, "--overwrite")
     assert rc == 0, err
-    assert load_manifest(os.path.join(dest, "train")).num_samples == 6 and os.path.exists(os.path.join(dest, "train", "notes.txt"))
+    assert load_manifest(os.path.join(dest, "train")).num_samples == 6 and os.path.exists(
+        os.path.join(dest, "train", "notes.txt")
+    )
 
 
 def test_a_foreign_sample_index_is_refused_and_cleared_by_overwrite(tmp_path, capsys):

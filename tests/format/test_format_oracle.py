@@ -102,11 +102,22 @@ _R, _S = tarfile.REGTYPE, tarfile.SYMTYPE
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(_KEYS, _FIELD, _KIND), max_size=14))
 @example([("a", ("cls", b"x"), _R), ("a", ("jpg", b"j"), _R)])  # unreadable label
-@example([("a", ("cls", b""), _R), ("a", ("jpg", b"j"), _R), ("b", ("cls", b"3"), _R), ("b", ("jpg", b"j"), _R)])  # empty, out of range
+@example(
+    [("a", ("cls", b""), _R), ("a", ("jpg", b"j"), _R), ("b", ("cls", b"3"), _R), ("b", ("jpg", b"j"), _R)]
+)  # empty, out of range
 @example([("a", ("cls", b"0"), _R), ("a", ("jpg", b"j"), _S), ("a", ("jpg", b"k"), _R)])  # a link is no member
-@example([("a", ("cls", b"0"), _R), ("a", ("jpg", b"j"), _R), ("a", ("jpg", b"k"), _R), ("a", ("cls", b"2"), _R)])  # repeated field
-@example([("b", ("cls", b"0"), _R), ("b", ("jpg", b"j"), _R), ("c", ("cls", b"0"), _R), ("b", ("jpg", b"z"), _R),
-          ("b", ("cls", b"1"), _R)])  # a key seen before, not adjacent
+@example(
+    [("a", ("cls", b"0"), _R), ("a", ("jpg", b"j"), _R), ("a", ("jpg", b"k"), _R), ("a", ("cls", b"2"), _R)]
+)  # repeated field
+@example(
+    [
+        ("b", ("cls", b"0"), _R),
+        ("b", ("jpg", b"j"), _R),
+        ("c", ("cls", b"0"), _R),
+        ("b", ("jpg", b"z"), _R),
+        ("b", ("cls", b"1"), _R),
+    ]
+)  # a key seen before, not adjacent
 def test_walk_equals_a_tarfile_reference(members):
     """Any member order, repeated fields, repeated keys, links and bad labels: every sample the walk
     yields is the reference's, usable exactly when the reference says so, with its bytes and label."""
@@ -116,8 +127,13 @@ def test_walk_equals_a_tarfile_reference(members):
 
 def test_label_bound_is_exclusive():
     """Labels are in ``[0, num_classes)``: ``num_classes`` itself is out of range, ``num_classes - 1`` is not."""
-    data = _tar([(f"{k}.{e}", b, tarfile.REGTYPE) for k, lab in (("a", b"2"), ("b", b"3"))
-                 for e, b in (("cls", lab), ("jpg", b"j"))])
+    data = _tar(
+        [
+            (f"{k}.{e}", b, tarfile.REGTYPE)
+            for k, lab in (("a", b"2"), ("b", b"3"))
+            for e, b in (("cls", lab), ("jpg", b"j"))
+        ]
+    )
     assert [(k, ok, lab) for k, ok, _, lab in _walk(data, 3)] == [("a", True, 2), ("b", False, None)]
     assert [(k, ok) for k, ok, _, _ in _walk(data, 4)] == [("a", True), ("b", True)]
 
@@ -173,8 +189,13 @@ def test_walk_of_a_cut_shard_is_the_prefix_then_damage(jpeg_sizes, data):
     never a sample with a short image."""
     case = _cut_case(jpeg_sizes)
     boundaries = sorted(e for f in case[2].values() for _, e in f.values())
-    cut = data.draw(st.one_of(st.integers(0, len(case[1]) - 1), st.sampled_from(boundaries),
-                              st.sampled_from(boundaries).map(lambda b: b - 1)))
+    cut = data.draw(
+        st.one_of(
+            st.integers(0, len(case[1]) - 1),
+            st.sampled_from(boundaries),
+            st.sampled_from(boundaries).map(lambda b: b - 1),
+        )
+    )
     _check_cut(*case, cut)
 
 
@@ -214,8 +235,9 @@ def test_writer_index_slices_equal_a_tarfile_reference(rows):
     assert w.index is not None
     lo, hi = w.index.byte_range(0, len(samples))
     got = w.index.slice(data[lo:hi], 0, len(samples), url="s.tar")
-    assert [(s.key, s.jpeg, s.label, s.error) for s in got] == \
-        [(s.key, ref[f"{s.key}.jpg"], int(ref[f"{s.key}.cls"]), None) for s in samples]
+    assert [(s.key, s.jpeg, s.label, s.error) for s in got] == [
+        (s.key, ref[f"{s.key}.jpg"], int(ref[f"{s.key}.cls"]), None) for s in samples
+    ]
 
 
 # ----------------------------------------------------------------------------- JSON depth
@@ -230,8 +252,11 @@ def _ref_depth(v) -> int:
 
 
 _TRICKY = st.text(alphabet='[]{}"\\ ab', max_size=8)
-_JSON = st.recursive(st.one_of(st.integers(), _TRICKY, st.none()),
-                     lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(_TRICKY, kids, max_size=3)), max_leaves=12)
+_JSON = st.recursive(
+    st.one_of(st.integers(), _TRICKY, st.none()),
+    lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(_TRICKY, kids, max_size=3)),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -260,8 +285,14 @@ def _with_size_field(data: bytes, member: str, field: bytes) -> bytes:
 def test_signed_or_prefixed_size_fields_are_damage(field):
     """A size field that is not plain octal digits (``int(s, 8)`` would take a sign, ``0o`` or ``_``) is damage at
     that header, even with a valid checksum: never a sample holding the rest of the shard, or a cut image."""
-    data = _tar([("a.cls", b"1", tarfile.REGTYPE), ("a.jpg", bytes(range(256)) * 4, tarfile.REGTYPE),
-                 ("b.cls", b"2", tarfile.REGTYPE), ("b.jpg", b"j", tarfile.REGTYPE)])
+    data = _tar(
+        [
+            ("a.cls", b"1", tarfile.REGTYPE),
+            ("a.jpg", bytes(range(256)) * 4, tarfile.REGTYPE),
+            ("b.cls", b"2", tarfile.REGTYPE),
+            ("b.jpg", b"j", tarfile.REGTYPE),
+        ]
+    )
     with tarfile.open(fileobj=io.BytesIO(data)) as tf:
         at = next(m.offset for m in tf.getmembers() if m.name == "a.jpg")
     r = ShardReader(io.BytesIO(_with_size_field(data, "a.jpg", field)), "s.tar", num_classes=NUM_CLASSES)
@@ -282,9 +313,8 @@ def test_signed_or_prefixed_size_fields_are_damage(field):
 def test_verify_reports_a_key_repeated_in_another_shard(tmp_path):
     """Two shards of one split holding the same key: each shard is fine alone, the split is not (keys are unique
     per split), and ``verify`` says which key in which shard."""
-    from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
-
     from shardkit.format.verify import verify
+    from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
 
     j = jpeg_bytes(0, 0, (24, 20))
     shard = tar_bytes([("a.cls", b"0"), ("a.jpg", j), ("a.json", b'{"class": "x"}')])

@@ -14,31 +14,53 @@ import io
 import json
 
 import pytest
-from tests.support.data import jpeg_bytes, tar_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import ManifestError
 from shardkit.format import RawSample, ShardReader, TarDamage
 from shardkit.format.manifest import Manifest
+from tests.support.data import jpeg_bytes, tar_bytes
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 # ----------------------------------------------------------------------------- manifests
 
-_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=30))
-_json = st.recursive(_json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)), max_leaves=20)
+_json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=30)
+)
+_json = st.recursive(
+    _json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+    max_leaves=20,
+)
 _shard_entry = st.fixed_dictionaries(
-    {"name": st.one_of(st.text(max_size=20), st.just("train-000000.tar"), st.sampled_from(["../x.tar", "/x.tar", "pipe:x.tar", "a.tar"])),
-     "samples": st.one_of(st.integers(-5, 2**45), _json_leaf), "bytes": st.one_of(st.integers(-5, 2**45), _json_leaf),
-     "sha256": st.one_of(st.just("0" * 64), st.text(max_size=70))},
+    {
+        "name": st.one_of(
+            st.text(max_size=20),
+            st.just("train-000000.tar"),
+            st.sampled_from(["../x.tar", "/x.tar", "pipe:x.tar", "a.tar"]),
+        ),
+        "samples": st.one_of(st.integers(-5, 2**45), _json_leaf),
+        "bytes": st.one_of(st.integers(-5, 2**45), _json_leaf),
+        "sha256": st.one_of(st.just("0" * 64), st.text(max_size=70)),
+    },
     optional={"extra": _json},
 )
 _manifest = st.fixed_dictionaries(
-    {"format": st.one_of(st.just("shardkit-manifest"), _json_leaf), "version": st.one_of(st.just(1), _json_leaf),
-     "split": _json, "classes": st.one_of(st.lists(st.text(max_size=5), max_size=4), _json),
-     "shards": st.one_of(st.lists(_shard_entry, max_size=4), _json)},
-    optional={"class_counts": st.one_of(st.lists(st.integers(-2, 5), max_size=4), st.lists(st.floats(), max_size=3), _json), "skipped": _json, "options": _json, "num_samples": _json},
+    {
+        "format": st.one_of(st.just("shardkit-manifest"), _json_leaf),
+        "version": st.one_of(st.just(1), _json_leaf),
+        "split": _json,
+        "classes": st.one_of(st.lists(st.text(max_size=5), max_size=4), _json),
+        "shards": st.one_of(st.lists(_shard_entry, max_size=4), _json),
+    },
+    optional={
+        "class_counts": st.one_of(st.lists(st.integers(-2, 5), max_size=4), st.lists(st.floats(), max_size=3), _json),
+        "skipped": _json,
+        "options": _json,
+        "num_samples": _json,
+    },
 )
 
 
@@ -66,8 +88,17 @@ def test_fuzz_manifest_bytes(data):
 
 # ----------------------------------------------------------------------------- tar / sample reader
 
-_BASE = tar_bytes([("a.cls", b"1"), ("a.jpg", b"J" * 700), ("a.json", b'{"x": 1}'), ("dir/b.cls", b"2"), ("dir/b.jpg", b"K" * 30),
-                   ("x" * 130 + ".cls", b"3"), ("x" * 130 + ".jpg", b"L")])
+_BASE = tar_bytes(
+    [
+        ("a.cls", b"1"),
+        ("a.jpg", b"J" * 700),
+        ("a.json", b'{"x": 1}'),
+        ("dir/b.cls", b"2"),
+        ("dir/b.jpg", b"K" * 30),
+        ("x" * 130 + ".cls", b"3"),
+        ("x" * 130 + ".jpg", b"L"),
+    ]
+)
 
 
 def _read_all(data: bytes, limit: int = 64) -> list[RawSample]:
@@ -94,8 +125,10 @@ def _with_checksum(block: bytearray) -> bytearray:
 
 @pytest.mark.timeout(120)
 @FUZZ
-@given(edits=st.lists(st.tuples(st.integers(0, len(_BASE) - 1), st.integers(0, 255)), max_size=8),
-       cut=st.one_of(st.none(), st.integers(0, len(_BASE))))
+@given(
+    edits=st.lists(st.tuples(st.integers(0, len(_BASE) - 1), st.integers(0, 255)), max_size=8),
+    cut=st.one_of(st.none(), st.integers(0, len(_BASE))),
+)
 def test_fuzz_tar_byte_flips_and_cuts(edits, cut):
     data = bytearray(_BASE)
     for pos, val in edits:
@@ -105,7 +138,10 @@ def test_fuzz_tar_byte_flips_and_cuts(edits, cut):
 
 @pytest.mark.timeout(120)
 @FUZZ
-@given(header=st.integers(0, 6), edits=st.lists(st.tuples(st.integers(0, 511), st.integers(0, 255)), min_size=1, max_size=12))
+@given(
+    header=st.integers(0, 6),
+    edits=st.lists(st.tuples(st.integers(0, 511), st.integers(0, 255)), min_size=1, max_size=12),
+)
 def test_fuzz_tar_headers_with_valid_checksums(header, edits):
     """Mutate a header and fix its checksum, so the parser goes past the checksum gate."""
     data = bytearray(_BASE)
@@ -144,7 +180,11 @@ def test_fuzz_pax_records(records, typ):
 
 @pytest.mark.timeout(120)
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(edits=st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 255)), max_size=6), cut=st.integers(0, 4000), preset=st.sampled_from(["train", "eval"]))
+@given(
+    edits=st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 255)), max_size=6),
+    cut=st.integers(0, 4000),
+    preset=st.sampled_from(["train", "eval"]),
+)
 def test_fuzz_jpeg_decode(edits, cut, preset):
     import torch
 
@@ -177,4 +217,7 @@ def _decoders():
     from shardkit.loader.config import ImageConfig
     from shardkit.loader.decode.worker import CropDecoder
 
-    _DECODERS.update(train=CropDecoder(ImageConfig(size=16, max_pixels=1 << 20), 0), eval=CropDecoder(ImageConfig(preset="eval", size=16, max_pixels=1 << 20), 0))
+    _DECODERS.update(
+        train=CropDecoder(ImageConfig(size=16, max_pixels=1 << 20), 0),
+        eval=CropDecoder(ImageConfig(preset="eval", size=16, max_pixels=1 << 20), 0),
+    )

@@ -15,17 +15,19 @@ import zlib
 
 import numpy as np
 import pytest
-from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
 
 import shardkit
 from shardkit.format import IndexDamage, IndexMismatch, ShardReader, TarDamage, load_index, write_tar
 from shardkit.format.index import SampleIndex, build_index
 from shardkit.format.verify import verify
 from shardkit.format.writer import EncodedSample
+from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
 
 CLASSES = ["x", "y", "z"]
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
-SAMPLES = [EncodedSample(f"{i:04d}", jpeg_bytes(i % 3, i, (24, 20)), i % 3, {"class": CLASSES[i % 3]}) for i in range(6)]
+SAMPLES = [
+    EncodedSample(f"{i:04d}", jpeg_bytes(i % 3, i, (24, 20)), i % 3, {"class": CLASSES[i % 3]}) for i in range(6)
+]
 
 
 def _shard() -> tuple[bytes, SampleIndex]:
@@ -63,7 +65,9 @@ def _retarget(idx: SampleIndex, data: bytes) -> SampleIndex:
     """``idx`` for the tampered shard bytes ``data`` (size and sha256 as a manifest written after it would say)."""
     import hashlib
 
-    return SampleIndex(idx.keys, idx.exts, idx.starts, idx.offsets, idx.sizes, len(data), hashlib.sha256(data).hexdigest())
+    return SampleIndex(
+        idx.keys, idx.exts, idx.starts, idx.offsets, idx.sizes, len(data), hashlib.sha256(data).hexdigest()
+    )
 
 
 def _slice_all(idx: SampleIndex, data: bytes) -> list:
@@ -122,8 +126,17 @@ def test_index_cannot_point_behind_an_extended_header():
 
 def _craft(n: int, keys: list[str], exts: list[str], starts, offsets, sizes, nbytes: int) -> bytes:
     e, k = "\n".join(exts).encode(), "\n".join(keys).encode()
-    head = struct.pack("<8sIIQ32sII", b"SKINDEX1", n, len(offsets[0]) if len(offsets) else 1, nbytes, b"\0" * 32, len(e), len(k))
-    body = head + e + k + np.asarray(starts, "<u8").tobytes() + np.asarray(offsets, "<u4").tobytes() + np.asarray(sizes, "<u4").tobytes()
+    head = struct.pack(
+        "<8sIIQ32sII", b"SKINDEX1", n, len(offsets[0]) if len(offsets) else 1, nbytes, b"\0" * 32, len(e), len(k)
+    )
+    body = (
+        head
+        + e
+        + k
+        + np.asarray(starts, "<u8").tobytes()
+        + np.asarray(offsets, "<u4").tobytes()
+        + np.asarray(sizes, "<u4").tobytes()
+    )
     return body + struct.pack("<I", zlib.crc32(body))
 
 
@@ -132,7 +145,9 @@ def test_hostile_index_fields_are_index_damage():
     assert len(SampleIndex.from_bytes(ok)) == 2
     cases = {
         # a uint64 start above 2**63 passed the ordering check (read as a negative int64): read() then seeks to 2**64
-        "start beyond 2**63": _craft(2, ["a", "b"], ["cls"], [2**64 - 1024, 1024, 2048], [[512], [512]], [[1], [1]], 10240),
+        "start beyond 2**63": _craft(
+            2, ["a", "b"], ["cls"], [2**64 - 1024, 1024, 2048], [[512], [512]], [[1], [1]], 10240
+        ),
         # the walk reads a name from the 100-byte name field only: a longer name can only match bytes the walk ignores
         "name longer than a header's name field": _craft(1, ["k" * 120], ["cls"], [0, 1024], [[512]], [[1]], 10240),
         # members must follow each other (header, data, padding): a gap could hide a header the walk reads
@@ -169,7 +184,9 @@ def test_huge_member_size_is_tar_damage_for_walk_loader_and_verify(tmp_path):
     msgs = [p.message for p in verify(root).problems]
     assert any("not a readable tar" in m for m in msgs), msgs
     loader = shardkit.load(root, batch_size=2, num_workers=0, raw=True, shuffle=False, **SMALL)
-    assert [s for b in loader for s in b] == [] and loader.stats.skipped == 2  # both samples lost to the damage, counted
+    assert [
+        s for b in loader for s in b
+    ] == [] and loader.stats.skipped == 2  # both samples lost to the damage, counted
 
 
 class _Recording:
@@ -238,7 +255,10 @@ def test_hostile_conversion_plan_is_a_problem_not_a_crash(tmp_path):
     for bad in (b"[" * 100_000, b'{"num_planned": "x"}', b'{"num_planned": [1]}', b"\xff", b"[]"):
         (split / "_shardkit" / "plan.json").write_bytes(bad)
         msgs = [p.message for p in verify(str(tmp_path / "ds")).problems]
-        assert len(msgs) == 1 and "incomplete conversion" in msgs[0] and "plan is unreadable" in msgs[0], (bad[:10], msgs)
+        assert len(msgs) == 1 and "incomplete conversion" in msgs[0] and "plan is unreadable" in msgs[0], (
+            bad[:10],
+            msgs,
+        )
     assert os.path.exists(split / "val-000000.tar")
 
 
@@ -266,7 +286,9 @@ def test_writer_is_byte_for_byte_webdatasets_tarwriter():
     wds = pytest.importorskip("webdataset")
     from shardkit.format.writer import meta_bytes
 
-    samples = SAMPLES + [EncodedSample("k-_9", b"\xff\xd8" + bytes(range(256)) * 3, 2, {"class": "é", "path": "a/b c.jpg"})]
+    samples = SAMPLES + [
+        EncodedSample("k-_9", b"\xff\xd8" + bytes(range(256)) * 3, 2, {"class": "é", "path": "a/b c.jpg"})
+    ]
     ours = io.BytesIO()
     write_tar(samples, ours)
     theirs = io.BytesIO()
@@ -281,8 +303,14 @@ def test_writer_is_byte_for_byte_webdatasets_tarwriter():
 _J = [jpeg_bytes(n % 3, n, (24, 20)) for n in range(3)]
 _NAMES = st.sampled_from(["a", "b", "d.x/a", "../u", "/abs", "__k", "c"])
 _FIELDS = st.sampled_from(["cls", "jpg", "json", "txt", "v2.cls", ""])
-_PAYLOAD = {"cls": [b"0", b"2", b"7", b"x"], "jpg": [_J[0], _J[1], b"notjpeg"], "json": [b'{"class":"x"}', b"[" * 100, b"{"],
-            "txt": [b"t"], "v2.cls": [b"1"], "": [b"z"]}
+_PAYLOAD = {
+    "cls": [b"0", b"2", b"7", b"x"],
+    "jpg": [_J[0], _J[1], b"notjpeg"],
+    "json": [b'{"class":"x"}', b"[" * 100, b"{"],
+    "txt": [b"t"],
+    "v2.cls": [b"1"],
+    "": [b"z"],
+}
 
 
 @pytest.mark.timeout(300)
@@ -338,15 +366,26 @@ def test_oversized_label_and_metadata_members_are_bad_samples_read_by_neither_wa
 
     from shardkit.format.index import index_from_walk
 
-    members = [("a.cls", b"0" + b" " * (1 << 20)), ("a.jpg", SAMPLES[0].jpeg), ("a.json", b"{}"),
-               ("b.cls", b"1"), ("b.jpg", SAMPLES[1].jpeg), ("b.json", b"{}" + b" " * (2 << 20)),
-               ("c.cls", b"2"), ("c.jpg", SAMPLES[2].jpeg), ("c.json", b"{}")]
+    members = [
+        ("a.cls", b"0" + b" " * (1 << 20)),
+        ("a.jpg", SAMPLES[0].jpeg),
+        ("a.json", b"{}"),
+        ("b.cls", b"1"),
+        ("b.jpg", SAMPLES[1].jpeg),
+        ("b.json", b"{}" + b" " * (2 << 20)),
+        ("c.cls", b"2"),
+        ("c.jpg", SAMPLES[2].jpeg),
+        ("c.json", b"{}"),
+    ]
     data = tar_bytes(members, fmt=__import__("tarfile").USTAR_FORMAT)
     r = ShardReader(io.BytesIO(data), "s", num_classes=3)
     walked = [r.read(i) for i in range(3)]
     assert r.bytes_read < 64 << 10  # neither big member was read
-    assert [s.error for s in walked] == ["member a.cls has 1048577 bytes (limit 64)",
-                                         "bad .json member: metadata of 2097154 bytes (limit 1048576)", None]
+    assert [s.error for s in walked] == [
+        "member a.cls has 1048577 bytes (limit 64)",
+        "bad .json member: metadata of 2097154 bytes (limit 1048576)",
+        None,
+    ]
     idx = index_from_walk(io.BytesIO(data), "s", len(data), hashlib.sha256(data).hexdigest())
     assert idx is not None and idx.slice(data[: idx.byte_range(0, 3)[1]], 0, 3, url="s", num_classes=3) == walked
 
@@ -363,17 +402,30 @@ def test_pax_size_record_is_honoured_as_tar_and_webdataset_do():
     _fix_checksum(data, at)
     data = bytes(data)
     with tarfile.open(fileobj=io.BytesIO(data)) as tf:
-        assert [(m.name, m.size) for m in tf.getmembers()] == [("a.cls", 1), ("a.jpg", len(SAMPLES[0].jpeg)), ("b.cls", 1),
-                                                              ("b.jpg", len(SAMPLES[1].jpeg))]
+        assert [(m.name, m.size) for m in tf.getmembers()] == [
+            ("a.cls", 1),
+            ("a.jpg", len(SAMPLES[0].jpeg)),
+            ("b.cls", 1),
+            ("b.jpg", len(SAMPLES[1].jpeg)),
+        ]
     r = ShardReader(io.BytesIO(data), "s", num_classes=3)
     got = [r.read(0), r.read(1)]
-    assert [(s.key, s.label, s.jpeg, s.error) for s in got] == [("a", 1, SAMPLES[0].jpeg, None), ("b", 2, SAMPLES[1].jpeg, None)]
+    assert [(s.key, s.label, s.jpeg, s.error) for s in got] == [
+        ("a", 1, SAMPLES[0].jpeg, None),
+        ("b", 2, SAMPLES[1].jpeg, None),
+    ]
 
 
 def test_a_manifest_without_classes_loader_and_verify_agree(tmp_path):
     """The loader takes ``classes: []`` as "any label" (``len(classes) or None``); verify called every label
     out of range (and would index an empty class list)."""
-    members = [("a.cls", b"3"), ("a.jpg", SAMPLES[0].jpeg), ("a.json", b"{}"), ("b.cls", b"0"), ("b.jpg", SAMPLES[1].jpeg)]
+    members = [
+        ("a.cls", b"3"),
+        ("a.jpg", SAMPLES[0].jpeg),
+        ("a.json", b"{}"),
+        ("b.cls", b"0"),
+        ("b.jpg", SAMPLES[1].jpeg),
+    ]
     root = write_raw_dataset(str(tmp_path / "ds"), [(tar_bytes(members), 2)], [])
     got = [s.key for b in shardkit.load(root, batch_size=2, num_workers=0, raw=True, shuffle=False, **SMALL) for s in b]
     assert got == ["a", "b"]

@@ -16,12 +16,20 @@ import tarfile
 import numpy as np
 import pytest
 import torch
-from tests.support.data import RecordingFile, jpeg_bytes, member_ranges, tar_bytes, tree_snapshot, write_dataset, write_raw_dataset
 
 import shardkit
 from shardkit.errors import ManifestError, StorageError
 from shardkit.format.manifest import Manifest
 from shardkit.format.tar import ShardReader
+from tests.support.data import (
+    RecordingFile,
+    jpeg_bytes,
+    member_ranges,
+    tar_bytes,
+    tree_snapshot,
+    write_dataset,
+    write_raw_dataset,
+)
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
 
@@ -90,17 +98,29 @@ def _tricky_shard() -> tuple[bytes, dict[str, list[tuple[int, bytes]]]]:
     """A shard full of tar tricks; returns it and the (label, jpeg) each delivered key must carry."""
     J = {n: jpeg_bytes(n % 3, n, (24, 20)) for n in range(10)}
     members = [
-        ("a.cls", b"0"), ("a.jpg", J[0]),
-        (_info("b.jpg", tarfile.SYMTYPE, "/etc/passwd"), None), ("b.cls", b"1"),  # symlink: not a sample member
-        (_info("c.jpg", tarfile.LNKTYPE, "a.jpg"), None), ("c.cls", b"1"),  # hard link: not a sample member
-        (_info("d.jpg", tarfile.CHRTYPE), None), (_info("d.cls", tarfile.FIFOTYPE), None),  # devices: no sample at all
+        ("a.cls", b"0"),
+        ("a.jpg", J[0]),
+        (_info("b.jpg", tarfile.SYMTYPE, "/etc/passwd"), None),
+        ("b.cls", b"1"),  # symlink: not a sample member
+        (_info("c.jpg", tarfile.LNKTYPE, "a.jpg"), None),
+        ("c.cls", b"1"),  # hard link: not a sample member
+        (_info("d.jpg", tarfile.CHRTYPE), None),
+        (_info("d.cls", tarfile.FIFOTYPE), None),  # devices: no sample at all
         (_info("dir.d", tarfile.DIRTYPE), None),
-        ("../../escape/e.cls", b"1"), ("../../escape/e.jpg", J[1]),  # names are only strings, and these are damage
-        ("/abs/root/f.cls", b"2"), ("/abs/root/f.jpg", J[2]),
-        ("g.cls", b"1"), ("g.jpg", J[3]), ("g.cls", b"2"), ("g.jpg", J[4]),  # duplicate key: never merged, the second is damage
-        ("h.v2.cls", b"0"), ("h.v2.jpg", J[5]),  # key "h", fields "v2.*": not a usable sample
-        ("dir.x/i.cls", b"0"), ("dir.x/i.jpg", J[6]),
-        ("j.jpg", J[7]), ("j.cls", b"9"),  # label outside the 3 classes
+        ("../../escape/e.cls", b"1"),
+        ("../../escape/e.jpg", J[1]),  # names are only strings, and these are damage
+        ("/abs/root/f.cls", b"2"),
+        ("/abs/root/f.jpg", J[2]),
+        ("g.cls", b"1"),
+        ("g.jpg", J[3]),
+        ("g.cls", b"2"),
+        ("g.jpg", J[4]),  # duplicate key: never merged, the second is damage
+        ("h.v2.cls", b"0"),
+        ("h.v2.jpg", J[5]),  # key "h", fields "v2.*": not a usable sample
+        ("dir.x/i.cls", b"0"),
+        ("dir.x/i.jpg", J[6]),
+        ("j.jpg", J[7]),
+        ("j.cls", b"9"),  # label outside the 3 classes
     ]
     expect = {"a": [(0, J[0])], "g": [(1, J[3])], "dir.x/i": [(0, J[6])]}
     return tar_bytes(members), expect
@@ -117,7 +137,11 @@ def test_tar_tricks_touch_nothing_and_never_merge_samples(tmp_path, http_root, w
         shutil.copytree(root, os.path.join(directory, "ds"))
         url, cache = f"{base}/ds", str(tmp_path / "work" / "cache")
     before = tree_snapshot(str(tmp_path))
-    raw = [s for batch in shardkit.load(url, batch_size=3, num_workers=0, raw=True, shuffle=False, cache_dir=cache, **SMALL) for s in batch]
+    raw = [
+        s
+        for batch in shardkit.load(url, batch_size=3, num_workers=0, raw=True, shuffle=False, cache_dir=cache, **SMALL)
+        for s in batch
+    ]
     got: dict[str, list] = {}
     for s in raw:
         got.setdefault(s.key, []).append((s.label, s.jpeg))
@@ -125,7 +149,9 @@ def test_tar_tricks_touch_nothing_and_never_merge_samples(tmp_path, http_root, w
     loader = shardkit.load(url, batch_size=3, num_workers=2, cache_dir=cache, with_keys=True, **SMALL)
     keys = [k for _, _, ks in loader for k in ks]
     assert sorted(keys) == sorted(k for k, v in expect.items() for _ in v)
-    assert loader.stats.skipped == 7  # b, c (links), e, f (unsafe names), g (repeated key), h (dotted fields), j (label out of range)
+    assert (
+        loader.stats.skipped == 7
+    )  # b, c (links), e, f (unsafe names), g (repeated key), h (dotted fields), j (label out of range)
     after = tree_snapshot(str(tmp_path))
     new = set(after) - set(before)
     assert all(p.startswith(os.path.join("work", "cache")) for p in new), new  # only the shard cache grew
@@ -133,8 +159,13 @@ def test_tar_tricks_touch_nothing_and_never_merge_samples(tmp_path, http_root, w
 
 
 def _manifest(**over) -> str:
-    d = {"format": "shardkit-manifest", "version": 1, "split": "train", "classes": ["a"],
-         "shards": [{"name": "train-000000.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}]}
+    d = {
+        "format": "shardkit-manifest",
+        "version": 1,
+        "split": "train",
+        "classes": ["a"],
+        "shards": [{"name": "train-000000.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}],
+    }
     d.update(over)
     return json.dumps(d)
 
@@ -217,5 +248,7 @@ def test_wrong_checksum_found_by_verify(tmp_path, capsys):
         json.dump(m, f)
     assert main(["verify", ds.url, "--quick"]) == 1  # 1: problems found (2 would be a usage error)
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith("train-000001.tar: sha256 does not match the manifest (the shard changed or is damaged)"), out
+    assert out[0].endswith("train-000001.tar: sha256 does not match the manifest (the shard changed or is damaged)"), (
+        out
+    )
     assert out[1].startswith("1 problem(s): checksums of 3 shards") and len(out) == 2, out

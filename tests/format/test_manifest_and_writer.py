@@ -6,11 +6,11 @@ import json
 import tarfile
 
 import pytest
-from tests.support.data import tree_digests, write_dataset
 
 from shardkit.errors import ManifestError
 from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.plan.world import World
+from tests.support.data import tree_digests, write_dataset
 
 
 def test_roundtrip_and_tar_contents(tmp_path):
@@ -34,12 +34,17 @@ def test_writer_is_deterministic(tmp_path):
     b = write_dataset(str(tmp_path / "b"), num_samples=9, shard_size=4)
     files_a, files_b = tree_digests(a.url), tree_digests(b.url)
     assert files_a == files_b and len(files_a) == 4  # 3 shards and the manifest, byte-identical
-    assert [files_a[s.name] for s in a.manifest.shards] == [s.sha256 for s in a.manifest.shards]  # the recorded digests are the files'
+    assert [files_a[s.name] for s in a.manifest.shards] == [
+        s.sha256 for s in a.manifest.shards
+    ]  # the recorded digests are the files'
 
 
 def _manifest_json(**over):
     d = {
-        "format": "shardkit-manifest", "version": 1, "split": "train", "classes": ["a"],
+        "format": "shardkit-manifest",
+        "version": 1,
+        "split": "train",
+        "classes": ["a"],
         "shards": [{"name": "train-000000.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}],
     }
     d.update(over)
@@ -52,10 +57,22 @@ def _manifest_json(**over):
         ("{not json", "not valid JSON"),
         (_manifest_json(version=99), "version 99"),
         (_manifest_json(format="x"), "not a shardkit manifest"),
-        (_manifest_json(shards=[{"name": "../evil.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]), "not a plain file name"),
-        (_manifest_json(shards=[{"name": "/etc/passwd.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]), "not a plain file name"),
-        (_manifest_json(shards=[{"name": "pipe:rm -rf x.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]), "not a plain file name"),
-        (_manifest_json(shards=[{"name": "s3://other/x.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]), "not a plain file name"),
+        (
+            _manifest_json(shards=[{"name": "../evil.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
+            "not a plain file name",
+        ),
+        (
+            _manifest_json(shards=[{"name": "/etc/passwd.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
+            "not a plain file name",
+        ),
+        (
+            _manifest_json(shards=[{"name": "pipe:rm -rf x.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
+            "not a plain file name",
+        ),
+        (
+            _manifest_json(shards=[{"name": "s3://other/x.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
+            "not a plain file name",
+        ),
         (_manifest_json(shards=[{"name": "a.tar", "samples": -1, "bytes": 1, "sha256": "0" * 64}]), "impossible count"),
         (_manifest_json(shards=[{"name": "a.tar", "samples": 1, "bytes": 1, "sha256": "xyz"}]), "sha256"),
         (_manifest_json(shards=[{"name": "a.tar"}]), "malformed"),

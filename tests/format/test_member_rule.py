@@ -11,7 +11,6 @@ import zlib
 
 import numpy as np
 import pytest
-from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
 
 import shardkit
 from shardkit.cli import main
@@ -22,6 +21,7 @@ from shardkit.format import IndexDamage, IndexMismatch, RawSample, ShardReader, 
 from shardkit.format.manifest import load_manifest
 from shardkit.format.members import UnsafeName
 from shardkit.format.verify import verify
+from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
 CLASSES = ["x", "y", "z"]
@@ -41,15 +41,21 @@ def _awkward() -> list:
     return [
         *_sample("a", 0, 0),
         *_sample("dir.v1/b", 1, 1),  # dots in a directory: key "dir.v1/b"
-        ("__key__.cls", b"2"), ("__meta__.json", b"{}"),  # webdataset-reserved names: no sample
+        ("__key__.cls", b"2"),
+        ("__meta__.json", b"{}"),  # webdataset-reserved names: no sample
         *_sample("c", 2, 2, order=("json", "jpg", "cls")),  # members in another order: one sample
-        *_sample("d", 0, 3), *_sample("d", 1, 4),  # adjacent duplicate key
+        *_sample("d", 0, 3),
+        *_sample("d", 1, 4),  # adjacent duplicate key
         *_sample("e", 1, 5),
         *_sample("a", 2, 6),  # duplicate key, not adjacent
-        ("f.jpg", J[7]), ("g.jpg", J[8]), ("f.cls", b"1"), ("g.cls", b"2"),  # interleaved: four broken samples
+        ("f.jpg", J[7]),
+        ("g.jpg", J[8]),
+        ("f.cls", b"1"),
+        ("g.cls", b"2"),  # interleaved: four broken samples
         *_sample("../../up", 0, 9),  # unsafe names
         *_sample("/abs/k", 1, 10),
-        ("h.v2.cls", b"0"), ("h.v2.jpg", J[11]),  # key "h", fields "v2.*": no usable fields
+        ("h.v2.cls", b"0"),
+        ("h.v2.jpg", J[11]),  # key "h", fields "v2.*": no usable fields
         *_sample("i", 1, 11),
     ]
 
@@ -77,9 +83,15 @@ def test_member_rule():
 def test_json_bounds_are_linear_and_ignore_brackets_in_strings():
     from shardkit.format.members import parse_meta
 
-    assert parse_meta(json.dumps({"s": "[" * 1000, "t": "\\\"[[", "a": [[[1]]] * 40}).encode())["a"][0] == [[1]]
-    for bad, why in [(b"[" * 100_000, "nested deeper"), (b"{" * 65 + b"}" * 65, "nested deeper"), (b'"' + b'\\"' * 500_000, "not JSON"),
-                     (b"{}" + b" " * (1 << 20), "limit"), (b"[1]", "not an object"), (b"\xff{}", "not JSON")]:
+    assert parse_meta(json.dumps({"s": "[" * 1000, "t": '\\"[[', "a": [[[1]]] * 40}).encode())["a"][0] == [[1]]
+    for bad, why in [
+        (b"[" * 100_000, "nested deeper"),
+        (b"{" * 65 + b"}" * 65, "nested deeper"),
+        (b'"' + b'\\"' * 500_000, "not JSON"),
+        (b"{}" + b" " * (1 << 20), "limit"),
+        (b"[1]", "not an object"),
+        (b"\xff{}", "not JSON"),
+    ]:
         with pytest.raises(ValueError, match=why):
             parse_meta(bad)
 
@@ -91,7 +103,9 @@ def test_loader_and_verify_agree_sample_by_sample(tmp_path):
     root = write_raw_dataset(str(tmp_path / "ds"), [(data, len(walked))], CLASSES)
     errors = [(s.key, s.error) for s in walked if s.error]
     assert [k for k, _ in errors] == ["d", "a", "f", "g", "f", "g", "../../up", "/abs/k", "h"]
-    assert {e for k, e in errors if k in ("d", "a")} == {f"key {k!r} appears more than once in the shard (damaged or tampered)" for k in "da"}
+    assert {e for k, e in errors if k in ("d", "a")} == {
+        f"key {k!r} appears more than once in the shard (damaged or tampered)" for k in "da"
+    }
     assert all("unsafe member name" in e for k, e in errors if k.startswith(("/", "..")))
     good = [s.key for s in walked if not s.error]
     assert good == ["a", "dir.v1/b", "c", "d", "e", "i"]
@@ -113,9 +127,13 @@ def test_adjacent_duplicate_keys_are_damage_for_both(tmp_path):
     members = _sample("00000000", 0, 0) + _sample("00000000", 1, 1) + _sample("00000002", 2, 2)
     root = write_raw_dataset(str(tmp_path / "ds"), [(tar_bytes(members), 2)], CLASSES)
     msgs = [str(p) for p in verify(root).problems]
-    assert msgs == ["train-000000.tar key 00000000: key '00000000' appears more than once in the shard (damaged or tampered)",
-                    "train-000000.tar: holds 3 samples, manifest says 2"]
-    keys = [s.key for b in shardkit.load(root, batch_size=2, num_workers=0, raw=True, shuffle=False, **SMALL) for s in b]
+    assert msgs == [
+        "train-000000.tar key 00000000: key '00000000' appears more than once in the shard (damaged or tampered)",
+        "train-000000.tar: holds 3 samples, manifest says 2",
+    ]
+    keys = [
+        s.key for b in shardkit.load(root, batch_size=2, num_workers=0, raw=True, shuffle=False, **SMALL) for s in b
+    ]
     assert keys == ["00000000"]  # never twice
 
 
@@ -124,7 +142,10 @@ def test_deep_json_is_a_bad_sample_not_a_crash(tmp_path, capsys):
     members += [("d.cls", b"1"), ("d.jpg", J[3]), ("d.json", b"{not json")]
     root = write_raw_dataset(str(tmp_path / "ds"), [(tar_bytes(members), 4)], CLASSES)
     problems = verify(root).problems
-    assert [(p.key, p.message.split(":")[0]) for p in problems] == [("b", "bad .json member"), ("d", "bad .json member")]
+    assert [(p.key, p.message.split(":")[0]) for p in problems] == [
+        ("b", "bad .json member"),
+        ("d", "bad .json member"),
+    ]
     assert "nested deeper than 64" in problems[0].message
     assert main(["verify", root, "--quiet"]) == 1 and "b: bad .json member" in capsys.readouterr().out
     loader = shardkit.load(root, batch_size=2, num_workers=0, raw=True, shuffle=False, **SMALL)
@@ -200,7 +221,9 @@ def test_damaged_or_wrong_index_is_detected(ds):
     open(ipath, "wb").write(good)
     idx = load_index(url0, shard_bytes=s0.bytes, shard_sha256=s0.sha256)
     sizes_at = len(good) - 4 - idx.sizes.nbytes
-    _rewrite_index(ipath, lambda b: b.__setitem__(slice(sizes_at + 4, sizes_at + 8), struct.pack("<I", idx.sizes[0, 1] - 1)))
+    _rewrite_index(
+        ipath, lambda b: b.__setitem__(slice(sizes_at + 4, sizes_at + 8), struct.pack("<I", idx.sizes[0, 1] - 1))
+    )
     wrong = load_index(url0, shard_bytes=s0.bytes, shard_sha256=s0.sha256)
     data = open(url0, "rb").read()
     lo, hi = wrong.byte_range(0, 2)
@@ -210,7 +233,9 @@ def test_damaged_or_wrong_index_is_detected(ds):
         idx.slice(data[lo : hi - 1], 0, 2, url=url0)
     # verify names each kind of damage
     msgs = [str(p) for p in verify(ds).problems]
-    assert msgs == ["train-000000.idx: sample index does not match the tar (the loader detects this and falls back to the header walk)"]
+    assert msgs == [
+        "train-000000.idx: sample index does not match the tar (the loader detects this and falls back to the header walk)"
+    ]
     os.remove(m.index_url(2))
     msgs = [str(p) for p in verify(ds, quick=True).problems]
     assert len(msgs) == 1 and msgs[0].startswith("train-000002.idx: sample index unusable") and "cannot read" in msgs[0]
@@ -272,7 +297,10 @@ def test_verify_reports_incomplete_splits(tmp_path, capsys):
         convert(src, dest2, ConvertOptions(image=OPTS.image, shard_size=6, seed=3, strict=True), workers=1, quiet=True)
     msgs = sorted(str(p) for p in verify(dest2).problems)
     assert [m.split(":")[0] for m in msgs] == ["train/", "val/"]
-    assert msgs[1].startswith("val/: incomplete conversion: 0 shard(s) and a conversion journal") and "0 of 1 planned shards finished" in msgs[1]
+    assert (
+        msgs[1].startswith("val/: incomplete conversion: 0 shard(s) and a conversion journal")
+        and "0 of 1 planned shards finished" in msgs[1]
+    )
 
 
 def test_verify_summary_and_paths_of_a_single_folder_dataset(ds, capsys):
@@ -324,8 +352,10 @@ def _walk_bytes(data: bytes) -> list:
 
 @pytest.mark.timeout(120)
 @FUZZ
-@given(flips=st.lists(st.tuples(st.integers(0, len(_INDEX) - 5), st.integers(1, 255)), min_size=1, max_size=3),
-       span=st.tuples(st.integers(0, 8), st.integers(1, 9)))
+@given(
+    flips=st.lists(st.tuples(st.integers(0, len(_INDEX) - 5), st.integers(1, 255)), min_size=1, max_size=3),
+    span=st.tuples(st.integers(0, 8), st.integers(1, 9)),
+)
 def test_fuzz_index_damage_is_refused_or_detected(flips, span):
     body = bytearray(_INDEX[:-4])
     for at, x in flips:
@@ -372,7 +402,11 @@ _HEADERS = [int(_WRITTEN.index.starts[i] + _WRITTEN.index.offsets[i, c]) - 512 f
 
 @pytest.mark.timeout(120)
 @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(edits=st.lists(st.tuples(st.sampled_from(_HEADERS), st.integers(0, 511), st.integers(0, 255)), min_size=1, max_size=3))
+@given(
+    edits=st.lists(
+        st.tuples(st.sampled_from(_HEADERS), st.integers(0, 511), st.integers(0, 255)), min_size=1, max_size=3
+    )
+)
 def test_fuzz_tampered_headers_with_valid_checksums_never_differ_from_the_walk(edits):
     """Any header bytes (type flag, USTAR prefix, size...) changed and the checksum recomputed: the slice is the
     walk's samples or refused (found the USTAR prefix that renamed a sample for the walk only)."""
@@ -413,7 +447,9 @@ def test_index_over_http_through_the_loaders_opener(converted, http_root, tmp_pa
     with opener.open(url, s.bytes) as f:
         got = idx.read(f, 1, s.samples, url=url, first_gid=7, num_classes=3)
     walked = _walk(os.path.join(converted, s.name))[1:]
-    assert [(x.key, x.label, x.jpeg, x.meta_bytes) for x in got] == [(x.key, x.label, x.jpeg, x.meta_bytes) for x in walked]
+    assert [(x.key, x.label, x.jpeg, x.meta_bytes) for x in got] == [
+        (x.key, x.label, x.jpeg, x.meta_bytes) for x in walked
+    ]
     assert [x.gid for x in got] == list(range(7, 7 + s.samples - 1)) and all(x.error is None for x in got)
     assert verify(f"{base}/ds").ok
 
@@ -435,10 +471,18 @@ def _tarfile_write(samples, f) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.from_regex(r"[A-Za-z0-9_-]{1,80}", fullmatch=True).filter(lambda k: not k.startswith("__")),
-                          st.binary(max_size=3000), st.integers(0, 10**6),
-                          st.dictionaries(st.text(max_size=5), st.text(max_size=20), max_size=3)),
-                unique_by=lambda t: t[0], max_size=12))
+@given(
+    st.lists(
+        st.tuples(
+            st.from_regex(r"[A-Za-z0-9_-]{1,80}", fullmatch=True).filter(lambda k: not k.startswith("__")),
+            st.binary(max_size=3000),
+            st.integers(0, 10**6),
+            st.dictionaries(st.text(max_size=5), st.text(max_size=20), max_size=3),
+        ),
+        unique_by=lambda t: t[0],
+        max_size=12,
+    )
+)
 def test_writer_bytes_equal_tarfiles(rows):
     """The hand-filled headers give byte for byte what tarfile writes (sizes, names, record padding, metadata)."""
     import io
@@ -451,9 +495,18 @@ def test_writer_bytes_equal_tarfiles(rows):
     assert w.bytes == len(ref.getvalue()) and w.samples == len(samples)
 
 
-@pytest.mark.parametrize("name,size", [
-    ("k.jpg", 0), ("k.jpg", 1), ("a" * 100, 5), ("a" * 101, 5), ("é.jpg", 3), ("k.jpg", 8**11 - 1), ("k.jpg", 8**11),
-])
+@pytest.mark.parametrize(
+    "name,size",
+    [
+        ("k.jpg", 0),
+        ("k.jpg", 1),
+        ("a" * 100, 5),
+        ("a" * 101, 5),
+        ("é.jpg", 3),
+        ("k.jpg", 8**11 - 1),
+        ("k.jpg", 8**11),
+    ],
+)
 def test_member_header_equals_tarfile_including_its_pax_cases(name, size):
     import tarfile
 

@@ -7,9 +7,9 @@ import pickle
 import tarfile
 
 import pytest
-from tests.support.data import RecordingFile, member_ranges, write_dataset
 
 from shardkit.format.tar import ShardReader, TarDamage
+from tests.support.data import RecordingFile, member_ranges, write_dataset
 
 
 def _tar(members: list[tuple[str, bytes]], fmt=tarfile.PAX_FORMAT) -> bytes:
@@ -64,8 +64,17 @@ def test_foreign_members_ignored_never_unpickled(tmp_path):
     pickle.loads(evil)  # the payload works: unpickling it creates the marker
     assert marker.exists()
     marker.unlink()
-    data = _tar([("a.cls", b"1"), ("a.jpg", b"JPEG"), ("a.pyd", evil), ("a.json", b'{"x": 1}'),
-                 ("dir/b.cls", b"2"), ("dir/b.jpg", b"J2"), ("__meta__.txt", b"x")])
+    data = _tar(
+        [
+            ("a.cls", b"1"),
+            ("a.jpg", b"JPEG"),
+            ("a.pyd", evil),
+            ("a.json", b'{"x": 1}'),
+            ("dir/b.cls", b"2"),
+            ("dir/b.jpg", b"J2"),
+            ("__meta__.txt", b"x"),
+        ]
+    )
     f = RecordingFile(data)
     r = ShardReader(f, "mem.tar")
     a = r.read(0)

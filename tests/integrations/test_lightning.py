@@ -21,14 +21,12 @@ import torch
 
 pl = pytest.importorskip("lightning.pytorch")
 
-from tests.support.probes import dataloader_workers, wait_for  # noqa: E402
-
-from tests.support.data import write_dataset  # noqa: E402
-from tests.support.repo import ROOT
-
 import shardkit  # noqa: E402
 from shardkit.augment import GpuAugment, Normalize  # noqa: E402
 from shardkit.integrations.lightning import ShardDataModule  # noqa: E402
+from tests.support.data import write_dataset  # noqa: E402
+from tests.support.probes import dataloader_workers, wait_for  # noqa: E402
+from tests.support.repo import ROOT  # noqa: E402
 
 EXAMPLE = os.path.join(ROOT, "examples", "train_lightning.py")
 TIMEOUT = 120
@@ -82,7 +80,14 @@ class KeyLog(pl.LightningModule):
 
 
 def trainer(**kw) -> "pl.Trainer":
-    base = dict(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    base = dict(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     return pl.Trainer(**{**base, **kw})
 
 
@@ -90,7 +95,14 @@ def trainer(**kw) -> "pl.Trainer":
 def test_fit_epochs_exactly_once_and_val_does_not_move_train(data):
     root, train, val = data
     norm = GpuAugment([Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))])
-    dm = ShardDataModule(os.path.join(root, "train"), os.path.join(root, "val"), gpu_augment=norm, val_gpu_augment=norm, num_workers=0, **OPTS)
+    dm = ShardDataModule(
+        os.path.join(root, "train"),
+        os.path.join(root, "val"),
+        gpu_augment=norm,
+        val_gpu_augment=norm,
+        num_workers=0,
+        **OPTS,
+    )
     model = KeyLog()
     trainer(max_epochs=2, num_sanity_val_steps=2, val_check_interval=0.5).fit(model, datamodule=dm)  # val mid-epoch too
 
@@ -98,7 +110,7 @@ def test_fit_epochs_exactly_once_and_val_does_not_move_train(data):
     assert model.train_keys == expected  # batch for batch, as the loader alone gives them
     per_epoch = len(expected) // 2
     for epoch in range(2):
-        keys = [k for b in model.train_keys[epoch * per_epoch:(epoch + 1) * per_epoch] for k in b]
+        keys = [k for b in model.train_keys[epoch * per_epoch : (epoch + 1) * per_epoch] for k in b]
         assert sorted(keys) == sorted(train.keys)  # every sample exactly once per epoch
     assert model.train_keys[:per_epoch] != model.train_keys[per_epoch:]  # the Trainer's epoch reached the loader
     # sanity check (2 batches), then a whole validation pass, in manifest order, twice per epoch
@@ -127,7 +139,9 @@ class Fails(pl.LightningModule):
 
 @pytest.mark.timeout(TIMEOUT)
 def test_failed_run_stops_the_workers(data):
-    dm = ShardDataModule(os.path.join(data[0], "train"), batch_size=4, size=16, num_workers=2)  # persistent workers, no val
+    dm = ShardDataModule(
+        os.path.join(data[0], "train"), batch_size=4, size=16, num_workers=2
+    )  # persistent workers, no val
     with pytest.raises(RuntimeError, match="boom"):
         trainer(max_epochs=1).fit(Fails(), datamodule=dm)
     assert wait_for(lambda: not dataloader_workers(), timeout=30), dataloader_workers()  # on_exception closed them
@@ -151,11 +165,27 @@ def test_missing_lightning_names_the_extra(monkeypatch):
 
 def run_example(tmp_path, root: str, *args: str, expect_rc: int = 0) -> None:
     """Run the example; output goes to a file (an abrupt exit leaves workers that hold a pipe open)."""
-    cmd = [sys.executable, EXAMPLE, "--shards", root, "--arch", "small", "--batch-size", "4", "--image-size", "16", "--seed", "3", *args]
+    cmd = [
+        sys.executable,
+        EXAMPLE,
+        "--shards",
+        root,
+        "--arch",
+        "small",
+        "--batch-size",
+        "4",
+        "--image-size",
+        "16",
+        "--seed",
+        "3",
+        *args,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     out = tmp_path / "out.txt"
     with open(out, "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=str(tmp_path), timeout=TIMEOUT).returncode
+        rc = subprocess.run(
+            cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=str(tmp_path), timeout=TIMEOUT
+        ).returncode
     assert rc == expect_rc, out.read_text()[-3000:]
 
 
@@ -164,7 +194,7 @@ def read_keys(log_dir, stage: str) -> dict[int, list[dict]]:
     out = {}
     for name in sorted(os.listdir(log_dir)):
         with open(os.path.join(log_dir, name)) as f:
-            out[int(name[len("rank"):-len(".jsonl")])] = [s for s in map(json.loads, f) if s["stage"] == stage]
+            out[int(name[len("rank") : -len(".jsonl")])] = [s for s in map(json.loads, f) if s["stage"] == stage]
     return out
 
 
@@ -175,7 +205,20 @@ def test_ddp_two_processes_equal_batches_exactly_once(tmp_path, data):
     logs = tmp_path / "logs"
     logs.mkdir()
     # default use_distributed_sampler=True: Lightning leaves shardkit loaders alone (they are not DataLoaders)
-    run_example(tmp_path, root, "--devices", "2", "--strategy", "ddp", "--epochs", "1", "--workers", "1", "--log-keys", str(logs))
+    run_example(
+        tmp_path,
+        root,
+        "--devices",
+        "2",
+        "--strategy",
+        "ddp",
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--log-keys",
+        str(logs),
+    )
     steps = read_keys(logs, "train")
     assert sorted(steps) == [0, 1] and len(steps[0]) == len(steps[1]) == 4  # 15 samples per rank: 3 x 4 + 3
     assert Counter(k for r in steps.values() for s in r for k in s["keys"]) == Counter(train.keys)
@@ -270,6 +313,8 @@ def test_resumed_fit_over_epochs_of_varying_length_equals_uninterrupted(tmp_path
     assert len(first.train_keys) == 6
     path = [os.path.join(ckpt.dirpath, f) for f in os.listdir(ckpt.dirpath) if "step=5" in f]
     second = KeyLog()
-    trainer(max_epochs=3).fit(second, datamodule=ShardDataModule(sources, gpu_augment=norm, num_workers=0, **OPTS), ckpt_path=path[0])
+    trainer(max_epochs=3).fit(
+        second, datamodule=ShardDataModule(sources, gpu_augment=norm, num_workers=0, **OPTS), ckpt_path=path[0]
+    )
     # resumed in epoch 0 (8 batches), then epoch 1 (9 batches) whole: as the uninterrupted run
     assert first.train_keys[:5] + second.train_keys == expected

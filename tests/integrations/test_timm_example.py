@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.support.data import write_dataset
 from tests.support.repo import ROOT
 
@@ -22,8 +23,24 @@ def test_timm_example_one_epoch(tmp_path):
     train = write_dataset(str(tmp_path / "train"), num_samples=16, shard_size=4, split="train")
     val = write_dataset(str(tmp_path / "val"), num_samples=6, shard_size=4, split="val")
     cmd = [
-        sys.executable, EXAMPLE, "--data", train.url, "--val", val.url, "--model", "test_resnet", "--epochs", "1",
-        "--batch-size", "8", "--image-size", "32", "--workers", "1", "--mixup", "0.2",
+        sys.executable,
+        EXAMPLE,
+        "--data",
+        train.url,
+        "--val",
+        val.url,
+        "--model",
+        "test_resnet",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--image-size",
+        "32",
+        "--workers",
+        "1",
+        "--mixup",
+        "0.2",
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=TIMEOUT)

@@ -26,8 +26,16 @@ def main() -> None:
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    loader = shardkit.load([shardkit.Source(u, repeat=1) for u in args.source], batch_size=4, size=16, num_workers=args.workers,
-                           pin_memory=False, seed=3, with_keys=True, policy="pad")
+    loader = shardkit.load(
+        [shardkit.Source(u, repeat=1) for u in args.source],
+        batch_size=4,
+        size=16,
+        num_workers=args.workers,
+        pin_memory=False,
+        seed=3,
+        with_keys=True,
+        policy="pad",
+    )
     if os.path.exists(args.checkpoint):
         loader.load_state_dict(torch.load(args.checkpoint, weights_only=False))
     padded = loader.epoch_info.padded

@@ -23,8 +23,17 @@ class FakeClock:
         return self.t
 
 
-def stub_loader(clock: FakeClock, *, workers: int, startup_s: float, block_every: int, block_s: float,
-                per_batch_s: float, batch: int = 64, n: int = 10_000):
+def stub_loader(
+    clock: FakeClock,
+    *,
+    workers: int,
+    startup_s: float,
+    block_every: int,
+    block_s: float,
+    per_batch_s: float,
+    batch: int = 64,
+    n: int = 10_000,
+):
     """Batches as a DataLoader over ``workers`` workers delivers them: a slow start, then steady
     batches every ``per_batch_s`` with a pause of ``block_s`` every ``block_every`` batches
     (a worker reading its next shuffle block)."""
@@ -39,8 +48,13 @@ def stub_loader(clock: FakeClock, *, workers: int, startup_s: float, block_every
 @pytest.mark.parametrize("max_batches", [20, 60])
 def test_rate_does_not_depend_on_the_window_count(max_batches):
     c = FakeClock()
-    r = measure(stub_loader(c, workers=2, startup_s=3.0, block_every=0, block_s=0, per_batch_s=0.02),
-                warm=2, window=5, max_batches=max_batches, clock=c)
+    r = measure(
+        stub_loader(c, workers=2, startup_s=3.0, block_every=0, block_s=0, per_batch_s=0.02),
+        warm=2,
+        window=5,
+        max_batches=max_batches,
+        clock=c,
+    )
     assert r.images_per_s == pytest.approx(64 / 0.02)
     assert r.first_batch_s == pytest.approx(3.02)  # start-up is reported, not averaged in
     assert r.stable and r.stop == "stable"
@@ -109,24 +123,36 @@ def test_verdict_input_bound_names_ms_and_the_stage():
     v = verdict(images_per_s=64 / 0.018, batch_size=64, step_ms=12, stats=Stats(), workers=2, cpus=8)
     assert v.startswith("input-bound: the loader gives a batch of 64 every 18.0 ms, your step takes 12.0 ms")
     assert "slowest stage: decode (70 % of worker time)" in v and "decode_on" not in v and "more workers will help" in v
-    assert 'decode on the GPU (decode_on="device"' in verdict(images_per_s=64 / 0.018, batch_size=64, step_ms=12, stats=Stats(), gpu=True)
+    assert 'decode on the GPU (decode_on="device"' in verdict(
+        images_per_s=64 / 0.018, batch_size=64, step_ms=12, stats=Stats(), gpu=True
+    )
 
 
 def test_verdict_not_input_bound():
     v = verdict(images_per_s=64 / 0.010, batch_size=64, step_ms=12, stats=Stats())
-    assert v.startswith("not input-bound: the loader gives a batch of 64 every 10.0 ms, your step takes 12.0 ms (1.2x headroom)")
+    assert v.startswith(
+        "not input-bound: the loader gives a batch of 64 every 10.0 ms, your step takes 12.0 ms (1.2x headroom)"
+    )
 
 
 def test_slowest_stage_and_epoch_report():
     assert slowest_stage(Stats(read_s=5)) == ("read", pytest.approx(5 / 9.2))
     line = epoch_report(3, Stats())
-    assert line == "shardkit epoch 3: waited 50 % of 10.0 s for data, 640 img/s, 2 skipped, 1 retries, slowest stage decode (70 %)"
+    assert (
+        line
+        == "shardkit epoch 3: waited 50 % of 10.0 s for data, 640 img/s, 2 skipped, 1 retries, slowest stage decode (70 %)"
+    )
 
 
 def test_min_batches_keeps_measuring_past_an_early_stable_pair():
     c = FakeClock()
-    r = measure(stub_loader(c, workers=1, startup_s=0, block_every=0, block_s=0, per_batch_s=0.01), warm=1, window=5,
-                min_batches=40, clock=c)
+    r = measure(
+        stub_loader(c, workers=1, startup_s=0, block_every=0, block_s=0, per_batch_s=0.01),
+        warm=1,
+        window=5,
+        min_batches=40,
+        clock=c,
+    )
     assert r.stable and r.batches == 40
 
 
@@ -146,11 +172,28 @@ def small_ds(tmp_path_factory):
 def test_bench_cli_verdict_follows_the_step_time(small_ds, capsys):
     from shardkit.cli import main
 
-    args = ["bench", small_ds.url, "--workers", "0", "--batches", "4", "--window", "2", "--batch-size", "4", "--size", "16"]
+    args = [
+        "bench",
+        small_ds.url,
+        "--workers",
+        "0",
+        "--batches",
+        "4",
+        "--window",
+        "2",
+        "--batch-size",
+        "4",
+        "--size",
+        "16",
+    ]
     assert main(args + ["--step-ms", "0.001"]) == 0
     out = capsys.readouterr().out
     best = float(re.search(r"^best: \d+ img/s with 0 workers = ([\d.]+) ms per batch of 4$", out, re.M)[1])
-    m = re.search(r"^verdict \(--step-ms\): input-bound: the loader gives a batch of 4 every ([\d.]+) ms, your step takes 0.0 ms", out, re.M)
+    m = re.search(
+        r"^verdict \(--step-ms\): input-bound: the loader gives a batch of 4 every ([\d.]+) ms, your step takes 0.0 ms",
+        out,
+        re.M,
+    )
     assert m and abs(float(m[1]) - best) <= 0.1 + 0.01 * best, out
     assert "slowest stage: " in out
     assert main(args + ["--step-ms", "1000000"]) == 0
@@ -194,9 +237,16 @@ def test_loader_report_and_log_every_epoch(small_ds, caplog):
         for _ in loader:
             pass
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("shardkit epoch")]
-    assert len(lines) == 2 and lines[0].startswith("shardkit epoch 0: waited ") and lines[1].startswith("shardkit epoch 1: ")
-    assert re.fullmatch(r"shardkit epoch 1: waited \d+ % of [\d.]+ s for data, \d+ img/s, 0 skipped, 0 retries, "
-                        r"slowest stage \w+ \(\d+ %\)", lines[1]), lines[1]
+    assert (
+        len(lines) == 2
+        and lines[0].startswith("shardkit epoch 0: waited ")
+        and lines[1].startswith("shardkit epoch 1: ")
+    )
+    assert re.fullmatch(
+        r"shardkit epoch 1: waited \d+ % of [\d.]+ s for data, \d+ img/s, 0 skipped, 0 retries, "
+        r"slowest stage \w+ \(\d+ %\)",
+        lines[1],
+    ), lines[1]
     assert loader.report().startswith("shardkit epoch 1: ")  # the last epoch counted (the next has not started)
     quiet = shardkit.load(small_ds.url, batch_size=8, num_workers=0, size=16, pin_memory=False)
     caplog.clear()
@@ -208,7 +258,28 @@ def test_loader_report_and_log_every_epoch(small_ds, caplog):
 def test_bench_decode_on_device_cpu(small_ds, capsys):
     from shardkit.cli import main
 
-    assert main(["bench", small_ds.url, "--workers", "0", "--batches", "2", "--window", "2", "--batch-size", "4", "--size", "16",
-                 "--decode-on", "device", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                small_ds.url,
+                "--workers",
+                "0",
+                "--batches",
+                "2",
+                "--window",
+                "2",
+                "--batch-size",
+                "4",
+                "--size",
+                "16",
+                "--decode-on",
+                "device",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "decoded on cpu" in out and re.search(r"^\s+0\s+\d+\s+[\d.]+s", out, re.M), out

@@ -49,10 +49,25 @@ def images(b: int, size: int = 24, seed: int = 0) -> torch.Tensor:
 
 def all_ops() -> list:
     """One of every op (both MixUp/CutMix modes), each alone in a pipeline in the empty-batch oracle."""
-    return [RandomResizedCrop(16), CenterCrop(12), Resize(20), HorizontalFlip(), VerticalFlip(), RandomRotation(20, fill=3),
-            RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5), ColorJitter(0.4, 0.4, 0.4, 0.1, order="random"), RandomGrayscale(0.2),
-            GaussianBlur(3), GaussianBlur((3, 5), p=0.5), Normalize(IMAGENET_MEAN, IMAGENET_STD), RandomErasing(),
-            MixUp(4), CutMix(4), MixUp(4, per_sample=True), CutMix(4, per_sample=True)]
+    return [
+        RandomResizedCrop(16),
+        CenterCrop(12),
+        Resize(20),
+        HorizontalFlip(),
+        VerticalFlip(),
+        RandomRotation(20, fill=3),
+        RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5),
+        ColorJitter(0.4, 0.4, 0.4, 0.1, order="random"),
+        RandomGrayscale(0.2),
+        GaussianBlur(3),
+        GaussianBlur((3, 5), p=0.5),
+        Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        RandomErasing(),
+        MixUp(4),
+        CutMix(4),
+        MixUp(4, per_sample=True),
+        CutMix(4, per_sample=True),
+    ]
 
 
 # --- C3: one side stream per device ------------------------------------------------------------------
@@ -106,7 +121,7 @@ def test_prefetchers_share_the_cuda_side_stream():
     a, b = DevicePrefetcher(batches, device="cuda"), DevicePrefetcher(batches, device="cuda:0")
     got_a, got_b = list(a), list(b)
     assert a._stream is b._stream is prefetch.side_streams.get("cuda")
-    for (x, y), (xa, ya), (xb, yb) in zip(batches, got_a, got_b):
+    for (x, y), (xa, ya), (xb, _yb) in zip(batches, got_a, got_b):
         assert torch.equal(xa.cpu(), x) and torch.equal(xb.cpu(), x) and torch.equal(ya.cpu(), y)
 
 
@@ -122,7 +137,13 @@ def test_compile_is_bounded_over_batch_sizes(monkeypatch):
     from torch._dynamo.utils import counters
 
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
-    ops = [RandomResizedCrop(16), HorizontalFlip(), ColorJitter(0.4, 0.4), Normalize(IMAGENET_MEAN, IMAGENET_STD), MixUp(4)]
+    ops = [
+        RandomResizedCrop(16),
+        HorizontalFlip(),
+        ColorJitter(0.4, 0.4),
+        Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        MixUp(4),
+    ]
     torch._dynamo.reset()
     counters.clear()
     try:
@@ -143,7 +164,19 @@ def test_compile_is_bounded_over_batch_sizes(monkeypatch):
 # --- C6: the global matmul precision does not leak into the "exact" maths -----------------------------------
 
 
-_MATMULS = {"matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "__matmul__", "__rmatmul__", "einsum", "linear", "tensordot"}
+_MATMULS = {
+    "matmul",
+    "mm",
+    "bmm",
+    "baddbmm",
+    "addmm",
+    "addbmm",
+    "__matmul__",
+    "__rmatmul__",
+    "einsum",
+    "linear",
+    "tensordot",
+}
 
 
 class Float32Matmuls(TorchFunctionMode):
@@ -162,10 +195,16 @@ class Float32Matmuls(TorchFunctionMode):
 
 def crops_case(n: int = 10, s: int = 16, seed: int = 3, sizes: tuple[int, int] = (20, 90)):
     rng = np.random.default_rng(seed)
-    imgs = [torch.from_numpy(rng.integers(0, 256, (3, int(h), int(w)), dtype=np.uint8)) for h, w in rng.integers(*sizes, (n, 2))]
+    imgs = [
+        torch.from_numpy(rng.integers(0, 256, (3, int(h), int(w)), dtype=np.uint8))
+        for h, w in rng.integers(*sizes, (n, 2))
+    ]
     dims = np.array([t.shape[1:] for t in imgs], float)
     x0, y0 = np.floor(rng.random(n) * dims[:, 1] * 0.4), np.floor(rng.random(n) * dims[:, 0] * 0.4)
-    x1, y1 = np.maximum(x0 + 1, np.floor(dims[:, 1] * (0.6 + 0.4 * rng.random(n)))), np.maximum(y0 + 1, np.floor(dims[:, 0] * (0.6 + 0.4 * rng.random(n))))
+    x1, y1 = (
+        np.maximum(x0 + 1, np.floor(dims[:, 1] * (0.6 + 0.4 * rng.random(n)))),
+        np.maximum(y0 + 1, np.floor(dims[:, 0] * (0.6 + 0.4 * rng.random(n)))),
+    )
     box = rng.random(n) < 0.5
     px = cr.axis_params(s, dims[:, 1], dims[:, 1], x0, x1, box)
     py = cr.axis_params(s, dims[:, 0], dims[:, 0], y0, y1, box)
@@ -177,7 +216,12 @@ def run_crops(case) -> torch.Tensor:
     return cr.resized_crops(imgs, px, py, flips, torch.empty(len(imgs), 3, s, s, dtype=torch.uint8), 1 << 20)
 
 
-GEOMETRIC = [RandomResizedCrop(20), HorizontalFlip(), RandomRotation(30, fill=7), RandomAffine(15, (0.1, 0.1), (0.8, 1.2), (5, 5, 5, 5))]
+GEOMETRIC = [
+    RandomResizedCrop(20),
+    HorizontalFlip(),
+    RandomRotation(30, fill=7),
+    RandomAffine(15, (0.1, 0.1), (0.8, 1.2), (5, 5, 5, 5)),
+]
 
 
 def test_resize_and_affine_ignore_the_global_matmul_precision():
@@ -244,7 +288,9 @@ def test_every_op_on_an_empty_batch(compile_):
         aug = GpuAugment([op], seed=0, compile=compile_, memory_format="channels_last", output_dtype=torch.bfloat16)
         labels = torch.zeros(0, dtype=torch.long)
         got = aug(images(0), labels)
-        full = GpuAugment([op], seed=0, memory_format="channels_last", output_dtype=torch.bfloat16)(images(2), torch.tensor([1, 2]))
+        full = GpuAugment([op], seed=0, memory_format="channels_last", output_dtype=torch.bfloat16)(
+            images(2), torch.tensor([1, 2])
+        )
         for g, f in zip(got, full):
             assert g.shape == (0, *f.shape[1:]) and g.dtype == f.dtype, op
         assert got[0].is_contiguous(memory_format=torch.channels_last), op
@@ -273,7 +319,9 @@ def test_prefetcher_refuses_out_of_range_labels_on_the_host():
     good = [(images(3), torch.tensor([0, 3, 2]))]
     assert len(list(DevicePrefetcher(good, device="cpu", transform=aug))) == 1
     bad = good + [(images(3), torch.tensor([1, 4, 9]))]
-    with pytest.raises(ValueError, match=r"label 4 \(sample 1 of the batch, 2 such\) is outside \[0, 4\).*num_classes=4"):
+    with pytest.raises(
+        ValueError, match=r"label 4 \(sample 1 of the batch, 2 such\) is outside \[0, 4\).*num_classes=4"
+    ):
         list(DevicePrefetcher(bad, device="cpu", transform=aug))
     with pytest.raises(ValueError, match=r"label -1 "):
         list(DevicePrefetcher([(images(2), torch.tensor([-1, 0]))], device="cpu", transform=aug))

@@ -22,8 +22,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from tests.support.data import add_index, write_dataset
-from tests.support.batches import assert_same_batches, keyed_batches
 
 import shardkit
 from shardkit.format.manifest import load_manifest
@@ -32,6 +30,8 @@ from shardkit.loader.read import BlockReader
 from shardkit.loader.stats import Counters
 from shardkit.plan.epoch import shard_offsets
 from shardkit.storage.opener import ShardOpener
+from tests.support.batches import assert_same_batches, keyed_batches
+from tests.support.data import add_index, write_dataset
 
 KW = dict(batch_size=4, size=16, pin_memory=False, seed=4, with_keys=True, num_workers=0)
 SHARD = 7  # samples per shard; shard 1 holds ids 7..13
@@ -68,8 +68,15 @@ def trio(tmp_path, request):
 
 def reader(root: str, *, indexed: bool) -> BlockReader:
     m = load_manifest(root)
-    return BlockReader(m.shard_urls(), [s.bytes for s in m.shards], shard_offsets(m.shard_sizes), ShardOpener(SourceConfig()), Counters(),
-                       num_classes=len(m.classes), sha256=[s.sha256 for s in m.shards] if indexed else None)
+    return BlockReader(
+        m.shard_urls(),
+        [s.bytes for s in m.shards],
+        shard_offsets(m.shard_sizes),
+        ShardOpener(SourceConfig()),
+        Counters(),
+        num_classes=len(m.classes),
+        sha256=[s.sha256 for s in m.shards] if indexed else None,
+    )
 
 
 def named(samples):

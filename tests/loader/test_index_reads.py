@@ -13,10 +13,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from tests.support.faults import FaultProxy
-from tests.support.data import add_index, write_dataset
-from tests.support.resume import check_resume
-from tests.support.batches import assert_same_batches, keyed_batches
 
 import shardkit
 from shardkit.format.index import index_url
@@ -26,6 +22,10 @@ from shardkit.loader.read import BlockReader
 from shardkit.loader.stats import Counters
 from shardkit.plan.epoch import shard_offsets
 from shardkit.storage.opener import ShardOpener
+from tests.support.batches import assert_same_batches, keyed_batches
+from tests.support.data import add_index, write_dataset
+from tests.support.faults import FaultProxy
+from tests.support.resume import check_resume
 
 KW = dict(batch_size=4, size=16, pin_memory=False, seed=4, with_keys=True, multiprocessing_context="fork")
 
@@ -50,8 +50,15 @@ _same = assert_same_batches
 def _reader(root: str, *, indexed: bool, **source) -> BlockReader:
     m = load_manifest(root, **source.get("storage_options", {}))
     urls = m.shard_urls()
-    return BlockReader(urls, [s.bytes for s in m.shards], shard_offsets(m.shard_sizes), ShardOpener(SourceConfig(**source)), Counters(),
-                       num_classes=len(m.classes), sha256=[s.sha256 for s in m.shards] if indexed else None)
+    return BlockReader(
+        urls,
+        [s.bytes for s in m.shards],
+        shard_offsets(m.shard_sizes),
+        ShardOpener(SourceConfig(**source)),
+        Counters(),
+        num_classes=len(m.classes),
+        sha256=[s.sha256 for s in m.shards] if indexed else None,
+    )
 
 
 def _named(samples):
@@ -60,7 +67,14 @@ def _named(samples):
 
 
 #: reads as the plan makes them: whole shards, a block across shards, resumed blocks with holes
-GIDS = [np.arange(0, 7), np.arange(5, 16), np.array([8, 9, 12, 13]), np.array([20]), np.array([22, 29]), np.arange(0, 30)]
+GIDS = [
+    np.arange(0, 7),
+    np.arange(5, 16),
+    np.array([8, 9, 12, 13]),
+    np.array([20]),
+    np.array([22, 29]),
+    np.arange(0, 30),
+]
 
 
 def test_block_reader_index_equals_walk(pair):
@@ -88,8 +102,12 @@ def test_loader_with_index_equals_walk(pair, shuffle):
 
 def test_resume_with_index_continues_exactly(pair):
     walk_root, indexed_root, _ = pair
-    walk, indexed = (check_resume(lambda root=root, **topo: shardkit.load(root, **topo, **{**KW, "num_workers": 0}), after=3, pixels=True)
-                     for root in (walk_root, indexed_root))
+    walk, indexed = (
+        check_resume(
+            lambda root=root, **topo: shardkit.load(root, **topo, **{**KW, "num_workers": 0}), after=3, pixels=True
+        )
+        for root in (walk_root, indexed_root)
+    )
     _same([(b.images, b.keys) for b in walk.rest[0]], [(b.images, b.keys) for b in indexed.rest[0]])
     assert len(indexed.rest[0]) == len(indexed.loaders[0]) - 3
 
@@ -112,7 +130,9 @@ def test_damaged_or_wrong_index_falls_back_once_per_shard(pair, caplog):
     p2 = index_url(m.shard_url(2))
     n, k = m.shards[2].samples, 3
     sizes_at = os.path.getsize(p2) - 4 - 4 * n * k
-    _rewrite_index(p2, lambda b: b.__setitem__(slice(sizes_at + 4 * (3 * 4 + 1), sizes_at + 4 * (3 * 4 + 2)), struct.pack("<I", 1)))
+    _rewrite_index(
+        p2, lambda b: b.__setitem__(slice(sizes_at + 4 * (3 * 4 + 1), sizes_at + 4 * (3 * 4 + 2)), struct.pack("<I", 1))
+    )
     os.remove(index_url(m.shard_url(3)))
     with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
         loader, got = _batches(indexed_root, num_workers=0)

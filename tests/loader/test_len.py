@@ -18,12 +18,12 @@ import math
 from fractions import Fraction
 
 import pytest
-from tests.support.data import write_dataset
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import shardkit
 from shardkit import Source
+from tests.support.data import write_dataset
 
 SIZES = (5, 7, 8, 11)
 REPEATS = (0.3, 0.5, 0.7, 1, 1.5, 2.5)
@@ -33,12 +33,20 @@ KW = dict(size=16, pin_memory=False, num_workers=0, with_keys=True, shuffle_buff
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
     root = tmp_path_factory.mktemp("len")
-    return {n: write_dataset(str(root / f"d{n}"), num_samples=n, shard_size=3, num_classes=2, size=(20, 20), distinct_images=2) for n in SIZES}
+    return {
+        n: write_dataset(
+            str(root / f"d{n}"), num_samples=n, shard_size=3, num_classes=2, size=(20, 20), distinct_images=2
+        )
+        for n in SIZES
+    }
 
 
 def ref_counts(repeats, sizes, epoch):
     """Samples of each source in ``epoch``: floor((e+1) r n) - floor(e r n), r as the decimal it prints as."""
-    return [math.floor((epoch + 1) * Fraction(repr(r)) * n) - math.floor(epoch * Fraction(repr(r)) * n) for r, n in zip(repeats, sizes)]
+    return [
+        math.floor((epoch + 1) * Fraction(repr(r)) * n) - math.floor(epoch * Fraction(repr(r)) * n)
+        for r, n in zip(repeats, sizes)
+    ]
 
 
 def ref_batches(repeats, sizes, epoch, batch_size):
@@ -67,11 +75,19 @@ def drive(loader, how, k):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(spec=[(5, 1), (11, 0.5)], batch_size=2, passes=[("islice", 1), ("islice", 1), ("zip", 1), ("full", 1)])
-@example(spec=[(5, 0.3), (11, 0.3)], batch_size=2, passes=[("full", 1), ("break", 2), ("islice", 1), ("break", 9), ("full", 1)])
+@example(
+    spec=[(5, 0.3), (11, 0.3)],
+    batch_size=2,
+    passes=[("full", 1), ("break", 2), ("islice", 1), ("break", 9), ("full", 1)],
+)
 @given(
-    spec=st.lists(st.tuples(st.sampled_from(SIZES), st.sampled_from(REPEATS)), min_size=1, max_size=2, unique_by=lambda t: t[0]),
+    spec=st.lists(
+        st.tuples(st.sampled_from(SIZES), st.sampled_from(REPEATS)), min_size=1, max_size=2, unique_by=lambda t: t[0]
+    ),
     batch_size=st.integers(2, 5),
-    passes=st.lists(st.tuples(st.sampled_from(["full", "islice", "zip", "break"]), st.integers(1, 3)), min_size=3, max_size=7),
+    passes=st.lists(
+        st.tuples(st.sampled_from(["full", "islice", "zip", "break"]), st.integers(1, 3)), min_size=3, max_size=7
+    ),
 )
 def test_len_is_the_next_pass_and_every_sample_comes_as_promised(pool, spec, batch_size, passes):
     sizes = [n for n, _ in spec]

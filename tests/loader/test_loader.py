@@ -11,13 +11,13 @@ from collections import Counter
 
 import pytest
 import torch
-from tests.support.data import jpeg_bytes, write_dataset
-from tests.support.resume import check_resume
 
 import shardkit
 from shardkit.errors import DataError, ManifestError, ShardkitError, StorageError
 from shardkit.format import EncodedSample, write_shard
 from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
+from tests.support.data import jpeg_bytes, write_dataset
+from tests.support.resume import check_resume
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
 
@@ -44,7 +44,9 @@ def test_exactly_once_over_ranks_and_workers(datasets, which, world_size, num_wo
     ds = datasets[which]
     seen, counts = Counter(), []
     for rank in range(world_size):
-        loader, batches = run_rank(ds.url, rank, world_size, batch_size=4, num_workers=num_workers, persistent_workers=False)
+        loader, batches = run_rank(
+            ds.url, rank, world_size, batch_size=4, num_workers=num_workers, persistent_workers=False
+        )
         counts.append(len(batches))
         assert len(batches) == len(loader)
         seen.update(k for b in batches for k in b)
@@ -91,16 +93,26 @@ def test_epochs_differ_seed_reproduces_persistent_workers(datasets):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_state_dict_resume_is_exact(datasets, num_workers):
     url = datasets["many_shards"].url
-    kw = dict(batch_size=3, num_workers=num_workers, seed=5, shuffle_buffer=5, shuffle_initial=2, with_keys=True, **SMALL)
-    res = check_resume(lambda **topo: shardkit.load(url, **topo, **kw), after=5, start=lambda loader: loader.set_epoch(3), pixels=True)
+    kw = dict(
+        batch_size=3, num_workers=num_workers, seed=5, shuffle_buffer=5, shuffle_initial=2, with_keys=True, **SMALL
+    )
+    res = check_resume(
+        lambda **topo: shardkit.load(url, **topo, **kw), after=5, start=lambda loader: loader.set_epoch(3), pixels=True
+    )
     assert res.loaders[0].stats.samples == sum(len(b.keys) for b in res.rest[0])  # consumed samples were not decoded
 
 
 def test_elastic_resume_three_to_two_ranks(datasets):
     url = datasets["many_shards"].url
     kw = dict(batch_size=2, seed=3, shuffle_buffer=4, with_keys=True, **SMALL)
-    res = check_resume(lambda **topo: shardkit.load(url, num_workers=2, **topo, **kw), after=3, world_size=3, start=lambda loader: loader.set_epoch(2),
-                       resume_world_size=2, resume=lambda **topo: shardkit.load(url, num_workers=1, **topo, **kw))
+    res = check_resume(
+        lambda **topo: shardkit.load(url, num_workers=2, **topo, **kw),
+        after=3,
+        world_size=3,
+        start=lambda loader: loader.set_epoch(2),
+        resume_world_size=2,
+        resume=lambda **topo: shardkit.load(url, num_workers=1, **topo, **kw),
+    )
     assert sorted(res.keys()) == sorted(datasets["many_shards"].keys)  # every sample exactly once
 
 
@@ -130,15 +142,18 @@ def test_state_from_a_dataset_of_the_same_shape_is_refused(tmp_path):
     shardkit.load(a.url, batch_size=4, num_workers=0, **SMALL).load_state_dict(old)
 
 
-@pytest.mark.parametrize("field, value, match", [
-    ("plan.batch_size", "64", r"'plan.batch_size' must be int, got str '64'"),
-    ("batches_done", 10**9, r"'batches_done' is 1000000000, but epoch 0 has only 9 batches"),
-    ("batches_done", -1, r"'batches_done' must be >= 0"),
-    ("epoch", "3", r"'epoch' must be an int, got str"),
-    ("world_size", 0, r"'world_size' must be >= 1"),
-    ("history", [[2, 1]], r"'history\[0\]' must be"),
-    ("dataset", None, r"'dataset' must be a dict"),
-])
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("plan.batch_size", "64", r"'plan.batch_size' must be int, got str '64'"),
+        ("batches_done", 10**9, r"'batches_done' is 1000000000, but epoch 0 has only 9 batches"),
+        ("batches_done", -1, r"'batches_done' must be >= 0"),
+        ("epoch", "3", r"'epoch' must be an int, got str"),
+        ("world_size", 0, r"'world_size' must be >= 1"),
+        ("history", [[2, 1]], r"'history\[0\]' must be"),
+        ("dataset", None, r"'dataset' must be a dict"),
+    ],
+)
 def test_a_hand_edited_state_is_refused_naming_the_field(datasets, field, value, match):
     loader = shardkit.load(datasets["many_shards"].url, batch_size=4, num_workers=0, **SMALL)
     state = loader.state_dict()
@@ -155,7 +170,9 @@ def test_missing_or_resized_local_shard_is_refused_when_the_loader_is_built(tmp_
     other = write_dataset(str(tmp_path / "other"), num_samples=20, shard_size=10, size=(40, 30))
     shard = os.path.join(ds.url, "train-000001.tar")
     os.replace(os.path.join(other.url, "train-000001.tar"), shard)  # another dataset's shard, another size
-    with pytest.raises(StorageError, match=r"train-000001.tar: shard has \d+ bytes, the manifest says \d+ .*`shardkit verify` checks"):
+    with pytest.raises(
+        StorageError, match=r"train-000001.tar: shard has \d+ bytes, the manifest says \d+ .*`shardkit verify` checks"
+    ):
         shardkit.load(ds.url, num_workers=0, **SMALL)
     os.remove(shard)
     with pytest.raises(StorageError, match="train-000001.tar: not found \\(the manifest lists this shard"):
@@ -229,7 +246,9 @@ def _batch_hook_mark(images, labels, keys):
 def test_batch_hook_runs_once_per_batch_after_the_sample_hook(datasets):
     ds = datasets["few_shards"]
     plain = shardkit.load(ds.url, batch_size=6, num_workers=0, shuffle=False, **SMALL)
-    hooked = shardkit.load(ds.url, batch_size=6, num_workers=1, shuffle=False, hook=_hook_invert, batch_hook=_batch_hook_mark, **SMALL)
+    hooked = shardkit.load(
+        ds.url, batch_size=6, num_workers=1, shuffle=False, hook=_hook_invert, batch_hook=_batch_hook_mark, **SMALL
+    )
     for (x, labels), (y, _) in zip(plain, hooked):
         expect = 255 - x
         expect[:, :, 0, 0] = labels[:, None].to(torch.uint8)
@@ -245,7 +264,10 @@ def test_eval_geometry_boxes_are_vectorised_and_skipped_by_the_cpu_decode():
     dec = CropDecoder(ImageConfig(preset="eval", size=16, resize_size=19), 0)
     sizes = np.array([[40, 30], [30, 40], [17, 17], [1000, 3], [3, 1000], [101, 57]])
     crops = dec.geometry(sizes, 0, np.arange(len(sizes)))  # the device decoder's call: every box
-    assert np.array_equal(crops.boxes, np.array([center_box(int(w), int(h), 16, 19) for w, h in sizes])) and not crops.flips.any()
+    assert (
+        np.array_equal(crops.boxes, np.array([center_box(int(w), int(h), 16, 19) for w, h in sizes]))
+        and not crops.flips.any()
+    )
     assert dec.geometry(sizes, 0, np.arange(len(sizes)), eval_boxes=False).boxes is None  # the CPU decode's: none
 
 
@@ -300,14 +322,21 @@ def test_truncated_shard_delivers_samples_before_damage(tmp_path, caplog):
 
 def _hostile_manifest(root, name):
     os.makedirs(root, exist_ok=True)
-    d = {"format": "shardkit-manifest", "version": 1, "split": "train", "classes": ["a"],
-         "shards": [{"name": name, "samples": 1, "bytes": 10, "sha256": "0" * 64}]}
+    d = {
+        "format": "shardkit-manifest",
+        "version": 1,
+        "split": "train",
+        "classes": ["a"],
+        "shards": [{"name": name, "samples": 1, "bytes": 10, "sha256": "0" * 64}],
+    }
     with open(os.path.join(root, "manifest.json"), "w") as f:
         json.dump(d, f)
     return root
 
 
-@pytest.mark.parametrize("name", ["../escape.tar", "/etc/passwd.tar", "pipe:touch pwned.tar", "http://other.host/x.tar"])
+@pytest.mark.parametrize(
+    "name", ["../escape.tar", "/etc/passwd.tar", "pipe:touch pwned.tar", "http://other.host/x.tar"]
+)
 def test_hostile_manifest_refused(tmp_path, name):
     root = _hostile_manifest(str(tmp_path / "evil"), name)
     with pytest.raises(ManifestError, match="not a plain file name"):
@@ -336,12 +365,15 @@ def test_unknown_option_lists_valid_ones(datasets):
         shardkit.load(datasets["few_shards"].url, preset="training")
 
 
-@pytest.mark.parametrize("option, bad, valid", [
-    ("decoder", "jpeg", "'auto', 'simplejpeg', 'pil', 'torchvision'"),
-    ("preset", "training", "'train', 'eval'"),
-    ("policy", "wrap", "'pad', 'drop'"),
-    ("multiprocessing_context", "thread", "'fork', 'spawn', 'forkserver'"),
-])
+@pytest.mark.parametrize(
+    "option, bad, valid",
+    [
+        ("decoder", "jpeg", "'auto', 'simplejpeg', 'pil', 'torchvision'"),
+        ("preset", "training", "'train', 'eval'"),
+        ("policy", "wrap", "'pad', 'drop'"),
+        ("multiprocessing_context", "thread", "'fork', 'spawn', 'forkserver'"),
+    ],
+)
 def test_typed_choices_list_the_valid_values(datasets, option, bad, valid):
     with pytest.raises(ValueError, match=f"choose one of \\[{valid}\\]"):
         shardkit.load(datasets["few_shards"].url, **{option: bad})
@@ -377,11 +409,33 @@ def test_config_defaults_live_in_one_place():
 def test_bench_cli(datasets, capsys):
     from shardkit.cli import main
 
-    assert main(["bench", datasets["few_shards"].url, "--workers", "0,1", "--batches", "2", "--batch-size", "4", "--size", "16"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                datasets["few_shards"].url,
+                "--workers",
+                "0,1",
+                "--batches",
+                "2",
+                "--batch-size",
+                "4",
+                "--size",
+                "16",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     # workers, img/s, 1st batch, MB/s, read %, decode %, resize %, collate %, wait/batch, steady
-    rows = {int(m[0]): (m[0], m[1], m[3], *m[4:8], m[8]) for m in re.findall(
-        r"^\s+(\d+)\s+(\d+)\s+([\d.]+)s\s+([\d.]+)\s+(\d+)%\s+(\d+)%\s+(\d+)%\s+(\d+)%\s+([\d.]+)ms\s+(yes|no \(.*\))$", out, re.M)}
+    rows = {
+        int(m[0]): (m[0], m[1], m[3], *m[4:8], m[8])
+        for m in re.findall(
+            r"^\s+(\d+)\s+(\d+)\s+([\d.]+)s\s+([\d.]+)\s+(\d+)%\s+(\d+)%\s+(\d+)%\s+(\d+)%\s+([\d.]+)ms\s+(yes|no \(.*\))$",
+            out,
+            re.M,
+        )
+    }
     assert sorted(rows) == [0, 1], out  # one row per worker count asked for
     for row in rows.values():
         assert int(row[1]) > 0 and 96 <= sum(int(x) for x in row[3:7]) <= 104, row  # the time shares add up (rounded)
@@ -390,7 +444,9 @@ def test_bench_cli(datasets, capsys):
     assert best and (int(best[1]), int(best[2])) == (int(rows[best_w][1]), best_w), out
     assert abs(float(best[3]) - 4 / int(best[1]) * 1000) <= 0.05 + 0.01 * float(best[3]), out
     assert re.search(r"^decode-only ceiling .*: (\d+) img/s$", out, re.M), out
-    assert f"a training step faster than {best[3]} ms per batch of 4" in out  # the input-bound check uses the best figure
+    assert (
+        f"a training step faster than {best[3]} ms per batch of 4" in out
+    )  # the input-bound check uses the best figure
     assert main(["bench", "/nonexistent/ds", "--workers", "0"]) == 2
 
 

@@ -21,7 +21,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tests.support.data import jpeg_bytes
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +30,7 @@ from shardkit.loader.batching import BatchSpec, decode_batch
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.stats import COUNTERS, Counters
+from tests.support.data import jpeg_bytes
 
 # ----------------------------------------------------------------------------- decode: a bad sample moves nothing
 
@@ -49,17 +49,24 @@ def _samples(kinds: list[str]) -> list[RawSample]:
 def _decode(samples: list[RawSample], preset: str) -> tuple:
     cfg = ImageConfig(preset=preset, size=32, resize_size=36) if preset == "eval" else ImageConfig(size=32)
     counters = Counters()
-    b = decode_batch(samples, spec=BatchSpec(batch_size=len(samples), num_batches=1, epoch=3), decoder=CropDecoder(cfg, seed=7),
-                     counters=counters)
+    b = decode_batch(
+        samples,
+        spec=BatchSpec(batch_size=len(samples), num_batches=1, epoch=3),
+        decoder=CropDecoder(cfg, seed=7),
+        counters=counters,
+    )
     return b, counters.v[COUNTERS.index("skipped")]
 
 
 @pytest.mark.parametrize("preset", ["train", "eval"])
-@pytest.mark.parametrize("kinds", [
-    ["good", "garbage", "good", "good"],
-    ["good", "truncated", "good", "good", "good"],
-    ["truncated", "good", "garbage", "good", "truncated", "good"],
-])
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        ["good", "garbage", "good", "good"],
+        ["good", "truncated", "good", "good", "good"],
+        ["truncated", "good", "garbage", "good", "truncated", "good"],
+    ],
+)
 def test_a_bad_sample_moves_nothing_else(preset, kinds):
     """Each row of a batch with bad samples is its own sample: the same pixels as that sample decoded alone
     (same crop and flip), its own label, id and key; the bad ones are counted as skipped."""
@@ -82,7 +89,9 @@ def test_a_bad_sample_moves_nothing_else(preset, kinds):
 def _reference_crop(img: torch.Tensor, box: tuple[int, int, int, int], size: int, flip: bool) -> torch.Tensor:
     x0, y0, x1, y1 = box
     crop = img[:, y0:y1, x0:x1][None].float()
-    out = torch.nn.functional.interpolate(crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
+    out = torch.nn.functional.interpolate(
+        crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+    )[0]
     out = out.round().clamp(0, 255)
     return out.flip(-1) if flip else out
 
@@ -100,7 +109,10 @@ def _crop_cases(draw):
     return size, cases, draw(st.sampled_from([64, 500, 3000, 1 << 30]))
 
 
-_TWO = [(30, 30, (0, 0, 30, 30), False, 1), (10, 12, (1, 2, 10, 11), True, 2)]  # sorted by area, the flip moves position
+_TWO = [
+    (30, 30, (0, 0, 30, 30), False, 1),
+    (10, 12, (1, 2, 10, 11), True, 2),
+]  # sorted by area, the flip moves position
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,7 +125,10 @@ def test_batched_crops_equal_torchs_interpolate_of_each_box(case):
     from shardkit.loader.decode.cropresize import axis_params, resized_crops
 
     size, cases, budget = case
-    images = [torch.from_numpy(np.random.default_rng(seed).integers(0, 256, (3, h, w), dtype=np.uint8)) for h, w, _, _, seed in cases]
+    images = [
+        torch.from_numpy(np.random.default_rng(seed).integers(0, 256, (3, h, w), dtype=np.uint8))
+        for h, w, _, _, seed in cases
+    ]
     boxes = np.array([c[2] for c in cases], np.float64)
     flips = np.array([c[3] for c in cases], bool)
     hs = np.array([c[0] for c in cases], np.float64)
@@ -141,7 +156,9 @@ def test_a_cache_hit_refreshes_the_lru_stamp(tmp_path):
     os.utime(p0, (past, past))
     p1 = cache.fetch("s3://b/1.tar", 1000, lambda f: f.write(b"b" * 1000))
     os.utime(p1, (past + 10, past + 10))
-    assert cache.fetch("s3://b/0.tar", 1000, lambda f: pytest.fail("a hit must not download")) == p0  # 0 is now the newest
+    assert (
+        cache.fetch("s3://b/0.tar", 1000, lambda f: pytest.fail("a hit must not download")) == p0
+    )  # 0 is now the newest
     cache.fetch("s3://b/2.tar", 1500, lambda f: f.write(b"c" * 1500))
     assert os.path.exists(p0) and not os.path.exists(p1)
 
@@ -180,8 +197,13 @@ def _retrying(data: bytes, fail: set, *, max_retries: int = 5, budget: float = 6
     from shardkit.storage.retry import RetryingFile
 
     plan, log = {"reads": 0, "fail": fail, "exc": exc}, []
-    f = RetryingFile("s3://b/s.tar", lambda: _Flaky(data, plan, log), max_retries=max_retries, retry_budget_s=budget,
-                     sleep=(sleeps.append if sleeps is not None else lambda s: None))
+    f = RetryingFile(
+        "s3://b/s.tar",
+        lambda: _Flaky(data, plan, log),
+        max_retries=max_retries,
+        retry_budget_s=budget,
+        sleep=(sleeps.append if sleeps is not None else lambda s: None),
+    )
     return f, log
 
 
@@ -238,8 +260,13 @@ def test_waits_never_pass_the_budget():
 def test_a_dead_worker_is_named_with_its_signal():
     from shardkit.loader.worker_death import dead_workers, reported_dead
 
-    it = SimpleNamespace(_workers=[SimpleNamespace(pid=11, exitcode=None), SimpleNamespace(pid=12, exitcode=-9),
-                                   SimpleNamespace(pid=13, exitcode=3)])
+    it = SimpleNamespace(
+        _workers=[
+            SimpleNamespace(pid=11, exitcode=None),
+            SimpleNamespace(pid=12, exitcode=-9),
+            SimpleNamespace(pid=13, exitcode=3),
+        ]
+    )
     assert dead_workers(it, wait_s=0) == ["12 (killed by SIGKILL)", "13 (exit status 3)"]
     exc = RuntimeError("DataLoader worker (pid(s) 21, 22) is killed by signal: Killed. ")
     assert reported_dead(exc) == ["21 (killed by SIGKILL)", "22 (killed by SIGKILL)"]
@@ -260,7 +287,9 @@ def test_train_flip_is_independent_of_the_crop():
 # ----------------------------------------------------------------------------- crop geometry against a per-sample reference
 
 
-def _reference_rrc(width: int, height: int, u: np.ndarray, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+def _reference_rrc(
+    width: int, height: int, u: np.ndarray, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
+) -> tuple[int, int, int, int]:
     """torchvision's ``RandomResizedCrop.get_params``, one sample, written out as torchvision does, with the
     uniforms ``u`` in place of torch's generator (columns 0-9 areas, 10-19 ratios, 20 top, 21 left)."""
     import math
@@ -285,8 +314,11 @@ def _reference_rrc(width: int, height: int, u: np.ndarray, scale=(0.08, 1.0), ra
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60)), min_size=1, max_size=20), st.integers(0, 2**32 - 1),
-       st.sampled_from([(0.08, 1.0), (0.5, 1.0), (1.0, 1.0)]))
+@given(
+    st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60)), min_size=1, max_size=20),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([(0.08, 1.0), (0.5, 1.0), (1.0, 1.0)]),
+)
 @example([(w, h) for w in range(1, 8) for h in range(1, 8)], 0, (0.08, 1.0))  # boxes that fill a side exactly
 def test_rrc_boxes_equal_a_per_sample_reference(sizes, seed, scale):
     """The vectorised crop boxes equal torchvision's algorithm run per sample on the same uniforms,
@@ -325,11 +357,18 @@ def test_prefetched_batches_keep_their_type_and_fields_with_a_transform():
     from shardkit.loader.prefetch import DevicePrefetcher
 
     Named = namedtuple("Named", "images labels keys")
-    for batch in (Named(torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]), (torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]),
-                  [torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]]):
+    for batch in (
+        Named(torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]),
+        (torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]),
+        [torch.ones(2, 3), torch.tensor([1, 2]), ["a", "b"]],
+    ):
         out = next(iter(DevicePrefetcher([batch], device="cpu", transform=lambda t: t * 2)))
         assert type(out) is type(batch) and torch.equal(out[0], torch.full((2, 3), 2.0))
         assert torch.equal(out[1], batch[1]) and out[2] == ["a", "b"]
-        mixed = next(iter(DevicePrefetcher([batch], device="cpu", transform=lambda x, y: (x + 1, y * 10), transform_labels=True)))
+        mixed = next(
+            iter(DevicePrefetcher([batch], device="cpu", transform=lambda x, y: (x + 1, y * 10), transform_labels=True))
+        )
         assert type(mixed) is type(batch) and torch.equal(mixed[1], batch[1] * 10) and mixed[2] == ["a", "b"]
-    assert next(iter(DevicePrefetcher([Named(torch.ones(1), torch.zeros(1), [])], device="cpu", transform=lambda t: t))).images.shape == (1,)
+    assert next(
+        iter(DevicePrefetcher([Named(torch.ones(1), torch.zeros(1), [])], device="cpu", transform=lambda t: t))
+    ).images.shape == (1,)

@@ -15,13 +15,13 @@ import itertools
 
 import numpy as np
 import torch
-from tests.support.data import tar_bytes, write_raw_dataset
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
 import shardkit
 from shardkit import Source
+from tests.support.data import tar_bytes, write_raw_dataset
 
 NAMES = ("bird", "cat", "dog", "fish", "frog")
 COLOUR = {n: (40 + 45 * i, 230 - 45 * i, (97 * i) % 256) for i, n in enumerate(NAMES)}
@@ -45,19 +45,30 @@ def true_name(image) -> str:
 def write_source(root: str, i: int, classes: list[str]) -> str:
     """Source ``i``: two samples of each of its classes, ``.cls`` the index in ``classes``."""
     members = []
-    for j, (c, name) in enumerate(itertools.product(range(2), classes)):
+    for j, (_c, name) in enumerate(itertools.product(range(2), classes)):
         key = f"s{i}_{j:03d}"  # unique per source: identical sources would be 'the same split'
         members += [(f"{key}.jpg", jpeg(name)), (f"{key}.cls", str(classes.index(name)).encode())]
     return write_raw_dataset(f"{root}/src{i}", [(tar_bytes(members), 2 * len(classes))], list(classes))
 
 
-class_lists = st.lists(st.permutations(NAMES).flatmap(lambda p: st.integers(1, len(p)).map(lambda k: list(p[:k]))), min_size=2, max_size=3)
+class_lists = st.lists(
+    st.permutations(NAMES).flatmap(lambda p: st.integers(1, len(p)).map(lambda k: list(p[:k]))), min_size=2, max_size=3
+)
 
 
 def _check(root, lists, mode):
     sources = [Source(write_source(root, i, cl), repeat=1) for i, cl in enumerate(lists)]
-    loader = shardkit.load(sources, labels=mode, batch_size=4, size=16, num_workers=0, pin_memory=False, preset="eval",
-                           with_keys=True, with_source=True)
+    loader = shardkit.load(
+        sources,
+        labels=mode,
+        batch_size=4,
+        size=16,
+        num_workers=0,
+        pin_memory=False,
+        preset="eval",
+        with_keys=True,
+        with_source=True,
+    )
     n = 0
     for images, labels, keys, src in loader:
         for image, label, key, s in zip(images, labels.tolist(), keys, src.tolist()):
@@ -88,5 +99,7 @@ def test_per_source_labels_name_the_true_class_of_their_source(tmp_path_factory,
 
 def test_the_colour_oracle_tells_every_class_apart():
     """The reference itself: each palette colour decodes back to its own name."""
-    decoded = {n: true_name(torch.from_numpy(np.asarray(Image.open(io.BytesIO(jpeg(n))))).permute(2, 0, 1)) for n in NAMES}
+    decoded = {
+        n: true_name(torch.from_numpy(np.asarray(Image.open(io.BytesIO(jpeg(n))))).permute(2, 0, 1)) for n in NAMES
+    }
     assert decoded == {n: n for n in NAMES}

@@ -12,13 +12,13 @@ import sys
 
 import pytest
 import torch
-from tests.support.faults import free_port
-from tests.support.resume import check_resume
-from tests.support.data import jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
 
 import shardkit
 from shardkit import ShardkitError, Source
 from shardkit.format.manifest import load_manifest, save_manifest
+from tests.support.data import jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
+from tests.support.faults import free_port
+from tests.support.resume import check_resume
 
 KW = dict(batch_size=5, size=16, pin_memory=False, with_keys=True, multiprocessing_context="fork", shuffle_buffer=8)
 
@@ -101,17 +101,26 @@ def test_one_source_gives_todays_batches(tmp_path, case):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_exact_counts_per_epoch_through_the_real_loader(dsets, workers):
     a, b = dsets["a"], dsets["b"]
-    loader = shardkit.load([Source(a.url, weight=1), Source(b.url, repeat=2)], epoch_size=60, num_workers=workers,
-                           with_source=True, seed=3, **KW)
+    loader = shardkit.load(
+        [Source(a.url, weight=1), Source(b.url, repeat=2)],
+        epoch_size=60,
+        num_workers=workers,
+        with_source=True,
+        seed=3,
+        **KW,
+    )
     assert loader.classes == ("c0", "c1", "c2")  # merged by name
     seen_a = collections.Counter()
-    for epoch in range(2):
+    for _ in range(2):
         batches = _epoch(loader)
         assert len(batches) == len(loader) == 12
         per = collections.Counter()
         for _, labels, keys, src in batches:
             assert len(set(keys)) == len(keys)  # never a sample twice in a batch
-            assert int(src.sum()) in {len(keys) * 24 // 60, -(-len(keys) * 24 // 60)}  # every batch holds B's share, +-1
+            assert int(src.sum()) in {
+                len(keys) * 24 // 60,
+                -(-len(keys) * 24 // 60),
+            }  # every batch holds B's share, +-1
             for key, label, s in zip(keys, labels.tolist(), src.tolist()):
                 i, k = _split(key)
                 assert i == s
@@ -130,10 +139,15 @@ def test_exact_counts_per_epoch_through_the_real_loader(dsets, workers):
 
 def test_labels_per_source_and_fractional_repeat(dsets):
     a, c = dsets["a"], dsets["c"]
-    loader = shardkit.load([Source(a.url, repeat=0.5), Source(c.url, choose=4)], labels="per_source", num_workers=0, **{**KW, "with_keys": True})
+    loader = shardkit.load(
+        [Source(a.url, repeat=0.5), Source(c.url, choose=4)],
+        labels="per_source",
+        num_workers=0,
+        **{**KW, "with_keys": True},
+    )
     assert loader.classes == ("0/c0", "0/c1", "0/c2", "1/c0", "1/c1", "1/c2", "1/c3")
     seen = collections.Counter()
-    for epoch in range(2):
+    for _ in range(2):
         n = 0
         for _, labels, keys in loader:
             for key, label in zip(keys, labels.tolist()):
@@ -143,7 +157,9 @@ def test_labels_per_source_and_fractional_repeat(dsets):
                 n += 1
         assert n == 20 + 4
     assert sorted(n for (i, _), n in seen.items() if i == 0) == [1] * 40  # 0.5x: all of it once over two epochs
-    assert sum(n for (i, _), n in seen.items() if i == 1) == 8 and max(n for (i, _), n in seen.items() if i == 1) == 1  # choose: no repeat before a full pass
+    assert (
+        sum(n for (i, _), n in seen.items() if i == 1) == 8 and max(n for (i, _), n in seen.items() if i == 1) == 1
+    )  # choose: no repeat before a full pass
 
 
 # --------------------------------------------------------------------- exactly once over ranks x workers
@@ -158,7 +174,9 @@ def test_exactly_once_and_reported_padding(dsets, world_size, workers):
     for policy in ("pad", "drop"):
         got, lens = collections.Counter(), set()
         for rank in range(world_size):
-            loader = shardkit.load(sources, num_workers=workers, rank=rank, world_size=world_size, policy=policy, seed=1, **KW)
+            loader = shardkit.load(
+                sources, num_workers=workers, rank=rank, world_size=world_size, policy=policy, seed=1, **KW
+            )
             info = loader.epoch_info
             batches = [keys for _, _, keys in loader]
             lens.add(len(batches))
@@ -190,7 +208,12 @@ def test_mid_epoch_resume_equals_uninterrupted(dsets):
     sources = [Source(a.url, weight=0.7), Source(b.url, weight=0.3), Source(c.url, repeat=1.5)]
     opts = dict(num_workers=2, seed=5, **KW)
     for k in (1, 4):  # the same remaining batches, in the same order, pixels included
-        res = check_resume(lambda **topo: shardkit.load(sources, **topo, **opts), after=k, start=lambda loader: loader.set_epoch(1), pixels=True)
+        res = check_resume(
+            lambda **topo: shardkit.load(sources, **topo, **opts),
+            after=k,
+            start=lambda loader: loader.set_epoch(1),
+            pixels=True,
+        )
         ref, again = res.reference_loaders[0], res.loaders[0]
         _same(_pass(again), _pass(ref))  # and the next epoch as uninterrupted
         ref.close()
@@ -202,8 +225,14 @@ def test_elastic_resume_covers_exactly_the_unseen(dsets):
     a, b = dsets["a"], dsets["b"]
     sources = [Source(a.url, repeat=1), Source(b.url, repeat=1)]
     opts = dict(seed=2, policy="drop", **KW)
-    res = check_resume(lambda **topo: shardkit.load(sources, num_workers=2, **topo, **opts), after=2, world_size=3,
-                       resume_world_size=2, resume=lambda **topo: shardkit.load(sources, num_workers=1, **topo, **opts), complete=False)
+    res = check_resume(
+        lambda **topo: shardkit.load(sources, num_workers=2, **topo, **opts),
+        after=2,
+        world_size=3,
+        resume_world_size=2,
+        resume=lambda **topo: shardkit.load(sources, num_workers=1, **topo, **opts),
+        complete=False,
+    )
     for loader in res.loaders + res.reference_loaders:
         loader.close()
     dropped_before = shardkit.load(sources, num_workers=2, rank=2, world_size=3, **opts).epoch_info.dropped
@@ -225,7 +254,9 @@ def test_other_mixture_refused_naming_the_difference_and_allow_remix(dsets):
     state = json.loads(json.dumps(shardkit_loader.state_dict()))
     del it
     new = [Source(a.url, weight=0.8), Source(b.url, weight=0.2)]
-    with pytest.raises(ShardkitError, match=r"another mixture \(source 0: weight 0.5 -> 0.8; source 1: weight 0.5 -> 0.2\)"):
+    with pytest.raises(
+        ShardkitError, match=r"another mixture \(source 0: weight 0.5 -> 0.8; source 1: weight 0.5 -> 0.2\)"
+    ):
         shardkit.load(new, **opts).load_state_dict(state)
     with pytest.raises(ShardkitError, match=r"another mixture \(1 sources -> 2"):
         shardkit.load(new, **opts).load_state_dict(shardkit.load(a.url, **opts).state_dict())
@@ -251,7 +282,9 @@ def test_other_mixture_refused_naming_the_difference_and_allow_remix(dsets):
 
 def test_raw_samples_of_a_mixture_carry_its_labels_and_keys(dsets):
     a, c = dsets["a"], dsets["c"]
-    loader = shardkit.load([Source(a.url, repeat=1), Source(c.url, repeat=1)], labels="per_source", raw=True, num_workers=0, **KW)
+    loader = shardkit.load(
+        [Source(a.url, repeat=1), Source(c.url, repeat=1)], labels="per_source", raw=True, num_workers=0, **KW
+    )
     got = {r.key: r.label for batch in loader for r in batch}
     assert got == {**{f"0/{k}": v for k, v in a.labels.items()}, **{f"1/{k}": 3 + v for k, v in c.labels.items()}}
 
@@ -282,7 +315,7 @@ def test_one_source_on_s3_one_on_disk(dsets, s3):
     sources = [Source(a.url, repeat=1), Source(f"s3://{bucket}/b", repeat=1, storage_options=opts)]
     loader = shardkit.load(sources, num_workers=2, with_source=True, seed=4, **KW)
     got = collections.Counter()
-    for _, labels, keys, src in loader:
+    for _, _labels, keys, src in loader:
         got.update(keys)
         assert [_split(k)[0] for k in keys] == src.tolist()
     assert got == collections.Counter([f"0/{k}" for k in a.keys] + [f"1/{k}" for k in b.keys])
@@ -335,11 +368,24 @@ def test_bad_input_gets_a_clear_error(dsets, tmp_path):
 
 def _torchrun(nproc, args):
     from tests.support.repo import ROOT as root
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-id=shardkit-mix", "--monitor-interval=0.5",
-           os.path.join(root, "tests", "loader", "mix_ddp.py"), *args]
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "--rdzv-id=shardkit-mix",
+        "--monitor-interval=0.5",
+        os.path.join(root, "tests", "loader", "mix_ddp.py"),
+        *args,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=root, timeout=180)
+    proc = subprocess.run(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=root, timeout=180
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 

@@ -35,7 +35,7 @@ def test_yields_the_loaders_batches_in_order(device, num_workers):
     expected = list(loader())
     pf = DevicePrefetcher(loader(num_workers), device=device)
     assert len(pf) == len(expected) == 5
-    for epoch in range(2):
+    for _epoch in range(2):
         got = list(pf)
         assert len(got) == len(expected)
         for (xi, yi, ki), (xe, ye, ke) in zip(got, expected):
@@ -48,7 +48,7 @@ def test_yields_the_loaders_batches_in_order(device, num_workers):
 def test_applies_the_transform_on_the_device(device):
     aug = GpuAugment([RandomResizedCrop(12), HorizontalFlip()], seed=3)
     ref = GpuAugment([RandomResizedCrop(12), HorizontalFlip()], seed=3)
-    for (x, y, keys), (xe, ye, _) in zip(DevicePrefetcher(loader(), device=device, transform=aug), loader()):
+    for (x, y, _keys), (xe, ye, _) in zip(DevicePrefetcher(loader(), device=device, transform=aug), loader()):
         assert x.shape[-2:] == (12, 12) and x.dtype == torch.float32 and x.device.type == device
         assert torch.allclose(x, ref(xe.to(device)), atol=1e-6)
         assert torch.equal(y.cpu(), ye)
@@ -91,7 +91,7 @@ def test_one_side_stream_for_all_epochs():
     assert pf._stream is stream and stream is not None
     # the batch is usable on the consumer stream right away, and stays intact while later copies run
     batches = []
-    for x, y, _ in pf:
+    for x, _y, _ in pf:
         batches.append((x, x.float().sum()))
     for (x, total), (xe, _, _) in zip(batches, loader()):
         assert torch.equal(x.cpu(), xe) and x.float().sum() == total
@@ -101,16 +101,18 @@ def test_one_side_stream_for_all_epochs():
 def test_decode_on_device_loader_is_decoded_in_the_prefetcher(tmp_path, device):
     """A shardkit loader with decode_on="device": the prefetcher iterates it with iter_on(device), so batches
     are decoded, cropped and resized there (then transformed): the loader's own CPU-decoded batches, same keys."""
-    from tests.support.data import write_dataset
-
     import shardkit
     from shardkit.augment import ColorJitter, Normalize
+    from tests.support.data import write_dataset
 
     ds = write_dataset(str(tmp_path / "train"), num_samples=20, shard_size=6, size=(40, 30))
     opts = dict(batch_size=8, num_workers=2, size=24, seed=1, decode_on="device", multiprocessing_context="fork")
     cpu = [(x.clone(), y, list(k)) for x, y, k in shardkit.load(ds.url, with_keys=True, **opts)]
     loader = shardkit.load(ds.url, with_keys=True, **opts)
-    aug, ref = (GpuAugment([ColorJitter(0.4, 0.4, 0.4), Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))], seed=2) for _ in range(2))
+    aug, ref = (
+        GpuAugment([ColorJitter(0.4, 0.4, 0.4), Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))], seed=2)
+        for _ in range(2)
+    )
     got = list(DevicePrefetcher(loader, device=device, transform=aug))
     assert [k for _, _, k in got] == [k for _, _, k in cpu] and len(got) == 3
     assert loader.device_decoder(device).stats.samples == 20 and loader.stats.samples == 20

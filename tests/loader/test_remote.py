@@ -6,12 +6,14 @@ import os
 import shutil
 
 import pytest
+
+import shardkit
 from tests.support.batches import assert_same_batches, keyed_batches
 from tests.support.data import write_dataset
 
-import shardkit
-
-KW = dict(batch_size=4, size=16, num_workers=2, pin_memory=False, seed=4, with_keys=True, multiprocessing_context="fork")
+KW = dict(
+    batch_size=4, size=16, num_workers=2, pin_memory=False, seed=4, with_keys=True, multiprocessing_context="fork"
+)
 
 
 def _batches(url, **kw):

@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 import torch
-from tests.support.probes import dataloader_workers
-from tests.support.resume import check_resume
-from tests.support.data import write_dataset
 
 import shardkit
+from tests.support.data import write_dataset
+from tests.support.probes import dataloader_workers
+from tests.support.resume import check_resume
 
 KW = dict(batch_size=4, pin_memory=False, seed=3, with_keys=True, multiprocessing_context="fork")
 
@@ -55,8 +55,12 @@ def test_sizes_change_between_epochs_with_the_same_persistent_workers(ds):
 
 
 def test_resume_continues_at_the_saved_size(ds):
-    res = check_resume(lambda **topo: shardkit.load(ds.url, size=24, num_workers=0, **topo, **KW), after=2,
-                       start=lambda loader: loader.set_epoch(1, size=16), pixels=True)
+    res = check_resume(
+        lambda **topo: shardkit.load(ds.url, size=24, num_workers=0, **topo, **KW),
+        after=2,
+        start=lambda loader: loader.set_epoch(1, size=16),
+        pixels=True,
+    )
     state = res.states[0]
     assert state["size"] == 16 and all(b.images.shape[-1] == 16 for b in res.head[0])
     b = shardkit.load(ds.url, size=24, num_workers=0, **KW)
@@ -80,7 +84,9 @@ def test_an_epoch_ended_without_stopiteration_starts_the_next(ds, num_workers):
     n = len(loader)
     e0 = [k for _, _, k in itertools.islice(loader, n)]  # stops after n batches, never asks for n + 1
     e1 = [k for _, (_, _, k) in zip(range(n), loader)]
-    assert len(e0) == len(e1) == n and loader.epoch == 1 and loader.epoch_info.epoch == 2  # the pass's epoch; len() is epoch 2's
+    assert (
+        len(e0) == len(e1) == n and loader.epoch == 1 and loader.epoch_info.epoch == 2
+    )  # the pass's epoch; len() is epoch 2's
     assert sorted(itertools.chain(*e0)) == sorted(itertools.chain(*e1)) == sorted(ds.keys) and e0 != e1
     ref = shardkit.load(ds.url, size=16, num_workers=num_workers, **KW)
     ref.set_epoch(1)

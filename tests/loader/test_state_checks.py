@@ -18,13 +18,13 @@ from dataclasses import fields
 
 import pytest
 import torch
-from tests.support.data import write_dataset
 
 import shardkit
 from shardkit import ShardkitError, Source
 from shardkit.format.manifest import load_manifest, save_manifest
 from shardkit.loader.config import ImageConfig, LoaderConfig, SourceConfig
 from shardkit.plan.epoch import PlanConfig
+from tests.support.data import write_dataset
 
 KW = dict(size=16, pin_memory=False, num_workers=0, with_keys=True)
 BASE = dict(batch_size=3, seed=4, shuffle=True, shuffle_buffer=6, shuffle_initial=2, drop_last=False, policy="pad")
@@ -36,7 +36,9 @@ def ds(tmp_path_factory):
     a = write_dataset(str(root / "a"), num_samples=14, shard_size=4, num_classes=3, size=(20, 20), distinct_images=2)
     b = write_dataset(str(root / "b"), num_samples=9, shard_size=3, num_classes=2, size=(20, 20), distinct_images=2)
     # b's twins: the same shard sizes (samples per shard), other pixels / other class names
-    pixels = write_dataset(str(root / "b-pixels"), num_samples=9, shard_size=3, num_classes=2, size=(24, 20), distinct_images=2)
+    pixels = write_dataset(
+        str(root / "b-pixels"), num_samples=9, shard_size=3, num_classes=2, size=(24, 20), distinct_images=2
+    )
     names = str(root / "b-names")
     shutil.copytree(b.url, names)
     m = load_manifest(names)
@@ -102,7 +104,9 @@ def test_every_mixture_spec_field_is_checked(ds, name, source):
     kind = next(k for k in SPEC_FIELDS if k != name)
     specs[source] = {kind: SPEC_VALUES[kind][0]}
     with pytest.raises(ShardkitError, match=rf"another mixture \(.*source {source}: {name} {before} -> None"):
-        shardkit.load([Source(ds["a"], **specs[0]), Source(ds["b"], **specs[1])], **{**KW, **BASE}).load_state_dict(state)
+        shardkit.load([Source(ds["a"], **specs[0]), Source(ds["b"], **specs[1])], **{**KW, **BASE}).load_state_dict(
+            state
+        )
 
 
 def test_epoch_size_is_checked(ds):
@@ -139,7 +143,9 @@ def test_mixture_source_with_the_same_shard_sizes_but_other_data_is_refused(ds, 
 def test_switching_labels_between_save_and_resume_is_refused(ds, saved, now, mixture):
     sources = [Source(ds["a"], repeat=1), Source(ds["b"], repeat=1)] if mixture else ds["a"]
     state = _state(sources, labels=saved, **BASE)
-    with pytest.raises(ShardkitError, match=rf"loader state field 'labels' is '{saved}' .*resume with labels='{saved}'"):
+    with pytest.raises(
+        ShardkitError, match=rf"loader state field 'labels' is '{saved}' .*resume with labels='{saved}'"
+    ):
         shardkit.load(sources, labels=now, **{**KW, **BASE}).load_state_dict(state)
     shardkit.load(sources, labels=saved, **{**KW, **BASE}).load_state_dict(state)
 
@@ -151,13 +157,18 @@ def _typed_fields(cls, kind):
     return [f.name for f in fields(cls) if f.init and str(f.type) in (kind, f"Optional[{kind}]")]
 
 
-@pytest.mark.parametrize("name", _typed_fields(LoaderConfig, "int") + _typed_fields(ImageConfig, "int") + _typed_fields(SourceConfig, "int"))
+@pytest.mark.parametrize(
+    "name", _typed_fields(LoaderConfig, "int") + _typed_fields(ImageConfig, "int") + _typed_fields(SourceConfig, "int")
+)
 def test_an_integer_option_given_a_fraction_is_refused_naming_it(ds, name):
     with pytest.raises(ValueError, match=rf"loader option '{name}' must be an integer.*got float 2\.5"):
         shardkit.load(ds["a"], **{**KW, name: 2.5})
 
 
-@pytest.mark.parametrize("name", _typed_fields(LoaderConfig, "bool") + _typed_fields(ImageConfig, "bool") + _typed_fields(SourceConfig, "bool"))
+@pytest.mark.parametrize(
+    "name",
+    _typed_fields(LoaderConfig, "bool") + _typed_fields(ImageConfig, "bool") + _typed_fields(SourceConfig, "bool"),
+)
 def test_a_flag_given_a_string_is_refused_naming_it(ds, name):
     with pytest.raises(ValueError, match=rf"loader option '{name}' must be True or False.*got str 'no'"):
         shardkit.load(ds["a"], **{**KW, name: "no"})
@@ -165,7 +176,9 @@ def test_a_flag_given_a_string_is_refused_naming_it(ds, name):
 
 @pytest.mark.parametrize("bad", [2.5, "20", True, 0, -3])
 def test_epoch_size_must_be_a_whole_number_of_samples(ds, bad):
-    with pytest.raises(ValueError, match=r"epoch_size must be an integer >= 1 .* got \w+ " + repr(bad).replace(".", r"\.")):
+    with pytest.raises(
+        ValueError, match=r"epoch_size must be an integer >= 1 .* got \w+ " + repr(bad).replace(".", r"\.")
+    ):
         shardkit.load([Source(ds["a"], weight=1), Source(ds["b"], weight=1)], epoch_size=bad, **KW)
 
 
@@ -201,10 +214,14 @@ def test_an_explicit_resize_size_stays_explicit_when_the_size_changes(ds):
     assert _same(_pixels(given), want_given)
     assert _same(_pixels(derived), want_derived)
     # the same through load(config=..., size=...): options over a config keep its given values
-    cfg = LoaderConfig(batch_size=4, shuffle=False, image=ImageConfig(preset="eval", size=32, resize_size=37, fast_decode=False))
+    cfg = LoaderConfig(
+        batch_size=4, shuffle=False, image=ImageConfig(preset="eval", size=32, resize_size=37, fast_decode=False)
+    )
     assert cfg.image.updated(size=16).resize_size == 37 and cfg.image.updated(preset="train").fast_decode is False
     assert ImageConfig(preset="eval", size=32).updated(size=16).resize_size == 18
-    assert _same(_pixels(shardkit.load(ds["a"], config=cfg, size=16, **{k: v for k, v in KW.items() if k != "size"})), want_given)
+    assert _same(
+        _pixels(shardkit.load(ds["a"], config=cfg, size=16, **{k: v for k, v in KW.items() if k != "size"})), want_given
+    )
 
 
 def test_a_remix_that_changes_the_classes_says_so(ds, caplog):
@@ -221,7 +238,9 @@ def test_a_remix_that_changes_the_classes_says_so(ds, caplog):
     assert any("index other classes" in r.getMessage() for r in caplog.records)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
-        shardkit.load([Source(ds["a"], repeat=1), Source(ds["b"], repeat=2)], **{**KW, **BASE}).load_state_dict(state, allow_remix=True)
+        shardkit.load([Source(ds["a"], repeat=1), Source(ds["b"], repeat=2)], **{**KW, **BASE}).load_state_dict(
+            state, allow_remix=True
+        )
     assert not caplog.records  # the same classes: nothing to say
     state["classes"] = "0" * 16  # hand-edited
     with pytest.raises(ShardkitError, match="field 'classes'"):

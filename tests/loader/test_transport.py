@@ -11,12 +11,12 @@ from multiprocessing.reduction import ForkingPickler
 import pytest
 import torch
 import torch.multiprocessing as tmp
-from tests.support.data import write_dataset
 
 import shardkit
 from shardkit.loader.batching import Batch
 from shardkit.loader.stats import Counters
 from shardkit.loader.transport import Envelope, Ring, envelopes
+from tests.support.data import write_dataset
 
 OPTS = dict(batch_size=8, size=24, pin_memory=False, multiprocessing_context="fork", with_keys=True)
 
@@ -46,7 +46,14 @@ def ring_of(loader):
 
 
 def test_the_batch_carries_data_only():
-    assert [f.name for f in fields(Batch)] == ["images", "labels", "gids", "keys", "raw", "encoded"]  # encoded: decode_on="device" bytes + geometry (data)
+    assert [f.name for f in fields(Batch)] == [
+        "images",
+        "labels",
+        "gids",
+        "keys",
+        "raw",
+        "encoded",
+    ]  # encoded: decode_on="device" bytes + geometry (data)
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
@@ -77,7 +84,7 @@ def test_held_batches_are_never_overwritten(url):
     for batch in kept[1:]:
         check(batch, ref0)
     del kept, batch
-    for batch in loader:  # the next pass (epoch 2) reuses the released slots
+    for _batch in loader:  # the next pass (epoch 2) reuses the released slots
         pass
     assert torch.equal(view, expect)
     ring = ring_of(loader)
@@ -87,7 +94,7 @@ def test_held_batches_are_never_overwritten(url):
 
 def test_slots_of_discarded_batches_come_back(url):
     loader = shardkit.load(url, num_workers=2, persistent_workers=True, prefetch_factor=2, **OPTS)
-    for i, b in enumerate(loader):
+    for i, b in enumerate(loader):  # noqa: B007 - dropped below, after the loop
         if i == 1:
             break  # the DataLoader discards the batches it prefetched
     del b
@@ -99,7 +106,7 @@ def test_slots_of_discarded_batches_come_back(url):
     del batch
     assert ring.in_use() == 0  # the discarded batches were unpickled, dropped and released
     before = ring.unslotted
-    for batch in loader:  # epoch 2: no slot leaked to the discarded batches
+    for _batch in loader:  # epoch 2: no slot leaked to the discarded batches
         pass
     assert ring.unslotted == before
     loader.close()
@@ -235,7 +242,9 @@ def test_other_dataloaders_over_the_dataset_never_take_slots(url):
     for _ in loader:
         pass
     assert loader.dataset.ring is None  # only the loader's private copy has one
-    dl = DataLoader(loader.dataset, batch_size=None, num_workers=3, multiprocessing_context="fork")  # more workers than rows
+    dl = DataLoader(
+        loader.dataset, batch_size=None, num_workers=3, multiprocessing_context="fork"
+    )  # more workers than rows
     held = [(b.images, b.images.clone()) for b in dl]
     assert all(isinstance(b, Batch) for b in dl)
     for _ in loader:

@@ -28,7 +28,9 @@ def rank_batches(stream, cfg, R, W, r, epoch=0, batches_done=0, generation=0):
     """The batches rank r yields, in DataLoader order (batch i from worker i % W)."""
     per_worker = []
     for w in range(W):
-        ids = worker_plan(stream, cfg, World(r, R, w, W), epoch=epoch, batches_done=batches_done, generation=generation).emission_order()
+        ids = worker_plan(
+            stream, cfg, World(r, R, w, W), epoch=epoch, batches_done=batches_done, generation=generation
+        ).emission_order()
         per_worker.append([ids[i : i + cfg.batch_size] for i in range(0, len(ids), cfg.batch_size)])
     out = []
     for i in itertools.count():
@@ -65,12 +67,25 @@ def test_exactly_once_and_equal_batches(R, W, B, policy, drop_last):
 
 def test_epochs_differ_seed_reproduces():
     cfg = PlanConfig(batch_size=4, seed=1, shuffle_buffer=8)
-    order = lambda e, s: worker_plan(Stream.full_epoch(SIZES, seed=s, epoch=e), PlanConfig(batch_size=4, seed=s, shuffle_buffer=8), World(), epoch=e).emission_order()  # noqa: E731
+
+    def order(e, s):
+        return worker_plan(
+            Stream.full_epoch(SIZES, seed=s, epoch=e),
+            PlanConfig(batch_size=4, seed=s, shuffle_buffer=8),
+            World(),
+            epoch=e,
+        ).emission_order()
+
     assert np.array_equal(order(0, 1), order(0, 1))
     assert not np.array_equal(order(0, 1), order(1, 1))
     assert not np.array_equal(order(0, 1), order(0, 2))
     assert sorted(order(2, 1)) == list(range(36))
-    no_shuffle = worker_plan(Stream.full_epoch(SIZES, seed=0, epoch=0, shuffle=False), PlanConfig(batch_size=4, shuffle=False), World(), epoch=0)
+    no_shuffle = worker_plan(
+        Stream.full_epoch(SIZES, seed=0, epoch=0, shuffle=False),
+        PlanConfig(batch_size=4, shuffle=False),
+        World(),
+        epoch=0,
+    )
     assert list(no_shuffle.emission_order()) == list(range(36))
     del cfg
 

@@ -83,7 +83,9 @@ def ref_remaining(items: list, seen: set, R: int, B: int, policy: str, drop_last
     return [items[p] for p in assigned if p not in seen]
 
 
-def seen_positions(items: list, got: list[list[list[int]]], refpos: list[list[list[int]]], k: int, shuffle: bool) -> set | None:
+def seen_positions(
+    items: list, got: list[list[list[int]]], refpos: list[list[list[int]]], k: int, shuffle: bool
+) -> set | None:
     """Real stream positions delivered in the first ``k`` batches of every rank; None when that is not
     knowable from the delivered ids (shuffled, and an id at two positions of the stream)."""
     n = len(items)
@@ -136,12 +138,15 @@ class Mixed:
         return mix.worker_plan(stream, cfg, world, **kw)
 
 
-def lib_rank_batches(planner, stream, cfg: PlanConfig, R: int, W: int, r: int, *, epoch: int, batches_done: int = 0,
-                     generation: int = 0) -> list[list[int]]:
+def lib_rank_batches(
+    planner, stream, cfg: PlanConfig, R: int, W: int, r: int, *, epoch: int, batches_done: int = 0, generation: int = 0
+) -> list[list[int]]:
     """Rank ``r``'s batches as a DataLoader collects them (batch ``i`` from worker ``i % W``)."""
     per_worker = []
     for w in range(W):
-        ids = planner.worker_plan(stream, cfg, World(r, R, w, W), epoch=epoch, batches_done=batches_done, generation=generation).emission_order()
+        ids = planner.worker_plan(
+            stream, cfg, World(r, R, w, W), epoch=epoch, batches_done=batches_done, generation=generation
+        ).emission_order()
         ids = [int(g) for g in ids]
         per_worker.append([ids[i : i + cfg.batch_size] for i in range(0, len(ids), cfg.batch_size)])
     out = []
@@ -154,8 +159,9 @@ def lib_rank_batches(planner, stream, cfg: PlanConfig, R: int, W: int, r: int, *
     return out
 
 
-def check_segment(planner, cfg: PlanConfig, items: list, stream, R: int, W: int, *, epoch: int, generation: int,
-                  resume_steps: bool) -> list[list[list[int]]]:
+def check_segment(
+    planner, cfg: PlanConfig, items: list, stream, R: int, W: int, *, epoch: int, generation: int, resume_steps: bool
+) -> list[list[list[int]]]:
     """One topology's stretch of the epoch against the reference; returns every rank's batches."""
     policy, B = cfg.policy.value, cfg.batch_size
     per, used, padded, dropped = ref_split(len(items), R, B, policy, cfg.drop_last)
@@ -173,12 +179,16 @@ def check_segment(planner, cfg: PlanConfig, items: list, stream, R: int, W: int,
     if resume_steps:  # every checkpoint step, resumed on the same topology, continues exactly
         for r in range(R):
             for k in range(len(got[r]) + 1):
-                rest = lib_rank_batches(planner, stream, cfg, R, W, r, epoch=epoch, batches_done=k, generation=generation)
+                rest = lib_rank_batches(
+                    planner, stream, cfg, R, W, r, epoch=epoch, batches_done=k, generation=generation
+                )
                 assert rest == got[r][k:], f"rank {r}: resumed after {k} batches"
     return got
 
 
-def run_chain(planner, cfg: PlanConfig, epoch: int, chain: list[tuple[int, int, float]], *, resume_steps: bool = True) -> None:
+def run_chain(
+    planner, cfg: PlanConfig, epoch: int, chain: list[tuple[int, int, float]], *, resume_steps: bool = True
+) -> None:
     """Run an epoch through ``chain``: ``(ranks, workers, checkpoint)`` (see ``topology`` below) per segment;
     the last segment runs to the end. Checks every segment and the epoch as a whole."""
     history: list[Segment] = []
@@ -189,14 +199,21 @@ def run_chain(planner, cfg: PlanConfig, epoch: int, chain: list[tuple[int, int, 
         W = max(1, W)  # num_workers=0: the main process is the one reader
         stream = planner.stream(cfg, epoch, history)
         items = planner.items(stream)
-        got = check_segment(planner, cfg, items, stream, R, W, epoch=epoch, generation=len(history), resume_steps=resume_steps)
+        got = check_segment(
+            planner, cfg, items, stream, R, W, epoch=epoch, generation=len(history), resume_steps=resume_steps
+        )
         T = len(got[0])
         assert all(len(g) == T for g in got), "ranks yield different numbers of batches (DDP would hang)"
         last = s == len(chain) - 1
         k = T if last else frac % (T + 1) if isinstance(frac, int) else min(T, int(round(frac * T)))
         delivered += Counter(g for r in range(R) for b in got[r][:k] for g in b)
-        seen = seen_positions(items, got, ref_rank_positions(len(items), R, W, cfg.batch_size, cfg.policy.value, cfg.drop_last), k,
-                              cfg.shuffle)
+        seen = seen_positions(
+            items,
+            got,
+            ref_rank_positions(len(items), R, W, cfg.batch_size, cfg.policy.value, cfg.drop_last),
+            k,
+            cfg.shuffle,
+        )
         if k or last:  # a checkpoint after 0 batches leaves no trace: the next topology plans the same stream
             split = P.rank_split(len(items), R, cfg)
             paddings.append(split.padded)
@@ -205,8 +222,9 @@ def run_chain(planner, cfg: PlanConfig, epoch: int, chain: list[tuple[int, int, 
             nxt_history = history + [Segment(R, W, k)] if k else history
             nxt = planner.items(planner.stream(cfg, epoch, nxt_history))
             if k and seen is not None:
-                assert nxt == ref_remaining(items, seen, R, cfg.batch_size, cfg.policy.value, cfg.drop_last), \
+                assert nxt == ref_remaining(items, seen, R, cfg.batch_size, cfg.policy.value, cfg.drop_last), (
                     f"segment {s}: the re-planned rest of the epoch is not the unseen samples"
+                )
             history = nxt_history
     want = Counter(full)
     extra = sum((delivered - want).values())
@@ -232,9 +250,15 @@ topology = st.tuples(st.integers(1, 3), st.integers(0, 3), st.integers(0, 1000) 
 def configs(draw) -> PlanConfig:
     shuffle = draw(st.booleans())
     buf = draw(st.integers(1, 7))
-    return PlanConfig(batch_size=draw(st.integers(1, 4)), seed=draw(st.integers(0, 3)), shuffle=shuffle, shuffle_buffer=buf,
-                      shuffle_initial=draw(st.none() | st.integers(0, buf)), drop_last=draw(st.booleans()),
-                      policy=draw(st.sampled_from(["pad", "drop"])))
+    return PlanConfig(
+        batch_size=draw(st.integers(1, 4)),
+        seed=draw(st.integers(0, 3)),
+        shuffle=shuffle,
+        shuffle_buffer=buf,
+        shuffle_initial=draw(st.none() | st.integers(0, buf)),
+        drop_last=draw(st.booleans()),
+        policy=draw(st.sampled_from(["pad", "drop"])),
+    )
 
 
 shard_sizes = st.lists(st.integers(0, 11), min_size=1, max_size=5)
@@ -296,7 +320,9 @@ def test_grid_every_step_resumes_exactly(planner):
     checkpoint step resumed on the same topology."""
     sizes = [5, 9, 2, 7, 8, 1, 6]  # 38 samples
     p = Single(sizes) if planner == "single" else Mixed(Mixture((Source("a"),), (sizes,)))
-    for (R, W), B, policy, shuffle in itertools.product([(1, 1), (2, 3), (3, 2)], [1, 3], ["pad", "drop"], [False, True]):
+    for (R, W), B, policy, shuffle in itertools.product(
+        [(1, 1), (2, 3), (3, 2)], [1, 3], ["pad", "drop"], [False, True]
+    ):
         cfg = PlanConfig(batch_size=B, seed=2, shuffle=shuffle, shuffle_buffer=5, shuffle_initial=3, policy=policy)
         run_chain(p, cfg, 1, [(R, W, 0)])
 
@@ -353,7 +379,9 @@ def test_reference_is_not_vacuous():
     """The reference itself, by hand: 10 samples on 3 ranks pad 2 (samples 0 and 1 again, at the end of rank 2)."""
     ref = ref_rank_batches(list(range(10)), 3, 2, 2, "pad", False)
     assert ref == [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], [0, 1]]]
-    ref = ref_rank_batches(list(range(10)), 1, 2, 3, "pad", False)  # worker 0: batches 0, 2 = samples 0-5; worker 1: 6-9
+    ref = ref_rank_batches(
+        list(range(10)), 1, 2, 3, "pad", False
+    )  # worker 0: batches 0, 2 = samples 0-5; worker 1: 6-9
     assert ref == [[[0, 1, 2], [6, 7, 8], [3, 4, 5], [9]]]
     assert ref_split(10, 3, 2, "drop", True) == (3, 2, 0, 4)
     # after rank 2 delivered [8, 9] and the padding [0, 1], sample 0 and 1 are seen: rank 0 must not read them again
@@ -365,15 +393,16 @@ def test_reference_is_not_vacuous():
 # --------------------------------------------------------------------------- through the real loader
 
 
-@pytest.mark.parametrize("chain,repeats", [([(3, 3, 6), (2, 1, 1), (3, 0, None)], 4), ([(2, 0, 5), (3, 2, 2), (1, 1, None)], 0)])
+@pytest.mark.parametrize(
+    "chain,repeats", [([(3, 3, 6), (2, 1, 1), (3, 0, None)], 4), ([(2, 0, 5), (3, 2, 2), (1, 1, None)], 0)]
+)
 def test_loader_elastic_chain_delivers_every_key_once_plus_reported_padding(tmp_path, chain, repeats):
     """The real loader (rank/world_size arguments, state_dict/load_state_dict): two elastic resumes in one epoch.
     94 samples on 3 ranks x 3 workers, batches of 4: 8 batches per rank, the 2 padded samples at the end of
     rank 2's worker 2 chunk, which emits them in batch 5 (its last shuffle block): the first chain's first
     checkpoint (after 6 batches) falls after the padding was emitted, and its last segment pads again."""
-    from tests.support.data import write_dataset
-
     import shardkit
+    from tests.support.data import write_dataset
 
     ds = write_dataset(str(tmp_path / "d"), num_samples=94, shard_size=9, size=(16, 12), distinct_images=2)
     kw = dict(batch_size=4, seed=4, shuffle_buffer=4, persistent_workers=False, size=8, with_keys=True)

@@ -44,14 +44,18 @@ C = [5, 6, 6, 6]  # 23
 
 
 def mix(*specs: tuple[list[int], dict], epoch_size: int | None = None) -> Mixture:
-    return Mixture(tuple(Source(f"s{i}", **kw) for i, (_, kw) in enumerate(specs)), tuple(s for s, _ in specs), epoch_size)
+    return Mixture(
+        tuple(Source(f"s{i}", **kw) for i, (_, kw) in enumerate(specs)), tuple(s for s, _ in specs), epoch_size
+    )
 
 
 def rank_batches(stream, cfg, R, W, r, *, plan_fn=worker_plan, epoch=0, batches_done=0, generation=0):
     """The batches rank r yields, in DataLoader order (batch i from worker i % W)."""
     per_worker = []
     for w in range(W):
-        ids = plan_fn(stream, cfg, World(r, R, w, W), epoch=epoch, batches_done=batches_done, generation=generation).emission_order()
+        ids = plan_fn(
+            stream, cfg, World(r, R, w, W), epoch=epoch, batches_done=batches_done, generation=generation
+        ).emission_order()
         per_worker.append([ids[i : i + cfg.batch_size] for i in range(0, len(ids), cfg.batch_size)])
     out, j = [], 0
     while any(j < len(p) for p in per_worker):
@@ -67,10 +71,17 @@ def epoch_gids(m: Mixture, seed: int, epoch: int, shuffle: bool = True) -> np.nd
 # --------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"weight": -1}, "weight must be"), ({"repeat": -0.5}, "repeat must be"), ({"weight": float("nan")}, "weight must be"),
-    ({"choose": 0}, "choose must be"), ({"choose": 2.5}, "choose must be"), ({"weight": 1, "repeat": 2}, "not weight and repeat"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"weight": -1}, "weight must be"),
+        ({"repeat": -0.5}, "repeat must be"),
+        ({"weight": float("nan")}, "weight must be"),
+        ({"choose": 0}, "choose must be"),
+        ({"choose": 2.5}, "choose must be"),
+        ({"weight": 1, "repeat": 2}, "not weight and repeat"),
+    ],
+)
 def test_source_rejects_bad_specs(kw, msg):
     with pytest.raises(ValueError, match=msg):
         Source("x", **kw)
@@ -79,7 +90,9 @@ def test_source_rejects_bad_specs(kw, msg):
 def test_source_normalises_numbers():
     s = Source("x", choose=np.int64(5), storage_options={"anon": True})
     assert s.choose == 5 and type(s.choose) is int and s.spec() == {"weight": None, "repeat": None, "choose": 5}
-    assert Source("x", weight=np.float32(0.5)).weight == 0.5 and hash(s) == hash(Source("x", choose=5))  # options do not count
+    assert Source("x", weight=np.float32(0.5)).weight == 0.5 and hash(s) == hash(
+        Source("x", choose=5)
+    )  # options do not count
     with pytest.raises(ValueError, match="non-empty string"):
         Source("")
 
@@ -101,7 +114,9 @@ def test_mixture_rejects_bad_lists():
         mix((A, {"repeat": 1}), (B, {"choose": 3}), epoch_size=10)
     with pytest.raises(ValueError, match="more than the epoch size 20"):
         mix((A, {"weight": 1}), (B, {"choose": 30}), epoch_size=20)
-    with pytest.raises(ValueError, match="up to 11 samples per epoch"):  # 0.5 x 7 is 3 or 4 samples: refused at once, not in epoch 1
+    with pytest.raises(
+        ValueError, match="up to 11 samples per epoch"
+    ):  # 0.5 x 7 is 3 or 4 samples: refused at once, not in epoch 1
         mix(([7], {"repeat": 0.5}), (B, {"choose": 7}), (C, {"weight": 1}), epoch_size=10)
     with pytest.raises(ShardkitError, match="source 1 .* no samples"):
         mix((A, {"weight": 1}), ([0, 0], {"weight": 1}))
@@ -115,19 +130,24 @@ def test_check_data_names_the_problem():
     with pytest.raises(ShardkitError, match="same split"):
         check_data(srcs, [SourceData("a", "x", 5, img), SourceData("b", "x", 5, img)])
     with pytest.raises(ShardkitError, match="--short-side"):
-        check_data(srcs, [SourceData("a", "x", 5, img), SourceData("b", "y", 5, (("short_side", 160), ("max_side", None)))])
+        check_data(
+            srcs, [SourceData("a", "x", 5, img), SourceData("b", "y", 5, (("short_side", 160), ("max_side", None)))]
+        )
     check_data(srcs, [SourceData("a", "x", 5, img), SourceData("b", "y", 5, img)])
 
 
 # --------------------------------------------------------------------------- counts and selection
 
 
-@pytest.mark.parametrize("specs,epoch_size", [
-    ([(A, {"weight": 0.7}), (B, {"weight": 0.3})], None),
-    ([(A, {"weight": 0.7}), (B, {"weight": 0.3})], 13),
-    ([(A, {"weight": 2}), (B, {"repeat": 0.5}), (C, {"choose": 4})], 50),
-    ([(A, {"repeat": 1}), (B, {"repeat": 2.5}), (C, {"repeat": 0.3})], None),
-])
+@pytest.mark.parametrize(
+    "specs,epoch_size",
+    [
+        ([(A, {"weight": 0.7}), (B, {"weight": 0.3})], None),
+        ([(A, {"weight": 0.7}), (B, {"weight": 0.3})], 13),
+        ([(A, {"weight": 2}), (B, {"repeat": 0.5}), (C, {"choose": 4})], 50),
+        ([(A, {"repeat": 1}), (B, {"repeat": 2.5}), (C, {"repeat": 0.3})], None),
+    ],
+)
 def test_counts_exact_every_epoch(specs, epoch_size):
     m = mix(*specs, epoch_size=epoch_size)
     for e in range(12):
@@ -160,11 +180,17 @@ def test_without_replacement_across_epochs(seed):
     m = mix((A, {"repeat": 0.5}), (B, {"repeat": 2}), (C, {"repeat": 1}))
     for e in range(0, 6, 2):
         half = Counter(epoch_gids(m, seed, e).tolist()) + Counter(epoch_gids(m, seed, e + 1).tolist())
-        assert {g: n for g, n in half.items() if m.source_of([g])[0] == 0} == {g: 1 for g in range(36)}  # 0.5x: once per 2 epochs
+        assert {g: n for g, n in half.items() if m.source_of([g])[0] == 0} == {
+            g: 1 for g in range(36)
+        }  # 0.5x: once per 2 epochs
         for one in (e, e + 1):
             ids = Counter(epoch_gids(m, seed, one).tolist())
-            assert {g: n for g, n in ids.items() if m.source_of([g])[0] == 1} == {g: 2 for g in range(36, 46)}  # 2x: twice
-            assert {g: n for g, n in ids.items() if m.source_of([g])[0] == 2} == {g: 1 for g in range(46, 69)}  # 1x: once
+            assert {g: n for g, n in ids.items() if m.source_of([g])[0] == 1} == {
+                g: 2 for g in range(36, 46)
+            }  # 2x: twice
+            assert {g: n for g, n in ids.items() if m.source_of([g])[0] == 2} == {
+                g: 1 for g in range(46, 69)
+            }  # 1x: once
 
 
 def test_choose_cycles_through_the_source():
@@ -175,7 +201,9 @@ def test_choose_cycles_through_the_source():
         assert len(ids) == 6 == len(set(ids))
         seen.update(ids)
         assert max(seen.values()) - min(seen[g] for g in range(23)) <= 1  # a fresh subset until the source is used up
-    big = mix((B, {"choose": 25}), (A, {"weight": 1}), epoch_size=40)  # more than the source: whole passes, then the rest
+    big = mix(
+        (B, {"choose": 25}), (A, {"weight": 1}), epoch_size=40
+    )  # more than the source: whole passes, then the rest
     ids = Counter(g for g in epoch_gids(big, 0, 0).tolist() if g < 10)
     assert sorted(ids.values()) == [2] * 5 + [3] * 5
 
@@ -221,10 +249,13 @@ def test_every_window_of_the_interleave_keeps_the_shares(seed):
                 assert shares_ok(src[a : a + L], counts), (counts, a, L)
 
 
-@pytest.mark.parametrize("specs", [
-    [(A, {"weight": 0.7}), (C, {"weight": 0.3})],
-    [(A, {"repeat": 1}), (B, {"repeat": 3}), (C, {"choose": 9})],
-])
+@pytest.mark.parametrize(
+    "specs",
+    [
+        [(A, {"weight": 0.7}), (C, {"weight": 0.3})],
+        [(A, {"repeat": 1}), (B, {"repeat": 3}), (C, {"choose": 9})],
+    ],
+)
 @pytest.mark.parametrize("R,W,Bs", [(1, 1, 8), (2, 3, 5), (3, 2, 4)])
 def test_every_batch_keeps_the_shares(specs, R, W, Bs):
     m = mix(*specs)
@@ -323,7 +354,9 @@ def test_one_source_is_the_single_dataset_plan(R, W, shuffle):
                 for w in range(W):
                     for k in (0, 1, 4):
                         a = worker_plan(mine, cfg, World(r, R, w, W), epoch=e, batches_done=k, generation=len(history))
-                        b = plan.worker_plan(theirs, cfg, World(r, R, w, W), epoch=e, batches_done=k, generation=len(history))
+                        b = plan.worker_plan(
+                            theirs, cfg, World(r, R, w, W), epoch=e, batches_done=k, generation=len(history)
+                        )
                         assert a.world == b.world and a.skip == b.skip and len(a.blocks) == len(b.blocks)
                         for x, y in zip(a.blocks, b.blocks):
                             assert np.array_equal(x.gids, y.gids) and np.array_equal(x.order, y.order)
@@ -376,7 +409,9 @@ def test_no_batch_holds_a_sample_twice(R, W):
         for r in range(R):
             batches = rank_batches(stream, cfg, R, W, r, epoch=e)
             assert all(len(set(b.tolist())) == len(b) for b in batches)
-            rest = rank_batches(stream, cfg, R, W, r, epoch=e, batches_done=3)  # the swaps are part of the plan: resume agrees
+            rest = rank_batches(
+                stream, cfg, R, W, r, epoch=e, batches_done=3
+            )  # the swaps are part of the plan: resume agrees
             assert [list(b) for b in rest] == [list(b) for b in batches[3:]]
         got = Counter(int(g) for r in range(R) for b in rank_batches(stream, cfg, R, W, r, epoch=e) for g in b)
         split = plan.rank_split(len(stream), R, cfg)
@@ -399,14 +434,25 @@ def test_remix_continues_each_shared_source_without_replacement():
     assert list(finish.counts(2)) == list(old.counts(2)) and after.first_epoch == 3  # ...the new one starts at epoch 3
     ids_a = [source_epoch(finish if e < 3 else after, 0, seed=1, epoch=e).global_ids() for e in range(6)]
     total = sum(len(x) for x in ids_a)
-    assert list(np.concatenate(ids_a)) == list(selection(A, seed=1, start=0, count=total).global_ids())  # one stream, no gap or repeat
+    assert list(np.concatenate(ids_a)) == list(
+        selection(A, seed=1, start=0, count=total).global_ids()
+    )  # one stream, no gap or repeat
     assert after.seed_keys == (0, 2, 1)  # c is new: a fresh seed, not b's; b keeps its own
     assert list(source_epoch(after, 1, seed=1, epoch=3).global_ids() - after.gid_base[1]) == list(
-        selection(C, seed=source_seed_of(1, 2), start=0, count=int(after.counts(3)[1])).global_ids())
-    again, _ = resume_mixtures(json.loads(json.dumps(after.describe())), keep_b, 4, mid_epoch=True)  # saved after the switch
+        selection(C, seed=source_seed_of(1, 2), start=0, count=int(after.counts(3)[1])).global_ids()
+    )
+    again, _ = resume_mixtures(
+        json.loads(json.dumps(after.describe())), keep_b, 4, mid_epoch=True
+    )  # saved after the switch
     assert again.first_epoch == 3 and list(again.starts(4)) == list(after.starts(4))
     # saved while the old mixture finishes epoch 2 (a switch pending): resumes without allow_remix, the switch still at epoch 3
-    f2, a2 = resume_mixtures(json.loads(json.dumps(finish.describe())), keep_b, 2, mid_epoch=True, saved_next=json.loads(json.dumps(after.describe())))
+    f2, a2 = resume_mixtures(
+        json.loads(json.dumps(finish.describe())),
+        keep_b,
+        2,
+        mid_epoch=True,
+        saved_next=json.loads(json.dumps(after.describe())),
+    )
     assert list(f2.counts(2)) == list(finish.counts(2)) and list(f2.starts(2)) == list(finish.starts(2))
     assert a2.first_epoch == 3 and a2.offsets == after.offsets and a2.seed_keys == after.seed_keys
 
@@ -417,8 +463,15 @@ def test_one_source_remaining_equals_single_dataset(seed):
     sizes = rng.integers(0, 9, size=int(rng.integers(1, 12))).tolist()
     m = Mixture((Source("a"),), (sizes,))
     for _ in range(8):
-        cfg = PlanConfig(batch_size=int(rng.integers(1, 6)), seed=seed, shuffle=bool(rng.integers(0, 4)), shuffle_buffer=int(rng.integers(1, 9)),
-                         shuffle_initial=int(rng.integers(0, 5)), drop_last=bool(rng.integers(0, 2)), policy=list(EpochPolicy)[int(rng.integers(0, 2))])
+        cfg = PlanConfig(
+            batch_size=int(rng.integers(1, 6)),
+            seed=seed,
+            shuffle=bool(rng.integers(0, 4)),
+            shuffle_buffer=int(rng.integers(1, 9)),
+            shuffle_initial=int(rng.integers(0, 5)),
+            drop_last=bool(rng.integers(0, 2)),
+            policy=list(EpochPolicy)[int(rng.integers(0, 2))],
+        )
         R, W = int(rng.integers(1, 5)), int(rng.integers(1, 4))
         stream = epoch_stream(m, cfg, 1)
         k = int(rng.integers(0, plan.rank_split(len(stream), R, cfg).num_batches + 2))
@@ -450,8 +503,15 @@ def random_mixture(rng: np.random.Generator) -> Mixture:
 def test_random_mixtures_exactly_once_resume_and_elastic(seed):
     rng = np.random.default_rng(100 + seed)
     m = random_mixture(rng)
-    cfg = PlanConfig(batch_size=int(rng.integers(1, 6)), seed=seed, shuffle=bool(rng.integers(0, 4)), shuffle_buffer=int(rng.integers(1, 9)),
-                     shuffle_initial=int(rng.integers(0, 5)), drop_last=bool(rng.integers(0, 2)), policy=list(EpochPolicy)[int(rng.integers(0, 2))])
+    cfg = PlanConfig(
+        batch_size=int(rng.integers(1, 6)),
+        seed=seed,
+        shuffle=bool(rng.integers(0, 4)),
+        shuffle_buffer=int(rng.integers(1, 9)),
+        shuffle_initial=int(rng.integers(0, 5)),
+        drop_last=bool(rng.integers(0, 2)),
+        policy=list(EpochPolicy)[int(rng.integers(0, 2))],
+    )
     e = int(rng.integers(0, 4))
     (R0, W0), (R1, W1) = [(int(rng.integers(1, 4)), int(rng.integers(1, 4))) for _ in range(2)]
     stream = epoch_stream(m, cfg, e)
@@ -463,11 +523,15 @@ def test_random_mixtures_exactly_once_resume_and_elastic(seed):
     assert all(shares_ok(m.source_of(b), m.counts(e)) for bs in full for b in bs)
     k = int(rng.integers(0, split.num_batches + 1))
     for r in range(R0):
-        assert [list(b) for b in rank_batches(stream, cfg, R0, W0, r, epoch=e, batches_done=k)] == [list(b) for b in full[r][k:]]
+        assert [list(b) for b in rank_batches(stream, cfg, R0, W0, r, epoch=e, batches_done=k)] == [
+            list(b) for b in full[r][k:]
+        ]
     seen = Counter(int(g) for bs in full for b in bs[:k] for g in b)
     rest = epoch_stream(m, cfg, e, [Segment(R0, W0, k)])
     second = plan.rank_split(len(rest), R1, cfg)
-    later = Counter(int(g) for r in range(R1) for b in rank_batches(rest, cfg, R1, W1, r, epoch=e, generation=1) for g in b)
+    later = Counter(
+        int(g) for r in range(R1) for b in rank_batches(rest, cfg, R1, W1, r, epoch=e, generation=1) for g in b
+    )
     everything = seen + later
     if cfg.policy is EpochPolicy.PAD and not cfg.drop_last:
         assert not planned - everything and sum((everything - planned).values()) <= split.padded + second.padded

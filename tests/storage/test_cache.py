@@ -22,6 +22,7 @@ def _download(i):
         data = _payload(i)
         for k in range(0, len(data), 300):  # slow-ish, chunked writes
             f.write(data[k : k + 300])
+
     return write
 
 

@@ -14,12 +14,12 @@ import logging
 import threading
 
 import pytest
-from tests.support.faults import FaultProxy
-from tests.support.data import write_dataset
 
 import shardkit
 from shardkit.errors import StorageError
 from shardkit.storage.retry import RetryingFile, RetryLog
+from tests.support.data import write_dataset
+from tests.support.faults import FaultProxy
 
 LOGGER = "shardkit.loader"
 
@@ -69,8 +69,14 @@ def _failing_opens(data: bytes, failures: int):
 def test_an_outage_that_recovers_is_two_lines(failures):
     lg, h = _logger("test.retrylog.recover")
     clock = _Clock()
-    f = RetryingFile("s3://b/x.tar", _failing_opens(b"abc" * 10, failures), max_retries=100, retry_budget_s=1e9,
-                     log=RetryLog(lg, repeat_s=1e9, clock=clock), sleep=clock.sleep)
+    f = RetryingFile(
+        "s3://b/x.tar",
+        _failing_opens(b"abc" * 10, failures),
+        max_retries=100,
+        retry_budget_s=1e9,
+        log=RetryLog(lg, repeat_s=1e9, clock=clock),
+        sleep=clock.sleep,
+    )
     assert f.read(3) == b"abc" and f.retries == failures
     assert len(h.lines) == 2, h.lines
     assert h.lines[0].startswith("shardkit: s3://b/x.tar: read at byte 0 failed (ConnectionRefusedError")
@@ -98,7 +104,9 @@ def test_giving_up_is_the_error_not_a_log_line():
     clock = _Clock()
     log = RetryLog(lg, repeat_s=1e9, clock=clock)
     with pytest.raises(StorageError, match="still failing after 3 retries"):
-        RetryingFile("s3://b/y.tar", _failing_opens(b"", 100), max_retries=3, retry_budget_s=1e9, log=log, sleep=clock.sleep)
+        RetryingFile(
+            "s3://b/y.tar", _failing_opens(b"", 100), max_retries=3, retry_budget_s=1e9, log=log, sleep=clock.sleep
+        )
     assert len(h.lines) == 1, h.lines
     # the story ended: a new failure later starts a new one (logged again)
     log.failed("s3://b/y.tar", 0, 1, ConnectionResetError("x"))
@@ -128,9 +136,21 @@ def test_loader_logs_an_s3_outage_as_one_story_per_shard(tmp_path, s3, s3_endpoi
     s3fs.S3FileSystem(**opts).put(ds.url + "/", f"{bucket}/ds/", recursive=True)
     caplog.set_level(logging.WARNING, logger=LOGGER)
     with FaultProxy(s3_endpoint, seed=0) as proxy:
-        loader = shardkit.load(f"s3://{bucket}/ds", storage_options={**opts, "client_kwargs": {"endpoint_url": proxy.url}},
-                               num_workers=0, shuffle=False, batch_size=5, size=16, pin_memory=False, with_keys=True,
-                               block_size=8192, shuffle_buffer=5, shuffle_initial=5, max_retries=1000, retry_budget_s=60)
+        loader = shardkit.load(
+            f"s3://{bucket}/ds",
+            storage_options={**opts, "client_kwargs": {"endpoint_url": proxy.url}},
+            num_workers=0,
+            shuffle=False,
+            batch_size=5,
+            size=16,
+            pin_memory=False,
+            with_keys=True,
+            block_size=8192,
+            shuffle_buffer=5,
+            shuffle_initial=5,
+            max_retries=1000,
+            retry_budget_s=60,
+        )
         keys, outage = [], None
         for i, (_, _, ks) in enumerate(loader):
             keys += ks
@@ -144,5 +164,7 @@ def test_loader_logs_an_s3_outage_as_one_story_per_shard(tmp_path, s3, s3_endpoi
     failed = [ln for ln in lines if "failed" in ln]
     recovered = [ln for ln in lines if "recovered after" in ln]
     assert loader.stats.retries > len(failed), (loader.stats.retries, lines)  # many attempts ...
-    assert failed and len(failed) == len(recovered) == len({ln.split(":")[1] + ln.split(":")[2] for ln in failed}), lines
+    assert failed and len(failed) == len(recovered) == len({ln.split(":")[1] + ln.split(":")[2] for ln in failed}), (
+        lines
+    )
     assert len(lines) == len(failed) + len(recovered), lines  # ... two lines per URL, no per-attempt lines

@@ -20,7 +20,9 @@ SEED, EPOCH = 7, 3
 
 def encode(size: tuple[int, int], seed: int, mode: str = "RGB", fmt: str = "JPEG", **kw) -> bytes:
     buf = io.BytesIO()
-    Image.fromarray(make_image(seed % 3, seed, size)).convert(mode).save(buf, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}), **kw)
+    Image.fromarray(make_image(seed % 3, seed, size)).convert(mode).save(
+        buf, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}), **kw
+    )
     return buf.getvalue()
 
 
@@ -38,7 +40,9 @@ def worker_path(cfg: ImageConfig, jpegs: list[bytes], gids: np.ndarray) -> tuple
     return out[: len(kept)], kept
 
 
-def device_path(cfg: ImageConfig, jpegs: list, gids: np.ndarray, device: str, **kw) -> tuple[dd.DecodedBatch, dd.BatchGeometry, DeviceDecoder]:
+def device_path(
+    cfg: ImageConfig, jpegs: list, gids: np.ndarray, device: str, **kw
+) -> tuple[dd.DecodedBatch, dd.BatchGeometry, DeviceDecoder]:
     geo = batch_geometry(CropDecoder(cfg, SEED), jpegs, EPOCH, gids)
     dec = DeviceDecoder(cfg, device, **kw)
     return dec([jpegs[i] for i in geo.kept], geo.sizes, geo.crops, geo.routes), geo, dec

@@ -18,7 +18,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-
 @dataclass
 class ProxyRequest:
     """One request the proxy saw: method, path, ``Range`` header and what the proxy did."""
@@ -43,7 +42,9 @@ class FaultProxy:
     contains ``path_part`` get ``outcome``. Every response says ``Connection: close``.
     """
 
-    def __init__(self, upstream: str, *, seed: int = 0, error_rate: float = 0.0, reset_rate: float = 0.0, cut_rate: float = 0.0):
+    def __init__(
+        self, upstream: str, *, seed: int = 0, error_rate: float = 0.0, reset_rate: float = 0.0, cut_rate: float = 0.0
+    ):
         self.upstream = upstream.split("://", 1)[1].rstrip("/")
         self.seed, self.error_rate, self.reset_rate, self.cut_rate = seed, error_rate, reset_rate, cut_rate
         self.log: list[ProxyRequest] = []
@@ -171,7 +172,9 @@ class FaultProxy:
             return
         conn = http.client.HTTPConnection(self.upstream, timeout=30)
         try:
-            headers = {k: v for k, v in h.headers.items() if k.lower() not in ("connection", "keep-alive", "proxy-connection")}
+            headers = {
+                k: v for k, v in h.headers.items() if k.lower() not in ("connection", "keep-alive", "proxy-connection")
+            }
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read()

@@ -22,7 +22,6 @@ def wait_for(pred, timeout: float, interval: float = 0.01) -> bool:
     return bool(pred())
 
 
-
 def children(pid: int) -> list[int]:
     """Direct child processes of ``pid``."""
     out: list[int] = []
@@ -90,8 +89,11 @@ def run_fresh(code: str, *args: str, timeout: float = 120) -> dict:
     import sys
 
     from .repo import ROOT as root
+
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    res = subprocess.run([sys.executable, "-c", PEAK_KIB + code, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    res = subprocess.run(
+        [sys.executable, "-c", PEAK_KIB + code, *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.splitlines()[-1])
 

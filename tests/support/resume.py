@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -40,7 +41,9 @@ class Batch:
 def take(batch: tuple, pixels: bool) -> Batch:
     """A loader batch ``(images, labels, keys)`` as a :class:`Batch`."""
     images, labels, keys = batch
-    return Batch(list(keys), labels.tolist() if hasattr(labels, "tolist") else list(labels), images.clone() if pixels else None)
+    return Batch(
+        list(keys), labels.tolist() if hasattr(labels, "tolist") else list(labels), images.clone() if pixels else None
+    )
 
 
 def epoch(loader: Any, pixels: bool = False) -> list[Batch]:
@@ -119,15 +122,24 @@ def check_resume(
     out = Resumed(reference, head, states, rest, loaders, reference_loaders)
     if new_world == world_size and resume_world_size is None:
         for rank in range(world_size):
-            _same(head[rank] + rest[rank], reference[rank], pixels, f"rank {rank} of {world_size} resumed after {after} batches")
+            _same(
+                head[rank] + rest[rank],
+                reference[rank],
+                pixels,
+                f"rank {rank} of {world_size} resumed after {after} batches",
+            )
         return out
     assert all(s == states[0] for s in states), "the saved state differs between ranks"
-    assert len({len(r) for r in rest}) == 1, f"unequal batch counts over the {new_world} resumed ranks: {[len(r) for r in rest]}"
+    assert len({len(r) for r in rest}) == 1, (
+        f"unequal batch counts over the {new_world} resumed ranks: {[len(r) for r in rest]}"
+    )
     twice = [k for k, n in Counter(out.keys()).items() if n > 1]
     assert not twice, f"delivered twice after resuming on {new_world} ranks: {twice[:5]}"
     labels = {k: lab for part in reference for b in part for k, lab in zip(b.keys, b.labels)}
     got = {k: lab for part in (*head, *rest) for b in part for k, lab in zip(b.keys, b.labels)}
     assert all(labels.get(k) == lab for k, lab in got.items()), "a key with another label (or unknown) after resuming"
     if complete:
-        assert sorted(got) == sorted(labels), f"resuming {world_size} -> {new_world} ranks did not cover exactly the epoch"
+        assert sorted(got) == sorted(labels), (
+            f"resuming {world_size} -> {new_world} ranks did not cover exactly the epoch"
+        )
     return out

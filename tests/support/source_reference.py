@@ -65,7 +65,9 @@ def read_split(directory: str) -> ReadSplit:
     """Every sample of the shards in ``directory`` and the manifest's ``classes`` and ``skipped``."""
     with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
         manifest = json.load(f)
-    out = ReadSplit(classes=list(manifest["classes"]), skipped=[(s["path"], s["reason"]) for s in manifest.get("skipped", [])])
+    out = ReadSplit(
+        classes=list(manifest["classes"]), skipped=[(s["path"], s["reason"]) for s in manifest.get("skipped", [])]
+    )
     groups: dict[str, dict[str, bytes]] = {}
     for name in sorted(os.listdir(directory)):
         if not name.endswith(".tar"):
@@ -76,7 +78,7 @@ def read_split(directory: str) -> ReadSplit:
                 assert ext not in groups.setdefault(key, {}), f"{m.name} twice"
                 groups[key][ext] = tf.extractfile(m).read()  # type: ignore[union-attr]
     out.keys = len(groups)
-    for key, g in groups.items():
+    for g in groups.values():
         meta = json.loads(g["json"])
         assert meta["path"] not in out.samples, f"{meta['path']} is two samples"
         out.samples[meta["path"]] = (meta["class"], image_id(mean_colour(g["jpg"])), int(g["cls"]))
@@ -124,8 +126,15 @@ def parse_listing(kind: str, text: str) -> tuple[list[str], list[tuple[int, Any]
     return header, out
 
 
-def reference_listing(kind: str, text: str, root: str, name: str, ids: dict[str, int | None], split_col: str | None,
-                      label_type: str = "auto") -> Expected:
+def reference_listing(
+    kind: str,
+    text: str,
+    root: str,
+    name: str,
+    ids: dict[str, int | None],
+    split_col: str | None,
+    label_type: str = "auto",
+) -> Expected:
     """The outcome the README promises for the listing ``text`` (file ``name``) of images below ``root``.
 
     ``ids``: real path of each existing file -> its image id (``None``: a file that is not an image).
@@ -194,7 +203,7 @@ def reference_listing(kind: str, text: str, root: str, name: str, ids: dict[str,
         exp.classes = [str(i) for i in range(max(good, default=-1) + 1)]
         names = {p: str(v) for p, v in values.items() if v >= 0}
     kept = 0
-    for ident, label, split, real in pending:
+    for ident, _label, split, real in pending:
         if ident not in names:
             exp.skipped.append((ident, "bad_label", split))
         elif real not in ids:

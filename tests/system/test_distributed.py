@@ -15,8 +15,9 @@ import sys
 from collections import Counter
 
 import pytest
-from tests.support.faults import free_port
+
 from tests.support.data import write_dataset
+from tests.support.faults import free_port
 from tests.support.repo import ROOT
 
 pytestmark = pytest.mark.slow
@@ -25,14 +26,23 @@ EXAMPLE = os.path.join(ROOT, "examples", "train_ddp.py")
 TIMEOUT = 180
 
 
-def torchrun(nproc: int, args: list[str], *, nnodes: int = 1, node_rank: int = 0, port: int | None = None, wait: bool = True):
+def torchrun(
+    nproc: int, args: list[str], *, nnodes: int = 1, node_rank: int = 0, port: int | None = None, wait: bool = True
+):
     port = port or free_port()
     cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=shardkit-test",
-        f"--node-rank={node_rank}", "--monitor-interval=0.5",
-        EXAMPLE, *args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=shardkit-test",
+        f"--node-rank={node_rank}",
+        "--monitor-interval=0.5",
+        EXAMPLE,
+        *args,
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
@@ -56,14 +66,29 @@ def read_logs(log_dir: str) -> dict[int, list[dict]]:
     """rank -> steps; each step's "keys" turned into the sample numbers of tests.support.data (k000012 -> 12)."""
     out = {}
     for name in sorted(os.listdir(log_dir)):
-        rank = int(name[len("rank"):-len(".jsonl")])
+        rank = int(name[len("rank") : -len(".jsonl")])
         with open(os.path.join(log_dir, name)) as f:
             out[rank] = [dict(s, keys=[int(k[1:]) for k in s["keys"]]) for s in map(json.loads, f)]
     return out
 
 
 def data_args(ds_url: str, log_dir: str, *extra: str) -> list[str]:
-    return ["--data", ds_url, "--epochs", "1", "--batch-size", "4", "--image-size", "32", "--workers", "2", "--no-train", "--log-ids", log_dir, *extra]
+    return [
+        "--data",
+        ds_url,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--image-size",
+        "32",
+        "--workers",
+        "2",
+        "--no-train",
+        "--log-ids",
+        log_dir,
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("nproc,num_samples,shard_size", [(2, 48, 6), (3, 50, 7), (3, 5, 5)])

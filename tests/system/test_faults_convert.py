@@ -16,11 +16,11 @@ import sys
 import time
 
 import pytest
-from tests.support.data import tree_digests
-from tests.support.probes import wait_for
 
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.format.manifest import load_manifest
+from tests.support.data import tree_digests
+from tests.support.probes import wait_for
 
 ARGS = ["--short-side", "48", "--shard-size", "8", "--workers", "1", "--quiet", "--seed", "3"]
 
@@ -31,8 +31,14 @@ def shards_and_manifest(root: str) -> dict[str, str]:
 
 
 def _convert(src: str, dest: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "shardkit", "convert", src, dest, *ARGS], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "shardkit", "convert", src, dest, *ARGS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kw,
+    )
 
 
 def _tars(dest: str) -> int:
@@ -75,7 +81,7 @@ def test_killed_at_random_points_then_rerun_is_byte_identical(src, clean, tmp_pa
     for target in sorted(rng.sample(range(2, 45), 4)):  # kill once this many shards exist, plus a random few ms
         p = _convert(src, dest)
         try:
-            wait_for(lambda: _tars(split) >= target or p.poll() is not None, 60, interval=0.002)
+            wait_for(lambda target=target, p=p: _tars(split) >= target or p.poll() is not None, 60, interval=0.002)
             time.sleep(rng.uniform(0, 0.03))
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)  # the whole job: main process and its encoders
@@ -85,7 +91,9 @@ def test_killed_at_random_points_then_rerun_is_byte_identical(src, clean, tmp_pa
                 os.killpg(p.pid, signal.SIGKILL)
             p.communicate(timeout=30)
         # what a reader can see at any moment: complete shards only, and no manifest before the end
-        assert not any(f.endswith((".part", ".tmp")) or f.startswith(".tmp-") for f in os.listdir(split) if not f.startswith("_"))
+        assert not any(
+            f.endswith((".part", ".tmp")) or f.startswith(".tmp-") for f in os.listdir(split) if not f.startswith("_")
+        )
         for name, digest in shards_and_manifest(split).items():
             if name.endswith(".tar"):
                 assert digest == shards_and_manifest(clean).get(name), f"{name} differs from the uninterrupted run"

@@ -13,16 +13,25 @@ import threading
 import time
 
 import pytest
-from tests.support.faults import FaultProxy, free_port
-from tests.support.probes import wait_for
-from tests.support.data import write_dataset
 
 import shardkit
 from shardkit.errors import ManifestError, StorageError
 from shardkit.storage.retry import RetryingFile, backend_options, is_transient
+from tests.support.data import write_dataset
+from tests.support.faults import FaultProxy, free_port
+from tests.support.probes import wait_for
 
 BLOCK = 8192  # small read-ahead blocks: each shard takes several range requests
-KW = dict(batch_size=5, size=16, pin_memory=False, with_keys=True, multiprocessing_context="fork", block_size=BLOCK, shuffle_buffer=5, shuffle_initial=5)
+KW = dict(
+    batch_size=5,
+    size=16,
+    pin_memory=False,
+    with_keys=True,
+    multiprocessing_context="fork",
+    block_size=BLOCK,
+    shuffle_buffer=5,
+    shuffle_initial=5,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +76,14 @@ def test_retry_resumes_at_the_failed_offset_not_the_start():
     data = bytes(range(256)) * 40
     open_fn, log, opens = _flaky(data, fail_at={3, 4})
     seen = []
-    f = RetryingFile("s3://b/x.tar", open_fn, max_retries=5, retry_budget_s=10, on_retry=lambda u, o, e: seen.append(o), sleep=lambda s: None)
+    f = RetryingFile(
+        "s3://b/x.tar",
+        open_fn,
+        max_retries=5,
+        retry_budget_s=10,
+        on_retry=lambda u, o, e: seen.append(o),
+        sleep=lambda s: None,
+    )
     out = f.read(1000) + f.read(1000)
     f.seek(5000)
     out += f.read(3000)  # fails twice (reads 3 and 4), then succeeds on a fresh file
@@ -79,9 +95,13 @@ def test_retry_resumes_at_the_failed_offset_not_the_start():
 
 def test_gives_up_after_max_retries_naming_url_and_offset():
     open_fn, _, _ = _flaky(b"x" * 100, fail_at=set(range(2, 100)))
-    f = RetryingFile("s3://bucket/ds/train-000003.tar", open_fn, max_retries=3, retry_budget_s=100, sleep=lambda s: None)
+    f = RetryingFile(
+        "s3://bucket/ds/train-000003.tar", open_fn, max_retries=3, retry_budget_s=100, sleep=lambda s: None
+    )
     f.read(10)
-    with pytest.raises(StorageError, match=r"s3://bucket/ds/train-000003.tar: read at byte 10 still failing after 3 retries"):
+    with pytest.raises(
+        StorageError, match=r"s3://bucket/ds/train-000003.tar: read at byte 10 still failing after 3 retries"
+    ):
         f.read(10)
 
 
@@ -105,7 +125,9 @@ def test_outage_longer_than_budget_is_a_bounded_error():
     late = 0.05  # a sleep may wake up a little late on a busy machine
     assert len(starts) > 2 and all(t < first + budget + late for t in starts), (first, starts)
     assert ends[-1] - first >= budget  # not given up early
-    assert raised - ends[-1] < 0.25, raised - ends[-1]  # the error comes right after the last attempt (no sleep after it)
+    assert raised - ends[-1] < 0.25, (
+        raised - ends[-1]
+    )  # the error comes right after the last attempt (no sleep after it)
     spent = float(re.search(r"over ([\d.]+) s", str(info.value)).group(1))  # as reported, rounded to 0.1 s
     assert budget - 0.05 <= spent <= budget + (ends[-1] - starts[-1]) + late + 0.05, spent
 
@@ -201,7 +223,11 @@ def test_flaky_endpoint_every_sample_once_with_retries_counted(remote_ds, s3_end
         outcomes = proxy.outcomes()
         gets = _ranges(proxy, "/ds/train-")
     assert sorted(keys) == sorted(ds.keys)  # every sample exactly once
-    assert outcomes.get("500", 0) + outcomes.get("503", 0) > 0 and outcomes.get("reset", 0) > 0 and outcomes.get("cut", 0) > 0
+    assert (
+        outcomes.get("500", 0) + outcomes.get("503", 0) > 0
+        and outcomes.get("reset", 0) > 0
+        and outcomes.get("cut", 0) > 0
+    )
     assert loader.stats.retries > 0 and loader.stats.skipped == 0
     assert all(start is not None for _, start, _, _ in gets), "a shard was fetched without a range request"
     # no shard is re-read from its start: the bytes fetched successfully stay close to the shard's size
@@ -217,8 +243,15 @@ def test_outage_mid_epoch_resumes_at_offset(remote_ds, s3_endpoint):
     """The endpoint goes down for ~2 s in the middle of a shard (longer than s3fs's own retries), then comes back."""
     ds, bucket, opts = remote_ds
     with FaultProxy(s3_endpoint, seed=0) as proxy:
-        loader = shardkit.load(f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=0, shuffle=False,
-                               max_retries=100, retry_budget_s=30, **KW)
+        loader = shardkit.load(
+            f"s3://{bucket}/ds",
+            storage_options=_via(proxy, opts),
+            num_workers=0,
+            shuffle=False,
+            max_retries=100,
+            retry_budget_s=30,
+            **KW,
+        )
         keys, outage = [], None
         for i, (_, _, ks) in enumerate(loader):
             keys += ks
@@ -241,7 +274,9 @@ def test_outage_mid_epoch_resumes_at_offset(remote_ds, s3_endpoint):
 def _assert_each_byte_fetched_once(gets, shards) -> None:
     """The successful range requests of every shard tile it from byte 0: no byte fetched twice, none missing."""
     for s in shards:
-        ranges = sorted((start, min(end, s.bytes - 1)) for p, start, end, o in gets if p.endswith("/" + s.name) and o == "ok")
+        ranges = sorted(
+            (start, min(end, s.bytes - 1)) for p, start, end, o in gets if p.endswith("/" + s.name) and o == "ok"
+        )
         assert ranges and ranges[0][0] == 0, (s.name, ranges)
         for (_, e0), (s1, _) in zip(ranges, ranges[1:]):
             assert s1 == e0 + 1, (s.name, "overlap or gap", ranges)  # an overlap is a re-read
@@ -252,15 +287,27 @@ def _assert_each_byte_fetched_once(gets, shards) -> None:
 def test_endpoint_down_longer_than_budget_raises_naming_url(remote_ds, s3_endpoint):
     ds, bucket, opts = remote_ds
     with FaultProxy(s3_endpoint, seed=0) as proxy:
-        loader = shardkit.load(f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=2, max_retries=1000, retry_budget_s=1.5, **KW)
+        loader = shardkit.load(
+            f"s3://{bucket}/ds",
+            storage_options=_via(proxy, opts),
+            num_workers=2,
+            max_retries=1000,
+            retry_budget_s=1.5,
+            **KW,
+        )
         it = iter(loader)
         next(it)
         proxy.down()
         t = time.monotonic()
-        with pytest.raises(StorageError, match=rf"s3://{bucket}/ds/train-\d+\.tar: read at byte \d+ still failing .*raise max_retries / retry_budget_s") as info:
+        with pytest.raises(
+            StorageError,
+            match=rf"s3://{bucket}/ds/train-\d+\.tar: read at byte \d+ still failing .*raise max_retries / retry_budget_s",
+        ) as info:
             for _ in it:
                 pass
-        assert time.monotonic() - t < 20  # not a hang (the exact bound: test_outage_longer_than_budget_is_a_bounded_error)
+        assert (
+            time.monotonic() - t < 20
+        )  # not a hang (the exact bound: test_outage_longer_than_budget_is_a_bounded_error)
     spent = float(re.search(r"over ([\d.]+) s", str(info.value)).group(1))
     assert spent >= 1.5 - 0.05, str(info.value)  # given up by the budget, not early
 
@@ -270,8 +317,12 @@ def test_botocore_does_not_retry_behind_our_back(remote_ds, s3_endpoint):
     """Counted on the wire: the one failed request is the one retry the loader counts (botocore sent it once)."""
     ds, bucket, opts = remote_ds
     with FaultProxy(s3_endpoint) as proxy:
-        proxy.fail("/ds/train-000002.tar", "500", times=1, method="GET")  # InternalError: botocore would retry it, s3fs does not
-        loader = shardkit.load(f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=0, shuffle=False, **KW)
+        proxy.fail(
+            "/ds/train-000002.tar", "500", times=1, method="GET"
+        )  # InternalError: botocore would retry it, s3fs does not
+        loader = shardkit.load(
+            f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=0, shuffle=False, **KW
+        )
         keys = [k for _, _, ks in loader for k in ks]
         log = list(proxy.log)
     assert keys == ds.keys
@@ -294,8 +345,14 @@ def test_missing_and_denied_objects_are_not_retried(remote_ds, s3_endpoint):
         with FaultProxy(s3_endpoint) as proxy:
             if inject:
                 proxy.fail(f"/ds/{name}", inject)
-            loader = shardkit.load(f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=0, shuffle=False,
-                                   max_retries=max_retries, **KW)
+            loader = shardkit.load(
+                f"s3://{bucket}/ds",
+                storage_options=_via(proxy, opts),
+                num_workers=0,
+                shuffle=False,
+                max_retries=max_retries,
+                **KW,
+            )
             with pytest.raises(StorageError, match=rf"{name}: (not found|cannot read \(PermissionError)"):
                 list(loader)
             assert loader.stats.retries == 0
@@ -317,13 +374,26 @@ def test_moto_server_stopped_and_restarted_mid_epoch(tmp_path):
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
-    opts = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}, "key": "testing", "secret": "testing", "skip_instance_cache": True}
+    opts = {
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"},
+        "key": "testing",
+        "secret": "testing",
+        "skip_instance_cache": True,
+    }
     try:
         ds = write_dataset(str(tmp_path / "ds"), num_samples=40, shard_size=10, size=(64, 48))
         fs = s3fs.S3FileSystem(**opts)
         fs.mkdir("restart-bucket")
         fs.put(ds.url + "/", "restart-bucket/ds/", recursive=True)
-        loader = shardkit.load("s3://restart-bucket/ds", storage_options=opts, num_workers=0, shuffle=False, max_retries=100, retry_budget_s=30, **KW)
+        loader = shardkit.load(
+            "s3://restart-bucket/ds",
+            storage_options=opts,
+            num_workers=0,
+            shuffle=False,
+            max_retries=100,
+            retry_budget_s=30,
+            **KW,
+        )
         keys = []
         for i, (_, _, ks) in enumerate(loader):
             keys += ks
@@ -387,8 +457,12 @@ def test_http_missing_shard_is_not_found_at_once_while_a_503_is_retried(tmp_path
     kw = {k: v for k, v in KW.items() if k != "shuffle_buffer"}
     with FaultProxy(base) as proxy:
         proxy.fail("/ds/train-000000.tar", "503", times=2)  # the probe of shard 0 (HEAD, then GET) answers 503
-        loader = shardkit.load(f"{proxy.url}/ds", num_workers=0, shuffle=False, cache_dir=str(tmp_path / "cache"), max_retries=3, **kw)
-        with pytest.raises(StorageError, match="train-000001.tar: not found"):  # the local server has no range requests: cache
+        loader = shardkit.load(
+            f"{proxy.url}/ds", num_workers=0, shuffle=False, cache_dir=str(tmp_path / "cache"), max_retries=3, **kw
+        )
+        with pytest.raises(
+            StorageError, match="train-000001.tar: not found"
+        ):  # the local server has no range requests: cache
             list(loader)
         log = list(proxy.log)
     shard0 = [r.outcome for r in log if r.path.endswith("/train-000000.tar")]

@@ -15,14 +15,14 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from tests.support.data import jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
-from tests.support.probes import run_fresh
 from PIL import Image
 
 import shardkit
 from shardkit.errors import DataError
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
+from tests.support.data import jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
+from tests.support.probes import run_fresh
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
 
@@ -66,7 +66,9 @@ def test_truncated_shard_delivers_prefix_once_and_counts_the_rest(ds, tmp_path, 
         first = [m for m in msgs if "samples after it are skipped" in m]
         assert len(first) == 1 and "train-000002.tar" in first[0] and f"damaged tar at byte {where}:" in first[0], msgs
         assert len(msgs) == 1 + len(lost)  # and one line per skipped sample, with the same reason
-    strict = shardkit.load(ds.url, batch_size=4, num_workers=num_workers, strict=True, shuffle=False, check_sizes=False, **SMALL)
+    strict = shardkit.load(
+        ds.url, batch_size=4, num_workers=num_workers, strict=True, shuffle=False, check_sizes=False, **SMALL
+    )
     with pytest.raises(DataError, match=r"train-000002.tar: damaged tar at byte \d+"):
         list(strict)
 
@@ -98,7 +100,9 @@ def test_flipped_bytes_inside_an_image_found_by_verify(ds, capsys):
         f.seek(data + 400)
         f.write(bytes(200))
     keys = _keys(shardkit.load(ds.url, batch_size=5, num_workers=0, with_keys=True, **SMALL))
-    assert len(keys) in (39, 40) and len(set(keys)) == len(keys)  # decoded with damage, or skipped: never twice, never a crash
+    assert len(keys) in (39, 40) and len(set(keys)) == len(
+        keys
+    )  # decoded with damage, or skipped: never twice, never a crash
     assert main(["verify", ds.url, "--quick"]) == 1  # problems found (not 2: an error)
     assert "train-000003.tar" in capsys.readouterr().out
 
@@ -120,7 +124,9 @@ def _png_bomb() -> bytes:
 
     ihdr = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
     chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))  # noqa: E731
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 1000)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 1000)) + chunk(b"IEND", b"")
+    )
 
 
 def _cmyk() -> bytes:
@@ -161,7 +167,7 @@ def test_hostile_images_skipped_or_decoded_never_a_crash(tmp_path, preset):
     root = write_raw_dataset(str(tmp_path / "ds"), [(tar_bytes(members), 2 * len(names))], ["a"])
     loader = shardkit.load(root, batch_size=4, num_workers=2, preset=preset, with_keys=True, **SMALL)
     got = []
-    for imgs, labels, keys in loader:
+    for imgs, _labels, keys in loader:
         assert imgs.dtype.is_floating_point is False and imgs.shape[1:] == (3, 16, 16)
         got += keys
     every = [f"{n}_{i}" for i, n in enumerate(names * 2)]

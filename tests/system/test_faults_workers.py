@@ -12,17 +12,19 @@ import signal
 import time
 
 import pytest
-from tests.support.probes import dataloader_workers, wait_for
-from tests.support.data import write_dataset
 
 import shardkit
+from tests.support.data import write_dataset
+from tests.support.probes import dataloader_workers, wait_for
 
 KW = dict(batch_size=4, size=16, pin_memory=False, with_keys=True, shuffle_buffer=8, shuffle_initial=8)
 
 
 @pytest.fixture(scope="module")
 def ds(tmp_path_factory):
-    return write_dataset(str(tmp_path_factory.mktemp("w") / "ds"), num_samples=96, shard_size=12, size=(32, 24), distinct_images=2)
+    return write_dataset(
+        str(tmp_path_factory.mktemp("w") / "ds"), num_samples=96, shard_size=12, size=(32, 24), distinct_images=2
+    )
 
 
 @pytest.mark.slow
@@ -39,7 +41,9 @@ def test_killed_worker_is_a_clear_error_within_seconds_then_resume(ds, context):
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)
     t = time.monotonic()
-    with pytest.raises(RuntimeError, match=rf"DataLoader worker \(pid {workers[0]} \(killed by SIGKILL\)\) died mid-epoch"):
+    with pytest.raises(
+        RuntimeError, match=rf"DataLoader worker \(pid {workers[0]} \(killed by SIGKILL\)\) died mid-epoch"
+    ):
         for _, _, ks in it:
             keys += ks
     assert time.monotonic() - t < 10
@@ -73,7 +77,9 @@ def test_error_in_a_worker_does_not_leave_a_broken_loader(ds, tmp_path):
 
     root = str(tmp_path / "copy")
     shutil.copytree(ds.url, root)
-    loader = shardkit.load(root, num_workers=2, multiprocessing_context="fork", persistent_workers=True, shuffle=False, **KW)
+    loader = shardkit.load(
+        root, num_workers=2, multiprocessing_context="fork", persistent_workers=True, shuffle=False, **KW
+    )
     victim = os.path.join(root, "train-000007.tar")
     saved = open(victim, "rb").read()
     os.unlink(victim)

@@ -8,9 +8,6 @@ evicting shard cache the cache stays under its limit.
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
 from tools.soak import soak
@@ -20,7 +17,16 @@ from tools.soak import soak
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("remote", [False, True], ids=["local", "http+evicting-cache"])
 def test_soak_short(remote, tmp_path):
-    r = soak(epochs=6, samples=600, shard_size=25, workers=2, batch_size=16, remote=remote, workdir=str(tmp_path), log=lambda *a: None)
+    r = soak(
+        epochs=6,
+        samples=600,
+        shard_size=25,
+        workers=2,
+        batch_size=16,
+        remote=remote,
+        workdir=str(tmp_path),
+        log=lambda *a: None,
+    )
     assert r.failures == [], r.failures
     # the 2 persistent workers stay alive all along (in a full pytest session multiprocessing may
     # start a helper process of its own, e.g. a resource tracker, so this is a lower bound; that

@@ -8,9 +8,6 @@ a manifest of 100,000 shards loads in under a second, and the loader builds on i
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
 from tools.stress import stress
@@ -19,9 +16,20 @@ from tools.stress import stress
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_stress_short(tmp_path):
-    r = stress(shards=2000, per_shard=2, workers=4, shuffle_buffer=2000, batch_size=64, manifest_shards=100_000,
-               manifest_s=1.0, workdir=str(tmp_path), log=lambda *a: None)
+    r = stress(
+        shards=2000,
+        per_shard=2,
+        workers=4,
+        shuffle_buffer=2000,
+        batch_size=64,
+        manifest_shards=100_000,
+        manifest_s=1.0,
+        workdir=str(tmp_path),
+        log=lambda *a: None,
+    )
     assert r.failures == [], r.failures
     assert r.peak_main_mib > 0 and r.peak_worker_mib > 0  # both were measured
-    assert 0 < r.main_limit_mib < 64 and 0 < r.worker_limit_mib - r.ref_worker_growth_mib < 64  # and the bounds are tight
+    assert (
+        0 < r.main_limit_mib < 64 and 0 < r.worker_limit_mib - r.ref_worker_growth_mib < 64
+    )  # and the bounds are tight
     assert r.manifest_load_s < 1.0 and r.loader_build_s < 1.0

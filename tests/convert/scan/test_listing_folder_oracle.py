@@ -26,11 +26,11 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
-from tests.support.source_reference import Expected, Refused, read_split, reference_listing, write_image
 
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
 from shardkit.convert.scan.discover import discover
 from shardkit.errors import ConvertError
+from tests.support.source_reference import Expected, Refused, read_split, reference_listing, write_image
 
 IMG = ImageOptions(short_side=8)
 #: the conversion job converts a split left with no samples and reports it (another part of issue #21);
@@ -44,8 +44,19 @@ STATS: collections.Counter = collections.Counter()
 
 # files below the shared image root (relative path -> image id; None: a file that is not an image)
 _FILES = {
-    "f0.png": 0, "f1.png": 1, "f2.png": 2, "f3.png": 3, "j4.jpg": 4, "J5.JPEG": 5, "sub/s6.png": 6,
-    "sub/deep/d7.jpg": 7, "a, b.png": 8, 'q"t.png': 9, "名 ü.png": 10, "sp ace.jpg": 11, "broken.jpg": None,
+    "f0.png": 0,
+    "f1.png": 1,
+    "f2.png": 2,
+    "f3.png": 3,
+    "j4.jpg": 4,
+    "J5.JPEG": 5,
+    "sub/s6.png": 6,
+    "sub/deep/d7.jpg": 7,
+    "a, b.png": 8,
+    'q"t.png': 9,
+    "名 ü.png": 10,
+    "sp ace.jpg": 11,
+    "broken.jpg": None,
 }
 _LINKS = {"link0.png": "f0.png", "subalias": "sub"}  # symlinks below the root
 _OUTSIDE = "o12.png"  # an image outside the root, listed by its absolute path (id 12)
@@ -106,9 +117,12 @@ def listings(draw):
             path = draw(st.sampled_from(["", "   ", "../f0.png", "{outside}"]))
         else:
             path = draw(st.sampled_from(_SPELLINGS[:-1] if draw(st.booleans()) else ["{r}"])).replace(
-                "{r}", draw(st.sampled_from(pool)))
+                "{r}", draw(st.sampled_from(pool))
+            )
         if kind == "jsonl" and _rare(draw, 6):
-            label = draw(st.sampled_from(_JSON_ODD + [int(v) for v in _CSV_LABELS["indices"] if v.strip().lstrip("+").isdigit()]))
+            label = draw(
+                st.sampled_from(_JSON_ODD + [int(v) for v in _CSV_LABELS["indices"] if v.strip().lstrip("+").isdigit()])
+            )
         elif _rare(draw, 8):
             label = draw(st.sampled_from(_ODD))
         else:
@@ -116,8 +130,12 @@ def listings(draw):
         split = draw(st.sampled_from(["", "train", "val", "test"])) if split_col else None
         ragged = 0 if kind == "jsonl" or not _rare(draw, 6) else draw(st.sampled_from([-1, 1]))
         rows.append((path, label, split, ragged))
-    fmt = {"bom": draw(st.booleans()), "crlf": draw(st.booleans()), "quote_all": draw(st.booleans()),
-           "dup_header": kind != "jsonl" and _rare(draw, 20)}
+    fmt = {
+        "bom": draw(st.booleans()),
+        "crlf": draw(st.booleans()),
+        "quote_all": draw(st.booleans()),
+        "dup_header": kind != "jsonl" and _rare(draw, 20),
+    }
     return kind, rows, split_col, label_type, fmt
 
 
@@ -136,8 +154,12 @@ def _render(kind: str, rows: list, split_col: bool, fmt: dict, root: str, outsid
         text = end.join(out) + end
     else:
         buf = io.StringIO()
-        w = csv.writer(buf, delimiter="\t" if kind == "tsv" else ",", lineterminator=end,
-                       quoting=csv.QUOTE_ALL if fmt["quote_all"] else csv.QUOTE_MINIMAL)
+        w = csv.writer(
+            buf,
+            delimiter="\t" if kind == "tsv" else ",",
+            lineterminator=end,
+            quoting=csv.QUOTE_ALL if fmt["quote_all"] else csv.QUOTE_MINIMAL,
+        )
         header = ["path", "label"] + (["part"] if split_col else [])
         w.writerow(header + (["label"] if fmt["dup_header"] else []))
         for path, label, split, ragged in rows:
@@ -154,10 +176,14 @@ def _check_scan(source, exp: Expected) -> None:
     got_splits = {s.name: s for s in source.splits}
     assert sorted(got_splits) == exp.splits()
     for name, s in got_splits.items():
-        want_files = sorted(list(exp.samples.get(name, {})) + [p for p, r, sp in exp.skipped if sp == name and r in read_time
-                                                               and not re.search(r"\.\w+:\d+$", p)])
+        want_files = sorted(
+            list(exp.samples.get(name, {}))
+            + [p for p, r, sp in exp.skipped if sp == name and r in read_time and not re.search(r"\.\w+:\d+$", p)]
+        )
         assert sorted(f.relpath for f in s.files) == want_files
-        want_skips = sorted((p, r) for p, r, sp in exp.skipped if sp == name and (r not in read_time or re.search(r"\.\w+:\d+$", p)))
+        want_skips = sorted(
+            (p, r) for p, r, sp in exp.skipped if sp == name and (r not in read_time or re.search(r"\.\w+:\d+$", p))
+        )
         assert sorted((p, r.value) for p, r, _ in s.skipped) == want_skips
         for f in s.files:
             if f.relpath in exp.samples.get(name, {}):
@@ -170,7 +196,9 @@ def _check_converted(result, exp: Expected) -> None:
     for name in exp.splits():
         res = by_name[name]
         want_skips = sorted((p, r) for p, r, sp in exp.skipped if sp == name)
-        if not exp.samples.get(name) and not res.written:  # no sample found by the scan: not written, reported with its skips
+        if (
+            not exp.samples.get(name) and not res.written
+        ):  # no sample found by the scan: not written, reported with its skips
             assert res.converted == 0 and res.skipped_reasons == dict(collections.Counter(r for _, r in want_skips))
             assert sorted((f.path, f.reason) for f in res.skipped_files) == want_skips
             continue
@@ -188,14 +216,53 @@ _F = {"bom": False, "crlf": False, "quote_all": False, "dup_header": False}
 def _examples(fn):
     """Explicit cases, run before the generated ones: each refusal, every skip reason, two splits with a ragged row."""
     cases = [
-        ("csv", [("f0.png", "cat", None, 0), ("{root}/f0.png", "dog", None, 0), ("link0.png", "dog", None, 0),
-                 ("./f1.png", "dog", None, 0), ("f1.png", "cat", None, 0), ("j4.jpg", "", None, 0), ("broken.jpg", "cat", None, 0),
-                 ("missing.png", "cat", None, 0), ("", "cat", None, 0), ("f2.png", "cat", None, 1)], False, "auto", _F),
-        ("csv", [("f0.png", "cat", "train", 0), ("f1.png", "dog", "val", 0), ("f2.png", "dog", "val", -1)], True, "auto", _F),
-        ("tsv", [("a, b.png", "1", "", 0), ('q"t.png', "0", "test", 0), ("f3.png", "2", "val", 1)], True, "auto",
-         {"bom": True, "crlf": True, "quote_all": True, "dup_header": False}),
-        ("jsonl", [("f0.png", True, None, 0), ("f1.png", 2.5, None, 0), ("f2.png", [], None, 0), ("f3.png", [0, 1], None, 0),
-                   ("j4.jpg", 0, None, 0), ("J5.JPEG", "1", None, 0), ("{outside}", 1, None, 0)], False, "auto", _F),
+        (
+            "csv",
+            [
+                ("f0.png", "cat", None, 0),
+                ("{root}/f0.png", "dog", None, 0),
+                ("link0.png", "dog", None, 0),
+                ("./f1.png", "dog", None, 0),
+                ("f1.png", "cat", None, 0),
+                ("j4.jpg", "", None, 0),
+                ("broken.jpg", "cat", None, 0),
+                ("missing.png", "cat", None, 0),
+                ("", "cat", None, 0),
+                ("f2.png", "cat", None, 1),
+            ],
+            False,
+            "auto",
+            _F,
+        ),
+        (
+            "csv",
+            [("f0.png", "cat", "train", 0), ("f1.png", "dog", "val", 0), ("f2.png", "dog", "val", -1)],
+            True,
+            "auto",
+            _F,
+        ),
+        (
+            "tsv",
+            [("a, b.png", "1", "", 0), ('q"t.png', "0", "test", 0), ("f3.png", "2", "val", 1)],
+            True,
+            "auto",
+            {"bom": True, "crlf": True, "quote_all": True, "dup_header": False},
+        ),
+        (
+            "jsonl",
+            [
+                ("f0.png", True, None, 0),
+                ("f1.png", 2.5, None, 0),
+                ("f2.png", [], None, 0),
+                ("f3.png", [0, 1], None, 0),
+                ("j4.jpg", 0, None, 0),
+                ("J5.JPEG", "1", None, 0),
+                ("{outside}", 1, None, 0),
+            ],
+            False,
+            "auto",
+            _F,
+        ),
         ("csv", [("f0.png", "cat", None, 0)], False, "auto", {**_F, "dup_header": True}),
         ("csv", [("f0.png", "cat", None, 0), ("../f0.png", "cat", None, 0)], False, "auto", _F),
         ("csv", [("f0.png", "1", None, 0), ("f1.png", "2", None, 0)], False, "auto", _F),
@@ -214,7 +281,12 @@ def test_listing_oracle(images, tmp_path):
     outside = os.path.join(os.path.dirname(root), _OUTSIDE)
     STATS.clear()
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **_SETTINGS)
+    @settings(
+        max_examples=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        **_SETTINGS,
+    )
     @given(listings())
     @_examples
     def run(case):
@@ -230,7 +302,9 @@ def test_listing_oracle(images, tmp_path):
             STATS["listings"] += 1
             STATS["rows"] += len(rows)
             try:
-                exp = reference_listing(kind, text, root, f"list.{kind}", ids, "part" if split_col else None, label_type)
+                exp = reference_listing(
+                    kind, text, root, f"list.{kind}", ids, "part" if split_col else None, label_type
+                )
             except Refused as why:
                 STATS[f"refused: {why.args[0]}"] += 1
                 with pytest.raises(ConvertError) as err:
@@ -298,24 +372,31 @@ def _build(src: str, files: dict, aliases: dict, links: dict) -> dict[str, int]:
     for alias, target in aliases.items():
         os.symlink(target, os.path.join(src, alias))
     for link, target in links.items():
-        os.symlink(os.path.relpath(os.path.join(src, target), os.path.dirname(os.path.join(src, link))), os.path.join(src, link))
+        os.symlink(
+            os.path.relpath(os.path.join(src, target), os.path.dirname(os.path.join(src, link))),
+            os.path.join(src, link),
+        )
     return ids
 
 
 def _folder_reference(files: dict, aliases: dict, links: dict, ids: dict, regex: re.Pattern | None) -> tuple:
     """``(samples {path: (class, id)}, skipped [(path, reason)])`` by the README's rules, from the generator's ground truth."""
     samples, skipped = {}, []
-    paths = dict(files)  # every path discovery reaches: real files, file links, and (ImageFolder) an aliased class folder's files
+    paths = dict(
+        files
+    )  # every path discovery reaches: real files, file links, and (ImageFolder) an aliased class folder's files
     paths.update({link: True for link in links})
     if regex is None:
         for alias, target in aliases.items():
-            paths.update({alias + p[len(target):]: img for p, img in list(paths.items()) if p.startswith(target + "/")})
+            paths.update(
+                {alias + p[len(target) :]: img for p, img in list(paths.items()) if p.startswith(target + "/")}
+            )
     real_of = {p: p for p in files}
     real_of.update(links)
     for alias, target in aliases.items():
         for p in list(paths):
             if p.startswith(alias + "/"):
-                rest = target + p[len(alias):]
+                rest = target + p[len(alias) :]
                 real_of[p] = real_of.get(rest, rest)
     for p, img in sorted(paths.items()):
         if regex is None and "/" not in p:
@@ -349,7 +430,9 @@ def test_folder_oracle(tmp_path):
             ids = _build(src, files, aliases, links)
             regex = re.compile(r"^([a-z]+)/") if use_regex else None
             samples, skipped = _folder_reference(files, aliases, links, ids, regex)
-            opts = ConvertOptions(image=IMG, shard_size=3, seed=2, source=SourceOptions(label_regex=regex.pattern if regex else None))
+            opts = ConvertOptions(
+                image=IMG, shard_size=3, seed=2, source=SourceOptions(label_regex=regex.pattern if regex else None)
+            )
             STATS["regex" if regex else "imagefolder"] += 1
             STATS["paths"] += len(samples) + len(skipped)
             if not samples:

@@ -12,9 +12,6 @@ import os
 import shutil
 
 import pytest
-from tests.support.probes import kill_when
-from tests.support.data import split_samples, tree_digests
-from tests.support.data import write_tar_file as _tar
 from PIL import Image
 
 from shardkit.cli import main
@@ -22,6 +19,9 @@ from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, conver
 from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
+from tests.support.data import split_samples, tree_digests
+from tests.support.data import write_tar_file as _tar
+from tests.support.probes import kill_when
 
 IMG = ImageOptions(short_side=16)
 
@@ -50,8 +50,13 @@ def test_imagefolder_and_equivalent_csv_convert_to_identicalsplit_samples(tmp_pa
     listing = _write_csv(str(tmp_path / "train.csv"), ["path", "label"], rows)
     opts = ConvertOptions(image=IMG, shard_size=5, seed=1)
     convert(src, str(tmp_path / "a"), opts, workers=1, quiet=True)
-    r = convert(listing, str(tmp_path / "b"), ConvertOptions(image=IMG, shard_size=5, seed=1, source=SourceOptions(root=src)),
-                workers=1, quiet=True)
+    r = convert(
+        listing,
+        str(tmp_path / "b"),
+        ConvertOptions(image=IMG, shard_size=5, seed=1, source=SourceOptions(root=src)),
+        workers=1,
+        quiet=True,
+    )
     assert r.notes == ["labels read as class names (--label-type name): 3 classes"]
     assert split_samples(str(tmp_path / "a" / "train")) == split_samples(str(tmp_path / "b" / "train"))
     assert _shards(str(tmp_path / "a" / "train")) == _shards(str(tmp_path / "b" / "train"))  # even the shard bytes
@@ -84,8 +89,15 @@ def _odd_listing_data(tmp_path) -> tuple[str, list[list], dict[str, str]]:
         ["broken.jpg", "cat", "train", ""],
     ]
     # line numbers of rows 12, 13, 14, 16 are filled in per listing kind (a CSV has a header line)
-    skips = {"missing.jpg": "missing_file", "3.jpg (list:{12})": "duplicate_path", "0.jpg (list:{13})": "duplicate_path",
-             "7.jpg (list:{14})": "duplicate_path", "nolabel.jpg": "no_label", "list:{16}": "missing_file", "broken.jpg": "not_an_image"}
+    skips = {
+        "missing.jpg": "missing_file",
+        "3.jpg (list:{12})": "duplicate_path",
+        "0.jpg (list:{13})": "duplicate_path",
+        "7.jpg (list:{14})": "duplicate_path",
+        "nolabel.jpg": "no_label",
+        "list:{16}": "missing_file",
+        "broken.jpg": "not_an_image",
+    }
     return root, rows, skips
 
 
@@ -107,7 +119,11 @@ def test_listing_with_odd_rows_every_row_accounted(tmp_path, kind):
     r = convert(listing, dest, opts, workers=1, quiet=True)
     assert r.complete and sorted(s.split for s in r.splits) == ["train", "val"]
     samples = {s: split_samples(os.path.join(dest, s)) for s in ("train", "val")}
-    got = {g["json"]["path"]: (s, g["json"]["class"], g["json"]["photographer"]) for s in samples for g in samples[s].values()}
+    got = {
+        g["json"]["path"]: (s, g["json"]["class"], g["json"]["photographer"])
+        for s in samples
+        for g in samples[s].values()
+    }
     expected = {}
     for p, label, part, who in rows:
         rel = os.path.normpath(p) if p and not p.startswith("/") else p
@@ -121,7 +137,7 @@ def test_listing_with_odd_rows_every_row_accounted(tmp_path, kind):
     with pytest.raises(ConvertError, match=r"--strict"):
         convert(listing, str(tmp_path / "strict"), strict, workers=1, quiet=True)
     for s in samples.values():
-        for key, g in s.items():
+        for _key, g in s.items():
             assert g["cls"] == ["cat", "dog"].index(g["json"]["class"])
     # the same bytes with two workers, and with two tasks + merge
     r2 = convert(listing, str(tmp_path / "w2"), opts, workers=2, quiet=True)
@@ -137,12 +153,16 @@ def test_listing_index_labels_and_bad_labels(tmp_path, capsys):
     files = [f"{c}/{f}" for c in sorted(os.listdir(root)) for f in sorted(os.listdir(os.path.join(root, c)))]
     listing = _write_csv(str(tmp_path / "l.csv"), ["file", "y"], [[f, i % 3] for i, f in enumerate(files)])
     dest = str(tmp_path / "out")
-    rc, out, err = _cli(capsys, listing, dest, "--path-col", "file", "--label-col", "y", "--root", root, "--shard-size", "4")
+    rc, out, err = _cli(
+        capsys, listing, dest, "--path-col", "file", "--label-col", "y", "--root", root, "--shard-size", "4"
+    )
     assert rc == 0, err
     assert "labels read as class indices (--label-type index): 3 classes" in out
     m = load_manifest(os.path.join(dest, "train"))
     assert m.classes == ["0", "1", "2"] and m.class_counts == [2, 2, 2]
-    assert all(g["cls"] == files.index(g["json"]["path"]) % 3 for g in split_samples(os.path.join(dest, "train")).values())
+    assert all(
+        g["cls"] == files.index(g["json"]["path"]) % 3 for g in split_samples(os.path.join(dest, "train")).values()
+    )
     # mixed names and indices: refused in one line, naming both
     mixed = _write_csv(str(tmp_path / "mixed.csv"), ["path", "label"], [[files[0], "3"], [files[1], "cat"]])
     rc, _, err = _cli(capsys, mixed, str(tmp_path / "m"), "--root", root)
@@ -150,7 +170,9 @@ def test_listing_index_labels_and_bad_labels(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
     rc, _, err = _cli(capsys, mixed, str(tmp_path / "m"), "--root", root, "--label-type", "index")
     assert rc == 0, err
-    assert [(s.path, s.reason) for s in load_manifest(str(tmp_path / "m" / "train")).skipped] == [(files[1], "bad_label")]
+    assert [(s.path, s.reason) for s in load_manifest(str(tmp_path / "m" / "train")).skipped] == [
+        (files[1], "bad_label")
+    ]
     rc, _, err = _cli(capsys, mixed, str(tmp_path / "n"), "--root", root, "--label-type", "name")
     assert rc == 0 and load_manifest(str(tmp_path / "n" / "train")).classes == ["3", "cat"]
 
@@ -161,7 +183,9 @@ def test_bad_listings_are_one_line_errors(tmp_path, capsys):
     assert rc == 2 and "no column 'path' (--path-col); its columns are: filename, category, width" in err
     rc, _, err = _cli(capsys, listing, str(tmp_path / "o"), "--path-col", "filename", "--label-col", "category")
     assert rc == 2 and "column 'width' would overwrite" in err
-    rc, _, err = _cli(capsys, listing, str(tmp_path / "o"), "--path-col", "filename", "--label-col", "category", "--split-col", "s")
+    rc, _, err = _cli(
+        capsys, listing, str(tmp_path / "o"), "--path-col", "filename", "--label-col", "category", "--split-col", "s"
+    )
     assert rc == 2 and "no column 's' (--split-col)" in err
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"path": "a.jpg", "label": "x"}\n{oops\n')
@@ -222,10 +246,17 @@ def test_val_fraction_is_stratified_exact_and_deterministic(tmp_path):
     assert sorted(paths) == sorted(f"{c}/{i}.jpg" for c, n in (("a", 10), ("b", 5), ("c", 1)) for i in range(n))
     convert(src, str(tmp_path / "o2"), opts, workers=2, quiet=True)
     assert tree_digests(str(tmp_path / "o1")) == tree_digests(str(tmp_path / "o2"))
-    other = convert(src, str(tmp_path / "o3"), ConvertOptions(image=IMG, shard_size=4, seed=6, val_fraction=0.3), workers=1, quiet=True)
+    other = convert(
+        src,
+        str(tmp_path / "o3"),
+        ConvertOptions(image=IMG, shard_size=4, seed=6, val_fraction=0.3),
+        workers=1,
+        quiet=True,
+    )
     assert other.complete
     assert {g["json"]["path"] for g in split_samples(str(tmp_path / "o3" / "val")).values()} != {
-        g["json"]["path"] for g in split_samples(str(tmp_path / "o1" / "val")).values()}
+        g["json"]["path"] for g in split_samples(str(tmp_path / "o1" / "val")).values()
+    }
     splits = make_imagefolder(str(tmp_path / "sp"), num_classes=2, per_class=2, splits={"train": 2, "val": 1})
     with pytest.raises(ConvertError, match="--val-fraction needs a source with one split"):
         convert(splits, str(tmp_path / "o4"), opts, workers=1, quiet=True)
@@ -250,8 +281,13 @@ def test_listing_and_images_on_s3(tmp_path, s3):
     assert [(s.path, s.reason) for s in m.skipped] == [("a0/missing.jpg", "missing_file")]
     local = str(tmp_path / "local")
     shutil.copy(listing, os.path.join(src, "..", "list2.csv"))
-    convert(os.path.join(src, "..", "list2.csv"), local, ConvertOptions(image=IMG, shard_size=4, seed=1, source=SourceOptions(root=src)),
-            workers=1, quiet=True)
+    convert(
+        os.path.join(src, "..", "list2.csv"),
+        local,
+        ConvertOptions(image=IMG, shard_size=4, seed=1, source=SourceOptions(root=src)),
+        workers=1,
+        quiet=True,
+    )
     assert split_samples(os.path.join(dest, "train")) == split_samples(os.path.join(local, "train"))
 
 
@@ -272,17 +308,42 @@ def _make_tars(folder: str) -> tuple[str, dict[str, tuple[int, bytes]], dict[str
         for i in range(5):
             key = f"s{t}{i:03d}"
             img = _jpeg(i % 2, 10 * t + i)
-            members[t] += [(f"{key}.jpg", img), (f"{key}.cls", str(i % 2).encode()), (f"{key}.json", json.dumps({"caption": f"c{key}"}).encode())]
+            members[t] += [
+                (f"{key}.jpg", img),
+                (f"{key}.cls", str(i % 2).encode()),
+                (f"{key}.json", json.dumps({"caption": f"c{key}"}).encode()),
+            ]
             good[f"part-{t}.tar/{key}"] = (i % 2, img)
     png = _jpeg(1, 99, "PNG")
-    members[0] += [("x/png1.png", png), ("x/png1.cls", b"1"), ("x/png1.seg.png", b"mask")]  # a key with a folder; seg.png is not png
+    members[0] += [
+        ("x/png1.png", png),
+        ("x/png1.cls", b"1"),
+        ("x/png1.seg.png", b"mask"),
+    ]  # a key with a folder; seg.png is not png
     good["part-0.tar/x/png1"] = (1, png)
-    members[1] += [("noimg.cls", b"0"), ("noimg.txt", b"hi"), ("nolabel.jpg", _jpeg(0, 7)), ("badlabel.jpg", _jpeg(0, 8)),
-                   ("badlabel.cls", b"-1"), ("s1000.jpg", _jpeg(0, 9)), ("s1000.cls", b"0"),  # s1000 again, not adjacent
-                   ("deep.jpg", _jpeg(0, 10)), ("deep.cls", b"0"), ("deep.json", b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
-                   ("broken.jpg", _jpeg(0, 11)), ("broken.cls", b"0"), ("broken.json", b'{"a": ')]
-    skips = {"part-1.tar/noimg": "missing_file", "part-1.tar/nolabel": "no_label", "part-1.tar/badlabel": "bad_label",
-             "part-1.tar/s1000 (again)": "duplicate_path", "part-1.tar/deep": "bad_metadata", "part-1.tar/broken": "bad_metadata"}
+    members[1] += [
+        ("noimg.cls", b"0"),
+        ("noimg.txt", b"hi"),
+        ("nolabel.jpg", _jpeg(0, 7)),
+        ("badlabel.jpg", _jpeg(0, 8)),
+        ("badlabel.cls", b"-1"),
+        ("s1000.jpg", _jpeg(0, 9)),
+        ("s1000.cls", b"0"),  # s1000 again, not adjacent
+        ("deep.jpg", _jpeg(0, 10)),
+        ("deep.cls", b"0"),
+        ("deep.json", b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+        ("broken.jpg", _jpeg(0, 11)),
+        ("broken.cls", b"0"),
+        ("broken.json", b'{"a": '),
+    ]
+    skips = {
+        "part-1.tar/noimg": "missing_file",
+        "part-1.tar/nolabel": "no_label",
+        "part-1.tar/badlabel": "bad_label",
+        "part-1.tar/s1000 (again)": "duplicate_path",
+        "part-1.tar/deep": "bad_metadata",
+        "part-1.tar/broken": "bad_metadata",
+    }
     for t in range(2):
         _tar(os.path.join(folder, f"part-{t}.tar"), members[t])
     return os.path.join(folder, "part-{0..1}.tar"), good, skips
@@ -298,7 +359,11 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
     assert {s.path: s.reason for s in m.skipped} == skips
     samples = split_samples(os.path.join(dest, "train"))
     assert {g["json"]["path"]: g["cls"] for g in samples.values()} == {k: v[0] for k, v in good.items()}
-    assert all(g["json"]["caption"] == "c" + g["json"]["path"].split("/")[-1] for g in samples.values() if "png" not in g["json"]["path"])
+    assert all(
+        g["json"]["caption"] == "c" + g["json"]["path"].split("/")[-1]
+        for g in samples.values()
+        if "png" not in g["json"]["path"]
+    )
     convert(pattern, str(tmp_path / "w2"), opts, workers=2, quiet=True)
     assert tree_digests(dest) == tree_digests(str(tmp_path / "w2"))
     for i in (1, 0):
@@ -318,14 +383,29 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
         assert (g["jpg"] == src) == (not g["json"]["path"].endswith("png1"))
         assert Image.open(__import__("io").BytesIO(g["jpg"])).format == "JPEG"
     # labels from a .json field, as names
-    _tar(str(tmp_path / "named.tar"), [("a.jpg", _jpeg(0, 1)), ("a.json", b'{"animal": "dog", "k": 1}'),
-                                       ("b.jpg", _jpeg(1, 2)), ("b.json", b'{"animal": "cat"}'), ("c.jpg", _jpeg(1, 3))])
-    r = convert(str(tmp_path / "named.tar"), str(tmp_path / "named"), ConvertOptions(image=IMG, shard_size=4, source=SourceOptions(label_json_field="animal")),
-                workers=1, quiet=True)
+    _tar(
+        str(tmp_path / "named.tar"),
+        [
+            ("a.jpg", _jpeg(0, 1)),
+            ("a.json", b'{"animal": "dog", "k": 1}'),
+            ("b.jpg", _jpeg(1, 2)),
+            ("b.json", b'{"animal": "cat"}'),
+            ("c.jpg", _jpeg(1, 3)),
+        ],
+    )
+    r = convert(
+        str(tmp_path / "named.tar"),
+        str(tmp_path / "named"),
+        ConvertOptions(image=IMG, shard_size=4, source=SourceOptions(label_json_field="animal")),
+        workers=1,
+        quiet=True,
+    )
     m = load_manifest(str(tmp_path / "named" / "train"))
     assert m.classes == ["cat", "dog"] and [(s.path, s.reason) for s in m.skipped] == [("named.tar/c", "no_label")]
-    assert {g["json"]["path"]: (g["cls"], g["json"].get("k")) for g in split_samples(str(tmp_path / "named" / "train")).values()} == {
-        "named.tar/a": (1, 1), "named.tar/b": (0, None)}
+    assert {
+        g["json"]["path"]: (g["cls"], g["json"].get("k"))
+        for g in split_samples(str(tmp_path / "named" / "train")).values()
+    } == {"named.tar/a": (1, 1), "named.tar/b": (0, None)}
     rc, _, err = _cli(capsys, str(tmp_path / "in" / "nothing-{0..3}.tar"), str(tmp_path / "x"))
     assert rc == 2 and "matches no tar" in err and len(err.strip().splitlines()) == 1
 
@@ -338,7 +418,9 @@ def test_webdataset_tars_on_s3(tmp_path, s3):
     s3fs.S3FileSystem(**so).put(str(tmp_path / "in"), f"{bucket}/in", recursive=True)
     opts = ConvertOptions(image=IMG, shard_size=4, seed=3)
     convert(pattern, str(tmp_path / "local"), opts, workers=1, quiet=True)
-    convert(f"s3://{bucket}/in/part-{{0..1}}.tar", str(tmp_path / "remote"), opts, workers=1, quiet=True, storage_options=so)
+    convert(
+        f"s3://{bucket}/in/part-{{0..1}}.tar", str(tmp_path / "remote"), opts, workers=1, quiet=True, storage_options=so
+    )
     assert _shards(str(tmp_path / "local" / "train")) == _shards(str(tmp_path / "remote" / "train"))
 
 
@@ -346,10 +428,21 @@ def _hf_dataset(tmp_path):
     datasets = pytest.importorskip("datasets")
     images = [_jpeg(i % 3, i) for i in range(7)] + [_jpeg(0, 50, "PNG"), None]
     labels = [i % 3 for i in range(7)] + [-1, 1]  # -1: no label in a ClassLabel; the last row has no image
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["zebra", "ant", "moth"]),
-                                  "caption": datasets.Value("string")})
-    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} if b else None for b in images], "label": labels,
-                                     "caption": [f"c{i}" for i in range(9)]}, features=features)
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "label": datasets.ClassLabel(names=["zebra", "ant", "moth"]),
+            "caption": datasets.Value("string"),
+        }
+    )
+    ds = datasets.Dataset.from_dict(
+        {
+            "image": [{"bytes": b, "path": None} if b else None for b in images],
+            "label": labels,
+            "caption": [f"c{i}" for i in range(9)],
+        },
+        features=features,
+    )
     return datasets, ds, images
 
 
@@ -367,7 +460,8 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys, monk
     assert [(s.path, s.reason) for s in m.skipped] == [("row-00000007", "no_label"), ("row-00000008", "missing_file")]
     samples = split_samples(os.path.join(dest, "train"))
     assert {g["json"]["path"]: (g["cls"], g["json"]["caption"]) for g in samples.values()} == {
-        f"row-{i:08d}": (i % 3, f"c{i}") for i in range(7)}
+        f"row-{i:08d}": (i % 3, f"c{i}") for i in range(7)
+    }
     # the object API and a DatasetDict (two splits), same samples for the same rows
     convert(ds, str(tmp_path / "obj"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
     assert split_samples(str(tmp_path / "obj" / "train")) == samples
@@ -378,14 +472,18 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys, monk
     rc, _, err = _cli(capsys, f"hf:{path}", str(tmp_path / "x"), "--image-col", "img")
     assert rc == 2 and "no column 'img' (--image-col); its columns are: image, label, caption" in err
     ds.to_parquet(str(tmp_path / "d.parquet"))
-    rc, _, err = _cli(capsys, f"hf:{tmp_path / 'd.parquet'}", str(tmp_path / "pq"), "--shard-size", "3", "--short-side", "16")
+    rc, _, err = _cli(
+        capsys, f"hf:{tmp_path / 'd.parquet'}", str(tmp_path / "pq"), "--shard-size", "3", "--short-side", "16"
+    )
     assert rc == 0, err
     assert split_samples(str(tmp_path / "pq" / "train")) == samples
     # a local dataset repository (data files named by split), as a hub snapshot looks
     os.makedirs(tmp_path / "repo" / "data")
     ds.to_parquet(str(tmp_path / "repo" / "data" / "train-00000-of-00001.parquet"))
     ds.select(range(3)).to_parquet(str(tmp_path / "repo" / "data" / "test-00000-of-00001.parquet"))
-    rc, _, err = _cli(capsys, f"hf:{tmp_path / 'repo'}", str(tmp_path / "repo-out"), "--shard-size", "3", "--short-side", "16")
+    rc, _, err = _cli(
+        capsys, f"hf:{tmp_path / 'repo'}", str(tmp_path / "repo-out"), "--shard-size", "3", "--short-side", "16"
+    )
     assert rc == 0, err
     assert split_samples(str(tmp_path / "repo-out" / "train")) == samples
     assert load_manifest(str(tmp_path / "repo-out" / "test")).num_samples == 3
@@ -395,12 +493,22 @@ def test_info_and_verify_accept_every_source_kind(tmp_path):
     from shardkit.format.verify import info, verify
 
     pattern, _, _ = _make_tars(str(tmp_path / "in"))
-    convert(pattern, str(tmp_path / "copy"), ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=4),
-            workers=1, quiet=True)
+    convert(
+        pattern,
+        str(tmp_path / "copy"),
+        ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=4),
+        workers=1,
+        quiet=True,
+    )
     root, rows, _ = _odd_listing_data(tmp_path)
     listing = _write_csv(str(tmp_path / "l.csv"), ["path", "label", "part", "photographer"], rows)
-    convert(listing, str(tmp_path / "list"), ConvertOptions(image=IMG, shard_size=4, source=SourceOptions(root=root, split_col="part")),
-            workers=1, quiet=True)
+    convert(
+        listing,
+        str(tmp_path / "list"),
+        ConvertOptions(image=IMG, shard_size=4, source=SourceOptions(root=root, split_col="part")),
+        workers=1,
+        quiet=True,
+    )
     for d, splits in (("copy", 1), ("list", 2)):
         report = verify(str(tmp_path / d), quiet=True)
         assert report.ok, report.problems
@@ -421,7 +529,9 @@ def test_conversion_of_a_listing_or_tars_killed_then_rerun_is_byte_identical(tmp
     base = np.asarray(make_image(1, 0, (480, 360)))
     rows, members = [], []
     for i in range(80):
-        Image.fromarray(np.clip(base.astype(np.int16) + i % 7, 0, 255).astype(np.uint8)).save(f"{root}/{i:03d}.jpg", quality=90)
+        Image.fromarray(np.clip(base.astype(np.int16) + i % 7, 0, 255).astype(np.uint8)).save(
+            f"{root}/{i:03d}.jpg", quality=90
+        )
         rows.append([f"{i:03d}.jpg", f"c{i % 3}", f"note {i}"])
         members += [(f"{i:03d}.jpg", open(f"{root}/{i:03d}.jpg", "rb").read()), (f"{i:03d}.cls", str(i % 3).encode())]
     if kind == "listing":
@@ -433,14 +543,30 @@ def test_conversion_of_a_listing_or_tars_killed_then_rerun_is_byte_identical(tmp
         src, args, source = str(tmp_path / "{a,b}.tar"), [], SourceOptions()
     args += ["--short-side", "128", "--shard-size", "6", "--workers", "1", "--quiet"]
     clean = str(tmp_path / "clean")
-    convert(src, clean, ConvertOptions(image=ImageOptions(short_side=128), shard_size=6, source=source), workers=1, quiet=True)
+    convert(
+        src,
+        clean,
+        ConvertOptions(image=ImageOptions(short_side=128), shard_size=6, source=source),
+        workers=1,
+        quiet=True,
+    )
     dest = str(tmp_path / "dest")
-    proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert kill_when(proc, lambda: os.path.exists(os.path.join(dest, "train", "train-000001.tar")), 60), "no shard appeared"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardkit", "convert", src, dest, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    assert kill_when(proc, lambda: os.path.exists(os.path.join(dest, "train", "train-000001.tar")), 60), (
+        "no shard appeared"
+    )
     assert not os.path.exists(os.path.join(dest, "train", "manifest.json")), "the conversion finished before the kill"
-    done = subprocess.run([sys.executable, "-m", "shardkit", "convert", src, dest, *args],
-                          check=True, timeout=120, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "shardkit", "convert", src, dest, *args],
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
     assert "kept" in done.stdout
     assert tree_digests(dest) == tree_digests(clean)
 

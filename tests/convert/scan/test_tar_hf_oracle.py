@@ -53,13 +53,29 @@ IMG = ImageOptions(short_side=8)
 _HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 #: no shrinking unless asked (SHARDKIT_ORACLE_SHRINK=1): the inputs are small enough to read unshrunk, and the mutant
 #: gate (tools/mutants.py) needs the first failure fast, not minimal
-_PHASES = tuple(Phase) if os.environ.get("SHARDKIT_ORACLE_SHRINK") == "1" else (Phase.explicit, Phase.reuse, Phase.generate)
+_PHASES = (
+    tuple(Phase) if os.environ.get("SHARDKIT_ORACLE_SHRINK") == "1" else (Phase.explicit, Phase.reuse, Phase.generate)
+)
 #: the same examples on every run (the gate's verdicts must not depend on luck); SHARDKIT_ORACLE_RANDOM=1 explores anew
 _DERANDOMIZE = os.environ.get("SHARDKIT_ORACLE_RANDOM") != "1"
-TAR_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=_HEALTH, phases=_PHASES, report_multiple_bugs=False,
-                        derandomize=_DERANDOMIZE, database=None if _DERANDOMIZE else settings.default.database)
-HF_SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=_HEALTH, phases=_PHASES, report_multiple_bugs=False,
-                       derandomize=_DERANDOMIZE, database=None if _DERANDOMIZE else settings.default.database)
+TAR_SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=_HEALTH,
+    phases=_PHASES,
+    report_multiple_bugs=False,
+    derandomize=_DERANDOMIZE,
+    database=None if _DERANDOMIZE else settings.default.database,
+)
+HF_SETTINGS = settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=_HEALTH,
+    phases=_PHASES,
+    report_multiple_bugs=False,
+    derandomize=_DERANDOMIZE,
+    database=None if _DERANDOMIZE else settings.default.database,
+)
 
 
 def _image(colour_id: int, fmt: str) -> bytes:
@@ -114,10 +130,25 @@ def _read_converted(result) -> dict[str, dict[str, Any]]:
 # ------------------------------------------------------------------------------------------------ labels
 
 #: raw label text -> what it is: ("index", n), ("name", s), or a skip reason
-_TEXT = {"cat": ("name", "cat"), "dog": ("name", "dog"), " emu ": ("name", "emu"), "0": ("index", 0), "1": ("index", 1),
-         "2": ("index", 2), " 3\n": ("index", 3), "-1": "bad_label", "2.5": "bad_label", "true": "bad_label",
-         "False": "bad_label", "[0,1]": "bad_label", "[]": "no_label", "": "no_label", "null": "no_label", "1e3": "bad_label",
-         '{"a": 1}': "bad_label"}
+_TEXT = {
+    "cat": ("name", "cat"),
+    "dog": ("name", "dog"),
+    " emu ": ("name", "emu"),
+    "0": ("index", 0),
+    "1": ("index", 1),
+    "2": ("index", 2),
+    " 3\n": ("index", 3),
+    "-1": "bad_label",
+    "2.5": "bad_label",
+    "true": "bad_label",
+    "False": "bad_label",
+    "[0,1]": "bad_label",
+    "[]": "no_label",
+    "": "no_label",
+    "null": "no_label",
+    "1e3": "bad_label",
+    '{"a": 1}': "bad_label",
+}
 NAMES, INDICES = ["cat", "dog", " emu "], ["0", "1", "2", " 3\n", "-1"]
 ODD = ["2.5", "true", "False", "[0,1]", "[]", "", "null", "1e3", '{"a": 1}', "-1"]
 
@@ -194,9 +225,19 @@ def tar_inputs(draw):
         members = []
         for block in range(draw(st.integers(0, 6))):
             # a fresh key mostly; a key from a small pool (so repeated, adjacent or not) otherwise
-            key = draw(st.sampled_from(_KEYS)) if draw(st.integers(0, 2)) == 0 else f"k{block}" + draw(st.sampled_from(["", "/x"]))
-            fields = draw(st.lists(st.sampled_from(["jpg", "jpg", "JPG", "png", "garbage", "cls", "json", "txt"]),
-                                   min_size=1, max_size=5, unique=draw(st.booleans())))  # not unique: repeated fields
+            key = (
+                draw(st.sampled_from(_KEYS))
+                if draw(st.integers(0, 2)) == 0
+                else f"k{block}" + draw(st.sampled_from(["", "/x"]))
+            )
+            fields = draw(
+                st.lists(
+                    st.sampled_from(["jpg", "jpg", "JPG", "png", "garbage", "cls", "json", "txt"]),
+                    min_size=1,
+                    max_size=5,
+                    unique=draw(st.booleans()),
+                )
+            )  # not unique: repeated fields
             if draw(st.integers(0, 3)):  # most blocks are whole samples: an image and a label
                 fields += [f for f in (["jpg", "cls" if mode == "cls" else "json"]) if f not in fields]
             for kind in draw(st.permutations(fields)):
@@ -243,7 +284,7 @@ def _write_tars(folder: str, tars: list) -> str:
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
                 tf.addfile(info, io.BytesIO(data))
-    return os.path.join(folder, "t{0..%d}.tar" % (len(tars) - 1)) if len(tars) > 1 else os.path.join(folder, "t0.tar")
+    return os.path.join(folder, f"t{{0..{len(tars) - 1}}}.tar") if len(tars) > 1 else os.path.join(folder, "t0.tar")
 
 
 def reference_tars(folder: str, mode: str) -> dict[str, Any]:
@@ -274,7 +315,9 @@ def reference_tars(folder: str, mode: str) -> dict[str, Any]:
     samples: dict[str, tuple] = {}
     skipped: dict[str, str] = {}
     for g in groups:
-        ident = f"{g['tar']}/{g['key']}" + ("" if not g["again"] else " (again)" if g["again"] == 1 else f" (again {g['again']})")
+        ident = f"{g['tar']}/{g['key']}" + (
+            "" if not g["again"] else " (again)" if g["again"] == 1 else f" (again {g['again']})"
+        )
         f = g["fields"]
         if g["unsafe"] or g["again"]:
             skipped[ident] = "bad_name" if g["unsafe"] else "duplicate_path"
@@ -312,26 +355,74 @@ def reference_tars(folder: str, mode: str) -> dict[str, Any]:
             skipped[ident] = "not_an_image"
             continue
         out[ident] = (_name_of(label), colour)
-    return {"classes": classes, "samples": out, "skipped": skipped, "one_based": _one_based([t for t, _ in samples.values()])}
+    return {
+        "classes": classes,
+        "samples": out,
+        "skipped": skipped,
+        "one_based": _one_based([t for t, _ in samples.values()]),
+    }
 
 
 @TAR_SETTINGS
 @given(data=tar_inputs())
 # issue #21 A1 as written: x.jpg(red) x.cls(0) x.jpg(blue); and a garbage image, a -1 among names, a .json "class" label
-@example(data=("cls", [[("x.jpg", "image", (48, "JPEG")), ("x.cls", "cls", "0"), ("x.jpg", "image", (3, "JPEG")),
-                        ("y.jpg", "garbage", None), ("y.cls", "cls", "1"), ("z.png", "image", (5, "PNG")), ("z.cls", "cls", "1")]]))
-@example(data=("cls", [[("a.jpg", "image", (1, "JPEG")), ("a.cls", "cls", "cat"), ("b.jpg", "image", (2, "JPEG")),
-                        ("b.cls", "cls", "-1"), ("c.jpg", "image", (7, "JPEG")), ("c.cls", "cls", "2.5")]]))
-@example(data=("class", [[("a.jpg", "image", (1, "JPEG")), ("a.json", "json", {"class": "dog"}), ("b.jpg", "image", (9, "JPEG")),
-                          ("b.json", "json", {"class": True}), ("a.jpg", "image", (4, "JPEG"))]]))
+@example(
+    data=(
+        "cls",
+        [
+            [
+                ("x.jpg", "image", (48, "JPEG")),
+                ("x.cls", "cls", "0"),
+                ("x.jpg", "image", (3, "JPEG")),
+                ("y.jpg", "garbage", None),
+                ("y.cls", "cls", "1"),
+                ("z.png", "image", (5, "PNG")),
+                ("z.cls", "cls", "1"),
+            ]
+        ],
+    )
+)
+@example(
+    data=(
+        "cls",
+        [
+            [
+                ("a.jpg", "image", (1, "JPEG")),
+                ("a.cls", "cls", "cat"),
+                ("b.jpg", "image", (2, "JPEG")),
+                ("b.cls", "cls", "-1"),
+                ("c.jpg", "image", (7, "JPEG")),
+                ("c.cls", "cls", "2.5"),
+            ]
+        ],
+    )
+)
+@example(
+    data=(
+        "class",
+        [
+            [
+                ("a.jpg", "image", (1, "JPEG")),
+                ("a.json", "json", {"class": "dog"}),
+                ("b.jpg", "image", (9, "JPEG")),
+                ("b.json", "json", {"class": True}),
+                ("a.jpg", "image", (4, "JPEG")),
+            ]
+        ],
+    )
+)
 def test_tar_source_matches_the_reference(tmp_path_factory, data):
     mode, tars = data
     tmp = tmp_path_factory.mktemp("tars")
     pattern = _write_tars(str(tmp / "in"), tars)
     ref = reference_tars(str(tmp / "in"), mode)
     TALLY.update({"tar examples": 1, "tars": len(tars), "tar members": sum(map(len, tars))})
-    event("tars: refused" if ref.get("error") else "tars: no image decodes" if not ref["samples"] else "tars: converted")
-    opts = ConvertOptions(image=IMG, shard_size=3, source=SourceOptions(label_json_field=None if mode == "cls" else mode))
+    event(
+        "tars: refused" if ref.get("error") else "tars: no image decodes" if not ref["samples"] else "tars: converted"
+    )
+    opts = ConvertOptions(
+        image=IMG, shard_size=3, source=SourceOptions(label_json_field=None if mode == "cls" else mode)
+    )
     if ref.get("error"):  # refused by the source itself, in one line, before anything is written
         from shardkit.convert.scan.tars import scan_tars
 
@@ -349,7 +440,12 @@ def test_tar_source_matches_the_reference(tmp_path_factory, data):
         assert split["classes"] == ref["classes"]
     assert split["samples"] == ref["samples"]
     assert split["skipped"] == ref["skipped"]
-    TALLY.update({"tar samples": len(ref["samples"]), **{f"tar skipped {r}": n for r, n in Counter(ref["skipped"].values()).items()}})
+    TALLY.update(
+        {
+            "tar samples": len(ref["samples"]),
+            **{f"tar skipped {r}": n for r, n in Counter(ref["skipped"].values()).items()},
+        }
+    )
 
 
 # ------------------------------------------------------------------------------------------------ Hugging Face
@@ -370,11 +466,16 @@ def hf_inputs(draw):
         kind = out["train"][0] if pick == 0 else "odd" if pick == 1 else draw(st.sampled_from(kinds))
         kind = draw(st.sampled_from(["float", "bool", "list"])) if kind == "odd" else kind
         values = {
-            "classlabel": st.one_of(st.integers(-1, 2), st.none()), "classlabel_other": st.integers(-1, 2),
+            "classlabel": st.one_of(st.integers(-1, 2), st.none()),
+            "classlabel_other": st.integers(-1, 2),
             "int": st.one_of(st.integers(-1, 3), st.none()),
-            "str": st.one_of(*[st.sampled_from(["ant", "zebra", "bee", " moth "])] * 4,
-                             st.sampled_from(["", None, "[0, 1]", "2.5", "True", "[]"]), st.just("0") if draw(st.integers(0, 4)) == 0 else st.nothing()),
-            "float": st.floats(0, 3, allow_nan=False), "bool": st.booleans(),
+            "str": st.one_of(
+                *[st.sampled_from(["ant", "zebra", "bee", " moth "])] * 4,
+                st.sampled_from(["", None, "[0, 1]", "2.5", "True", "[]"]),
+                st.just("0") if draw(st.integers(0, 4)) == 0 else st.nothing(),
+            ),
+            "float": st.floats(0, 3, allow_nan=False),
+            "bool": st.booleans(),
             "list": st.one_of(st.just([]), st.lists(st.integers(0, 2), max_size=2)),
         }[kind]
         rows = draw(st.integers(1, 6))
@@ -385,9 +486,15 @@ def hf_inputs(draw):
 
 
 def _hf_feature(datasets, kind: str):
-    return {"classlabel": datasets.ClassLabel(names=CL_NAMES), "classlabel_other": datasets.ClassLabel(names=CL_NAMES[::-1]),
-            "int": datasets.Value("int64"), "str": datasets.Value("string"), "float": datasets.Value("float32"),
-            "bool": datasets.Value("bool"), "list": datasets.List(datasets.Value("int64"))}[kind]
+    return {
+        "classlabel": datasets.ClassLabel(names=CL_NAMES),
+        "classlabel_other": datasets.ClassLabel(names=CL_NAMES[::-1]),
+        "int": datasets.Value("int64"),
+        "str": datasets.Value("string"),
+        "float": datasets.Value("float32"),
+        "bool": datasets.Value("bool"),
+        "list": datasets.List(datasets.Value("int64")),
+    }[kind]
 
 
 def _hf_dataset(datasets, splits: dict, as_dict: bool, binary: bool):
@@ -395,10 +502,16 @@ def _hf_dataset(datasets, splits: dict, as_dict: bool, binary: bool):
     for name, (kind, labels, images) in splits.items():
         pngs = [_image(c, "PNG") if c is not None else None for c in images]
         col = pngs if binary else [{"bytes": b, "path": None} if b else None for b in pngs]
-        feats = datasets.Features({"image": datasets.Value("binary") if binary else datasets.Image(),
-                                   "label": _hf_feature(datasets, kind), "caption": datasets.Value("string")})
-        parts[name] = datasets.Dataset.from_dict({"image": col, "label": labels, "caption": [f"c{i}" for i in range(len(labels))]},
-                                                 features=feats)
+        feats = datasets.Features(
+            {
+                "image": datasets.Value("binary") if binary else datasets.Image(),
+                "label": _hf_feature(datasets, kind),
+                "caption": datasets.Value("string"),
+            }
+        )
+        parts[name] = datasets.Dataset.from_dict(
+            {"image": col, "label": labels, "caption": [f"c{i}" for i in range(len(labels))]}, features=feats
+        )
     return datasets.DatasetDict(parts) if as_dict else parts["train"]
 
 
@@ -416,7 +529,7 @@ def reference_hf(splits: dict) -> dict[str, Any]:
     one_based = False
     labelled: dict[str, dict[str, tuple]] = {}
     skipped: dict[str, dict[str, str]] = {}
-    for name, (kind, labels, images) in splits.items():
+    for name, (kind, labels, _images) in splits.items():
         labelled[name], skipped[name] = {}, {}
         for i, v in enumerate(labels):
             row = f"row-{i:08d}"
@@ -425,9 +538,22 @@ def reference_hf(splits: dict) -> dict[str, Any]:
             elif kind == "list":
                 t = "no_label"
             else:
-                t = {" moth ": ("name", "moth"), "ant": ("name", "ant"), "zebra": ("name", "zebra"), "bee": ("name", "bee"),
-                     "0": ("index", 0), "[0, 1]": "bad_label", "2.5": "bad_label", "True": "bad_label", "[]": "no_label",
-                     "": "no_label"}.get(v, "no_label") if not isinstance(v, int) else (("index", v) if v >= 0 else "bad_label")
+                t = (
+                    {
+                        " moth ": ("name", "moth"),
+                        "ant": ("name", "ant"),
+                        "zebra": ("name", "zebra"),
+                        "bee": ("name", "bee"),
+                        "0": ("index", 0),
+                        "[0, 1]": "bad_label",
+                        "2.5": "bad_label",
+                        "True": "bad_label",
+                        "[]": "no_label",
+                        "": "no_label",
+                    }.get(v, "no_label")
+                    if not isinstance(v, int)
+                    else (("index", v) if v >= 0 else "bad_label")
+                )
             if isinstance(t, str):
                 skipped[name][row] = t
             else:
@@ -438,7 +564,10 @@ def reference_hf(splits: dict) -> dict[str, Any]:
         if any(t[0] == "index" for t in everything):  # a digit string next to a ClassLabel
             return {"error": True}
         classes = cl_names + extra
-        named = {name: {row: (cl_names[t[1]] if t[0] == "cl" else t[1]) for row, t in rows.items()} for name, rows in labelled.items()}
+        named = {
+            name: {row: (cl_names[t[1]] if t[0] == "cl" else t[1]) for row, t in rows.items()}
+            for name, rows in labelled.items()
+        }
     else:
         classes = _ref_classes(everything) if everything else []
         if classes is None:
@@ -446,7 +575,7 @@ def reference_hf(splits: dict) -> dict[str, Any]:
         one_based = _one_based(everything)
         named = {name: {row: str(t[1]) for row, t in rows.items()} for name, rows in labelled.items()}
     out: dict[str, Any] = {}
-    for name, (kind, labels, images) in splits.items():
+    for name, (_kind, _labels, images) in splits.items():
         samples = {}
         for row, cname in named[name].items():
             colour = images[int(row[4:])]
@@ -466,8 +595,16 @@ def reference_hf(splits: dict) -> dict[str, Any]:
 @example(data=({"train": ("classlabel", [0, 1, -1], [0, 1, 2]), "test": ("classlabel", [-1, -1], [3, 4])}, True, False))
 @example(data=({"train": ("classlabel", [0, 2], [0, 1]), "test": ("float", [0.0, 1.5], [2, 3])}, True, True))
 @example(data=({"train": ("classlabel", [0, 2], [0, 1]), "test": ("classlabel_other", [1], [2])}, True, False))
-@example(data=({"train": ("classlabel", [0, None, 2], [0, 1, None]), "test": ("str", ["ant", "bee", "[]", "2.5"], [2, 3, 4, 5])},
-               True, False))
+@example(
+    data=(
+        {
+            "train": ("classlabel", [0, None, 2], [0, 1, None]),
+            "test": ("str", ["ant", "bee", "[]", "2.5"], [2, 3, 4, 5]),
+        },
+        True,
+        False,
+    )
+)
 def test_hf_source_matches_the_reference(tmp_path_factory, data):
     datasets = pytest.importorskip("datasets")
     splits, as_dict, binary = data
@@ -475,8 +612,14 @@ def test_hf_source_matches_the_reference(tmp_path_factory, data):
         splits = {"train": splits["train"]}
     ds = _hf_dataset(datasets, splits, as_dict, binary)
     ref = reference_hf(splits)
-    TALLY.update({"hf examples": 1, "hf splits": len(splits), "hf rows": sum(len(v[1]) for v in splits.values()),
-                  **{f"hf {kind} splits": 1 for kind, _, _ in splits.values()}})
+    TALLY.update(
+        {
+            "hf examples": 1,
+            "hf splits": len(splits),
+            "hf rows": sum(len(v[1]) for v in splits.values()),
+            **{f"hf {kind} splits": 1 for kind, _, _ in splits.values()},
+        }
+    )
     dest = str(tmp_path_factory.mktemp("hf") / "out")
     opts = ConvertOptions(image=IMG, shard_size=3)
     if ref.get("error"):
@@ -495,9 +638,15 @@ def test_hf_source_matches_the_reference(tmp_path_factory, data):
     for s in source.splits:
         want = ref["splits"][s.name]
         assert {f.relpath: source.classes[f.label] for f in s.files} == ref["scan"][s.name]
-        assert {p: r.value for p, r, _ in s.skipped} == {r: why for r, why in want["skipped"].items() if why != "missing_file"}
+        assert {p: r.value for p, r, _ in s.skipped} == {
+            r: why for r, why in want["skipped"].items() if why != "missing_file"
+        }
     TALLY.update({"hf scanned splits": len(source.splits)})
-    event("hf: converted, a split without samples" if any(not s["samples"] for s in ref["splits"].values()) else "hf: converted")
+    event(
+        "hf: converted, a split without samples"
+        if any(not s["samples"] for s in ref["splits"].values())
+        else "hf: converted"
+    )
     got = _read_converted(_convert_or_one_based_refusal(ref, ds, dest, opts, workers=1, quiet=True))
     assert sorted(got) == sorted(ref["splits"])
     for name, want in ref["splits"].items():

@@ -18,17 +18,19 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
-from tests.support.decode_paths import EPOCH, SEED, device_path, diff, encode, worker_path
 
 import shardkit.loader.decode.backend as jb
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.decoders import PilDecoder, TorchvisionDecoder
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry, jpeg_route
 from shardkit.loader.decode.worker import CropDecoder
+from tests.support.decode_paths import EPOCH, SEED, device_path, diff, encode, worker_path
 
 HAVE_TORCHCODEC = importlib.util.find_spec("torchcodec") is not None
-BACKENDS = [pytest.param("torchcodec", marks=pytest.mark.skipif(not HAVE_TORCHCODEC, reason="torchcodec not installed")),
-            "torchvision"]
+BACKENDS = [
+    pytest.param("torchcodec", marks=pytest.mark.skipif(not HAVE_TORCHCODEC, reason="torchcodec not installed")),
+    "torchvision",
+]
 
 
 def oriented(size: tuple[int, int], seed: int, orientation: int, **kw) -> bytes:
@@ -97,8 +99,8 @@ def test_torchvision_backend_is_used_when_forced(monkeypatch):
 def test_a_fresh_process_under_W_error_decodes_through_the_reported_backend(tmp_path):
     """``python -W error::DeprecationWarning``: a decode_on="device" loader runs an epoch and its report names
     the backend (TorchCodec where installed)."""
-    from tests.support.probes import run_fresh
     from tests.support.data import write_dataset
+    from tests.support.probes import run_fresh
 
     ds = write_dataset(str(tmp_path / "ds"), num_samples=12, shard_size=6, size=(40, 30))
     code = (
@@ -114,13 +116,35 @@ def test_a_fresh_process_under_W_error_decodes_through_the_reported_backend(tmp_
 
 
 def test_bench_names_the_backend(tmp_path, capsys):
+    from shardkit.cli import main
     from tests.support.data import write_dataset
 
-    from shardkit.cli import main
-
     ds = write_dataset(str(tmp_path / "ds"), num_samples=16, shard_size=8, size=(40, 30))
-    assert main(["bench", ds.url, "--workers", "0", "--batches", "2", "--window", "2", "--batch-size", "4", "--size", "16",
-                 "--decode-on", "device", "--device", "cpu", "--decoder", "torchvision"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                ds.url,
+                "--workers",
+                "0",
+                "--batches",
+                "2",
+                "--window",
+                "2",
+                "--batch-size",
+                "4",
+                "--size",
+                "16",
+                "--decode-on",
+                "device",
+                "--device",
+                "cpu",
+                "--decoder",
+                "torchvision",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     want = "torchcodec" if HAVE_TORCHCODEC else "torchvision"
     assert f"decoded on cpu by {want}" in out and f"torchvision via {want}" in out, out
@@ -133,7 +157,10 @@ def test_bench_names_the_backend(tmp_path, capsys):
 def test_eval_pixels_match_the_worker_path(backend):
     cfg = ImageConfig(preset="eval", size=24)
     sizes = [(40, 30), (30, 40), (100, 20), (29, 29)]
-    jpegs = [encode(sizes[i % 4], i) for i in range(8)] + [encode((40, 30), 8, mode="L"), encode((40, 30), 9, subsampling=0)]
+    jpegs = [encode(sizes[i % 4], i) for i in range(8)] + [
+        encode((40, 30), 8, mode="L"),
+        encode((40, 30), 9, subsampling=0),
+    ]
     ref, kept = worker_path(cfg, jpegs, np.arange(10))
     got, _, dec = device_path(cfg, jpegs, np.arange(10), "cpu", backend=backend)
     assert got.kept.tolist() == kept == list(range(10)) and dec.stats.batched == 10
@@ -199,7 +226,9 @@ def test_damaged_scans_keep_or_drop_like_the_worker_path(backend, seed, flips):
 def test_torchcodec_rotates_what_the_route_keeps_away_from_it():
     """Why "orientation" is a route: TorchCodec's decode applies the tag (the worker path does not)."""
     data = oriented((40, 30), 0, 6)
-    assert tuple(jb.DECODE["torchcodec"]([torch.frombuffer(bytearray(data), dtype=torch.uint8)], torch.device("cpu"))[0].shape) == (3, 40, 30)
+    assert tuple(
+        jb.DECODE["torchcodec"]([torch.frombuffer(bytearray(data), dtype=torch.uint8)], torch.device("cpu"))[0].shape
+    ) == (3, 40, 30)
     assert np.asarray(PilDecoder().decode(data, 40, 30)).shape == (30, 40, 3)
     assert jpeg_route(data) == "orientation" and jpeg_route(oriented((40, 30), 0, 1)) is None
 
@@ -209,10 +238,17 @@ def test_worker_decoder_torchvision_gives_the_stored_pixels(backend):
     """decoder="torchvision" through either backend: the stored pixels (PIL's full-size decode, libjpeg-turbo both)."""
     dec = TorchvisionDecoder(backend)
     assert dec.backend == backend
-    for data in (encode((40, 30), 0), oriented((40, 30), 1, 6), oriented((30, 40), 2, 2), encode((40, 30), 3, mode="CMYK")):
+    for data in (
+        encode((40, 30), 0),
+        oriented((40, 30), 1, 6),
+        oriented((30, 40), 2, 2),
+        encode((40, 30), 3, mode="CMYK"),
+    ):
         got, ref = dec.decode(data, 40, 30), PilDecoder().decode(data, 1 << 20, 1 << 20)
         assert got.shape == ref.shape
-        assert np.abs(got.astype(int) - ref.astype(int)).max() <= (2 if Image.open(io.BytesIO(data)).mode != "CMYK" else 255)
+        assert np.abs(got.astype(int) - ref.astype(int)).max() <= (
+            2 if Image.open(io.BytesIO(data)).mode != "CMYK" else 255
+        )
     assert dec.decode(encode((40, 30), 4, fmt="PNG"), 40, 30).shape == (30, 40, 3)  # not a JPEG: PIL
 
 
@@ -242,7 +278,10 @@ def swap_tiff(raw: bytes) -> bytes:
     assert raw[:6] == b"Exif\x00\x00" and raw[6:8] in (b"II", b"MM")
     t = raw[6:]
     src, dst = ("little", "big") if t[:2] == b"II" else ("big", "little")
-    rd = lambda o, n: int.from_bytes(t[o : o + n], src)
+
+    def rd(o: int, n: int) -> int:
+        return int.from_bytes(t[o : o + n], src)
+
     out = bytearray(t)
 
     def wr(o: int, n: int) -> None:
@@ -374,13 +413,14 @@ def test_the_cpu_fallbacks_copy_to_the_device_is_not_swallowed(monkeypatch, back
 
 
 def test_cuda_and_cuda0_share_one_decoder(tmp_path, monkeypatch):
-    from tests.support.data import write_dataset
-
     import shardkit
+    from tests.support.data import write_dataset
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # no GPU needed: constructing a decoder touches none
     assert jb.normalize_device("cuda") == jb.normalize_device("cuda:0") == torch.device("cuda", 0)
-    assert jb.normalize_device("cuda:1") == torch.device("cuda", 1) and jb.normalize_device("cpu:0") == torch.device("cpu")
+    assert jb.normalize_device("cuda:1") == torch.device("cuda", 1) and jb.normalize_device("cpu:0") == torch.device(
+        "cpu"
+    )
     ds = write_dataset(str(tmp_path / "ds"), num_samples=8, shard_size=8, size=(40, 30))
     loader = shardkit.load(ds.url, batch_size=4, num_workers=0, size=16, decode_on="device", pin_memory=False)
     cuda = loader.device_decoder("cuda")

@@ -13,13 +13,13 @@ import io
 import numpy as np
 import pytest
 import torch
-from tests.support.probes import run_fresh
-from tests.support.data import tar_bytes, write_raw_dataset
 from PIL import Image
 
 import shardkit
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
+from tests.support.data import tar_bytes, write_raw_dataset
+from tests.support.probes import run_fresh
 
 
 def _pattern(width: int, height: int) -> np.ndarray:
@@ -87,7 +87,9 @@ def test_elongated_image_is_cropped_before_resizing(tmp_path):
 
 def _load_one(data: bytes, tmp_path, **kw) -> torch.Tensor:
     root = write_raw_dataset(str(tmp_path / "ds"), [(tar_bytes([("a.cls", b"0"), ("a.jpg", data)]), 1)], ["x"])
-    (images, labels), = list(shardkit.load(root, batch_size=1, num_workers=0, preset="eval", pin_memory=False, shuffle=False, **kw))
+    ((images, labels),) = list(
+        shardkit.load(root, batch_size=1, num_workers=0, preset="eval", pin_memory=False, shuffle=False, **kw)
+    )
     assert labels.tolist() == [0]
     return images[0]
 

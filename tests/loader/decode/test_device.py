@@ -20,17 +20,16 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from tests.support.data import jpeg_bytes
-from tests.support.decode_paths import EPOCH, SEED, device_path, diff, encode, worker_path
-from tests.support.resume import check_resume
 from PIL import Image
 
 import shardkit.loader.decode.cropresize as cr
 import shardkit.loader.decode.device as dd
-from shardkit.demo.sampledata import make_image
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry, jpeg_route
-from shardkit.loader.decode.worker import CropDecoder, channels_last_empty
+from shardkit.loader.decode.worker import CropDecoder
+from tests.support.data import jpeg_bytes
+from tests.support.decode_paths import EPOCH, SEED, device_path, diff, encode, worker_path
+from tests.support.resume import check_resume
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
 # landscape, portrait, a panorama (eval crops it first), square; at size 24 (eval: resize 27) the worker decodes
@@ -49,7 +48,9 @@ def test_boxes_are_the_worker_boxes_and_independent_of_the_batch():
         assert geo.crops.boxes[i].tolist() == one.boxes[0].tolist() and bool(geo.crops.flips[i]) == bool(one.flips[0])
     perm = np.random.default_rng(0).permutation(12)
     shuffled = batch_geometry(CropDecoder(cfg, SEED), [jpegs[i] for i in perm], EPOCH, gids[perm])
-    assert np.array_equal(shuffled.crops.boxes, geo.crops.boxes[perm]) and np.array_equal(shuffled.crops.flips, geo.crops.flips[perm])
+    assert np.array_equal(shuffled.crops.boxes, geo.crops.boxes[perm]) and np.array_equal(
+        shuffled.crops.flips, geo.crops.flips[perm]
+    )
     assert geo.crops.flips.any() and not geo.crops.flips.all()
     # and the pixels of a sample do not depend on the rest of its batch
     full, _, _ = device_path(cfg, jpegs, gids, "cpu")
@@ -97,7 +98,9 @@ def test_output_dtype_layout_shape(device, channels_last):
     cfg = ImageConfig(preset="train", size=20, channels_last=channels_last)
     jpegs = [encode(MIXED[i % 4], i) for i in range(5)]
     geo = batch_geometry(CropDecoder(cfg, SEED), jpegs, EPOCH, np.arange(5))
-    x = DeviceDecoder(cfg, device)([torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs], geo.sizes, geo.crops).images  # tensors work too
+    x = DeviceDecoder(cfg, device)(
+        [torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs], geo.sizes, geo.crops
+    ).images  # tensors work too
     assert x.dtype == torch.uint8 and tuple(x.shape) == (5, 3, 20, 20) and x.device.type == device
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     assert x.is_contiguous(memory_format=fmt)
@@ -129,8 +132,14 @@ def test_routes_by_header():
 def test_fallbacks_are_decoded_on_cpu_and_counted(device):
     cfg = ImageConfig(preset="eval", size=24)
     size = (40, 30)
-    jpegs = [encode(size, 0), encode(size, 1, progressive=True), encode(size, 2, mode="CMYK"), encode(size, 3, mode="L"),
-             encode(size, 4, fmt="PNG"), encode(size, 5, subsampling=0)]
+    jpegs = [
+        encode(size, 0),
+        encode(size, 1, progressive=True),
+        encode(size, 2, mode="CMYK"),
+        encode(size, 3, mode="L"),
+        encode(size, 4, fmt="PNG"),
+        encode(size, 5, subsampling=0),
+    ]
     gids = np.arange(6)
     ref, kept = worker_path(cfg, jpegs, gids)
     got, _, dec = device_path(cfg, jpegs, gids, device)
@@ -149,7 +158,9 @@ def test_corrupt_sample_is_dropped_like_the_worker(device):
     good = [encode((40, 30), i) for i in range(7)]
     broken = good[3][: len(good[3]) * 2 // 3]  # header intact, scan cut short: routed to the CPU, which fails
     i = good[4].index(b"\xff\xc4")
-    bogus = good[4][: i + 5] + b"\xff" * 16 + good[4][i + 21 :]  # a Huffman table libjpeg rejects: the batched call fails
+    bogus = (
+        good[4][: i + 5] + b"\xff" * 16 + good[4][i + 21 :]
+    )  # a Huffman table libjpeg rejects: the batched call fails
     no_header = b"\xff\xd8\xff\xe0garbage"
     jpegs = good[:3] + [broken] + good[3:5] + [no_header] + good[5:] + [bogus]
     gids = np.arange(len(jpegs))
@@ -162,7 +173,9 @@ def test_corrupt_sample_is_dropped_like_the_worker(device):
     assert dec.stats.batched + dec.stats.retried == 7
     d = diff(got.images, ref)
     assert (d.max() <= 2) if device == "cpu" else (d.mean() <= 2)
-    clean, _, _ = device_path(cfg, [jpegs[i] for i in kept], gids[kept], device)  # bisection does not change good samples
+    clean, _, _ = device_path(
+        cfg, [jpegs[i] for i in kept], gids[kept], device
+    )  # bisection does not change good samples
     assert torch.equal(clean.images.cpu(), got.images.cpu())
 
 
@@ -192,7 +205,9 @@ def test_canvas_budget_does_not_change_pixels():
     assert torch.equal(whole.images, one_by_one.images)
     views = [torch.arange(3 * h * w, dtype=torch.uint8).view(3, h, w)[:, 1:, ::2] for h, w in [(5, 7), (9, 4), (2, 2)]]
     assert torch.equal(cr.padded(views), cr.padded_by_copy(views))
-    assert [len(c) for c in cr.canvas_groups(np.array([4, 1, 9, 100]), np.array([2, 1, 3, 10]), np.array([2, 1, 3, 10]), 30)] == [3, 1]
+    assert [
+        len(c) for c in cr.canvas_groups(np.array([4, 1, 9, 100]), np.array([2, 1, 3, 10]), np.array([2, 1, 3, 10]), 30)
+    ] == [3, 1]
 
 
 def test_invalid_arguments():
@@ -204,7 +219,12 @@ def test_invalid_arguments():
     with pytest.raises(ValueError, match="must match"):
         dec([jpeg_bytes(0)], np.zeros((2, 2), np.int64), dd.Crops(np.zeros((2, 4)), np.zeros(2, bool)))
     with pytest.raises(ValueError, match="routes"):
-        dec([jpeg_bytes(0)], np.zeros((1, 2), np.int64), dd.Crops(np.zeros((1, 4)), np.zeros(1, bool)), routes=[None, None])
+        dec(
+            [jpeg_bytes(0)],
+            np.zeros((1, 2), np.int64),
+            dd.Crops(np.zeros((1, 4)), np.zeros(1, bool)),
+            routes=[None, None],
+        )
 
 
 def test_route_never_raises_on_damaged_headers():
@@ -215,19 +235,31 @@ def test_route_never_raises_on_damaged_headers():
     for _ in range(200):
         junk = np.frombuffer(data[:400], np.uint8).copy()
         junk[rng.integers(2, 400, 8)] = rng.integers(0, 256, 8)
-        assert jpeg_route(junk.tobytes() + data[400:]) in {None, "damaged", "truncated", "progressive", "sof", "precision", "cmyk", "components", "rgb", "subsampling"}
+        assert jpeg_route(junk.tobytes() + data[400:]) in {
+            None,
+            "damaged",
+            "truncated",
+            "progressive",
+            "sof",
+            "precision",
+            "cmyk",
+            "components",
+            "rgb",
+            "subsampling",
+        }
 
 
 @pytest.mark.parametrize("preset", ["eval", "train"])
 def test_raw_loader_batches_decoded_on_device_equal_the_loaders(tmp_path, preset):
     """The loader's raw batches (2 workers) decoded on the device give the decoded loader's batches:
     the same keys in the same order, every key once, and the same pixels within the stated tolerance."""
+    import shardkit
     from tests.support.data import write_dataset
 
-    import shardkit
-
     ds = write_dataset(str(tmp_path / "train"), num_samples=40, shard_size=9, size=(40, 30))
-    opts = dict(batch_size=8, num_workers=2, seed=SEED, preset=preset, size=24, shuffle=preset == "train", fast_decode=False)
+    opts = dict(
+        batch_size=8, num_workers=2, seed=SEED, preset=preset, size=24, shuffle=preset == "train", fast_decode=False
+    )
     decoded = list(shardkit.load(ds.url, with_keys=True, **opts))
     raw_loader = shardkit.load(ds.url, raw=True, **opts)
     cfg = raw_loader.config.image  # the loader's own image options
@@ -275,7 +307,10 @@ def test_filter_is_torchs_antialiased_bilinear():
 
     rng = np.random.default_rng(1)
     s, n = 16, 12
-    images = [torch.from_numpy(rng.integers(0, 256, (3, int(h), int(w)), dtype=np.uint8)) for h, w in rng.integers(6, 70, (n, 2))]
+    images = [
+        torch.from_numpy(rng.integers(0, 256, (3, int(h), int(w)), dtype=np.uint8))
+        for h, w in rng.integers(6, 70, (n, 2))
+    ]
     dims = np.array([t.shape[1:] for t in images])  # (h, w)
     x0, y0 = (rng.random(n) * dims[:, 1] * 0.5).astype(int), (rng.random(n) * dims[:, 0] * 0.5).astype(int)
     x1 = x0 + 1 + (rng.random(n) * (dims[:, 1] - x0 - 1)).astype(int)
@@ -286,7 +321,13 @@ def test_filter_is_torchs_antialiased_bilinear():
     py = cr.axis_params(s, dims[:, 0].astype(float), dims[:, 0].astype(float), y0.astype(float), y1.astype(float), box)
     got = cr.resized_crops(images, px, py, flips, torch.empty(n, 3, s, s, dtype=torch.uint8), 1 << 20)
     for i, t in enumerate(images):
-        ref = F.interpolate(t[None, :, y0[i] : y1[i], x0[i] : x1[i]].float(), size=(s, s), mode="bilinear", antialias=True, align_corners=False)
+        ref = F.interpolate(
+            t[None, :, y0[i] : y1[i], x0[i] : x1[i]].float(),
+            size=(s, s),
+            mode="bilinear",
+            antialias=True,
+            align_corners=False,
+        )
         ref = ref.round().clamp(0, 255)[0]
         assert (got[i].float() - (ref.flip(-1) if flips[i] else ref)).abs().max() <= 1, i
     # eval: the whole image resized to (nh, nw), then an s x s window at (top, left) of it
@@ -298,7 +339,9 @@ def test_filter_is_torchs_antialiased_bilinear():
     py = cr.axis_params(s, dims[:, 0].astype(float), dims[:, 0].astype(float), top / sy, (top + s) / sy, whole)
     got = cr.resized_crops(images, px, py, np.zeros(n, bool), torch.empty(n, 3, s, s, dtype=torch.uint8), 1 << 20)
     for i, t in enumerate(images):
-        ref = F.interpolate(t[None].float(), size=(int(nh[i]), int(nw[i])), mode="bilinear", antialias=True, align_corners=False)
+        ref = F.interpolate(
+            t[None].float(), size=(int(nh[i]), int(nw[i])), mode="bilinear", antialias=True, align_corners=False
+        )
         ref = ref.round().clamp(0, 255)[0, :, top[i] : top[i] + s, left[i] : left[i] + s]
         assert (got[i].float() - ref).abs().max() <= 1, i
 
@@ -362,7 +405,11 @@ def test_workers_send_bytes_and_the_worker_paths_geometry(small):
     from shardkit.loader import LoaderConfig, ShardDataset
 
     cfg = LoaderConfig(batch_size=8, num_workers=0, seed=SEED, image=ImageConfig(size=24, decode_on="device"))
-    raw = {s.key: s for b in ShardDataset(small.url, LoaderConfig(batch_size=8, num_workers=0, seed=SEED, raw=True)) for s in b.raw}
+    raw = {
+        s.key: s
+        for b in ShardDataset(small.url, LoaderConfig(batch_size=8, num_workers=0, seed=SEED, raw=True))
+        for s in b.raw
+    }
     ds = ShardDataset(small.url, cfg)
     ds.set_epoch(EPOCH)
     cd, n = CropDecoder(cfg.image, SEED), 0
@@ -393,24 +440,33 @@ def test_device_decode_exactly_once_resume_and_elastic_resume(small):
         return shardkit.load(small.url, with_keys=True, **topo, **{**LOADER, **kw})
 
     check_resume(make, after=4, pixels=True)
-    res = check_resume(make, after=2, world_size=3, resume_world_size=2,
-                       resume=lambda **topo: shardkit.load(small.url, with_keys=True, **topo, **{**LOADER, **kw, "num_workers": 1}))
+    res = check_resume(
+        make,
+        after=2,
+        world_size=3,
+        resume_world_size=2,
+        resume=lambda **topo: shardkit.load(small.url, with_keys=True, **topo, **{**LOADER, **kw, "num_workers": 1}),
+    )
     assert sorted(res.keys()) == sorted(small.keys)  # every key once
 
 
 def write_with_bad(root: str, not_jpeg: int = 3, cut: int = 8) -> list[str]:
     """12 samples in 2 shards: ``k003`` is not a JPEG (its header fails in the worker), ``k008``'s scan is cut short
     (its header is fine: it fails when decoded, in the consumer with decode_on="device")."""
-    from tests.support.data import write_raw_dataset
-
     from shardkit.format import EncodedSample, write_shard
+    from tests.support.data import write_raw_dataset
 
     shards, keys = [], [f"k{i:03d}" for i in range(12)]
     for start in (0, 6):
         datas = [encode((40, 30), i) for i in range(start, start + 6)]
-        datas = [b"this is not a jpeg" if i == not_jpeg else d[: len(d) * 2 // 3] if i == cut else d for i, d in enumerate(datas, start)]
+        datas = [
+            b"this is not a jpeg" if i == not_jpeg else d[: len(d) * 2 // 3] if i == cut else d
+            for i, d in enumerate(datas, start)
+        ]
         buf = io.BytesIO()
-        n, _, _ = write_shard([EncodedSample(keys[i], d, i % 2, {"class": str(i % 2)}) for i, d in enumerate(datas, start)], buf)
+        n, _, _ = write_shard(
+            [EncodedSample(keys[i], d, i % 2, {"class": str(i % 2)}) for i, d in enumerate(datas, start)], buf
+        )
         shards.append((buf.getvalue(), n))
     write_raw_dataset(root, shards, ["a", "b"])
     return keys
@@ -450,7 +506,10 @@ def test_device_decode_skips_bad_samples_like_the_worker_and_strict_raises(tmp_p
 def test_decode_on_option_is_a_typed_choice():
     from shardkit.loader.config import DecodeOn, build_config
 
-    assert ImageConfig().decode_on is DecodeOn.WORKER and build_config(None, {"decode_on": "device"}).image.decode_on is DecodeOn.DEVICE
+    assert (
+        ImageConfig().decode_on is DecodeOn.WORKER
+        and build_config(None, {"decode_on": "device"}).image.decode_on is DecodeOn.DEVICE
+    )
     with pytest.raises(ValueError, match=r"\['worker', 'device'\]"):
         ImageConfig(decode_on="gpu")
     with pytest.raises(ValueError, match="decode_on='worker'"):

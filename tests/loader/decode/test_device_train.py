@@ -65,7 +65,13 @@ def reference(data: bytes, cfg: ImageConfig, gid: int) -> torch.Tensor:
     img = torch.from_numpy(np.array(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1).float()
     crops = CropDecoder(cfg, SEED).geometry(np.array([[img.shape[2], img.shape[1]]]), EPOCH, np.array([gid]))
     left, top, right, bottom = (int(v) for v in crops.boxes[0])
-    out = F.interpolate(img[None, :, top:bottom, left:right], size=(cfg.size, cfg.size), mode="bilinear", antialias=True, align_corners=False)[0]
+    out = F.interpolate(
+        img[None, :, top:bottom, left:right],
+        size=(cfg.size, cfg.size),
+        mode="bilinear",
+        antialias=True,
+        align_corners=False,
+    )[0]
     if crops.flips[0]:
         out = out.flip(-1)
     return out.round().clamp(0, 255).to(torch.uint8)
@@ -107,18 +113,21 @@ def test_the_oracle_sees_a_shift_by_one():
     for i in range(9):
         assert mean_diff(refs[i], refs[i + 1]) > 3 * TOLERANCE
         crops = CropDecoder(cfg, SEED).geometry(np.array([shape(int(gids[i]))] * 2), EPOCH, gids[i : i + 2])
-        out = DeviceDecoder(cfg, "cpu")([jpeg(int(gids[i]))], np.array([shape(int(gids[i]))]), type(crops)(crops.boxes[1:], crops.flips[1:]))
-        assert mean_diff(out.images[0], refs[i]) > 3 * TOLERANCE, f"sample {i} with sample {i + 1}'s crop looks like its own"
+        out = DeviceDecoder(cfg, "cpu")(
+            [jpeg(int(gids[i]))], np.array([shape(int(gids[i]))]), type(crops)(crops.boxes[1:], crops.flips[1:])
+        )
+        assert mean_diff(out.images[0], refs[i]) > 3 * TOLERANCE, (
+            f"sample {i} with sample {i + 1}'s crop looks like its own"
+        )
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_loader_train_device_decode_after_bad_samples(tmp_path, num_workers):
     """Through the loader: decode_on="device", train preset, shuffled, bad scans among the samples: every
     good sample once, each image its own crop and flip (by key), the bad ones skipped and counted."""
-    from tests.support.data import write_raw_dataset
-
     import shardkit
     from shardkit.format import EncodedSample, write_shard
+    from tests.support.data import write_raw_dataset
 
     n, bad = 24, {3, 4, 13, 23}
     shards = []
@@ -126,14 +135,31 @@ def test_loader_train_device_decode_after_bad_samples(tmp_path, num_workers):
         samples = []
         for i in range(start, min(n, start + 9)):
             data = jpeg(i)
-            samples.append(EncodedSample(f"k{i:03d}", bad_huffman(data) if i in {4, 23} else cut_scan(data) if i in bad else data, i % 2,
-                                         {"class": str(i % 2)}))
+            samples.append(
+                EncodedSample(
+                    f"k{i:03d}",
+                    bad_huffman(data) if i in {4, 23} else cut_scan(data) if i in bad else data,
+                    i % 2,
+                    {"class": str(i % 2)},
+                )
+            )
         buf = io.BytesIO()
         count, _, _ = write_shard(samples, buf)
         shards.append((buf.getvalue(), count))
     root = write_raw_dataset(str(tmp_path / "d"), shards, ["0", "1"])
-    loader = shardkit.load(root, batch_size=5, num_workers=num_workers, seed=SEED, preset="train", size=SIZE, fast_decode=False,
-                           shuffle_buffer=7, decode_on="device", with_keys=True, persistent_workers=False)
+    loader = shardkit.load(
+        root,
+        batch_size=5,
+        num_workers=num_workers,
+        seed=SEED,
+        preset="train",
+        size=SIZE,
+        fast_decode=False,
+        shuffle_buffer=7,
+        decode_on="device",
+        with_keys=True,
+        persistent_workers=False,
+    )
     loader.set_epoch(EPOCH)
     cfg = loader.config.image
     seen = []

@@ -7,11 +7,11 @@ import io
 import numpy as np
 import pytest
 import torch
-from tests.support.data import jpeg_bytes
 from PIL import Image
 
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder, PilDecoder, make_decoder, rrc_boxes, sample_uniforms
+from tests.support.data import jpeg_bytes
 
 
 def ks_stat(a: np.ndarray, b: np.ndarray) -> float:
@@ -32,7 +32,9 @@ def test_rrc_geometry_matches_torchvision(size):
     img = torch.empty(3, height, width)
     tv = np.array([RandomResizedCrop.get_params(img, (0.08, 1.0), (3 / 4, 4 / 3)) for _ in range(n)], dtype=np.float64)
     u = sample_uniforms(7, 0, np.arange(n))
-    ours = np.stack(rrc_boxes(np.full(n, width), np.full(n, height), u, (0.08, 1.0), (3 / 4, 4 / 3)), axis=1).astype(np.float64)
+    ours = np.stack(rrc_boxes(np.full(n, width), np.full(n, height), u, (0.08, 1.0), (3 / 4, 4 / 3)), axis=1).astype(
+        np.float64
+    )
     for a, b in ((ours, tv),):
         features = {
             "area": a[:, 2] * a[:, 3] / (width * height),
@@ -68,7 +70,9 @@ def test_crop_depends_on_sample_not_topology():
     alone = geo(1, [42])
     assert np.array_equal(alone[0][0], boxes[42]) and alone[1][0] == flips[42]
     assert not np.array_equal(geo(2, range(400))[0], boxes)  # epochs differ
-    assert not np.array_equal(CropDecoder(ImageConfig(), seed=4).geometry(sizes, 1, np.arange(400)).boxes, boxes)  # seeds differ
+    assert not np.array_equal(
+        CropDecoder(ImageConfig(), seed=4).geometry(sizes, 1, np.arange(400)).boxes, boxes
+    )  # seeds differ
     assert 0.4 < flips.mean() < 0.6
     assert len({tuple(b) for b in boxes}) > 390  # samples of one batch get their own crops
 
@@ -80,7 +84,9 @@ def test_sample_uniforms_are_uniform_and_independent():
         assert ks_stat(u[:, col], np.linspace(0, 1, 20000, endpoint=False)) < 1.63 * np.sqrt(2 / 20000)
     assert abs(np.corrcoef(u[:, 0], u[:, 1])[0, 1]) < 0.03
     assert abs(np.corrcoef(u[:-1, 0], u[1:, 0])[0, 1]) < 0.03  # neighbouring gids
-    assert np.array_equal(sample_uniforms(0, 0, np.array([2**40 + 5]), 4), sample_uniforms(0, 0, np.array([2**40 + 5]), 4))
+    assert np.array_equal(
+        sample_uniforms(0, 0, np.array([2**40 + 5]), 4), sample_uniforms(0, 0, np.array([2**40 + 5]), 4)
+    )
 
 
 @pytest.mark.parametrize("size", [(300, 200), (180, 260), (1200, 900)])
@@ -161,9 +167,8 @@ def test_train_crop_matches_torchvision_resized_crop(fast):
 
 
 def test_batches_are_channels_last_unless_asked_otherwise(tmp_path):
-    from tests.support.data import write_dataset
-
     import shardkit
+    from tests.support.data import write_dataset
 
     root = str(tmp_path / "ds")
     write_dataset(root, num_samples=40, shard_size=20)
@@ -192,6 +197,8 @@ def test_resize_kernel_equals_public_interpolate(monkeypatch):
             out = D.channels_last_empty((3, s, s))
             D._resize_into(view, out)
             want = F.interpolate(view[None].float(), size=(s, s), mode="bilinear", antialias=True, align_corners=False)
-            ref = F.interpolate(view[None].contiguous(), size=(s, s), mode="bilinear", antialias=True, align_corners=False)[0]
+            ref = F.interpolate(
+                view[None].contiguous(), size=(s, s), mode="bilinear", antialias=True, align_corners=False
+            )[0]
             assert torch.equal(out, ref), (use_kernel, s)
             assert (out.float() - want[0]).abs().max() < 1.01  # and the uint8 kernel is the float filter, rounded
