@@ -5,7 +5,7 @@ ROW_NOT_RETRIED = "Object storage: missing objects, denied access and bugs are n
 ROW_BUDGET = "Object storage: down longer than the budget (or max_retries): one bounded StorageError naming URL and offset"
 ROW_CACHE = "Object storage: the shard cache holds exactly the manifest's bytes, least recently used evicted first"
 
-T = "tests/loader/test_loader_oracle.py"
+T = "tests/storage/test_storage_oracle.py"
 T_S3 = "tests/system/test_faults_s3.py"
 
 MUTANTS = [
