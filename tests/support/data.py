@@ -50,7 +50,9 @@ def write_dataset(
     """
     os.makedirs(root, exist_ok=True)
     cache = {(c, j): jpeg_bytes(c, j, size) for c in range(num_classes) for j in range(distinct_images)}
-    keys, labels, shards = [], {}, []
+    keys: list[str] = []
+    labels: dict[str, int] = {}
+    shards: list[ShardInfo] = []
     class_counts = [0] * num_classes
     for start in range(0, num_samples, shard_size):
         samples = []
@@ -167,7 +169,7 @@ def split_samples(split_dir: str) -> dict[str, dict]:
             for mem in tf.getmembers():
                 key, ext = mem.name.split(".", 1)
                 assert ext not in out.setdefault(key, {}), f"{key}.{ext} twice"
-                out[key][ext] = tf.extractfile(mem).read()
+                out[key][ext] = tf.extractfile(mem).read()  # type: ignore[union-attr]
     for g in out.values():
         g["json"] = json.loads(g["json"])
         g["cls"] = int(g["cls"])

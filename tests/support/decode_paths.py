@@ -30,7 +30,7 @@ def worker_path(cfg: ImageConfig, jpegs: list[bytes], gids: np.ndarray) -> tuple
     """What the loader's worker makes of the samples (decoded one by one), and which it keeps."""
     cd = CropDecoder(cfg, SEED)
     out = channels_last_empty((len(jpegs), 3, cfg.size, cfg.size))
-    kept = []
+    kept: list[int] = []
     for i, data in enumerate(jpegs):
         try:
             cd(data, out[len(kept)], EPOCH, int(gids[i]))

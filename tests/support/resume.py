@@ -74,7 +74,11 @@ def _same(got: list[Batch], want: list[Batch], pixels: bool, what: str) -> None:
     assert [b.keys for b in got] == [b.keys for b in want], f"{what}: other keys or batches than the uninterrupted run"
     assert [b.labels for b in got] == [b.labels for b in want], f"{what}: other labels than the uninterrupted run"
     if pixels:
-        bad = [i for i, (g, w) in enumerate(zip(got, want)) if not torch.equal(g.images, w.images)]
+        bad = [
+            i
+            for i, (g, w) in enumerate(zip(got, want))
+            if g.images is None or w.images is None or not torch.equal(g.images, w.images)
+        ]
         assert not bad, f"{what}: other pixels than the uninterrupted run in batches {bad}"
 
 
