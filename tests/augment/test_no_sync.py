@@ -1,9 +1,9 @@
-"""CPU stand-ins for the CUDA-only "no host sync" check (``tests/test_augment.py::test_no_host_sync_on_cuda``).
+"""CPU stand-ins for the CUDA-only "no host sync" check (``tests/augment/test_ops.py::test_no_host_sync_on_cuda``).
 
 Guarantee: a ``GpuAugment`` call (parameter draws, generator draws included, and the apply step,
 MixUp and CutMix included) never reads a tensor's value back to the host, so on a GPU it never
 waits for the device. On CPU two checks stand in for ``torch.cuda.set_sync_debug_mode("error")``:
-``apply`` traces with ``fullgraph=True`` (``tests/test_augment.py::test_apply_traces_without_graph_breaks``:
+``apply`` traces with ``fullgraph=True`` (``tests/augment/test_ops.py::test_apply_traces_without_graph_breaks``:
 a host read is a graph break), and here a whole call runs under a ``TorchFunctionMode`` that records
 every tensor method that reads values to the host (``item``, ``bool``, ``tolist``, ``nonzero``,
 boolean-mask indexing...), which covers the generator draws that cannot be traced.

@@ -454,7 +454,7 @@ def test_apply_traces_without_graph_breaks():
 def test_uniform_to_params_traces_without_graph_breaks():
     """The per-sample parameter maths (everything but the generator draws) has no
     host sync either: e.g. RandomResizedCrop's 10-attempt rejection sampling.
-    (The generator draws: tests/test_augment_no_sync.py.)"""
+    (The generator draws: tests/augment/test_no_sync.py.)"""
     ops = [
         RandomResizedCrop(16),
         HorizontalFlip(),

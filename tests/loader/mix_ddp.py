@@ -1,4 +1,4 @@
-"""A mixture under torchrun + gloo (run by tests/test_mix_loader.py): iterate one epoch with a collective
+"""A mixture under torchrun + gloo (run by tests/loader/test_mixtures.py): iterate one epoch with a collective
 per step, log each step's keys per rank, checkpoint the loader and stop after ``--stop-after`` steps.
 
     python -m torch.distributed.run --nproc-per-node=3 tests/loader/mix_ddp.py --source A --source B --workers 2 ...
