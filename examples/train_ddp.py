@@ -10,7 +10,7 @@ end of an epoch) and every sample is seen once per epoch. Kill the job at any
 point and start the same command again: it resumes from the checkpoint in the
 middle of the epoch, with the same or a different number of processes.
 
-Test hooks (used by tests/test_distributed.py): ``--log-ids DIR`` writes the
+Test hooks (used by tests/system/test_distributed.py): ``--log-ids DIR`` writes the
 sample keys of every step per rank (and the padding the loader reports), ``--stop-after N`` exits (as if preempted)
 after N steps, having saved a checkpoint.
 """

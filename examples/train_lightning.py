@@ -12,7 +12,7 @@ loader's position inside Lightning's checkpoints::
 
 The resumed run continues in the middle of the epoch with exactly the batches not yet trained on.
 
-Test hooks (used by tests/test_lightning.py): ``--arch small`` (a small CNN instead of
+Test hooks (used by tests/integrations/test_lightning.py): ``--arch small`` (a small CNN instead of
 densenet121), ``--log-keys DIR`` writes the sample keys of every train and validation step per
 rank, ``--exit-after-step N`` ends the process abruptly (``os._exit``, as if killed) once step N
 and its checkpoint are done.

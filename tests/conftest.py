@@ -8,7 +8,8 @@ import os
 import threading
 
 import pytest
-from helpers import free_port
+
+from tests.support.faults import free_port
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +42,12 @@ def s3(s3_endpoint):
 
     import s3fs
 
-    opts = {"client_kwargs": {"endpoint_url": s3_endpoint}, "key": "testing", "secret": "testing", "skip_instance_cache": True}
+    opts = {
+        "client_kwargs": {"endpoint_url": s3_endpoint},
+        "key": "testing",
+        "secret": "testing",
+        "skip_instance_cache": True,
+    }
     fs = s3fs.S3FileSystem(**opts)
     bucket = f"test-{uuid.uuid4().hex[:12]}"
     fs.mkdir(bucket)

@@ -1,6 +1,6 @@
 """Benchmark: decode_on="device" (shardkit.loader.decode.device.DeviceDecoder) vs the worker path (CropDecoder).
 
-Same shards for both: tests/helpers.write_dataset, 256-px JPEGs (341 x 256, q90,
+Same shards for both: tests/support/data.write_dataset, 256-px JPEGs (341 x 256, q90,
 photo-like), train preset at 224^2. Per batch, in one process:
 
 * worker path: what a loader worker does (header, batch geometry, one DCT-scaled
@@ -46,10 +46,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_augment import resnet50_overhead  # noqa: E402
-from helpers import write_dataset  # noqa: E402
 
 import shardkit  # noqa: E402
 from shardkit.augment import (  # noqa: E402
@@ -65,6 +63,7 @@ from shardkit.loader.config import ImageConfig  # noqa: E402
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry  # noqa: E402
 from shardkit.loader.decode.worker import CropDecoder, channels_last_empty  # noqa: E402
 from shardkit.loader.prefetch import DevicePrefetcher  # noqa: E402
+from tests.support.data import write_dataset  # noqa: E402
 
 SEED, EPOCH = 0, 0
 

@@ -210,8 +210,8 @@ def run_rss(shards: str, workers: int, epochs: int) -> list[int]:
 
 
 def start_moto() -> tuple[subprocess.Popen, str]:
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-    from helpers import free_port
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from tests.support.faults import free_port
 
     port = free_port()
     code = f"from moto.server import ThreadedMotoServer as S; import time; s=S(ip_address='127.0.0.1', port={port}); s.start(); time.sleep(1e6)"

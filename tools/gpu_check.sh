@@ -49,12 +49,12 @@ for section in $SECTIONS; do
   case "$section" in
     tests)
       echo "== tests (CUDA parametrizations included) =="
-      timeout 180 "$PY" -m pytest -q -p no:cacheprovider --noconftest -rsfEp tests/test_augment.py tests/test_augment_random.py \
-          tests/test_prefetch.py tests/test_devicedecode.py > "$OUTDIR/pytest_cuda.log" 2>&1 || status=1
+      timeout 180 "$PY" -m pytest -q -p no:cacheprovider --noconftest -rsfEp tests/augment/test_ops.py tests/augment/test_randomness.py \
+          tests/loader/test_prefetch.py tests/loader/decode/test_device.py > "$OUTDIR/pytest_cuda.log" 2>&1 || status=1
       tail -30 "$OUTDIR/pytest_cuda.log"   # the whole output stays in $OUT/pytest_cuda.log
       grep -E "^(PASSED|FAILED|ERROR|SKIPPED).*(decode_on|test_devicedecode)" "$OUTDIR/pytest_cuda.log" || true
       echo "== loader: pinned batches and the buffer pool (needs webdataset, simplejpeg, fsspec importable) =="
-      timeout 90 "$PY" -m pytest -q -p no:cacheprovider --noconftest tests/test_pool.py > "$OUTDIR/pytest_pool.log" 2>&1 || status=1
+      timeout 90 "$PY" -m pytest -q -p no:cacheprovider --noconftest tests/loader/test_transport.py > "$OUTDIR/pytest_pool.log" 2>&1 || status=1
       tail -8 "$OUTDIR/pytest_pool.log"
       ;;
     decode)

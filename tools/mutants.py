@@ -9,7 +9,7 @@ each file defines ``MUTANTS``, a list of dicts::
      "file": "shardkit/convert/scan/tars.py",           # relative to the repository root
      "old": "if ext in fields:",                    # occurs exactly once in the file
      "new": "if False:",
-     "tests": ["tests/test_convert_sources.py::test_tar_repeated_field_starts_a_new_sample"]}
+     "tests": ["tests/convert/scan/test_sources.py::test_tar_repeated_field_starts_a_new_sample"]}
 
 For each mutant the gate copies the repository into a scratch folder (one per
 job), writes the mutated file, runs ``python -m pytest -x`` on the named tests

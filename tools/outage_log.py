@@ -19,9 +19,10 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from helpers import FaultProxy, free_port, write_dataset  # noqa: E402
+from tests.support.data import write_dataset  # noqa: E402
+from tests.support.faults import FaultProxy, free_port  # noqa: E402
 
 
 def main() -> None:

@@ -34,10 +34,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from helpers import children, num_threads, open_fds, rss_bytes, wait_for  # noqa: E402
+from tests.support.probes import children, num_threads, open_fds, rss_bytes, wait_for  # noqa: E402
 
-# ----------------------------------------------------------------------------- /proc counters: tests/helpers.py
+# ----------------------------------------------------------------------------- /proc counters: tests/support/probes.py
 
 
 def _shm() -> set[str]:

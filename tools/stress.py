@@ -31,10 +31,10 @@ from typing import Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from helpers import children, open_fds, rss_bytes  # noqa: E402
 from soak import finish, make_dataset  # noqa: E402
+
+from tests.support.probes import children, open_fds, rss_bytes  # noqa: E402
 
 
 @dataclass
@@ -62,7 +62,7 @@ class StressReport:
 
 def plan_timing(n: int, world_size: int = 1024 * 8, workers: int = 8) -> float:
     """Best of 3 seconds to plan an epoch of ``n`` shards of ~1000 samples over ``world_size`` ranks x ``workers``:
-    the shuffled stream, every reader's range, and one worker's plan (what ``tests/test_plan.py`` checks exactly)."""
+    the shuffled stream, every reader's range, and one worker's plan (what ``tests/plan/test_epoch.py`` checks exactly)."""
     import numpy as np
 
     from shardkit.plan.epoch import PlanConfig, Stream, partition_ranges, worker_plan

@@ -16,7 +16,7 @@ ROW_ERRORS = (
 )
 ROW_DEVICE = "Device decode: one decoder per device ('cuda' and 'cuda:0' are the same)"
 
-T = "tests/test_codec.py"
+T = "tests/loader/decode/test_backend.py"
 
 MUTANTS = [
     {

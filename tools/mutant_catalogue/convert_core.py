@@ -9,8 +9,8 @@ ROW_CAP = "Conversion: shards within --shard-bytes (the writer's bytes)"
 ROW_RESUME = "Processes killed: a killed conversion, rerun, is byte-identical to an uninterrupted one"
 ROW_PIXELS = "Conversion: every image converted upright to the target size, or skipped with its reason"
 
-T = "tests/test_guard_convert.py"
-T_UNITS = "tests/test_convert_units.py"
+T = "tests/convert/test_convert_oracle.py"
+T_UNITS = "tests/convert/test_parts.py"
 
 MUTANTS = [
     # ---------------------------------------------------------------- plan.py

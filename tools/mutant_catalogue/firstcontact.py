@@ -13,8 +13,8 @@ ROW_PROGRESS = "Conversion progress: the bar counts every input, skips too, and 
 ROW_BENCH = "bench: a dataset too small for a steady figure is said to be, never called steady"
 ROW_SAMPLE = "sample-data writes the classes, counts and sizes it says, the same bytes for the same seed"
 
-T = "tests/test_first_contact.py::"
-E = "tests/test_convert_empty_split.py::"
+T = "tests/cli/test_first_contact.py::"
+E = "tests/convert/test_empty_split.py::"
 
 MUTANTS = [
     # --- layout ------------------------------------------------------------------------------------------------

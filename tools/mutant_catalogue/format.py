@@ -20,8 +20,8 @@ ROW_FOREIGN = "Hostile input: foreign members are never deserialised, nor even r
 ROW_VERIFY = "Damaged shards: shardkit verify finds corrupt shards by checksum, count and repeated keys"
 ROW_INCOMPLETE = "Processes killed: an interrupted conversion is named by verify, other splits still checked"
 
-T_AGREE = "tests/test_format.py::test_loader_and_verify_agree_sample_by_sample"
-T_GUARD = "tests/test_guard_format.py"
+T_AGREE = "tests/format/test_member_rule.py::test_loader_and_verify_agree_sample_by_sample"
+T_GUARD = "tests/format/test_format_oracle.py"
 
 MUTANTS = [
     # ---------------------------------------------------------------- members.py: the one member rule
@@ -31,7 +31,7 @@ MUTANTS = [
         "file": "shardkit/format/members.py",
         "old": 'if name[:1] == "/" or ".." in name and ".." in name.split("/"):',
         "new": 'if ".." in name and ".." in name.split("/"):',
-        "tests": ["tests/test_format.py::test_member_rule"],
+        "tests": ["tests/format/test_member_rule.py::test_member_rule"],
     },
     {
         "id": "members-reserved-names-are-samples",
@@ -39,7 +39,7 @@ MUTANTS = [
         "file": "shardkit/format/members.py",
         "old": 'if not dot or not stem or base.startswith("__"):',
         "new": "if not dot or not stem:",
-        "tests": ["tests/test_format.py::test_member_rule"],
+        "tests": ["tests/format/test_member_rule.py::test_member_rule"],
     },
     {
         "id": "members-key-up-to-last-dot",
@@ -47,7 +47,7 @@ MUTANTS = [
         "file": "shardkit/format/members.py",
         "old": 'stem, dot, ext = base.partition(".")',
         "new": 'stem, dot, ext = base.rpartition(".")',
-        "tests": ["tests/test_format.py::test_member_rule"],
+        "tests": ["tests/format/test_member_rule.py::test_member_rule"],
     },
     {
         "id": "members-label-bound-off-by-one",
@@ -63,7 +63,7 @@ MUTANTS = [
         "file": "shardkit/format/members.py",
         "old": r'KEY_PATTERN = re.compile(r"^(?!__)[A-Za-z0-9_-]{1,80}\Z")',
         "new": r'KEY_PATTERN = re.compile(r"^(?!__)[A-Za-z0-9_-]{1,80}$")',
-        "tests": ["tests/test_format_review.py::test_writer_refuses_a_key_no_reader_would_see"],
+        "tests": ["tests/format/test_hostile_headers.py::test_writer_refuses_a_key_no_reader_would_see"],
     },
     {
         "id": "members-json-depth-counts-escaped-quotes",
@@ -72,7 +72,7 @@ MUTANTS = [
         "old": "quote = (a == 34) & (run % 2 == 0)",
         "new": "quote = a == 34",
         "tests": [
-            "tests/test_format.py::test_json_bounds_are_linear_and_ignore_brackets_in_strings",
+            "tests/format/test_member_rule.py::test_json_bounds_are_linear_and_ignore_brackets_in_strings",
             f"{T_GUARD}::test_json_depth_equals_a_reference_parser",
         ],
     },
@@ -82,7 +82,7 @@ MUTANTS = [
         "file": "shardkit/format/members.py",
         "old": "> MAX_JSON_DEPTH and _depth(data) > MAX_JSON_DEPTH:",
         "new": "> MAX_JSON_DEPTH and _depth(data) > 10 * MAX_JSON_DEPTH:",
-        "tests": ["tests/test_format.py::test_json_bounds_are_linear_and_ignore_brackets_in_strings"],
+        "tests": ["tests/format/test_member_rule.py::test_json_bounds_are_linear_and_ignore_brackets_in_strings"],
     },
     # ---------------------------------------------------------------- tar.py: the header walk
     {
@@ -107,7 +107,7 @@ MUTANTS = [
         "file": "shardkit/format/tar.py",
         "old": "if (chk - header_sum(buf)) % _ADLER_MOD:",
         "new": "if False:",
-        "tests": ["tests/test_faults_shards.py::test_corrupt_header_reported_at_its_offset_and_verify_finds_it"],
+        "tests": ["tests/system/test_faults_shards.py::test_corrupt_header_reported_at_its_offset_and_verify_finds_it"],
     },
     {
         "id": "tar-links-are-sample-members",
@@ -116,7 +116,7 @@ MUTANTS = [
         "old": "if kind not in FILE_TYPES:  # directories",
         "new": 'if kind in (b"5",):  # directories',
         "tests": [
-            "tests/test_format_review.py::test_member_of_another_type_is_not_sliced",
+            "tests/format/test_hostile_headers.py::test_member_of_another_type_is_not_sliced",
             f"{T_GUARD}::test_walk_equals_a_tarfile_reference",
         ],
     },
@@ -126,7 +126,7 @@ MUTANTS = [
         "file": "shardkit/format/tar.py",
         "old": 'if pax_size is not None and kind not in (b"x", b"L"):',
         "new": "if False:",
-        "tests": ["tests/test_format_review.py::test_pax_size_record_is_honoured_as_tar_and_webdataset_do"],
+        "tests": ["tests/format/test_hostile_headers.py::test_pax_size_record_is_honoured_as_tar_and_webdataset_do"],
     },
     {
         "id": "tar-label-size-limit-not-checked",
@@ -135,7 +135,7 @@ MUTANTS = [
         "old": "elif m.size > FIELD_LIMITS[m.ext]:",
         "new": "elif m.size > MAX_MEMBER_BYTES:",
         "tests": [
-            "tests/test_format_review.py::test_oversized_label_and_metadata_members_are_bad_samples_read_by_neither_walk_nor_index"
+            "tests/format/test_hostile_headers.py::test_oversized_label_and_metadata_members_are_bad_samples_read_by_neither_walk_nor_index"
         ],
     },
     {
@@ -144,7 +144,9 @@ MUTANTS = [
         "file": "shardkit/format/tar.py",
         "old": "if size >= MAX_SIZE:",
         "new": "if False:",
-        "tests": ["tests/test_format_review.py::test_huge_member_size_is_tar_damage_for_walk_loader_and_verify"],
+        "tests": [
+            "tests/format/test_hostile_headers.py::test_huge_member_size_is_tar_damage_for_walk_loader_and_verify"
+        ],
     },
     {
         "id": "tar-truncated-member-not-damage",
@@ -161,7 +163,7 @@ MUTANTS = [
         "old": "        if prefix:\n            name = prefix",
         "new": "        if False:\n            name = prefix",
         "tests": [
-            "tests/test_format_review.py::test_ustar_prefix_changes_the_key_for_the_walk_so_the_index_must_see_it"
+            "tests/format/test_hostile_headers.py::test_ustar_prefix_changes_the_key_for_the_walk_so_the_index_must_see_it"
         ],
     },
     {
@@ -187,7 +189,7 @@ MUTANTS = [
         "file": "shardkit/format/writer.py",
         "old": '0, 0o444, "shardkit", "shardkit"',
         "new": '0, 0o644, "shardkit", "shardkit"',
-        "tests": ["tests/test_format_review.py::test_writer_is_byte_for_byte_webdatasets_tarwriter"],
+        "tests": ["tests/format/test_hostile_headers.py::test_writer_is_byte_for_byte_webdatasets_tarwriter"],
     },
     {
         "id": "writer-no-record-padding",
@@ -195,7 +197,7 @@ MUTANTS = [
         "file": "shardkit/format/writer.py",
         "old": "hw.write(bytes(2 * BLOCK + (-end) % tarfile.RECORDSIZE))",
         "new": "hw.write(bytes(2 * BLOCK))",
-        "tests": ["tests/test_format_review.py::test_writer_is_byte_for_byte_webdatasets_tarwriter"],
+        "tests": ["tests/format/test_hostile_headers.py::test_writer_is_byte_for_byte_webdatasets_tarwriter"],
     },
     {
         "id": "writer-fields-in-reverse-order",
@@ -203,7 +205,7 @@ MUTANTS = [
         "file": "shardkit/format/writer.py",
         "old": "for ext in sorted(fields):",
         "new": "for ext in sorted(fields, reverse=True):",
-        "tests": ["tests/test_format_review.py::test_writer_is_byte_for_byte_webdatasets_tarwriter"],
+        "tests": ["tests/format/test_hostile_headers.py::test_writer_is_byte_for_byte_webdatasets_tarwriter"],
     },
     {
         "id": "writer-key-not-checked",
@@ -211,7 +213,7 @@ MUTANTS = [
         "file": "shardkit/format/writer.py",
         "old": "if not KEY_PATTERN.match(s.key):",
         "new": "if False:",
-        "tests": ["tests/test_format_review.py::test_writer_refuses_a_key_no_reader_would_see"],
+        "tests": ["tests/format/test_hostile_headers.py::test_writer_refuses_a_key_no_reader_would_see"],
     },
     {
         "id": "writer-sha256-not-the-files",
@@ -219,7 +221,7 @@ MUTANTS = [
         "file": "shardkit/format/writer.py",
         "old": "self.sha.update(b)",
         "new": "self.sha.update(b[:-1])",
-        "tests": ["tests/test_core.py::test_writer_is_deterministic"],
+        "tests": ["tests/format/test_manifest_and_writer.py::test_writer_is_deterministic"],
     },
     {
         "id": "writer-metadata-keys-unsorted",
@@ -252,7 +254,7 @@ MUTANTS = [
         "file": "shardkit/format/sample.py",
         "old": 'sample.error = sample.error or f"bad .{META_EXT} member: {exc}"',
         "new": "pass",
-        "tests": ["tests/test_format.py::test_deep_json_is_a_bad_sample_not_a_crash"],
+        "tests": ["tests/format/test_member_rule.py::test_deep_json_is_a_bad_sample_not_a_crash"],
     },
     # ---------------------------------------------------------------- splits.py
     {
@@ -261,7 +263,7 @@ MUTANTS = [
         "file": "shardkit/format/splits.py",
         "old": "if _JOURNAL_DIR not in dirs and not shards:",
         "new": "if not shards:",
-        "tests": ["tests/test_format.py::test_verify_reports_incomplete_splits"],
+        "tests": ["tests/format/test_member_rule.py::test_verify_reports_incomplete_splits"],
     },
     {
         "id": "splits-damaged-manifest-hides-other-splits",
@@ -270,7 +272,7 @@ MUTANTS = [
         "old": "                unreadable.append(Incomplete(sub, str(exc)))",
         "new": "                raise",
         "tests": [
-            "tests/test_info_verify.py::test_one_damaged_split_manifest_is_a_problem_and_the_other_splits_are_checked"
+            "tests/cli/test_info_verify.py::test_one_damaged_split_manifest_is_a_problem_and_the_other_splits_are_checked"
         ],
     },
     {
@@ -279,7 +281,7 @@ MUTANTS = [
         "file": "shardkit/format/splits.py",
         "old": "records = sum(1 for f in jfiles if _RECORD.fullmatch(f))",
         "new": "records = len(jfiles)",
-        "tests": ["tests/test_format.py::test_verify_reports_incomplete_splits"],
+        "tests": ["tests/format/test_member_rule.py::test_verify_reports_incomplete_splits"],
     },
     # ---------------------------------------------------------------- foreign members, verify (inspect.py)
     {
@@ -288,7 +290,7 @@ MUTANTS = [
         "file": "shardkit/format/tar.py",
         "old": "pass  # foreign member: skipped unread",
         "new": "self._read_at(m.data_offset, m.size)  # foreign member: skipped unread",
-        "tests": ["tests/test_reader.py::test_foreign_members_ignored_never_unpickled"],
+        "tests": ["tests/format/test_tar_walk.py::test_foreign_members_ignored_never_unpickled"],
     },
     {
         "id": "verify-sha256-not-compared",
@@ -296,7 +298,7 @@ MUTANTS = [
         "file": "shardkit/format/verify.py",
         "old": "if r.sha.hexdigest() != s.sha256:",
         "new": "if False:",
-        "tests": ["tests/test_hostile.py::test_wrong_checksum_found_by_verify"],
+        "tests": ["tests/format/test_hostile_input.py::test_wrong_checksum_found_by_verify"],
     },
     {
         "id": "verify-sample-count-not-compared",
@@ -304,7 +306,7 @@ MUTANTS = [
         "file": "shardkit/format/verify.py",
         "old": "        if n != expected:\n",
         "new": "        if False:\n",
-        "tests": ["tests/test_format.py::test_adjacent_duplicate_keys_are_damage_for_both"],
+        "tests": ["tests/format/test_member_rule.py::test_adjacent_duplicate_keys_are_damage_for_both"],
     },
     {
         "id": "verify-key-repeated-across-shards-not-reported",
@@ -320,7 +322,7 @@ MUTANTS = [
         "file": "shardkit/format/members.py",
         "old": "    if len(name) > MAX_NAME:",
         "new": "    if len(name) >= MAX_NAME:",
-        "tests": ["tests/test_guard_format.py::test_member_name_and_json_limits_are_inclusive"],
+        "tests": ["tests/format/test_format_oracle.py::test_member_name_and_json_limits_are_inclusive"],
     },
     {
         "id": "members-json-limit-exclusive",
@@ -328,6 +330,6 @@ MUTANTS = [
         "file": "shardkit/format/members.py",
         "old": "    if len(data) > MAX_JSON_BYTES:",
         "new": "    if len(data) >= MAX_JSON_BYTES:",
-        "tests": ["tests/test_guard_format.py::test_member_name_and_json_limits_are_inclusive"],
+        "tests": ["tests/format/test_format_oracle.py::test_member_name_and_json_limits_are_inclusive"],
     },
 ]

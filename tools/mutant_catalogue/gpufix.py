@@ -2,10 +2,10 @@
 (``shardkit/loader/prefetch.py``), ``compile=True`` with a dynamic batch dimension (``shardkit/augment/pipeline.py``,
 ``shardkit/compat.py``), resize and affine maths independent of the global matmul precision
 (``shardkit/loader/decode/cropresize.py``, ``shardkit/augment/geometry.py``), out-of-range MixUp/CutMix labels and empty batches
-(``shardkit/augment/mixup.py``, ``shardkit/augment/blur.py``). Tests: ``tests/test_gpufix.py``.
+(``shardkit/augment/mixup.py``, ``shardkit/augment/blur.py``). Tests: ``tests/loader/test_gpu_path.py``.
 
 Not here (CPU cannot catch them; the CUDA tests do): the pinned, non-blocking copies of ``cropresize.to_device``
-(``tests/test_gpufix.py::test_resized_crops_never_syncs_on_cuda``) and the stream actually shared on a GPU
+(``tests/loader/test_gpu_path.py::test_resized_crops_never_syncs_on_cuda``) and the stream actually shared on a GPU
 (``::test_prefetchers_share_the_cuda_side_stream``)."""
 
 ROW_STREAM = "GPU augmentation: one side stream per device, shared by every DevicePrefetcher"
@@ -17,7 +17,7 @@ ROW_EMPTY = "GPU augmentation: every op takes an empty batch"
 ROW_LABELS = "GPU augmentation: an out-of-range MixUp/CutMix label is refused on the host (DevicePrefetcher) or counted (GpuAugment), never a device-side assert"
 ROW_NOSYNC = "GPU augmentation: a GpuAugment call never reads a value back to the host"
 
-T = "tests/test_gpufix.py::"
+T = "tests/loader/test_gpu_path.py::"
 STREAM = T + "test_one_side_stream_per_device_across_prefetchers"
 THREADS = T + "test_side_streams_made_once_under_threads"
 COMPILE = T + "test_compile_is_bounded_over_batch_sizes"
@@ -26,7 +26,7 @@ PRECISION = T + "test_resize_and_affine_ignore_the_global_matmul_precision"
 EMPTY = T + "test_every_op_on_an_empty_batch[False]"
 LABELS = T + "test_out_of_range_labels_are_counted_not_a_crash"
 HOST_CHECK = T + "test_prefetcher_refuses_out_of_range_labels_on_the_host"
-NO_SYNC = "tests/test_augment_no_sync.py::test_a_whole_call_draws_and_applies_without_host_reads"
+NO_SYNC = "tests/augment/test_no_sync.py::test_a_whole_call_draws_and_applies_without_host_reads"
 
 MUTANTS = [
     # ------------------------------------------------------------------ C3: shardkit/loader/prefetch.py

@@ -17,9 +17,9 @@ ROW_PIPE = "Hostile input: pipe: URLs are never run"
 ROW_PREFETCH = "GPU augmentation: DevicePrefetcher yields the loader's batches, transformed (labels to MixUp/CutMix)"
 ROW_AGREE = "Damaged shards: loader and verify agree sample by sample on awkward member names"
 
-T = "tests/test_guard_loader.py"
+T = "tests/loader/test_loader_oracle.py"
 T_MOVES = f"{T}::test_a_bad_sample_moves_nothing_else"
-T_DEC = "tests/test_decode.py"
+T_DEC = "tests/loader/decode/test_worker.py"
 
 MUTANTS = [
     # ---------------------------------------------------------------- batching.py
@@ -45,7 +45,7 @@ MUTANTS = [
         "file": "shardkit/loader/batching.py",
         "old": 'counters.add("skipped", 1)',
         "new": 'counters.add("skipped", 0)',
-        "tests": ["tests/test_format.py::test_loader_and_verify_agree_sample_by_sample"],
+        "tests": ["tests/format/test_member_rule.py::test_loader_and_verify_agree_sample_by_sample"],
     },
     {
         "id": "batching-strict-ignored",
@@ -53,7 +53,7 @@ MUTANTS = [
         "file": "shardkit/loader/batching.py",
         "old": "    if strict:\n        raise DataError",
         "new": "    if False:\n        raise DataError",
-        "tests": ["tests/test_format.py::test_loader_and_verify_agree_sample_by_sample"],
+        "tests": ["tests/format/test_member_rule.py::test_loader_and_verify_agree_sample_by_sample"],
     },
     # ---------------------------------------------------------------- decode.py
     {
@@ -137,7 +137,7 @@ MUTANTS = [
         "file": "shardkit/loader/decode/worker.py",
         "old": "if width < 1 or height < 1 or width * height > self.cfg.max_pixels:",
         "new": "if width < 1 or height < 1:",
-        "tests": ["tests/test_info_verify.py::test_verify_reports_images_the_loader_skips_for_their_pixel_count"],
+        "tests": ["tests/cli/test_info_verify.py::test_verify_reports_images_the_loader_skips_for_their_pixel_count"],
     },
     {
         "id": "decoders-pil-returns-bgr",
@@ -145,7 +145,7 @@ MUTANTS = [
         "file": "shardkit/loader/decode/decoders.py",
         "old": 'return np.array(im.convert("RGB"))  # writable',
         "new": 'return np.array(im.convert("RGB"))[..., ::-1].copy()  # writable',
-        "tests": ["tests/test_decode_promises.py::test_png_named_jpg_decodes_to_its_pixels"],
+        "tests": ["tests/loader/decode/test_decode_promises.py::test_png_named_jpg_decodes_to_its_pixels"],
     },
     # ---------------------------------------------------------------- cropresize.py (device decode, run on CPU)
     {
@@ -204,7 +204,7 @@ MUTANTS = [
         "file": "shardkit/loader/decode/worker.py",
         "old": "    left = int(round((new_w - size) / 2.0))\n",
         "new": "    left = int(round((new_w - size) / 1.8))\n",
-        "tests": ["tests/test_decode_promises.py::test_elongated_image_gives_the_center_crop_pixels"],
+        "tests": ["tests/loader/decode/test_decode_promises.py::test_elongated_image_gives_the_center_crop_pixels"],
     },
     {
         "id": "decode-panorama-resized-whole",
@@ -212,7 +212,7 @@ MUTANTS = [
         "file": "shardkit/loader/decode/worker.py",
         "old": "if max(width, height) > MAX_EVAL_ASPECT * min(width, height):",
         "new": "if False and max(width, height) > MAX_EVAL_ASPECT * min(width, height):",
-        "tests": ["tests/test_decode_promises.py::test_elongated_image_is_cropped_before_resizing"],
+        "tests": ["tests/loader/decode/test_decode_promises.py::test_elongated_image_is_cropped_before_resizing"],
     },
     # ---------------------------------------------------------------- augment (notes/issue-15.md)
     {
@@ -221,7 +221,7 @@ MUTANTS = [
         "file": "shardkit/augment/mixup.py",
         "old": "return torch.where(applied, lam, 1.0).expand(b)",
         "new": "return (lam if bool(applied.all()) else torch.where(applied, lam, 1.0)).expand(b)",
-        "tests": ["tests/test_augment_no_sync.py::test_a_whole_call_draws_and_applies_without_host_reads"],
+        "tests": ["tests/augment/test_no_sync.py::test_a_whole_call_draws_and_applies_without_host_reads"],
     },
     {
         "id": "augment-mixed-labels-from-the-wrong-neighbour",
@@ -229,7 +229,7 @@ MUTANTS = [
         "file": "shardkit/augment/mixup.py",
         "old": "return torch.lerp(labels.roll(1, 0), labels, lam.view(-1, 1))",
         "new": "return torch.lerp(labels.roll(-1, 0), labels, lam.view(-1, 1))",
-        "tests": ["tests/test_augment.py::test_mixup_cutmix_labels"],
+        "tests": ["tests/augment/test_ops.py::test_mixup_cutmix_labels"],
     },
     # ---------------------------------------------------------------- sources.py, prefetch.py (CPU path)
     {
@@ -238,7 +238,7 @@ MUTANTS = [
         "file": "shardkit/storage/opener.py",
         "old": 'if storage.scheme(url) == "pipe" and not cfg.allow_pipe:',
         "new": 'if storage.scheme(url) == "pipe" and cfg.allow_pipe is None:',
-        "tests": ["tests/test_loader.py::test_pipe_urls_refused_unless_opted_in"],
+        "tests": ["tests/loader/test_loader.py::test_pipe_urls_refused_unless_opted_in"],
     },
     {
         "id": "prefetch-mixing-transform-gets-no-labels",
@@ -246,7 +246,7 @@ MUTANTS = [
         "file": "shardkit/loader/prefetch.py",
         "old": 'transform_labels = bool(getattr(transform, "needs_labels", False))',
         "new": "transform_labels = False",
-        "tests": ["tests/test_prefetch.py::test_mixing_transform_gets_the_labels"],
+        "tests": ["tests/loader/test_prefetch.py::test_mixing_transform_gets_the_labels"],
     },
     {
         "id": "prefetch-namedtuple-batches-become-lists",

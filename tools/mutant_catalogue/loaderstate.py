@@ -9,9 +9,9 @@ ROW_DATA = "A loader state is refused for another dataset even with the same sha
 ROW_LABELS = "A mixture's labels name each sample's true class (merged by name, or per source)"
 ROW_OPTIONS = "Options of the wrong kind are refused where they are built, naming the option; given options stay given"
 
-T_LEN = "tests/test_loader_len.py"
-T_STATE = "tests/test_state_checks.py"
-T_LABELS = "tests/test_mix_labels.py"
+T_LEN = "tests/loader/test_len.py"
+T_STATE = "tests/loader/test_state_checks.py"
+T_LABELS = "tests/loader/test_mixture_labels.py"
 
 MUTANTS = [
     # ------------------------------------------------------------------ A2: len() / epoch_info
@@ -69,7 +69,9 @@ MUTANTS = [
         "file": "shardkit/integrations/lightning.py",
         "old": "            trainer.reload_dataloaders_every_n_epochs = 1",
         "new": "            pass",
-        "tests": ["tests/test_lightning.py::test_resumed_fit_over_epochs_of_varying_length_equals_uninterrupted"],
+        "tests": [
+            "tests/integrations/test_lightning.py::test_resumed_fit_over_epochs_of_varying_length_equals_uninterrupted"
+        ],
     },
     {
         "id": "lightning-len-of-the-loaders-epoch",
@@ -77,7 +79,7 @@ MUTANTS = [
         "file": "shardkit/integrations/lightning.py",
         "old": '        return self.loader.num_batches(self._epoch() if self._epoch is not None else self._start["epoch"])  # type: ignore[index]',
         "new": "        return self.loader.num_batches(0)",
-        "tests": ["tests/test_lightning.py::test_fit_over_epochs_of_varying_length_sees_every_sample"],
+        "tests": ["tests/integrations/test_lightning.py::test_fit_over_epochs_of_varying_length_sees_every_sample"],
     },
     # ------------------------------------------------------------------ B: state checks
     {

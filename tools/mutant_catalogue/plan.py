@@ -8,18 +8,20 @@ ROW_ELASTIC = "Elastic: up to three topologies in one epoch (3 → 2 → 3 ranks
 ROW_INDEX = "The sample index yields exactly the header walk's samples; a wrong index falls back with every key once"
 ROW_DEVICE = 'decode_on="device": the worker path\'s samples, crops and flips, also after a dropped sample'
 
-ORACLE = "tests/test_plan_oracle.py::test_single_dataset_plan_matches_the_reference"
-ORACLE_ONE = "tests/test_plan_oracle.py::test_one_source_mixture_plan_matches_the_reference"
-ORACLE_MIX = "tests/test_plan_oracle.py::test_mixture_plan_matches_the_reference"
-CHAIN = "tests/test_plan_oracle.py::test_three_two_three_ranks_with_checkpoints_after_padding"
-CHAIN_REPEATS = "tests/test_plan_oracle.py::test_three_two_three_ranks_mixture_with_repeats"
-GRID = "tests/test_plan_oracle.py::test_grid_of_three_topology_chains_with_checkpoints_inside_shuffle_blocks"
-EVERY_STEP = "tests/test_plan_oracle.py::test_grid_every_step_resumes_exactly"
-PADDING_FIRST = "tests/test_plan_oracle.py::test_padding_emitted_before_its_original_counts_as_seen"
-LOADER_CHAIN = "tests/test_plan_oracle.py::test_loader_elastic_chain_delivers_every_key_once_plus_reported_padding"
-FALLBACK = "tests/test_index_fallback.py::test_index_wrong_at_slice_time_falls_back_with_every_key_once"
-GOING_BACK = "tests/test_index_fallback.py::test_ids_going_back_in_a_shard_read_without_overflow"
-DEV = "tests/test_devicedecode_train.py::test_train_crops_and_flips_stay_with_their_samples_after_a_dropped_one"
+ORACLE = "tests/plan/test_epoch_oracle.py::test_single_dataset_plan_matches_the_reference"
+ORACLE_ONE = "tests/plan/test_epoch_oracle.py::test_one_source_mixture_plan_matches_the_reference"
+ORACLE_MIX = "tests/plan/test_epoch_oracle.py::test_mixture_plan_matches_the_reference"
+CHAIN = "tests/plan/test_epoch_oracle.py::test_three_two_three_ranks_with_checkpoints_after_padding"
+CHAIN_REPEATS = "tests/plan/test_epoch_oracle.py::test_three_two_three_ranks_mixture_with_repeats"
+GRID = "tests/plan/test_epoch_oracle.py::test_grid_of_three_topology_chains_with_checkpoints_inside_shuffle_blocks"
+EVERY_STEP = "tests/plan/test_epoch_oracle.py::test_grid_every_step_resumes_exactly"
+PADDING_FIRST = "tests/plan/test_epoch_oracle.py::test_padding_emitted_before_its_original_counts_as_seen"
+LOADER_CHAIN = (
+    "tests/plan/test_epoch_oracle.py::test_loader_elastic_chain_delivers_every_key_once_plus_reported_padding"
+)
+FALLBACK = "tests/loader/test_index_fallback.py::test_index_wrong_at_slice_time_falls_back_with_every_key_once"
+GOING_BACK = "tests/loader/test_index_fallback.py::test_ids_going_back_in_a_shard_read_without_overflow"
+DEV = "tests/loader/decode/test_device_train.py::test_train_crops_and_flips_stay_with_their_samples_after_a_dropped_one"
 
 MUTANTS = [
     # ------------------------------------------------------------------ the one planner (shardkit/plan/epoch.py, split.py):

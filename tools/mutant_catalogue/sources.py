@@ -1,7 +1,7 @@
 """Mutants of the sources: listings, folders (ImageFolder, --label-regex), the label rule, --val-fraction.
 
-Files: ``shardkit/convert/scan/listing.py``, ``source.py``, ``discover.py``. Tests: ``tests/test_convert_listing.py``
-(one test per promise) and ``tests/test_sources_oracle.py`` (the differential oracles; the mutants naming only
+Files: ``shardkit/convert/scan/listing.py``, ``source.py``, ``discover.py``. Tests: ``tests/convert/scan/test_listing.py``
+(one test per promise) and ``tests/convert/scan/test_listing_folder_oracle.py`` (the differential oracles; the mutants naming only
 an oracle prove that the oracle itself can fail).
 """
 
@@ -10,8 +10,8 @@ ROW_LABELS = "Conversion labels: one rule for every source"
 ROW_FOLDERS = "Conversion input: class folders and --label-regex (the real path wins over a symlink)"
 ROW_VAL = "Validation split (--val-fraction): F x n rounded half up per class, the same items in every process"
 
-T = "tests/test_convert_listing.py::"
-ORACLE = "tests/test_sources_oracle.py::"
+T = "tests/convert/scan/test_listing.py::"
+ORACLE = "tests/convert/scan/test_listing_folder_oracle.py::"
 LISTING = "shardkit/convert/scan/listing.py"
 SOURCE = "shardkit/convert/scan/source.py"
 DISCOVER = "shardkit/convert/scan/discover.py"

@@ -7,8 +7,8 @@ ROW_BUDGET = (
 )
 ROW_CACHE = "Object storage: the shard cache holds exactly the manifest's bytes, least recently used evicted first"
 
-T = "tests/test_guard_loader.py"
-T_S3 = "tests/test_faults_s3.py"
+T = "tests/storage/test_storage_oracle.py"
+T_S3 = "tests/system/test_faults_s3.py"
 
 MUTANTS = [
     {
@@ -17,7 +17,7 @@ MUTANTS = [
         "file": "shardkit/storage/retry.py",
         "old": "base = min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** (attempt - 1))",
         "new": "base = _BACKOFF_S",
-        "tests": ["tests/test_faults_s3.py::test_retries_back_off_exponentially_capped_with_jitter"],
+        "tests": ["tests/system/test_faults_s3.py::test_retries_back_off_exponentially_capped_with_jitter"],
     },
     {
         "id": "retry-backoff-uncapped",
@@ -25,7 +25,7 @@ MUTANTS = [
         "file": "shardkit/storage/retry.py",
         "old": "base = min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** (attempt - 1))",
         "new": "base = _BACKOFF_S * 2 ** (attempt - 1)",
-        "tests": ["tests/test_faults_s3.py::test_retries_back_off_exponentially_capped_with_jitter"],
+        "tests": ["tests/system/test_faults_s3.py::test_retries_back_off_exponentially_capped_with_jitter"],
     },
     {
         "id": "retry-backoff-no-jitter",
@@ -33,7 +33,7 @@ MUTANTS = [
         "file": "shardkit/storage/retry.py",
         "old": 'return base * (0.5 + int.from_bytes(h, "big") / 65535 / 2)',
         "new": "return base",
-        "tests": ["tests/test_faults_s3.py::test_retries_back_off_exponentially_capped_with_jitter"],
+        "tests": ["tests/system/test_faults_s3.py::test_retries_back_off_exponentially_capped_with_jitter"],
     },
     {
         "id": "retry-reopen-reads-from-the-start",
@@ -105,7 +105,7 @@ MUTANTS = [
         "file": "shardkit/storage/cache.py",
         "old": "for _, size, path in sorted(e for e in entries if not os.path.basename(e[2]).startswith(_TMP)):",
         "new": "for _, size, path in sorted((e for e in entries if not os.path.basename(e[2]).startswith(_TMP)), reverse=True):",
-        "tests": ["tests/test_cache.py::test_lru_eviction_and_limit"],
+        "tests": ["tests/storage/test_cache.py::test_lru_eviction_and_limit"],
     },
     {
         "id": "cache-short-download-published",
@@ -113,7 +113,7 @@ MUTANTS = [
         "file": "shardkit/storage/cache.py",
         "old": "if written != nbytes:",
         "new": "if False:",
-        "tests": ["tests/test_cache.py::test_download_size_mismatch_leaves_nothing"],
+        "tests": ["tests/storage/test_cache.py::test_download_size_mismatch_leaves_nothing"],
     },
     {
         "id": "cache-oversized-shard-empties-the-cache",

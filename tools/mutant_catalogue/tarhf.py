@@ -1,8 +1,8 @@
 """Mutants of the tar and Hugging Face sources (``shardkit/convert/scan/tars.py``, ``shardkit/convert/scan/hf.py``), issue #21.
 
 Each re-introduces a bug found in issue #21 (A1, A4, A7, A8, A10, B) or a near relative. The unit tests of
-``tests/test_convert_tars.py`` / ``tests/test_convert_hf.py`` are named first (fast); the ``-oracle`` mutants
-name only the differential oracle (``tests/test_tarhf_oracle.py``), proving it catches that class of bug alone.
+``tests/convert/scan/test_tars.py`` / ``tests/convert/scan/test_hf.py`` are named first (fast); the ``-oracle`` mutants
+name only the differential oracle (``tests/convert/scan/test_tar_hf_oracle.py``), proving it catches that class of bug alone.
 """
 
 ROW_TARS = (
@@ -16,10 +16,10 @@ TARS = "shardkit/convert/scan/tars.py"
 MEMBERS = "shardkit/format/members.py"  # group_members: the member rule over a tar's names
 SOURCE_PY = "shardkit/convert/scan/source.py"
 HF = "shardkit/convert/scan/hf.py"
-T = "tests/test_convert_tars.py::"
-H = "tests/test_convert_hf.py::"
-TAR_ORACLE = "tests/test_tarhf_oracle.py::test_tar_source_matches_the_reference"
-HF_ORACLE = "tests/test_tarhf_oracle.py::test_hf_source_matches_the_reference"
+T = "tests/convert/scan/test_tars.py::"
+H = "tests/convert/scan/test_hf.py::"
+TAR_ORACLE = "tests/convert/scan/test_tar_hf_oracle.py::test_tar_source_matches_the_reference"
+HF_ORACLE = "tests/convert/scan/test_tar_hf_oracle.py::test_hf_source_matches_the_reference"
 
 _REPEAT_OLD = (
     "if not groups or groups[-1].key != key or ext in groups[-1].fields:  # a repeated field starts a new sample"

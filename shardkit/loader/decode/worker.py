@@ -273,7 +273,7 @@ def _aa_kernel() -> Optional[Callable]:
     It is the kernel ``F.interpolate(mode="bilinear", antialias=True)`` dispatches to, called
     directly because only it can write into a batch row: through ``F.interpolate`` (a new tensor,
     then a copy; crop views take its slower route) decode + crop/resize measured 6 % (train) and
-    10 % (eval) slower. ``tests/test_decode.py::test_resize_kernel_equals_public_interpolate``
+    10 % (eval) slower. ``tests/loader/decode/test_worker.py::test_resize_kernel_equals_public_interpolate``
     checks it against ``F.interpolate`` byte for byte, and the fallback is that public call.
     """
     import torch

@@ -1,0 +1,115 @@
+"""CPU stand-ins for the CUDA-only "no host sync" check (``tests/augment/test_ops.py::test_no_host_sync_on_cuda``).
+
+Guarantee: a ``GpuAugment`` call (parameter draws, generator draws included, and the apply step,
+MixUp and CutMix included) never reads a tensor's value back to the host, so on a GPU it never
+waits for the device. On CPU two checks stand in for ``torch.cuda.set_sync_debug_mode("error")``:
+``apply`` traces with ``fullgraph=True`` (``tests/augment/test_ops.py::test_apply_traces_without_graph_breaks``:
+a host read is a graph break), and here a whole call runs under a ``TorchFunctionMode`` that records
+every tensor method that reads values to the host (``item``, ``bool``, ``tolist``, ``nonzero``,
+boolean-mask indexing...), which covers the generator draws that cannot be traced.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from shardkit.augment import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ColorJitter,
+    CutMix,
+    GaussianBlur,
+    GpuAugment,
+    HorizontalFlip,
+    MixUp,
+    Normalize,
+    RandomAffine,
+    RandomErasing,
+    RandomGrayscale,
+    RandomResizedCrop,
+    RandomRotation,
+)
+
+
+def _ops(per_sample: bool = False) -> list:
+    return [
+        RandomResizedCrop(16),
+        HorizontalFlip(),
+        RandomRotation(20, fill=3),
+        RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5),
+        ColorJitter(0.4, 0.4, 0.4, 0.1, order="random"),
+        RandomGrayscale(0.2),
+        GaussianBlur(3),
+        Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        RandomErasing(),
+        MixUp(4, per_sample=per_sample),
+        CutMix(4, per_sample=per_sample),
+    ]
+
+
+def _images(n: int = 8, size: int = 24) -> torch.Tensor:
+    return torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+
+
+_HOST_READS = {
+    "item",
+    "tolist",
+    "numpy",
+    "cpu",
+    "nonzero",
+    "argwhere",
+    "masked_select",
+    "unique",
+    "unique_consecutive",
+    "bincount",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+}
+
+
+class HostReads(TorchFunctionMode):
+    """Records every torch call that reads tensor values to the host (a device sync on a GPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", str(func))
+        if name in _HOST_READS:
+            self.calls.append(name)
+        elif (
+            name == "repeat_interleave"
+            and len(args) > 1
+            and isinstance(args[1], torch.Tensor)
+            and "output_size" not in kwargs
+        ):
+            self.calls.append(name)  # tensor repeats: the output size is read back
+        elif name in ("__getitem__", "__setitem__") and len(args) > 1:
+            idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in idx):
+                self.calls.append(f"{name}[bool mask]")
+        return func(*args, **kwargs)
+
+
+def test_host_read_detector_sees_a_sync():
+    x = torch.rand(4)
+    with HostReads() as reads:
+        float(x.sum()), x[x > 0.5], x.nonzero()
+    assert reads.calls == ["__float__", "__getitem__[bool mask]", "nonzero"]
+
+
+def test_a_whole_call_draws_and_applies_without_host_reads():
+    for per_sample in (False, True):
+        aug = GpuAugment(_ops(per_sample), seed=0, output_dtype=torch.bfloat16, memory_format="channels_last")
+        x, labels = _images(), torch.arange(8) % 4
+        aug(x, labels)  # the first call creates the generator and cached constants (as on CUDA)
+        with HostReads() as reads:
+            for _ in range(3):
+                out, soft = aug(x, labels)
+        assert reads.calls == [], (per_sample, reads.calls)
+        assert out.shape == (8, 3, 16, 16) and soft.shape == (8, 4)

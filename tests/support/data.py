@@ -1,0 +1,206 @@
+"""Data builders: tiny datasets written with shardkit's own writer, hand-built (foreign, hostile) shards,
+and plain readers of what a conversion wrote."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from dataclasses import dataclass
+
+from PIL import Image
+
+from shardkit.demo.sampledata import make_image
+from shardkit.format import EncodedSample, write_shard
+from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
+
+
+def jpeg_bytes(label: int, seed: int = 0, size: tuple[int, int] = (64, 48), quality: int = 90, **save_kw) -> bytes:
+    """A small photo-like JPEG of class ``label``."""
+    buf = io.BytesIO()
+    Image.fromarray(make_image(label, seed, size)).save(buf, format="JPEG", quality=quality, **save_kw)
+    return buf.getvalue()
+
+
+@dataclass
+class TinyDataset:
+    """A dataset written by :func:`write_dataset`."""
+
+    url: str  # split directory holding manifest.json
+    keys: list[str]  # every key, in write order
+    labels: dict[str, int]  # key -> label
+    manifest: Manifest
+
+
+def write_dataset(
+    root: str,
+    *,
+    num_samples: int = 60,
+    shard_size: int = 7,
+    num_classes: int = 3,
+    size: tuple[int, int] = (64, 48),
+    split: str = "train",
+    distinct_images: int = 8,
+) -> TinyDataset:
+    """Write ``num_samples`` samples into shards of ``shard_size`` plus a manifest under ``root``.
+
+    Key ``k{i:06d}`` has label ``i % num_classes``. Only ``distinct_images``
+    different JPEGs are encoded (per class) and reused, to keep fixtures fast.
+    """
+    os.makedirs(root, exist_ok=True)
+    cache = {(c, j): jpeg_bytes(c, j, size) for c in range(num_classes) for j in range(distinct_images)}
+    keys: list[str] = []
+    labels: dict[str, int] = {}
+    shards: list[ShardInfo] = []
+    class_counts = [0] * num_classes
+    for start in range(0, num_samples, shard_size):
+        samples = []
+        for i in range(start, min(num_samples, start + shard_size)):
+            key, label = f"k{i:06d}", i % num_classes
+            meta = {"path": f"c{label}/img{i}.jpg", "class": f"c{label}", "width": size[0], "height": size[1]}
+            samples.append(EncodedSample(key, cache[(label, i % distinct_images)], label, meta))
+            keys.append(key)
+            labels[key] = label
+            class_counts[label] += 1
+        name = f"{split}-{len(shards):06d}.tar"
+        with open(os.path.join(root, name), "wb") as f:
+            n, nbytes, sha = write_shard(samples, f)
+        shards.append(ShardInfo(name=name, samples=n, bytes=nbytes, sha256=sha))
+    m = Manifest(
+        split=split,
+        classes=[f"c{i}" for i in range(num_classes)],
+        shards=shards,
+        options={"source": "tests.support.data.write_dataset"},
+        class_counts=class_counts,
+        shardkit_version="test",
+    )
+    save_manifest(m, root)
+    m.url = os.path.join(root, "manifest.json")
+    return TinyDataset(url=root, keys=keys, labels=labels, manifest=m)
+
+
+def tar_bytes(members: list, fmt: int = tarfile.PAX_FORMAT) -> bytes:
+    """A tar of ``members``: ``(name, data)`` pairs for regular files, or ``(TarInfo, data_or_None)``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for name, data in members:
+            if isinstance(name, tarfile.TarInfo):
+                ti = name
+                if data is not None:
+                    ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data) if data is not None else None)
+            else:
+                ti = tarfile.TarInfo(name)
+                ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class RecordingFile(io.BytesIO):
+    """An in-memory file that records the byte range ``[start, stop)`` of every read."""
+
+    def __init__(self, data: bytes):
+        super().__init__(data)
+        self.reads: list[tuple[int, int]] = []
+
+    def read(self, n=-1):
+        start = self.tell()
+        b = super().read(n)
+        if b:
+            self.reads.append((start, start + len(b)))
+        return b
+
+    def touched(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The recorded reads that overlap ``[start, stop)``."""
+        return [(a, b) for a, b in self.reads if a < stop and start < b]
+
+
+def member_ranges(data: bytes) -> dict[str, tuple[int, int]]:
+    """member name -> byte range ``[start, stop)`` of its data in the tar ``data``."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        return {m.name: (m.offset_data, m.offset_data + m.size) for m in tf.getmembers() if m.isfile()}
+
+
+def write_raw_dataset(root: str, shards: list[tuple[bytes, int]], classes: list[str], split: str = "train") -> str:
+    """Write already built shard bytes (with their sample counts) and a valid manifest under ``root``."""
+    os.makedirs(root, exist_ok=True)
+    infos = []
+    for i, (data, samples) in enumerate(shards):
+        name = f"{split}-{i:06d}.tar"
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(data)
+        infos.append(ShardInfo(name, samples, len(data), hashlib.sha256(data).hexdigest()))
+    save_manifest(Manifest(split, classes, infos), root)
+    return root
+
+
+def tree_digests(root: str) -> dict[str, str]:
+    """relative path -> sha256 of every file below ``root`` (byte-identical output checks)."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def tree_snapshot(root: str) -> dict[str, int]:
+    """relative path -> size of everything below ``root`` (links not followed)."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(d, name)
+            out[os.path.relpath(p, root)] = os.lstat(p).st_size if name in files else -1
+    return out
+
+
+def split_samples(split_dir: str) -> dict[str, dict]:
+    """``{key: {"cls": int, "json": dict, "jpg": bytes}}`` of every sample of the converted split at ``split_dir``."""
+    import json
+
+    from shardkit.format.manifest import load_manifest
+
+    m = load_manifest(split_dir)
+    out: dict[str, dict] = {}
+    for i in range(len(m.shards)):
+        with tarfile.open(m.shard_url(i)) as tf:
+            for mem in tf.getmembers():
+                key, ext = mem.name.split(".", 1)
+                assert ext not in out.setdefault(key, {}), f"{key}.{ext} twice"
+                out[key][ext] = tf.extractfile(mem).read()  # type: ignore[union-attr]
+    for g in out.values():
+        g["json"] = json.loads(g["json"])
+        g["cls"] = int(g["cls"])
+    return out
+
+
+def add_index(root: str, damage=None, shard: int = 1) -> None:
+    """Sidecar indexes for every shard (as ``shardkit convert`` writes them); ``damage`` rewrites ``shard``'s
+    index so that it still passes every load-time check (layout, unique keys, CRC recomputed, the shard's size
+    and sha256) but is wrong for the tar headers."""
+    from dataclasses import replace
+
+    from shardkit.format.index import INDEX_FORMAT, index_from_walk, index_url, load_index
+    from shardkit.format.manifest import load_manifest
+
+    m = load_manifest(root)
+    for s, info in enumerate(m.shards):
+        url = m.shard_url(s)
+        with open(url, "rb") as f:
+            idx = index_from_walk(f, url, info.bytes, info.sha256)
+        assert idx is not None
+        if damage is not None and s == shard:
+            idx = damage(idx)
+        with open(index_url(url), "wb") as f:
+            f.write(idx.to_bytes())
+        load_index(url, shard_bytes=info.bytes, shard_sha256=info.sha256)  # passes its load-time checks
+    save_manifest(replace(m, sample_index=INDEX_FORMAT), root)
+
+
+def write_tar_file(path: str, members: list) -> str:
+    """Write :func:`tar_bytes` of ``members`` to ``path``; returns ``path``."""
+    with open(path, "wb") as f:
+        f.write(tar_bytes(members))
+    return path
