@@ -5,7 +5,7 @@ one file replaced by another. The catalogue is ``tools/mutant_catalogue/*.py``;
 each file defines ``MUTANTS``, a list of dicts::
 
     {"id": "tars-repeated-field-merges",            # unique, kebab-case
-     "row": "Conversion input: tars",               # the README Guarantees row it breaks
+     "row": "Conversion input: tars",               # the docs/guarantees.md row it breaks
      "file": "shardkit/convert/scan/tars.py",           # relative to the repository root
      "old": "if ext in fields:",                    # occurs exactly once in the file
      "new": "if False:",

@@ -9,7 +9,7 @@ process grows by at most the batches in flight (``prefetch_factor`` 2 per worker
 and ``--slack-mib``; at most a few fds are open per worker
 (one shard at a time, plus batches in flight); loading a manifest of ``--manifest-shards`` shards takes under
 ``--manifest-s`` seconds (best of 3), and so do building the loader on it and planning an epoch of it
-over 1,024 nodes x 8 ranks x 8 workers (the figure the README quotes).
+over 1,024 nodes x 8 ranks x 8 workers (the figure docs/guides/distributed.md quotes).
 
     python tools/stress.py                          # 8 workers, 10,000 shards x 2 samples, buffer 5000
     python tools/stress.py --shards 2000 --workers 4 --manifest-shards 100000

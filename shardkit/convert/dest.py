@@ -17,7 +17,7 @@
   stale by construction and simply taken over. Tasks of one multi-task
   conversion (different ``--task-index``) run side by side as designed.
   Object stores have no locks: there the rule is "one run per task index at a
-  time", which a scheduler's job array gives (README: Many machines).
+  time", which a scheduler's job array gives (docs/guides/convert.md: "Many machines").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Public entry points: :func:`load` (returns a :class:`ShardLoader`) and
 :class:`ShardDataset` for users who build their own ``DataLoader``. The path of a
-batch through the modules of this package is in the README ("How it works").
+batch through the modules of this package is in docs/design/batch-path.md ("The path of a batch").
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def load(
     Args:
         url: the split directory (or its ``manifest.json``): local path, ``s3://``, ``gs://``,
             ``http(s)://`` or any fsspec URL; or a list of :class:`shardkit.Source` (and URLs) to
-            mix, each with one of ``weight``/``repeat``/``choose`` (README "Mixing datasets").
+            mix, each with one of ``weight``/``repeat``/``choose`` (docs/guides/mixing.md).
         batch_size: samples per batch (:class:`~shardkit.plan.ordering.PlanConfig`).
         size: output height and width (:class:`~shardkit.loader.config.ImageConfig`).
         preset: ``"train"`` (random resized crop + flip) or ``"eval"`` (resize + center crop).

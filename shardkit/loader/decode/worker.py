@@ -15,7 +15,7 @@ Then the JPEG is decoded with DCT scaling (libjpeg-turbo decodes at 1/2, 1/4,
 and the box is resized to ``size`` x ``size`` with an antialiased bilinear
 filter (torch's vectorised uint8 kernel: 2-3x faster than PIL's ``resize``),
 written straight into the batch (``3 x size x size`` view; channels-last batches
-are the kernel's native layout, a contiguous one costs a transposing pass). Decoders (:mod:`shardkit.loader.decode.decoders`, measured in the README): simplejpeg
+are the kernel's native layout, a contiguous one costs a transposing pass). Decoders (:mod:`shardkit.loader.decode.decoders`, measured in docs/benchmarks.md): simplejpeg
 (libjpeg-turbo, fastest), PIL with ``draft`` (fallback for anything that is not
 a baseline RGB/gray JPEG, and when simplejpeg is not installed), and
 ``torchvision.io.decode_jpeg`` (no DCT scaling; kept for comparison).
