@@ -27,10 +27,16 @@ import json
 import os
 import socket
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
+from shardkit.convert.options import ConvertConfig, SplitResult
 from shardkit.errors import ConvertError
 from shardkit.format.index import INDEX_SUFFIX
+from shardkit.format.manifest import SkippedFile
 from shardkit.storage import fs as storage
+
+if TYPE_CHECKING:
+    from shardkit.convert.scan.source import SplitSource
 
 
 def _inside(inner: str, outer: str) -> bool:
@@ -186,3 +192,17 @@ def dest_lock(dest: str, task_index: int = 0) -> Iterator[None]:
         except OSError:
             pass
         os.close(fd)
+
+
+def empty_split_result(s: SplitSource, dest: str, options: ConvertConfig) -> SplitResult:
+    """The result of split ``s``, which has no sample: not written, with its skips and why it is empty."""
+    res = SplitResult(split=s.name, url=storage.join(dest, s.name), written=False)
+    res.skipped_files = sorted((SkippedFile(p, r.value, d) for p, r, d in s.skipped), key=lambda f: f.path)
+    res.add_skipped(res.skipped_files)
+    if res.skipped:
+        res.empty = f"{res.skipped} skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(res.skipped_reasons.items()))
+    elif options.val_fraction:
+        res.empty = f"no input: --val-fraction {options.val_fraction} rounds each class's share to 0; raise it"
+    else:
+        res.empty = "no input"
+    return res

@@ -42,11 +42,19 @@ from typing import Any
 
 from shardkit.convert import journal
 from shardkit.convert import shards as plan
-from shardkit.convert.dest import check_empty_split, check_flat, check_overlap, clear_split, dest_lock, is_split_output
+from shardkit.convert.dest import (
+    check_empty_split,
+    check_flat,
+    check_overlap,
+    clear_split,
+    dest_lock,
+    empty_split_result,
+    is_split_output,
+)
 from shardkit.convert.encoder import CHUNK, Encoder, Outcome, check_main_guard, start_pool
 from shardkit.convert.imageproc import Encoded
 from shardkit.convert.merge import finalize_split
-from shardkit.convert.options import ConvertConfig, ConvertResult, SplitResult, empty_split_result
+from shardkit.convert.options import ConvertConfig, ConvertResult, SplitResult
 from shardkit.convert.scan.discover import NOT_CANDIDATES, ScannedSource, discover
 from shardkit.convert.scan.source import SplitSource
 from shardkit.errors import ConvertError

@@ -5,14 +5,10 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shardkit.convert.imageproc import EncodeConfig
 from shardkit.format.manifest import Manifest, SkippedFile
-from shardkit.storage import fs as storage
-
-if TYPE_CHECKING:
-    from shardkit.convert.scan.source import SplitSource
 
 #: default ``shard_bytes``: a comfortable object-storage object size
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
@@ -188,20 +184,6 @@ class SplitResult:
         self.skipped += len(files)
         for f in files:
             self.skipped_reasons[f.reason] = self.skipped_reasons.get(f.reason, 0) + 1
-
-
-def empty_split_result(s: SplitSource, dest: str, options: ConvertConfig) -> SplitResult:
-    """The result of split ``s``, which has no sample: not written, with its skips and why it is empty."""
-    res = SplitResult(split=s.name, url=storage.join(dest, s.name), written=False)
-    res.skipped_files = sorted((SkippedFile(p, r.value, d) for p, r, d in s.skipped), key=lambda f: f.path)
-    res.add_skipped(res.skipped_files)
-    if res.skipped:
-        res.empty = f"{res.skipped} skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(res.skipped_reasons.items()))
-    elif options.val_fraction:
-        res.empty = f"no input: --val-fraction {options.val_fraction} rounds each class's share to 0; raise it"
-    else:
-        res.empty = "no input"
-    return res
 
 
 @dataclass

@@ -81,7 +81,7 @@ MUTANTS = [
     {
         "id": "empty-split-skips-not-counted",
         "row": ROW_EMPTY,
-        "file": "shardkit/convert/options.py",
+        "file": "shardkit/convert/dest.py",
         "old": "    res.add_skipped(res.skipped_files)\n",
         "new": "",
         "tests": [E + "test_hf_test_split_of_all_minus_one_is_reported_and_the_others_converted"],
