@@ -36,7 +36,7 @@ import importlib.util
 import re
 import sys
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
 
 
@@ -141,3 +141,16 @@ def alias_moved_modules() -> None:
     """Let ``import shardkit.<old path>`` keep working (once per process; the package's ``__init__`` calls it)."""
     if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
         sys.meta_path.append(_MovedModules())
+
+
+def renamed(module: str, names: dict[str, str], namespace: dict[str, Any]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` (PEP 562) serving each old name in ``names`` as the object now called ``names[old]``
+    in ``namespace`` (the module's ``globals()``), with a DeprecationWarning; other names raise AttributeError."""
+
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            warnings.warn(f"{module}.{name} is now {names[name]}", DeprecationWarning, stacklevel=2)
+            return namespace[names[name]]
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__

@@ -11,8 +11,7 @@ the conversion, the function its entry point; there is no second name for it), c
 
 from __future__ import annotations
 
-from typing import Any
-
+from shardkit.compat import renamed
 from shardkit.convert.imageproc import EncodeConfig, Resample, SkipReason
 from shardkit.convert.job import convert
 from shardkit.convert.merge import merge
@@ -43,13 +42,8 @@ __all__ = [
 
 
 #: names before issue 22 -> their names now: still importable, with a DeprecationWarning
-_RENAMED = {"ConvertOptions": "ConvertConfig", "ImageOptions": "EncodeConfig", "SourceOptions": "ScanConfig"}
-
-
-def __getattr__(name: str) -> Any:  # PEP 562
-    if name in _RENAMED:
-        import warnings
-
-        warnings.warn(f"shardkit.convert.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
-        return globals()[_RENAMED[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed(
+    __name__,
+    {"ConvertOptions": "ConvertConfig", "ImageOptions": "EncodeConfig", "SourceOptions": "ScanConfig"},
+    globals(),
+)

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from shardkit.compat import one_thread
+from shardkit.compat import one_thread, renamed
 from shardkit.format.members import MAX_PIXELS
 
 #: colour that transparent pixels are composited onto
@@ -367,13 +367,4 @@ def encoder_version() -> str:
 
 
 #: names before issue 22 -> their names now: still importable, with a DeprecationWarning
-_RENAMED = {"ImageOptions": "EncodeConfig"}
-
-
-def __getattr__(name: str) -> Any:  # PEP 562
-    if name in _RENAMED:
-        import warnings
-
-        warnings.warn(f"shardkit.convert.imageproc.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
-        return globals()[_RENAMED[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed(__name__, {"ImageOptions": "EncodeConfig"}, globals())

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardkit.compat import renamed
 from shardkit.convert.imageproc import EncodeConfig
 from shardkit.format.manifest import Manifest, SkippedFile
 
@@ -236,13 +237,4 @@ class ConvertResult:
 
 
 #: names before issue 22 -> their names now: still importable, with a DeprecationWarning
-_RENAMED = {"ConvertOptions": "ConvertConfig", "SourceOptions": "ScanConfig"}
-
-
-def __getattr__(name: str) -> Any:  # PEP 562
-    if name in _RENAMED:
-        import warnings
-
-        warnings.warn(f"shardkit.convert.options.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
-        return globals()[_RENAMED[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed(__name__, {"ConvertOptions": "ConvertConfig", "SourceOptions": "ScanConfig"}, globals())

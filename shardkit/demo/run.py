@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from shardkit.compat import renamed
 from shardkit.demo.spec import DemoConfig, DemoResult, EpochLog
 
 
@@ -167,13 +167,4 @@ def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda
 
 
 #: names before issue 22 -> their names now: still importable, with a DeprecationWarning
-_RENAMED = {"DemoOptions": "DemoConfig"}
-
-
-def __getattr__(name: str) -> Any:  # PEP 562
-    if name in _RENAMED:
-        import warnings
-
-        warnings.warn(f"shardkit.demo.run.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
-        return globals()[_RENAMED[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed(__name__, {"DemoOptions": "DemoConfig"}, globals())

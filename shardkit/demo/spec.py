@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from shardkit.compat import renamed
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,4 @@ class DemoResult:
 
 
 #: names before issue 22 -> their names now: still importable, with a DeprecationWarning
-_RENAMED = {"DemoOptions": "DemoConfig"}
-
-
-def __getattr__(name: str) -> Any:  # PEP 562
-    if name in _RENAMED:
-        import warnings
-
-        warnings.warn(f"shardkit.demo.spec.{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
-        return globals()[_RENAMED[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed(__name__, {"DemoOptions": "DemoConfig"}, globals())

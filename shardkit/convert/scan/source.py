@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from shardkit.compat import renamed
 from shardkit.convert.imageproc import SkipReason
 from shardkit.errors import ConvertError, StorageError
 from shardkit.storage import fs as storage
@@ -340,10 +341,5 @@ def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str =
     source.nested = True
 
 
-def __getattr__(name: str) -> Any:  # PEP 562
-    if name == "Source":  # the name before issue 22 (``shardkit.Source`` is a mixture member)
-        import warnings
-
-        warnings.warn("shardkit.convert.scan.source.Source is now ScannedSource", DeprecationWarning, stacklevel=2)
-        return ScannedSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: the name before issue 22 (``shardkit.Source`` is a mixture member): still importable, with a DeprecationWarning
+__getattr__ = renamed(__name__, {"Source": "ScannedSource"}, globals())
