@@ -16,6 +16,7 @@ ROW_PRECISION = (
 ROW_EMPTY = "GPU augmentation: every op takes an empty batch"
 ROW_LABELS = "GPU augmentation: an out-of-range MixUp/CutMix label is refused on the host (DevicePrefetcher) or counted (GpuAugment), never a device-side assert"
 ROW_NOSYNC = "GPU augmentation: a GpuAugment call never reads a value back to the host"
+ROW_BARRIER = "GPU decode: every batched device decode waits for the work queued on its stream (nvJPEG does not)"
 
 T = "tests/loader/test_gpu_path.py::"
 STREAM = T + "test_one_side_stream_per_device_across_prefetchers"
@@ -27,6 +28,7 @@ EMPTY = T + "test_every_op_on_an_empty_batch[False]"
 LABELS = T + "test_out_of_range_labels_are_counted_not_a_crash"
 HOST_CHECK = T + "test_prefetcher_refuses_out_of_range_labels_on_the_host"
 NO_SYNC = "tests/augment/test_no_sync.py::test_a_whole_call_draws_and_applies_without_host_reads"
+BARRIER = "tests/loader/decode/test_device.py::test_the_batched_decode_waits_for_the_current_stream_first"
 
 MUTANTS = [
     # ------------------------------------------------------------------ C3: shardkit/loader/prefetch.py
@@ -161,5 +163,21 @@ MUTANTS = [
         "old": "bad = ((labels < 0) | (labels >= num_classes)).nonzero()",
         "new": "bad = ((labels < 0) | (labels > num_classes)).nonzero()",
         "tests": [HOST_CHECK],
+    },
+    {
+        "id": "device-decode-without-barrier",
+        "row": ROW_BARRIER,
+        "file": "shardkit/loader/decode/device.py",
+        "old": "    stream_barrier(device)\n    return DECODE[backend](tensors, device)",
+        "new": "    return DECODE[backend](tensors, device)",
+        "tests": [BARRIER],
+    },
+    {
+        "id": "barrier-syncs-nothing-on-cuda",
+        "row": ROW_BARRIER,
+        "file": "shardkit/loader/decode/backend.py",
+        "old": '    if device.type == "cuda":\n        torch.cuda.current_stream(device).synchronize()',
+        "new": '    if device.type == "cuda:0":\n        torch.cuda.current_stream(device).synchronize()',
+        "tests": [BARRIER],
     },
 ]

@@ -115,6 +115,18 @@ DECODE: dict[str, Callable[[list[Tensor], torch.device], list[Tensor]]] = {
 }
 
 
+def stream_barrier(device: torch.device) -> None:
+    """Wait until the work queued on ``device``'s current stream is done (a no-op off CUDA).
+
+    Called before every batched device decode: nvJPEG writes its outputs from its own stream without waiting
+    for the caller's stream (pytorch/vision#9606, meta-pytorch/torchcodec#1634), while the outputs are allocated
+    in blocks the caching allocator may just have taken back from tensors that queued kernels still read. A host
+    sync of the current stream costs little here, because the decode syncs anyway.
+    """
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
 def normalize_device(device: Union[torch.device, str]) -> torch.device:
     """``device`` with its index: ``"cuda"`` is the current CUDA device (``cuda:0`` ...), ``"cpu"`` has none."""
     dev = torch.device(device)

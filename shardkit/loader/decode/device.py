@@ -55,6 +55,7 @@ from shardkit.loader.decode.backend import (
     import_backend,
     is_data_error,
     normalize_device,
+    stream_barrier,
 )
 from shardkit.loader.decode.cropresize import axis_params, resized_crops
 from shardkit.loader.decode.worker import MAX_EVAL_ASPECT, CropDecoder, Crops, make_decoder
@@ -220,7 +221,11 @@ def _as_tensor(data: Jpeg) -> Tensor:
 
 
 def _decode_list(tensors: list[Tensor], device: torch.device, backend: str) -> list[Tensor]:
-    """One batched ``decode_jpeg`` call of ``backend`` (:data:`shardkit.loader.decode.backend.DECODE`): RGB ``3 x H x W`` uint8."""
+    """One batched ``decode_jpeg`` call of ``backend`` (:data:`shardkit.loader.decode.backend.DECODE`): RGB ``3 x H x W`` uint8.
+
+    Behind a :func:`~shardkit.loader.decode.backend.stream_barrier`: the decoder does not wait for queued kernels.
+    """
+    stream_barrier(device)
     return DECODE[backend](tensors, device)
 
 

@@ -553,3 +553,56 @@ def test_a_mixtures_per_source_stats_count_device_decode_drops_as_skipped(tmp_pa
     assert worker.stats.sources == device.stats.sources
     assert [(s.samples, s.skipped) for s in device.stats.sources] == [(10, 2), (12, 0)]
     assert device.stats.samples == 22 and device.stats.skipped == 2
+
+
+# --------------------------------------------------------------------------- C1: a barrier before nvJPEG
+def test_the_batched_decode_waits_for_the_current_stream_first(monkeypatch):
+    """nvJPEG writes from its own stream without waiting for the caller's (pytorch/vision#9606): every batched
+    device decode must sync the current stream of its device before it starts, whatever the backend."""
+    import shardkit.loader.decode.backend as backend
+
+    calls: list[str] = []
+
+    class Stream:
+        def synchronize(self) -> None:
+            calls.append("sync")
+
+    def fake_decode(tensors, device):
+        calls.append("decode")
+        return [torch.zeros(3, 2, 2, dtype=torch.uint8) for _ in tensors]
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    for name in list(backend.DECODE):
+        monkeypatch.setitem(backend.DECODE, name, fake_decode)
+        calls.clear()
+        dd._decode_list([torch.zeros(4, dtype=torch.uint8)], torch.device("cuda", 0), name)
+        assert calls == ["sync", "decode"], name
+    calls.clear()
+    dd._decode_list([torch.zeros(4, dtype=torch.uint8)], torch.device("cpu"), name)
+    assert calls == ["decode"]  # off CUDA there is no stream to wait for
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_decode_after_queued_reads_of_freed_blocks_leaves_them_intact():
+    """The upstream pattern: kernels queued on the current stream read a block, the block is freed (the caching
+    allocator may hand it to the decode's outputs at once), then a batched decode: the queued reads must see the
+    old contents, and the decoded pixels must equal the CPU decode's."""
+    dev = torch.device("cuda")
+    jpegs = [jpeg_bytes(i % 4, seed=i, size=(512, 384)) for i in range(16)]
+    tensors = [torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs]
+    for backend_name in ("torchcodec", "torchvision"):
+        try:
+            dd.import_backend(backend_name)
+        except Exception:  # noqa: BLE001 - a backend this install lacks
+            continue
+        x = torch.randn(2048, 2048, device=dev)
+        want = (x.double() @ x.double()).float().cpu()
+        y = x
+        for _ in range(8):  # a long queue of reads of x's block
+            y = x @ x
+        del x  # x's block goes back to the allocator while the matmuls are still queued
+        images = dd._decode_list(tensors, dev, backend_name)
+        torch.testing.assert_close(y.cpu(), want, rtol=1e-3, atol=1e-1)
+        cpu = dd._decode_list(tensors, torch.device("cpu"), backend_name)
+        for a, b in zip(images, cpu):
+            assert (a.cpu().int() - b.int()).abs().max() <= 2
