@@ -89,7 +89,9 @@ def load(
     if views is not None:
         given = [k for k in ("preset", "size", "scale", "ratio", "flip") if common.get(k, options.get(k)) is not None]
         if given:
-            raise ValueError(f"views= and {'/'.join(given)}= are exclusive: each View has its own size, scale, ratio and flip")
+            raise ValueError(
+                f"views= and {'/'.join(given)}= are exclusive: each View has its own size, scale, ratio and flip"
+            )
         options = {**options, "views": views}
     cfg = build_config(config, {**{k: v for k, v in common.items() if v is not None}, **options})
     ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, epoch_size=epoch_size, labels=labels)

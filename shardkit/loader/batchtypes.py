@@ -54,6 +54,13 @@ class Batch:
         """The batch's uint8 pixel tensors, the ones a shared slot holds (none for bytes or samples)."""
         return []
 
+    @classmethod
+    def from_pixels(
+        cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]
+    ) -> "Batch":
+        """The batch of this type whose :meth:`pixels` are ``pixels`` (the transport rebuilds it from its slot)."""
+        raise TypeError(f"a {cls.__name__} has no pixel fields")
+
     def pin_memory(self: B, device: Any = None) -> B:
         """Pinned copy (called by DataLoader's pin-memory thread)."""
         return self.copied(torch.Tensor.pin_memory)
@@ -91,7 +98,9 @@ class PixelBatch(Batch):
         return [self.images]
 
     @classmethod
-    def from_pixels(cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]) -> Batch:
+    def from_pixels(
+        cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]
+    ) -> Batch:
         """The batch of this type whose :meth:`pixels` are ``pixels`` (the transport rebuilds it from its slot)."""
         return cls(pixels[0], labels, gids, keys)
 
@@ -122,7 +131,9 @@ class ViewBatch(Batch):
         return list(self.views)
 
     @classmethod
-    def from_pixels(cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]) -> Batch:
+    def from_pixels(
+        cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]
+    ) -> Batch:
         """The batch whose :meth:`pixels` are ``pixels`` (the transport rebuilds it from its slot)."""
         return cls(list(pixels), labels, gids, keys)
 

@@ -273,7 +273,7 @@ def _receive_slotted(
     slot: int,
     token: int,
     nbytes: int,
-    cls: type,
+    cls: type[Batch],
     layouts: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...],
     labels: np.ndarray,
     gids: np.ndarray,

@@ -53,7 +53,7 @@ def gradient(i: int, size: tuple[int, int] = (96, 72)) -> Image.Image:
 def write(root: str, image, n: int = N, shard_size: int = 7, bad: tuple[int, ...] = ()) -> str:
     """``n`` samples ``k{i:06d}`` (label ``i % 3``) of ``image(i)``; the samples in ``bad`` are not JPEGs."""
     os.makedirs(root, exist_ok=True)
-    shards = []
+    shards: list[ShardInfo] = []
     for start in range(0, n, shard_size):
         samples = []
         for i in range(start, min(n, start + shard_size)):
@@ -87,8 +87,9 @@ def load(url: str, **kw):
 def check_colours(views: list[torch.Tensor], keys: list[str]) -> None:
     for j, v in enumerate(views):
         for row, key in enumerate(keys):
-            mean = v[row].float().mean(dim=(1, 2)).tolist()
-            assert image_id(mean) == int(key[1:]), f"view {j} row {row} shows {mean}, not the colour of {key}"
+            r, g, b = v[row].float().mean(dim=(1, 2)).tolist()
+            got = image_id((r, g, b))
+            assert got == int(key[1:]), f"view {j} row {row} shows {(r, g, b)}, not the colour of {key}"
 
 
 def by_key(loader) -> dict[str, list[torch.Tensor]]:
@@ -189,7 +190,7 @@ def test_each_sample_is_decoded_once_for_all_its_views(solid, monkeypatch):
 def test_a_bad_sample_drops_all_its_views_together(tmp_path):
     url = write(str(tmp_path), lambda i: Image.new("RGB", (80, 60), colour(i)), n=12, bad=(1, 6))
     seen = []
-    for views, labels, keys in load(url, shuffle=False):
+    for views, _labels, keys in load(url, shuffle=False):
         assert all(v.shape[0] == len(keys) for v in views)
         check_colours(views, keys)
         seen += keys
@@ -209,9 +210,6 @@ def test_every_batch_travels_in_one_shared_slot(solid):
 
 def test_device_prefetcher_moves_every_view(solid):
     moved = []
-
-    class Recording(torch.Tensor):
-        pass
 
     loader = load(solid, with_keys=False)
     for views, labels in DevicePrefetcher(loader, device="cpu", transform=lambda vs: [v + 0 for v in vs]):
@@ -329,4 +327,4 @@ def test_view_is_a_frozen_value_exported_from_shardkit():
     v = View(96, scale=[0.05, 0.4], count=8)
     assert v.scale == (0.05, 0.4) and v == View(96, scale=(0.05, 0.4), count=8)
     with pytest.raises(AttributeError):
-        v.size = 3  # type: ignore[misc]
+        v.size = 3

@@ -23,8 +23,15 @@ from shardkit.format import RawSample
 from shardkit.loader.batching import Alloc, BatchSpec, skip
 from shardkit.loader.batchtypes import ViewBatch
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode.worker import CROP_UNIFORMS, CropDecoder, Crops, _dct_size, _resize_into, rrc_boxes
-from shardkit.loader.decode.worker import sample_uniforms
+from shardkit.loader.decode.worker import (
+    CROP_UNIFORMS,
+    CropDecoder,
+    Crops,
+    _dct_size,
+    _resize_into,
+    rrc_boxes,
+    sample_uniforms,
+)
 from shardkit.loader.stats import Counters
 from shardkit.loader.view import expanded, sample_bytes
 
@@ -70,8 +77,11 @@ class ViewDecoder(CropDecoder):
 
     def reductions(self, crops: list[Crops]) -> np.ndarray:
         """``[n]``: how much smaller than the stored image each sample may be decoded (its most demanding view)."""
-        per_view = [np.minimum(c.boxes[:, 2] - c.boxes[:, 0], c.boxes[:, 3] - c.boxes[:, 1]) / v.size for c, v in zip(crops, self.views)]  # type: ignore[index]
-        return np.min(np.stack(per_view, axis=1), axis=1) if per_view else np.ones(0)
+        per_view = []
+        for c, v in zip(crops, self.views):
+            b = np.asarray(c.boxes, np.float64).reshape(-1, 4)
+            per_view.append(np.minimum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]) / v.size)
+        return np.min(np.stack(per_view, axis=1), axis=1)
 
     def decode_views(
         self,
