@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -28,6 +27,7 @@ from shardkit.loader import View, ViewBatch
 from shardkit.loader.decode import worker as worker_decode
 from shardkit.loader.decode.worker import CROP_UNIFORMS, rrc_boxes, sample_uniforms
 from shardkit.loader.prefetch import DevicePrefetcher
+from tests.support.data import jpeg_bytes
 from tests.support.resume import check_resume
 from tests.support.source_reference import colour, image_id
 
@@ -50,14 +50,20 @@ def gradient(i: int, size: tuple[int, int] = (96, 72)) -> Image.Image:
     return Image.fromarray(rgb.astype(np.uint8))
 
 
-def write(root: str, image, n: int = N, shard_size: int = 7, bad: tuple[int, ...] = ()) -> str:
-    """``n`` samples ``k{i:06d}`` (label ``i % 3``) of ``image(i)``; the samples in ``bad`` are not JPEGs."""
+def write(
+    root: str, image, n: int = N, shard_size: int = 7, bad: tuple[int, ...] = (), truncated: tuple[int, ...] = ()
+) -> str:
+    """``n`` samples ``k{i:06d}`` (label ``i % 3``) of ``image(i)``; the samples in ``bad`` are not JPEGs (the header
+    fails), those in ``truncated`` a photo cut short (the header reads, the pixels fail)."""
     os.makedirs(root, exist_ok=True)
     shards: list[ShardInfo] = []
     for start in range(0, n, shard_size):
         samples = []
         for i in range(start, min(n, start + shard_size)):
             data = b"\xff\xd8 not a jpeg" if i in bad else _jpeg(image(i))
+            if i in truncated:
+                photo = jpeg_bytes(1, i, (96, 72))
+                data = photo[: len(photo) // 3]
             samples.append(EncodedSample(f"k{i:06d}", data, i % 3, {}))
         name = f"train-{len(shards):06d}.tar"
         with open(os.path.join(root, name), "wb") as f:
@@ -166,35 +172,54 @@ def test_crops_are_a_function_of_seed_epoch_sample_view(smooth):
 # ------------------------------------------------------------------ decode once, skips, ring, prefetcher
 
 
-def test_each_sample_is_decoded_once_for_all_its_views(solid, monkeypatch):
-    calls: Counter = Counter()
+def test_each_sample_is_decoded_once_for_all_its_views(tmp_path, monkeypatch):
+    """One decode per sample (a counting decoder probe), at the DCT scale its most demanding view needs: the
+    largest of 1/2, 1/4, 1/8 that leaves every view's box at least its output size (computed here from the
+    documented geometry)."""
+    big = lambda i: Image.new("RGB", (320, 240), colour(i))  # noqa: E731
+    url = write(str(tmp_path), big, n=12)
+    sample_of = {_jpeg(big(i)): i for i in range(12)}
+    asked: list[tuple[int, int, int]] = []
     make = worker_decode.make_decoder
 
     def counting(name):
         dec = make(name)
         real = dec.decode
 
-        def decode(data, *a, **kw):
-            calls[bytes(data[-64:])] += 1
-            return real(data, *a, **kw)
+        def decode(data, w, h, *a, **kw):
+            asked.append((sample_of[bytes(data)], w, h))
+            return real(data, w, h, *a, **kw)
 
         dec.decode = decode
         return dec
 
     monkeypatch.setattr(worker_decode, "make_decoder", counting)
-    delivered = sum(len(keys) for _v, _l, keys in load(solid, num_workers=0))
-    assert delivered == N
-    assert sum(calls.values()) == N, f"{sum(calls.values())} decodes for {N} samples with 5 views each"
+    delivered = sum(len(keys) for _v, _l, keys in load(url, num_workers=0))
+    assert delivered == 12
+    assert sorted(i for i, _, _ in asked) == list(range(12)), f"{len(asked)} decodes for 12 samples with 5 views each"
+    expanded = [v for v in VIEWS for _ in range(v.count)]
+    for i, w, h in asked:
+        u = sample_uniforms(5, 0, np.array([i]), CROP_UNIFORMS * len(expanded))
+        need = min(
+            min(
+                int(b[0])
+                for b in rrc_boxes(np.array([320]), np.array([240]), u[:, 23 * j : 23 * j + 23], v.scale, v.ratio)[2:]
+            )
+            / v.size
+            for j, v in enumerate(expanded)
+        )
+        r = max([1] + [r for r in (2, 4, 8) if r <= need])
+        assert (w, h) == (-(-320 // r), -(-240 // r)), f"sample {i} decoded at {w} x {h}, its views need 1/{r}"
 
 
 def test_a_bad_sample_drops_all_its_views_together(tmp_path):
-    url = write(str(tmp_path), lambda i: Image.new("RGB", (80, 60), colour(i)), n=12, bad=(1, 6))
+    url = write(str(tmp_path), lambda i: Image.new("RGB", (80, 60), colour(i)), n=12, bad=(1,), truncated=(5, 6))
     seen = []
     for views, _labels, keys in load(url, shuffle=False):
         assert all(v.shape[0] == len(keys) for v in views)
         check_colours(views, keys)
         seen += keys
-    assert sorted(seen) == [f"k{i:06d}" for i in range(12) if i not in (1, 6)]
+    assert sorted(seen) == [f"k{i:06d}" for i in range(12) if i not in (1, 5, 6)]
 
 
 def test_every_batch_travels_in_one_shared_slot(solid):
