@@ -299,6 +299,22 @@ def test_elastic_resume_with_views(solid):
     assert len(res.keys()) == N
 
 
+def test_a_mixture_with_views_and_sources(solid, tmp_path):
+    """Two sources (the solid colours 0..29 and 30..41): each view shows its sample, sources and keys follow it."""
+    other = write(str(tmp_path), lambda i: Image.new("RGB", (80, 60), colour(30 + i)), n=12)
+    sources = [shardkit.Source(solid, repeat=1), shardkit.Source(other, repeat=1)]
+    seen = []
+    for views, _labels, keys, source in load(sources, num_workers=2, with_source=True):
+        for j, v in enumerate(views):
+            for row, (key, src) in enumerate(zip(keys, source.tolist())):
+                src_of_key, sample = key.split("/")
+                assert int(src_of_key) == src
+                r, g, b = v[row].float().mean(dim=(1, 2)).tolist()
+                assert image_id((r, g, b)) == int(sample[1:]) + 30 * src, f"view {j} of {key}"
+        seen += keys
+    assert len(seen) == N + 12 == len(set(seen))
+
+
 # ------------------------------------------------------------------ errors
 
 
