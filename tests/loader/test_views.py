@@ -249,6 +249,12 @@ def test_device_prefetcher_moves_every_view(solid):
     assert [v.tolist() for v in mapped[0]] == [[1, 1], [2, 2]] and mapped[1].tolist() == [1, 1]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_device_prefetcher_moves_every_view_to_cuda(solid):
+    for views, labels in DevicePrefetcher(load(solid, with_keys=False, num_workers=2), device="cuda"):
+        assert labels.is_cuda and len(views) == len(SHAPES) and all(v.is_cuda and v.dtype == torch.uint8 for v in views)
+
+
 def test_a_view_batch_pickles_and_pins(solid):
     import pickle
 
