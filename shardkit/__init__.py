@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from shardkit.format.manifest import Manifest, ShardInfo, SkippedFile, load_manifest, save_manifest
     from shardkit.loader import LoaderConfig, ShardDataset, ShardLoader, load
     from shardkit.loader.prefetch import DevicePrefetcher
+    from shardkit.loader.view import View
     from shardkit.plan import Source
     from shardkit.plan.world import World
 
@@ -39,6 +40,7 @@ _LAZY = {
     "save_manifest": "format.manifest",
     "World": "plan.world",
     "DevicePrefetcher": "loader.prefetch",
+    "View": "loader.view",
 }
 
 alias_moved_modules()
@@ -68,6 +70,7 @@ __all__ = [
     "ShardDataset",
     "ShardLoader",
     "Source",
+    "View",
     "World",
     "load",
     "load_manifest",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from shardkit.format import RawSample
 from shardkit.loader.api import load
-from shardkit.loader.batchtypes import Batch, JpegBatch, PixelBatch, RawBatch
+from shardkit.loader.batchtypes import Batch, JpegBatch, PixelBatch, RawBatch, ViewBatch
 from shardkit.loader.config import (
     DecodeOn,
     Decoder,
@@ -23,6 +23,7 @@ from shardkit.loader.config import (
 from shardkit.loader.dataset import ShardDataset
 from shardkit.loader.loader import ShardLoader
 from shardkit.loader.stats import LoaderStats
+from shardkit.loader.view import View
 from shardkit.storage.opener import register_with_webdataset
 
 __all__ = [
@@ -42,6 +43,8 @@ __all__ = [
     "ShardLoader",
     "SourceConfig",
     "StorageConfig",
+    "View",
+    "ViewBatch",
     "load",
     "register_with_webdataset",
 ]

@@ -15,6 +15,7 @@ from shardkit.format.manifest import Manifest
 from shardkit.loader.config import DecodeOn, LoaderConfig, Preset, build_config
 from shardkit.loader.dataset import ShardDataset
 from shardkit.loader.loader import ShardLoader
+from shardkit.loader.view import View
 from shardkit.plan import LabelMode, Source
 
 
@@ -35,6 +36,7 @@ def load(
     with_source: bool = False,
     epoch_size: Optional[int] = None,
     labels: "LabelMode | str" = LabelMode.MERGED,
+    views: Optional[Sequence[View]] = None,
     config: Optional[LoaderConfig] = None,
     **options: Any,
 ) -> ShardLoader:
@@ -58,6 +60,9 @@ def load(
         with_source: also yield each sample's source index (int64 ``[B]``), last in the tuple.
         epoch_size: a weighted mixture's samples per epoch (default: the sum of the sources' sizes).
         labels: a mixture's classes ``"merged"`` by name (``loader.classes``) or kept apart ``"per_source"``.
+        views: multi-crop :class:`~shardkit.View` groups: yield ``(views, labels, ...)``, ``views`` a list of
+            ``sum(v.count)`` uint8 ``[B, 3, v.size, v.size]`` tensors in the order given, each sample decoded once
+            (docs/guides/load.md, "Multi-crop views"). Not with ``preset``, ``size``, ``scale``, ``ratio`` or ``flip``.
         config: a full :class:`~shardkit.loader.config.LoaderConfig`; the keywords and ``options`` given override it.
         **options: any other option, flat: a field of :class:`~shardkit.plan.ordering.PlanConfig`
             (``shuffle_buffer``, ``policy``...), :class:`~shardkit.loader.config.ImageConfig` (``resize_size``,
@@ -81,6 +86,13 @@ def load(
         "drop_last": drop_last,
         "decode_on": decode_on,
     }
+    if views is not None:
+        given = [k for k in ("preset", "size", "scale", "ratio", "flip") if common.get(k, options.get(k)) is not None]
+        if given:
+            raise ValueError(
+                f"views= and {'/'.join(given)}= are exclusive: each View has its own size, scale, ratio and flip"
+            )
+        options = {**options, "views": views}
     cfg = build_config(config, {**{k: v for k, v in common.items() if v is not None}, **options})
     ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, epoch_size=epoch_size, labels=labels)
     return ShardLoader(ds, with_keys=with_keys, with_source=with_source)

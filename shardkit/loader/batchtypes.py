@@ -3,6 +3,7 @@
 A batch is a set of named fields: the per-sample *rows* every batch has (``labels``,
 ``gids``, ``keys``) and the payload fields of its type (``images`` for
 :class:`PixelBatch`, ``samples`` for :class:`RawBatch`, ``jpegs`` for :class:`JpegBatch`).
+A :class:`ViewBatch` (``views=``) carries a list of pixel fields, one per view.
 Which one a loader makes is decided once, by its output strategy
 (:mod:`shardkit.loader.decode.strategies`). Which worker made a batch, which shared slot
 holds it and whether it was copied are the transport's business (:mod:`shardkit.loader.transport`).
@@ -49,6 +50,17 @@ class Batch:
         """The batch with its tensors (labels, and images where it has them) replaced by ``copy(tensor)``."""
         return replace(self, labels=copy(self.labels))  # type: ignore[type-var]
 
+    def pixels(self) -> list[torch.Tensor]:
+        """The batch's uint8 pixel tensors, the ones a shared slot holds (none for bytes or samples)."""
+        return []
+
+    @classmethod
+    def from_pixels(
+        cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]
+    ) -> "Batch":
+        """The batch of this type whose :meth:`pixels` are ``pixels`` (the transport rebuilds it from its slot)."""
+        raise TypeError(f"a {cls.__name__} has no pixel fields")
+
     def pin_memory(self: B, device: Any = None) -> B:
         """Pinned copy (called by DataLoader's pin-memory thread)."""
         return self.copied(torch.Tensor.pin_memory)
@@ -81,6 +93,49 @@ class PixelBatch(Batch):
 
     def copied(self, copy: Callable[[torch.Tensor], torch.Tensor]) -> "PixelBatch":
         return replace(self, images=copy(self.images), labels=copy(self.labels))
+
+    def pixels(self) -> list[torch.Tensor]:
+        return [self.images]
+
+    @classmethod
+    def from_pixels(
+        cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]
+    ) -> Batch:
+        """The batch of this type whose :meth:`pixels` are ``pixels`` (the transport rebuilds it from its slot)."""
+        return cls(pixels[0], labels, gids, keys)
+
+
+@dataclass
+class ViewBatch(Batch):
+    """Multi-crop pixels (``views=``): ``views`` a list of uint8 ``[n, 3, S_v, S_v]``, one per view, in order.
+
+    Row ``i`` of every view is the same sample (views of one sample travel, and are skipped, together).
+
+    Attributes:
+        views: the views' pixels (channels-last in memory unless the config says otherwise).
+        labels: int64 ``[n]``.
+        gids: int64 ``[n]``.
+        keys: sample keys.
+    """
+
+    PAYLOAD: ClassVar[tuple[str, ...]] = ("views",)
+    views: list[torch.Tensor]
+    labels: torch.Tensor
+    gids: torch.Tensor
+    keys: list[str]
+
+    def copied(self, copy: Callable[[torch.Tensor], torch.Tensor]) -> "ViewBatch":
+        return replace(self, views=[copy(v) for v in self.views], labels=copy(self.labels))
+
+    def pixels(self) -> list[torch.Tensor]:
+        return list(self.views)
+
+    @classmethod
+    def from_pixels(
+        cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]
+    ) -> Batch:
+        """The batch whose :meth:`pixels` are ``pixels`` (the transport rebuilds it from its slot)."""
+        return cls(list(pixels), labels, gids, keys)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from shardkit.choices import Choice, check_types
 from shardkit.format.members import MAX_PIXELS
+from shardkit.loader.view import View, parse_views
 from shardkit.plan.ordering import EpochPolicy, PlanConfig
 from shardkit.storage.opener import SourceConfig, StorageConfig  # noqa: F401 - SourceConfig: the old name
 
@@ -97,6 +98,8 @@ class ImageConfig:
         max_pixels: images whose header declares more pixels are skipped (and counted) without
             decoding: a decompression bomb (a few KB declaring 65000 x 65000) cannot make a worker
             allocate gigabytes. Default: :data:`shardkit.format.members.MAX_PIXELS` (100 M, the converter's limit too).
+        views: multi-crop :class:`~shardkit.loader.view.View` groups (``()``: one image per sample, the preset's);
+            each sample is decoded once and cut into every view (the preset, size, scale, ratio and flip are unused).
     """
 
     preset: Preset = Preset.TRAIN
@@ -112,6 +115,7 @@ class ImageConfig:
     fast_decode: Optional[bool] = None
     channels_last: bool = True
     decode_on: DecodeOn = DecodeOn.WORKER
+    views: tuple[View, ...] = ()
     #: the options left unset and derived (``resize_size``, ``fast_decode``): :meth:`updated` derives
     #: them again; a value given explicitly stays, even one equal to its derived value
     derived: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
@@ -126,6 +130,12 @@ class ImageConfig:
         object.__setattr__(self, "decode_on", DecodeOn.parse(self.decode_on))
         if self.decode_on is DecodeOn.DEVICE and (self.hook is not None or self.batch_hook is not None):
             raise ValueError("hook and batch_hook run on the CPU in the workers; use decode_on='worker' with them")
+        if self.views != ():
+            object.__setattr__(self, "views", parse_views(self.views))
+            if self.decode_on is DecodeOn.DEVICE:
+                raise ValueError("views with decode_on='device' are not supported yet; use decode_on='worker'")
+            if self.hook is not None or self.batch_hook is not None:
+                raise ValueError("hook and batch_hook are not supported with views yet")
         if self.max_pixels < 1:
             raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
         if self.size < 1:

@@ -45,12 +45,24 @@ Batch = Any
 _END = object()
 
 
+def _is_tensor_list(field: Any) -> bool:
+    """A list of tensors as one field: the ``views`` of ``load(views=...)``."""
+    return isinstance(field, list) and bool(field) and all(isinstance(t, Tensor) for t in field)
+
+
+def _map_field(field: Any, fn: Callable[[Tensor], Tensor]) -> Any:
+    if isinstance(field, Tensor):
+        return fn(field)
+    return [fn(t) for t in field] if _is_tensor_list(field) else field
+
+
 def _map_batch(batch: Batch, fn: Callable[[Tensor], Tensor]) -> Batch:
-    """Apply ``fn`` to a tensor, or to the tensor fields of a tuple/list/namedtuple."""
+    """Apply ``fn`` to a tensor, or to the tensor fields of a tuple/list/namedtuple (and to each tensor of a
+    field that is a list of tensors, such as the views of ``load(views=...)``)."""
     if isinstance(batch, Tensor):
         return fn(batch)
     if isinstance(batch, (tuple, list)):
-        fields = [fn(f) if isinstance(f, Tensor) else f for f in batch]
+        fields = [_map_field(f, fn) for f in batch]
         if hasattr(batch, "_fields"):  # namedtuple
             return type(batch)(*fields)
         return type(batch)(fields)
@@ -60,7 +72,7 @@ def _map_batch(batch: Batch, fn: Callable[[Tensor], Tensor]) -> Batch:
 def _tensors(batch: Batch) -> list[Tensor]:
     if isinstance(batch, Tensor):
         return [batch]
-    return [f for f in batch if isinstance(f, Tensor)]
+    return [t for f in batch for t in ([f] if isinstance(f, Tensor) else f if _is_tensor_list(f) else [])]
 
 
 def _default_device() -> torch.device:
@@ -134,8 +146,9 @@ class DevicePrefetcher:
 
     Args:
         loader: yields a tensor, or tuples/lists such as ``(images, labels,
-            *extra)``; tensor fields are moved to ``device``, other fields are
-            passed through untouched. A loader with an ``iter_on(device)``
+            *extra)``; tensor fields (and every tensor of a field that is a list of
+            tensors: the views of ``load(views=...)``) are moved to ``device``, other
+            fields are passed through untouched. A loader with an ``iter_on(device)``
             method (:class:`~shardkit.loader.ShardLoader`) is iterated with it.
         device: target device; ``None``: ``"cuda"`` if available, else ``"cpu"``.
         transform: applied on ``device`` to the images (the first field, or the

@@ -35,7 +35,7 @@ persistent workers, which hold a stale copy of everything else, see it too),
 written only by the main process while no iteration is starting, read by each
 worker once when its iteration starts. Batches carry data only (:mod:`shardkit.loader.batchtypes`);
 the envelope also carries the worker id and its counters, for :class:`ShardLoader`. Only a
-:class:`~shardkit.loader.batchtypes.PixelBatch` made in a slot travels by its slot (its ``images``);
+:class:`~shardkit.loader.batchtypes.PixelBatch` or ``ViewBatch`` made in a slot travels by its slot (its pixel fields);
 every other batch (raw samples, encoded JPEGs, pixels in new memory) is pickled whole.
 Rings are found by id in a process-local registry of live rings, because
 ``DataLoader`` unpickles worker results inside its own machinery.
@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from shardkit.errors import ShardkitError
-from shardkit.loader.batchtypes import Batch, PixelBatch
+from shardkit.loader.batchtypes import Batch
 from shardkit.loader.stats import Counters
 from shardkit.plan.position import Position, Segment
 
@@ -211,7 +211,7 @@ class Envelope:
         worker: DataLoader worker id that made it.
         counters: the worker's cumulative :data:`shardkit.loader.stats.COUNTERS` for this epoch.
         ring: id of the :class:`Ring` it was made for ("" without one).
-        slot: the worker's slot holding ``batch.images`` (-1: none); only meaningful in the worker.
+        slot: the worker's slot holding the batch's pixels (``batch.pixels()``, -1: none); only meaningful in the worker.
         token: the slot's flag value.
         slot_start: element offset of the slot in the worker's ring memory.
     """
@@ -226,20 +226,22 @@ class Envelope:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         b = self.batch
-        if self.slot < 0 or not isinstance(b, PixelBatch):
+        pixels = b.pixels()
+        if self.slot < 0 or not pixels:
             return _receive_unslotted, (b, self.worker, self.counters, self.ring)
-        im = b.images
-        offset = im.storage_offset() - self.slot_start
-        nbytes = offset + sum((d - 1) * s for d, s in zip(im.shape, im.stride())) + 1 if im.numel() else 0
+        layouts = tuple((tuple(t.shape), t.stride(), t.storage_offset() - self.slot_start) for t in pixels)
+        nbytes = max(
+            (off + sum((d - 1) * s for d, s in zip(shape, stride)) + 1 for shape, stride, off in layouts if all(shape)),
+            default=0,
+        )
         return _receive_slotted, (
             self.ring,
             self.worker,
             self.slot,
             self.token,
             nbytes,
-            tuple(im.shape),
-            im.stride(),
-            offset,
+            type(b),
+            layouts,
             b.labels.numpy(),
             b.gids.numpy(),
             b.keys,
@@ -271,18 +273,18 @@ def _receive_slotted(
     slot: int,
     token: int,
     nbytes: int,
-    shape: tuple[int, ...],
-    stride: tuple[int, ...],
-    offset: int,
+    cls: type[Batch],
+    layouts: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...],
     labels: np.ndarray,
     gids: np.ndarray,
     keys: list[str],
     counters: np.ndarray,
 ) -> Envelope:
-    """Unpickled in the main process: lease the slot and view the batch in it."""
-    view = _ring(ring_id).lease(worker, slot, token, nbytes)
-    images = torch.from_numpy(view).as_strided(shape, stride, offset)
-    return Envelope(PixelBatch(images, torch.from_numpy(labels), torch.from_numpy(gids), keys), worker, counters)
+    """Unpickled in the main process: lease the slot and view the batch's pixel fields in it."""
+    memory = torch.from_numpy(_ring(ring_id).lease(worker, slot, token, nbytes))
+    pixels = [memory.as_strided(shape, stride, offset) for shape, stride, offset in layouts]
+    batch = cls.from_pixels(pixels, torch.from_numpy(labels), torch.from_numpy(gids), keys)
+    return Envelope(batch, worker, counters)
 
 
 def _receive_unslotted(batch: Batch, worker: int, counters: np.ndarray, ring_id: str) -> Envelope:
@@ -331,6 +333,7 @@ def envelopes(
     """Last stage in a worker: wrap each batch with the worker id, a copy of its counters and its slot."""
     ring = writer.ring.id if writer is not None else ""
     for b in batches:
-        slot, token = writer.claim(b.images) if writer is not None and isinstance(b, PixelBatch) else (-1, 0)
+        pixels = b.pixels()
+        slot, token = writer.claim(pixels[0]) if writer is not None and pixels else (-1, 0)
         start = slot * writer.ring.slot_bytes if writer is not None and slot >= 0 else 0
         yield Envelope(b, worker, counters.v.copy(), ring, slot, token, start)

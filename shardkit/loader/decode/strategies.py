@@ -10,6 +10,7 @@ strategy               worker makes                          consumer finishes  
 :class:`WorkerDecode`  :class:`PixelBatch` (shared ring)     nothing                          ``(images, labels, ...)``
 :class:`DeviceDecode`  :class:`JpegBatch` (bytes, geometry)  decode on the iteration's device ``(images, labels, ...)``
 :class:`NoDecode`      :class:`RawBatch` (``raw=True``)      nothing                          the :class:`RawSample` list
+:class:`ViewsDecode`   :class:`ViewBatch` (shared ring)      nothing                          ``(views, labels, ...)``
 =====================  ====================================  ===============================  ==========================
 
 Strategies hold no state: they travel to the workers with the dataset.
@@ -27,12 +28,14 @@ import torch
 from shardkit.compat import one_thread
 from shardkit.format import RawSample
 from shardkit.loader.batching import BatchSpec, decode_batch, skip, skip_key
-from shardkit.loader.batchtypes import Batch, JpegBatch, Jpegs, PixelBatch, RawBatch
+from shardkit.loader.batchtypes import Batch, JpegBatch, Jpegs, PixelBatch, RawBatch, ViewBatch
 from shardkit.loader.config import DecodeOn, ImageConfig, LoaderConfig
 from shardkit.loader.decode.backend import normalize_device
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
+from shardkit.loader.decode.multicrop import ViewDecoder, views_batch
 from shardkit.loader.decode.worker import CropDecoder, Crops
 from shardkit.loader.stats import Counters
+from shardkit.loader.view import sample_bytes
 
 
 class Consumer:
@@ -145,6 +148,36 @@ class WorkerDecode(DecodeStrategy):
         return batch_size * 3 * size**2
 
 
+class ViewsDecode(DecodeStrategy):
+    """``views=``: the worker decodes each sample once and cuts every view into its own uint8 tensor (one shared slot)."""
+
+    uses_ring = True
+
+    def __init__(self, image: ImageConfig):
+        self.image = image  # the slot holds every view of a full batch
+
+    def decoder(self, image: ImageConfig, seed: int) -> Optional[CropDecoder]:
+        return ViewDecoder(image, seed)
+
+    def make(
+        self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float
+    ) -> Batch:
+        assert isinstance(decoder, ViewDecoder)
+        with one_thread():
+            return views_batch(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
+
+    def deliver(self, batch: Batch, *, with_keys: bool, sources: Optional[Callable[[Batch], torch.Tensor]]) -> Any:
+        """``(views, labels)``, ``(views, labels, keys)``, with the sources last if asked; ``views`` a list."""
+        assert isinstance(batch, ViewBatch)
+        out: tuple[Any, ...] = (batch.views, batch.labels, batch.keys) if with_keys else (batch.views, batch.labels)
+        if sources is not None:
+            out = (*out, sources(batch))
+        return out
+
+    def slot_bytes(self, batch_size: int, size: int) -> int:
+        return batch_size * sample_bytes(self.image.views)
+
+
 class DeviceDecode(DecodeStrategy):
     """``decode_on="device"``: the worker sends JPEG bytes and crop geometry, the consumer decodes on its device."""
 
@@ -189,9 +222,11 @@ class NoDecode(DecodeStrategy):
 
 
 def strategy_for(config: LoaderConfig) -> DecodeStrategy:
-    """The output mode of ``config``: raw samples, device decode or worker decode."""
+    """The output mode of ``config``: raw samples, multi-crop views, device decode or worker decode."""
     if config.raw:
         return NoDecode()
+    if config.image.views:
+        return ViewsDecode(config.image)
     if config.image.decode_on is DecodeOn.DEVICE:
         return DeviceDecode()
     return WorkerDecode()
