@@ -220,6 +220,11 @@ class ShardLoader:
         """
         if size is not None and (type(size) is not int or size < 1):
             raise ValueError(f"size must be an int >= 1, got {size!r}")
+        if size is not None and self.config.image.views:
+            raise ValueError(
+                "set_epoch(size=...) sets the single crop's size; with views= each View has its own size "
+                "(progressive resolution with views is not supported yet): call set_epoch(epoch) without size"
+            )
         up = self._upcoming()  # a pass stopped at exactly len() has finished its epoch: set_epoch(it) replays it
         pos = up if epoch == up.epoch else up.started(epoch)
         if size is not None:

@@ -375,3 +375,13 @@ def test_view_is_a_frozen_value_exported_from_shardkit():
     assert v.scale == (0.05, 0.4) and v == View(96, scale=(0.05, 0.4), count=8)
     with pytest.raises(AttributeError):
         v.size = 3
+
+
+def test_set_epoch_with_a_size_is_refused_with_views(solid):
+    """A size would change the single crop, which views do not use: refused in one line, not silently ignored."""
+    loader = load(solid, num_workers=0, batch_size=4)
+    with pytest.raises(ValueError) as e:
+        loader.set_epoch(1, size=32)
+    assert "views=" in str(e.value) and "\n" not in str(e.value)
+    loader.set_epoch(1)  # without a size: fine
+    assert loader.epoch == 1

@@ -9,6 +9,7 @@ ROW_VIEWS = (
 ROW_PURE = "Multi-crop views: each crop is a pure function of (seed, epoch, sample, view index)"
 ROW_ONCE = "Multi-crop views: each sample is decoded once, at the DCT scale its most demanding view needs"
 ROW_SLOT = "Multi-crop views: a batch's views travel in one shared slot (no new memory per batch)"
+ROW_REFUSED = "Multi-crop views: an option views= cannot honour is a one-line error, never silently ignored"
 
 T = "tests/loader/test_views.py::"
 COLOURS = T + "test_every_view_shows_its_samples_colour"
@@ -81,5 +82,13 @@ MUTANTS = [
         "old": "return batch_size * sample_bytes(self.image.views)",
         "new": "return batch_size * 3 * max(v.size for v in self.image.views) ** 2",
         "tests": [SLOT],
+    },
+    {
+        "id": "views-set-epoch-size-silently-ignored",
+        "row": ROW_REFUSED,
+        "file": "shardkit/loader/loader.py",
+        "old": "        if size is not None and self.config.image.views:",
+        "new": "        if False:",
+        "tests": ["tests/loader/test_views.py::test_set_epoch_with_a_size_is_refused_with_views"],
     },
 ]
