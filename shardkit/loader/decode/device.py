@@ -221,10 +221,7 @@ def _as_tensor(data: Jpeg) -> Tensor:
 
 
 def _decode_list(tensors: list[Tensor], device: torch.device, backend: str) -> list[Tensor]:
-    """One batched ``decode_jpeg`` call of ``backend`` (:data:`shardkit.loader.decode.backend.DECODE`): RGB ``3 x H x W`` uint8.
-
-    Behind a :func:`~shardkit.loader.decode.backend.stream_barrier`: the decoder does not wait for queued kernels.
-    """
+    """One batched ``decode_jpeg`` call of ``backend`` (``backend.DECODE``), behind a ``stream_barrier``: RGB uint8."""
     stream_barrier(device)
     return DECODE[backend](tensors, device)
 
