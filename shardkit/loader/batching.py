@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import Any, Optional, Protocol
 
 import numpy as np
 import torch
@@ -102,6 +102,22 @@ def planned_batches(
         yield output.make(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
 
 
+def read_headers(
+    good: list[RawSample], decoder: Any, spec: BatchSpec, counters: Counters
+) -> tuple[list[RawSample], list[tuple[int, int]], np.ndarray]:
+    """``(samples whose header reads, their (width, height), their gids)``; a sample whose header cannot be read
+    (or declares too many pixels) is skipped and counted. ``decoder`` has a ``header(jpeg)``."""
+    ok, sizes = [], []
+    for s in good:
+        try:
+            sizes.append(decoder.header(s.jpeg))
+        except Exception as exc:  # noqa: BLE001 - any header failure is a bad sample
+            skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
+            continue
+        ok.append(s)
+    return ok, sizes, np.fromiter((s.gid for s in ok), np.int64, len(ok))
+
+
 def decode_batch(
     good: list[RawSample], *, spec: BatchSpec, decoder: CropDecoder, counters: Counters, t0: Optional[float] = None
 ) -> PixelBatch:
@@ -114,15 +130,7 @@ def decode_batch(
     """
     t0 = time.perf_counter() if t0 is None else t0
     cfg = decoder.cfg
-    ok, sizes = [], []
-    for s in good:
-        try:
-            sizes.append(decoder.header(s.jpeg))  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - any header failure is a bad sample
-            skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
-            continue
-        ok.append(s)
-    gids_in = np.fromiter((s.gid for s in ok), np.int64, len(ok))
+    ok, sizes, gids_in = read_headers(good, decoder, spec, counters)
     crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in, eval_boxes=False)
     images = _alloc_images(len(ok), cfg.size, cfg.channels_last, spec.alloc)
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from shardkit.format import RawSample
-from shardkit.loader.batching import Alloc, BatchSpec, skip
+from shardkit.loader.batching import Alloc, BatchSpec, read_headers, skip
 from shardkit.loader.batchtypes import ViewBatch
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import (
@@ -141,15 +141,7 @@ def views_batch(
     """:func:`~shardkit.loader.batching.decode_batch` for views: headers, every view's geometry, one decode per
     sample into its row of every view (one buffer for the batch); a bad sample is skipped with all its views."""
     t0 = time.perf_counter() if t0 is None else t0
-    ok, sizes = [], []
-    for s in good:
-        try:
-            sizes.append(decoder.header(s.jpeg))  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - any header failure is a bad sample
-            skip(s, f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
-            continue
-        ok.append(s)
-    gids_in = np.fromiter((s.gid for s in ok), np.int64, len(ok))
+    ok, sizes, gids_in = read_headers(good, decoder, spec, counters)
     crops = decoder.view_geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in)
     outs = view_buffers(len(ok), decoder.cfg, spec.alloc)
 
