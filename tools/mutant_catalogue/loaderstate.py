@@ -10,6 +10,7 @@ ROW_LABELS = "A mixture's labels name each sample's true class (merged by name, 
 ROW_OPTIONS = "Options of the wrong kind are refused where they are built, naming the option; given options stay given"
 
 T_LEN = "tests/loader/test_len.py"
+ROW_RESUME = "Training epochs: a mid-epoch state resumes exactly where it was saved, on the same or another topology"
 T_STATE = "tests/loader/test_state_checks.py"
 T_LABELS = "tests/loader/test_mixture_labels.py"
 
@@ -222,5 +223,16 @@ MUTANTS = [
         "old": "            ok, plain = isinstance(v, numbers.Integral) and not isinstance(v, bool), int",
         "new": "            ok, plain = isinstance(v, numbers.Real), int",
         "tests": [f"{T_STATE}::test_an_integer_option_given_a_fraction_is_refused_naming_it"],
+    },
+    {
+        "id": "state-saves-one-batch-too-few",  # caught by the shared resume checker (tests/support/resume.py)
+        "row": ROW_RESUME,
+        "file": "shardkit/loader/state.py",
+        "old": '        "batches_done": position.batches_done,',
+        "new": '        "batches_done": max(0, position.batches_done - 1),',
+        "tests": [
+            "tests/loader/test_loader.py::test_state_dict_resume_is_exact",
+            "tests/loader/test_mixtures.py::test_mid_epoch_resume_equals_uninterrupted",
+        ],
     },
 ]
