@@ -1,6 +1,7 @@
 """The shard format: which members form a sample, reading and writing shards, the sample index.
 
 * :mod:`~shardkit.format.members`: the one member rule and the label/metadata rules;
+* :mod:`~shardkit.format.fields`: the stored fields (label, labels, target, text) and their rule;
 * :mod:`~shardkit.format.sample`: :class:`RawSample`, a sample as read;
 * :mod:`~shardkit.format.tar`: the hardened tar header walk (:class:`ShardReader`);
 * :mod:`~shardkit.format.index`: the per-shard sample index (one range read per block);
@@ -10,6 +11,7 @@
 The manifest that lists a split's shards is :mod:`shardkit.format.manifest`.
 """
 
+from shardkit.format.fields import SampleRule
 from shardkit.format.index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
 from shardkit.format.members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, SAMPLE_EXTS, UnsafeName, split_member
 from shardkit.format.sample import RawSample
@@ -29,6 +31,7 @@ __all__ = [
     "RawSample",
     "SAMPLE_EXTS",
     "SampleIndex",
+    "SampleRule",
     "ShardReader",
     "TarDamage",
     "UnsafeName",

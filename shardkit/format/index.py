@@ -55,6 +55,7 @@ from typing import IO, Any, Optional
 
 import numpy as np
 
+from shardkit.format.fields import SampleRule
 from shardkit.format.members import UnsafeName, split_member
 from shardkit.format.sample import (
     FIELD_LIMITS,
@@ -115,18 +116,28 @@ class SampleIndex:
         return int(self.starts[start]), int(self.starts[stop])
 
     def slice(
-        self, data: bytes, start: int, stop: int, *, url: str, first_gid: int = -1, num_classes: Optional[int] = None
+        self,
+        data: bytes,
+        start: int,
+        stop: int,
+        *,
+        url: str,
+        first_gid: int = -1,
+        num_classes: Optional[int] = None,
+        rule: Optional[SampleRule] = None,
     ) -> list[RawSample]:
         """The samples ``start .. stop-1`` out of ``data``, the bytes :meth:`byte_range` names.
 
-        Returns the same :class:`RawSample` objects the header walk returns (only
-        ``jpg``, ``cls`` and ``json`` are loaded; a bad label or ``.json`` makes its
-        sample's ``error``).
+        Returns the same :class:`RawSample` objects the header walk returns (only the
+        members of :data:`~shardkit.format.sample.LOADED_EXTS` are loaded; a member that breaks
+        ``rule``, the dataset's :class:`~shardkit.format.fields.SampleRule` (default: single-label of
+        ``num_classes``), or a bad ``.json`` makes its sample's ``error``).
 
         Raises:
             IndexMismatch: ``data`` has the wrong length, or a member's tar header does not
                 match the index (checksum, name or size): read these samples with the walk.
         """
+        rule = rule if rule is not None else SampleRule(num_classes=num_classes)
         lo, hi = self.byte_range(start, stop)
         if len(data) != hi - lo:
             raise IndexMismatch(f"{url}: range read returned {len(data)} bytes, index says {hi - lo}")
@@ -162,17 +173,27 @@ class SampleIndex:
                     store_field(sample, ext, data[at : at + size])
                 elif limits[c] >= 0:  # as the walk: refused from its size, not read
                     sample.error = sample.error or size_error(key, ext, size)
-            check_sample(sample, num_classes)
+            check_sample(sample, rule)
             out.append(sample)
         return out
 
     def read(
-        self, f: IO[bytes], start: int, stop: int, *, url: str, first_gid: int = -1, num_classes: Optional[int] = None
+        self,
+        f: IO[bytes],
+        start: int,
+        stop: int,
+        *,
+        url: str,
+        first_gid: int = -1,
+        num_classes: Optional[int] = None,
+        rule: Optional[SampleRule] = None,
     ) -> list[RawSample]:
         """Samples ``start .. stop-1`` with one range read from the shard open as ``f`` (see :meth:`slice`)."""
         lo, hi = self.byte_range(start, stop)
         f.seek(lo)
-        return self.slice(f.read(hi - lo), start, stop, url=url, first_gid=first_gid, num_classes=num_classes)
+        return self.slice(
+            f.read(hi - lo), start, stop, url=url, first_gid=first_gid, num_classes=num_classes, rule=rule
+        )
 
     def to_bytes(self) -> bytes:
         """The sidecar's bytes."""

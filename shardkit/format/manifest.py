@@ -9,7 +9,9 @@ sha256}``, per-class counts, every source file that was skipped with its
 reason and (version 2) ``sample_index``: the format of the per-shard sample
 index sidecars (:mod:`shardkit.format.index`; ``""``: none). Readers check
 ``version`` and refuse unknown ones; version 1 manifests (written before the
-sample index) stay readable as datasets without an index. Shard names are
+sample index) stay readable as datasets without an index. Version 3 adds ``fields`` (the
+stored fields beside the image: :mod:`shardkit.format.fields`) and ``targets`` (the names of
+the ``target`` values); versions 1 and 2 read as ``fields = ["image", "label"]``. Shard names are
 validated so that a manifest cannot point outside its own directory unless the
 caller opts in.
 """
@@ -22,12 +24,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardkit.errors import ManifestError, ShardkitError
+from shardkit.format.fields import DEFAULT_FIELDS, fields_error
 from shardkit.storage import fs as storage
 
 FORMAT = "shardkit-manifest"
-VERSION = 2
-#: manifest versions this shardkit reads (1: before the sample index)
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+#: manifest versions this shardkit reads (1: before the sample index; 2: before ``fields``)
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST_NAME = "manifest.json"
 _MAX_COUNT = 1 << 40
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.tar$")
@@ -69,6 +72,8 @@ class Manifest:
     skipped: list[SkippedFile] = field(default_factory=list)
     shardkit_version: str = ""
     sample_index: str = ""  #: format of the shards' index sidecars (``shardkit.format.INDEX_FORMAT``), ``""`` if none
+    fields: list[str] = field(default_factory=lambda: list(DEFAULT_FIELDS))  #: stored fields (``"image"`` first)
+    targets: list[str] = field(default_factory=list)  #: names of the ``target`` values (``[]``: no ``target``)
     version: int = VERSION
     url: str = field(default="", compare=False, repr=False)
 
@@ -161,6 +166,10 @@ class Manifest:
                 skipped=skipped,
                 shardkit_version=str(d.get("shardkit_version", "")),
                 sample_index=_text(d.get("sample_index", "")) if version >= 2 else "",
+                fields=[_text(f) for f in _list(d.get("fields", list(DEFAULT_FIELDS)))]
+                if version >= 3
+                else list(DEFAULT_FIELDS),
+                targets=[_text(t) for t in _list(d.get("targets", []))] if version >= 3 else [],
                 version=version,
                 url=url,
             )
@@ -197,6 +206,9 @@ class Manifest:
                 )
         if self.class_counts and (len(self.class_counts) != len(self.classes) or min(self.class_counts) < 0):
             raise ManifestError(f"{where}: class_counts does not match classes")
+        problem = fields_error(self.fields, len(self.classes), len(self.targets))
+        if problem:
+            raise ManifestError(f"{where}: {problem}")
         if self.num_samples >= _MAX_COUNT:
             raise ManifestError(f"{where}: an impossible total of {self.num_samples} samples")
 
@@ -208,6 +220,12 @@ def _is_int(x: Any) -> bool:
 def _text(x: Any) -> str:
     if not isinstance(x, str):
         raise TypeError(f"{x!r} is not a string")
+    return x
+
+
+def _list(x: Any) -> list:
+    if not isinstance(x, list):
+        raise TypeError(f"{x!r} is not a list")
     return x
 
 

@@ -5,16 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, META_EXT, label_error, parse_label, parse_meta
+from shardkit.format.fields import LABELS_EXT, MAX_TEXT_BYTES, TARGET_EXT, TEXT_EXT, SampleRule
+from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, META_EXT, parse_label, parse_meta
 
+#: members kept as bytes until the dataset's :class:`SampleRule` parses the ones it declares
+EXTRA_EXTS = frozenset((LABELS_EXT, TARGET_EXT, TEXT_EXT))
 #: the fields a reader loads; every other member is skipped unread (and never unpickled)
-LOADED_EXTS = frozenset((IMAGE_EXT, LABEL_EXT, META_EXT))
+LOADED_EXTS = frozenset((IMAGE_EXT, LABEL_EXT, META_EXT)) | EXTRA_EXTS
 #: largest member the reader loads into memory (a bigger one makes its sample unusable)
 MAX_MEMBER_BYTES = 1 << 28
 #: largest label member (an int64 in decimal, with room for whitespace)
 MAX_LABEL_BYTES = 64
 #: largest member of each loaded field (readers compare inline, then ask :func:`size_error` for the message)
-FIELD_LIMITS = {IMAGE_EXT: MAX_MEMBER_BYTES, LABEL_EXT: MAX_LABEL_BYTES, META_EXT: MAX_JSON_BYTES}
+FIELD_LIMITS = {
+    IMAGE_EXT: MAX_MEMBER_BYTES,
+    LABEL_EXT: MAX_LABEL_BYTES,
+    META_EXT: MAX_JSON_BYTES,
+    LABELS_EXT: MAX_JSON_BYTES,
+    TARGET_EXT: MAX_JSON_BYTES,
+    TEXT_EXT: MAX_TEXT_BYTES,
+}
 
 
 def size_error(key: str, ext: str, size: int) -> Optional[str]:
@@ -33,7 +43,7 @@ def size_error(key: str, ext: str, size: int) -> Optional[str]:
 
 @dataclass
 class RawSample:
-    """One sample as stored: JPEG bytes, label and metadata, plus where it came from.
+    """One sample as stored: JPEG bytes, label, metadata and the other fields, plus where it came from.
 
     Attributes:
         key: sample key (``__key__`` in webdataset terms).
@@ -44,6 +54,11 @@ class RawSample:
         label: class index (``None`` if missing or unreadable).
         meta_bytes: the raw ``.json`` member (``b""`` if missing).
         error: why this sample cannot be used, or ``None``.
+        labels: sorted class indices (``labels`` datasets; ``None`` otherwise).
+        target: the target values (``target`` datasets).
+        text: the text (``text`` datasets).
+        unparsed: the raw ``labels``/``target``/``text`` members (and an unreadable ``.cls``) by extension,
+            until the dataset's :class:`~shardkit.format.fields.SampleRule` parses the declared ones.
     """
 
     key: str
@@ -54,6 +69,10 @@ class RawSample:
     label: Optional[int] = None
     meta_bytes: bytes = b""
     error: Optional[str] = None
+    labels: Optional[tuple[int, ...]] = None
+    target: Optional[tuple[float, ...]] = None
+    text: Optional[str] = None
+    unparsed: Optional[dict[str, bytes]] = None
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -71,8 +90,10 @@ def store_field(sample: RawSample, ext: str, data: bytes) -> None:
     elif ext == LABEL_EXT:
         try:
             sample.label = parse_label(data)
-        except ValueError:
-            sample.error = sample.error or f"unreadable label {data[:20]!r}"
+        except ValueError:  # an error only where the dataset declares 'label' (SampleRule.check)
+            sample.unparsed = {**(sample.unparsed or {}), LABEL_EXT: data}
+    elif ext in EXTRA_EXTS:
+        sample.unparsed = {**(sample.unparsed or {}), ext: data}
     elif ext == META_EXT:
         sample.meta_bytes = data
         try:
@@ -81,7 +102,11 @@ def store_field(sample: RawSample, ext: str, data: bytes) -> None:
             sample.error = sample.error or f"bad .{META_EXT} member: {exc}"
 
 
-def check_sample(sample: RawSample, num_classes: Optional[int]) -> None:
-    """Set ``sample.error`` when image or label make it unusable (the one label rule)."""
-    if not sample.error:
-        sample.error = label_error(sample.jpeg, sample.label, num_classes)
+def check_sample(sample: RawSample, rule: "SampleRule | int | None") -> None:
+    """Set ``sample.error`` when it breaks the dataset's rule (image, label and the declared fields).
+
+    ``rule`` an int or ``None``: a single-label dataset of that many classes (any, for ``None``).
+    """
+    if not isinstance(rule, SampleRule):
+        rule = SampleRule(num_classes=rule)
+    rule.check(sample)

@@ -34,6 +34,7 @@ import zlib
 from dataclasses import dataclass
 from typing import IO, Optional
 
+from shardkit.format.fields import SampleRule
 from shardkit.format.members import UnsafeName, duplicate_key_error, split_member
 from shardkit.format.sample import (
     FIELD_LIMITS,
@@ -165,11 +166,12 @@ class ShardReader:
         f: a seekable binary file (local file or fsspec file).
         url: the shard's URL (for messages).
         num_classes: labels outside ``[0, num_classes)`` make the sample unusable.
+        rule: the dataset's :class:`~shardkit.format.fields.SampleRule` (its fields); wins over ``num_classes``.
     """
 
-    def __init__(self, f: IO[bytes], url: str, *, num_classes: Optional[int] = None):
+    def __init__(self, f: IO[bytes], url: str, *, num_classes: Optional[int] = None, rule: Optional[SampleRule] = None):
         self.f, self.url = f, url
-        self.num_classes = num_classes
+        self.rule = rule if rule is not None else SampleRule(num_classes=num_classes)
         self.pos = 0  #: byte offset of the next header to parse
         self.index = 0  #: index of the next sample
         self.bytes_read = 0  #: bytes actually read (headers + kept members)
@@ -302,7 +304,7 @@ class ShardReader:
             self.index += 1
             if sample is not None:
                 self.layout = SampleSpan(members[0].start, end, tuple(members))
-                check_sample(sample, self.num_classes)
+                check_sample(sample, self.rule)
                 if sample.error and damage is not None:
                     sample.error = str(damage)  # incomplete because of the damage: say so
                 return sample

@@ -181,7 +181,7 @@ def _shard(**over):
         ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
         ("", "not valid JSON"),
         (_manifest(version="1"), "version '1'"),
-        (_manifest(version=3), "version 3"),
+        (_manifest(version=4), "version 4"),
         (_manifest(shards=[_shard(samples=1 << 50)]), "impossible count"),
         (_manifest(shards=[_shard(bytes=-5)]), "impossible count"),
         (_manifest(shards=[_shard(samples=1.5)]), "wrong field types"),

@@ -177,7 +177,7 @@ def ds(tmp_path, converted):
 
 def test_index_slices_equal_the_header_walk(converted):
     m = load_manifest(converted)
-    assert m.version == 2 and m.sample_index == "sidecar-1" and len(m.shards) == 4
+    assert m.version == 3 and m.sample_index == "sidecar-1" and len(m.shards) == 4
     rng = np.random.default_rng(0)
     for i, s in enumerate(m.shards):
         url = m.shard_url(i)

@@ -1,0 +1,187 @@
+"""The fields a dataset stores beside its image, their members, and the one rule for each member.
+
+A split's manifest (version 3) lists its ``fields``: ``"image"`` plus any of
+
+==========  ===============  ================================================  ==============================
+field       member           stored as                                         the loader yields
+==========  ===============  ================================================  ==============================
+``label``   ``.cls``         ASCII decimal class index in ``[0, C)``           int64 ``[B]``
+``labels``  ``.labels.json`` JSON list of distinct class indices in ``[0, C)`` multi-hot uint8 ``[B, C]``
+``target``  ``.target.json`` JSON list of ``D`` finite numbers                 float32 ``[B, D]``
+``text``    ``.txt``         UTF-8 text                                        list of str
+==========  ===============  ================================================  ==============================
+
+``C`` is ``len(manifest.classes)`` (the class names of ``label`` or of ``labels``: a dataset has at
+most one of the two) and ``D`` is ``len(manifest.targets)`` (the targets' names). Every member is
+readable by plain webdataset (``.cls`` -> int, ``.json`` -> parsed JSON, ``.txt`` -> str).
+
+Manifests before version 3 declare ``("image", "label")``. A member of a field the dataset does not
+declare is ignored; a declared field whose member is missing or breaks its rule makes the sample
+unusable (skipped and counted, like a bad label today): :meth:`SampleRule.check`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, label_error, parse_label
+
+if TYPE_CHECKING:
+    from shardkit.format.sample import RawSample
+
+LABELS_EXT = "labels.json"
+TARGET_EXT = "target.json"
+TEXT_EXT = "txt"
+#: the fields a manifest may declare, in their canonical order
+STORED_FIELDS = ("image", "label", "labels", "target", "text")
+#: the member extension of each stored field
+MEMBER_OF = {"image": IMAGE_EXT, "label": LABEL_EXT, "labels": LABELS_EXT, "target": TARGET_EXT, "text": TEXT_EXT}
+#: what a dataset written before manifest version 3 holds
+DEFAULT_FIELDS = ("image", "label")
+#: largest ``.txt`` member read
+MAX_TEXT_BYTES = 1 << 20
+_decode = json.JSONDecoder().decode
+_INT64_MAX = (1 << 63) - 1
+
+
+def fields_error(fields: "tuple[str, ...] | list[str]", num_classes: int, num_targets: int) -> Optional[str]:
+    """Why a manifest's ``fields`` (with its class and target counts) cannot describe a dataset, or ``None``."""
+    unknown = [f for f in fields if f not in STORED_FIELDS]
+    if unknown:
+        return f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(STORED_FIELDS)})"
+    if len(set(fields)) != len(fields):
+        return f"a field is listed twice in {list(fields)}"
+    if "image" not in fields:
+        return "'image' is not among the fields"
+    if "label" in fields and "labels" in fields:
+        return "'label' and 'labels' both listed (a dataset has one class space)"
+    if ("target" in fields) != (num_targets > 0):
+        return "'targets' names the target values exactly when 'target' is a field"
+    if num_classes and not ("label" in fields or "labels" in fields):
+        return "classes are listed but neither 'label' nor 'labels' is a field"
+    return None
+
+
+def parse_labels(data: bytes, num_classes: Optional[int] = None) -> tuple[int, ...]:
+    """A ``.labels.json`` member: sorted distinct class indices in ``[0, num_classes)``; ``ValueError`` otherwise."""
+    if len(data) > MAX_JSON_BYTES:
+        raise ValueError(f"labels of {len(data)} bytes (limit {MAX_JSON_BYTES})")
+    try:
+        v = _decode(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        raise ValueError(f"labels {data[:40]!r} are not JSON") from None
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise ValueError(f"labels {data[:40]!r} are not a JSON list of class indices")
+    if len(set(v)) != len(v):
+        raise ValueError(f"labels {data[:40]!r} repeat a class")
+    limit = num_classes if num_classes is not None else _INT64_MAX + 1
+    bad = [x for x in v if not 0 <= x < limit]
+    if bad:
+        raise ValueError(f"label {bad[0]} outside [0, {num_classes if num_classes is not None else '2**63'})")
+    return tuple(sorted(v))
+
+
+def parse_target(data: bytes, dim: Optional[int] = None) -> tuple[float, ...]:
+    """A ``.target.json`` member: ``dim`` finite numbers; ``ValueError`` otherwise."""
+    if len(data) > MAX_JSON_BYTES:
+        raise ValueError(f"target of {len(data)} bytes (limit {MAX_JSON_BYTES})")
+    try:
+        v = _decode(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        raise ValueError(f"target {data[:40]!r} is not JSON") from None
+    if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        raise ValueError(f"target {data[:40]!r} is not a JSON list of numbers")
+    if dim is not None and len(v) != dim:
+        raise ValueError(f"target has {len(v)} values, the dataset {dim}")
+    out = tuple(float(x) for x in v)  # OverflowError for a huge int is a ValueError's cousin: refused below
+    if not all(math.isfinite(x) for x in out):
+        raise ValueError(f"target {data[:40]!r} has a non-finite value")
+    return out
+
+
+def parse_text(data: bytes) -> str:
+    """A ``.txt`` member as text; ``ValueError`` if it is not UTF-8 or too long."""
+    if len(data) > MAX_TEXT_BYTES:
+        raise ValueError(f"text of {len(data)} bytes (limit {MAX_TEXT_BYTES})")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"text is not UTF-8 (byte {exc.start})") from None
+
+
+@dataclass(frozen=True)
+class SampleRule:
+    """What makes a sample of one dataset usable: its stored fields, and their class and target counts.
+
+    Attributes:
+        fields: the dataset's stored fields (``"image"`` and any of ``label``, ``labels``, ``target``, ``text``).
+        num_classes: ``C``: class indices lie in ``[0, C)`` (``None``: any int64 >= 0).
+        num_targets: ``D``, the values per ``target`` (``None``: any count).
+    """
+
+    fields: tuple[str, ...] = DEFAULT_FIELDS
+    num_classes: Optional[int] = None
+    num_targets: Optional[int] = None
+
+    @classmethod
+    def of(cls, manifest: object) -> "SampleRule":
+        """The rule of a :class:`~shardkit.format.Manifest` (its ``fields``, ``classes`` and ``targets``)."""
+        classes, targets = getattr(manifest, "classes", []), getattr(manifest, "targets", [])
+        return cls(tuple(getattr(manifest, "fields", DEFAULT_FIELDS)), len(classes) or None, len(targets) or None)
+
+    def check(self, sample: "RawSample") -> None:
+        """Set ``sample.error`` if it breaks the rule, else fill its declared fields' values.
+
+        The image and (where declared) the label follow the one label rule
+        (:func:`~shardkit.format.members.label_error`); ``labels``, ``target`` and ``text`` are parsed
+        from the members :func:`~shardkit.format.sample.store_field` kept.
+        """
+        if sample.error:
+            return
+        extra = sample.unparsed or {}
+        if "label" in self.fields:
+            if sample.label is None and LABEL_EXT in extra:
+                sample.error = f"unreadable label {extra[LABEL_EXT][:20]!r}"
+            else:
+                sample.error = label_error(sample.jpeg, sample.label, self.num_classes)
+        elif sample.jpeg is None:
+            sample.error = f"missing field '{IMAGE_EXT}'"
+        if sample.error:
+            return
+        try:
+            if "labels" in self.fields:
+                sample.labels = parse_labels(_member(extra, LABELS_EXT), self.num_classes)
+            if "target" in self.fields:
+                sample.target = parse_target(_member(extra, TARGET_EXT), self.num_targets)
+            if "text" in self.fields:
+                sample.text = parse_text(_member(extra, TEXT_EXT))
+        except ValueError as exc:
+            sample.error = str(exc)
+        except OverflowError:
+            sample.error = "target has a value beyond float range"
+
+
+def _member(extra: dict[str, bytes], ext: str) -> bytes:
+    if ext not in extra:
+        raise ValueError(f"missing field '{ext}'")
+    return extra[ext]
+
+
+__all__ = [
+    "DEFAULT_FIELDS",
+    "LABELS_EXT",
+    "MAX_TEXT_BYTES",
+    "MEMBER_OF",
+    "STORED_FIELDS",
+    "SampleRule",
+    "TARGET_EXT",
+    "TEXT_EXT",
+    "fields_error",
+    "parse_label",
+    "parse_labels",
+    "parse_target",
+    "parse_text",
+]
