@@ -244,7 +244,7 @@ MUTANTS = [
         "id": "sample-unreadable-label-not-an-error",
         "row": ROW_AGREE,
         "file": "shardkit/format/sample.py",
-        "old": 'sample.error = sample.error or f"unreadable label {data[:20]!r}"',
+        "old": "sample.unparsed = {**(sample.unparsed or {}), LABEL_EXT: data}",
         "new": "sample.label = 0",
         "tests": [f"{T_GUARD}::test_walk_equals_a_tarfile_reference"],
     },
