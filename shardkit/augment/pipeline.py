@@ -278,8 +278,19 @@ class GpuAugment(nn.Module):
         fmt = _FORMATS[self.memory_format]
         return x.to(dtype=self.output_dtype, memory_format=fmt).contiguous(memory_format=fmt), labels
 
-    def forward(self, images: Tensor, labels: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        """Augment ``images``; returns ``images`` or ``(images, labels)`` if labels were given."""
+    def forward(self, images: Tensor | list[Tensor], labels: Tensor | None = None) -> Any:
+        """Augment ``images``; returns ``images`` or ``(images, labels)`` if labels were given.
+
+        ``images`` may be the list of views of ``load(views=...)``: every view goes through these
+        ops (:func:`~shardkit.augment.views.augment_views`; one op list per view group:
+        :class:`~shardkit.augment.ViewAugment`)."""
+        if isinstance(images, (list, tuple)):
+            from shardkit.augment.views import augment_views
+
+            if self.needs_labels:
+                raise ValueError("MixUp/CutMix is not supported on the views list of load(views=...)")
+            out = augment_views(self, images)
+            return out if labels is None else (out, labels)
         params = self.sample_params(images.shape[0], (images.shape[2], images.shape[3]), images.device)
         if labels is not None and self.num_classes is not None and labels.ndim == 1:
             self._count_label_errors(labels)
@@ -324,6 +335,14 @@ class GpuAugment(nn.Module):
         return f"ops=[\n  {ops}\n], output_dtype={self.output_dtype}, memory_format={self.memory_format!r}, seed={self.seed}"
 
     # --- presets --------------------------------------------------------------
+
+    @staticmethod
+    def views(groups: Sequence[Any], **kwargs: Any) -> Any:
+        """A :class:`~shardkit.augment.ViewAugment` for the views list of ``load(views=...)``:
+        ``GpuAugment.views([(2, global_ops), (8, local_ops)], seed=0)``."""
+        from shardkit.augment.views import ViewAugment
+
+        return ViewAugment(groups, **kwargs)
 
     @classmethod
     def imagenet_train(cls, size: int = 224, **kwargs: Any) -> "GpuAugment":
