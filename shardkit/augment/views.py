@@ -182,16 +182,16 @@ class ViewAugment(nn.Module):
         self.batched = bool(batched)
         recipes: list[tuple[Op, ...]] = []
         members: list[list[int]] = []
-        v = 0
+        start = 0  # the group's first view in the list
         for g in self.groups:
             for j in range(g.count):
                 r = g.recipe(j)
                 if r not in recipes:
                     recipes.append(r)
                     members.append([])
-                members[recipes.index(r)].append(v)
-                v += 1
-        self.num_views = v
+                members[recipes.index(r)].append(start + j)
+            start += g.count
+        self.num_views = start
         self.pipelines = nn.ModuleList(
             GpuAugment(r, seed=derive_seed(self.seed, k), **kwargs) for k, r in enumerate(recipes)
         )
