@@ -289,8 +289,8 @@ class GpuAugment(nn.Module):
 
             if self.needs_labels:
                 raise ValueError("MixUp/CutMix is not supported on the views list of load(views=...)")
-            out = augment_views(self, images)
-            return out if labels is None else (out, labels)
+            augmented = augment_views(self, images)
+            return augmented if labels is None else (augmented, labels)
         params = self.sample_params(images.shape[0], (images.shape[2], images.shape[3]), images.device)
         if labels is not None and self.num_classes is not None and labels.ndim == 1:
             self._count_label_errors(labels)

@@ -205,6 +205,7 @@ class ViewAugment(nn.Module):
         a new ``ViewAugment`` with ``seed`` gives."""
         self.seed = int(seed)
         for k, p in enumerate(self.pipelines):
+            assert isinstance(p, GpuAugment)
             p.manual_seed(derive_seed(self.seed, k))
 
     def recipe_of(self, view: int) -> GpuAugment:

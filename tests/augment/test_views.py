@@ -36,7 +36,6 @@ from shardkit.augment import (
     RandomSolarize,
     ViewAugment,
     ViewGroup,
-    augment_views,
     dino_groups,
 )
 from shardkit.augment.views import derive_seed
@@ -198,10 +197,17 @@ def test_gpu_augment_on_a_views_list_is_one_draw_over_the_concatenation():
 @given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(0, 2**30))
 def test_a_groups_ops_never_touch_another_groups_views(n_first, n_second, b, seed):
     """Oracle: a group without ops gives its views / 255 exactly, whatever the other group does, before or after it."""
-    heavy = [ColorJitter(0.4, 0.4, 0.2, 0.1), GaussianBlur(3), RandomSolarize(p=1.0), Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    heavy = [
+        ColorJitter(0.4, 0.4, 0.2, 0.1),
+        GaussianBlur(3),
+        RandomSolarize(p=1.0),
+        Normalize(IMAGENET_MEAN, IMAGENET_STD),
+    ]
     views = views_of([8] * (n_first + n_second), b, seed % 97)
-    for groups, plain in (([(n_first, []), (n_second, heavy)], range(n_first)),
-                          ([(n_first, heavy), (n_second, [])], range(n_first, n_first + n_second))):
+    for groups, plain in (
+        ([(n_first, []), (n_second, heavy)], range(n_first)),
+        ([(n_first, heavy), (n_second, [])], range(n_first, n_first + n_second)),
+    ):
         out = ViewAugment(groups, seed=seed)(views)
         for i in range(len(views)):
             if i in plain:
