@@ -278,6 +278,20 @@ class GpuAugment(nn.Module):
         fmt = _FORMATS[self.memory_format]
         return x.to(dtype=self.output_dtype, memory_format=fmt).contiguous(memory_format=fmt), labels
 
+    def step(self, images: Tensor, params: list[Params], labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """:meth:`apply`, through ``torch.compile`` when built with ``compile=True`` (what a call runs after
+        drawing ``params`` with :meth:`sample_params`)."""
+        fn = self.apply
+        if self._compile and images.shape[0] > 0:  # an empty batch runs eagerly: nothing to gain, no graph to build
+            if self._compiled is None:
+                self._compiled = torch.compile(self.apply)
+            # one graph for every batch size (skips, drops, the last partial batch), not one per size
+            mark_batch_dynamic(
+                [images, *(t for p in params for t in p.values()), *([] if labels is None else [labels])]
+            )
+            fn = self._compiled
+        return fn(images, params, labels)
+
     def forward(self, images: Tensor | list[Tensor], labels: Tensor | None = None) -> Any:
         """Augment ``images``; returns ``images`` or ``(images, labels)`` if labels were given.
 
@@ -294,16 +308,7 @@ class GpuAugment(nn.Module):
         params = self.sample_params(images.shape[0], (images.shape[2], images.shape[3]), images.device)
         if labels is not None and self.num_classes is not None and labels.ndim == 1:
             self._count_label_errors(labels)
-        fn = self.apply
-        if self._compile and images.shape[0] > 0:  # an empty batch runs eagerly: nothing to gain, no graph to build
-            if self._compiled is None:
-                self._compiled = torch.compile(self.apply)
-            # one graph for every batch size (skips, drops, the last partial batch), not one per size
-            mark_batch_dynamic(
-                [images, *(t for p in params for t in p.values()), *([] if labels is None else [labels])]
-            )
-            fn = self._compiled
-        out, out_labels = fn(images, params, labels)
+        out, out_labels = self.step(images, params, labels)
         if labels is None:
             return out
         assert out_labels is not None

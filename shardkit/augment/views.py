@@ -126,8 +126,9 @@ def augment_views(aug: GpuAugment, views: Sequence[Tensor], *, batched: bool = T
 
     The views of one size (in order of first appearance) get one draw of ``k x B`` rows: rows
     ``[j B, (j + 1) B)`` are the ``j``-th such view's. ``batched=True`` concatenates them, applies
-    ``aug`` once and splits the result back; ``batched=False`` applies ``aug`` to each view alone
-    with its rows (the reference: the same values).
+    ``aug`` once (:meth:`~shardkit.augment.GpuAugment.step`: compiled with ``compile=True``) and splits
+    the result back; ``batched=False`` applies ``aug`` to each view alone with its rows (the
+    reference: the same values).
     """
     views = check_views(views, where=type(aug).__name__)
     b = views[0].shape[0] if views else 0
@@ -139,12 +140,12 @@ def augment_views(aug: GpuAugment, views: Sequence[Tensor], *, batched: bool = T
         params = aug.sample_params(len(idx) * b, size, views[idx[0]].device)
         if batched:
             x = views[idx[0]] if len(idx) == 1 else torch.cat([views[i] for i in idx])
-            y, _ = aug.apply(x, params)
+            y, _ = aug.step(x, params)
             for j, i in enumerate(idx):
                 out[i] = y[j * b : (j + 1) * b]
         else:
             for j, i in enumerate(idx):
-                out[i], _ = aug.apply(views[i], _rows(params, j * b, (j + 1) * b))
+                out[i], _ = aug.step(views[i], _rows(params, j * b, (j + 1) * b))
     return out  # type: ignore[return-value]  # every index was filled
 
 

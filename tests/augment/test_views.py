@@ -386,3 +386,22 @@ def test_the_prefetcher_hands_the_views_to_view_augment(tmp_path):
         assert all(float(v.min()) < -0.5 for v in out)  # normalised, not in [0, 1]
         seen += labels.shape[0]
     assert seen == 12
+
+
+def test_compile_reaches_the_views(monkeypatch):
+    """compile=True: every recipe's (concatenated) views run through its compiled step (aot_eager keeps inductor's C++
+    build out of the test), with the eager values."""
+    import functools
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    torch._dynamo.reset()
+    try:
+        views = views_of([8, 8, 8], 3)
+        groups = [ViewGroup(3, [ColorJitter(0.4, 0.4), RandomSolarize(p=0.5)], overrides={2: [RandomGrayscale(0.5)]})]
+        aug = ViewAugment(groups, seed=2, compile=True)
+        got = aug(views)
+        exp = ViewAugment(groups, seed=2)(views)
+        assert all(p._compiled is not None for p in aug.pipelines)
+        assert all(torch.allclose(g, e, atol=1e-5) for g, e in zip(got, exp))
+    finally:
+        torch._dynamo.reset()

@@ -12,6 +12,7 @@ ROW_DRAWS = (
     "recipes and neighbouring seeds share no stream"
 )
 ROW_DINO = "GPU augmentation of views: the DINO preset is DataAugmentationDINO's colour recipe; solarize is PIL's"
+ROW_COMPILE = "GPU augmentation of views: compile=True compiles the views' step too"
 ROW_ERRORS = "GPU augmentation of views: group counts that do not add up, a bad view tensor: one-line errors"
 
 T = "tests/augment/test_views.py::"
@@ -22,6 +23,7 @@ OWN = T + "test_every_view_of_every_sample_draws_its_own_parameters"
 SEEDS = T + "test_same_seed_same_output_and_batches_differ"
 DISTINCT = T + "test_recipe_seeds_are_distinct_across_recipes_and_neighbouring_seeds"
 CONCAT = T + "test_gpu_augment_on_a_views_list_is_one_draw_over_the_concatenation"
+COMPILE = T + "test_compile_reaches_the_views"
 DINO = T + "test_dino_recipe_is_data_augmentation_dino"
 SOLARIZE = T + "test_solarize_matches_pil"
 COUNTS = T + "test_counts_that_do_not_add_up_are_one_line"
@@ -80,6 +82,14 @@ MUTANTS = [
         "old": "    return [{k: v[start:stop] for k, v in p.items()} for p in params]\n",
         "new": "    return [{k: v[: stop - start] for k, v in p.items()} for p in params]\n",
         "tests": [BATCHED],
+    },
+    {
+        "id": "views-aug-compile-bypassed",  # compile=True silently ignored for the views list
+        "row": ROW_COMPILE,
+        "file": V,
+        "old": "            y, _ = aug.step(x, params)\n",
+        "new": "            y, _ = aug.apply(x, params)\n",
+        "tests": [COMPILE],
     },
     {
         "id": "views-aug-recipes-share-one-seed",  # every recipe seeded alike: global 1 and 2 draw the same jitter
