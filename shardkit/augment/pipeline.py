@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +29,9 @@ from shardkit.augment.geometry import FillStage, warp
 from shardkit.augment.mixup import invalid_labels, soft_labels
 from shardkit.augment.params import make_generator
 from shardkit.compat import mark_batch_dynamic
+
+if TYPE_CHECKING:
+    from shardkit.augment.views import ViewAugment
 
 MemoryFormat = Literal["contiguous", "channels_last"]
 _FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
@@ -342,7 +345,7 @@ class GpuAugment(nn.Module):
     # --- presets --------------------------------------------------------------
 
     @staticmethod
-    def views(groups: Sequence[Any], **kwargs: Any) -> Any:
+    def views(groups: Sequence[Any], **kwargs: Any) -> ViewAugment:
         """A :class:`~shardkit.augment.ViewAugment` for the views list of ``load(views=...)``:
         ``GpuAugment.views([(2, global_ops), (8, local_ops)], seed=0)``."""
         from shardkit.augment.views import ViewAugment

@@ -122,7 +122,7 @@ def _rows(params: list[Params], start: int, stop: int) -> list[Params]:
 
 
 def augment_views(aug: GpuAugment, views: Sequence[Tensor], *, batched: bool = True) -> list[Tensor]:
-    """Run every view of ``views`` through ``aug``, one parameter draw per view size.
+    """Run every view of ``views`` through ``aug``, one parameter draw per view size (and dtype).
 
     The views of one size (in order of first appearance) get one draw of ``k x B`` rows: rows
     ``[j B, (j + 1) B)`` are the ``j``-th such view's. ``batched=True`` concatenates them, applies
