@@ -11,7 +11,11 @@ Ops (torchvision's parameter meaning): :class:`RandomResizedCrop`,
 :class:`CenterCrop`, :class:`Resize`, :class:`HorizontalFlip`,
 :class:`VerticalFlip`, :class:`RandomRotation`, :class:`RandomAffine`,
 :class:`ColorJitter`, :class:`RandomGrayscale`, :class:`GaussianBlur`,
-:class:`Normalize`, :class:`RandomErasing`, :class:`MixUp`, :class:`CutMix`.
+:class:`RandomSolarize`, :class:`Normalize`, :class:`RandomErasing`, :class:`MixUp`, :class:`CutMix`.
+
+Multi-crop views (``load(url, views=[...])`` yields a list of view tensors): :class:`ViewAugment`
+runs a pipeline per :class:`ViewGroup`; :meth:`ViewAugment.dino` is DINO's colour recipe
+(:func:`dino_groups`, :func:`dino_global_1_ops`, :func:`dino_global_2_ops`, :func:`dino_local_ops`).
 
 Example::
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 from shardkit.augment.base import GeometricOp, MixOp, Op, OpKind, PixelOp
 from shardkit.augment.blur import GaussianBlur
-from shardkit.augment.color import ColorJitter, Normalize, RandomGrayscale
+from shardkit.augment.color import ColorJitter, Normalize, RandomGrayscale, RandomSolarize
 from shardkit.augment.erase import RandomErasing
 from shardkit.augment.geometric_ops import (
     CenterCrop,
@@ -40,7 +44,17 @@ from shardkit.augment.geometric_ops import (
 )
 from shardkit.augment.mixup import CutMix, MixUp
 from shardkit.augment.pipeline import GpuAugment, MemoryFormat
-from shardkit.augment.presets import IMAGENET_MEAN, IMAGENET_STD, imagenet_eval_ops, imagenet_train_ops
+from shardkit.augment.presets import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    dino_global_1_ops,
+    dino_global_2_ops,
+    dino_groups,
+    dino_local_ops,
+    imagenet_eval_ops,
+    imagenet_train_ops,
+)
+from shardkit.augment.views import ViewAugment, ViewGroup, augment_views
 
 __all__ = [
     "CenterCrop",
@@ -64,8 +78,16 @@ __all__ = [
     "RandomGrayscale",
     "RandomResizedCrop",
     "RandomRotation",
+    "RandomSolarize",
     "Resize",
     "VerticalFlip",
+    "ViewAugment",
+    "ViewGroup",
+    "augment_views",
+    "dino_global_1_ops",
+    "dino_global_2_ops",
+    "dino_groups",
+    "dino_local_ops",
     "imagenet_eval_ops",
     "imagenet_train_ops",
 ]

@@ -75,6 +75,11 @@ def random_grayscale(x: Tensor, apply: Tensor) -> Tensor:
     return torch.lerp(x, grayscale(x), _per_sample(apply, x))
 
 
+def solarize(x: Tensor, threshold: float, apply: Tensor) -> Tensor:
+    """Invert (``1 - x``) the pixels ``>= threshold`` of the samples where ``apply`` is true."""
+    return torch.where((x >= threshold) & apply.view(-1, 1, 1, 1), 1.0 - x, x)
+
+
 def normalize(x: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
     """``(x - mean) / std`` per channel, as one fused multiply-add."""
     scale = const([1.0 / s for s in std], (1, len(std), 1, 1), x.device, x.dtype)
@@ -191,6 +196,35 @@ class RandomGrayscale(PixelOp):
 
     def apply(self, x: Tensor, params: Params) -> Tensor:
         return random_grayscale(x, params["apply"])
+
+
+@dataclass(frozen=True)
+class RandomSolarize(PixelOp):
+    """torchvision ``RandomSolarize`` (and BYOL/DINO's ``Solarization``): with probability ``p``
+    a sample's pixels ``>= threshold`` become ``1 - x``.
+
+    Args:
+        threshold: in image units ``[0, 1]``. The default 0.5 inverts exactly the uint8 values
+            ``>= 128`` (127/255 < 0.5 < 128/255), as PIL's ``ImageOps.solarize()`` default.
+        p: probability that a sample is solarized.
+    """
+
+    threshold: float = 0.5
+    p: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1] (image units), got {self.threshold}")
+        check_prob("p", self.p)
+
+    def num_uniforms(self) -> int:
+        return 1
+
+    def sample(self, u: Tensor, size: Size, generator: torch.Generator) -> Params:
+        return {"apply": P.bernoulli(u[:, 0], self.p)}
+
+    def apply(self, x: Tensor, params: Params) -> Tensor:
+        return solarize(x, self.threshold, params["apply"])
 
 
 @dataclass(frozen=True)

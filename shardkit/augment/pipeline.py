@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +29,9 @@ from shardkit.augment.geometry import FillStage, warp
 from shardkit.augment.mixup import invalid_labels, soft_labels
 from shardkit.augment.params import make_generator
 from shardkit.compat import mark_batch_dynamic
+
+if TYPE_CHECKING:
+    from shardkit.augment.views import ViewAugment
 
 MemoryFormat = Literal["contiguous", "channels_last"]
 _FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
@@ -278,11 +281,9 @@ class GpuAugment(nn.Module):
         fmt = _FORMATS[self.memory_format]
         return x.to(dtype=self.output_dtype, memory_format=fmt).contiguous(memory_format=fmt), labels
 
-    def forward(self, images: Tensor, labels: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        """Augment ``images``; returns ``images`` or ``(images, labels)`` if labels were given."""
-        params = self.sample_params(images.shape[0], (images.shape[2], images.shape[3]), images.device)
-        if labels is not None and self.num_classes is not None and labels.ndim == 1:
-            self._count_label_errors(labels)
+    def step(self, images: Tensor, params: list[Params], labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """:meth:`apply`, through ``torch.compile`` when built with ``compile=True`` (what a call runs after
+        drawing ``params`` with :meth:`sample_params`)."""
         fn = self.apply
         if self._compile and images.shape[0] > 0:  # an empty batch runs eagerly: nothing to gain, no graph to build
             if self._compiled is None:
@@ -292,7 +293,25 @@ class GpuAugment(nn.Module):
                 [images, *(t for p in params for t in p.values()), *([] if labels is None else [labels])]
             )
             fn = self._compiled
-        out, out_labels = fn(images, params, labels)
+        return fn(images, params, labels)
+
+    def forward(self, images: Tensor | list[Tensor], labels: Tensor | None = None) -> Any:
+        """Augment ``images``; returns ``images`` or ``(images, labels)`` if labels were given.
+
+        ``images`` may be the list of views of ``load(views=...)``: every view goes through these
+        ops (:func:`~shardkit.augment.views.augment_views`; one op list per view group:
+        :class:`~shardkit.augment.ViewAugment`)."""
+        if isinstance(images, (list, tuple)):
+            from shardkit.augment.views import augment_views
+
+            if self.needs_labels:
+                raise ValueError("MixUp/CutMix is not supported on the views list of load(views=...)")
+            augmented = augment_views(self, images)
+            return augmented if labels is None else (augmented, labels)
+        params = self.sample_params(images.shape[0], (images.shape[2], images.shape[3]), images.device)
+        if labels is not None and self.num_classes is not None and labels.ndim == 1:
+            self._count_label_errors(labels)
+        out, out_labels = self.step(images, params, labels)
         if labels is None:
             return out
         assert out_labels is not None
@@ -324,6 +343,14 @@ class GpuAugment(nn.Module):
         return f"ops=[\n  {ops}\n], output_dtype={self.output_dtype}, memory_format={self.memory_format!r}, seed={self.seed}"
 
     # --- presets --------------------------------------------------------------
+
+    @staticmethod
+    def views(groups: Sequence[Any], **kwargs: Any) -> ViewAugment:
+        """A :class:`~shardkit.augment.ViewAugment` for the views list of ``load(views=...)``:
+        ``GpuAugment.views([(2, global_ops), (8, local_ops)], seed=0)``."""
+        from shardkit.augment.views import ViewAugment
+
+        return ViewAugment(groups, **kwargs)
 
     @classmethod
     def imagenet_train(cls, size: int = 224, **kwargs: Any) -> "GpuAugment":

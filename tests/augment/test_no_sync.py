@@ -113,3 +113,18 @@ def test_a_whole_call_draws_and_applies_without_host_reads():
                 out, soft = aug(x, labels)
         assert reads.calls == [], (per_sample, reads.calls)
         assert out.shape == (8, 3, 16, 16) and soft.shape == (8, 4)
+
+
+def test_view_augment_draws_and_applies_without_host_reads():
+    """The same for the views list (issue 23): DINO's recipes, batched per recipe and size, and GpuAugment on a list."""
+    from shardkit.augment import ViewAugment
+
+    views = [_images(4, 24), _images(4, 24)] + [_images(4, 12) for _ in range(4)]
+    aug = ViewAugment.dino(4, seed=0, output_dtype=torch.bfloat16)
+    plain = GpuAugment(_ops()[:8], seed=0)
+    aug(views), plain(views)  # generators and cached constants created
+    with HostReads() as reads:
+        for _ in range(2):
+            out, flat = aug(views), plain(views)
+    assert reads.calls == [], reads.calls
+    assert [o.shape[-1] for o in out] == [24, 24, 12, 12, 12, 12] and len(flat) == 6
