@@ -71,8 +71,8 @@ MUTANTS = [
         "id": "views-decoded-at-the-first-views-scale",  # the small views cut from a decode too coarse for them
         "row": ROW_ONCE,
         "file": F,
-        "old": "        return np.min(np.stack(per_view, axis=1), axis=1)",
-        "new": "        return per_view[0]",
+        "old": "    return per_view.min(axis=1)",
+        "new": "    return per_view[:, 0]",
         "tests": [ONCE],
     },
     {
