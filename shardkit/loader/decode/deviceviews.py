@@ -119,16 +119,17 @@ def encode_views(
     ok, sizes, gids = read_headers(good, decoder, spec, counters)
     size_arr = np.array(sizes, np.int64).reshape(-1, 2)
     crops = decoder.view_geometry(size_arr, spec.epoch, gids)
-    lengths = np.fromiter((len(s.jpeg) for s in ok), np.int64, len(ok))
+    datas: list[bytes] = [s.jpeg for s in ok]  # type: ignore[misc] # a read sample has its bytes
+    lengths = np.fromiter((len(d) for d in datas), np.int64, len(datas))
     offsets = np.zeros(len(ok) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     encoded = JpegViews(
-        np.frombuffer(bytearray().join(s.jpeg for s in ok), np.uint8),  # one copy, writable
+        np.frombuffer(bytearray().join(datas), np.uint8),  # one copy, writable
         offsets,
         size_arr,
         np.stack([np.asarray(c.boxes, np.float64).reshape(-1, 4) for c in crops], axis=1),
         np.stack([np.asarray(c.flips, bool) for c in crops], axis=1),
-        tuple(jpeg_route(s.jpeg) for s in ok),
+        tuple(jpeg_route(d) for d in datas),
         tuple(s.shard for s in ok),
     )
     counters.add("collate_s", time.perf_counter() - t0)
@@ -220,10 +221,10 @@ def device_views(
     ask = np.array([_dct_size(w, h, r) for (w, h), r in zip(sizes.tolist(), reduce)], np.int64).reshape(-1, 2)
     decoded, errors = decoder.decode(jpegs, ask, routes)
     kept = np.array([i for i, img in enumerate(decoded) if img is not None], np.int64)
-    images = [decoded[i] for i in kept.tolist()]  # type: ignore[misc]
+    images = [decoded[i] for i in kept.tolist()]
     del decoded
     out = cut_views(
-        images,  # type: ignore[arg-type]
+        images,
         sizes[kept],
         boxes[kept],
         flips[kept],

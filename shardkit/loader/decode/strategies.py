@@ -195,7 +195,11 @@ class DeviceViews(ViewsDecode):
     def finish(self, batch: Batch, consumer: Consumer) -> Batch:
         assert isinstance(batch, JpegViewBatch)
         return decode_views_on_device(
-            batch, consumer.decoder(0), strict=consumer.strict, counters=consumer.counters(), source_of=consumer.source_of
+            batch,
+            consumer.decoder(0),
+            strict=consumer.strict,
+            counters=consumer.counters(),
+            source_of=consumer.source_of,
         )
 
     def slot_bytes(self, batch_size: int, size: int) -> int:

@@ -242,9 +242,7 @@ def test_the_worker_sends_each_jpeg_once_with_every_views_documented_box(sizes, 
     jpegs = [to_jpeg(Image.new("RGB", wh, (9, 99, 199))) for wh in sizes]
     good = [RawSample(f"s{i}", first + 7 * i, "shard-0.tar", i, jpeg=d, label=i) for i, d in enumerate(jpegs)]
     decoder = ViewDecoder(cfg, seed)
-    batch = dv.encode_views(
-        good, spec=BatchSpec(len(good), 1, epoch), decoder=decoder, counters=Counters(), t0=0.0
-    )
+    batch = dv.encode_views(good, spec=BatchSpec(len(good), 1, epoch), decoder=decoder, counters=Counters(), t0=0.0)
     jp = batch.jpegs
     assert [bytes(t.numpy()) for t in jp.tensors()] == jpegs  # each sample's bytes once, in order
     assert jp.boxes.shape == (len(sizes), len(expanded), 4) and jp.flips.shape == (len(sizes), len(expanded))
