@@ -24,6 +24,7 @@ WORKER = T + "test_device_views_match_the_worker_views"
 ONCE = T + "test_each_sample_is_decoded_once_and_each_view_group_cut_in_one_call"
 DROPS = T + "test_a_sample_no_decoder_reads_drops_all_its_views"
 BATCH_DROPS = T + "test_views_of_a_batch_stay_with_their_samples_after_drops"
+MIXTURE = T + "test_a_mixture_counts_each_drop_against_its_source"
 
 F = "shardkit/loader/decode/deviceviews.py"
 
@@ -83,6 +84,14 @@ MUTANTS = [
         "old": '    counters.add("samples", -len(out.errors))\n',
         "new": "",
         "tests": [DROPS],
+    },
+    {
+        "id": "dviews-drop-not-moved-to-its-sources-skipped",  # a mixture's per-source counts lose the drop
+        "row": ROW_VIEWS,
+        "file": F,
+        "old": '        counters.add_sources("skipped", lost)\n',
+        "new": "",
+        "tests": [MIXTURE],
     },
     {
         "id": "dviews-drop-ignores-strict",

@@ -73,7 +73,10 @@ MUTANTS = [
         "file": F,
         "old": "    return per_view.min(axis=1)",
         "new": "    return per_view[:, 0]",
-        "tests": [ONCE],
+        "tests": [
+            ONCE,
+            "tests/loader/decode/test_device_views.py::test_each_sample_is_decoded_once_and_each_view_group_cut_in_one_call",
+        ],
     },
     {
         "id": "views-slot-sized-for-the-largest-view-only",

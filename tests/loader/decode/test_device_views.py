@@ -427,3 +427,38 @@ def test_a_hook_is_still_refused_with_device_views(solid):
     with pytest.raises(ValueError) as e:
         load(solid, batch_hook=lambda images, labels, keys: None)
     assert "decode_on='worker'" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_mixture_counts_each_drop_against_its_source(solid, tmp_path):
+    """Two sources (solid colours 0..29, and 30..41 with bad scans): every view shows its sample, keys and sources
+    follow it, and a sample dropped on the consumer moves from its source's samples to its skipped."""
+    bad = {2: cut_scan, 7: bad_huffman}
+    colours = lambda i: to_jpeg(Image.new("RGB", (80, 60), colour(30 + i)))  # noqa: E731
+    other = write(str(tmp_path), lambda i: bad[i](colours(i)) if i in bad else colours(i), n=12)
+    sources = [shardkit.Source(solid, repeat=1), shardkit.Source(other, repeat=1)]
+    loader = load(sources, num_workers=2, with_source=True)
+    seen = []
+    for views, _labels, keys, source in loader:
+        for j, v in enumerate(views):
+            for row, (key, src) in enumerate(zip(keys, source.tolist())):
+                src_of_key, sample = key.split("/")
+                assert int(src_of_key) == src
+                rgb = v[row].float().mean(dim=(1, 2)).tolist()
+                assert image_id(rgb) == int(sample[1:]) + 30 * src, f"view {j} of {key}"
+        seen += keys
+    assert len(seen) == N + 12 - len(bad) == len(set(seen))
+    per_source = [(s.samples, s.skipped) for s in loader.stats.sources]
+    assert per_source == [(N, 0), (12 - len(bad), len(bad))], per_source
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_views_decoded_on_cuda_are_the_cpu_ones(ids):
+    """nvJPEG (through TorchCodec) differs from libjpeg-turbo by a level or two: mean <= 2 per view."""
+    cpu = by_key(load(ids, fast_decode=False))
+    loader = load(ids, fast_decode=False, with_keys=True)
+    gpu = by_key(loader, loader.iter_on("cuda"))
+    assert cpu.keys() == gpu.keys()
+    assert all(v.is_cuda for views in gpu.values() for v in views)
+    worst = max(mean_diff(a, b) for k in cpu for a, b in zip(cpu[k], gpu[k]))
+    assert worst <= 2, worst
+    assert loader.device_decoder("cuda").stats.batched == N - N // 5
