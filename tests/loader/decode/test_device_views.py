@@ -462,3 +462,15 @@ def test_views_decoded_on_cuda_are_the_cpu_ones(ids):
     worst = max(mean_diff(a, b) for k in cpu for a, b in zip(cpu[k], gpu[k]))
     assert worst <= 2, worst
     assert loader.device_decoder("cuda").stats.batched == N - N // 5
+
+
+def test_a_batch_whose_samples_all_drop_is_yielded_empty_in_every_view():
+    """Headers that fail (dropped in the worker) and scans no decoder reads (dropped on the consumer)."""
+    cfg = ImageConfig(views=VIEWS)
+    for jpegs in ([b"\xff\xd8 not a jpeg"] * 3, [cut_scan(id_jpeg(i)) for i in range(3)]):
+        good = [RawSample(f"k{i:06d}", i, "s.tar", i, jpeg=d, label=0) for i, d in enumerate(jpegs)]
+        counters = Counters()
+        sent = dv.encode_views(good, spec=BatchSpec(3, 1, EPOCH), decoder=ViewDecoder(cfg, SEED), counters=counters)
+        out = dv.decode_views_on_device(sent, dd.DeviceDecoder(cfg, "cpu"), strict=False, counters=counters)
+        assert out.keys == [] and [tuple(v.shape) for v in out.views] == [(0, 3, s, s) for s in SHAPES]
+        assert dict(zip(COUNTERS, counters.v))["skipped"] == 3
