@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -234,6 +234,9 @@ def test_contiguous_layout_and_the_prefetcher(solid):
     seed=st.integers(0, 2**31),
     epoch=st.integers(0, 50),
     first=st.integers(0, 10**6),
+)
+@example(
+    sizes=[(80, 60), (33, 120)], groups=[(32, 0.4, 1.0, True, 2), (16, 0.05, 0.4, True, 3)], seed=5, epoch=2, first=0
 )
 def test_the_worker_sends_each_jpeg_once_with_every_views_documented_box(sizes, groups, seed, epoch, first):
     views = [View(s, scale=(min(a, b), max(a, b)), flip=f, count=c) for s, a, b, f, c in groups]
