@@ -477,3 +477,10 @@ def test_a_batch_whose_samples_all_drop_is_yielded_empty_in_every_view():
         out = dv.decode_views_on_device(sent, dd.DeviceDecoder(cfg, "cpu"), strict=False, counters=counters)
         assert out.keys == [] and [tuple(v.shape) for v in out.views] == [(0, 3, s, s) for s in SHAPES]
         assert dict(zip(COUNTERS, counters.v))["skipped"] == 3
+
+
+def test_elastic_resume_with_device_views(solid):
+    res = check_resume(
+        lambda **kw: Flat(load(solid, batch_size=3, num_workers=2, **kw)), after=2, world_size=2, resume_world_size=3
+    )
+    assert sorted(res.keys()) == [f"k{i:06d}" for i in range(N)]
