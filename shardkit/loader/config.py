@@ -132,8 +132,6 @@ class ImageConfig:
             raise ValueError("hook and batch_hook run on the CPU in the workers; use decode_on='worker' with them")
         if self.views != ():
             object.__setattr__(self, "views", parse_views(self.views))
-            if self.decode_on is DecodeOn.DEVICE:
-                raise ValueError("views with decode_on='device' are not supported yet; use decode_on='worker'")
             if self.hook is not None or self.batch_hook is not None:
                 raise ValueError("hook and batch_hook are not supported with views yet")
         if self.max_pixels < 1:

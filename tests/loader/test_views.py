@@ -330,7 +330,6 @@ def test_a_mixture_with_views_and_sources(solid, tmp_path):
         ({"preset": "eval"}, "views= and preset= are exclusive"),
         ({"size": 64}, "views= and size= are exclusive"),
         ({"scale": (0.5, 1.0)}, "views= and scale= are exclusive"),
-        ({"decode_on": "device"}, "not supported yet"),
         ({"views": []}, "non-empty list of shardkit.View"),
         ({"views": [(224, 2)]}, "must be shardkit.View objects"),
     ],

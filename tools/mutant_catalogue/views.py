@@ -71,9 +71,12 @@ MUTANTS = [
         "id": "views-decoded-at-the-first-views-scale",  # the small views cut from a decode too coarse for them
         "row": ROW_ONCE,
         "file": F,
-        "old": "        return np.min(np.stack(per_view, axis=1), axis=1)",
-        "new": "        return per_view[0]",
-        "tests": [ONCE],
+        "old": "    return per_view.min(axis=1)",
+        "new": "    return per_view[:, 0]",
+        "tests": [
+            ONCE,
+            "tests/loader/decode/test_device_views.py::test_each_sample_is_decoded_once_and_each_view_group_cut_in_one_call",
+        ],
     },
     {
         "id": "views-slot-sized-for-the-largest-view-only",

@@ -327,7 +327,8 @@ class DeviceDecoder:
     def decode(
         self, jpegs: Sequence[Jpeg], sizes: np.ndarray, routes: Optional[Sequence[Optional[str]]] = None
     ) -> tuple[list[Optional[Tensor]], list[tuple[int, str]]]:
-        """Full-resolution ``3 x H x W`` uint8 images on the device (``None`` where undecodable) and the errors."""
+        """``3 x H x W`` uint8 images on the device (``None`` where undecodable) and the errors; the batched call decodes
+        at full resolution, the CPU fallback at ``sizes`` (the stored size, or smaller for a DCT-scaled decode)."""
         out: list[Optional[Tensor]] = [None] * len(jpegs)
         errors: list[tuple[int, str]] = []
         if routes is None:

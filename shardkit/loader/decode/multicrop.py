@@ -77,11 +77,8 @@ class ViewDecoder(CropDecoder):
 
     def reductions(self, crops: list[Crops]) -> np.ndarray:
         """``[n]``: how much smaller than the stored image each sample may be decoded (its most demanding view)."""
-        per_view = []
-        for c, v in zip(crops, self.views):
-            b = np.asarray(c.boxes, np.float64).reshape(-1, 4)
-            per_view.append(np.minimum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]) / v.size)
-        return np.min(np.stack(per_view, axis=1), axis=1)
+        boxes = np.stack([np.asarray(c.boxes, np.float64).reshape(-1, 4) for c in crops], axis=1)
+        return view_reductions(boxes, [v.size for v in self.views])
 
     def decode_views(
         self,
@@ -122,6 +119,17 @@ class ViewDecoder(CropDecoder):
                 continue
             kept.append(i)
         return kept
+
+
+def view_reductions(boxes: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
+    """``[n]``: per sample the smallest ``min(box width, box height) / view size`` over its views.
+
+    ``boxes`` is ``[n, V, 4]`` (stored-image pixels), ``sizes`` the ``V`` output sizes: how much smaller than
+    the stored image a sample may be decoded so that every one of its views still has its output size.
+    """
+    b = np.asarray(boxes, np.float64).reshape(len(boxes), len(sizes), 4)
+    per_view = np.minimum(b[..., 2] - b[..., 0], b[..., 3] - b[..., 1]) / np.asarray(sizes, np.float64)
+    return per_view.min(axis=1)
 
 
 def cut_into(chw: torch.Tensor, box: Sequence[float], sx: float, sy: float, flip: bool, out: torch.Tensor) -> None:

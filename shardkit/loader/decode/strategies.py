@@ -11,6 +11,7 @@ strategy               worker makes                          consumer finishes  
 :class:`DeviceDecode`  :class:`JpegBatch` (bytes, geometry)  decode on the iteration's device ``(images, labels, ...)``
 :class:`NoDecode`      :class:`RawBatch` (``raw=True``)      nothing                          the :class:`RawSample` list
 :class:`ViewsDecode`   :class:`ViewBatch` (shared ring)      nothing                          ``(views, labels, ...)``
+:class:`DeviceViews`   ``JpegViewBatch`` (bytes, geometry)   decode once, cut every view      ``(views, labels, ...)``
 =====================  ====================================  ===============================  ==========================
 
 Strategies hold no state: they travel to the workers with the dataset.
@@ -32,6 +33,7 @@ from shardkit.loader.batchtypes import Batch, JpegBatch, Jpegs, PixelBatch, RawB
 from shardkit.loader.config import DecodeOn, ImageConfig, LoaderConfig
 from shardkit.loader.decode.backend import normalize_device
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
+from shardkit.loader.decode.deviceviews import JpegViewBatch, decode_views_on_device, encode_views
 from shardkit.loader.decode.multicrop import ViewDecoder, views_batch
 from shardkit.loader.decode.worker import CropDecoder, Crops
 from shardkit.loader.stats import Counters
@@ -178,6 +180,32 @@ class ViewsDecode(DecodeStrategy):
         return batch_size * sample_bytes(self.image.views)
 
 
+class DeviceViews(ViewsDecode):
+    """``views=`` with ``decode_on="device"``: the worker sends each JPEG once with every view's geometry, the
+    consumer decodes it once on its device and cuts every view (:mod:`shardkit.loader.decode.deviceviews`)."""
+
+    uses_ring = False
+
+    def make(
+        self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float
+    ) -> Batch:
+        assert isinstance(decoder, ViewDecoder)
+        return encode_views(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
+
+    def finish(self, batch: Batch, consumer: Consumer) -> Batch:
+        assert isinstance(batch, JpegViewBatch)
+        return decode_views_on_device(
+            batch,
+            consumer.decoder(0),
+            strict=consumer.strict,
+            counters=consumer.counters(),
+            source_of=consumer.source_of,
+        )
+
+    def slot_bytes(self, batch_size: int, size: int) -> int:
+        return 0
+
+
 class DeviceDecode(DecodeStrategy):
     """``decode_on="device"``: the worker sends JPEG bytes and crop geometry, the consumer decodes on its device."""
 
@@ -226,7 +254,7 @@ def strategy_for(config: LoaderConfig) -> DecodeStrategy:
     if config.raw:
         return NoDecode()
     if config.image.views:
-        return ViewsDecode(config.image)
+        return DeviceViews(config.image) if config.image.decode_on is DecodeOn.DEVICE else ViewsDecode(config.image)
     if config.image.decode_on is DecodeOn.DEVICE:
         return DeviceDecode()
     return WorkerDecode()
