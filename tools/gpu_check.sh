@@ -50,7 +50,8 @@ for section in $SECTIONS; do
     tests)
       echo "== tests (CUDA parametrizations included) =="
       timeout 180 "$PY" -m pytest -q -p no:cacheprovider --noconftest -rsfEp tests/augment/test_ops.py tests/augment/test_randomness.py \
-          tests/loader/test_prefetch.py tests/loader/test_gpu_path.py tests/loader/decode/test_device.py tests/loader/decode/test_backend.py > "$OUTDIR/pytest_cuda.log" 2>&1 || status=1
+          tests/loader/test_prefetch.py tests/loader/test_gpu_path.py tests/loader/decode/test_device.py tests/loader/decode/test_backend.py \
+          tests/loader/decode/test_device_views.py tests/augment/test_views.py > "$OUTDIR/pytest_cuda.log" 2>&1 || status=1
       tail -30 "$OUTDIR/pytest_cuda.log"   # the whole output stays in $OUT/pytest_cuda.log
       grep -E "^(PASSED|FAILED|ERROR|SKIPPED).*(decode_on|test_devicedecode)" "$OUTDIR/pytest_cuda.log" || true
       echo "== loader: pinned batches and the buffer pool (needs webdataset, simplejpeg, fsspec importable) =="
