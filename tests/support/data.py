@@ -122,8 +122,19 @@ def member_ranges(data: bytes) -> dict[str, tuple[int, int]]:
         return {m.name: (m.offset_data, m.offset_data + m.size) for m in tf.getmembers() if m.isfile()}
 
 
-def write_raw_dataset(root: str, shards: list[tuple[bytes, int]], classes: list[str], split: str = "train") -> str:
-    """Write already built shard bytes (with their sample counts) and a valid manifest under ``root``."""
+def write_raw_dataset(
+    root: str,
+    shards: list[tuple[bytes, int]],
+    classes: list[str],
+    split: str = "train",
+    *,
+    fields: "list[str] | None" = None,
+    targets: "list[str] | None" = None,
+) -> str:
+    """Write already built shard bytes (with their sample counts) and a valid manifest under ``root``.
+
+    ``fields``/``targets``: the manifest's stored fields (version 3, e.g. ``["image", "labels", "text"]``) and
+    target names; default: ``["image", "label"]``, no targets."""
     os.makedirs(root, exist_ok=True)
     infos = []
     for i, (data, samples) in enumerate(shards):
@@ -131,7 +142,8 @@ def write_raw_dataset(root: str, shards: list[tuple[bytes, int]], classes: list[
         with open(os.path.join(root, name), "wb") as f:
             f.write(data)
         infos.append(ShardInfo(name, samples, len(data), hashlib.sha256(data).hexdigest()))
-    save_manifest(Manifest(split, classes, infos), root)
+    extra = {} if fields is None else {"fields": list(fields)}
+    save_manifest(Manifest(split, classes, infos, targets=list(targets or []), **extra), root)
     return root
 
 
