@@ -8,92 +8,31 @@ its sample (counted) while one of an undeclared field is ignored.
 
 from __future__ import annotations
 
-import io
-import json
-
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 import shardkit
 from shardkit.loader import View
-from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
-from tests.support.source_reference import colour, image_id
+from tests.support.data import (
+    FIELDS_C,
+    FIELDS_N,
+    FIELDS_TARGETS,
+    label_of,
+    labels_of,
+    meta_of,
+    target_of,
+    text_of,
+    write_fields_dataset,
+)
+from tests.support.source_reference import image_id
 
-N = 40
-C = 5
-TARGETS = ["a", "b", "c"]
-
-
-def label_of(i: int) -> int:
-    return i % 3
-
-
-def labels_of(i: int) -> list[int]:
-    return [c for c in range(C) if (i >> c) & 1]  # the empty set too
-
-
-def target_of(i: int) -> list[float]:
-    return [i * 0.5, -float(i), i * i / 7]
-
-
-def text_of(i: int) -> str:
-    return f"caption {i} \u00e9\u4e2d" * (i % 3)  # "" for every third sample
-
-
-def meta_of(i: int) -> dict:
-    return {"i": i}
-
-
-def _solid(i: int, size: tuple[int, int] = (40, 30)) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", size, colour(i % 64)).save(buf, format="JPEG", quality=95)
-    return buf.getvalue()
-
-
-def _cut_photo(i: int) -> bytes:
-    photo = jpeg_bytes(1, i, (96, 72))
-    return photo[: len(photo) * 2 // 3]  # the header reads, the scan is cut short: decoding fails
-
-
-def members(i: int, bad: dict[int, str] = {}) -> list[tuple[str, bytes]]:  # noqa: B006 - read only
-    """Every field member of sample ``i`` (a bad one where ``bad[i]`` names its field)."""
-    k = f"k{i:06d}"
-    b = bad.get(i)
-    return [
-        (f"{k}.jpg", _cut_photo(i) if b == "pixels" else _solid(i)),
-        (f"{k}.cls", b"x" if b == "label" else str(label_of(i)).encode()),
-        (f"{k}.labels.json", b"[1, 1]" if b == "labels" else json.dumps(labels_of(i)).encode()),
-        (f"{k}.target.json", b"[1.0]" if b == "target" else json.dumps(target_of(i)).encode()),
-        (f"{k}.txt", b"\xff\xfe" if b == "text" else text_of(i).encode()),
-        (f"{k}.json", json.dumps(meta_of(i)).encode()),
-    ]
-
-
-def write(
-    root: str,
-    fields: list[str],
-    *,
-    n: int = N,
-    shard_size: int = 7,
-    bad: dict[int, str] = {},  # noqa: B006 - read only
-    classes: list[str] | None = None,
-    targets: list[str] | None = None,
-    first: int = 0,
-) -> str:
-    """Samples ``first .. first + n - 1`` with every member, in a dataset that declares ``fields``."""
-    shards = []
-    for start in range(first, first + n, shard_size):
-        ids = range(start, min(first + n, start + shard_size))
-        shards.append((tar_bytes([m for i in ids for m in members(i, bad)]), len(ids)))
-    if classes is None:
-        classes = [f"c{c}" for c in range(C if "labels" in fields else 3 if "label" in fields else 0)]
-    if targets is None:
-        targets = TARGETS if "target" in fields else []
-    return write_raw_dataset(root, shards, classes, fields=fields, targets=targets)
+N = FIELDS_N
+C = FIELDS_C
+TARGETS = FIELDS_TARGETS
+write = write_fields_dataset
 
 
 def _id(key: str) -> int:
@@ -186,7 +125,10 @@ def test_every_row_of_every_field_is_its_samples(rich, picked, image_first, batc
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_undeclared_members_are_ignored_and_the_default_stays_a_tuple(plain, num_workers):
     names = ("label", "meta", "key", "image")
-    got = [check_batch(b, names, 8) for b in shardkit.load(plain, fields=names, batch_size=8, num_workers=num_workers, size=16)]
+    got = [
+        check_batch(b, names, 8)
+        for b in shardkit.load(plain, fields=names, batch_size=8, num_workers=num_workers, size=16)
+    ]
     assert sorted(i for ids in got for i in ids) == list(range(N))
     tuples = list(shardkit.load(plain, batch_size=8, num_workers=num_workers, size=16, with_keys=True))
     assert all(isinstance(b, tuple) and len(b) == 3 for b in tuples)
@@ -240,11 +182,15 @@ def test_pinned_and_pickled_batches_keep_every_field(rich):
 
 
 def test_a_field_the_dataset_lacks_is_one_line_naming_what_it_has(rich, plain):
-    with pytest.raises(ValueError, match=r"has no 'label' field; it has image, labels, target, text, meta, key, source"):
+    with pytest.raises(
+        ValueError, match=r"has no 'label' field; it has image, labels, target, text, meta, key, source"
+    ):
         shardkit.load(rich, fields=("image", "label"))
     with pytest.raises(ValueError, match=r"has no 'text' field; it has image, label, meta, key, source"):
         shardkit.load(plain, fields=("image", "text"))
-    with pytest.raises(ValueError, match=r"no 'label' field .*pass fields=, e\.g\. fields=\('image', 'labels', 'target', 'text'\)"):
+    with pytest.raises(
+        ValueError, match=r"no 'label' field .*pass fields=, e\.g\. fields=\('image', 'labels', 'target', 'text'\)"
+    ):
         shardkit.load(rich)
     with pytest.raises(ValueError, match="unknown field 'caption'"):
         shardkit.load(rich, fields=("image", "caption"))
@@ -304,7 +250,9 @@ def test_mixture_sources_must_agree_on_the_fields_asked_for(tmp_path):
     a, b, c = (shardkit.Source(u, repeat=1) for u in (a, b, c))
     with pytest.raises(ValueError, match=r"^source 1 \(.*/b\) has no 'labels' field; it has image, label, meta, key"):
         shardkit.load([a, b], fields=("image", "labels"))
-    with pytest.raises(ValueError, match=r"^source 1 \(.*\) names its targets \['a', 'c', 'b'\], source 0 \['a', 'b', 'c'\]"):
+    with pytest.raises(
+        ValueError, match=r"^source 1 \(.*\) names its targets \['a', 'c', 'b'\], source 0 \['a', 'b', 'c'\]"
+    ):
         shardkit.load([a, c], fields=("image", "target"))
     loader = shardkit.load([a, b], fields=("image", "key"), batch_size=4, num_workers=0, size=16)
     assert sorted(k for batch in loader for k in batch["key"]) == sorted(
@@ -323,7 +271,10 @@ class AsTuples:
 
     def __iter__(self):
         for b in self.loader:
-            digest = [hash((tuple(b["labels"][r].tolist()), tuple(b["target"][r].tolist()), b["text"][r])) % 1000 for r in range(len(b["key"]))]
+            digest = [
+                hash((tuple(b["labels"][r].tolist()), tuple(b["target"][r].tolist()), b["text"][r])) % 1000
+                for r in range(len(b["key"]))
+            ]
             for r, k in enumerate(b["key"]):
                 check_row("labels", b["labels"], r, _id(k))
                 check_row("text", b["text"], r, _id(k))
@@ -372,3 +323,43 @@ def test_loader_without_label_in_raw_mode_reads_label_minus_one(rich):
     samples = [s for batch in shardkit.load(rich, raw=True, batch_size=8, num_workers=0) for s in batch]
     assert len(samples) == N - 3 and all(s.label == -1 for s in samples)  # raw: 22 is not decoded
     assert all(s.text == text_of(_id(s.key)) for s in samples)
+
+
+# ------------------------------------------------------------------ DevicePrefetcher
+
+
+def test_device_prefetcher_moves_every_tensor_field_and_transforms_the_image(rich):
+    from shardkit.loader.prefetch import DevicePrefetcher, _tensors
+
+    names = ("labels", "image", "text", "key", "target")
+    loader = shardkit.load(rich, fields=names, batch_size=8, num_workers=0, size=16, shuffle=False)
+    got = []
+    for batch in DevicePrefetcher(loader, device="cpu", transform=lambda x: x.float() / 255):
+        assert tuple(batch) == names and batch["image"].dtype == torch.float32
+        assert [t.dtype for t in _tensors(batch)] == [torch.uint8, torch.float32, torch.float32]
+        for row, key in enumerate(batch["key"]):
+            check_row("labels", batch["labels"], row, _id(key))
+            check_row("text", batch["text"], row, _id(key))
+        got += batch["key"]
+    assert len(got) == N - 4
+
+    def mix(images, labels):  # a label-mixing transform gets (image, labels) of a dict batch
+        return images.float(), labels.float() * 0.5
+
+    pre = DevicePrefetcher(loader, device="cpu", transform=mix, transform_labels=True)
+    batch = next(iter(pre))
+    assert batch["labels"].dtype == torch.float32 and float(batch["labels"].max()) == 0.5
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("decode_on", ["worker", "device"])
+def test_cuda_prefetcher_moves_dict_batches(rich, decode_on):
+    from shardkit.loader.prefetch import DevicePrefetcher
+
+    names = ("image", "labels", "target", "text", "key")
+    loader = shardkit.load(rich, fields=names, batch_size=8, num_workers=2, size=16, shuffle=False, decode_on=decode_on)
+    seen = []
+    for batch in DevicePrefetcher(loader, device="cuda"):
+        assert all(batch[f].device.type == "cuda" for f in ("image", "labels", "target"))
+        seen += check_batch({k: v.cpu() if torch.is_tensor(v) else v for k, v in batch.items()}, names, 8)
+    assert sorted(seen) == sorted(set(range(N)) - {3, 9, 16, 22})
