@@ -52,7 +52,7 @@ def mixture_batches(
         out = batch.relabelled(labels, keys)  # raw=True: the samples carry the mixture's label and key too
         extra = batch.extra
         if extra is not None and extra.labels is not None and spec.labels.tables is not None:
-            out = replace(out, extra=extra.with_labels(mixed_multi_hot(extra.labels, src, spec.labels)))
+            out = replace(out, extra=extra.with_labels(mixed_multi_hot(extra.labels, src, spec.labels)))  # type: ignore[type-var]
         yield out
 
 

@@ -20,6 +20,7 @@ import torch
 from shardkit.format import RawSample
 from shardkit.loader.fields import RowSpec
 
+
 @dataclass(frozen=True, eq=False)
 class FieldRows:
     """One batch's rows of the fields beside image and label (``None``: not asked for).

@@ -208,7 +208,7 @@ class SlotWriter:
         """
         if images.untyped_storage().data_ptr() != self.memory.untyped_storage().data_ptr():
             return (-1, 0)
-        return self._taken.pop(images.storage_offset(), (-1, 0))
+        return self._taken.pop(int(images.storage_offset()), (-1, 0))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from tests.support.data import (
     FIELDS_C,
     FIELDS_N,
     FIELDS_TARGETS,
+    add_index,
     label_of,
     labels_of,
     meta_of,
@@ -176,6 +177,41 @@ def test_pinned_and_pickled_batches_keep_every_field(rich):
         assert torch.equal(b.extra.labels, batch.extra.labels) and torch.equal(b.extra.target, batch.extra.target)
         assert b.extra.text == batch.extra.text and b.extra.meta == batch.extra.meta
     assert batch.extra.labels.dtype == torch.uint8
+
+
+@pytest.fixture(scope="module")
+def rich_indexed(tmp_path_factory) -> str:
+    root = write(str(tmp_path_factory.mktemp("rich-indexed")), RICH, bad=BAD)
+    add_index(root)
+    return root
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_the_sample_index_reads_every_field_like_the_header_walk(rich_indexed, num_workers):
+    names = ("image", "labels", "target", "text", "meta", "key")
+    loader = shardkit.load(rich_indexed, fields=names, batch_size=5, num_workers=num_workers, size=16, seed=7)
+    seen = [i for batch in loader for i in check_batch(batch, names, 5)]
+    assert sorted(seen) == sorted(set(range(N)) - {3, 9, 16, 22}) and loader.stats.skipped == 4
+    assert loader.stats.index_fallbacks == 0
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_a_batch_whose_every_sample_failed_leaves_the_shared_slots_intact(plain_cut, batch_size):
+    """Batch size 1 and a sample whose pixels fail: an empty batch, cut from its slot. Claimed by its slot's
+    offset (an empty tensor's data pointer is 0), it never goes through torch's shared-memory reducer, which would
+    move the worker's whole slot memory away from the ring (every later image: another sample's pixels)."""
+    loader = shardkit.load(plain_cut, batch_size=batch_size, num_workers=2, size=16, with_keys=True, shuffle=False)
+    keys = []
+    for images, _labels, batch_keys in loader:
+        for row, key in enumerate(batch_keys):
+            check_row("image", images, row, _id(key))
+        keys += batch_keys
+    assert len(keys) == N - 1 and loader.stats.skipped == 1
+
+
+@pytest.fixture(scope="module")
+def plain_cut(tmp_path_factory) -> str:
+    return write(str(tmp_path_factory.mktemp("plain-cut")), ["image", "label"], bad={22: "pixels"})
 
 
 # ------------------------------------------------------------------ one-line errors
