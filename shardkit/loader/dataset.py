@@ -67,7 +67,9 @@ class ShardDataset(IterableDataset):
     :class:`~shardkit.loader.batchtypes.PixelBatch` (``images`` uint8 ``[n,3,S,S]``, ``labels`` int64
     ``[n]``, ``gids``, ``keys``); with ``config.raw`` a :class:`~shardkit.loader.batchtypes.RawBatch`
     (its ``samples`` are the :class:`shardkit.format.RawSample` objects); with ``decode_on="device"``
-    a :class:`~shardkit.loader.batchtypes.JpegBatch` (encoded bytes and crop geometry).
+    a :class:`~shardkit.loader.batchtypes.JpegBatch` (encoded bytes and crop geometry). With ``config.fields``
+    every batch's ``extra`` holds the rows of the asked-for ``labels``, ``target``, ``text`` and ``meta``
+    (:class:`~shardkit.loader.rows.FieldRows`).
     """
 
     def __init__(
