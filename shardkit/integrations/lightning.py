@@ -117,7 +117,9 @@ class ShardDataModule(pl.LightningDataModule):
             ``drop_last``. ``rank`` and ``world_size`` come from the Trainer.
 
     Batches are ``(images uint8 [B,3,S,S], labels int64 [B])`` (plus ``keys`` with
-    ``with_keys=True``), or what the augmentation makes of them.
+    ``with_keys=True``), or what the augmentation makes of them; with ``fields=(...)`` among the options,
+    dicts of those fields (the augmentation gets ``batch["image"]``, and ``"label"`` or ``"labels"`` when it
+    mixes labels), which Lightning moves to the device field by field.
     """
 
     def __init__(
@@ -211,6 +213,14 @@ class ShardDataModule(pl.LightningDataModule):
         aug = self.gpu_augment if trainer is not None and trainer.training else self.val_gpu_augment
         if aug is None:
             return batch
+        if isinstance(batch, dict):  # fields=: the augmentation gets the image (and the class labels)
+            out = dict(batch)
+            if getattr(aug, "needs_labels", False):
+                name = "label" if "label" in batch else "labels"
+                out["image"], out[name] = aug(batch["image"], batch[name])
+            else:
+                out["image"] = aug(batch["image"])
+            return out
         images, labels, *rest = batch
         if getattr(aug, "needs_labels", False):
             images, labels = aug(images, labels)

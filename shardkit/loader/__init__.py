@@ -21,7 +21,9 @@ from shardkit.loader.config import (
     StorageConfig,
 )
 from shardkit.loader.dataset import ShardDataset
+from shardkit.loader.fields import FIELD_KINDS
 from shardkit.loader.loader import ShardLoader
+from shardkit.loader.rows import FieldRows
 from shardkit.loader.stats import LoaderStats
 from shardkit.loader.view import View
 from shardkit.storage.opener import register_with_webdataset
@@ -30,6 +32,8 @@ __all__ = [
     "Batch",
     "DecodeOn",
     "Decoder",
+    "FIELD_KINDS",
+    "FieldRows",
     "ImageConfig",
     "JpegBatch",
     "LoaderConfig",

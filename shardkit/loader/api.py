@@ -37,6 +37,7 @@ def load(
     epoch_size: Optional[int] = None,
     labels: "LabelMode | str" = LabelMode.MERGED,
     views: Optional[Sequence[View]] = None,
+    fields: Optional[Sequence[str]] = None,
     config: Optional[LoaderConfig] = None,
     **options: Any,
 ) -> ShardLoader:
@@ -63,6 +64,10 @@ def load(
         views: multi-crop :class:`~shardkit.View` groups: yield ``(views, labels, ...)``, ``views`` a list of
             ``sum(v.count)`` uint8 ``[B, 3, v.size, v.size]`` tensors in the order given, each sample decoded once
             (docs/guides/load.md, "Multi-crop views"). Not with ``preset``, ``size``, ``scale``, ``ratio`` or ``flip``.
+        fields: yield dicts of these named fields, in this order, instead of tuples: ``"image"`` (or the views),
+            ``"label"``, ``"labels"`` (multi-hot uint8 ``[B, C]``), ``"target"`` (float32 ``[B, D]``), ``"text"``,
+            ``"meta"``, ``"key"``, ``"source"`` (docs/guides/load.md, "Fields"); a field a dataset does not have is a
+            one-line error naming those it has. Not with ``with_keys``, ``with_source`` or ``raw``.
         config: a full :class:`~shardkit.loader.config.LoaderConfig`; the keywords and ``options`` given override it.
         **options: any other option, flat: a field of :class:`~shardkit.plan.ordering.PlanConfig`
             (``shuffle_buffer``, ``policy``...), :class:`~shardkit.loader.config.ImageConfig` (``resize_size``,
@@ -93,6 +98,8 @@ def load(
                 f"views= and {'/'.join(given)}= are exclusive: each View has its own size, scale, ratio and flip"
             )
         options = {**options, "views": views}
+    if fields is not None:
+        options = {**options, "fields": fields}
     cfg = build_config(config, {**{k: v for k, v in common.items() if v is not None}, **options})
     ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, epoch_size=epoch_size, labels=labels)
     return ShardLoader(ds, with_keys=with_keys, with_source=with_source)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Protocol
 
 import numpy as np
@@ -26,6 +26,8 @@ from shardkit.errors import DataError
 from shardkit.format import RawSample
 from shardkit.loader.batchtypes import Batch, PixelBatch
 from shardkit.loader.decode.worker import CropDecoder
+from shardkit.loader.fields import RowSpec
+from shardkit.loader.rows import field_rows
 from shardkit.loader.stats import Counters
 
 log = logging.getLogger("shardkit.loader")
@@ -70,6 +72,7 @@ class BatchSpec:
     epoch: int
     strict: bool = False
     alloc: Alloc = plain_alloc  #: where batch pixels go (a module-level function or a picklable object)
+    rows: RowSpec = RowSpec()  #: the row fields each batch carries (``fields=``; none by default)
 
 
 class MakeBatch(Protocol):
@@ -99,7 +102,15 @@ def planned_batches(
                 skip(s, s.error, spec.strict, counters)
             else:
                 good.append(s)
-        yield output.make(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
+        batch = output.make(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
+        yield with_rows(batch, good, spec.rows) if spec.rows.fields else batch
+
+
+def with_rows(batch: Batch, good: list[RawSample], spec: RowSpec) -> Batch:
+    """``batch`` carrying the row fields of ``spec`` of its samples, found by id among ``good`` (a strategy
+    drops the samples it cannot decode: row ``i`` is the sample of ``batch.gids[i]``, not ``good[i]``)."""
+    by_gid = {s.gid: s for s in good}
+    return replace(batch, extra=field_rows([by_gid[g] for g in batch.gids.tolist()], spec))  # type: ignore[type-var]
 
 
 def read_headers(

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from shardkit.format import RawSample
+from shardkit.loader.rows import FieldRows
 
 B = TypeVar("B", bound="Batch")
 
@@ -38,6 +39,7 @@ class Batch:
     labels: torch.Tensor
     gids: torch.Tensor
     keys: list[str]
+    extra: Optional[FieldRows]
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -47,8 +49,8 @@ class Batch:
         return replace(self, labels=labels, keys=keys)  # type: ignore[type-var]
 
     def copied(self: B, copy: Callable[[torch.Tensor], torch.Tensor]) -> B:
-        """The batch with its tensors (labels, and images where it has them) replaced by ``copy(tensor)``."""
-        return replace(self, labels=copy(self.labels))  # type: ignore[type-var]
+        """The batch with its tensors (labels, the row fields, and images where it has them) replaced by ``copy(tensor)``."""
+        return replace(self, labels=copy(self.labels), extra=_copied_rows(self.extra, copy))  # type: ignore[type-var]
 
     def pixels(self) -> list[torch.Tensor]:
         """The batch's uint8 pixel tensors, the ones a shared slot holds (none for bytes or samples)."""
@@ -56,7 +58,12 @@ class Batch:
 
     @classmethod
     def from_pixels(
-        cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]
+        cls,
+        pixels: list[torch.Tensor],
+        labels: torch.Tensor,
+        gids: torch.Tensor,
+        keys: list[str],
+        extra: Optional[FieldRows] = None,
     ) -> "Batch":
         """The batch of this type whose :meth:`pixels` are ``pixels`` (the transport rebuilds it from its slot)."""
         raise TypeError(f"a {cls.__name__} has no pixel fields")
@@ -67,11 +74,22 @@ class Batch:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         payload = tuple(getattr(self, f) for f in self.PAYLOAD)
-        return _rebuild, (type(self), payload, self.labels.numpy(), self.gids.numpy(), self.keys)
+        return _rebuild, (type(self), payload, self.labels.numpy(), self.gids.numpy(), self.keys, self.extra)
 
 
-def _rebuild(cls: type, payload: tuple[Any, ...], labels: np.ndarray, gids: np.ndarray, keys: list[str]) -> Batch:
-    return cls(*payload, torch.from_numpy(labels), torch.from_numpy(gids), keys)
+def _rebuild(
+    cls: type,
+    payload: tuple[Any, ...],
+    labels: np.ndarray,
+    gids: np.ndarray,
+    keys: list[str],
+    extra: Optional[FieldRows] = None,
+) -> Batch:
+    return cls(*payload, torch.from_numpy(labels), torch.from_numpy(gids), keys, extra)
+
+
+def _copied_rows(extra: Optional[FieldRows], copy: Callable[[torch.Tensor], torch.Tensor]) -> Optional[FieldRows]:
+    return None if extra is None else extra.copied(copy)
 
 
 @dataclass
@@ -83,6 +101,7 @@ class PixelBatch(Batch):
         labels: int64 ``[n]``.
         gids: int64 ``[n]``.
         keys: sample keys.
+        extra: the rows of the other fields asked for (``fields=``), or ``None``.
     """
 
     PAYLOAD: ClassVar[tuple[str, ...]] = ("images",)
@@ -90,19 +109,25 @@ class PixelBatch(Batch):
     labels: torch.Tensor
     gids: torch.Tensor
     keys: list[str]
+    extra: Optional[FieldRows] = None
 
     def copied(self, copy: Callable[[torch.Tensor], torch.Tensor]) -> "PixelBatch":
-        return replace(self, images=copy(self.images), labels=copy(self.labels))
+        return replace(self, images=copy(self.images), labels=copy(self.labels), extra=_copied_rows(self.extra, copy))
 
     def pixels(self) -> list[torch.Tensor]:
         return [self.images]
 
     @classmethod
     def from_pixels(
-        cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]
+        cls,
+        pixels: list[torch.Tensor],
+        labels: torch.Tensor,
+        gids: torch.Tensor,
+        keys: list[str],
+        extra: Optional[FieldRows] = None,
     ) -> Batch:
         """The batch of this type whose :meth:`pixels` are ``pixels`` (the transport rebuilds it from its slot)."""
-        return cls(pixels[0], labels, gids, keys)
+        return cls(pixels[0], labels, gids, keys, extra)
 
 
 @dataclass
@@ -116,6 +141,7 @@ class ViewBatch(Batch):
         labels: int64 ``[n]``.
         gids: int64 ``[n]``.
         keys: sample keys.
+        extra: the rows of the other fields asked for (``fields=``), or ``None``.
     """
 
     PAYLOAD: ClassVar[tuple[str, ...]] = ("views",)
@@ -123,19 +149,27 @@ class ViewBatch(Batch):
     labels: torch.Tensor
     gids: torch.Tensor
     keys: list[str]
+    extra: Optional[FieldRows] = None
 
     def copied(self, copy: Callable[[torch.Tensor], torch.Tensor]) -> "ViewBatch":
-        return replace(self, views=[copy(v) for v in self.views], labels=copy(self.labels))
+        return replace(
+            self, views=[copy(v) for v in self.views], labels=copy(self.labels), extra=_copied_rows(self.extra, copy)
+        )
 
     def pixels(self) -> list[torch.Tensor]:
         return list(self.views)
 
     @classmethod
     def from_pixels(
-        cls, pixels: list[torch.Tensor], labels: torch.Tensor, gids: torch.Tensor, keys: list[str]
+        cls,
+        pixels: list[torch.Tensor],
+        labels: torch.Tensor,
+        gids: torch.Tensor,
+        keys: list[str],
+        extra: Optional[FieldRows] = None,
     ) -> Batch:
         """The batch whose :meth:`pixels` are ``pixels`` (the transport rebuilds it from its slot)."""
-        return cls(list(pixels), labels, gids, keys)
+        return cls(list(pixels), labels, gids, keys, extra)
 
 
 @dataclass
@@ -147,6 +181,7 @@ class RawBatch(Batch):
         labels: int64 ``[n]``.
         gids: int64 ``[n]``.
         keys: sample keys.
+        extra: the rows of the other fields asked for (``fields=``), or ``None``.
     """
 
     PAYLOAD: ClassVar[tuple[str, ...]] = ("samples",)
@@ -154,6 +189,7 @@ class RawBatch(Batch):
     labels: torch.Tensor
     gids: torch.Tensor
     keys: list[str]
+    extra: Optional[FieldRows] = None
 
     @property
     def raw(self) -> list[RawSample]:
@@ -211,6 +247,7 @@ class JpegBatch(Batch):
         labels: int64 ``[n]``.
         gids: int64 ``[n]``.
         keys: sample keys.
+        extra: the rows of the other fields asked for (``fields=``), or ``None``.
     """
 
     PAYLOAD: ClassVar[tuple[str, ...]] = ("jpegs",)
@@ -218,6 +255,7 @@ class JpegBatch(Batch):
     labels: torch.Tensor
     gids: torch.Tensor
     keys: list[str]
+    extra: Optional[FieldRows] = None
 
     @property
     def encoded(self) -> Jpegs:

@@ -20,6 +20,7 @@ from typing import IO, Optional
 import numpy as np
 
 from shardkit.format import RawSample, ShardReader, TarDamage
+from shardkit.format.fields import SampleRule
 from shardkit.format.index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
 from shardkit.format.manifest import Manifest
 from shardkit.loader.stats import Counters
@@ -47,6 +48,9 @@ class BlockReader:
         opener: opens shard URLs.
         counters: where read time and bytes are counted.
         num_classes: labels must lie in ``[0, num_classes)`` (None: any non-negative int64).
+        rule: the dataset's :class:`~shardkit.format.fields.SampleRule` (its fields, class and target
+            counts; wins over ``num_classes``): a sample breaking it is unusable (skipped and counted).
+            A dataset without ``label`` reads every sample's label as -1.
         sha256: the shards' sha256s from the manifest when the shards have sample indexes (None: walk only;
             a None entry: that shard is walked, e.g. a mixture's source written before the index).
     """
@@ -68,9 +72,12 @@ class BlockReader:
         num_classes: Optional[int] = None,
         *,
         sha256: Optional[Sequence[Optional[str]]] = None,
+        rule: Optional[SampleRule] = None,
     ):
         self.urls, self.nbytes, self.offsets = urls, nbytes, shard_offsets
-        self.num_classes = num_classes
+        self.rule = rule if rule is not None else SampleRule(num_classes=num_classes)
+        self.num_classes = self.rule.num_classes
+        self._no_label = "label" not in self.rule.fields
         self.opener, self.counters = opener, counters
         self.sha256 = sha256
         self._shard = -1
@@ -110,7 +117,7 @@ class BlockReader:
         if self._reader is None or self._shard != shard or self._reader.index > index:
             self.close()
             self._reader = ShardReader(
-                self.opener.open(self.urls[shard], self.nbytes[shard]), self.urls[shard], num_classes=self.num_classes
+                self.opener.open(self.urls[shard], self.nbytes[shard]), self.urls[shard], rule=self.rule
             )
             self._shard = shard
         return self._reader
@@ -125,6 +132,9 @@ class BlockReader:
             shard = int(shards[a])
             got = self._read_indexed(shard, gids[a:b]) if self.sha256 is not None else None
             out.extend(self._walk(shard, gids[a:b]) if got is None else got)
+        if self._no_label:  # the batch's class label row of a dataset without one (never handed out)
+            for s in out:
+                s.label = -1
         self._count_bytes()
         self.counters.add("read_s", time.perf_counter() - t0)
         return out
@@ -239,7 +249,7 @@ class BlockReader:
                 for i, j in group:
                     a, b = idx.byte_range(i, j)
                     piece = data if (a, b) == (lo, hi) else data[a - lo : b - lo]
-                    out.extend(idx.slice(piece, i, j, url=url, first_gid=first + i, num_classes=self.num_classes))
+                    out.extend(idx.slice(piece, i, j, url=url, first_gid=first + i, rule=self.rule))
                 if span is not None:
                     group = [span]
         except IndexMismatch as exc:

@@ -10,12 +10,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Optional
 
 from shardkit.choices import Choice, check_types
 from shardkit.format.members import MAX_PIXELS
+from shardkit.loader.fields import parse_fields
 from shardkit.loader.view import View, parse_views
 from shardkit.plan.ordering import EpochPolicy, PlanConfig
 from shardkit.storage.opener import SourceConfig, StorageConfig  # noqa: F401 - SourceConfig: the old name
@@ -226,6 +227,9 @@ class LoaderConfig:
         workers: :class:`WorkerConfig`: worker processes and batch slots.
         strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
         raw: yield raw samples (bytes, label, metadata) instead of decoded batches.
+        fields: the named fields each batch is a dict of, in this order (:data:`~shardkit.loader.fields.FIELD_KINDS`:
+            ``image``, ``label``, ``labels``, ``target``, ``text``, ``meta``, ``key``, ``source``); ``()``
+            (default): the ``(images, labels)`` tuple. Not with ``raw`` (raw samples carry every field).
         log_every_epoch: at the end of each epoch, log :meth:`ShardLoader.report`'s line (the share of
             the epoch the loop waited for data, img/s, skipped, retries, the slowest stage) on the
             ``shardkit.loader`` logger at INFO level.
@@ -242,6 +246,7 @@ class LoaderConfig:
     strict: bool
     raw: bool
     log_every_epoch: bool
+    fields: tuple[str, ...]
 
     def __init__(
         self,
@@ -253,6 +258,7 @@ class LoaderConfig:
         strict: bool = False,
         raw: bool = False,
         log_every_epoch: bool = False,
+        fields: "Sequence[str] | None" = None,
         **flat: Any,
     ) -> None:
         given = {"plan": plan, "image": image, "source": source, "workers": workers}
@@ -278,7 +284,12 @@ class LoaderConfig:
             object.__setattr__(self, g, given[g] if given[g] is not None else cls())
         for name, value in (("strict", strict), ("raw", raw), ("log_every_epoch", log_every_epoch)):
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "fields", parse_fields(fields))
         check_types(self)
+        if self.fields and self.raw:
+            raise ValueError(
+                "fields= and raw=True are exclusive: raw samples carry every field (label, labels, target, text, meta)"
+            )
 
     # read-only flat views of the plan and worker options: each default is stated once, on its group's field
     @property

@@ -37,6 +37,7 @@ from shardkit.errors import ShardkitError, StorageError
 from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.loader.config import LoaderConfig, StorageConfig
 from shardkit.loader.decode.strategies import DecodeStrategy, strategy_for
+from shardkit.loader.fields import check_fields
 from shardkit.loader.stages import worker_pipeline
 from shardkit.loader.state import DatasetIdentity
 from shardkit.loader.transport import PositionBox, Ring
@@ -66,7 +67,9 @@ class ShardDataset(IterableDataset):
     :class:`~shardkit.loader.batchtypes.PixelBatch` (``images`` uint8 ``[n,3,S,S]``, ``labels`` int64
     ``[n]``, ``gids``, ``keys``); with ``config.raw`` a :class:`~shardkit.loader.batchtypes.RawBatch`
     (its ``samples`` are the :class:`shardkit.format.RawSample` objects); with ``decode_on="device"``
-    a :class:`~shardkit.loader.batchtypes.JpegBatch` (encoded bytes and crop geometry).
+    a :class:`~shardkit.loader.batchtypes.JpegBatch` (encoded bytes and crop geometry). With ``config.fields``
+    every batch's ``extra`` holds the rows of the asked-for ``labels``, ``target``, ``text`` and ``meta``
+    (:class:`~shardkit.loader.rows.FieldRows`).
     """
 
     def __init__(
@@ -107,8 +110,14 @@ class ShardDataset(IterableDataset):
             Mixture(self.sources, tuple(np.asarray(m.shard_sizes, np.int64) for m in manifests), epoch_size)
         )
         self.label_mode = LabelMode.parse(labels)  #: ``merged`` or ``per_source`` (saved in states, checked on resume)
+        names = self.config.fields
+        #: the row fields (``labels``, ``target``, ``text``, ``meta``) the workers build, checked against every source
+        self.rows = check_fields(names, manifests, [s.url for s in self.sources], raw=self.config.raw)
+        #: the class label is handed out (the default batches, or ``"label"`` among ``fields``)
+        self.yields_label = not names or "label" in names
+        classed = self.yields_label or "labels" in names  # else no class space is needed (e.g. image + text)
         self.labels = label_space(
-            [m.classes for m in manifests], self.label_mode
+            [m.classes if classed else [] for m in manifests], self.label_mode
         )  #: the mixture's classes and label tables
         self.urls = [u for urls in urls_per_source for u in urls]
         self.shard_sizes = [n for m in manifests for n in m.shard_sizes]

@@ -54,7 +54,8 @@ class EpochInfo(RankSplit):
 
 
 class ShardLoader:
-    """Iterable of ``(images uint8 [B,3,S,S], labels int64 [B])`` batches for this rank.
+    """Iterable of ``(images uint8 [B,3,S,S], labels int64 [B])`` batches for this rank (with ``fields=``:
+    dicts of those fields, in that order, :mod:`shardkit.loader.fields`).
 
     Args:
         dataset: the :class:`ShardDataset` (its config holds the DataLoader options).
@@ -68,6 +69,12 @@ class ShardLoader:
         self.config = dataset.config
         self.with_keys = with_keys
         self.with_source = with_source
+        #: the fields of each (dict) batch, in order (``()``: tuples)
+        self.fields: tuple[str, ...] = dataset.config.fields
+        if self.fields and (with_keys or with_source):
+            raise ValueError(
+                "with_keys/with_source and fields= are exclusive: name 'key' and 'source' among the fields instead"
+            )
         self._pool = WorkerPool(dataset)  #: the DataLoader and its worker processes
         self._device_decoders = DeviceDecoders(self.config.image)  # decode_on="device": one per (device, size)
         self._decode_device = torch.device("cpu")  # where the current iteration decodes decode_on="device" batches
@@ -165,7 +172,12 @@ class ShardLoader:
             meter.t1 = time.perf_counter()
             # A batch whose samples were all skipped (logged, counted) is still yielded, empty:
             # every rank must yield the same number of batches or DDP waits forever.
-            out = strategy.deliver(batch, with_keys=self.with_keys, sources=self._sources if self.with_source else None)
+            if self.fields:
+                out = strategy.deliver_fields(batch, self.fields, self._sources)
+            else:
+                out = strategy.deliver(
+                    batch, with_keys=self.with_keys, sources=self._sources if self.with_source else None
+                )
             yield out
             del out, batch  # the user's references alone decide when a batch's slot is released
         meter.t1 = time.perf_counter()

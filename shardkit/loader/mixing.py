@@ -9,7 +9,7 @@ the worker's plan, so a sample skipped as unreadable is counted against its sour
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ class MixSpec:
     rows: np.ndarray  #: index among the loader's sources of each of the epoch's sources
     labels: LabelSpace  #: over the loader's sources
     num_sources: int  #: the loader's sources
+    map_label: bool = True  #: the batches' class labels are handed out (False: a dataset's may be -1, left alone)
 
 
 def mixture_batches(
@@ -45,7 +46,19 @@ def mixture_batches(
         counters.add_sources("samples", got)
         counters.add_sources("skipped", np.bincount(planned[j * b : (j + 1) * b], minlength=n) - got)
         labels = batch.labels
-        if spec.labels.tables is not None and len(src):
+        if spec.labels.tables is not None and len(src) and spec.map_label:
             labels = torch.from_numpy(spec.labels.map(src, batch.labels.numpy()))
         keys = qualify_keys(src.tolist(), batch.keys)
-        yield batch.relabelled(labels, keys)  # raw=True: the samples carry the mixture's label and key too
+        out = batch.relabelled(labels, keys)  # raw=True: the samples carry the mixture's label and key too
+        extra = batch.extra
+        if extra is not None and extra.labels is not None and spec.labels.tables is not None:
+            out = replace(out, extra=extra.with_labels(mixed_multi_hot(extra.labels, src, spec.labels)))  # type: ignore[type-var]
+        yield out
+
+
+def mixed_multi_hot(multi_hot: torch.Tensor, src: np.ndarray, space: LabelSpace) -> torch.Tensor:
+    """A batch's multi-hot rows (each in its source's class space) in the mixture's: one zeros, one assignment."""
+    rows, cols = multi_hot.nonzero(as_tuple=True)
+    out = torch.zeros((len(multi_hot), len(space.classes)), dtype=torch.uint8)
+    out[rows, torch.from_numpy(space.map(src[rows.numpy()], cols.numpy()))] = 1
+    return out

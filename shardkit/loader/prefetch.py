@@ -61,17 +61,23 @@ def _map_batch(batch: Batch, fn: Callable[[Tensor], Tensor]) -> Batch:
     field that is a list of tensors, such as the views of ``load(views=...)``)."""
     if isinstance(batch, Tensor):
         return fn(batch)
+    if isinstance(batch, dict):  # load(fields=...): every tensor field (and the views) moved, the rest as is
+        return {k: _map_field(v, fn) for k, v in batch.items()}
     if isinstance(batch, (tuple, list)):
         fields = [_map_field(f, fn) for f in batch]
         if hasattr(batch, "_fields"):  # namedtuple
             return type(batch)(*fields)
         return type(batch)(fields)
-    raise TypeError(f"DevicePrefetcher expects batches that are a tensor or a tuple/list, got {type(batch).__name__}")
+    raise TypeError(
+        f"DevicePrefetcher expects batches that are a tensor, a tuple/list or a dict, got {type(batch).__name__}"
+    )
 
 
 def _tensors(batch: Batch) -> list[Tensor]:
     if isinstance(batch, Tensor):
         return [batch]
+    if isinstance(batch, dict):
+        batch = list(batch.values())
     return [t for f in batch for t in ([f] if isinstance(f, Tensor) else f if _is_tensor_list(f) else [])]
 
 
@@ -121,9 +127,12 @@ def check_labels(batch: Batch, num_classes: int) -> None:
     """Refuse class indices outside ``[0, num_classes)`` in a batch's labels (the second field) while they
     are still on the host: on CUDA the one-hot scatter would be a device-side assert. Labels already on a
     device are not read here (that would wait for it): ``GpuAugment`` counts them (``label_errors``)."""
-    if isinstance(batch, Tensor) or len(batch) < 2:
+    if isinstance(batch, dict):
+        labels = batch.get("label")
+    elif isinstance(batch, Tensor) or len(batch) < 2:
         return
-    labels = batch[1]
+    else:
+        labels = batch[1]
     if (
         not isinstance(labels, Tensor)
         or labels.device.type != "cpu"
@@ -145,13 +154,13 @@ class DevicePrefetcher:
     """Iterate ``loader`` yielding its batches on ``device``, transformed.
 
     Args:
-        loader: yields a tensor, or tuples/lists such as ``(images, labels,
-            *extra)``; tensor fields (and every tensor of a field that is a list of
-            tensors: the views of ``load(views=...)``) are moved to ``device``, other
+        loader: yields a tensor, tuples/lists such as ``(images, labels,
+            *extra)`` or dicts (``load(fields=...)``); tensor fields (and every tensor of a field that is a
+            list of tensors: the views of ``load(views=...)``) are moved to ``device``, other
             fields are passed through untouched. A loader with an ``iter_on(device)``
             method (:class:`~shardkit.loader.ShardLoader`) is iterated with it.
         device: target device; ``None``: ``"cuda"`` if available, else ``"cpu"``.
-        transform: applied on ``device`` to the images (the first field, or the
+        transform: applied on ``device`` to the images (the first field, a dict's ``"image"``, or the
             batch if it is a tensor), e.g. a :class:`~shardkit.augment.GpuAugment`.
         transform_labels: call ``transform(images, labels)`` and replace the
             first two fields with its result (needed for MixUp/CutMix);
@@ -198,6 +207,8 @@ class DevicePrefetcher:
             return batch
         if isinstance(batch, Tensor):
             return self.transform(batch)
+        if isinstance(batch, dict):
+            return self._transform_dict(batch)
         fields = list(batch)
         if self.transform_labels:
             if len(fields) < 2:
@@ -206,6 +217,21 @@ class DevicePrefetcher:
         else:
             fields[0] = self.transform(fields[0])
         return type(batch)(*fields) if hasattr(batch, "_fields") else type(batch)(fields)
+
+    def _transform_dict(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """A dict batch (``fields=``): the transform gets its ``image`` (and ``label``, else ``labels``)."""
+        assert self.transform is not None
+        if "image" not in batch:
+            raise ValueError("a transform needs the 'image' field: add it to fields=")
+        out = dict(batch)
+        if self.transform_labels:
+            name = "label" if "label" in batch else "labels" if "labels" in batch else None
+            if name is None:
+                raise ValueError("transform_labels=True needs a 'label' or 'labels' field among fields=")
+            out["image"], out[name] = self.transform(batch["image"], batch[name])
+        else:
+            out["image"] = self.transform(batch["image"])
+        return out
 
     def _source(self) -> Iterable[Batch]:
         iter_on = getattr(self.loader, "iter_on", None)

@@ -19,6 +19,7 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from shardkit import plan as mix
+from shardkit.format.fields import SampleRule
 from shardkit.loader.batching import BatchSpec, plain_alloc, planned_batches
 from shardkit.loader.blockreader import BlockReader, indexed_shards
 from shardkit.loader.mixing import MixSpec, mixture_batches
@@ -63,7 +64,7 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
             plan_mix.shard_offsets,
             ShardOpener(ds.storage_config(ds.sources[k])),
             counters,
-            num_classes=len(ds.manifests[k].classes) or None,
+            rule=SampleRule.of(ds.manifests[k]),
             sha256=sha256,
         )
         for k in rows.tolist()
@@ -74,7 +75,7 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     in_worker = get_worker_info() is not None
     envelope = ds._envelopes
     writer = ds.ring.writer(world.worker) if envelope and ds.ring is not None and in_worker else None
-    spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, alloc=writer or plain_alloc)
+    spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, alloc=writer or plain_alloc, rows=ds.rows)
     stages: list[Callable[..., Iterator[Any]]] = [
         Const(work.blocks),
         Stage(read_blocks, reader=reader, chunk=cfg.batch_size),
@@ -82,7 +83,9 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     ]
     if mixed:
         planned = rows[plan_mix.source_of(work.emission_order())].astype(np.int16)
-        spec_mix = MixSpec(cfg.batch_size, plan_mix.gid_base, rows, ds.labels, len(ds.sources))
+        spec_mix = MixSpec(
+            cfg.batch_size, plan_mix.gid_base, rows, ds.labels, len(ds.sources), map_label=ds.yields_label
+        )
         stages.append(Stage(mixture_batches, planned=planned, spec=spec_mix, counters=counters))
     if envelope:
         stages.append(Stage(envelopes, worker=world.worker, counters=counters, writer=writer))

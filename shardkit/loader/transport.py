@@ -56,6 +56,7 @@ import torch
 
 from shardkit.errors import ShardkitError
 from shardkit.loader.batchtypes import Batch
+from shardkit.loader.rows import FieldRows
 from shardkit.loader.stats import Counters
 from shardkit.plan.position import Position, Segment
 
@@ -181,7 +182,9 @@ class SlotWriter:
         self.row = ring.flags.numpy()[worker]
         self.memory = torch.from_numpy(ring._views[worker])
         self._seq = 0
-        self._taken: dict[int, tuple[int, int]] = {}  # data pointer -> (slot, token), until the batch is sent
+        # slot's offset in the ring memory -> (slot, token), until the batch is sent (by offset, not data pointer:
+        # a batch whose every sample failed is an empty view of its slot, and an empty tensor's data pointer is 0)
+        self._taken: dict[int, tuple[int, int]] = {}
 
     def __call__(self, shape: tuple[int, ...]) -> torch.Tensor:
         """A uint8 tensor of ``shape``: a free slot, or new memory when none is free or it does not fit."""
@@ -194,12 +197,18 @@ class SlotWriter:
         self.row[slot] = self._seq
         start = slot * self.ring.slot_bytes
         t = self.memory[start : start + n].view(shape)
-        self._taken[t.data_ptr()] = (slot, self._seq)
+        self._taken[start] = (slot, self._seq)
         return t
 
     def claim(self, images: torch.Tensor) -> tuple[int, int]:
-        """``(slot, token)`` of a batch's images (``(-1, 0)``: not in a slot)."""
-        return self._taken.pop(images.data_ptr(), (-1, 0))
+        """``(slot, token)`` of a batch's images (``(-1, 0)``: not in a slot).
+
+        A slot's batch must be claimed, even an empty one: pickled unslotted, its tensor would go through
+        torch's shared-memory reducer, which moves the storage, the whole ring segment, to new memory.
+        """
+        if images.untyped_storage().data_ptr() != self.memory.untyped_storage().data_ptr():
+            return (-1, 0)
+        return self._taken.pop(int(images.storage_offset()), (-1, 0))
 
 
 @dataclass(frozen=True)
@@ -246,6 +255,7 @@ class Envelope:
             b.gids.numpy(),
             b.keys,
             self.counters,
+            b.extra,
         )
 
     def pin_memory(self, device: Any = None) -> "Envelope":
@@ -279,11 +289,13 @@ def _receive_slotted(
     gids: np.ndarray,
     keys: list[str],
     counters: np.ndarray,
+    extra: Optional[FieldRows] = None,
 ) -> Envelope:
-    """Unpickled in the main process: lease the slot and view the batch's pixel fields in it."""
+    """Unpickled in the main process: lease the slot and view the batch's pixel fields in it (the row fields,
+    pickled inline, come with the labels)."""
     memory = torch.from_numpy(_ring(ring_id).lease(worker, slot, token, nbytes))
     pixels = [memory.as_strided(shape, stride, offset) for shape, stride, offset in layouts]
-    batch = cls.from_pixels(pixels, torch.from_numpy(labels), torch.from_numpy(gids), keys)
+    batch = cls.from_pixels(pixels, torch.from_numpy(labels), torch.from_numpy(gids), keys, extra)
     return Envelope(batch, worker, counters)
 
 

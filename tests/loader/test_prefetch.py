@@ -71,7 +71,7 @@ def test_tensor_and_namedtuple_batches():
     out = next(iter(pf))
     assert isinstance(out, Batch) and torch.equal(out.images, torch.ones(1))
     with pytest.raises(TypeError, match="tuple/list"):
-        next(iter(DevicePrefetcher([{"a": torch.ones(1)}], device="cpu")))
+        next(iter(DevicePrefetcher([{"a", "b"}], device="cpu")))  # a set (dicts are fields= batches)
 
 
 def test_cpu_only_defaults():

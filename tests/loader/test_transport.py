@@ -47,7 +47,13 @@ def ring_of(loader):
 
 def test_the_batch_carries_data_only():
     for kind, payload in ((PixelBatch, "images"), (RawBatch, "samples"), (JpegBatch, "jpegs")):  # one type per mode
-        assert [f.name for f in fields(kind)] == [payload, "labels", "gids", "keys"]
+        assert [f.name for f in fields(kind)] == [
+            payload,
+            "labels",
+            "gids",
+            "keys",
+            "extra",
+        ]  # extra: the row fields (fields=)
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from PIL import Image
 from shardkit.demo.sampledata import make_image
 from shardkit.format import EncodedSample, write_shard
 from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
+from tests.support.source_reference import colour
 
 
 def jpeg_bytes(label: int, seed: int = 0, size: tuple[int, int] = (64, 48), quality: int = 90, **save_kw) -> bytes:
@@ -122,8 +124,19 @@ def member_ranges(data: bytes) -> dict[str, tuple[int, int]]:
         return {m.name: (m.offset_data, m.offset_data + m.size) for m in tf.getmembers() if m.isfile()}
 
 
-def write_raw_dataset(root: str, shards: list[tuple[bytes, int]], classes: list[str], split: str = "train") -> str:
-    """Write already built shard bytes (with their sample counts) and a valid manifest under ``root``."""
+def write_raw_dataset(
+    root: str,
+    shards: list[tuple[bytes, int]],
+    classes: list[str],
+    split: str = "train",
+    *,
+    fields: "list[str] | None" = None,
+    targets: "list[str] | None" = None,
+) -> str:
+    """Write already built shard bytes (with their sample counts) and a valid manifest under ``root``.
+
+    ``fields``/``targets``: the manifest's stored fields (version 3, e.g. ``["image", "labels", "text"]``) and
+    target names; default: ``["image", "label"]``, no targets."""
     os.makedirs(root, exist_ok=True)
     infos = []
     for i, (data, samples) in enumerate(shards):
@@ -131,7 +144,8 @@ def write_raw_dataset(root: str, shards: list[tuple[bytes, int]], classes: list[
         with open(os.path.join(root, name), "wb") as f:
             f.write(data)
         infos.append(ShardInfo(name, samples, len(data), hashlib.sha256(data).hexdigest()))
-    save_manifest(Manifest(split, classes, infos), root)
+    extra = {} if fields is None else {"fields": list(fields)}
+    save_manifest(Manifest(split, classes, infos, targets=list(targets or []), **extra), root)
     return root
 
 
@@ -204,3 +218,81 @@ def write_tar_file(path: str, members: list) -> str:
     with open(path, "wb") as f:
         f.write(tar_bytes(members))
     return path
+
+
+# ------------------------------------------------------------------ keyed datasets of every stored field (fields=)
+
+FIELDS_N = 40
+FIELDS_C = 5
+FIELDS_TARGETS = ["a", "b", "c"]
+
+
+def label_of(i: int) -> int:
+    return i % 3
+
+
+def labels_of(i: int) -> list[int]:
+    return [c for c in range(FIELDS_C) if (i >> c) & 1]  # the empty set too
+
+
+def target_of(i: int) -> list[float]:
+    return [i * 0.5, -float(i), i * i / 7]
+
+
+def text_of(i: int) -> str:
+    return f"caption {i} \u00e9\u4e2d" * (i % 3)  # "" for every third sample
+
+
+def meta_of(i: int) -> dict:
+    return {"i": i}
+
+
+def solid_colour(i: int, size: tuple[int, int] = (40, 30)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, colour(i % 64)).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def _cut_photo(i: int) -> bytes:
+    photo = jpeg_bytes(1, i, (96, 72))
+    return photo[: len(photo) * 2 // 3]  # the header reads, the scan is cut short: decoding fails
+
+
+def members(i: int, bad: dict[int, str] = {}) -> list[tuple[str, bytes]]:  # noqa: B006 - read only
+    """Every field member of sample ``i`` (a bad one where ``bad[i]`` names its field)."""
+    k = f"k{i:06d}"
+    b = bad.get(i)
+    return [
+        (f"{k}.jpg", _cut_photo(i) if b == "pixels" else solid_colour(i)),
+        (f"{k}.cls", b"x" if b == "label" else str(label_of(i)).encode()),
+        (f"{k}.labels.json", b"[1, 1]" if b == "labels" else json.dumps(labels_of(i)).encode()),
+        (f"{k}.target.json", b"[1.0]" if b == "target" else json.dumps(target_of(i)).encode()),
+        (f"{k}.txt", b"\xff\xfe" if b == "text" else text_of(i).encode()),
+        (f"{k}.json", json.dumps(meta_of(i)).encode()),
+    ]
+
+
+def write_fields_dataset(
+    root: str,
+    fields: list[str],
+    *,
+    n: int = FIELDS_N,
+    shard_size: int = 7,
+    bad: dict[int, str] = {},  # noqa: B006 - read only
+    classes: list[str] | None = None,
+    targets: list[str] | None = None,
+    first: int = 0,
+) -> str:
+    """A keyed dataset from raw tar bytes: samples ``k{i:06d}`` for ``i`` in ``first .. first + n - 1``, each with
+    every member (``.jpg`` of :func:`solid_colour` ``i``, ``.cls``, ``.labels.json``, ``.target.json``, ``.txt``,
+    ``.json``: :func:`label_of` ... :func:`meta_of` ``i``; a bad one where ``bad[i]`` names its field), in a
+    dataset whose manifest declares ``fields``."""
+    shards = []
+    for start in range(first, first + n, shard_size):
+        ids = range(start, min(first + n, start + shard_size))
+        shards.append((tar_bytes([m for i in ids for m in members(i, bad)]), len(ids)))
+    if classes is None:
+        classes = [f"c{c}" for c in range(FIELDS_C if "labels" in fields else 3 if "label" in fields else 0)]
+    if targets is None:
+        targets = FIELDS_TARGETS if "target" in fields else []
+    return write_raw_dataset(root, shards, classes, fields=fields, targets=targets)

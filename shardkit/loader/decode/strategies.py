@@ -130,6 +130,29 @@ class DecodeStrategy:
         """Bytes of one shared slot for a batch of ``size`` pixels (only where :attr:`uses_ring`)."""
         return 0
 
+    def image_of(self, batch: Batch) -> Any:
+        """The batch's ``image`` field: the images (or, :class:`ViewsDecode`, the views list)."""
+        assert isinstance(batch, PixelBatch)
+        return batch.images
+
+    def deliver_fields(
+        self, batch: Batch, names: tuple[str, ...], sources: Callable[[Batch], torch.Tensor]
+    ) -> dict[str, Any]:
+        """What the user gets with ``fields=names``: a dict of exactly those fields, in that order."""
+        out: dict[str, Any] = {}
+        for name in names:
+            if name == "image":
+                out[name] = self.image_of(batch)
+            elif name == "label":
+                out[name] = batch.labels
+            elif name == "key":
+                out[name] = batch.keys
+            elif name == "source":
+                out[name] = sources(batch)
+            else:  # a row field the worker built
+                out[name] = getattr(batch.extra, name)
+        return out
+
 
 class WorkerDecode(DecodeStrategy):
     """``decode_on="worker"``: the worker decodes, crops and resizes into one uint8 batch (a shared slot)."""
@@ -178,6 +201,10 @@ class ViewsDecode(DecodeStrategy):
 
     def slot_bytes(self, batch_size: int, size: int) -> int:
         return batch_size * sample_bytes(self.image.views)
+
+    def image_of(self, batch: Batch) -> Any:
+        assert isinstance(batch, ViewBatch)
+        return batch.views
 
 
 class DeviceViews(ViewsDecode):
@@ -329,6 +356,8 @@ def decode_on_device(
         counters.add_sources("skipped", lost)
     counters.add("decode_s", time.perf_counter() - t0)
     if not out.errors:
-        return PixelBatch(out.images, batch.labels, batch.gids, batch.keys)
+        return PixelBatch(out.images, batch.labels, batch.gids, batch.keys, batch.extra)
     kept = torch.from_numpy(out.kept)
-    return PixelBatch(out.images, batch.labels[kept], batch.gids[kept], [batch.keys[i] for i in out.kept.tolist()])
+    rows = out.kept.tolist()
+    extra = None if batch.extra is None else batch.extra.take(rows)  # every field keeps to the decoded samples
+    return PixelBatch(out.images, batch.labels[kept], batch.gids[kept], [batch.keys[i] for i in rows], extra)

@@ -1,0 +1,113 @@
+"""``fields=``: the named fields a batch is a dict of, checked against the datasets once, at ``load()``.
+
+========== ==================================================== ============================================
+field      the batch holds                                      available
+========== ==================================================== ============================================
+``image``  uint8 ``[B, 3, S, S]`` (with ``views=``: the views)  always
+``label``  int64 ``[B]`` class index                            datasets that store ``label``
+``labels`` multi-hot uint8 ``[B, C]``                           datasets that store ``labels``
+``target`` float32 ``[B, D]``                                   datasets that store ``target``
+``text``   list of ``B`` str                                    datasets that store ``text``
+``meta``   list of ``B`` dict (the ``.json`` metadata)          always
+``key``    list of ``B`` str (a mixture's: ``"1/00000042"``)    always
+``source`` int64 ``[B]``, the source of each sample             always (one dataset: all 0)
+========== ==================================================== ============================================
+
+What a dataset stores is its manifest's ``fields`` (:mod:`shardkit.format.fields`). This module imports no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: every field ``fields=`` may name
+FIELD_KINDS = ("image", "label", "labels", "target", "text", "meta", "key", "source")
+#: the fields built per row in the worker (image, class label, key and source are every batch's own)
+ROW_FIELDS = ("labels", "target", "text", "meta")
+#: the fields every dataset has, whatever it stores
+ALWAYS = ("image", "meta", "key", "source")
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """Which row fields a worker builds, and their widths (picklable).
+
+    Attributes:
+        fields: the asked-for fields among :data:`ROW_FIELDS`, in that order.
+        num_classes: ``C``, the multi-hot width (the widest source's; a mixture's stage remaps to its own).
+        num_targets: ``D``, the values per ``target``.
+    """
+
+    fields: tuple[str, ...] = ()
+    num_classes: int = 0
+    num_targets: int = 0
+
+
+def parse_fields(value: "Sequence[str] | None") -> tuple[str, ...]:
+    """``fields=`` as a tuple of known, distinct names (``None`` or ``()``: the default tuple batches)."""
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValueError(f"fields must be a sequence of field names such as ('image', 'label'), got {value!r}")
+    names = tuple(value)
+    bad = [f for f in names if f not in FIELD_KINDS]
+    if bad:
+        raise ValueError(f"unknown field {bad[0]!r} in fields=; valid fields: {', '.join(FIELD_KINDS)}")
+    if len(set(names)) != len(names):
+        twice = next(f for f in names if names.count(f) > 1)
+        raise ValueError(f"field {twice!r} is listed twice in fields={list(names)}")
+    return names
+
+
+def available(manifest: Any) -> tuple[str, ...]:
+    """The fields ``fields=`` may name for a dataset (what it stores, plus :data:`ALWAYS`), in :data:`FIELD_KINDS` order."""
+    stored = set(getattr(manifest, "fields", ("image", "label")))
+    return tuple(f for f in FIELD_KINDS if f in stored or f in ALWAYS)
+
+
+def check_fields(
+    names: tuple[str, ...], manifests: Sequence[Any], urls: Sequence[str], *, raw: bool = False
+) -> RowSpec:
+    """The row fields a worker builds for ``fields=names`` over ``manifests`` (one per source; ``raw``: the loader
+    yields raw samples, which need no ``label``).
+
+    Raises:
+        ValueError: one line: a field a source does not have (naming the fields it has), sources whose
+            ``target`` names differ, a ``labels`` dataset without class names, or (``names`` empty: the
+            default ``(images, labels)`` batches) a dataset without ``label``.
+    """
+    mixed = len(manifests) > 1
+
+    def who(i: int) -> str:
+        return f"source {i} ({urls[i]})" if mixed else f"the dataset {urls[i]}"
+
+    if not names:
+        for i, m in enumerate(manifests if not raw else ()):
+            if "label" not in getattr(m, "fields", ("image", "label")):
+                has = available(m)
+                raise ValueError(
+                    f"{who(i)} has no 'label' field (it has {', '.join(has)}): pass fields=, e.g. "
+                    f"fields={tuple(f for f in has if f in ('image', 'labels', 'target', 'text'))!r}"
+                )
+        return RowSpec()
+    for i, m in enumerate(manifests):
+        has = available(m)
+        missing = [f for f in names if f not in has]
+        if missing:
+            raise ValueError(f"{who(i)} has no {missing[0]!r} field; it has {', '.join(has)}")
+        if "labels" in names and not m.classes:
+            raise ValueError(f"{who(i)} stores 'labels' but its manifest lists no class names (the multi-hot width)")
+    if "target" in names:
+        first = list(manifests[0].targets)
+        for i, m in enumerate(manifests[1:], 1):
+            if list(m.targets) != first:
+                raise ValueError(
+                    f"{who(i)} names its targets {list(m.targets)}, source 0 {first}: sources must agree on 'target'"
+                )
+    return RowSpec(
+        tuple(f for f in ROW_FIELDS if f in names),
+        max((len(m.classes) for m in manifests), default=0) if "labels" in names else 0,
+        len(manifests[0].targets) if "target" in names else 0,
+    )

@@ -1,0 +1,105 @@
+"""A batch's stored fields beside the image and the class label: multi-hot labels, targets, texts, metadata.
+
+:class:`FieldRows` is one batch's rows of the fields a loader was asked for (``fields=``), built in the worker
+from the batch's samples by :func:`field_rows`, batched: one ``torch.zeros`` and one index assignment from
+flat class indices for the multi-hot ``labels``, one array for the ``target`` values. It travels inside the
+batch (:attr:`shardkit.loader.batchtypes.Batch.extra`), pickled inline as numpy arrays like the labels, and
+every step that drops rows keeps it aligned (:meth:`FieldRows.take`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from shardkit.format import RawSample
+from shardkit.loader.fields import RowSpec
+
+
+@dataclass(frozen=True, eq=False)
+class FieldRows:
+    """One batch's rows of the fields beside image and label (``None``: not asked for).
+
+    Attributes:
+        labels: multi-hot uint8 ``[n, C]``.
+        target: float32 ``[n, D]``.
+        text: ``n`` strings.
+        meta: ``n`` dicts (each sample's ``.json`` metadata, ``{}`` without one).
+    """
+
+    labels: Optional[torch.Tensor] = None
+    target: Optional[torch.Tensor] = None
+    text: Optional[list[str]] = None
+    meta: Optional[list[dict[str, Any]]] = None
+
+    def take(self, rows: Sequence[int]) -> "FieldRows":
+        """The rows ``rows`` (positions, in order) of every field."""
+        idx = torch.as_tensor(np.asarray(rows, np.int64))
+        return FieldRows(
+            None if self.labels is None else self.labels[idx],
+            None if self.target is None else self.target[idx],
+            None if self.text is None else [self.text[i] for i in rows],
+            None if self.meta is None else [self.meta[i] for i in rows],
+        )
+
+    def copied(self, copy: Callable[[torch.Tensor], torch.Tensor]) -> "FieldRows":
+        """The rows with their tensors replaced by ``copy(tensor)`` (pinned, or moved)."""
+        return replace(
+            self,
+            labels=None if self.labels is None else copy(self.labels),
+            target=None if self.target is None else copy(self.target),
+        )
+
+    def with_labels(self, labels: torch.Tensor) -> "FieldRows":
+        """The rows with other multi-hot labels (a mixture's class space)."""
+        return replace(self, labels=labels)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # inline numpy arrays, not torch's shared-memory reducer (a file and a mapping per tensor per batch)
+        return _rebuild_rows, (
+            None if self.labels is None else self.labels.numpy(),
+            None if self.target is None else self.target.numpy(),
+            self.text,
+            self.meta,
+        )
+
+
+def _rebuild_rows(
+    labels: Optional[np.ndarray], target: Optional[np.ndarray], text: Optional[list[str]], meta: Optional[list[dict]]
+) -> FieldRows:
+    return FieldRows(
+        None if labels is None else torch.from_numpy(labels),
+        None if target is None else torch.from_numpy(target),
+        text,
+        meta,
+    )
+
+
+def multi_hot(class_lists: Sequence[Sequence[int]], num_classes: int) -> torch.Tensor:
+    """uint8 ``[n, num_classes]`` with row ``i`` set at ``class_lists[i]``: one zeros, one index assignment."""
+    n = len(class_lists)
+    counts = np.fromiter((len(c) for c in class_lists), np.int64, n)
+    flat = np.fromiter(itertools.chain.from_iterable(class_lists), np.int64, int(counts.sum()))
+    out = torch.zeros((n, num_classes), dtype=torch.uint8)
+    out[torch.from_numpy(np.repeat(np.arange(n), counts)), torch.from_numpy(flat)] = 1
+    return out
+
+
+def field_rows(samples: Sequence[RawSample], spec: RowSpec) -> FieldRows:
+    """The rows of ``spec.fields`` of ``samples`` (each already checked by its dataset's rule)."""
+    want = spec.fields
+    labels = multi_hot([s.labels or () for s in samples], spec.num_classes) if "labels" in want else None
+    target = None
+    if "target" in want:
+        values = np.fromiter(
+            itertools.chain.from_iterable(s.target or () for s in samples), np.float32, len(samples) * spec.num_targets
+        )
+        target = torch.from_numpy(values.reshape(len(samples), spec.num_targets))
+    text = [s.text or "" for s in samples] if "text" in want else None
+    meta = [s.meta for s in samples] if "meta" in want else None
+    return FieldRows(labels, target, text, meta)
