@@ -149,15 +149,20 @@ def test_views_and_fields_rows_belong_to_the_same_sample(rich, num_workers):
     assert sorted(seen) == sorted(set(range(N)) - {3, 9, 16, 22})
 
 
+@pytest.mark.parametrize("views", [False, True])
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_device_decode_drops_a_sample_from_every_field(rich, num_workers):
+def test_device_decode_drops_a_sample_from_every_field(rich, num_workers, views):
     """Sample 22's header reads but its pixels do not: the consumer drops it, and every field follows."""
     names = ("text", "image", "labels", "key", "meta", "target")
+    shape = {"views": [View(16, scale=(0.3, 1.0)), View(8, count=2)]} if views else {"size": 16}
     loader = shardkit.load(
-        rich, fields=names, batch_size=8, num_workers=num_workers, size=16, decode_on="device", shuffle=False
+        rich, fields=names, batch_size=8, num_workers=num_workers, decode_on="device", shuffle=False, **shape
     )
     seen = []
     for batch in loader:
+        if views:
+            assert [tuple(v.shape[2:]) for v in batch["image"]] == [(16, 16), (8, 8), (8, 8)]
+            assert all(len(v) == len(batch["key"]) for v in batch["image"])
         seen += check_batch(batch, names, 8)
     assert sorted(seen) == sorted(set(range(N)) - {3, 9, 16, 22})
     assert loader.stats.skipped == 4

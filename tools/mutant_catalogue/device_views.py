@@ -41,8 +41,8 @@ MUTANTS = [
         "id": "dviews-rows-of-another-sample-after-a-drop",  # the rows not selected with the decoded samples
         "row": ROW_VIEWS,
         "file": F,
-        "old": "batch.labels[kept], batch.gids[kept], [batch.keys[i] for i in out.kept.tolist()]",
-        "new": "batch.labels[: len(kept)], batch.gids[: len(kept)], batch.keys[: len(kept)]",
+        "old": "batch.labels[kept], batch.gids[kept], [batch.keys[i] for i in rows], extra",
+        "new": "batch.labels[: len(kept)], batch.gids[: len(kept)], batch.keys[: len(kept)], extra",
         "tests": [BATCH_DROPS, DROPS],
     },
     {

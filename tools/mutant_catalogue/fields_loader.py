@@ -65,6 +65,14 @@ MUTANTS = [
         "tests": [DEVICE],
     },
     {
+        "id": "fields-not-filtered-when-device-views-drop",
+        "row": ROW_ROWS,
+        "file": "shardkit/loader/decode/deviceviews.py",
+        "old": "extra = None if batch.extra is None else batch.extra.take(rows)",
+        "new": "extra = batch.extra",
+        "tests": [DEVICE],
+    },
+    {
         "id": "fields-pickled-without-their-rows",  # workers send the rows' tensors through torch's reducer... or not at all
         "row": ROW_ROWS,
         "file": "shardkit/loader/batchtypes.py",

@@ -40,6 +40,7 @@ from shardkit.loader.decode.cropresize import axis_params, resized_crops
 from shardkit.loader.decode.device import DeviceDecoder, Jpeg, jpeg_route
 from shardkit.loader.decode.multicrop import ViewDecoder, view_reductions
 from shardkit.loader.decode.worker import _dct_size
+from shardkit.loader.rows import FieldRows
 from shardkit.loader.stats import Counters
 from shardkit.loader.view import View, expanded, sample_bytes
 
@@ -84,6 +85,7 @@ class JpegViewBatch(Batch):
         labels: int64 ``[n]``.
         gids: int64 ``[n]``.
         keys: sample keys.
+        extra: the rows of the other fields asked for (``fields=``), or ``None``.
     """
 
     PAYLOAD: ClassVar[tuple[str, ...]] = ("jpegs",)
@@ -91,6 +93,7 @@ class JpegViewBatch(Batch):
     labels: Tensor
     gids: Tensor
     keys: list[str]
+    extra: Optional[FieldRows] = None
 
 
 @dataclass(frozen=True)
@@ -266,6 +269,7 @@ def decode_views_on_device(
         counters.add_sources("skipped", lost)
     counters.add("decode_s", time.perf_counter() - t0)
     if not out.errors:
-        return ViewBatch(out.views, batch.labels, batch.gids, batch.keys)
-    kept = torch.from_numpy(out.kept)
-    return ViewBatch(out.views, batch.labels[kept], batch.gids[kept], [batch.keys[i] for i in out.kept.tolist()])
+        return ViewBatch(out.views, batch.labels, batch.gids, batch.keys, batch.extra)
+    kept, rows = torch.from_numpy(out.kept), out.kept.tolist()
+    extra = None if batch.extra is None else batch.extra.take(rows)  # every field keeps to the decoded samples
+    return ViewBatch(out.views, batch.labels[kept], batch.gids[kept], [batch.keys[i] for i in rows], extra)
