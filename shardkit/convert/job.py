@@ -78,9 +78,7 @@ def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> En
 
 def _listed(f: SourceFile) -> list:
     """What the input fingerprint records of an item (its other fields only where it has them: old plans keep their hash)."""
-    extra = {
-        k: v for k, v in (("labels", f.labels), ("target", f.target), ("text", f.text)) if v is not None
-    }
+    extra = {k: v for k, v in (("labels", f.labels), ("target", f.target), ("text", f.text)) if v is not None}
     return [f.relpath, f.label, f.size] + ([dict(f.meta)] if f.meta else []) + ([extra] if extra else [])
 
 

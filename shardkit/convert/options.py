@@ -102,7 +102,9 @@ class ScanConfig:
         if self.label_sep == "":
             raise ValueError("label_sep must not be empty (e.g. ';')")
         if not self.labelled and self.is_multi_label:
-            raise ValueError("labelled=False (--no-label) and a multi-label option (--label-sep, --multi-label) exclude each other")
+            raise ValueError(
+                "labelled=False (--no-label) and a multi-label option (--label-sep, --multi-label) exclude each other"
+            )
         taken = {self.label_col if self.labelled else None, self.text_col, *self.target_cols} - {None}
         if len(taken) != (1 if self.labelled else 0) + (self.text_col is not None) + len(self.target_cols):
             raise ValueError("the label, target and text columns must be different columns")

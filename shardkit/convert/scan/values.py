@@ -32,7 +32,7 @@ from shardkit.format.fields import MAX_TEXT_BYTES
 if TYPE_CHECKING:
     from shardkit.convert.options import LabelType
 
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_NUMBER = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
 
 
 def _item(value: Any) -> Any:
