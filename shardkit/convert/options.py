@@ -96,9 +96,9 @@ class ScanConfig:
             cols = tuple(c.strip() for c in cols.split(","))
         object.__setattr__(self, "target_cols", tuple(cols))
         if any(not isinstance(c, str) or not c for c in self.target_cols):
-            raise ValueError(f"target_cols must name columns, e.g. 'a,b', not {self.target_cols!r}")
+            raise ValueError(f"target_cols (--target-col) must name columns, e.g. 'a,b', not {self.target_cols!r}")
         if len(set(self.target_cols)) != len(self.target_cols):
-            raise ValueError(f"target_cols names a column twice: {', '.join(self.target_cols)}")
+            raise ValueError(f"target_cols (--target-col) names a column twice: {', '.join(self.target_cols)}")
         if self.label_sep == "":
             raise ValueError("label_sep must not be empty (e.g. ';')")
         if not self.labelled and self.is_multi_label:
