@@ -46,6 +46,8 @@ def _item(value: Any) -> Any:
 
 def _spelled_item(value: Any) -> Any:
     """:func:`_item` of a value spelled as text (a tar's): by :func:`~shardkit.convert.scan.source.spelled_label_value`."""
+    if not isinstance(value, str):
+        return _item(value)
     value, bad = spelled_label_value(value)
     return "" if bad is SkipReason.NO_LABEL else None if bad is not None else value
 
