@@ -24,7 +24,7 @@ ROWS = [
     ["f2.jpg", "dog; dog ;", "3", "2", 'say "hi", twice'],
     ["f3.jpg", "emu", "nan", "1", "skipped: bad target"],
     ["f4.jpg", "cat", "4", "5", ""],
-    ["f5.jpg", "emu;cat", "5.25", "6", "\u540d \u00fc\nsecond line"],
+    ["f5.jpg", "emu;cat", "5.25", "6", "\u540d \u00fc\nsecond line " + "\u540d" * 10000],  # 30 kB: overflows its shard
     ["f6.jpg", "bird", "6", "x", "skipped too"],
     ["f7.jpg", "dog", "7", "8", "last"],
 ]
@@ -60,11 +60,12 @@ def _check(split_url: str, listing: str) -> None:
 
 
 def test_tasks_overflow_and_merge_keep_every_field_byte_for_byte(tmp_path, listing):
-    one = convert(listing, str(tmp_path / "one"), ConvertConfig(image=IMG, source=SCAN, shard_bytes=12_000), workers=1, quiet=True)
+    cap = ConvertConfig(image=IMG, source=SCAN, shuffle=False, shard_size=2, shard_bytes=40_000)
+    one = convert(listing, str(tmp_path / "one"), cap, workers=1, quiet=True)
     _check(one.splits[0].url, listing)
-    assert len(one.splits[0].manifest.shards) > 2  # the byte cap splits and overflows
+    assert glob.glob(os.path.join(one.splits[0].url, "_shardkit", "*.overflow"))  # the long caption overflows its shard
     for task in range(3):
-        convert(listing, str(tmp_path / "many"), ConvertConfig(image=IMG, source=SCAN, shard_bytes=12_000), workers=1, num_tasks=3, task_index=task, quiet=True)
+        convert(listing, str(tmp_path / "many"), cap, workers=1, num_tasks=3, task_index=task, quiet=True)
     (m,) = merge(str(tmp_path / "many"))
     assert m.fields == ["image", "labels", "target", "text"]
     a, b = tree_digests(str(tmp_path / "one")), tree_digests(str(tmp_path / "many"))

@@ -165,6 +165,7 @@ def _reference_tars(samples, labelled: bool):
 @example(data=([(0, b"[0, 2]", b"a cat"), (1, b"1", b"dog\n"), (2, b"[]", b"x"), (3, b"[true]", b"x"), (4, None, b"y"), (5, b"null", None), (6, b'["2", 2, "02"]', b"\xff")], True, True))
 @example(data=([(0, b'["cat", "dog", "cat"]', b"t"), (1, b"dog", b"u"), (2, b'[" emu ", ""]', "名".encode())], True, False))
 @example(data=([(0, None, b"only text"), (1, b"[0]", b"more")], False, True))
+@example(data=([(0, b"[null, 1]", b"x"), (1, b"[0]", b"y")], True, False))
 def test_tar_fields_round_trip(tmp_path, data):
     samples, labelled, copy = data
     tmp = tempfile.mkdtemp(dir=tmp_path)
