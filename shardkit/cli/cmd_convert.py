@@ -149,7 +149,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="COLS",
         help="listing / Hugging Face columns with float targets, comma-separated in order, e.g. 'x,y'",
     )
-    g.add_argument("--text-col", default=None, metavar="COL", help="listing / Hugging Face column with each sample's text")
+    g.add_argument(
+        "--text-col", default=None, metavar="COL", help="listing / Hugging Face column with each sample's text"
+    )
     g.add_argument(
         "--text-key", default=None, metavar="EXT", help="WebDataset tar SRC: member extension with the text, e.g. txt"
     )

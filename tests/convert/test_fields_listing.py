@@ -97,7 +97,13 @@ def listings(draw):
                 row["caption"] = t
         rows.append(row)
     if kind == "jsonl":  # every column in at least one row: the first has them all
-        rows[0] = {"path": rows[0]["path"], "tags": rows[0].get("tags", []), **{c: rows[0].get(c, 1) for c in ["a", "b"][:ntargets]}, **({"caption": rows[0].get("caption", "x")} if text else {}), **{k: v for k, v in rows[0].items()}}
+        rows[0] = {
+            "path": rows[0]["path"],
+            "tags": rows[0].get("tags", []),
+            **{c: rows[0].get(c, 1) for c in ["a", "b"][:ntargets]},
+            **({"caption": rows[0].get("caption", "x")} if text else {}),
+            **{k: v for k, v in rows[0].items()},
+        }
         if mode != "multi":
             rows[0].pop("tags", None)
     order = ["a", "b"][:ntargets] if draw(st.booleans()) else ["b", "a"][2 - ntargets :]  # either column order
@@ -108,7 +114,12 @@ def listings(draw):
 def _write(kind: str, rows: list[dict], opts: dict) -> str:
     if kind == "jsonl":
         return "".join(json.dumps(r) + "\n" for r in rows)
-    header = ["path"] + (["tags"] if opts["mode"] == "multi" else []) + opts["targets"] + ([opts["text"]] if opts["text"] else [])
+    header = (
+        ["path"]
+        + (["tags"] if opts["mode"] == "multi" else [])
+        + opts["targets"]
+        + ([opts["text"]] if opts["text"] else [])
+    )
     buf = io.StringIO()
     w = csv.writer(buf, delimiter="\t" if kind == "tsv" else ",", lineterminator="\n")
     w.writerow(header)
@@ -133,10 +144,42 @@ STATS: Counter = Counter()
 
 @SETTINGS
 @given(data=listings())
-@example(data=("csv", [{"path": "f0.jpg", "tags": "cat;;dog;cat;", "a": "1.5"}, {"path": "f1.jpg", "tags": "", "a": "nan"}, {"path": "f2.jpg", "tags": " dog ", "a": " -2 "}], {"mode": "multi", "sep": ";", "targets": ["a"], "text": None}))
-@example(data=("jsonl", [{"path": "f0.jpg", "tags": [0, "2", 2], "caption": "x"}, {"path": "f1.jpg", "tags": [], "caption": ""}, {"path": "f2.jpg", "tags": [1, True], "caption": "y"}], {"mode": "multi", "sep": None, "targets": [], "text": "caption"}))
-@example(data=("csv", [{"path": "f0.jpg", "tags": "b;a", "a": "1", "b": "2"}, {"path": "f1.jpg", "tags": "a", "a": "3", "b": "4"}], {"mode": "multi", "sep": ";", "targets": ["b", "a"], "text": None}))
-@example(data=("csv", [{"path": "f0.jpg", "tags": "0;2", "caption": "x"}, {"path": "f1.jpg", "tags": "1", "caption": "y, z"}], {"mode": "multi", "sep": ";", "targets": [], "text": "caption"}))
+@example(
+    data=(
+        "csv",
+        [
+            {"path": "f0.jpg", "tags": "cat;;dog;cat;", "a": "1.5"},
+            {"path": "f1.jpg", "tags": "", "a": "nan"},
+            {"path": "f2.jpg", "tags": " dog ", "a": " -2 "},
+        ],
+        {"mode": "multi", "sep": ";", "targets": ["a"], "text": None},
+    )
+)
+@example(
+    data=(
+        "jsonl",
+        [
+            {"path": "f0.jpg", "tags": [0, "2", 2], "caption": "x"},
+            {"path": "f1.jpg", "tags": [], "caption": ""},
+            {"path": "f2.jpg", "tags": [1, True], "caption": "y"},
+        ],
+        {"mode": "multi", "sep": None, "targets": [], "text": "caption"},
+    )
+)
+@example(
+    data=(
+        "csv",
+        [{"path": "f0.jpg", "tags": "b;a", "a": "1", "b": "2"}, {"path": "f1.jpg", "tags": "a", "a": "3", "b": "4"}],
+        {"mode": "multi", "sep": ";", "targets": ["b", "a"], "text": None},
+    )
+)
+@example(
+    data=(
+        "csv",
+        [{"path": "f0.jpg", "tags": "0;2", "caption": "x"}, {"path": "f1.jpg", "tags": "1", "caption": "y, z"}],
+        {"mode": "multi", "sep": ";", "targets": [], "text": "caption"},
+    )
+)
 def test_listing_fields_round_trip(images, data):
     kind, rows, opts = data
     text = _write(kind, rows, opts)
@@ -154,19 +197,37 @@ def test_listing_fields_round_trip(images, data):
         except Refused as why:
             STATS["refused " + str(why.args[0])] += 1
             with pytest.raises(ConvertError) as info:
-                convert(listing, os.path.join(tmp, "out"), ConvertConfig(image=IMG, source=_scan(opts)), workers=1, quiet=True)
+                convert(
+                    listing,
+                    os.path.join(tmp, "out"),
+                    ConvertConfig(image=IMG, source=_scan(opts)),
+                    workers=1,
+                    quiet=True,
+                )
             assert "\n" not in str(info.value)
             assert str(why.args[0]).split()[0] in str(info.value) or "no row" in str(info.value), (why, info.value)
             return
-        result = convert(listing, os.path.join(tmp, "out"), ConvertConfig(image=IMG, source=_scan(opts)), workers=1, quiet=True)
+        result = convert(
+            listing, os.path.join(tmp, "out"), ConvertConfig(image=IMG, source=_scan(opts)), workers=1, quiet=True
+        )
         (split,) = result.splits
         got = read_fields_split(split.url)
         m = got.manifest
-        fields = ["image"] + (["labels"] if opts["mode"] == "multi" else []) + (["target"] if opts["targets"] else []) + (["text"] if opts["text"] else [])
+        fields = (
+            ["image"]
+            + (["labels"] if opts["mode"] == "multi" else [])
+            + (["target"] if opts["targets"] else [])
+            + (["text"] if opts["text"] else [])
+        )
         assert m["version"] == 3 and m["fields"] == fields and m["targets"] == opts["targets"]
         assert m["classes"] == exp.classes
         assert {s["path"]: s["reason"] for s in m["skipped"]} == exp.skipped
-        members = {"jpg", "json"} | ({"labels.json"} if opts["mode"] == "multi" else set()) | ({"target.json"} if opts["targets"] else set()) | ({"txt"} if opts["text"] else set())
+        members = (
+            {"jpg", "json"}
+            | ({"labels.json"} if opts["mode"] == "multi" else set())
+            | ({"target.json"} if opts["targets"] else set())
+            | ({"txt"} if opts["text"] else set())
+        )
         assert set(got.samples) == set(exp.samples)
         for path, (names, target, txt) in exp.samples.items():
             s = got.samples[path]

@@ -75,7 +75,15 @@ def test_tasks_overflow_and_merge_keep_every_field_byte_for_byte(tmp_path, listi
 
 def test_merge_refuses_a_task_that_stored_other_fields(tmp_path, listing):
     for task in range(2):
-        convert(listing, str(tmp_path / "d"), ConvertConfig(image=IMG, source=SCAN, shard_size=2), workers=1, num_tasks=2, task_index=task, quiet=True)
+        convert(
+            listing,
+            str(tmp_path / "d"),
+            ConvertConfig(image=IMG, source=SCAN, shard_size=2),
+            workers=1,
+            num_tasks=2,
+            task_index=task,
+            quiet=True,
+        )
     record = sorted(glob.glob(str(tmp_path / "d" / "train" / "_shardkit" / "train-*.json")))[1]
     with open(record) as f:
         d = json.load(f)
@@ -99,7 +107,9 @@ def test_resume_keeps_finished_shards_and_other_fields_are_another_conversion(tm
 
 
 def test_val_carving_keeps_the_fields(tmp_path, listing):
-    r = convert(listing, str(tmp_path / "d"), ConvertConfig(image=IMG, source=SCAN, val_fraction=0.5), workers=1, quiet=True)
+    r = convert(
+        listing, str(tmp_path / "d"), ConvertConfig(image=IMG, source=SCAN, val_fraction=0.5), workers=1, quiet=True
+    )
     exp = _expected(listing)
     seen = {}
     for s in r.splits:
@@ -111,7 +121,24 @@ def test_val_carving_keeps_the_fields(tmp_path, listing):
 
 def test_cli_flags_and_info_print_the_fields(tmp_path, listing, capsys):
     dest = str(tmp_path / "d")
-    rc = main(["convert", listing, dest, "--label-col", "tags", "--label-sep", ";", "--target-col", "a,b", "--text-col", "caption", "--quiet", "--workers", "1"])
+    rc = main(
+        [
+            "convert",
+            listing,
+            dest,
+            "--label-col",
+            "tags",
+            "--label-sep",
+            ";",
+            "--target-col",
+            "a,b",
+            "--text-col",
+            "caption",
+            "--quiet",
+            "--workers",
+            "1",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "fields: image, labels, target, text" in out and "3 bad_target" not in out
     _check(os.path.join(dest, "train"), listing)
@@ -123,11 +150,19 @@ def test_cli_flags_and_info_print_the_fields(tmp_path, listing, capsys):
 
 
 def test_a_single_label_conversion_writes_manifest_v3_with_image_and_label(tmp_path, listing):
-    r = convert(listing, str(tmp_path / "d"), ConvertConfig(image=IMG, source=ScanConfig(label_col="caption")), workers=1, quiet=True)
+    r = convert(
+        listing,
+        str(tmp_path / "d"),
+        ConvertConfig(image=IMG, source=ScanConfig(label_col="caption")),
+        workers=1,
+        quiet=True,
+    )
     m = r.splits[0].manifest
     assert m.version == 3 and m.fields == ["image", "label"] and m.targets == []
     got = read_fields_split(r.splits[0].url)
-    assert all(s["members"] == {"cls", "jpg", "json"} and s["meta"]["class"] == s["label"] for s in got.samples.values())
+    assert all(
+        s["members"] == {"cls", "jpg", "json"} and s["meta"]["class"] == s["label"] for s in got.samples.values()
+    )
 
 
 @pytest.mark.parametrize(
@@ -161,8 +196,18 @@ def test_hugging_face_refusals_are_one_line(tmp_path):
         with pytest.raises(ConvertError, match=message) as info:
             convert(ds, str(tmp_path / "d"), ConvertConfig(image=IMG, source=scan), workers=1, quiet=True)
         assert "\n" not in str(info.value)
-    single = ds.cast_column("tags", datasets.Sequence(datasets.Value("int64"))).map(lambda r: {"t": r["tags"][0]}).cast_column("t", datasets.ClassLabel(names=["a", "b", "c"]))
+    single = (
+        ds.cast_column("tags", datasets.Sequence(datasets.Value("int64")))
+        .map(lambda r: {"t": r["tags"][0]})
+        .cast_column("t", datasets.ClassLabel(names=["a", "b", "c"]))
+    )
     dd = datasets.DatasetDict({"train": ds, "test": single.rename_column("tags", "old").rename_column("t", "tags")})
     with pytest.raises(ConvertError, match="multi-label") as info:
-        convert(dd, str(tmp_path / "e"), ConvertConfig(image=IMG, source=ScanConfig(label_col="tags")), workers=1, quiet=True)
+        convert(
+            dd,
+            str(tmp_path / "e"),
+            ConvertConfig(image=IMG, source=ScanConfig(label_col="tags")),
+            workers=1,
+            quiet=True,
+        )
     assert "\n" not in str(info.value)

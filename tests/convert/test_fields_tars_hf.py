@@ -108,7 +108,11 @@ def tar_sources(draw):
     for i in range(n):
         kind = draw(st.sampled_from(["list", "list", "list", "scalar", "absent"]))
         if kind == "list":
-            label = ("[" + ", ".join(draw(st.lists(st.sampled_from(items[:5] if draw(st.booleans()) else items), max_size=4))) + "]").encode()
+            label = (
+                "["
+                + ", ".join(draw(st.lists(st.sampled_from(items[:5] if draw(st.booleans()) else items), max_size=4)))
+                + "]"
+            ).encode()
         elif kind == "scalar":
             label = draw(st.sampled_from([s for s in SCALARS if (family == "names") != s.strip().isdigit()])).encode()
         else:
@@ -157,13 +161,33 @@ def _reference_tars(samples, labelled: bool):
         classes = [str(k) for k in range(max(every) + 1)]
     else:
         classes = sorted(set(every))
-    return {p: (frozenset(str(i) for i in items) if labelled else None, txt, raw) for p, (items, txt, raw) in out.items()}, skipped, classes
+    return (
+        {p: (frozenset(str(i) for i in items) if labelled else None, txt, raw) for p, (items, txt, raw) in out.items()},
+        skipped,
+        classes,
+    )
 
 
 @SETTINGS
 @given(data=tar_sources())
-@example(data=([(0, b"[0, 2]", b"a cat"), (1, b"1", b"dog\n"), (2, b"[]", b"x"), (3, b"[true]", b"x"), (4, None, b"y"), (5, b"null", None), (6, b'["2", 2, "02"]', b"\xff")], True, True))
-@example(data=([(0, b'["cat", "dog", "cat"]', b"t"), (1, b"dog", b"u"), (2, b'[" emu ", ""]', "名".encode())], True, False))
+@example(
+    data=(
+        [
+            (0, b"[0, 2]", b"a cat"),
+            (1, b"1", b"dog\n"),
+            (2, b"[]", b"x"),
+            (3, b"[true]", b"x"),
+            (4, None, b"y"),
+            (5, b"null", None),
+            (6, b'["2", 2, "02"]', b"\xff"),
+        ],
+        True,
+        True,
+    )
+)
+@example(
+    data=([(0, b'["cat", "dog", "cat"]', b"t"), (1, b"dog", b"u"), (2, b'[" emu ", ""]', "名".encode())], True, False)
+)
 @example(data=([(0, None, b"only text"), (1, b"[0]", b"more")], False, True))
 @example(data=([(0, b"[null, 1]", b"x"), (1, b"[0]", b"y")], True, False))
 def test_tar_fields_round_trip(tmp_path, data):
@@ -219,7 +243,11 @@ def hf_rows(draw):
     rows = []
     for i in range(n):
         bad = draw(st.sampled_from(["", "", "", "tags", "y", "z", "text"]))  # at most one bad field per row
-        tags = draw(st.sampled_from([None, [-1], [2, -1]] if bad == "tags" else [[], [0], [1], [0, 2], [2, 0, 2], [1, 1], [0, 1, 2]]))
+        tags = draw(
+            st.sampled_from(
+                [None, [-1], [2, -1]] if bad == "tags" else [[], [0], [1], [0, 2], [2, 0, 2], [1, 1], [0, 1, 2]]
+            )
+        )
         y = draw(st.sampled_from([None, float("nan"), float("inf")] if bad == "y" else [1.5, -0.0, 1e300, 0.1]))
         z = None if bad == "z" else draw(st.sampled_from([3, -7]))
         text = draw(st.sampled_from(["", None] if bad == "text" else ["x", "名 ü", "two\nlines"]))
@@ -273,7 +301,18 @@ def _reference_hf(rows, width: int):
 
 @SETTINGS
 @given(data=hf_rows())
-@example(data=([(0, [0, 2], 1.5, 3, "x"), (1, [], 0.1, -7, "y"), (2, [-1], 1.5, 3, "z"), (3, [1], float("nan"), 3, "w"), (4, [1, 1], 1.5, 3, "")], False))
+@example(
+    data=(
+        [
+            (0, [0, 2], 1.5, 3, "x"),
+            (1, [], 0.1, -7, "y"),
+            (2, [-1], 1.5, 3, "z"),
+            (3, [1], float("nan"), 3, "w"),
+            (4, [1, 1], 1.5, 3, ""),
+        ],
+        False,
+    )
+)
 def test_hf_fields_round_trip(tmp_path, data):
     import datasets
 
@@ -311,7 +350,9 @@ def test_hf_fields_round_trip(tmp_path, data):
         for path, (names, target, text, i) in exp.items():
             g = got.samples[path]
             assert g["labels"] == names and g["target"] == target and g["text"] == text, (path, g)
-            assert g["image"] == i and g["meta"]["note"] == f"n{i}" and "caption" not in g["meta"] and "y" not in g["meta"]
+            assert (
+                g["image"] == i and g["meta"]["note"] == f"n{i}" and "caption" not in g["meta"] and "y" not in g["meta"]
+            )
             STATS["hf samples"] += 1
         counts = Counter(c for names, *_ in exp.values() for c in names)
         assert m["class_counts"] == [counts[c] for c in HF_NAMES]

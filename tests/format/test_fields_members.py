@@ -199,6 +199,7 @@ def test_sample_rule_matches_the_reference(fields, members, label, image, c, d):
 
 # ------------------------------------------------------------------------------------------------ manifest
 
+
 def _ref_fields_ok(fields, nc, nt):
     return (
         set(fields) <= {"image", "label", "labels", "target", "text"}
@@ -217,7 +218,13 @@ def _ref_fields_ok(fields, nc, nt):
     nt=st.integers(0, 2),
 )
 def test_manifest_v3_fields_round_trip_or_are_refused(fields, nc, nt):
-    m = Manifest("train", [f"c{i}" for i in range(nc)], [ShardInfo("train-000000.tar", 1, 10, "0" * 64)], fields=list(fields), targets=[f"t{i}" for i in range(nt)])
+    m = Manifest(
+        "train",
+        [f"c{i}" for i in range(nc)],
+        [ShardInfo("train-000000.tar", 1, 10, "0" * 64)],
+        fields=list(fields),
+        targets=[f"t{i}" for i in range(nt)],
+    )
     assert (fields_error(fields, nc, nt) is None) == _ref_fields_ok(fields, nc, nt)
     if not _ref_fields_ok(fields, nc, nt):
         with pytest.raises(ManifestError):
@@ -230,13 +237,24 @@ def test_manifest_v3_fields_round_trip_or_are_refused(fields, nc, nt):
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_manifests_before_v3_read_as_image_and_label(version):
-    d = {"format": "shardkit-manifest", "version": version, "split": "train", "classes": ["a"], "fields": ["image", "text"],
-         "shards": [{"name": "train-000000.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}]}
+    d = {
+        "format": "shardkit-manifest",
+        "version": version,
+        "split": "train",
+        "classes": ["a"],
+        "fields": ["image", "text"],
+        "shards": [{"name": "train-000000.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}],
+    }
     m = Manifest.from_json(json.dumps(d))
-    assert m.fields == ["image", "label"] and m.targets == [] and SampleRule.of(m) == SampleRule(("image", "label"), 1, None)
+    assert (
+        m.fields == ["image", "label"]
+        and m.targets == []
+        and SampleRule.of(m) == SampleRule(("image", "label"), 1, None)
+    )
 
 
 # ------------------------------------------------------------------------------------------------ writer and verify
+
 
 def _jpeg(rgb=(200, 30, 30)) -> bytes:
     from PIL import Image
@@ -258,7 +276,14 @@ def _dataset(folder: str, samples, fields, targets, classes) -> str:
     with open(os.path.join(folder, "train-000000.tar"), "wb") as f:
         w = write_tar(samples, f)
     counts = [sum(c in (s.labels or ()) for s in samples) for c in range(len(classes))]
-    m = Manifest("train", classes, [ShardInfo("train-000000.tar", w.samples, w.bytes, w.sha256)], class_counts=counts, fields=fields, targets=targets)
+    m = Manifest(
+        "train",
+        classes,
+        [ShardInfo("train-000000.tar", w.samples, w.bytes, w.sha256)],
+        class_counts=counts,
+        fields=fields,
+        targets=targets,
+    )
     save_manifest(m, folder)
     return folder
 
@@ -337,6 +362,12 @@ def test_verify_counts_labels_per_class_and_a_missing_member(tmp_path):
     m.class_counts = [1, 2, 1]
     save_manifest(m, url)
     assert any("class counts" in p.message for p in verify(url).problems)
-    url2 = _dataset(str(tmp_path / "ds2"), [EncodedSample("k", _jpeg(), None, {"path": "a"}, labels=(0,))], ["image", "labels", "text"], [], ["a"])
+    url2 = _dataset(
+        str(tmp_path / "ds2"),
+        [EncodedSample("k", _jpeg(), None, {"path": "a"}, labels=(0,))],
+        ["image", "labels", "text"],
+        [],
+        ["a"],
+    )
     problems = [p.message for p in verify(url2).problems]
     assert problems[0] == "missing field 'txt'" and len(problems) == 2  # and the class counts then differ

@@ -8,7 +8,9 @@ ROW_SOURCES = (
     "Conversion fields: multi-label sets and text from tars, and sets, targets and text from Hugging Face datasets, "
     "are exactly what the reference reads"
 )
-ROW_PIPELINE = "Conversion fields: tasks, overflow shards and merge keep every field; the manifest declares and counts them"
+ROW_PIPELINE = (
+    "Conversion fields: tasks, overflow shards and merge keep every field; the manifest declares and counts them"
+)
 ROW_MEMBERS = "Stored fields: one rule per member, the writer's bytes read back by tarfile and webdataset; verify checks every declared field"
 
 L = "tests/convert/test_fields_listing.py::test_listing_fields_round_trip"
@@ -127,8 +129,8 @@ MUTANTS = [
         "id": "fields-merge-drops-the-overflow-fields",
         "row": ROW_PIPELINE,
         "file": "shardkit/convert/merge.py",
-        "old": "EncodedSample(s.key, s.jpeg or b\"\", s.label, json.loads(s.meta_bytes), s.labels, s.target, s.text)",
-        "new": "EncodedSample(s.key, s.jpeg or b\"\", s.label, json.loads(s.meta_bytes))",
+        "old": 'EncodedSample(s.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes), s.labels, s.target, s.text)',
+        "new": 'EncodedSample(s.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes))',
         "tests": [P + "test_tasks_overflow_and_merge_keep_every_field_byte_for_byte"],
     },
     {
@@ -145,7 +147,10 @@ MUTANTS = [
         "file": "shardkit/format/fields.py",
         "old": 'return b"[" + b",".join(b"%d" % x for x in sorted(labels)) + b"]"',
         "new": 'return b"[" + b",".join(b"%d" % x for x in labels) + b"]"',
-        "tests": [F + "test_labels_member_round_trips_sorted_and_compact", F + "test_writer_members_read_back_with_tarfile_and_webdataset"],
+        "tests": [
+            F + "test_labels_member_round_trips_sorted_and_compact",
+            F + "test_writer_members_read_back_with_tarfile_and_webdataset",
+        ],
     },
     {
         "id": "fields-target-member-rounded",  # floats written with 6 digits instead of repr
@@ -161,7 +166,10 @@ MUTANTS = [
         "file": "shardkit/format/verify.py",
         "old": "ShardReader(r, url, rule=SampleRule.of(m))",
         "new": "ShardReader(r, url, num_classes=len(m.classes) or None)",
-        "tests": [F + "test_verify_reports_a_bad_member_of_a_declared_field", F + "test_writer_members_read_back_with_tarfile_and_webdataset"],
+        "tests": [
+            F + "test_verify_reports_a_bad_member_of_a_declared_field",
+            F + "test_writer_members_read_back_with_tarfile_and_webdataset",
+        ],
     },
     {
         "id": "fields-verify-counts-no-labels",
@@ -169,7 +177,10 @@ MUTANTS = [
         "file": "shardkit/format/verify.py",
         "old": "for c in (label,) if single else smp.labels or ():",
         "new": "for c in (label,) if single else ():",
-        "tests": [F + "test_verify_counts_labels_per_class_and_a_missing_member", F + "test_writer_members_read_back_with_tarfile_and_webdataset"],
+        "tests": [
+            F + "test_verify_counts_labels_per_class_and_a_missing_member",
+            F + "test_writer_members_read_back_with_tarfile_and_webdataset",
+        ],
     },
     {
         "id": "fields-writer-text-member-missing",

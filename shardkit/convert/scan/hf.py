@@ -14,9 +14,17 @@ is ``row-<i>`` (zero-padded), its image the ``image_col`` column (an
 * ``Value`` of ints or strings: read as names or indices like a listing's, by the one label-value rule
   (:func:`shardkit.convert.scan.source.spelled_label_value`: empty is ``no_label``; a string such as ``'[0, 1]'``, ``'2.5'``
   or ``'True'`` is ``bad_label``);
-* a list (``List``/``Sequence``): an empty list is ``no_label``; any non-empty list refuses the dataset in one line;
+* ``Sequence(ClassLabel)`` (a list of ClassLabel indices): multi-label (field ``labels``); the inner
+  ClassLabel's names are the classes; ``[]`` is a sample with no class, ``None`` ``no_label``, a ``-1`` in the
+  list ``bad_label``; every split must then be multi-label alike;
+* another list (``List``/``Sequence`` of ints or strings): an empty list is ``no_label``; any non-empty list
+  refuses the dataset in one line;
 * a float, bool or any other type: refused in one line naming the column and its feature type
-  (regression and multi-label are not supported yet).
+  (float targets go in ``--target-col``).
+
+``--target-col`` columns must be int or float ``Value`` columns (a row with ``None``, ``nan`` or ``inf`` there is
+``bad_target``), the ``--text-col`` column a string one (``None`` or ``""`` is ``no_text``); both are left out of
+the sample's ``.json``. ``--no-label``: no label column is read.
 
 A ``DatasetDict`` has one class space: ClassLabel splits must share their names; a split of string labels
 maps names onto the ClassLabel's indices (names only it has come after them, sorted); a split of integer labels
@@ -142,7 +150,8 @@ def _label_kind(datasets: Any, what: str, split: str, col: str, feat: Any) -> st
         return "list"
     raise ConvertError(
         f"{what}: label column {col!r} of split {split!r} is {feat!r}: not a class label (a float, bool or other value; "
-        "regression and multi-label are not supported yet); pass --label-col naming a column of class names or indices, or a ClassLabel"
+        "float targets go in --target-col, multi-label needs a Sequence(ClassLabel)); pass --label-col naming a column of "
+        "class names or indices, or a ClassLabel"
     )
 
 
@@ -221,7 +230,7 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
             if full is not None:
                 raise ConvertError(
                     f"{what}: label column {opts.label_col!r} of split {name!r} is {feat!r}: not a class label "
-                    f"(row {full} holds {str(labels[full])[:40]}; multi-label is not supported yet; an empty list is no_label)"
+                    f"(row {full} holds {str(labels[full])[:40]}; for multi-label cast it to Sequence(ClassLabel); an empty list is no_label)"
                 )
         for i, label in enumerate(labels):
             raw.append((name, i, label, {c: table[c][i] for c in extra_cols}, sizes[i], row_fields[i]))

@@ -19,7 +19,14 @@ row is accounted for: it becomes a sample, or it is skipped with a reason:
   (empty; a list, float or bool) and :func:`~shardkit.convert.scan.source.read_labels`
   (a negative index under ``--label-type index``);
 * ``bad_metadata``: other columns too large or deep for the sample's ``.json``
-  (see :func:`~shardkit.convert.scan.source.extra_problem`).
+  (see :func:`~shardkit.convert.scan.source.extra_problem`);
+* ``bad_target`` / ``no_text`` / ``bad_text``: a ``--target-col`` or ``--text-col`` cell
+  that breaks its rule (:mod:`shardkit.convert.scan.values`).
+
+Multi-label (``--label-sep``, ``--multi-label``): the label cell is a set of classes
+(:func:`~shardkit.convert.scan.values.label_items`); an empty cell is a sample with no
+class, a JSONL row without the label column ``no_label``. Checks run in the order path,
+label, targets, text, other columns.
 
 Other columns are kept in each sample's ``.json``. A split whose every row was
 skipped is still returned (no files, its skips kept).

@@ -24,9 +24,15 @@ this order:
 * the label is the ``label_key`` member (``cls``), or the ``label_json_field``
   field of the ``.json`` member (any field, ``class`` included); none, empty,
   ``null`` or ``[]``: ``no_label``; a list, float, bool or object (``[0,1]``,
-  ``2.5``, ``true``): ``bad_label`` (:func:`label_value`; multi-label is not
-  supported yet); otherwise read as names or indices like a listing's
-  (:func:`shardkit.convert.scan.source.read_labels`); not a valid index: ``bad_label``.
+  ``2.5``, ``true``): ``bad_label`` (:func:`label_value`); otherwise read as names or
+  indices like a listing's (:func:`shardkit.convert.scan.source.read_labels`); not a
+  valid index: ``bad_label``. With ``multi_label`` (``--multi-label``) the label is a set
+  of classes (:func:`shardkit.convert.scan.values.label_items`): a JSON list such as
+  ``[0, 2]``, or one class; present but empty (``[]``, ``null``, ``""``) is a sample
+  with no class; a missing label member or field is ``no_label``;
+* with ``text_key`` (``--text-key txt``) the text is that member, kept byte for byte:
+  missing or empty is ``no_text``, not UTF-8 or over 1 MiB ``bad_text``;
+  ``labelled=False`` (``--no-label``) reads no label at all.
 
 shardkit's own shards keep their class names: when a ``manifest.json`` next to
 the tars lists them, its classes (names and order) are the classes and ``.cls``
