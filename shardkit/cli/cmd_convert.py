@@ -10,8 +10,9 @@ from shardkit.cli import add_storage_arguments, option_error, storage_options
 from shardkit.format.members import MAX_PIXELS
 
 HELP = (
-    "convert an ImageFolder, a folder of splits, a folder labelled by --label-regex, a CSV/TSV/JSONL listing "
-    "or a Hugging Face dataset (hf:PATH) into verified, resumable WebDataset shards"
+    "convert an ImageFolder, a folder of splits, a folder labelled by --label-regex, a CSV/TSV/JSONL listing, "
+    "WebDataset tars or a Hugging Face dataset (hf:PATH) into verified, resumable WebDataset shards "
+    "(class labels, multi-label sets, float targets, text)"
 )
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
@@ -130,6 +131,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FIELD",
         help="WebDataset tar SRC: read the label from this .json field",
     )
+    g = p.add_argument_group("fields beside the label: multi-label, targets, text")
+    g.add_argument(
+        "--label-sep",
+        default=None,
+        metavar="SEP",
+        help="listing: the label column holds several classes separated by SEP, e.g. 'cat;dog' with --label-sep ';' (multi-label)",
+    )
+    g.add_argument(
+        "--multi-label",
+        action="store_true",
+        help="labels are sets of classes: JSONL lists, or tar labels that are JSON lists such as [0, 2] (implied by --label-sep)",
+    )
+    g.add_argument(
+        "--target-col",
+        default=None,
+        metavar="COLS",
+        help="listing / Hugging Face columns with float targets, comma-separated in order, e.g. 'x,y'",
+    )
+    g.add_argument(
+        "--text-col", default=None, metavar="COL", help="listing / Hugging Face column with each sample's text"
+    )
+    g.add_argument(
+        "--text-key", default=None, metavar="EXT", help="WebDataset tar SRC: member extension with the text, e.g. txt"
+    )
+    g.add_argument(
+        "--no-label", action="store_true", help="the source has no class labels (e.g. image-text pairs): store none"
+    )
     g = p.add_argument_group("execution")
     g.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     g.add_argument(
@@ -168,6 +196,12 @@ def run(args: argparse.Namespace) -> int:
             image_key=args.image_key,
             label_key=args.label_key,
             label_json_field=args.label_json_field,
+            label_sep=args.label_sep,
+            multi_label=args.multi_label,
+            target_cols=args.target_col or (),
+            text_col=args.text_col,
+            text_key=args.text_key,
+            labelled=not args.no_label,
         )
         options = ConvertConfig(
             image=image,
@@ -208,6 +242,9 @@ def run(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(note)
     reasons = ", ".join(f"{n} {r}" for r, n in result.skipped_reasons.items())
+    fields = sorted({", ".join(s.manifest.fields) for s in result.splits if s.manifest is not None})
+    if fields and fields != ["image, label"]:
+        print(f"fields: {'; '.join(fields)}")
     print(
         f"converted {result.converted} images, skipped {result.skipped} files"
         + (f" ({reasons})" if reasons else "")

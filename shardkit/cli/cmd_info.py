@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
             f"split {s.split}: {s.samples} samples, {len(s.classes)} classes, {s.shards} shards{index}, "
             f"{s.bytes / 1e6:.1f} MB, mean {s.mean_sample_bytes / 1e3:.1f} kB per sample  ({s.url})"
         )
+        targets = f" (targets: {', '.join(s.targets)})" if s.targets else ""
+        print(f"  fields: {', '.join(s.fields)}{targets}")
         counts: list[int | None] = list(s.class_counts) or [None] * len(s.classes)
         for i, (c, n) in enumerate(zip(s.classes, counts)):
             if i == args.classes:

@@ -89,6 +89,9 @@ class SkipReason(str, enum.Enum):
     DUPLICATE_PATH = "duplicate_path"
     BAD_METADATA = "bad_metadata"
     BAD_ROW = "bad_row"
+    BAD_TARGET = "bad_target"
+    NO_TEXT = "no_text"
+    BAD_TEXT = "bad_text"
 
 
 class SkipImage(Exception):

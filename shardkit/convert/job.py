@@ -56,9 +56,10 @@ from shardkit.convert.imageproc import Encoded
 from shardkit.convert.merge import finalize_split
 from shardkit.convert.options import ConvertConfig, ConvertResult, SplitResult
 from shardkit.convert.scan.discover import NOT_CANDIDATES, ScannedSource, discover
-from shardkit.convert.scan.source import SplitSource
+from shardkit.convert.scan.source import SourceFile, SplitSource
 from shardkit.errors import ConvertError
 from shardkit.format import EncodedSample, index_url, write_tar
+from shardkit.format.fields import DEFAULT_FIELDS
 from shardkit.format.manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from shardkit.storage import fs as storage
 
@@ -67,11 +68,18 @@ def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> En
     meta = {
         **(item.meta or {}),
         "path": item.relpath,
-        "class": classes[item.label],
+        **({"class": classes[item.label]} if item.label is not None else {}),
         "width": enc.width,
         "height": enc.height,
     }
-    return EncodedSample(plan.make_key(item.index, width), enc.jpeg, item.label, meta)
+    key = plan.make_key(item.index, width)
+    return EncodedSample(key, enc.jpeg, item.label, meta, item.labels, item.target, item.text)
+
+
+def _listed(f: SourceFile) -> list:
+    """What the input fingerprint records of an item (its other fields only where it has them: old plans keep their hash)."""
+    extra = {k: v for k, v in (("labels", f.labels), ("target", f.target), ("text", f.text)) if v is not None}
+    return [f.relpath, f.label, f.size] + ([dict(f.meta)] if f.meta else []) + ([extra] if extra else [])
 
 
 def _write_part(url: str, name: str, samples: Iterable[EncodedSample], storage_options: dict) -> journal.Part:
@@ -100,12 +108,14 @@ class SplitJob:
         options: ConvertConfig,
         storage_options: dict,
         encoder: str,
+        fields: Sequence[str] = DEFAULT_FIELDS,
+        targets: Sequence[str] = (),
     ):
         self.src, self.classes, self.url, self.options = src, classes, url, options
         self.so = storage_options
         self.items = plan.order(src.files, options.seed, options.shuffle)
         self.cache: dict[int, Outcome] = {}  # pilot outcomes by key index, reused when their shard is encoded
-        listing = [[f.relpath, f.label, f.size] + ([dict(f.meta)] if f.meta else []) for f in src.files]
+        listing = [_listed(f) for f in src.files]
         skipped = [SkippedFile(p, r.value, d) for p, r, d in src.skipped]
         self.plan = journal.Plan(
             split=src.name,
@@ -118,6 +128,8 @@ class SplitJob:
             num_planned=0,
             key_width=plan.key_width(len(self.items)),
             skipped=skipped,
+            fields=list(fields),
+            targets=list(targets),
         )
 
     def check_dest(self, overwrite: bool) -> None:
@@ -136,6 +148,8 @@ class SplitJob:
                 samples_per_shard=0,
                 num_planned=0,
                 key_width=0,
+                fields=list(m.fields),
+                targets=list(m.targets),
             )
             if m.options.get("fingerprint") == self.plan.fingerprint:
                 old, ours = None, True
@@ -214,7 +228,8 @@ class SplitJob:
                         raise ConvertError(f"{it.relpath}: skipped ({out.reason}: {out.detail}) and --strict is set")
                     continue
                 s = _sample(it, out.encoded, self.classes, self.plan.key_width)
-                counts[it.label] += 1
+                for c in (it.label,) if it.label is not None else it.labels or ():
+                    counts[c] += 1
                 if cap.fits(plan.tar_size(s)):
                     yield s
                 else:
@@ -237,6 +252,8 @@ class SplitJob:
             class_counts=counts,
             skipped=skipped,
             bytes_in=sum(it.size for it in items),
+            fields=list(self.plan.fields),
+            targets=list(self.plan.targets),
         )
         storage.put_bytes(
             journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so
@@ -287,7 +304,7 @@ class SplitJob:
                 items = self.items[slice(*ranges[j])]
                 rec = self.finish_shard(j, items, outcomes(items))
                 result.shards_written += 1
-                result.converted += sum(rec.class_counts)
+                result.converted += rec.samples
                 result.add_skipped(rec.skipped)
                 result.bytes_in += rec.bytes_in
                 result.bytes_out += (rec.shard.bytes if rec.shard else 0) + (rec.overflow.bytes if rec.overflow else 0)
@@ -357,7 +374,7 @@ def convert(
         encoder = Encoder(source.reader, options.image, pool, workers)
         version = encoder.version()
         jobs = [
-            SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version)
+            SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version, source.fields, source.targets)
             for s in source.splits
             if s.files
         ]

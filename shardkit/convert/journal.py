@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardkit.errors import ConvertError, ShardkitError
+from shardkit.format.fields import DEFAULT_FIELDS
 from shardkit.format.manifest import ShardInfo, SkippedFile
 from shardkit.storage import fs as storage
 
@@ -60,11 +61,17 @@ class Plan:
     num_planned: int
     key_width: int
     skipped: list[SkippedFile] = field(default_factory=list)
+    fields: list[str] = field(default_factory=lambda: list(DEFAULT_FIELDS))  #: the stored fields of the split
+    targets: list[str] = field(default_factory=list)  #: the names of the ``target`` values
 
     @property
     def fingerprint(self) -> str:
-        """Identity of the conversion: options, classes, encoder and input (not derived numbers)."""
-        return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256])
+        """Identity of the conversion: options, classes, fields, encoder and input (not derived numbers).
+
+        The default fields (``image``, ``label``) are left out, so a plan written before fields kept its fingerprint.
+        """
+        more = [self.fields, self.targets] if (self.fields, self.targets) != (list(DEFAULT_FIELDS), []) else []
+        return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256, *more])
 
     def to_json(self) -> bytes:
         d = {"format": PLAN_FORMAT, "version": PLAN_VERSION, **asdict(self), "fingerprint": self.fingerprint}
@@ -116,6 +123,8 @@ def differences(old: Plan, new: Plan) -> list[str]:
             else ""
         )
         out.append(f"the input listing differs (files added, removed, resized or relabelled{counts})")
+    if (old.fields, old.targets) != (new.fields, new.targets):
+        out.append(f"the fields were {old.fields} (targets {old.targets}), now {new.fields} (targets {new.targets})")
     if old.encoder != new.encoder:
         out.append(f"the encoder was {old.encoder!r}, now {new.encoder!r}")
     return out or ["an unknown conversion format"]
@@ -142,6 +151,13 @@ class ShardRecord:
     class_counts: list[int]
     skipped: list[SkippedFile]
     bytes_in: int
+    fields: list[str] = field(default_factory=lambda: list(DEFAULT_FIELDS))  #: the fields its samples store
+    targets: list[str] = field(default_factory=list)
+
+    @property
+    def samples(self) -> int:
+        """Samples written for this planned shard (its tar and its overflow)."""
+        return (self.shard.samples if self.shard else 0) + (self.overflow.samples if self.overflow else 0)
 
     def to_json(self) -> bytes:
         return (json.dumps(asdict(self), ensure_ascii=False) + "\n").encode("utf-8")

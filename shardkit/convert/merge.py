@@ -21,6 +21,7 @@ from shardkit.convert import journal
 from shardkit.convert import shards as plan
 from shardkit.errors import ConvertError
 from shardkit.format import INDEX_FORMAT, EncodedSample, index_url, write_tar
+from shardkit.format.fields import SampleRule
 from shardkit.format.manifest import Manifest, ShardInfo, manifest_url
 from shardkit.storage import fs as storage
 
@@ -32,11 +33,15 @@ def _missing_message(url: str, what: str, names: list[str]) -> str:
     return f"{url}: {len(names)} {what}: {shown}"
 
 
-def read_samples(data: bytes) -> list[EncodedSample]:
-    """The samples of a shard written by :func:`shardkit.format.write_shard`, in order."""
-    from shardkit.format.verify import iter_samples
+def read_samples(data: bytes, rule: SampleRule | None = None) -> list[EncodedSample]:
+    """The samples of a shard written by :func:`shardkit.format.write_shard`, in order, with the fields of ``rule``
+    (default: image and label)."""
+    from shardkit.format.verify import iter_raw
 
-    return [EncodedSample(k, g["jpg"], int(g["cls"]), json.loads(g["json"])) for k, g in iter_samples(io.BytesIO(data))]
+    return [
+        EncodedSample(s.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes), s.labels, s.target, s.text)
+        for s in iter_raw(io.BytesIO(data), rule=rule)
+    ]
 
 
 def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
@@ -51,6 +56,12 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
             f"{split_url}: nothing to merge (no {journal.JOURNAL_DIR}/{journal.PLAN_NAME}); run 'shardkit convert' first"
         )
     records = [journal.read_record(split_url, p.split, j, **storage_options) for j in range(p.num_planned)]
+    other = next((r for r in records if r is not None and (r.fields, r.targets) != (p.fields, p.targets)), None)
+    if other is not None:
+        raise ConvertError(
+            f"{split_url}: planned shard {other.index} stores fields {other.fields} (targets {other.targets}) but the plan "
+            f"says {p.fields} (targets {p.targets}); every task must run with the same options: rerun that task"
+        )
     missing = [
         journal.shard_name(p.split, j) for j, r in enumerate(records) if r is None or r.fingerprint != p.fingerprint
     ]
@@ -76,10 +87,11 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         )
     shards = [r.shard_info() for r in records if r and r.shard]
     overflow: list[EncodedSample] = []
+    rule = SampleRule(tuple(p.fields), len(p.classes) or None, len(p.targets) or None)
     for r in records:
         if r and r.overflow:
             overflow += read_samples(
-                storage.read_bytes(journal.journal_url(split_url, r.overflow.name), **storage_options)
+                storage.read_bytes(journal.journal_url(split_url, r.overflow.name), **storage_options), rule
             )
     sizes = [plan.tar_size(s) for s in overflow]
     shard_size, shard_bytes = p.options.get("shard_size"), p.options.get("shard_bytes")
@@ -112,6 +124,8 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         skipped=skipped,
         shardkit_version=__version__,
         sample_index=INDEX_FORMAT if indexed else "",
+        fields=list(p.fields),
+        targets=list(p.targets),
     )
     m.validate()
     m.url = manifest_url(split_url)

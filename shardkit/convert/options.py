@@ -54,6 +54,17 @@ class ScanConfig:
         label_key: WebDataset tar source: member extension holding the label (e.g. ``cls``).
         label_json_field: WebDataset tar source: read the label from this field of the
             ``.json`` member instead of ``label_key``.
+        label_sep: listing: the label column holds several classes separated by this
+            (``"cat;dog"``): a multi-label source (field ``labels``).
+        multi_label: the label is a set of classes (field ``labels``): a listing's JSONL lists
+            (or cells split at ``label_sep``), a tar label that is a JSON list (``[0, 2]``).
+            Implied by ``label_sep``; a Hugging Face ``Sequence(ClassLabel)`` column needs neither.
+        target_cols: listing / Hugging Face columns holding the float targets (field ``target``),
+            in this order (a ``"a,b"`` string is split at commas).
+        text_col: listing / Hugging Face column holding each sample's text (field ``text``).
+        text_key: WebDataset tar source: member extension holding the text (e.g. ``txt``).
+        labelled: ``False``: the source has no class labels (e.g. image-text pairs): no
+            ``label`` field is read or stored.
     """
 
     path_col: str = "path"
@@ -66,6 +77,12 @@ class ScanConfig:
     image_key: str = "jpg;jpeg;png;webp"
     label_key: str = "cls"
     label_json_field: str | None = None
+    label_sep: str | None = None
+    multi_label: bool = False
+    target_cols: tuple[str, ...] = ()
+    text_col: str | None = None
+    text_key: str | None = None
+    labelled: bool = True
 
     def __post_init__(self) -> None:
         try:
@@ -74,12 +91,36 @@ class ScanConfig:
             raise ValueError(
                 f"label_type must be one of {', '.join(t.value for t in LabelType)}, not {self.label_type!r}"
             ) from None
+        cols = self.target_cols
+        if isinstance(cols, str):
+            cols = tuple(c.strip() for c in cols.split(","))
+        object.__setattr__(self, "target_cols", tuple(cols))
+        if any(not isinstance(c, str) or not c for c in self.target_cols):
+            raise ValueError(f"target_cols (--target-col) must name columns, e.g. 'a,b', not {self.target_cols!r}")
+        if len(set(self.target_cols)) != len(self.target_cols):
+            raise ValueError(f"target_cols (--target-col) names a column twice: {', '.join(self.target_cols)}")
+        if self.label_sep == "":
+            raise ValueError("label_sep must not be empty (e.g. ';')")
+        if not self.labelled and self.is_multi_label:
+            raise ValueError(
+                "labelled=False (--no-label) and a multi-label option (--label-sep, --multi-label) exclude each other"
+            )
+        taken = {self.label_col if self.labelled else None, self.text_col, *self.target_cols} - {None}
+        if len(taken) != (1 if self.labelled else 0) + (self.text_col is not None) + len(self.target_cols):
+            raise ValueError("the label, target and text columns must be different columns")
+
+    @property
+    def is_multi_label(self) -> bool:
+        """The label is a set of classes (``multi_label``, or implied by ``label_sep``)."""
+        return self.multi_label or self.label_sep is not None
 
     def recorded(self) -> dict[str, Any]:
         """The options that differ from the defaults (so that plain ImageFolder conversions record none)."""
         default = ScanConfig()
         return {
-            k: (v.value if isinstance(v, enum.Enum) else v) for k, v in vars(self).items() if v != getattr(default, k)
+            k: (v.value if isinstance(v, enum.Enum) else list(v) if isinstance(v, tuple) else v)
+            for k, v in vars(self).items()
+            if v != getattr(default, k)
         }
 
 

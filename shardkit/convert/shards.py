@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from shardkit.convert.scan.source import SourceFile
-from shardkit.format import EncodedSample, meta_bytes
+from shardkit.format import EncodedSample
 
 #: pilot size used to estimate encoded bytes per sample
 PILOT_SAMPLES = 64
@@ -48,10 +48,13 @@ class Item:
 
     index: int
     relpath: str
-    label: int
+    label: int | None
     size: int
     ref: str = ""
     meta: Mapping[str, Any] | None = None
+    labels: tuple[int, ...] | None = None
+    target: tuple[float, ...] | None = None
+    text: str | None = None
 
 
 def key_width(num_files: int) -> int:
@@ -67,7 +70,9 @@ def make_key(index: int, width: int) -> str:
 def order(files: Sequence[SourceFile], seed: int, shuffle: bool) -> list[Item]:
     """Items in shard order: keys from sorted order, then shuffled with ``seed`` if ``shuffle``."""
     ordered = sorted(files, key=lambda f: f.relpath)
-    items = [Item(i, f.relpath, f.label, f.size, f.ref, f.meta) for i, f in enumerate(ordered)]
+    items = [
+        Item(i, f.relpath, f.label, f.size, f.ref, f.meta, f.labels, f.target, f.text) for i, f in enumerate(ordered)
+    ]
     if shuffle:
         random.Random(seed).shuffle(items)
     return items
@@ -91,8 +96,8 @@ def sample_bytes(jpeg: int, label: int, meta: int) -> int:
 
 
 def tar_size(sample: EncodedSample) -> int:
-    """Tar bytes of ``sample`` in a shard."""
-    return sample_bytes(len(sample.jpeg), len(str(int(sample.label))), len(meta_bytes(sample.meta)))
+    """Tar bytes of ``sample`` in a shard (every member it writes: :meth:`EncodedSample.members`)."""
+    return sum(member_bytes(len(data)) for data in sample.members().values())
 
 
 def shard_bytes_for(sample_total: int) -> int:

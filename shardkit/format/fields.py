@@ -164,6 +164,44 @@ class SampleRule:
             sample.error = "target has a value beyond float range"
 
 
+def labels_bytes(labels: "tuple[int, ...] | list[int]") -> bytes:
+    """The ``.labels.json`` member of ``labels``: a compact JSON list of the sorted indices (``[0,3]``).
+
+    Raises:
+        ValueError: an index that is not an int >= 0, or one listed twice.
+    """
+    if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= _INT64_MAX for x in labels):
+        raise ValueError(f"labels {list(labels)[:8]} are not class indices (ints >= 0)")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"labels {list(labels)[:8]} repeat a class")
+    return b"[" + b",".join(b"%d" % x for x in sorted(labels)) + b"]"
+
+
+def target_bytes(target: "tuple[float, ...] | list[float]") -> bytes:
+    """The ``.target.json`` member of ``target``: a compact JSON list of floats, each written as ``repr`` writes it.
+
+    Raises:
+        ValueError: a value that is not a finite number.
+    """
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in target):
+        raise ValueError(f"target {list(target)[:8]} is not a list of numbers")
+    values = [float(x) for x in target]
+    if not all(math.isfinite(x) for x in values):
+        raise ValueError(f"target {values[:8]} has a non-finite value")
+    return ("[" + ",".join(map(repr, values)) + "]").encode("ascii")
+
+
+def text_bytes(text: str) -> bytes:
+    """The ``.txt`` member of ``text`` (UTF-8); ``ValueError`` if it cannot be UTF-8 or is too long."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"text is not valid Unicode (character {exc.start})") from None
+    if len(data) > MAX_TEXT_BYTES:
+        raise ValueError(f"text of {len(data)} bytes (limit {MAX_TEXT_BYTES})")
+    return data
+
+
 def _member(extra: dict[str, bytes], ext: str) -> bytes:
     if ext not in extra:
         raise ValueError(f"missing field '{ext}'")
@@ -180,8 +218,11 @@ __all__ = [
     "TARGET_EXT",
     "TEXT_EXT",
     "fields_error",
+    "labels_bytes",
     "parse_label",
     "parse_labels",
     "parse_target",
     "parse_text",
+    "target_bytes",
+    "text_bytes",
 ]

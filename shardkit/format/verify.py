@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
 from shardkit.errors import ShardkitError
+from shardkit.format.fields import DEFAULT_FIELDS, SampleRule
 from shardkit.format.index import INDEX_FORMAT, IndexDamage, build_index, index_url, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_PIXELS, META_EXT, parse_meta
+from shardkit.format.sample import RawSample
 from shardkit.format.splits import Found, Incomplete, find_splits, load_manifests
 from shardkit.format.tar import SampleSpan, ShardReader, TarDamage
 from shardkit.storage import fs as storage
@@ -43,6 +45,8 @@ class SplitInfo:
     skipped: dict[str, int]
     options: dict[str, Any]
     sample_index: str = ""
+    fields: list[str] = field(default_factory=lambda: list(DEFAULT_FIELDS))
+    targets: list[str] = field(default_factory=list)
 
     @property
     def mean_sample_bytes(self) -> float:
@@ -64,6 +68,8 @@ class SplitInfo:
             "skipped": self.skipped,
             "options": self.options,
             "sample_index": self.sample_index,
+            "fields": self.fields,
+            "targets": self.targets,
         }
 
 
@@ -80,6 +86,8 @@ def split_info(m: Manifest) -> SplitInfo:
         skipped=dict(Counter(s.reason for s in m.skipped)),
         options=m.options,
         sample_index=m.sample_index,
+        fields=list(m.fields),
+        targets=list(m.targets),
     )
 
 
@@ -148,20 +156,30 @@ class _HashingReader:
             pass
 
 
-def iter_samples(f: IO[bytes], url: str = "<shard>") -> Iterator[tuple[str, dict[str, bytes]]]:
-    """``(key, {extension: bytes})`` of each sample of a shard written by shardkit (``jpg``, ``cls``, ``json``).
+def iter_raw(f: IO[bytes], url: str = "<shard>", *, rule: Optional[SampleRule] = None) -> Iterator[RawSample]:
+    """Each sample of a shard written by shardkit, its fields read by ``rule`` (default: image and label).
 
     Raises:
         ValueError: a sample is unusable or the tar is damaged (the message names it).
     """
-    r = ShardReader(f, url)
+    r = ShardReader(f, url, rule=rule)
     try:
         while (s := r.read(r.index)) is not None:
             if s.error:
                 raise ValueError(f"{url}: sample {s.index} ({s.key}): {s.error}")
-            yield s.key, {LABEL_EXT: b"%d" % s.label, IMAGE_EXT: s.jpeg or b"", META_EXT: s.meta_bytes}  # type: ignore[str-format]
+            yield s
     except TarDamage as exc:
         raise ValueError(str(exc)) from None
+
+
+def iter_samples(f: IO[bytes], url: str = "<shard>") -> Iterator[tuple[str, dict[str, bytes]]]:
+    """``(key, {extension: bytes})`` of each sample of a single-label shard written by shardkit (``jpg``, ``cls``, ``json``).
+
+    Raises:
+        ValueError: a sample is unusable or the tar is damaged (the message names it).
+    """
+    for s in iter_raw(f, url):
+        yield s.key, {LABEL_EXT: b"%d" % s.label, IMAGE_EXT: s.jpeg or b"", META_EXT: s.meta_bytes}  # type: ignore[str-format]
 
 
 def _check_image(jpeg: bytes, max_pixels: int) -> Optional[str]:
@@ -212,7 +230,7 @@ class _SplitCheck:
             if self.quick:
                 self.report.samples += s.samples
             else:
-                self._samples(ShardReader(r, url, num_classes=len(m.classes) or None), s.name, s.samples, layouts, keys)  # type: ignore[arg-type]
+                self._samples(ShardReader(r, url, rule=SampleRule.of(m)), s.name, s.samples, layouts, keys)  # type: ignore[arg-type]
             r.drain()
         if r.sha.hexdigest() != s.sha256:
             self.add(s.name, "", "sha256 does not match the manifest (the shard changed or is damaged)")
@@ -236,7 +254,7 @@ class _SplitCheck:
                 if smp.key in self.keys:
                     self.add(name, smp.key, "key appears more than once in the split")
                 self.keys.add(smp.key)
-                self._fields(name, smp.key, smp.label, smp.meta_bytes, smp.jpeg)  # type: ignore[arg-type]
+                self._fields(name, smp)
         except TarDamage as exc:
             self.unread = True
             self.add(name, "", f"not a readable tar after {n} samples ({exc.what} at byte {exc.offset})")
@@ -244,17 +262,21 @@ class _SplitCheck:
             self.add(name, "", f"holds {n} samples, manifest says {expected}")
         self.report.samples += n
 
-    def _fields(self, name: str, key: str, label: int, meta_bytes: bytes, jpeg: bytes) -> None:
+    def _fields(self, name: str, smp: RawSample) -> None:
+        """What only a full check sees: class counts (``label`` or each of ``labels``), the ``.json`` and its class, the image."""
+        key, label, meta_bytes = smp.key, smp.label, smp.meta_bytes
         classes = self.m.classes  # none: the loader accepts any label, and there is no class name to compare
+        single = "label" in self.m.fields
         if classes:
-            self.counts[label] += 1
+            for c in (label,) if single else smp.labels or ():
+                self.counts[c] += 1  # type: ignore[index]
         if not meta_bytes:
             self.add(name, key, f"missing member .{META_EXT}")
-        elif classes:
+        elif classes and single:
             cls = parse_meta(meta_bytes).get("class")  # the reader already refused a bad .json
-            if cls != classes[label]:
-                self.add(name, key, f"metadata class {cls!r} does not match label {label} ({classes[label]!r})")
-        bad = _check_image(jpeg, self.max_pixels)
+            if cls != classes[label]:  # type: ignore[index]
+                self.add(name, key, f"metadata class {cls!r} does not match label {label} ({classes[label]!r})")  # type: ignore[index]
+        bad = _check_image(smp.jpeg or b"", self.max_pixels)
         if bad:
             self.add(name, key, bad)
 
@@ -354,6 +376,7 @@ __all__ = [
     "find_splits",
     "info",
     "split_info",
+    "iter_raw",
     "iter_samples",
     "load_manifests",
     "verify",

@@ -1,11 +1,16 @@
 """The deterministic shard writer: samples -> one tar and its sample index.
 
 A shard is a plain (uncompressed, USTAR) tar that any WebDataset reader
-understands. Each sample has three members sharing one key::
+understands. Each sample has these members sharing one key (the stored fields of
+:mod:`shardkit.format.fields`; ``.cls`` only in a dataset with ``label``, the last three
+only in datasets with those fields)::
 
-    <key>.cls    label as ASCII decimal ("3")
-    <key>.jpg    baseline JPEG, RGB
-    <key>.json   {"path": "<class>/<file>", "class": "<name>", "width": W, "height": H}
+    <key>.cls          label as ASCII decimal ("3")
+    <key>.jpg          baseline JPEG, RGB
+    <key>.json         {"path": "<class>/<file>", "class": "<name>", "width": W, "height": H}
+    <key>.labels.json  the sorted class indices of a multi-label sample, compact JSON ("[0,3]")
+    <key>.target.json  the target values, JSON with repr-exact floats ("[0.5,-1.25]")
+    <key>.txt          the text, UTF-8
 
 ``width``/``height`` are the original (pre-resize) dimensions. Keys match
 :data:`~shardkit.format.members.KEY_PATTERN`: unique within a split, no dots, no
@@ -30,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any, Optional
 
+from shardkit.format.fields import LABELS_EXT, TARGET_EXT, TEXT_EXT, labels_bytes, target_bytes, text_bytes
 from shardkit.format.index import SampleIndex, build_index
 from shardkit.format.members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, split_member
 from shardkit.format.tar import BLOCK, Member, SampleSpan, pad
@@ -37,12 +43,42 @@ from shardkit.format.tar import BLOCK, Member, SampleSpan, pad
 
 @dataclass(frozen=True)
 class EncodedSample:
-    """One sample ready to be written: key, JPEG bytes, label, metadata."""
+    """One sample ready to be written: key, JPEG bytes, label, metadata and the other stored fields.
+
+    Attributes:
+        key: sample key (:data:`~shardkit.format.members.KEY_PATTERN`).
+        jpeg: the image.
+        label: class index (``.cls``); ``None`` in a dataset without ``label``.
+        meta: the ``.json`` member's fields.
+        labels: class indices of a multi-label sample (``.labels.json``, written sorted).
+        target: target values (``.target.json``).
+        text: text (``.txt``).
+    """
 
     key: str
     jpeg: bytes
-    label: int
+    label: Optional[int]
     meta: dict[str, Any]
+    labels: Optional[tuple[int, ...]] = None
+    target: Optional[tuple[float, ...]] = None
+    text: Optional[str] = None
+
+    def members(self) -> dict[str, bytes]:
+        """``{extension: bytes}`` of every member this sample writes (the one encoding of each field).
+
+        Raises:
+            ValueError: a field value its member cannot hold (see :mod:`shardkit.format.fields`).
+        """
+        out = {IMAGE_EXT: self.jpeg, META_EXT: meta_bytes(self.meta)}
+        if self.label is not None:
+            out[LABEL_EXT] = str(int(self.label)).encode("ascii")
+        if self.labels is not None:
+            out[LABELS_EXT] = labels_bytes(self.labels)
+        if self.target is not None:
+            out[TARGET_EXT] = target_bytes(self.target)
+        if self.text is not None:
+            out[TEXT_EXT] = text_bytes(self.text)
+        return out
 
 
 @dataclass(frozen=True)
@@ -129,7 +165,7 @@ def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
     for s in samples:
         if not KEY_PATTERN.match(s.key):
             raise ValueError(f"invalid sample key {s.key!r}: use letters, digits, '_' and '-' only")
-        fields = {LABEL_EXT: str(int(s.label)).encode("ascii"), IMAGE_EXT: s.jpeg, META_EXT: meta_bytes(s.meta)}
+        fields = s.members()
         start = offset
         members = []
         parts: list[bytes] = []

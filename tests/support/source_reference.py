@@ -223,3 +223,186 @@ def reference_listing(
 def reference_val_count(fraction: float, n: int) -> int:
     """``fraction x n`` rounded half up, ``fraction`` as the decimal it is written as."""
     return int((Decimal(repr(fraction)) * n).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+# -------------------------------------------------------------------------------------------------
+# The reference of the fields beside a class label (issue 23): multi-label sets, targets, text
+# -------------------------------------------------------------------------------------------------
+
+_DECIMAL_CHARS = set("0123456789+-.eE")
+
+
+def reference_number(raw: Any) -> float | None:
+    """A target cell as the docs promise it: an int or float, or text of a decimal number; finite; else ``None``."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, (int, float)):
+        try:
+            value = float(raw)
+        except OverflowError:
+            return None
+    elif isinstance(raw, str) and raw.strip() and set(raw.strip()) <= _DECIMAL_CHARS:
+        try:
+            value = float(raw.strip())  # with only these characters, Python reads exactly the decimal numbers
+        except ValueError:
+            return None
+    else:
+        return None
+    return value if value not in (float("inf"), float("-inf")) and value == value else None
+
+
+def reference_text(raw: Any) -> tuple[str | None, str | None]:
+    """``(text, None)`` or ``(None, "no_text" | "bad_text")``: missing or empty is no_text, a non-string or
+    unencodable string bad_text; text is kept exactly."""
+    if raw is None or raw == "" or raw == b"":
+        return None, "no_text"
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None, "bad_text"
+    if not isinstance(raw, str):
+        return None, "bad_text"
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        return None, "bad_text"
+    return raw, None
+
+
+def reference_items(raw: Any, sep: str | None) -> list[Any] | None:
+    """A multi-label cell's distinct items (strings stripped, ints), ``[]`` for an empty one, ``None`` for bad_label."""
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        parts: list[Any] = raw.split(sep) if sep else [raw]
+    elif isinstance(raw, list):
+        parts = raw
+    else:
+        parts = [raw]
+    out: list[Any] = []
+    for p in parts:
+        if isinstance(p, bool) or not isinstance(p, (str, int)) or (isinstance(p, int) and p < 0):
+            return None
+        item = p.strip() if isinstance(p, str) else p
+        if item != "" and item not in out:
+            out.append(item)
+    return out
+
+
+@dataclass
+class FieldsExpected:
+    """Per path: ``(class names or None, target or None, text or None)``; skips path -> reason; the classes."""
+
+    samples: dict[str, tuple[frozenset[str] | None, tuple[float, ...] | None, str | None]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    classes: list[str] = field(default_factory=list)
+
+
+def reference_fields_listing(
+    kind: str,
+    text: str,
+    label_col: str | None,
+    sep: str | None,
+    target_cols: list[str],
+    text_col: str | None,
+    multi: bool = True,
+) -> FieldsExpected:
+    """The outcome the docs promise for a listing whose rows each name a distinct existing image (path column
+    ``path``): label (a set of classes when ``multi``), then targets, then text decide sample or skip."""
+    _, rows = parse_listing(kind, text)
+    exp = FieldsExpected()
+    pending: list[tuple[str, list[Any] | Any, tuple[float, ...] | None, str | None]] = []
+    for _, row in rows:
+        path = row["path"]
+        items: Any = None
+        if label_col is not None and multi:
+            if label_col not in row:
+                exp.skipped[path] = "no_label"
+                continue
+            items = reference_items(row[label_col], sep)
+            if items is None:
+                exp.skipped[path] = "bad_label"
+                continue
+        elif label_col is not None:
+            items = row.get(label_col)
+            if items is None or (isinstance(items, str) and not items.strip()):
+                exp.skipped[path] = "no_label"
+                continue
+            items = items.strip()
+        target = None
+        if target_cols:
+            values = [reference_number(row.get(c)) for c in target_cols]
+            if any(v is None for v in values):
+                exp.skipped[path] = "bad_target"
+                continue
+            target = tuple(values)  # type: ignore[arg-type]
+        txt = None
+        if text_col is not None:
+            txt, why = reference_text(row.get(text_col))
+            if why:
+                exp.skipped[path] = why
+                continue
+        pending.append((path, items, target, txt))
+    every = [i for _, items, _, _ in pending if label_col is not None for i in (items if multi else [items])]
+    is_int = [isinstance(i, int) or bool(_INT.match(i)) for i in every]
+    if any(is_int) and not all(is_int):
+        raise Refused("mixed labels")
+    as_index = bool(every) and all(is_int)
+    valid = [int(i) for i in every if isinstance(i, int) or not str(i).strip().startswith("-")] if as_index else []
+    if as_index and valid and min(valid) > 0:
+        raise Refused("not 0")
+    exp.classes = [str(i) for i in range(max(valid, default=-1) + 1)] if as_index else sorted({str(i) for i in every})
+    for path, items, target, txt in pending:
+        if label_col is None:
+            exp.samples[path] = (None, target, txt)
+            continue
+        got = items if multi else [items]
+        if as_index and any(isinstance(i, str) and i.strip().startswith("-") for i in got):
+            exp.skipped[path] = "bad_label"
+            continue
+        names = frozenset(str(int(i)) if as_index else str(i) for i in got)
+        exp.samples[path] = (names, target, txt)
+    return exp
+
+
+@dataclass
+class FieldsSplit:
+    """A converted split read back with tarfile + json: per ``.json`` path, its fields as stored."""
+
+    manifest: dict[str, Any]
+    samples: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def read_fields_split(directory: str) -> FieldsSplit:
+    """Each sample of the split in ``directory``: ``{"members": set of extensions, "labels": class names,
+    "label": class name, "target": floats, "text": str, "image": image id, "txt_bytes": raw .txt}``."""
+    with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    out = FieldsSplit(manifest)
+    classes = manifest["classes"]
+    for shard in manifest["shards"]:
+        groups: dict[str, dict[str, bytes]] = {}
+        with tarfile.open(os.path.join(directory, shard["name"])) as tf:
+            for m in tf.getmembers():
+                key, ext = m.name.split(".", 1)
+                assert ext not in groups.setdefault(key, {}), f"{m.name} twice"
+                groups[key][ext] = tf.extractfile(m).read()  # type: ignore[union-attr]
+        for g in groups.values():
+            meta = json.loads(g["json"])
+            path = meta["path"]
+            assert path not in out.samples, f"{path} is two samples"
+            got: dict[str, Any] = {"members": set(g), "image": image_id(mean_colour(g["jpg"])), "meta": meta}
+            if "cls" in g:
+                got["label"] = classes[int(g["cls"])]
+            if "labels.json" in g:
+                idx = json.loads(g["labels.json"])
+                assert idx == sorted(set(idx)), f"{path}: labels {idx} not sorted and distinct"
+                got["labels"] = frozenset(classes[i] for i in idx)
+            if "target.json" in g:
+                got["target"] = tuple(json.loads(g["target.json"]))
+            if "txt" in g:
+                got["text"] = g["txt"].decode("utf-8")
+                got["txt_bytes"] = g["txt"]
+            out.samples[path] = got
+    return out

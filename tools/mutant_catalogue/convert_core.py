@@ -83,8 +83,8 @@ MUTANTS = [
         "id": "journal-plan-identity-ignores-the-input",
         "row": ROW_RESUME,
         "file": "shardkit/convert/journal.py",
-        "old": "return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256])",
-        "new": "return json_sha256([self.split, self.options, self.classes, self.encoder])",
+        "old": "return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256, *more])",
+        "new": "return json_sha256([self.split, self.options, self.classes, self.encoder, *more])",
         "tests": [f"{T}::test_the_plans_identity_covers_options_classes_encoder_and_input"],
     },
     {

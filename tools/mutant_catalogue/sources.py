@@ -199,8 +199,8 @@ MUTANTS = [
         "id": "val-per-process-hash",
         "row": ROW_VAL,
         "file": SOURCE,
-        "old": 'random.Random(f"{seed}:val:{source.classes[label]}")',
-        "new": 'random.Random(hash(f"{seed}:val:{source.classes[label]}"))',
+        "old": """random.Random(f"{seed}:val:{'+'.join(source.classes[c] for c in label)}")""",
+        "new": """random.Random(hash(f"{seed}:val:{'+'.join(source.classes[c] for c in label)}"))""",
         "tests": [T + "test_val_fraction_picks_the_same_items_in_every_process"],
     },
     {

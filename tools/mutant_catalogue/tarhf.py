@@ -87,8 +87,8 @@ MUTANTS = [
         "id": "tars-bad-index-vanishes",
         "row": ROW_TARS,
         "file": TARS,
-        "old": "        if index is None:\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
-        "new": "        if index is None:\n            continue\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
+        "old": "        if index is None and opts.labelled:\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
+        "new": "        if index is None and opts.labelled:\n            continue\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
         "tests": [T + "test_shardkit_manifest_with_an_index_beyond_its_classes_is_bad_label"],
     },
     # --- A4: the label-value rule (tars, and HF string columns through the same function)
@@ -279,8 +279,8 @@ MUTANTS = [
         "id": "tars-class-field-ignored",
         "row": ROW_RESHARD,
         "file": TARS,
-        "old": "by_field = None if known is not None or opts.label_json_field is not None else _class_field_names(found)",
-        "new": "by_field = None",
+        "old": "        else _class_field_names(found)\n",
+        "new": "        else None\n",
         "tests": [T + "test_reconverting_shardkit_shards_keeps_class_names_order_labels_and_pixels"],
     },
     {

@@ -313,10 +313,23 @@ def scan_regex(src: str, pattern: str, split: str = "train") -> ScannedSource:
 #: the :class:`ScanConfig` fields each kind of SRC uses (others must keep their defaults)
 _APPLIES = {
     "folder": {"label_regex"},
-    "listing": {"path_col", "label_col", "split_col", "root", "label_type"},
-    "tars": {"image_key", "label_key", "label_json_field", "label_type"},
-    "hf": {"image_col", "label_col", "label_type"},
+    "listing": {
+        "path_col",
+        "label_col",
+        "split_col",
+        "root",
+        "label_type",
+        "label_sep",
+        "multi_label",
+        "target_cols",
+        "text_col",
+        "labelled",
+    },
+    "tars": {"image_key", "label_key", "label_json_field", "label_type", "multi_label", "text_key", "labelled"},
+    "hf": {"image_col", "label_col", "label_type", "target_cols", "text_col", "labelled"},
 }
+#: options whose command-line flag is not ``--`` + the option name with dashes
+_FLAGS = {"target_cols": "--target-col", "labelled": "--no-label"}
 _KIND_NAMES = {
     "folder": "folder",
     "listing": "listing file",
@@ -340,7 +353,8 @@ def discover(src: Any, options: "ConvertConfig", **storage_options: Any) -> Scan
     )
     unused = sorted(set(so.recorded()) - _APPLIES[kind])
     if unused or (options.layout != Layout.AUTO and kind != "folder"):
-        flag = "--" + (unused[0] if unused else "layout").replace("_", "-")
+        option = unused[0] if unused else "layout"
+        flag = _FLAGS.get(option, "--" + option.replace("_", "-"))
         raise ConvertError(f"{flag} does not apply to this SRC (a {_KIND_NAMES[kind]}); leave it out")
     if kind == "hf":
         from shardkit.convert.scan.hf import scan_hf

@@ -14,9 +14,17 @@ is ``row-<i>`` (zero-padded), its image the ``image_col`` column (an
 * ``Value`` of ints or strings: read as names or indices like a listing's, by the one label-value rule
   (:func:`shardkit.convert.scan.source.spelled_label_value`: empty is ``no_label``; a string such as ``'[0, 1]'``, ``'2.5'``
   or ``'True'`` is ``bad_label``);
-* a list (``List``/``Sequence``): an empty list is ``no_label``; any non-empty list refuses the dataset in one line;
+* ``Sequence(ClassLabel)`` (a list of ClassLabel indices): multi-label (field ``labels``); the inner
+  ClassLabel's names are the classes; ``[]`` is a sample with no class, ``None`` ``no_label``, a ``-1`` in the
+  list ``bad_label``; every split must then be multi-label alike;
+* another list (``List``/``Sequence`` of ints or strings): an empty list is ``no_label``; any non-empty list
+  refuses the dataset in one line;
 * a float, bool or any other type: refused in one line naming the column and its feature type
-  (regression and multi-label are not supported yet).
+  (float targets go in ``--target-col``).
+
+``--target-col`` columns must be int or float ``Value`` columns (a row with ``None``, ``nan`` or ``inf`` there is
+``bad_target``), the ``--text-col`` column a string one (``None`` or ``""`` is ``no_text``); both are left out of
+the sample's ``.json``. ``--no-label``: no label column is read.
 
 A ``DatasetDict`` has one class space: ClassLabel splits must share their names; a split of string labels
 maps names onto the ClassLabel's indices (names only it has come after them, sorted); a split of integer labels
@@ -47,6 +55,7 @@ from shardkit.convert.scan.source import (
     is_index,
     read_labels,
 )
+from shardkit.convert.scan.values import fields_of, target_values, text_value
 from shardkit.errors import ConvertError
 
 _REF = "hf:"
@@ -129,6 +138,8 @@ def _label_kind(datasets: Any, what: str, split: str, col: str, feat: Any) -> st
     )
     if isinstance(feat, datasets.ClassLabel):
         return "classlabel"
+    if isinstance(feat, lists) and isinstance(getattr(feat, "feature", None), datasets.ClassLabel):
+        return "classlabels"  # Sequence(ClassLabel): a multi-label column
     if isinstance(feat, datasets.Value) and feat.dtype.startswith(("int", "uint")):
         return "int"
     if isinstance(feat, datasets.Value) and feat.dtype in ("string", "large_string"):
@@ -139,13 +150,23 @@ def _label_kind(datasets: Any, what: str, split: str, col: str, feat: Any) -> st
         return "list"
     raise ConvertError(
         f"{what}: label column {col!r} of split {split!r} is {feat!r}: not a class label (a float, bool or other value; "
-        "regression and multi-label are not supported yet); pass --label-col naming a column of class names or indices, or a ClassLabel"
+        "float targets go in --target-col, multi-label needs a Sequence(ClassLabel)); pass --label-col naming a column of "
+        "class names or indices, or a ClassLabel"
     )
 
 
 def _class_space(what: str, kinds: dict[str, tuple[str, Any]], opts: ScanConfig) -> list[str] | None:
     """The ClassLabel names every split shares (``None``: no ClassLabel split); refuses splits that cannot share them."""
-    named = {n: f for n, (k, f) in kinds.items() if k == "classlabel"}
+    multi = {n for n, (k, _) in kinds.items() if k == "classlabels"}
+    if multi and len(multi) != len(kinds):
+        one, other = sorted(multi)[0], sorted(set(kinds) - multi)[0]
+        raise ConvertError(
+            f"{what}: split {one!r} labels {opts.label_col!r} with {kinds[one][1]!r} (multi-label) but split {other!r} "
+            f"with {kinds[other][1]!r}; give every split the same Sequence(ClassLabel) (datasets' cast_column)"
+        )
+    named = {
+        n: f.feature if k == "classlabels" else f for n, (k, f) in kinds.items() if k in ("classlabel", "classlabels")
+    }
     if not named:
         return None
     first, feat = next(iter(named.items()))
@@ -177,35 +198,42 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
     parts = dict(ds) if isinstance(ds, datasets.DatasetDict) else {split: ds}
     splits: list[SplitSource] = []
     kinds: dict[str, tuple[str, Any]] = {}
-    raw: list[tuple[str, int, Any, dict[str, Any], int]] = []  # split, row, label, extra, image bytes
+    # split, row, label, extra, image bytes, (target, text, skip)
+    raw: list[tuple[str, int, Any, dict[str, Any], int, tuple[Any, Any, Any]]] = []
+    field_cols = [*opts.target_cols, *([opts.text_col] if opts.text_col else [])]
     for name, part in sorted(parts.items()):
         cols = list(part.column_names)
-        for flag, col in (("--image-col", opts.image_col), ("--label-col", opts.label_col)):
-            if col not in cols:
+        wanted = [("--image-col", opts.image_col)] + ([("--label-col", opts.label_col)] if opts.labelled else [])
+        for flag, col in wanted + [("--target-col", c) for c in opts.target_cols] + [("--text-col", opts.text_col)]:
+            if col is not None and col not in cols:
                 raise ConvertError(f"{what}: no column {col!r} ({flag}); its columns are: {', '.join(cols)}")
-        feat = part.features[opts.label_col]
-        kinds[name] = (_label_kind(datasets, what, name, opts.label_col, feat), feat)
+        _check_field_columns(datasets, what, name, part.features, opts)
+        feat = part.features[opts.label_col] if opts.labelled else None
+        kinds[name] = (
+            (_label_kind(datasets, what, name, opts.label_col, feat), feat) if opts.labelled else ("none", None)
+        )
         part = part.cast_column(opts.image_col, datasets.Image(decode=False))
         sizes = _byte_sizes(part, opts.image_col)
         extra_cols = [
             c
             for c, f in part.features.items()
-            if c not in (opts.image_col, opts.label_col)
+            if c not in (opts.image_col, opts.label_col, *field_cols)
             and isinstance(f, datasets.Value)
             and f.dtype.startswith(_JSON_DTYPES)
             and c not in RESERVED_FIELDS
         ]
-        table = part.select_columns([opts.label_col, *extra_cols]).to_dict()
-        labels = table.pop(opts.label_col)
+        table = part.select_columns([*([opts.label_col] if opts.labelled else []), *field_cols, *extra_cols]).to_dict()
+        labels = table.pop(opts.label_col) if opts.labelled else [None] * len(part)
+        row_fields = [_row_fields(table, i, opts) for i in range(len(part))]
         if kinds[name][0] == "list":
             full = next((i for i, v in enumerate(labels) if v), None)
             if full is not None:
                 raise ConvertError(
                     f"{what}: label column {opts.label_col!r} of split {name!r} is {feat!r}: not a class label "
-                    f"(row {full} holds {str(labels[full])[:40]}; multi-label is not supported yet; an empty list is no_label)"
+                    f"(row {full} holds {str(labels[full])[:40]}; for multi-label cast it to Sequence(ClassLabel); an empty list is no_label)"
                 )
         for i, label in enumerate(labels):
-            raw.append((name, i, label, {c: table[c][i] for c in extra_cols}, sizes[i]))
+            raw.append((name, i, label, {c: table[c][i] for c in extra_cols}, sizes[i], row_fields[i]))
         splits.append(SplitSource(name=name, directory=what, files=[]))
     by_name = {s.name: s for s in splits}
     classes = _class_space(what, kinds, opts)
@@ -213,10 +241,27 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
     ident = [f"row-{r[1]:0{width}d}" for r in raw]
     usable: list[int] = []
     values: list[Any] = []
+    indices: list[Any]
     for k, r in enumerate(raw):
         kind = kinds[r[0]][0]
-        value, bad = (None, SkipReason.NO_LABEL) if kind == "classlabel" and r[2] in (None, -1) else label_value(r[2])
-        if bad is not None:
+        if kind == "none":
+            value, bad = None, None
+        elif kind == "classlabels":  # a list of ClassLabel indices: a set of classes ([]: none; -1 or beyond: bad)
+            n = len(kinds[r[0]][1].feature.names)
+            value, bad = (
+                (None, SkipReason.NO_LABEL)
+                if r[2] is None
+                else (tuple(sorted(set(r[2]))), None)
+                if all(0 <= x < n for x in r[2])
+                else (None, SkipReason.BAD_LABEL)
+            )
+        else:
+            value, bad = (
+                (None, SkipReason.NO_LABEL) if kind == "classlabel" and r[2] in (None, -1) else label_value(r[2])
+            )
+        if bad is None and r[5][2] is not None:  # the label is fine, a target or the text is not
+            by_name[r[0]].skipped.append((ident[k], r[5][2][0], f"split {r[0]} row {r[1]}: {r[5][2][1]}"))
+        elif bad is not None:
             detail = (
                 "no label"
                 if bad == SkipReason.NO_LABEL
@@ -226,7 +271,14 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
         else:
             usable.append(k)
             values.append(value)
-    if classes is not None:  # ClassLabel indices; names from string splits join the ClassLabel's names, after them
+    multi = any(k == "classlabels" for k, _ in kinds.values())
+    if not opts.labelled:
+        classes, indices, note = [], [None] * len(usable), "no labels (--no-label)"
+    elif multi:
+        assert classes is not None
+        indices = values
+        note = f"{len(classes)} classes from the Sequence(ClassLabel) feature {opts.label_col!r} (multi-label)"
+    elif classes is not None:  # ClassLabel indices; names from string splits join the ClassLabel's names, after them
         names = [v for k, v in zip(usable, values) if kinds[raw[k][0]][0] == "str"]
         extra_names = sorted(set(names) - set(classes))
         digits = next((v for v in extra_names if is_index(v)), None)
@@ -240,7 +292,7 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
         classes = classes + extra_names
         pos = {c: i for i, c in enumerate(classes)}
         n_cl = len(classes) - len(extra_names)
-        indices: list[int | None] = [pos[v] if isinstance(v, str) else v if 0 <= v < n_cl else None for v in values]
+        indices = [pos[v] if isinstance(v, str) else v if 0 <= v < n_cl else None for v in values]
         note = f"{n_cl} classes from the ClassLabel feature {opts.label_col!r}"
         if extra_names:
             note += f", {len(extra_names)} more named only in string-labelled splits: {', '.join(extra_names[:5])}"
@@ -250,16 +302,18 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
         )
         note = f"labels read as {'class names' if kind.value == 'name' else 'class indices'} (--label-type {kind.value}): {len(classes)} classes"
     for k, index in zip(usable, indices):
-        name, row, label, extra, size = raw[k]
+        name, row, label, extra, size, (target, text, _) = raw[k]
         problem = extra_problem(extra)
-        if index is None:
+        if index is None and opts.labelled:
             by_name[name].skipped.append(
                 (ident[k], SkipReason.BAD_LABEL, f"split {name} row {row}: {label!r} is not a class index")
             )
         elif problem:
             by_name[name].skipped.append((ident[k], SkipReason.BAD_METADATA, f"split {name} row {row}: {problem}"))
         else:
-            by_name[name].files.append(SourceFile(ident[k], index, size, f"{_REF}{name}:{row}", extra or None))
+            single, labels = (None, index) if multi else (index, None)
+            ref = f"{_REF}{name}:{row}"
+            by_name[name].files.append(SourceFile(ident[k], single, size, ref, extra or None, labels, target, text))
     if not any(s.files for s in splits):
 
         def why(s: SplitSource) -> str:
@@ -277,7 +331,7 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
     for s in splits:
         s.files.sort(key=lambda f: f.relpath)
         s.skipped.sort()
-        s.class_names = sorted({classes[f.label] for f in s.files})
+        s.class_names = sorted({classes[c] for f in s.files for c in f.class_indices()})
     return ScannedSource(
         root=what,
         classes=classes,
@@ -290,7 +344,38 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
             opts.image_col,
         ),
         notes=[note],
+        fields=fields_of(opts.labelled, multi, bool(opts.target_cols), opts.text_col is not None),
+        targets=list(opts.target_cols),
     )
+
+
+def _check_field_columns(datasets: Any, what: str, split: str, features: Any, opts: ScanConfig) -> None:
+    """Refuse (one line) a ``--target-col`` that is not a numeric ``Value`` or a ``--text-col`` that is not a string one."""
+    for col in opts.target_cols:
+        f = features[col]
+        if not (isinstance(f, datasets.Value) and f.dtype.startswith(("int", "uint", "float", "double"))):
+            raise ConvertError(
+                f"{what}: target column {col!r} of split {split!r} is {f!r}, not a number (--target-col takes int or float columns)"
+            )
+    if opts.text_col is not None:
+        f = features[opts.text_col]
+        if not (isinstance(f, datasets.Value) and f.dtype in ("string", "large_string")):
+            raise ConvertError(
+                f"{what}: text column {opts.text_col!r} of split {split!r} is {f!r}, not a string (--text-col)"
+            )
+
+
+def _row_fields(table: dict[str, list[Any]], i: int, opts: ScanConfig) -> tuple[Any, Any, Any]:
+    """``(target, text, None)`` of row ``i``, or ``(None, None, (reason, why))`` when a target or the text is not usable."""
+    target, why = target_values(lambda c: table[c][i], opts.target_cols) if opts.target_cols else (None, "")
+    if why:
+        return None, None, (SkipReason.BAD_TARGET, why)
+    text = None
+    if opts.text_col is not None:
+        text, reason, why = text_value(table[opts.text_col][i])
+        if reason is not None:
+            return None, None, (reason, f"{why} in column {opts.text_col!r}")
+    return target, text, None
 
 
 def _byte_sizes(part: Any, image_col: str) -> list[int]:

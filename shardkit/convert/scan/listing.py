@@ -19,7 +19,14 @@ row is accounted for: it becomes a sample, or it is skipped with a reason:
   (empty; a list, float or bool) and :func:`~shardkit.convert.scan.source.read_labels`
   (a negative index under ``--label-type index``);
 * ``bad_metadata``: other columns too large or deep for the sample's ``.json``
-  (see :func:`~shardkit.convert.scan.source.extra_problem`).
+  (see :func:`~shardkit.convert.scan.source.extra_problem`);
+* ``bad_target`` / ``no_text`` / ``bad_text``: a ``--target-col`` or ``--text-col`` cell
+  that breaks its rule (:mod:`shardkit.convert.scan.values`).
+
+Multi-label (``--label-sep``, ``--multi-label``): the label cell is a set of classes
+(:func:`~shardkit.convert.scan.values.label_items`); an empty cell is a sample with no
+class, a JSONL row without the label column ``no_label``. Checks run in the order path,
+label, targets, text, other columns.
 
 Other columns are kept in each sample's ``.json``. A split whose every row was
 skipped is still returned (no files, its skips kept).
@@ -53,6 +60,7 @@ from shardkit.convert.scan.source import (
     label_value,
     read_labels,
 )
+from shardkit.convert.scan.values import fields_of, label_items, read_label_sets, target_values, text_value
 from shardkit.errors import ConvertError, ShardkitError
 from shardkit.storage import fs as storage
 
@@ -170,13 +178,17 @@ def scan_listing(url: str, opts: ScanConfig, split: str = "train", **storage_opt
     except UnicodeDecodeError as exc:
         raise ConvertError(f"{url}: not UTF-8 text ({exc}); save the listing as UTF-8") from None
     columns, rows = _rows(url, text)
-    wanted = [("--path-col", opts.path_col), ("--label-col", opts.label_col)] + (
-        [("--split-col", opts.split_col)] if opts.split_col else []
+    wanted = (
+        [("--path-col", opts.path_col)]
+        + ([("--label-col", opts.label_col)] if opts.labelled else [])
+        + ([("--split-col", opts.split_col)] if opts.split_col else [])
+        + [("--target-col", c) for c in opts.target_cols]
+        + ([("--text-col", opts.text_col)] if opts.text_col else [])
     )
     for flag, col in wanted:
         if col not in columns:
             raise ConvertError(f"{url}: no column {col!r} ({flag}); its columns are: {', '.join(columns) or '(none)'}")
-    used = {opts.path_col, opts.label_col, opts.split_col}
+    used = {c for _, c in wanted}
     clash = [c for c in columns if c not in used and c in RESERVED_FIELDS]
     if clash:
         raise ConvertError(
@@ -224,48 +236,60 @@ def scan_listing(url: str, opts: ScanConfig, split: str = "train", **storage_opt
             )
             continue
         files[real] = (n, ident)
-        label, reason = label_value(row.get(opts.label_col))
-        if reason is SkipReason.NO_LABEL:
-            skipped.setdefault(s, []).append((ident, reason, f"line {n}: empty {opts.label_col!r}"))
-            continue
-        if reason is not None:
-            raw_label = row.get(opts.label_col)
-            skipped.setdefault(s, []).append((ident, reason, f"line {n}: {raw_label!r} is not a class name or index"))
+        skip, values = _row_fields(row, opts)
+        if skip is not None:
+            skipped.setdefault(s, []).append((ident, skip[0], f"line {n}: {skip[1]}"))
             continue
         extra = {k: v for k, v in row.items() if k not in used}
         problem = extra_problem(extra)
         if problem:
             skipped.setdefault(s, []).append((ident, SkipReason.BAD_METADATA, f"line {n}: {problem}"))
             continue
-        entries.append((n, ident, where, label, s, extra))
+        entries.append((n, ident, where, values, s, extra))
     if not entries:
         first = next((d for sk in [*skipped.values(), bad_rows] for _, _, d in sk), "the listing has no rows")
         raise ConvertError(f"{url}: no row with a usable path and label (e.g. {first})")
-    classes, indices, ltype = read_labels(url, [(f"line {e[0]}", e[3]) for e in entries], opts.label_type)
+    where_labels = [(f"line {e[0]}", e[3][0]) for e in entries]
+    classes: list[str]
+    indices: list[Any]
+    ltype: Any
+    if not opts.labelled:
+        classes, indices, ltype = [], [()] * len(entries), None
+    elif opts.is_multi_label:
+        classes, indices, ltype = read_label_sets(url, where_labels, opts.label_type)
+    else:
+        classes, indices, ltype = read_labels(url, where_labels, opts.label_type)
     good = []
-    for (n, ident, where, label, s, extra), index in zip(entries, indices):
+    for (n, ident, where, values, s, extra), index in zip(entries, indices):
         if index is None:
             skipped.setdefault(s, []).append(
-                (ident, SkipReason.BAD_LABEL, f"line {n}: {label!r} is not a class index (0, 1, ...)")
+                (ident, SkipReason.BAD_LABEL, f"line {n}: {values[0]!r} is not a class index (0, 1, ...)")
             )
         else:
-            good.append((ident, where, index, s, extra))
+            good.append((ident, where, (index, *values[1:]), s, extra))
     names = sorted({g[3] for g in good} | set(skipped)) or [split]
     if bad_rows:  # a malformed row's split column cannot be trusted: its skip is recorded in the first split
         skipped.setdefault(names[0], []).extend(bad_rows)
     splits = {s: SplitSource(name=s, directory=url, files=[], skipped=skipped.get(s, [])) for s in names}
-    for ident, where, label, s, extra in good:  # a missing file is found when read, local or remote alike (same keys)
+    multi = opts.is_multi_label
+    for ident, where, (index, target, text), s, extra in good:  # a missing file is found when read (same keys anywhere)
         size = (_local_size(where) or 0) if storage.is_local(where) else 0
-        splits[s].files.append(SourceFile(ident, label, size, where, extra or None))
+        label = index if opts.labelled and not multi else None
+        labels = index if multi else None
+        splits[s].files.append(SourceFile(ident, label, size, where, extra or None, labels, target, text))
     if not good:
         first = next(d for sp in splits.values() for _, _, d in sp.skipped)
         raise ConvertError(f"{url}: no row with a usable path and label (e.g. {first})")
     for sp in splits.values():  # every split, also one whose every row was skipped (files=[]): the job reports it
         sp.files.sort(key=lambda f: f.relpath)
         sp.skipped.sort()
-        sp.class_names = sorted({classes[f.label] for f in sp.files})
-    kind = "class names" if ltype.value == "name" else "class indices"
-    note = f"labels read as {kind} (--label-type {ltype.value}): {len(classes)} classes"
+        sp.class_names = sorted({classes[c] for f in sp.files for c in f.class_indices()})
+    if ltype is None:
+        note = "no labels (--no-label)"
+    else:
+        kind = "class names" if ltype.value == "name" else "class indices"
+        sets = " (sets of classes: multi-label)" if multi else ""
+        note = f"labels read as {kind}{sets} (--label-type {ltype.value}): {len(classes)} classes"
     return ScannedSource(
         root=url,
         classes=classes,
@@ -273,7 +297,36 @@ def scan_listing(url: str, opts: ScanConfig, split: str = "train", **storage_opt
         nested=bool(opts.split_col),
         reader=Reader(root, storage_options),
         notes=[note],
+        fields=fields_of(opts.labelled, multi, bool(opts.target_cols), opts.text_col is not None),
+        targets=list(opts.target_cols),
     )
+
+
+def _row_fields(row: dict[str, Any], opts: ScanConfig) -> tuple[tuple[SkipReason, str] | None, tuple[Any, Any, Any]]:
+    """``(None, (label or class items, target, text))`` of a listing row, or ``((reason, why), ...)`` for a skip."""
+    label: Any = None
+    if opts.labelled and opts.is_multi_label:
+        raw = row.get(opts.label_col)
+        if opts.label_col not in row:  # a JSONL row without the column (an empty cell is a sample with no class)
+            return (SkipReason.NO_LABEL, f"no {opts.label_col!r}"), (None, None, None)
+        label, reason = label_items(raw, opts.label_sep)
+        if reason is not None:
+            return (reason, f"{raw!r} is not a set of class names or indices"), (None, None, None)
+    elif opts.labelled:
+        label, reason = label_value(row.get(opts.label_col))
+        if reason is SkipReason.NO_LABEL:
+            return (reason, f"empty {opts.label_col!r}"), (None, None, None)
+        if reason is not None:
+            return (reason, f"{row.get(opts.label_col)!r} is not a class name or index"), (None, None, None)
+    target, why = target_values(row.get, opts.target_cols) if opts.target_cols else (None, "")
+    if why:
+        return (SkipReason.BAD_TARGET, why), (None, None, None)
+    text = None
+    if opts.text_col is not None:
+        text, reason, why = text_value(row.get(opts.text_col))
+        if reason is not None:
+            return (reason, f"{why} in column {opts.text_col!r}"), (None, None, None)
+    return None, (label, target, text)
 
 
 def _dirname(path: str) -> str:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from shardkit.compat import renamed
 from shardkit.convert.imageproc import SkipReason
 from shardkit.errors import ConvertError, StorageError
+from shardkit.format.fields import DEFAULT_FIELDS
 from shardkit.storage import fs as storage
 
 if TYPE_CHECKING:
@@ -194,13 +195,21 @@ def read_labels(
 
 @dataclass(frozen=True)
 class SourceFile:
-    """One candidate sample (see module docstring)."""
+    """One candidate sample (see module docstring); ``label`` is ``None`` in a source without ``label``
+    (``labels``: its sorted class indices; ``target``, ``text``: its values of those fields)."""
 
     relpath: str
-    label: int
+    label: int | None
     size: int
     ref: str = ""
     meta: Mapping[str, Any] | None = None
+    labels: tuple[int, ...] | None = None
+    target: tuple[float, ...] | None = None
+    text: str | None = None
+
+    def class_indices(self) -> tuple[int, ...]:
+        """The classes this item carries: its ``label``, or its ``labels`` (none in a source without either)."""
+        return (self.label,) if self.label is not None else self.labels or ()
 
 
 @dataclass
@@ -290,6 +299,9 @@ class ScannedSource:
         nested: the source has splits of its own (informational: every split goes to ``DEST/<split>/``).
         reader: reads items' bytes.
         notes: facts the summary should tell (e.g. how labels were read).
+        fields: the stored fields its items fill (:mod:`shardkit.format.fields`; ``("image", "label")``
+            for every source before multi-label, target and text columns).
+        targets: the names of the ``target`` values (``[]`` without ``target``).
         local_dir: a local folder SRC lives in (checked against DEST), if any.
         walked: ``local_dir`` is walked to find the items (then DEST may not be inside it either).
     """
@@ -302,6 +314,8 @@ class ScannedSource:
     notes: list[str] = field(default_factory=list)
     local_dir: str | None = None
     walked: bool = True
+    fields: tuple[str, ...] = DEFAULT_FIELDS
+    targets: list[str] = field(default_factory=list)
 
 
 def val_count(fraction: float, n: int) -> int:
@@ -325,13 +339,13 @@ def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str =
     train = source.splits[0]
     if train.name == val_name:
         raise ValueError(f"--val-fraction: the source's split is already called {val_name!r}")
-    by_class: dict[int, list[SourceFile]] = {}
+    by_class: dict[tuple[int, ...], list[SourceFile]] = {}  # a multi-label item's class is its set of classes
     for f in sorted(train.files, key=lambda f: f.relpath):
-        by_class.setdefault(f.label, []).append(f)
+        by_class.setdefault(f.class_indices(), []).append(f)
     val: set[str] = set()
     for label, files in sorted(by_class.items()):
         picked = list(files)
-        random.Random(f"{seed}:val:{source.classes[label]}").shuffle(
+        random.Random(f"{seed}:val:{'+'.join(source.classes[c] for c in label)}").shuffle(
             picked
         )  # a str seed is hashed with SHA-512: no PYTHONHASHSEED
         val.update(f.relpath for f in picked[: val_count(fraction, len(files))])

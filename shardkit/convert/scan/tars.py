@@ -24,9 +24,15 @@ this order:
 * the label is the ``label_key`` member (``cls``), or the ``label_json_field``
   field of the ``.json`` member (any field, ``class`` included); none, empty,
   ``null`` or ``[]``: ``no_label``; a list, float, bool or object (``[0,1]``,
-  ``2.5``, ``true``): ``bad_label`` (:func:`label_value`; multi-label is not
-  supported yet); otherwise read as names or indices like a listing's
-  (:func:`shardkit.convert.scan.source.read_labels`); not a valid index: ``bad_label``.
+  ``2.5``, ``true``): ``bad_label`` (:func:`label_value`); otherwise read as names or
+  indices like a listing's (:func:`shardkit.convert.scan.source.read_labels`); not a
+  valid index: ``bad_label``. With ``multi_label`` (``--multi-label``) the label is a set
+  of classes (:func:`shardkit.convert.scan.values.label_items`): a JSON list such as
+  ``[0, 2]``, or one class; present but empty (``[]``, ``null``, ``""``) is a sample
+  with no class; a missing label member or field is ``no_label``;
+* with ``text_key`` (``--text-key txt``) the text is that member, kept byte for byte:
+  missing or empty is ``no_text``, not UTF-8 or over 1 MiB ``bad_text``;
+  ``labelled=False`` (``--no-label``) reads no label at all.
 
 shardkit's own shards keep their class names: when a ``manifest.json`` next to
 the tars lists them, its classes (names and order) are the classes and ``.cls``
@@ -61,6 +67,7 @@ from shardkit.convert.scan.source import (
     tar_ref,
 )
 from shardkit.convert.scan.source import spelled_label_value as label_value
+from shardkit.convert.scan.values import fields_of, label_items, read_label_sets, text_value
 from shardkit.errors import ConvertError
 from shardkit.format.members import MemberGroup, group_members
 from shardkit.storage import fs as storage
@@ -124,7 +131,7 @@ def _manifest_classes(base: str, names: list[str], **storage_options: Any) -> tu
     return list(m.classes), f"class names and order from {url}"
 
 
-def _class_field_names(found: list[tuple[str, str, int, int, Any, dict[str, Any], Any]]) -> dict[str, str] | None:
+def _class_field_names(found: list[tuple[Any, ...]]) -> dict[str, str] | None:
     """``{.cls index: name}`` when every sample's ``.json`` has a ``"class"`` name matching its ``.cls`` index one to one."""
     pairs = {(str(int(f[4])), f[6]) for f in found if is_index(f[4]) and int(f[4]) >= 0}
     if not found or len(pairs) != len({p[0] for p in pairs}) or len(pairs) != len({p[1] for p in pairs}):
@@ -150,10 +157,12 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
     base = prefix[: prefix.rfind("/") + 1]  # the folder the tars share
     image_exts = [e.strip().lower() for e in opts.image_key.split(";") if e.strip()]
     label_ext = opts.label_key.lower()
-    small = frozenset({"json", label_ext})
+    text_ext = opts.text_key.lower() if opts.text_key else None
+    small = frozenset({"json", label_ext} | ({text_ext} if text_ext else set()))
+    multi = opts.is_multi_label
     out = SplitSource(name=split, directory=src, files=[])
-    # identity, url, offset, size, label, extra, the .json "class" field
-    found: list[tuple[str, str, int, int, Any, dict[str, Any], Any]] = []
+    # identity, url, offset, size, label (class items if multi), extra, the .json "class" field, text
+    found: list[tuple[str, str, int, int, Any, dict[str, Any], Any, str | None]] = []
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(SCAN_THREADS) as pool:  # tars are scanned concurrently, results taken in order
@@ -188,13 +197,29 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
             extra = {k: v for k, v in meta.items() if k not in RESERVED_FIELDS}
             problem = problem or extra_problem(extra)
             raw: Any = None
+            present = False
             if opts.label_json_field is not None:
+                present = opts.label_json_field in meta
                 raw = meta.get(opts.label_json_field)
                 extra.pop(opts.label_json_field, None)
             elif label_ext in fields and fields[label_ext][2] is not None:
+                present = True
                 raw = fields[label_ext][2].decode("utf-8", "replace")  # type: ignore[union-attr]
-            label, bad = label_value(raw)
+            if not opts.labelled:
+                label, bad = None, None
+            elif multi:  # a set of classes: a JSON list (or one class); present but empty: no class
+                label, bad = label_items(raw, None, spelled=True) if present else (None, SkipReason.NO_LABEL)
+            else:
+                label, bad = label_value(raw)
             where = f"field {opts.label_json_field!r} of .json" if opts.label_json_field else f".{opts.label_key}"
+            text, text_bad, text_why = None, None, ""
+            if text_ext is not None:
+                data = fields[text_ext][2] if text_ext in fields else None
+                if text_ext in fields and data is None:
+                    text_bad, text_why = SkipReason.BAD_TEXT, f"its .{text_ext} member has {fields[text_ext][1]} bytes"
+                else:
+                    text, text_bad, text_why = text_value(data)
+                    text_why = f"{text_why} (.{text_ext})"
             if image is None:
                 exts = ", ".join("." + e for e in sorted(fields) if e) or "none"
                 out.skipped.append(
@@ -205,26 +230,35 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
             elif bad == SkipReason.NO_LABEL:
                 out.skipped.append((ident, SkipReason.NO_LABEL, f"no label ({where})"))
             elif bad is not None:
-                out.skipped.append(
-                    (ident, bad, f"{str(raw)[:80]!r} ({where}) is not a class name or index (a list, number or bool)")
-                )
+                what = "a list of class names or indices" if multi else "a class name or index (a list, number or bool)"
+                out.skipped.append((ident, bad, f"{str(raw)[:80]!r} ({where}) is not {what}"))
+            elif text_bad is not None:
+                out.skipped.append((ident, text_bad, text_why))
             else:
-                found.append((ident, url, fields[image][0], fields[image][1], label, extra, meta.get("class")))
+                found.append((ident, url, fields[image][0], fields[image][1], label, extra, meta.get("class"), text))
     if not found:
         raise ConvertError(
             f"{src}: no sample with both an image ({opts.image_key}) and a usable label ({len(out.skipped)} skipped)"
         )
     known, note = (
         (None, None)
-        if opts.label_json_field is not None and opts.label_json_field != "class"
+        if not opts.labelled or (opts.label_json_field is not None and opts.label_json_field != "class")
         else _manifest_classes(base, [u[len(base) :] for u in urls], **storage_options)
     )
-    by_field = None if known is not None or opts.label_json_field is not None else _class_field_names(found)
-    if known is not None and opts.label_json_field is None:  # shardkit's shards: .cls indexes the manifest's classes
+    indices: list[Any]
+    classes: list[str]
+    by_field = (
+        None
+        if multi or not opts.labelled or known is not None or opts.label_json_field is not None
+        else _class_field_names(found)
+    )
+    if not opts.labelled:
+        classes, indices, what = [], [None] * len(found), "none (--no-label)"
+    elif multi:
+        classes, indices, what = _label_sets(src, found, known if opts.label_json_field is None else None, opts)
+    elif known is not None and opts.label_json_field is None:  # shardkit's shards: .cls indexes the manifest's classes
         classes = known
-        indices: list[int | None] = [
-            int(f[4]) if is_index(f[4]) and 0 <= int(f[4]) < len(known) else None for f in found
-        ]
+        indices = [int(f[4]) if is_index(f[4]) and 0 <= int(f[4]) < len(known) else None for f in found]
         what = f"class indices into the manifest's {len(known)} classes"
     elif by_field is not None:  # shardkit's shards without a manifest: the .json "class" names, in .cls order
         classes = [by_field[i] for i in sorted(by_field, key=int)]
@@ -238,16 +272,18 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
             pos = {c: i for i, c in enumerate(order)}
             classes, indices = order, [None if i is None else pos[classes[i]] for i in indices]
         what = f"{'class names' if kind.value == 'name' else 'class indices'} (--label-type {kind.value})"
-    for (ident, url, offset, size, label, extra, _), index in zip(found, indices):
-        if index is None:
+    for (ident, url, offset, size, label, extra, _, text), index in zip(found, indices):
+        if index is None and opts.labelled:
             out.skipped.append(
                 (ident, SkipReason.BAD_LABEL, f"{label!r} is not a class index (0 .. {len(classes) - 1})")
             )
         else:
-            out.files.append(SourceFile(ident, index, size, tar_ref(url, offset, size), extra or None))
+            single, labels = (None, index) if multi else (index, None)
+            ref = tar_ref(url, offset, size)
+            out.files.append(SourceFile(ident, single, size, ref, extra or None, labels, None, text))
     out.files.sort(key=lambda f: f.relpath)
     out.skipped.sort()
-    out.class_names = sorted({classes[f.label] for f in out.files})
+    out.class_names = sorted({classes[c] for f in out.files for c in f.class_indices()})
     local = [storage.local_path(u) for u in urls if storage.is_local(u)]
     notes = [f"{len(urls)} tars; labels read as {what}: {len(classes)} classes"]
     notes += [n for n in (note,) if n]
@@ -264,4 +300,24 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
         local_dir=os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in local]) if local else None,
         walked=False,
         notes=notes,
+        fields=fields_of(opts.labelled, multi, False, text_ext is not None),
+    )
+
+
+def _label_sets(
+    src: str, found: list[tuple[Any, ...]], known: list[str] | None, opts: ScanConfig
+) -> tuple[list[str], list[tuple[int, ...] | None], str]:
+    """Classes and each sample's class indices of a multi-label tar source; ``known``: a shardkit manifest's classes
+    (the items are indices into them, e.g. ``--label-key labels.json`` on shardkit's own multi-label shards)."""
+    if known is not None:
+        out: list[tuple[int, ...] | None] = []
+        for f in found:
+            ok = all(is_index(i) and 0 <= int(i) < len(known) for i in f[4])
+            out.append(tuple(sorted({int(i) for i in f[4]})) if ok else None)
+        return known, out, f"sets of class indices into the manifest's {len(known)} classes (multi-label)"
+    classes, indices, kind = read_label_sets(src, [(f"sample {f[0]}", f[4]) for f in found], opts.label_type)
+    return (
+        classes,
+        indices,
+        f"sets of {'class names' if kind.value == 'name' else 'class indices'} (multi-label, --label-type {kind.value})",
     )
