@@ -28,7 +28,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import shardkit
-from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GaussianBlur, GpuAugment, Normalize, RandomGrayscale
+from shardkit.augment import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ColorJitter,
+    GaussianBlur,
+    GpuAugment,
+    Normalize,
+    RandomGrayscale,
+)
 from shardkit.loader.prefetch import DevicePrefetcher
 
 NUM_GLOBAL = 2  # DINO's two global crops: the teacher sees these
@@ -191,16 +199,19 @@ class PerViewColour:
 # ----------------------------------------------------------------------------- data and main
 
 
-def demo_shards(workdir: str) -> str:
-    """A small photo-like sample dataset that shardkit makes (no download), converted to shards; its URL."""
+def demo_shards(workdir: str, images: int = 128) -> str:
+    """A small photo-like sample dataset of ``images`` images that shardkit makes (no download), converted to shards;
+    its URL."""
     from shardkit.convert import ConvertConfig, convert
     from shardkit.convert.imageproc import EncodeConfig
     from shardkit.demo.sampledata import SMALL, make_imagefolder
 
     src = os.path.join(workdir, "images")
     if not os.path.isdir(src):
-        make_imagefolder(src, num_classes=4, per_class=32, spread=SMALL)
-    result = convert(src, os.path.join(workdir, "shards"), ConvertConfig(image=EncodeConfig(short_side=128)), quiet=True)
+        make_imagefolder(src, num_classes=4, per_class=max(1, images // 4), spread=SMALL)
+    result = convert(
+        src, os.path.join(workdir, "shards"), ConvertConfig(image=EncodeConfig(short_side=128)), quiet=True
+    )
     return result.splits[0].url
 
 
@@ -208,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", help="a shardkit split (URL); default: sample data made in --workdir")
     p.add_argument("--workdir", default="dino-demo", help="where the sample data goes")
+    p.add_argument("--demo-images", type=int, default=128, help="how many sample images (without --data)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--workers", type=int, default=2)
@@ -225,15 +237,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.steps < 1:
         p.error("--steps must be >= 1")
     torch.manual_seed(args.seed)
-    url = args.data or demo_shards(args.workdir)
+    url = args.data or demo_shards(args.workdir, args.demo_images)
 
     # 1. the crops, cut in the workers: each image decoded once, 2 global + N local views per image
-    views = [shardkit.View(args.global_size, scale=(0.4, 1.0), count=NUM_GLOBAL)]
-    if args.local_crops:
-        views.append(shardkit.View(args.local_size, scale=(0.05, 0.4), count=args.local_crops))
-    loader = shardkit.load(
-        url, batch_size=args.batch_size, num_workers=args.workers, views=views, seed=args.seed, drop_last=True
-    )
+    try:
+        views = [shardkit.View(args.global_size, scale=(0.4, 1.0), count=NUM_GLOBAL)]
+        if args.local_crops:
+            views.append(shardkit.View(args.local_size, scale=(0.05, 0.4), count=args.local_crops))
+        loader = shardkit.load(
+            url, batch_size=args.batch_size, num_workers=args.workers, views=views, seed=args.seed, drop_last=True
+        )
+    except (shardkit.ShardkitError, ValueError) as exc:  # a wrong URL or option: one line, no traceback
+        raise SystemExit(f"train_dino.py: {exc}") from None
     if len(loader) == 0:
         raise SystemExit(f"{url}: fewer samples than one batch of {args.batch_size}; lower --batch-size")
 

@@ -81,7 +81,13 @@ class MultiCrop:
 
         interp = T.InterpolationMode(interpolation)
         self.transforms = [
-            T.Compose([T.RandomResizedCrop(size, scale=scale, interpolation=interp), T.RandomHorizontalFlip(), T.PILToTensor()])
+            T.Compose(
+                [
+                    T.RandomResizedCrop(size, scale=scale, interpolation=interp),
+                    T.RandomHorizontalFlip(),
+                    T.PILToTensor(),
+                ]
+            )
             for size, scale, count in DINO_VIEWS
             for _ in range(count)
         ]
@@ -209,7 +215,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--batches", type=int, default=20, help="batches timed per run (shardkit)")
     ap.add_argument("--tv-batches", type=int, default=6, help="batches timed per run (torchvision)")
-    ap.add_argument("--store", default="256", help="shards: short side in pixels (default 256) or 'copy' (source bytes)")
+    ap.add_argument(
+        "--store", default="256", help="shards: short side in pixels (default 256) or 'copy' (source bytes)"
+    )
     ap.add_argument("--interpolation", default="bicubic", choices=["bicubic", "bilinear"], help="torchvision's resize")
     ap.add_argument("--out", default="/tmp/shardkit-bench-views")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -253,7 +261,9 @@ def main() -> None:
     cmd = "python tools/bench_views.py " + " ".join(sys.argv[1:])
     med = {k: statistics.median(v) for k, v in img_s.items()}
     vs_tv, vs_one = ratio("shardkit views", "torchvision"), ratio("shardkit views", "shardkit 1 crop")
-    print(f"\n`{cmd}`, {time.strftime('%Y-%m-%d')}, {cores} cores, {a.workers} workers, batch {BATCH}; data: {data_line}.")
+    print(
+        f"\n`{cmd}`, {time.strftime('%Y-%m-%d')}, {cores} cores, {a.workers} workers, batch {BATCH}; data: {data_line}."
+    )
     print(f"img/s: medians of {a.runs} interleaved runs; ratios: medians of the per-round ratios.\n")
     print("| pipeline | img/s | ratio |\n|---|---:|---|")
     print(

@@ -48,6 +48,8 @@ def test_dino_example_trains_on_sample_data(tmp_path):
         EXAMPLE,
         "--workdir",
         str(tmp_path / "demo"),
+        "--demo-images",
+        "32",
         "--steps",
         "6",
         "--batch-size",
@@ -135,7 +137,10 @@ def test_dino_loss_matches_the_written_out_reference(batch, dim, local, n_global
 def test_teacher_and_centre_are_exponential_moving_averages(momentum, seed):
     torch.manual_seed(seed)
     student, teacher = nn.Linear(4, 3), nn.Linear(4, 3)
-    want = [momentum * t.detach().clone() + (1 - momentum) * s.detach() for s, t in zip(student.parameters(), teacher.parameters())]
+    want = [
+        momentum * t.detach().clone() + (1 - momentum) * s.detach()
+        for s, t in zip(student.parameters(), teacher.parameters())
+    ]
     dino.update_teacher(student, teacher, momentum)
     for got, w in zip(teacher.parameters(), want):
         torch.testing.assert_close(got.detach(), w)
