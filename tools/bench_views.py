@@ -176,6 +176,40 @@ def child(opts: dict) -> dict:
     return out
 
 
+def ceiling(opts: dict) -> dict:
+    """The decode stage alone, in process, one core, bytes in memory (like ``bench_loader``'s decode-only ceiling):
+    img/s and seconds per stage for views and for 1 crop, with the workers' own code (``views_batch``,
+    ``decode_batch``)."""
+    import itertools
+
+    import shardkit
+    from shardkit.compat import one_thread
+    from shardkit.loader.batching import BatchSpec, decode_batch
+    from shardkit.loader.config import ImageConfig
+    from shardkit.loader.decode.multicrop import ViewDecoder, views_batch
+    from shardkit.loader.decode.worker import CropDecoder
+    from shardkit.loader.stats import COUNTERS, Counters
+
+    raw = shardkit.load(opts["shards"], batch_size=BATCH, num_workers=0, raw=True, shuffle=False, pin_memory=False)
+    batches = list(itertools.islice(raw, -(-opts["samples"] // BATCH)))
+    views = tuple(shardkit.View(s, scale=sc, count=c) for s, sc, c in DINO_VIEWS)
+    spec = BatchSpec(batch_size=BATCH, num_batches=len(batches), epoch=0)
+    out = {}
+    for kind, dec, make in (
+        ("shardkit views", ViewDecoder(ImageConfig(views=views), 0), views_batch),
+        ("shardkit 1 crop", CropDecoder(ImageConfig(), 0), decode_batch),
+    ):
+        with one_thread():
+            make(batches[0][:16], spec=spec, decoder=dec, counters=Counters())  # warm up
+            c, t = Counters(), time.perf_counter()
+            for b in batches:
+                make(b, spec=spec, decoder=dec, counters=c)
+            dt = time.perf_counter() - t
+        d = dict(zip(COUNTERS, c.v.tolist()))
+        out[kind] = {"img_s": d["samples"] / dt, **{k: d[k] for k in STAGES + ("samples",)}}
+    return out
+
+
 def run_child(opts: dict) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
@@ -194,16 +228,18 @@ def run_child(opts: dict) -> dict:
 # ----------------------------------------------------------------------------- report
 
 
-def stage_rows(stages: dict[str, list[dict]]) -> list[str]:
-    """Markdown rows: per shardkit pipeline, worker ms per image for each stage (medians over runs) and its share."""
+def stage_rows(stages: dict[str, list[dict]], read: bool = True) -> list[str]:
+    """Markdown rows: per shardkit pipeline, ms per image for each stage (medians over runs) and its share."""
+    shown = STAGES if read else STAGES[1:]
+    names = {"read_s": "read", "decode_s": "decode", "resize_s": "resize (cut + resize + flip)", "collate_s": "collate"}
     rows = [
-        "| shardkit pipeline | read | decode | resize (cut + resize + flip) | collate | worker ms per image |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"| shardkit pipeline | {' | '.join(names[k] for k in shown)} | ms per image |",
+        "|---|" + "---:|" * (len(shown) + 1),
     ]
     for kind, runs in stages.items():
         per = {k: statistics.median(1000 * r[k] / max(1.0, r["samples"]) for r in runs) for k in STAGES}
         work = per["decode_s"] + per["resize_s"] + per["collate_s"]  # read runs on a thread, overlapping decode
-        cells = [f"{per[k]:.2f} ms" + ("" if k == "read_s" else f" ({100 * per[k] / work:.0f} %)") for k in STAGES]
+        cells = [f"{per[k]:.2f} ms" + ("" if k == "read_s" else f" ({100 * per[k] / work:.0f} %)") for k in shown]
         rows.append(f"| {kind} | {' | '.join(cells)} | {work:.2f} |")
     return rows
 
@@ -219,11 +255,13 @@ def main() -> None:
         "--store", default="256", help="shards: short side in pixels (default 256) or 'copy' (source bytes)"
     )
     ap.add_argument("--interpolation", default="bicubic", choices=["bicubic", "bilinear"], help="torchvision's resize")
+    ap.add_argument("--ceiling-samples", type=int, default=256, help="samples of the in-process 1-core breakdown")
     ap.add_argument("--out", default="/tmp/shardkit-bench-views")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(child(json.loads(a.child))))
+        opts = json.loads(a.child)
+        print(json.dumps(ceiling(opts) if opts["kind"] == "ceiling" else child(opts)))
         return
     if a.store != "copy" and not a.store.isdigit():
         ap.error(f"--store must be a number of pixels or 'copy', not {a.store!r}")
@@ -245,6 +283,7 @@ def main() -> None:
     img_s: dict[str, list[float]] = {k: [] for k in KINDS}
     stages: dict[str, list[dict]] = {k: [] for k in KINDS[1:]}
     reports: dict[str, str] = {}
+    ceilings: list[dict] = []
     for r in range(a.runs):
         for kind in KINDS:
             res = run_child({**base, "kind": kind, "batches": a.tv_batches if kind == "torchvision" else a.batches})
@@ -253,6 +292,9 @@ def main() -> None:
                 stages[kind].append(res["stages"])
                 reports[kind] = res["report"]
             print(f"round {r}: {kind:<16} {res['img_s']:>8.1f} img/s", flush=True)
+        ceilings.append(run_child({**base, "kind": "ceiling", "samples": a.ceiling_samples}))
+        one = ", ".join(f"{k} {v['img_s']:.1f} img/s" for k, v in ceilings[-1].items())
+        print(f"round {r}: in process, 1 core: {one}", flush=True)
 
     def ratio(num: str, den: str) -> float:
         return statistics.median(x / y for x, y in zip(img_s[num], img_s[den]))
@@ -278,11 +320,33 @@ def main() -> None:
     print(f"| shardkit 1 crop (train preset, 224) | {med['shardkit 1 crop']:,.0f} | — |")
     print("\nWhere the workers' time goes (`loader.stats`, summed over workers and the epochs each run touched):\n")
     print("\n".join(stage_rows(stages)))
+    print(
+        f"\nThe decode stage alone, in process, 1 core, bytes in memory ({a.ceiling_samples} samples, "
+        f"the workers' code; medians of {a.runs} runs, one per round):\n"
+    )
+    print("\n".join(stage_rows({k: [c[k] for c in ceilings] for k in stages}, read=False)))
+    for kind in stages:
+        one_core = statistics.median(c[kind]["img_s"] for c in ceilings)
+        used = max(1, min(a.workers, cores))
+        eff = statistics.median(x / (c[kind]["img_s"] * used) for x, c in zip(img_s[kind], ceilings))
+        print(
+            f"\n{kind}: {one_core:,.0f} img/s on 1 core in process; {a.workers} workers / (that x {used} cores) = {eff:.2f}"
+        )
     for kind, line in reports.items():
         print(f"\n{kind}, last run, `loader.report()`: {line}")
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "results-views.json"), "w") as f:
-        json.dump({"img_s": img_s, "stages": stages, "ratio_views_tv": vs_tv, "ratio_views_1crop": vs_one}, f, indent=1)
+        json.dump(
+            {
+                "img_s": img_s,
+                "stages": stages,
+                "ceilings": ceilings,
+                "ratio_views_tv": vs_tv,
+                "ratio_views_1crop": vs_one,
+            },
+            f,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":
