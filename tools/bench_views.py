@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 BATCH = 64
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -133,7 +134,7 @@ def child(opts: dict) -> dict:
     else:
         import shardkit
 
-        extra = {}
+        extra: dict[str, Any] = {}
         if kind == "shardkit views":
             extra["views"] = [shardkit.View(s, scale=sc, count=c) for s, sc, c in DINO_VIEWS]
         loader = shardkit.load(
@@ -195,10 +196,11 @@ def ceiling(opts: dict) -> dict:
     views = tuple(shardkit.View(s, scale=sc, count=c) for s, sc, c in DINO_VIEWS)
     spec = BatchSpec(batch_size=BATCH, num_batches=len(batches), epoch=0)
     out = {}
-    for kind, dec, make in (
+    stages: list[tuple[str, Any, Any]] = [
         ("shardkit views", ViewDecoder(ImageConfig(views=views), 0), views_batch),
         ("shardkit 1 crop", CropDecoder(ImageConfig(), 0), decode_batch),
-    ):
+    ]
+    for kind, dec, make in stages:
         with one_thread():
             make(batches[0][:16], spec=spec, decoder=dec, counters=Counters())  # warm up
             c, t = Counters(), time.perf_counter()
@@ -249,8 +251,8 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=3000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--batches", type=int, default=20, help="batches timed per run (shardkit)")
-    ap.add_argument("--tv-batches", type=int, default=6, help="batches timed per run (torchvision)")
+    ap.add_argument("--batches", type=int, default=40, help="batches timed per run (shardkit)")
+    ap.add_argument("--tv-batches", type=int, default=8, help="batches timed per run (torchvision)")
     ap.add_argument(
         "--store", default="256", help="shards: short side in pixels (default 256) or 'copy' (source bytes)"
     )
