@@ -114,7 +114,7 @@ def _check(kind: str, batch) -> None:
 
 
 def child(opts: dict) -> dict:
-    """One measurement: img/s over ``batches`` batches after ``warm`` start-up batches (and stage seconds)."""
+    """One measurement: img/s over ``batches`` batches after one start-up batch per worker (and stage seconds)."""
     import torch
 
     kind, workers, batches = opts["kind"], opts["workers"], opts["batches"]
