@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.support.repo import ROOT
@@ -112,6 +112,7 @@ def reference_loss(student, teacher, center, views, n_global, t_s, t_t) -> float
     t_t=st.sampled_from([0.04, 0.07, 0.3]),
     seed=st.integers(0, 2**16),
 )
+@example(batch=2, dim=3, local=2, n_global=2, t_s=0.1, t_t=0.04, seed=1)  # DINO's shape: 2 global views, temps
 def test_dino_loss_matches_the_written_out_reference(batch, dim, local, n_global, t_s, t_t, seed):
     views = n_global + local
     if views < 2:
@@ -134,6 +135,7 @@ def test_dino_loss_matches_the_written_out_reference(batch, dim, local, n_global
 
 @FAST
 @given(momentum=st.floats(0.5, 0.999), seed=st.integers(0, 2**16))
+@example(momentum=0.9, seed=0)
 def test_teacher_and_centre_are_exponential_moving_averages(momentum, seed):
     torch.manual_seed(seed)
     student, teacher = nn.Linear(4, 3), nn.Linear(4, 3)
