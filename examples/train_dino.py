@@ -4,8 +4,8 @@ DINO (Caron et al. 2021, facebookresearch/dino ``main_dino.py``) trains a studen
 every image gets 2 global crops and several local crops; the teacher sees the global crops only, its outputs are
 centred (a running mean) and sharpened (a low temperature), and the loss is the cross-entropy between the teacher's
 softmax on each global crop and the student's softmax on every *other* crop. Here shardkit cuts all the crops in its
-workers, each image decoded once (``shardkit.load(url, views=[...])``), and the colour augmentation runs per view on
-the device. The network is a tiny CNN so that it runs on a CPU::
+workers, each image decoded once (``shardkit.load(url, views=[...])``), and DINO's colour recipes run per view group
+on the device (``shardkit.augment.ViewAugment.dino()``). The network is a tiny CNN so that it runs on a CPU::
 
     python examples/train_dino.py --steps 20                       # sample data shardkit makes: ~30 s on 2 CPU cores
     python examples/train_dino.py --data /data/imagenet/train --global-size 224 --local-size 96 --local-crops 8 \\
@@ -28,15 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import shardkit
-from shardkit.augment import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    ColorJitter,
-    GaussianBlur,
-    GpuAugment,
-    Normalize,
-    RandomGrayscale,
-)
+from shardkit.augment import ViewAugment
 from shardkit.loader.prefetch import DevicePrefetcher
 
 NUM_GLOBAL = 2  # DINO's two global crops: the teacher sees these
@@ -168,34 +160,6 @@ def train_step(
     return value
 
 
-# ----------------------------------------------------------------------------- colour, per view
-
-
-def colour_ops(size: int, blur_p: float) -> list:
-    """DINO's colour recipe for one view (minus solarisation): jitter p=0.8, grayscale p=0.2, blur, normalise."""
-    return [
-        ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8),
-        RandomGrayscale(0.2),
-        GaussianBlur(max(3, (size // 16) | 1), sigma=(0.1, 2.0), p=blur_p),
-        Normalize(IMAGENET_MEAN, IMAGENET_STD),
-    ]
-
-
-class PerViewColour:
-    """The views list (uint8) -> normalised float views: DINO's blur p=1.0 on global view 1, 0.1 on global view 2,
-    0.5 on the local views, one plain :class:`GpuAugment` per view (each call draws new per-sample parameters)."""
-
-    def __init__(self, global_size: int, local_size: int, seed: int) -> None:
-        self.globals = [
-            GpuAugment(colour_ops(global_size, 1.0), seed=seed),
-            GpuAugment(colour_ops(global_size, 0.1), seed=seed + 1),
-        ]
-        self.local = GpuAugment(colour_ops(local_size, 0.5), seed=seed + 2)
-
-    def __call__(self, views: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [self.globals[j](v) if j < NUM_GLOBAL else self.local(v) for j, v in enumerate(views)]
-
-
 # ----------------------------------------------------------------------------- data and main
 
 
@@ -252,10 +216,10 @@ def main(argv: list[str] | None = None) -> None:
     if len(loader) == 0:
         raise SystemExit(f"{url}: fewer samples than one batch of {args.batch_size}; lower --batch-size")
 
-    # 2. colour augmentation on the device, per view.
-    # >>> SWITCH HERE when GpuAugment's per-view-group DINO presets land (issue #23, helper "gviews"): replace
-    # >>> PerViewColour by that preset (one call on the whole views list, same-size views batched together).
-    colour = PerViewColour(args.global_size, args.local_size, args.seed)
+    # 2. colour augmentation on the device: DINO's recipes per view group (jitter, grayscale, blur p=1.0 / 0.1 on
+    #    the two global views and 0.5 on the local ones, solarize on the second global view), per-sample parameters,
+    #    same-size views batched together
+    colour = ViewAugment.dino(local_crops_number=args.local_crops, seed=args.seed)
 
     # 3. student and EMA teacher (the teacher is never trained by the optimizer)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
