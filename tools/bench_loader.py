@@ -54,14 +54,15 @@ def make_data(out: str, n: int, procs: int) -> tuple[str, str]:
     with mp.get_context("fork").Pool(procs) as pool:
         pool.map(_make_class, [(src, i, c, per, 0) for i, c in enumerate(names)])
     dest = os.path.join(out, "shards")
-    if not os.path.exists(os.path.join(dest, "manifest.json")):
+    split = os.path.join(dest, "train")  # convert writes DEST/<split>/; a flat dest is what _write_shards makes
+    if not any(os.path.exists(os.path.join(d, "manifest.json")) for d in (dest, split)):
         try:
             from shardkit.convert import ConvertConfig, convert
 
             convert(src, dest, ConvertConfig(shard_size=250, shard_bytes=None), workers=procs, quiet=True)
         except ImportError:
             _write_shards(src, dest)
-    return src, dest
+    return src, split if os.path.exists(os.path.join(split, "manifest.json")) else dest
 
 
 def _write_shards(src: str, dest: str) -> None:
