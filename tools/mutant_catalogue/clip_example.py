@@ -34,8 +34,8 @@ MUTANTS = [
         "id": "clip-captions-not-written",  # the images converted without their captions
         "row": ROW_TRAINS,
         "file": F,
-        "old": "w.writerow([os.path.join(\"images\", shape, name), caption(shape, i)])",
-        "new": "w.writerow([os.path.join(\"images\", shape, name), \"\"])",
+        "old": 'w.writerow([os.path.join("images", shape, name), caption(shape, i)])',
+        "new": 'w.writerow([os.path.join("images", shape, name), ""])',
         "tests": [TRAINS],
     },
     {
