@@ -381,5 +381,8 @@ def test_set_epoch_with_a_size_scales_the_views(solid):
     loader = load(solid, num_workers=0, batch_size=4)
     loader.set_epoch(1, size=16)
     assert loader.size == 16 and [v.size for v in loader.views] == [16, 8]
+    views, _labels, keys = next(iter(loader))
+    assert [v.shape[-1] for v in views] == [16, 16, 8, 8, 8]
+    check_colours(views, keys)
     loader.set_epoch(2)  # without a size: kept
     assert loader.epoch == 2 and loader.size == 16

@@ -71,13 +71,17 @@ def write(root: str, image, n: int = N, shard_size: int = 7) -> str:
     os.makedirs(root, exist_ok=True)
     shards: list[ShardInfo] = []
     for start in range(0, n, shard_size):
-        samples = [EncodedSample(f"k{i:06d}", _jpeg(image(i)), i % 3, {}) for i in range(start, min(n, start + shard_size))]
+        samples = [
+            EncodedSample(f"k{i:06d}", _jpeg(image(i)), i % 3, {}) for i in range(start, min(n, start + shard_size))
+        ]
         name = f"train-{len(shards):06d}.tar"
         with open(os.path.join(root, name), "wb") as f:
             cnt, nbytes, sha = write_shard(samples, f)
         shards.append(ShardInfo(name=name, samples=cnt, bytes=nbytes, sha256=sha))
     counts = [sum(1 for i in range(n) if i % 3 == c) for c in range(3)]
-    save_manifest(Manifest(split="train", classes=["a", "b", "c"], shards=shards, options={}, class_counts=counts), root)
+    save_manifest(
+        Manifest(split="train", classes=["a", "b", "c"], shards=shards, options={}, class_counts=counts), root
+    )
     return root
 
 
@@ -200,6 +204,7 @@ def documented(width: int, height: int, gid: int, epoch: int) -> list[tuple[tupl
 
 @settings(derandomize=True, deadline=None, max_examples=30)
 @given(size=st.integers(1, 96), epoch=st.integers(0, 5), gids=st.lists(st.integers(0, 10**6), min_size=1, max_size=5))
+@example(size=16, epoch=1, gids=[3, 7, 123456])
 def test_the_crop_boxes_at_any_size_are_the_configured_ones(size, epoch, gids):
     decoder = ViewDecoder(ImageConfig(views=VIEWS).at_size(size), SEED)
     sizes = np.array([[80 + 3 * g % 50, 60 + g % 40] for g in gids], np.int64)
@@ -220,7 +225,9 @@ def test_the_views_at_a_size_are_the_documented_crops_resized(smooth):
         full = torch.from_numpy(np.array(Image.open(io.BytesIO(_jpeg(gradient(i)))).convert("RGB"))).permute(2, 0, 1)
         h, w = full.shape[1:]
         for j, ((x0, y0, x1, y1), flip) in enumerate(documented(w, h, i, 1)):
-            want = F.interpolate(full[None, :, y0:y1, x0:x1].float(), size=(sizes[j], sizes[j]), mode="bilinear", antialias=True)[0]
+            want = F.interpolate(
+                full[None, :, y0:y1, x0:x1].float(), size=(sizes[j], sizes[j]), mode="bilinear", antialias=True
+            )[0]
             if flip:
                 want = want.flip(-1)
             err = (views[j].float() - want).abs().mean().item()
@@ -255,7 +262,9 @@ def test_mid_epoch_resume_after_a_size_change(smooth):
     )
     assert res.states[0]["size"] == 16
     resumed = res.loaders[0]
-    assert resumed.size == 16 and [v.size for v in resumed.views] == [16, 8] and resumed.epoch == 2  # the next epoch keeps it
+    assert (
+        resumed.size == 16 and [v.size for v in resumed.views] == [16, 8] and resumed.epoch == 2
+    )  # the next epoch keeps it
     assert res.rest[0] and res.rest[0][0].images.shape[1] == 2 * 3 * 16**2 + 3 * 3 * 8**2
     resumed.close()
 
