@@ -162,11 +162,8 @@ class ImageConfig:
         return replace(self, **changes)
 
     def at_size(self, size: int) -> "ImageConfig":
-        """These options with output ``size`` (0: unchanged); ``resize_size`` follows unless set on purpose.
-
-        With ``views``, ``size`` is the first view's new size and every view is scaled with it
-        (:func:`~shardkit.loader.view.scaled_views`; the first view's own size: unchanged).
-        """
+        """These options with output ``size`` (0: unchanged); ``resize_size`` follows unless set on purpose. With
+        ``views``, ``size`` is the first view's and every view scales with it (:func:`~shardkit.loader.view.scaled_views`)."""
         if self.views:
             return self if size in (0, self.views[0].size) else self.updated(views=scaled_views(self.views, size))
         return self if size in (0, self.size) else self.updated(size=size)
