@@ -17,7 +17,7 @@ from typing import Any, Optional
 from shardkit.choices import Choice, check_types
 from shardkit.format.members import MAX_PIXELS
 from shardkit.loader.fields import parse_fields
-from shardkit.loader.view import View, parse_views
+from shardkit.loader.view import View, parse_views, scaled_views
 from shardkit.plan.ordering import EpochPolicy, PlanConfig
 from shardkit.storage.opener import SourceConfig, StorageConfig  # noqa: F401 - SourceConfig: the old name
 
@@ -162,7 +162,10 @@ class ImageConfig:
         return replace(self, **changes)
 
     def at_size(self, size: int) -> "ImageConfig":
-        """These options with output ``size`` (0: unchanged); ``resize_size`` follows unless set on purpose."""
+        """These options with output ``size`` (0: unchanged); ``resize_size`` follows unless set on purpose. With
+        ``views``, ``size`` is the first view's and every view scales with it (:func:`~shardkit.loader.view.scaled_views`)."""
+        if self.views:
+            return self if size in (0, self.views[0].size) else self.updated(views=scaled_views(self.views, size))
         return self if size in (0, self.size) else self.updated(size=size)
 
 

@@ -34,6 +34,7 @@ from shardkit.loader.doctor import epoch_report
 from shardkit.loader.pool import WorkerPool
 from shardkit.loader.state import resume_state, state_of
 from shardkit.loader.stats import EpochMeter, LoaderStats
+from shardkit.loader.view import View, describe_views, scaled_views
 from shardkit.plan import RankSplit
 from shardkit.plan.position import Position
 
@@ -228,26 +229,53 @@ class ShardLoader:
                 sample): only the output resolution changes. ``None``: unchanged. The
                 shared batch slots hold the largest size seen when the workers started;
                 a larger size goes into new memory per batch until they restart, so pass
-                the largest size of a schedule to :func:`load` (``size=``).
+                the largest size of a schedule to :func:`load` (``size=``). With ``views=``:
+                the first view's size; every view is scaled by ``size / views[0].size``
+                (rounded to the nearest int, halves up, at least 1: :attr:`views`); the slots
+                hold the configured views, so configure them at the schedule's largest size.
         """
         if size is not None and (type(size) is not int or size < 1):
             raise ValueError(f"size must be an int >= 1, got {size!r}")
-        if size is not None and self.config.image.views:
-            raise ValueError(
-                "set_epoch(size=...) sets the single crop's size; with views= each View has its own size "
-                "(progressive resolution with views is not supported yet): call set_epoch(epoch) without size"
-            )
         up = self._upcoming()  # a pass stopped at exactly len() has finished its epoch: set_epoch(it) replays it
         pos = up if epoch == up.epoch else up.started(epoch)
         if size is not None:
-            pos = pos.resized(0 if size == self.config.image.size else size)
-            self._pool.warn_if_slots_too_small(size)
+            pos = pos.resized(0 if size == self._configured_size else size)
+            if self.config.image.views:
+                self._warn_if_views_too_large(size)
+            else:
+                self._pool.warn_if_slots_too_small(size)
         self._position = pos
 
     @property
+    def _configured_size(self) -> int:
+        """The size ``set_epoch(size=)`` is relative to: the single crop's, or the first view's."""
+        image = self.config.image
+        return image.views[0].size if image.views else image.size
+
+    def _warn_if_views_too_large(self, size: int) -> None:
+        """The shared slots hold the configured views: a larger reference ``size`` goes into new memory per batch."""
+        c = self.config
+        if size > self._configured_size and c.reuse_buffers and c.num_workers and self.dataset.strategy.uses_ring:
+            log.warning(
+                "shardkit: size %d is larger than the first view's configured size (%d): the shared batch slots hold "
+                "the configured views, so batches of views %s go to new memory; configure the views at the "
+                "schedule's largest size",
+                size,
+                self._configured_size,
+                describe_views(scaled_views(c.image.views, size)),
+            )
+
+    @property
     def size(self) -> int:
-        """The output image size of the next batches (the configured one unless :meth:`set_epoch` set another)."""
-        return self._position.size or self.config.image.size
+        """The output image size of the next batches (the configured one unless :meth:`set_epoch` set another);
+        with ``views=`` the first view's size (:attr:`views` has them all)."""
+        return self._position.size or self._configured_size
+
+    @property
+    def views(self) -> tuple[View, ...]:
+        """The :class:`~shardkit.View` groups of the next batches at their current sizes (``set_epoch(size=)``
+        scales them all with the first), ``()`` without ``views=``."""
+        return scaled_views(self.config.image.views, self._position.size)
 
     def restart_epoch(self) -> None:
         """Start the current epoch over on the next ``iter()`` (after an iteration left early)."""
@@ -276,8 +304,10 @@ class ShardLoader:
     def report(self) -> str:
         """One line about the current or last epoch: the share of it the loop waited for data, img/s,
         skipped samples, read retries and the slowest worker stage (``log_every_epoch=True`` logs it);
-        with ``decode_on="device"``, where and by which library the batches were decoded."""
-        return epoch_report(self._meter.epoch, self.stats) + self._device_decoders.where()
+        with ``decode_on="device"``, where and by which library the batches were decoded; with ``views=``,
+        the views of the next batches (count x size per group)."""
+        views = f" | views {describe_views(self.views)}" if self.config.image.views else ""
+        return epoch_report(self._meter.epoch, self.stats) + views + self._device_decoders.where()
 
     # ------------------------------------------------------------------ state
 

@@ -7,7 +7,7 @@ continue from and the :class:`~shardkit.plan.remix.Schedule` of mixtures that pl
 Keys: ``format``, ``version``, ``dataset`` (fingerprints of the shard sizes, the shards' sha256s and the
 class names, from the (first source's) manifest), ``plan`` (the ordering options), ``epoch``, ``history``
 (segments of the epoch read with other topologies), ``world_size``, ``num_workers``, ``batches_done``,
-``size`` (the output image size set with ``set_epoch(..., size=)``, 0: the configured one; states saved
+``size`` (the output image size set with ``set_epoch(..., size=)``, with ``views=`` the first view's, 0: the configured one; states saved
 before it existed load at the configured size), ``mixture`` (:meth:`shardkit.plan.Mixture.describe` of
 the mixture planning the epoch), ``labels`` (``merged`` or ``per_source``: a resume with the other is
 refused), ``classes`` (a digest of ``loader.classes``: a remix that changes them is logged as a warning),

@@ -4,12 +4,16 @@ A loader given ``views`` yields ``(views, labels, ...)``: ``views`` a list of ``
 uint8 ``[B, 3, v.size, v.size]`` tensors in the order given. Each sample is decoded once in the
 worker, at the DCT scale its largest view needs, and every view's RandomResizedCrop (+ flip) is cut
 from that one decode (:mod:`shardkit.loader.decode.multicrop`).
+
+Progressive resolution (``loader.set_epoch(epoch, size=S)``): :func:`scaled_views` scales every group
+by ``S / views[0].size`` (the first group is the reference), each size rounded to the nearest int
+(halves up), at least 1; scale, ratio, flip and count stay, so the crops do too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -72,3 +76,25 @@ def expanded(views: Sequence[View]) -> list[View]:
 def sample_bytes(views: Sequence[View]) -> int:
     """Bytes of one sample's views (uint8, 3 channels)."""
     return sum(3 * v.size**2 * v.count for v in views)
+
+
+def scaled_size(size: int, new_ref: int, ref: int) -> int:
+    """``size * new_ref / ref`` rounded to the nearest int (halves up, exact integer arithmetic), at least 1."""
+    return max(1, (2 * size * new_ref + ref) // (2 * ref))
+
+
+def scaled_views(views: Sequence[View], size: int) -> tuple[View, ...]:
+    """``views`` at reference size ``size``: the first group gets ``size``, every group ``v.size`` is scaled by
+    ``size / views[0].size`` (:func:`scaled_size`); scale, ratio, flip and count unchanged (0: unchanged)."""
+    views = tuple(views)
+    if size == 0 or not views or size == views[0].size:
+        return views
+    if type(size) is not int or size < 1:
+        raise ValueError(f"size must be an int >= 1, got {size!r}")
+    ref = views[0].size
+    return tuple(replace(v, size=scaled_size(v.size, size, ref)) for v in views)
+
+
+def describe_views(views: Sequence[View]) -> str:
+    """``"2x224 + 8x96"``: each group's count x size, in order."""
+    return " + ".join(f"{v.count}x{v.size}" for v in views)

@@ -376,11 +376,13 @@ def test_view_is_a_frozen_value_exported_from_shardkit():
         v.size = 3
 
 
-def test_set_epoch_with_a_size_is_refused_with_views(solid):
-    """A size would change the single crop, which views do not use: refused in one line, not silently ignored."""
+def test_set_epoch_with_a_size_scales_the_views(solid):
+    """A size is not silently ignored with views: it scales every view (tests/loader/test_views_resolution.py)."""
     loader = load(solid, num_workers=0, batch_size=4)
-    with pytest.raises(ValueError) as e:
-        loader.set_epoch(1, size=32)
-    assert "views=" in str(e.value) and "\n" not in str(e.value)
-    loader.set_epoch(1)  # without a size: fine
-    assert loader.epoch == 1
+    loader.set_epoch(1, size=16)
+    assert loader.size == 16 and [v.size for v in loader.views] == [16, 8]
+    views, _labels, keys = next(iter(loader))
+    assert [v.shape[-1] for v in views] == [16, 16, 8, 8, 8]
+    check_colours(views, keys)
+    loader.set_epoch(2)  # without a size: kept
+    assert loader.epoch == 2 and loader.size == 16

@@ -87,11 +87,11 @@ MUTANTS = [
         "tests": [SLOT],
     },
     {
-        "id": "views-set-epoch-size-silently-ignored",
+        "id": "views-set-epoch-size-silently-ignored",  # now honoured: the loader must not drop the size
         "row": ROW_REFUSED,
         "file": "shardkit/loader/loader.py",
-        "old": "        if size is not None and self.config.image.views:",
-        "new": "        if False:",
-        "tests": ["tests/loader/test_views.py::test_set_epoch_with_a_size_is_refused_with_views"],
+        "old": "            pos = pos.resized(0 if size == self._configured_size else size)",
+        "new": "            pos = pos if self.config.image.views else pos.resized(0 if size == self._configured_size else size)",
+        "tests": ["tests/loader/test_views.py::test_set_epoch_with_a_size_scales_the_views"],
     },
 ]

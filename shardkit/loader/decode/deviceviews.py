@@ -57,6 +57,8 @@ class JpegViews:
         flips: bool ``[n, V]``.
         routes: each sample's :func:`~shardkit.loader.decode.device.jpeg_route`.
         shards: each sample's shard URL (names a sample that cannot be decoded).
+        groups: the :class:`View` groups at this epoch's sizes (``set_epoch(size=)``), the sizes the consumer
+            cuts at (``()``: the decoder's ``cfg.views``).
     """
 
     data: np.ndarray
@@ -66,6 +68,7 @@ class JpegViews:
     flips: np.ndarray
     routes: tuple[Optional[str], ...]
     shards: tuple[str, ...]
+    groups: tuple[View, ...] = ()
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -134,6 +137,7 @@ def encode_views(
         np.stack([np.asarray(c.flips, bool) for c in crops], axis=1),
         tuple(jpeg_route(d) for d in datas),
         tuple(s.shard for s in ok),
+        decoder.cfg.views,  # the epoch's sizes: the consumer's decoder has the configured ones
     )
     counters.add("collate_s", time.perf_counter() - t0)
     counters.add("samples", len(ok))
@@ -198,6 +202,7 @@ def device_views(
     boxes: np.ndarray,
     flips: np.ndarray,
     routes: Optional[Sequence[Optional[str]]] = None,
+    groups: Sequence[View] = (),
 ) -> DecodedViews:
     """Decode each of ``jpegs`` once on ``decoder.device`` and cut every view of ``decoder.cfg.views``.
 
@@ -207,12 +212,14 @@ def device_views(
         sizes: int64 ``[n, 2]`` (width, height) from their headers.
         boxes: float64 ``[n, V, 4]`` every view's box; ``flips``: bool ``[n, V]``.
         routes: their :func:`jpeg_route` if already known; else computed here.
+        groups: the view groups to cut (the epoch's sizes); ``()``: ``decoder.cfg.views``.
 
     Returns:
         :class:`DecodedViews`; a sample no decoder reads is dropped from every view and listed in ``errors``.
     """
     cfg = decoder.cfg
-    views = expanded(cfg.views)
+    groups = tuple(groups) or cfg.views
+    views = expanded(groups)
     sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
     n = len(sizes)
     if len(jpegs) != n or len(boxes) != n or len(flips) != n:
@@ -231,7 +238,7 @@ def device_views(
         sizes[kept],
         boxes[kept],
         flips[kept],
-        cfg.views,
+        groups,
         channels_last=cfg.channels_last,
         device=decoder.device,
         max_canvas_pixels=decoder.max_canvas_pixels,
@@ -259,7 +266,7 @@ def decode_views_on_device(
     """
     jp = batch.jpegs
     t0 = time.perf_counter()
-    out = device_views(decoder, jp.tensors(), jp.sizes, jp.boxes, jp.flips, jp.routes)
+    out = device_views(decoder, jp.tensors(), jp.sizes, jp.boxes, jp.flips, jp.routes, jp.groups)
     for i, reason in out.errors:
         skip_key(batch.keys[i], jp.shards[i], reason, strict, counters)
     counters.add("samples", -len(out.errors))
