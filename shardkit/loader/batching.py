@@ -47,6 +47,29 @@ def skip_key(key: str, shard: str, reason: str, strict: bool, counters: Counters
     counters.add("skipped", 1)
 
 
+def drop_undecoded(
+    batch: Batch,
+    errors: "Iterable[tuple[int, str]]",
+    shards: "tuple[str, ...]",
+    *,
+    strict: bool,
+    counters: Counters,
+    source_of: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+) -> None:
+    """Count the samples of ``batch`` the consumer could not decode (``errors``: position, reason) the way the
+    workers count a bad sample: each skipped (logged; :class:`~shardkit.DataError` with ``strict``) and taken out
+    of ``samples``; with ``source_of`` (a mixture's: sample ids -> source index), moved from its source's
+    ``samples`` to its ``skipped``. ``shards[i]`` is sample ``i``'s shard URL."""
+    errors = list(errors)
+    for i, reason in errors:
+        skip_key(batch.keys[i], shards[i], reason, strict, counters)
+    counters.add("samples", -len(errors))
+    if source_of is not None and errors:
+        lost = np.bincount(source_of(batch.gids.numpy()[[i for i, _ in errors]]), minlength=counters.num_sources)
+        counters.add_sources("samples", -lost)
+        counters.add_sources("skipped", lost)
+
+
 #: ``alloc(shape) -> uint8 tensor``: where a batch's pixels are written (the transport's slots, or plain memory)
 Alloc = Callable[[tuple[int, ...]], torch.Tensor]
 

@@ -56,6 +56,15 @@ class Batch:
         """The batch's uint8 pixel tensors, the ones a shared slot holds (none for bytes or samples)."""
         return []
 
+    def rows_at(self, kept: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, list[str], Optional[FieldRows]]:
+        """``(labels, gids, keys, extra)`` of the samples at positions ``kept`` (int64, ascending), every field
+        kept together (the consumer dropped the others: :func:`~shardkit.loader.batching.drop_undecoded`)."""
+        if len(kept) == len(self):
+            return self.labels, self.gids, self.keys, self.extra
+        rows, idx = kept.tolist(), torch.from_numpy(kept)
+        extra = None if self.extra is None else self.extra.take(rows)  # every field keeps to the decoded samples
+        return self.labels[idx], self.gids[idx], [self.keys[i] for i in rows], extra
+
     @classmethod
     def from_pixels(
         cls,

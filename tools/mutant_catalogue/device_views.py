@@ -40,9 +40,9 @@ MUTANTS = [
     {
         "id": "dviews-rows-of-another-sample-after-a-drop",  # the rows not selected with the decoded samples
         "row": ROW_VIEWS,
-        "file": F,
-        "old": "batch.labels[kept], batch.gids[kept], [batch.keys[i] for i in rows], extra",
-        "new": "batch.labels[: len(kept)], batch.gids[: len(kept)], batch.keys[: len(kept)], extra",
+        "file": "shardkit/loader/batchtypes.py",
+        "old": "return self.labels[idx], self.gids[idx], [self.keys[i] for i in rows], extra",
+        "new": "return self.labels[: len(rows)], self.gids[: len(rows)], self.keys[: len(rows)], extra",
         "tests": [BATCH_DROPS, DROPS],
     },
     {
@@ -80,15 +80,15 @@ MUTANTS = [
     {
         "id": "dviews-drop-not-counted",
         "row": ROW_VIEWS,
-        "file": F,
-        "old": '    counters.add("samples", -len(out.errors))\n',
+        "file": "shardkit/loader/batching.py",
+        "old": '    counters.add("samples", -len(errors))\n',
         "new": "",
         "tests": [DROPS],
     },
     {
         "id": "dviews-drop-not-moved-to-its-sources-skipped",  # a mixture's per-source counts lose the drop
         "row": ROW_VIEWS,
-        "file": F,
+        "file": "shardkit/loader/batching.py",
         "old": '        counters.add_sources("skipped", lost)\n',
         "new": "",
         "tests": [MIXTURE],
@@ -96,9 +96,9 @@ MUTANTS = [
     {
         "id": "dviews-drop-ignores-strict",
         "row": ROW_VIEWS,
-        "file": F,
-        "old": "skip_key(batch.keys[i], jp.shards[i], reason, strict, counters)",
-        "new": "skip_key(batch.keys[i], jp.shards[i], reason, False, counters)",
+        "file": "shardkit/loader/batching.py",
+        "old": "skip_key(batch.keys[i], shards[i], reason, strict, counters)",
+        "new": "skip_key(batch.keys[i], shards[i], reason, False, counters)",
         "tests": [BATCH_DROPS],
     },
     {

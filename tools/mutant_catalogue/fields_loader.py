@@ -57,19 +57,11 @@ MUTANTS = [
         "tests": [EVERY_ROW],
     },
     {
-        "id": "fields-text-not-filtered-on-device-drop",
+        "id": "fields-text-not-filtered-on-device-drop",  # device decode and device views share Batch.rows_at
         "row": ROW_ROWS,
-        "file": "shardkit/loader/decode/strategies.py",
-        "old": "extra = None if batch.extra is None else batch.extra.take(rows)",
-        "new": "extra = batch.extra",
-        "tests": [DEVICE],
-    },
-    {
-        "id": "fields-not-filtered-when-device-views-drop",
-        "row": ROW_ROWS,
-        "file": "shardkit/loader/decode/deviceviews.py",
-        "old": "extra = None if batch.extra is None else batch.extra.take(rows)",
-        "new": "extra = batch.extra",
+        "file": "shardkit/loader/batchtypes.py",
+        "old": "extra = None if self.extra is None else self.extra.take(rows)",
+        "new": "extra = self.extra",
         "tests": [DEVICE],
     },
     {

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from shardkit.format import RawSample
-from shardkit.loader.batching import BatchSpec, read_headers, skip_key
+from shardkit.loader.batching import BatchSpec, drop_undecoded, read_headers
 from shardkit.loader.batchtypes import Batch, ViewBatch
 from shardkit.loader.decode.cropresize import axis_params, resized_crops
 from shardkit.loader.decode.device import DeviceDecoder, Jpeg, jpeg_route
@@ -267,16 +267,6 @@ def decode_views_on_device(
     jp = batch.jpegs
     t0 = time.perf_counter()
     out = device_views(decoder, jp.tensors(), jp.sizes, jp.boxes, jp.flips, jp.routes, jp.groups)
-    for i, reason in out.errors:
-        skip_key(batch.keys[i], jp.shards[i], reason, strict, counters)
-    counters.add("samples", -len(out.errors))
-    if source_of is not None and out.errors:
-        lost = np.bincount(source_of(batch.gids.numpy()[[i for i, _ in out.errors]]), minlength=counters.num_sources)
-        counters.add_sources("samples", -lost)
-        counters.add_sources("skipped", lost)
+    drop_undecoded(batch, out.errors, jp.shards, strict=strict, counters=counters, source_of=source_of)
     counters.add("decode_s", time.perf_counter() - t0)
-    if not out.errors:
-        return ViewBatch(out.views, batch.labels, batch.gids, batch.keys, batch.extra)
-    kept, rows = torch.from_numpy(out.kept), out.kept.tolist()
-    extra = None if batch.extra is None else batch.extra.take(rows)  # every field keeps to the decoded samples
-    return ViewBatch(out.views, batch.labels[kept], batch.gids[kept], [batch.keys[i] for i in rows], extra)
+    return ViewBatch(out.views, *batch.rows_at(out.kept))

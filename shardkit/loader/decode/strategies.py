@@ -28,7 +28,7 @@ import torch
 
 from shardkit.compat import one_thread
 from shardkit.format import RawSample
-from shardkit.loader.batching import BatchSpec, decode_batch, skip, skip_key
+from shardkit.loader.batching import BatchSpec, decode_batch, drop_undecoded, skip
 from shardkit.loader.batchtypes import Batch, JpegBatch, Jpegs, PixelBatch, RawBatch, ViewBatch
 from shardkit.loader.config import DecodeOn, ImageConfig, LoaderConfig
 from shardkit.loader.decode.backend import normalize_device
@@ -347,17 +347,6 @@ def decode_on_device(
     jp = batch.jpegs
     t0 = time.perf_counter()
     out = decoder(jp.tensors(), jp.sizes, Crops(jp.boxes, jp.flips), jp.routes)
-    for i, reason in out.errors:
-        skip_key(batch.keys[i], jp.shards[i], reason, strict, counters)
-    counters.add("samples", -len(out.errors))
-    if source_of is not None and out.errors:
-        lost = np.bincount(source_of(batch.gids.numpy()[[i for i, _ in out.errors]]), minlength=counters.num_sources)
-        counters.add_sources("samples", -lost)
-        counters.add_sources("skipped", lost)
+    drop_undecoded(batch, out.errors, jp.shards, strict=strict, counters=counters, source_of=source_of)
     counters.add("decode_s", time.perf_counter() - t0)
-    if not out.errors:
-        return PixelBatch(out.images, batch.labels, batch.gids, batch.keys, batch.extra)
-    kept = torch.from_numpy(out.kept)
-    rows = out.kept.tolist()
-    extra = None if batch.extra is None else batch.extra.take(rows)  # every field keeps to the decoded samples
-    return PixelBatch(out.images, batch.labels[kept], batch.gids[kept], [batch.keys[i] for i in rows], extra)
+    return PixelBatch(out.images, *batch.rows_at(out.kept))
