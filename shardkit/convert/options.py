@@ -65,6 +65,12 @@ class ScanConfig:
         text_key: WebDataset tar source: member extension holding the text (e.g. ``txt``).
         labelled: ``False``: the source has no class labels (e.g. image-text pairs): no
             ``label`` field is read or stored.
+        mask_dir: folder SRC (segmentation pairs): the folder of PNG masks, one per image with the
+            same relative path and stem (pixel value = class index): field ``mask``.
+        masks: ``coco:``/``voc:`` SRC: also store each image's semantic mask (COCO polygons/RLE
+            rasterised; VOC's ``SegmentationClass`` PNGs): field ``mask``.
+        objects_col: Hugging Face column of per-image objects (``bbox`` + ``category`` lists): field ``boxes``.
+        mask_col: Hugging Face column holding each image's mask image: field ``mask``.
     """
 
     path_col: str = "path"
@@ -83,6 +89,10 @@ class ScanConfig:
     text_col: str | None = None
     text_key: str | None = None
     labelled: bool = True
+    mask_dir: str | None = None
+    masks: bool = False
+    objects_col: str | None = None
+    mask_col: str | None = None
 
     def __post_init__(self) -> None:
         try:

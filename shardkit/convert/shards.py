@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from shardkit.convert.scan.source import SourceFile
+from shardkit.convert.segments import Segment
 from shardkit.format import EncodedSample
+from shardkit.format.fields import Objects
 
 #: pilot size used to estimate encoded bytes per sample
 PILOT_SAMPLES = 64
@@ -55,6 +57,9 @@ class Item:
     labels: tuple[int, ...] | None = None
     target: tuple[float, ...] | None = None
     text: str | None = None
+    objects: Objects | None = None
+    mask: str | None = None
+    segments: tuple[Segment, ...] | None = None
 
 
 def key_width(num_files: int) -> int:
@@ -71,7 +76,8 @@ def order(files: Sequence[SourceFile], seed: int, shuffle: bool) -> list[Item]:
     """Items in shard order: keys from sorted order, then shuffled with ``seed`` if ``shuffle``."""
     ordered = sorted(files, key=lambda f: f.relpath)
     items = [
-        Item(i, f.relpath, f.label, f.size, f.ref, f.meta, f.labels, f.target, f.text) for i, f in enumerate(ordered)
+        Item(i, f.relpath, f.label, f.size, f.ref, f.meta, f.labels, f.target, f.text, f.objects, f.mask, f.segments)
+        for i, f in enumerate(ordered)
     ]
     if shuffle:
         random.Random(seed).shuffle(items)

@@ -9,10 +9,25 @@ field       member           stored as                                         t
 ``labels``  ``.labels.json`` JSON list of distinct class indices in ``[0, C)`` multi-hot uint8 ``[B, C]``
 ``target``  ``.target.json`` JSON list of ``D`` finite numbers                 float32 ``[B, D]``
 ``text``    ``.txt``         UTF-8 text                                        list of str
+``boxes``   ``.objects.json`` objects: xyxy boxes + class per box (+ crowd)    ``boxes``/``box_labels``/``box_count``
+``keypoints`` ``.objects.json`` (the same member) ``K`` (x, y, v) per object   float32 ``[B, M, K, 3]``
+``mask``    ``.mask.png``    8-bit grey PNG, class per pixel, 255 = ignore     uint8 ``[B, S, S]``
 ==========  ===============  ================================================  ==============================
 
+The ``.objects.json`` member (:func:`parse_objects`, :func:`objects_bytes`)::
+
+    {"boxes": [[x0, y0, x1, y1], ...], "labels": [c, ...], "iscrowd": [0 | 1, ...],
+     "keypoints": [[[x, y, v] * K], ...]}
+
+Coordinates are in the stored image's pixels with pixel *edges* at integers (a box covering pixel
+``(0, 0)`` only is ``[0, 0, 1, 1]``): ``x0 < x1``, ``y0 < y1``, finite (a box may reach past the image;
+the loader clips). ``labels`` index ``classes``; ``iscrowd`` (optional, default all 0) marks COCO crowd
+regions; ``keypoints`` (only in a dataset with the ``keypoints`` field: ``K = len(keypoint_names)``)
+gives per object ``K`` points with COCO's visibility ``v`` (0 not labelled, 1 labelled but hidden, 2
+visible). The mask has the stored image's size; its pixel values are class indices or 255.
+
 ``C`` is ``len(manifest.classes)`` (the class names of ``label`` or of ``labels``: a dataset has at
-most one of the two) and ``D`` is ``len(manifest.targets)`` (the targets' names). Every member is
+most one of the two; ``boxes`` and ``mask`` index the same class names) and ``D`` is ``len(manifest.targets)`` (the targets' names). Every member is
 readable by plain webdataset (``.cls`` -> int, ``.json`` -> parsed JSON, ``.txt`` -> str).
 
 Manifests before version 3 declare ``("image", "label")``. A member of a field the dataset does not
@@ -24,8 +39,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
 
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, label_error, parse_label
 
@@ -35,20 +53,43 @@ if TYPE_CHECKING:
 LABELS_EXT = "labels.json"
 TARGET_EXT = "target.json"
 TEXT_EXT = "txt"
+OBJECTS_EXT = "objects.json"
+MASK_EXT = "mask.png"
 #: the fields a manifest may declare, in their canonical order
-STORED_FIELDS = ("image", "label", "labels", "target", "text")
-#: the member extension of each stored field
-MEMBER_OF = {"image": IMAGE_EXT, "label": LABEL_EXT, "labels": LABELS_EXT, "target": TARGET_EXT, "text": TEXT_EXT}
+STORED_FIELDS = ("image", "label", "labels", "target", "text", "boxes", "keypoints", "mask")
+#: the member extension of each stored field (``boxes`` and ``keypoints`` share ``.objects.json``)
+MEMBER_OF = {
+    "image": IMAGE_EXT,
+    "label": LABEL_EXT,
+    "labels": LABELS_EXT,
+    "target": TARGET_EXT,
+    "text": TEXT_EXT,
+    "boxes": OBJECTS_EXT,
+    "keypoints": OBJECTS_EXT,
+    "mask": MASK_EXT,
+}
+#: the value of a mask pixel that belongs to no class (padding, "void", a pixel no source pixel maps to)
+IGNORE = 255
+#: most objects one sample may hold
+MAX_OBJECTS = 4096
 #: what a dataset written before manifest version 3 holds
 DEFAULT_FIELDS = ("image", "label")
 #: largest ``.txt`` member read
 MAX_TEXT_BYTES = 1 << 20
 _decode = json.JSONDecoder().decode
 _INT64_MAX = (1 << 63) - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def fields_error(fields: "tuple[str, ...] | list[str]", num_classes: int, num_targets: int) -> Optional[str]:
-    """Why a manifest's ``fields`` (with its class and target counts) cannot describe a dataset, or ``None``."""
+def fields_error(
+    fields: "tuple[str, ...] | list[str]",
+    num_classes: int,
+    num_targets: int,
+    num_keypoints: int = 0,
+    flip_pairs: "Sequence[Sequence[int]]" = (),
+) -> Optional[str]:
+    """Why a manifest's ``fields`` (with its class, target and keypoint counts and keypoint flip pairs)
+    cannot describe a dataset, or ``None``."""
     unknown = [f for f in fields if f not in STORED_FIELDS]
     if unknown:
         return f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(STORED_FIELDS)})"
@@ -60,9 +101,32 @@ def fields_error(fields: "tuple[str, ...] | list[str]", num_classes: int, num_ta
         return "'label' and 'labels' both listed (a dataset has one class space)"
     if ("target" in fields) != (num_targets > 0):
         return "'targets' names the target values exactly when 'target' is a field"
-    if num_classes and not ("label" in fields or "labels" in fields):
-        return "classes are listed but neither 'label' nor 'labels' is a field"
+    if num_classes and not any(f in fields for f in CLASS_FIELDS):
+        return f"classes are listed but none of {', '.join(map(repr, CLASS_FIELDS))} is a field"
+    if "keypoints" in fields and "boxes" not in fields:
+        return "'keypoints' needs 'boxes' (each object's keypoints sit beside its box)"
+    if ("keypoints" in fields) != (num_keypoints > 0):
+        return "'keypoint_names' names the keypoints exactly when 'keypoints' is a field"
+    if num_classes > IGNORE and "mask" in fields:
+        return f"a mask holds class indices below {IGNORE} ({num_classes} classes listed)"
+    if ("boxes" in fields or "mask" in fields) and not num_classes:
+        return "'boxes' and 'mask' need class names ('classes')"
+    seen: set[int] = set()
+    for pair in flip_pairs:
+        if len(pair) != 2 or not all(_is_index(i, num_keypoints) for i in pair) or pair[0] == pair[1]:
+            return f"flip pair {list(pair)} is not two distinct keypoint indices in [0, {num_keypoints})"
+        if seen & set(pair):
+            return f"keypoint {sorted(seen & set(pair))[0]} is in two flip pairs"
+        seen |= set(pair)
     return None
+
+
+#: the fields whose values are indices into ``classes``
+CLASS_FIELDS = ("label", "labels", "boxes", "mask")
+
+
+def _is_index(i: object, n: int) -> bool:
+    return isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
 
 
 def parse_labels(data: bytes, num_classes: Optional[int] = None) -> tuple[int, ...]:
@@ -112,6 +176,153 @@ def parse_text(data: bytes) -> str:
         raise ValueError(f"text is not UTF-8 (byte {exc.start})") from None
 
 
+@dataclass(frozen=True, eq=False)
+class Objects:
+    """One sample's objects (the ``.objects.json`` member), as arrays.
+
+    Attributes:
+        boxes: float32 ``[M, 4]`` ``(x0, y0, x1, y1)`` in stored-image pixels (edges at integers).
+        labels: int64 ``[M]`` class indices.
+        iscrowd: bool ``[M]`` (COCO crowd regions).
+        keypoints: float32 ``[M, K, 3]`` ``(x, y, v)``, or ``None`` (no ``keypoints`` field).
+    """
+
+    boxes: np.ndarray
+    labels: np.ndarray
+    iscrowd: np.ndarray
+    keypoints: Optional[np.ndarray] = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @classmethod
+    def empty(cls, num_keypoints: int = 0) -> "Objects":
+        """No object (``num_keypoints > 0``: with a ``[0, K, 3]`` keypoints array)."""
+        kp = np.zeros((0, num_keypoints, 3), np.float32) if num_keypoints else None
+        return cls(np.zeros((0, 4), np.float32), np.zeros(0, np.int64), np.zeros(0, bool), kp)
+
+    def take(self, keep: "np.ndarray | Sequence[int]") -> "Objects":
+        """The objects at ``keep`` (indices or a boolean mask), in order."""
+        kp = None if self.keypoints is None else self.keypoints[keep]
+        return Objects(self.boxes[keep], self.labels[keep], self.iscrowd[keep], kp)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Objects):
+            return NotImplemented
+        same_kp = (self.keypoints is None) == (other.keypoints is None) and (
+            self.keypoints is None or np.array_equal(self.keypoints, other.keypoints)  # type: ignore[arg-type]
+        )
+        return bool(
+            np.array_equal(self.boxes, other.boxes)
+            and np.array_equal(self.labels, other.labels)
+            and np.array_equal(self.iscrowd, other.iscrowd)
+            and same_kp
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _numbers(v: Any, what: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``v`` as a float64 array of ``shape`` (``-1``: any length) of finite numbers; ``ValueError`` otherwise."""
+    try:
+        arr = np.array(v, dtype=object)
+    except (ValueError, TypeError):
+        raise ValueError(f"{what} are not a list of {shape} numbers") from None
+    if arr.size == 0 and shape[0] == -1:
+        return np.zeros((0, *shape[1:]), np.float64)
+    if arr.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, arr.shape)):
+        raise ValueError(f"{what} have shape {list(arr.shape)}, not {['M' if d == -1 else d for d in shape]}")
+    flat = arr.reshape(-1).tolist()
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in flat):
+        raise ValueError(f"{what} hold a value that is not a number")
+    try:
+        out = np.array(flat, np.float64).reshape(arr.shape)
+    except OverflowError:
+        raise ValueError(f"{what} hold a value beyond float range") from None
+    if not np.isfinite(out).all():
+        raise ValueError(f"{what} hold a non-finite value")
+    if (np.abs(out) > _FLOAT32_MAX).any():
+        raise ValueError(f"{what} hold a value beyond float32 range")
+    return out
+
+
+def parse_objects(data: bytes, num_classes: Optional[int] = None, num_keypoints: int = 0) -> Objects:
+    """A ``.objects.json`` member as :class:`Objects`; ``ValueError`` (one line) if it breaks the rule.
+
+    The rule: a JSON object with ``boxes`` (``M`` lists of 4 finite numbers, ``x0 < x1`` and
+    ``y0 < y1``), ``labels`` (``M`` class indices in ``[0, num_classes)``), optional ``iscrowd``
+    (``M`` of 0/1/false/true), and, when ``num_keypoints`` is ``K > 0``, ``keypoints`` (``M`` lists of
+    ``K`` ``[x, y, v]`` with finite ``x, y`` and ``v`` in 0, 1, 2); at most :data:`MAX_OBJECTS` objects.
+    Other keys are ignored (room for later fields).
+    """
+    if len(data) > MAX_JSON_BYTES:
+        raise ValueError(f"objects of {len(data)} bytes (limit {MAX_JSON_BYTES})")
+    try:
+        v = _decode(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        raise ValueError(f"objects {data[:40]!r} are not JSON") from None
+    if not isinstance(v, dict) or "boxes" not in v or "labels" not in v:
+        raise ValueError("objects are not a JSON object with 'boxes' and 'labels'")
+    boxes = _numbers(v["boxes"], "boxes", (-1, 4))
+    m = len(boxes)
+    if m > MAX_OBJECTS:
+        raise ValueError(f"{m} objects (limit {MAX_OBJECTS})")
+    raw = v["labels"]
+    if not isinstance(raw, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
+        raise ValueError("box labels are not a JSON list of class indices")
+    if len(raw) != m:
+        raise ValueError(f"{m} boxes but {len(raw)} box labels")
+    limit = num_classes if num_classes is not None else _INT64_MAX + 1
+    bad = [x for x in raw if not 0 <= x < limit]
+    if bad:
+        raise ValueError(f"box label {bad[0]} outside [0, {num_classes if num_classes is not None else '2**63'})")
+    flat = boxes.reshape(-1, 4)
+    wrong = np.flatnonzero((flat[:, 0] >= flat[:, 2]) | (flat[:, 1] >= flat[:, 3]))
+    if len(wrong):
+        raise ValueError(f"box {flat[wrong[0]].tolist()} is empty or reversed (want x0 < x1, y0 < y1)")
+    crowd = v.get("iscrowd", [0] * m)
+    if not isinstance(crowd, list) or len(crowd) != m or not all(x in (0, 1) for x in crowd):
+        raise ValueError(f"iscrowd is not a list of {m} values 0 or 1")
+    kp = None
+    if num_keypoints:
+        if "keypoints" not in v:
+            raise ValueError("objects have no 'keypoints'")
+        kp = _numbers(v["keypoints"], "keypoints", (-1, num_keypoints, 3)).reshape(-1, num_keypoints, 3)
+        if len(kp) != m:
+            raise ValueError(f"{m} boxes but keypoints for {len(kp)} objects")
+        if not np.isin(kp[:, :, 2], (0, 1, 2)).all():
+            raise ValueError("a keypoint visibility is not 0, 1 or 2")
+    return Objects(
+        flat.astype(np.float32),
+        np.array(raw, np.int64).reshape(m),
+        np.array(crowd, bool).reshape(m),
+        None if kp is None else kp.astype(np.float32),
+    )
+
+
+def objects_bytes(objects: Objects) -> bytes:
+    """The ``.objects.json`` member of ``objects``: compact JSON, numbers as ``repr`` writes them
+    (``iscrowd`` only when a crowd region is present; ``keypoints`` when the objects have them).
+
+    Raises:
+        ValueError: objects that :func:`parse_objects` would refuse (so no writer stores one).
+    """
+    d: dict[str, Any] = {
+        "boxes": np.asarray(objects.boxes, np.float64).reshape(-1, 4).tolist(),
+        "labels": [int(x) for x in np.asarray(objects.labels).reshape(-1)],
+    }
+    if np.asarray(objects.iscrowd).any():
+        d["iscrowd"] = [int(bool(x)) for x in np.asarray(objects.iscrowd).reshape(-1)]
+    k = 0
+    if objects.keypoints is not None:
+        kp = np.asarray(objects.keypoints, np.float64)
+        k = kp.shape[1] if kp.ndim == 3 else 0
+        d["keypoints"] = kp.tolist()
+    data = json.dumps(d, separators=(",", ":"), allow_nan=False).encode("ascii")
+    parse_objects(data, None, k)
+    return data
+
+
 @dataclass(frozen=True)
 class SampleRule:
     """What makes a sample of one dataset usable: its stored fields, and their class and target counts.
@@ -125,12 +336,19 @@ class SampleRule:
     fields: tuple[str, ...] = DEFAULT_FIELDS
     num_classes: Optional[int] = None
     num_targets: Optional[int] = None
+    num_keypoints: int = 0
 
     @classmethod
     def of(cls, manifest: object) -> "SampleRule":
-        """The rule of a :class:`~shardkit.format.Manifest` (its ``fields``, ``classes`` and ``targets``)."""
+        """The rule of a :class:`~shardkit.format.Manifest` (its ``fields``, ``classes``, ``targets`` and
+        ``keypoint_names``)."""
         classes, targets = getattr(manifest, "classes", []), getattr(manifest, "targets", [])
-        return cls(tuple(getattr(manifest, "fields", DEFAULT_FIELDS)), len(classes) or None, len(targets) or None)
+        return cls(
+            tuple(getattr(manifest, "fields", DEFAULT_FIELDS)),
+            len(classes) or None,
+            len(targets) or None,
+            len(getattr(manifest, "keypoint_names", [])),
+        )
 
     def check(self, sample: "RawSample") -> None:
         """Set ``sample.error`` if it breaks the rule, else fill its declared fields' values.
@@ -158,6 +376,10 @@ class SampleRule:
                 sample.target = parse_target(_member(extra, TARGET_EXT), self.num_targets)
             if "text" in self.fields:
                 sample.text = parse_text(_member(extra, TEXT_EXT))
+            if "boxes" in self.fields:
+                sample.objects = parse_objects(_member(extra, OBJECTS_EXT), self.num_classes, self.num_keypoints)
+            if "mask" in self.fields:
+                sample.mask = _member(extra, MASK_EXT)  # decoded with the image (a bad PNG fails its decode)
         except ValueError as exc:
             sample.error = str(exc)
         except OverflowError:
@@ -209,8 +431,14 @@ def _member(extra: dict[str, bytes], ext: str) -> bytes:
 
 
 __all__ = [
+    "CLASS_FIELDS",
     "DEFAULT_FIELDS",
+    "IGNORE",
     "LABELS_EXT",
+    "MASK_EXT",
+    "MAX_OBJECTS",
+    "OBJECTS_EXT",
+    "Objects",
     "MAX_TEXT_BYTES",
     "MEMBER_OF",
     "STORED_FIELDS",
@@ -219,6 +447,8 @@ __all__ = [
     "TEXT_EXT",
     "fields_error",
     "labels_bytes",
+    "objects_bytes",
+    "parse_objects",
     "parse_label",
     "parse_labels",
     "parse_target",

@@ -11,7 +11,9 @@ index sidecars (:mod:`shardkit.format.index`; ``""``: none). Readers check
 ``version`` and refuse unknown ones; version 1 manifests (written before the
 sample index) stay readable as datasets without an index. Version 3 adds ``fields`` (the
 stored fields beside the image: :mod:`shardkit.format.fields`) and ``targets`` (the names of
-the ``target`` values); versions 1 and 2 read as ``fields = ["image", "label"]``. Shard names are
+the ``target`` values), and for datasets with ``keypoints`` the ``keypoint_names`` and the
+``flip_pairs`` a horizontal flip swaps (written only when not empty); versions 1 and 2 read as
+``fields = ["image", "label"]``. Shard names are
 validated so that a manifest cannot point outside its own directory unless the
 caller opts in.
 """
@@ -74,6 +76,10 @@ class Manifest:
     sample_index: str = ""  #: format of the shards' index sidecars (``shardkit.format.INDEX_FORMAT``), ``""`` if none
     fields: list[str] = field(default_factory=lambda: list(DEFAULT_FIELDS))  #: stored fields (``"image"`` first)
     targets: list[str] = field(default_factory=list)  #: names of the ``target`` values (``[]``: no ``target``)
+    keypoint_names: list[str] = field(default_factory=list)  #: the ``K`` keypoints' names (``keypoints`` datasets)
+    flip_pairs: list[list[int]] = field(default_factory=list)  #: keypoints a horizontal flip swaps, by index
+    #: what became of the source's annotations (detection sources): ``{"kept": n, "clipped": n, <reason>: n}``
+    annotations: dict[str, int] = field(default_factory=dict)
     version: int = VERSION
     url: str = field(default="", compare=False, repr=False)
 
@@ -127,6 +133,9 @@ class Manifest:
         """Serialise (stable key order, one shard per line for readable diffs)."""
         d = asdict(self)
         d.pop("url")
+        for key in ("keypoint_names", "flip_pairs", "annotations"):  # written only by datasets that have them
+            if not d[key]:
+                d.pop(key)
         d = {"format": FORMAT, **d}
         d["num_samples"] = self.num_samples
         d["num_bytes"] = self.num_bytes
@@ -170,6 +179,9 @@ class Manifest:
                 if version >= 3
                 else list(DEFAULT_FIELDS),
                 targets=[_text(t) for t in _list(d.get("targets", []))] if version >= 3 else [],
+                keypoint_names=[_text(t) for t in _list(d.get("keypoint_names", []))] if version >= 3 else [],
+                flip_pairs=[list(_list(p)) for p in _list(d.get("flip_pairs", []))] if version >= 3 else [],
+                annotations={_text(k): _count(v) for k, v in _dict(d.get("annotations", {})).items()},
                 version=version,
                 url=url,
             )
@@ -206,7 +218,9 @@ class Manifest:
                 )
         if self.class_counts and (len(self.class_counts) != len(self.classes) or min(self.class_counts) < 0):
             raise ManifestError(f"{where}: class_counts does not match classes")
-        problem = fields_error(self.fields, len(self.classes), len(self.targets))
+        problem = fields_error(
+            self.fields, len(self.classes), len(self.targets), len(self.keypoint_names), self.flip_pairs
+        )
         if problem:
             raise ManifestError(f"{where}: {problem}")
         if self.num_samples >= _MAX_COUNT:
@@ -220,6 +234,12 @@ def _is_int(x: Any) -> bool:
 def _text(x: Any) -> str:
     if not isinstance(x, str):
         raise TypeError(f"{x!r} is not a string")
+    return x
+
+
+def _dict(x: Any) -> dict:
+    if not isinstance(x, dict):
+        raise TypeError(f"{x!r} is not an object")
     return x
 
 

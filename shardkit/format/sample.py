@@ -5,11 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from shardkit.format.fields import LABELS_EXT, MAX_TEXT_BYTES, TARGET_EXT, TEXT_EXT, SampleRule
+from shardkit.format.fields import (
+    LABELS_EXT,
+    MASK_EXT,
+    MAX_TEXT_BYTES,
+    OBJECTS_EXT,
+    TARGET_EXT,
+    TEXT_EXT,
+    Objects,
+    SampleRule,
+)
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, META_EXT, parse_label, parse_meta
 
 #: members kept as bytes until the dataset's :class:`SampleRule` parses the ones it declares
-EXTRA_EXTS = frozenset((LABELS_EXT, TARGET_EXT, TEXT_EXT))
+EXTRA_EXTS = frozenset((LABELS_EXT, TARGET_EXT, TEXT_EXT, OBJECTS_EXT, MASK_EXT))
 #: the fields a reader loads; every other member is skipped unread (and never unpickled)
 LOADED_EXTS = frozenset((IMAGE_EXT, LABEL_EXT, META_EXT)) | EXTRA_EXTS
 #: largest member the reader loads into memory (a bigger one makes its sample unusable)
@@ -24,6 +33,8 @@ FIELD_LIMITS = {
     LABELS_EXT: MAX_JSON_BYTES,
     TARGET_EXT: MAX_JSON_BYTES,
     TEXT_EXT: MAX_TEXT_BYTES,
+    OBJECTS_EXT: MAX_JSON_BYTES,
+    MASK_EXT: MAX_MEMBER_BYTES,
 }
 
 
@@ -57,6 +68,8 @@ class RawSample:
         labels: sorted class indices (``labels`` datasets; ``None`` otherwise).
         target: the target values (``target`` datasets).
         text: the text (``text`` datasets).
+        objects: the boxes, their classes and keypoints (``boxes`` datasets).
+        mask: the ``.mask.png`` bytes (``mask`` datasets; decoded with the image).
         unparsed: the raw ``labels``/``target``/``text`` members (and an unreadable ``.cls``) by extension,
             until the dataset's :class:`~shardkit.format.fields.SampleRule` parses the declared ones.
     """
@@ -72,6 +85,8 @@ class RawSample:
     labels: Optional[tuple[int, ...]] = None
     target: Optional[tuple[float, ...]] = None
     text: Optional[str] = None
+    objects: Optional[Objects] = None
+    mask: Optional[bytes] = None
     unparsed: Optional[dict[str, bytes]] = None
 
     @property

@@ -35,7 +35,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any, Optional
 
-from shardkit.format.fields import LABELS_EXT, TARGET_EXT, TEXT_EXT, labels_bytes, target_bytes, text_bytes
+from shardkit.format.fields import (
+    LABELS_EXT,
+    MASK_EXT,
+    OBJECTS_EXT,
+    TARGET_EXT,
+    TEXT_EXT,
+    Objects,
+    labels_bytes,
+    objects_bytes,
+    target_bytes,
+    text_bytes,
+)
 from shardkit.format.index import SampleIndex, build_index
 from shardkit.format.members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, split_member
 from shardkit.format.tar import BLOCK, Member, SampleSpan, pad
@@ -53,6 +64,8 @@ class EncodedSample:
         labels: class indices of a multi-label sample (``.labels.json``, written sorted).
         target: target values (``.target.json``).
         text: text (``.txt``).
+        objects: boxes, box classes and keypoints (``.objects.json``).
+        mask: the mask's PNG bytes (``.mask.png``: :func:`shardkit.format.masks.mask_bytes`).
     """
 
     key: str
@@ -62,6 +75,8 @@ class EncodedSample:
     labels: Optional[tuple[int, ...]] = None
     target: Optional[tuple[float, ...]] = None
     text: Optional[str] = None
+    objects: Optional[Objects] = None
+    mask: Optional[bytes] = None
 
     def members(self) -> dict[str, bytes]:
         """``{extension: bytes}`` of every member this sample writes (the one encoding of each field).
@@ -78,6 +93,10 @@ class EncodedSample:
             out[TARGET_EXT] = target_bytes(self.target)
         if self.text is not None:
             out[TEXT_EXT] = text_bytes(self.text)
+        if self.objects is not None:
+            out[OBJECTS_EXT] = objects_bytes(self.objects)
+        if self.mask is not None:
+            out[MASK_EXT] = self.mask
         return out
 
 

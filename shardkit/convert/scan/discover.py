@@ -312,7 +312,7 @@ def scan_regex(src: str, pattern: str, split: str = "train") -> ScannedSource:
 
 #: the :class:`ScanConfig` fields each kind of SRC uses (others must keep their defaults)
 _APPLIES = {
-    "folder": {"label_regex"},
+    "folder": {"label_regex", "mask_dir", "labelled"},
     "listing": {
         "path_col",
         "label_col",
@@ -326,8 +326,13 @@ _APPLIES = {
         "labelled",
     },
     "tars": {"image_key", "label_key", "label_json_field", "label_type", "multi_label", "text_key", "labelled"},
-    "hf": {"image_col", "label_col", "label_type", "target_cols", "text_col", "labelled"},
+    "hf": {"image_col", "label_col", "label_type", "target_cols", "text_col", "labelled", "objects_col", "mask_col"},
+    "coco": {"root", "masks"},
+    "voc": {"masks"},
+    "yolo": set(),
 }
+#: SRC prefixes of the detection sources (``coco:ANNOTATIONS.json``, ``voc:DIR``, ``yolo:DIR``)
+DETECTION_KINDS = ("coco", "voc", "yolo")
 #: options whose command-line flag is not ``--`` + the option name with dashes
 _FLAGS = {"target_cols": "--target-col", "labelled": "--no-label"}
 _KIND_NAMES = {
@@ -335,6 +340,9 @@ _KIND_NAMES = {
     "listing": "listing file",
     "tars": "set of WebDataset tars",
     "hf": "Hugging Face dataset",
+    "coco": "COCO annotation file",
+    "voc": "Pascal VOC folder",
+    "yolo": "YOLO folder",
 }
 
 
@@ -346,9 +354,12 @@ def discover(src: Any, options: "ConvertConfig", **storage_options: Any) -> Scan
     from shardkit.convert.scan.tars import is_tar_source, scan_tars
 
     so = options.source
+    prefix = src.split(":", 1)[0] if isinstance(src, str) and ":" in src else ""
     kind = (
         "hf"
         if not isinstance(src, str) or src.startswith("hf:")
+        else prefix
+        if prefix in DETECTION_KINDS
         else ("listing" if is_listing(src) else "tars" if is_tar_source(src) else "folder")
     )
     unused = sorted(set(so.recorded()) - _APPLIES[kind])
@@ -356,7 +367,11 @@ def discover(src: Any, options: "ConvertConfig", **storage_options: Any) -> Scan
         option = unused[0] if unused else "layout"
         flag = _FLAGS.get(option, "--" + option.replace("_", "-"))
         raise ConvertError(f"{flag} does not apply to this SRC (a {_KIND_NAMES[kind]}); leave it out")
-    if kind == "hf":
+    if kind in DETECTION_KINDS:
+        from shardkit.convert.scan.detection import scan_detection
+
+        source = scan_detection(kind, src[len(kind) + 1 :], so, options.split, **storage_options)
+    elif kind == "hf":
         from shardkit.convert.scan.hf import scan_hf
 
         source = scan_hf(src[3:] if isinstance(src, str) else src, so, options.split)

@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from shardkit.compat import renamed
 from shardkit.convert.imageproc import SkipReason
+from shardkit.convert.segments import Segment
 from shardkit.errors import ConvertError, StorageError
-from shardkit.format.fields import DEFAULT_FIELDS
+from shardkit.format.fields import DEFAULT_FIELDS, Objects
 from shardkit.storage import fs as storage
 
 if TYPE_CHECKING:
@@ -196,7 +197,14 @@ def read_labels(
 @dataclass(frozen=True)
 class SourceFile:
     """One candidate sample (see module docstring); ``label`` is ``None`` in a source without ``label``
-    (``labels``: its sorted class indices; ``target``, ``text``: its values of those fields)."""
+    (``labels``: its sorted class indices; ``target``, ``text``: its values of those fields).
+
+    Detection and segmentation sources also give, in the source image's pixels (EXIF-oriented,
+    edges at integers), before any resize: ``objects`` (boxes, box classes, crowd flags,
+    keypoints; already clipped and checked at scan time), ``mask`` (where :class:`Reader` finds its
+    PNG mask: a ``relpath``-like ref, read as ``reader.read(mask, "")`` or a full ref), and
+    ``segments`` (COCO polygons / RLE per object, rasterised into the mask at encode time by
+    :func:`shardkit.convert.segments.semantic_mask`)."""
 
     relpath: str
     label: int | None
@@ -206,6 +214,9 @@ class SourceFile:
     labels: tuple[int, ...] | None = None
     target: tuple[float, ...] | None = None
     text: str | None = None
+    objects: Objects | None = None
+    mask: str | None = None
+    segments: tuple[Segment, ...] | None = None
 
     def class_indices(self) -> tuple[int, ...]:
         """The classes this item carries: its ``label``, or its ``labels`` (none in a source without either)."""
@@ -221,6 +232,8 @@ class SplitSource:
     files: list[SourceFile]
     skipped: list[tuple[str, SkipReason, str]] = field(default_factory=list)
     class_names: list[str] = field(default_factory=list)  # classes present in this split
+    #: what became of each source annotation (detection sources): ``{"kept": n, "clipped": n, <skip reason>: n}``
+    annotations: dict[str, int] = field(default_factory=dict)
 
 
 #: prefix of a ``ref`` naming a member of a tar: ``tar:<offset>:<size>:<url>``

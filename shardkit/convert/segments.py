@@ -1,0 +1,135 @@
+"""COCO segmentations (polygons, RLE) rasterised into a semantic mask: a class index per pixel.
+
+A :class:`Segment` is one object's segmentation in the source image's pixels (edges at
+integers): its class index, whether it is a crowd region, and either polygons (COCO's
+``[[x0, y0, x1, y1, ...], ...]``) or an RLE (COCO's ``{"size": [h, w], "counts": [...] | "..."}``,
+column-major runs starting with background). :func:`semantic_mask` paints the segments in order
+(a later one covers an earlier one) on the background class 0; crowd regions are painted
+:data:`~shardkit.format.fields.IGNORE`. A pixel belongs to a polygon when its centre lies inside
+it (PIL's polygon fill), which is what pycocotools' ``annToMask`` gives up to the boundary pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from shardkit.format.fields import IGNORE
+
+Polygons = tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One object's segmentation: ``label`` (class index), ``crowd``, and ``polygons`` or ``rle``."""
+
+    label: int
+    crowd: bool
+    shape: Union[Polygons, "Rle"]
+
+
+@dataclass(frozen=True)
+class Rle:
+    """COCO run-length encoding: ``size`` ``(height, width)``, ``counts`` (ints, or COCO's compressed string)."""
+
+    size: tuple[int, int]
+    counts: Union[tuple[int, ...], str]
+
+
+def rle_counts(counts: str) -> list[int]:
+    """COCO's compressed RLE string (``maskApi.c``'s ``rleFrString``) as run lengths."""
+    out: list[int] = []
+    i, n = 0, len(counts)
+    while i < n:
+        x, k, more = 0, 0, True
+        while more:
+            c = ord(counts[i]) - 48
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            i += 1
+            k += 1
+            if not more and (c & 0x10):
+                x |= -1 << (5 * k)
+        if len(out) > 2:
+            x += out[-2]
+        out.append(x)
+    return out
+
+
+def rle_mask(rle: Rle) -> np.ndarray:
+    """The bool ``[h, w]`` mask of an RLE; ``ValueError`` if its runs do not add up to ``h * w``."""
+    h, w = rle.size
+    runs = rle_counts(rle.counts) if isinstance(rle.counts, str) else list(rle.counts)
+    if any(r < 0 for r in runs) or sum(runs) != h * w:
+        raise ValueError(f"RLE runs add up to {sum(runs)}, not {h} x {w} = {h * w}")
+    values = np.zeros(len(runs), bool)
+    values[1::2] = True
+    flat = np.repeat(values, runs)
+    return flat.reshape(w, h).T
+
+
+def polygon_mask(polygons: Polygons, width: int, height: int) -> np.ndarray:
+    """The bool ``[height, width]`` mask of polygons (pixel centres inside, PIL's fill)."""
+    from PIL import Image, ImageDraw
+
+    im = Image.new("L", (width, height), 0)
+    draw = ImageDraw.Draw(im)
+    for poly in polygons:
+        pts = [(poly[i] - 0.5, poly[i + 1] - 0.5) for i in range(0, len(poly) - 1, 2)]  # edges -> centres
+        if len(pts) >= 3:
+            draw.polygon(pts, fill=1, outline=1)
+    return np.asarray(im, dtype=bool)
+
+
+def semantic_mask(segments: Sequence[Segment], width: int, height: int) -> np.ndarray:
+    """uint8 ``[height, width]``: 0 (background) painted with each segment's class in order, crowds IGNORE.
+
+    Raises:
+        ValueError: an RLE whose size is not the image's, or whose runs do not fit it.
+    """
+    out = np.zeros((height, width), np.uint8)
+    for seg in segments:
+        if isinstance(seg.shape, Rle):
+            if tuple(seg.shape.size) != (height, width):
+                raise ValueError(f"RLE of size {list(seg.shape.size)} on a {width}x{height} image")
+            region = rle_mask(seg.shape)
+        else:
+            region = polygon_mask(seg.shape, width, height)
+        out[region] = IGNORE if seg.crowd else seg.label
+    return out
+
+
+def parse_segmentation(value: Any, label: int, crowd: bool) -> Segment:
+    """A COCO annotation's ``segmentation`` value as a :class:`Segment`; ``ValueError`` (one line) if malformed."""
+    if isinstance(value, dict):
+        size, counts = value.get("size"), value.get("counts")
+        if not (isinstance(size, list) and len(size) == 2 and all(isinstance(x, int) and x > 0 for x in size)):
+            raise ValueError(f"RLE size {size!r} is not [height, width]")
+        if isinstance(counts, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in counts):
+            return Segment(label, crowd, Rle((size[0], size[1]), tuple(counts)))
+        if isinstance(counts, str):
+            return Segment(label, crowd, Rle((size[0], size[1]), counts))
+        raise ValueError("RLE counts are neither a list of ints nor a string")
+    if isinstance(value, list) and all(isinstance(p, list) for p in value):
+        polys = []
+        for p in value:
+            if len(p) < 6 or len(p) % 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p):
+                raise ValueError("a polygon is not an even list of at least 6 numbers")
+            polys.append(tuple(float(x) for x in p))
+        return Segment(label, crowd, tuple(polys))
+    raise ValueError("segmentation is neither polygons nor an RLE")
+
+
+__all__ = [
+    "Polygons",
+    "Rle",
+    "Segment",
+    "parse_segmentation",
+    "polygon_mask",
+    "rle_counts",
+    "rle_mask",
+    "semantic_mask",
+]

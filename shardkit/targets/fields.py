@@ -1,0 +1,63 @@
+"""A batch dict's target fields as one :class:`~shardkit.targets.geometry.Targets`, and back.
+
+The loader's dict batches (``load(fields=...)``) name the targets ``boxes`` (float32 ``[B, M, 4]``),
+``box_labels`` (int64 ``[B, M]``, -1 beyond each sample's count), ``box_count`` (int64 ``[B]``),
+``keypoints`` (float32 ``[B, M, K, 3]``) and ``mask`` (uint8 ``[B, S, S]``). Geometric steps work
+on :class:`Targets`; :func:`targets_of` and :func:`with_targets` convert at the edges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+
+from shardkit.targets.geometry import Targets
+
+#: the batch fields that are targets (moved by every geometric step)
+TARGET_FIELDS = ("boxes", "box_labels", "box_count", "keypoints", "mask")
+
+
+def targets_of(batch: Mapping[str, Any]) -> Optional[Targets]:
+    """The targets of a dict batch (``None`` when it has none of :data:`TARGET_FIELDS`).
+
+    Boxes need ``box_labels`` (their padding rows are those with label -1); ``box_count`` is
+    recomputed from the labels when missing. A batch with only a ``mask`` gets zero boxes.
+    """
+    if not any(k in batch for k in TARGET_FIELDS):
+        return None
+    mask = batch.get("mask")
+    if "boxes" in batch:
+        if "box_labels" not in batch:
+            raise ValueError(
+                "a batch with 'boxes' needs 'box_labels' too (which rows are objects): ask fields= for both"
+            )
+        boxes, labels = batch["boxes"], batch["box_labels"]
+    else:
+        like = mask if mask is not None else batch["image"]
+        boxes = torch.zeros((like.shape[0], 0, 4), dtype=torch.float32, device=like.device)
+        labels = torch.zeros((like.shape[0], 0), dtype=torch.int64, device=like.device)
+    count = batch.get("box_count")
+    if count is None:
+        count = (labels >= 0).sum(1)
+    return Targets(boxes, labels, count, torch.zeros_like(labels, dtype=torch.bool), batch.get("keypoints"), mask)
+
+
+def with_targets(batch: Mapping[str, Any], targets: Targets) -> dict[str, Any]:
+    """A copy of ``batch`` with its target fields (those it has) replaced by ``targets``'."""
+    out = dict(batch)
+    values = {
+        "boxes": targets.boxes,
+        "box_labels": targets.labels,
+        "box_count": targets.count,
+        "keypoints": targets.keypoints,
+        "mask": targets.mask,
+    }
+    for k, v in values.items():
+        if k in out:
+            out[k] = v
+    return out
+
+
+__all__ = ["TARGET_FIELDS", "targets_of", "with_targets"]
