@@ -218,6 +218,8 @@ class Manifest:
                 )
         if self.class_counts and (len(self.class_counts) != len(self.classes) or min(self.class_counts) < 0):
             raise ManifestError(f"{where}: class_counts does not match classes")
+        if any(v < 0 for v in self.annotations.values()):
+            raise ManifestError(f"{where}: annotations holds a negative count")
         problem = fields_error(
             self.fields, len(self.classes), len(self.targets), len(self.keypoint_names), self.flip_pairs
         )

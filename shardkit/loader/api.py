@@ -38,6 +38,7 @@ def load(
     labels: "LabelMode | str" = LabelMode.MERGED,
     views: Optional[Sequence[View]] = None,
     fields: Optional[Sequence[str]] = None,
+    min_visible: Optional[float] = None,
     config: Optional[LoaderConfig] = None,
     **options: Any,
 ) -> ShardLoader:
@@ -67,7 +68,13 @@ def load(
         fields: yield dicts of these named fields, in this order, instead of tuples: ``"image"`` (or the views),
             ``"label"``, ``"labels"`` (multi-hot uint8 ``[B, C]``), ``"target"`` (float32 ``[B, D]``), ``"text"``,
             ``"meta"``, ``"key"``, ``"source"`` (docs/guides/load.md, "Fields"); a field a dataset does not have is a
-            one-line error naming those it has. Not with ``with_keys``, ``with_source`` or ``raw``.
+            one-line error naming those it has. Not with ``with_keys``, ``with_source`` or ``raw``. Detection and
+            segmentation datasets add ``"boxes"`` (float32 ``[B, M, 4]`` xyxy in output pixels), ``"box_labels"``
+            (int64 ``[B, M]``, -1 beyond each sample's count), ``"box_count"`` (int64 ``[B]``), ``"keypoints"``
+            (float32 ``[B, M, K, 3]``) and ``"mask"`` (uint8 ``[B, S, S]``, 255 where no stored pixel maps), moved
+            with each sample's crop and flip (docs/guides/load.md, "Detection and segmentation").
+        min_visible: with target fields: drop a box that keeps less than this share of its area in the crop
+            (counted in ``loader.stats.boxes_dropped``); default :data:`shardkit.loader.fields.MIN_VISIBLE` (0.1).
         config: a full :class:`~shardkit.loader.config.LoaderConfig`; the keywords and ``options`` given override it.
         **options: any other option, flat: a field of :class:`~shardkit.plan.ordering.PlanConfig`
             (``shuffle_buffer``, ``policy``...), :class:`~shardkit.loader.config.ImageConfig` (``resize_size``,
@@ -100,6 +107,8 @@ def load(
         options = {**options, "views": views}
     if fields is not None:
         options = {**options, "fields": fields}
+    if min_visible is not None:
+        options = {**options, "min_visible": min_visible}
     cfg = build_config(config, {**{k: v for k, v in common.items() if v is not None}, **options})
     ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, epoch_size=epoch_size, labels=labels)
     return ShardLoader(ds, with_keys=with_keys, with_source=with_source)

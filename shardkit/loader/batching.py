@@ -29,6 +29,7 @@ from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.fields import RowSpec
 from shardkit.loader.rows import field_rows
 from shardkit.loader.stats import Counters
+from shardkit.loader.targetrows import decode_masks, target_rows
 
 log = logging.getLogger("shardkit.loader")
 
@@ -133,7 +134,8 @@ def with_rows(batch: Batch, good: list[RawSample], spec: RowSpec) -> Batch:
     """``batch`` carrying the row fields of ``spec`` of its samples, found by id among ``good`` (a strategy
     drops the samples it cannot decode: row ``i`` is the sample of ``batch.gids[i]``, not ``good[i]``)."""
     by_gid = {s.gid: s for s in good}
-    return replace(batch, extra=field_rows([by_gid[g] for g in batch.gids.tolist()], spec))  # type: ignore[type-var]
+    rows = field_rows([by_gid[g] for g in batch.gids.tolist()], spec).with_targets(batch.extra)
+    return replace(batch, extra=rows)  # type: ignore[type-var]
 
 
 def read_headers(
@@ -161,10 +163,16 @@ def decode_batch(
     the crop geometry of the whole batch in one vectorised call, then one decode +
     crop/resize (+ flip) per sample straight into its row of the batch, then the user's
     per-sample ``hook`` and batch-level ``batch_hook``. Counters are updated once per batch.
+    With target fields (``spec.rows.targets``) the batch carries them, moved with each sample's crop
+    (:mod:`shardkit.loader.targetrows`; a mask that cannot be read skips its sample, counted).
     """
     t0 = time.perf_counter() if t0 is None else t0
     cfg = decoder.cfg
     ok, sizes, gids_in = read_headers(good, decoder, spec, counters)
+    targets = spec.rows.targets
+    masks = None
+    if "mask" in targets:
+        ok, sizes, gids_in, masks = _with_masks(ok, sizes, spec, counters)
     crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in, eval_boxes=False)
     images = _alloc_images(len(ok), cfg.size, cfg.channels_last, spec.alloc)
 
@@ -172,9 +180,22 @@ def decode_batch(
         skip(ok[i], f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
 
     spent = [0.0, 0.0]
-    kept = decoder.decode_batch([s.jpeg for s in ok], sizes, crops, images, failed, spent)  # type: ignore[misc]
+    used = np.zeros((len(ok), 4), np.float64) if targets else None
+    kept = decoder.decode_batch([s.jpeg for s in ok], sizes, crops, images, failed, spent, used)  # type: ignore[misc]
     n = len(kept)
     images = images[:n]
+    extra = None
+    if targets:
+        assert used is not None
+        extra, dropped = target_rows(
+            [ok[i] for i in kept],
+            None if masks is None else [masks[i] for i in kept],
+            used[:n],
+            crops.flips[kept],
+            cfg.size,
+            spec.rows,
+        )
+        counters.add("boxes_dropped", dropped)
     if cfg.hook is not None:  # errors in the user's hooks are the user's: not skipped
         for row, i in enumerate(kept):
             apply_hook(cfg.hook, images[row], ok[i])
@@ -187,7 +208,25 @@ def decode_batch(
     counters.add("collate_s", time.perf_counter() - t0 - spent[0] - spent[1])
     counters.add("samples", n)
     counters.add("batches", 1)
-    return PixelBatch(images, labels, torch.from_numpy(gids_in[kept]), keys)
+    return PixelBatch(images, labels, torch.from_numpy(gids_in[kept]), keys, extra)
+
+
+def _with_masks(
+    ok: list[RawSample], sizes: list[tuple[int, int]], spec: BatchSpec, counters: Counters
+) -> tuple[list[RawSample], list[tuple[int, int]], np.ndarray, list[Optional[np.ndarray]]]:
+    """``(samples, sizes, gids, masks)`` of the samples of ``ok`` whose mask decodes; the others skipped, counted."""
+    masks, errors = decode_masks(ok, sizes)
+    bad = {i for i, _ in errors}
+    for i, reason in errors:
+        skip(ok[i], reason, spec.strict, counters)
+    keep = [i for i in range(len(ok)) if i not in bad]
+    ok2 = [ok[i] for i in keep]
+    return (
+        ok2,
+        [sizes[i] for i in keep],
+        np.fromiter((s.gid for s in ok2), np.int64, len(ok2)),
+        [masks[i] for i in keep],
+    )
 
 
 def apply_batch_hook(hook: Callable, images: "torch.Tensor", labels: "torch.Tensor", keys: list[str]) -> None:

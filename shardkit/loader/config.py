@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from shardkit.choices import Choice, check_types
 from shardkit.format.members import MAX_PIXELS
-from shardkit.loader.fields import parse_fields
+from shardkit.loader.fields import TARGET_KINDS, parse_fields
 from shardkit.loader.view import View, parse_views, scaled_views
 from shardkit.plan.ordering import EpochPolicy, PlanConfig
 from shardkit.storage.opener import SourceConfig, StorageConfig  # noqa: F401 - SourceConfig: the old name
@@ -231,8 +231,13 @@ class LoaderConfig:
         strict: raise :class:`shardkit.DataError` on a corrupt sample instead of skipping it.
         raw: yield raw samples (bytes, label, metadata) instead of decoded batches.
         fields: the named fields each batch is a dict of, in this order (:data:`~shardkit.loader.fields.FIELD_KINDS`:
-            ``image``, ``label``, ``labels``, ``target``, ``text``, ``meta``, ``key``, ``source``); ``()``
-            (default): the ``(images, labels)`` tuple. Not with ``raw`` (raw samples carry every field).
+            ``image``, ``label``, ``labels``, ``target``, ``text``, ``meta``, ``key``, ``source``, and the targets
+            ``boxes``, ``box_labels``, ``box_count``, ``keypoints``, ``mask``); ``()`` (default): the
+            ``(images, labels)`` tuple. Not with ``raw`` (raw samples carry every field).
+        min_visible: with target fields: a box that keeps less than this share of its area in the crop is
+            dropped (counted in ``LoaderStats.boxes_dropped``). ``None``: :data:`~shardkit.loader.fields.MIN_VISIBLE`.
+        flip_pairs: with ``keypoints``: the keypoint index pairs swapped when a sample is mirrored.
+            ``None``: the manifest's ``flip_pairs``.
         log_every_epoch: at the end of each epoch, log :meth:`ShardLoader.report`'s line (the share of
             the epoch the loop waited for data, img/s, skipped, retries, the slowest stage) on the
             ``shardkit.loader`` logger at INFO level.
@@ -250,6 +255,8 @@ class LoaderConfig:
     raw: bool
     log_every_epoch: bool
     fields: tuple[str, ...]
+    min_visible: Optional[float]
+    flip_pairs: Optional[tuple[tuple[int, int], ...]]
 
     def __init__(
         self,
@@ -262,6 +269,8 @@ class LoaderConfig:
         raw: bool = False,
         log_every_epoch: bool = False,
         fields: "Sequence[str] | None" = None,
+        min_visible: Optional[float] = None,
+        flip_pairs: "Sequence[Sequence[int]] | None" = None,
         **flat: Any,
     ) -> None:
         given = {"plan": plan, "image": image, "source": source, "workers": workers}
@@ -288,10 +297,22 @@ class LoaderConfig:
         for name, value in (("strict", strict), ("raw", raw), ("log_every_epoch", log_every_epoch)):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "fields", parse_fields(fields))
+        object.__setattr__(self, "min_visible", min_visible)
+        object.__setattr__(self, "flip_pairs", None if flip_pairs is None else tuple(tuple(p) for p in flip_pairs))
         check_types(self)
         if self.fields and self.raw:
             raise ValueError(
                 "fields= and raw=True are exclusive: raw samples carry every field (label, labels, target, text, meta)"
+            )
+        targets = [f for f in self.fields if f in TARGET_KINDS]
+        if targets and self.image.views:
+            raise ValueError(
+                f"fields={targets[0]!r} with views= is not supported: each view is its own crop; load the targets "
+                "without views= (one crop per sample)"
+            )
+        if targets and self.image.decode_on is DecodeOn.DEVICE:
+            raise ValueError(
+                f"fields={targets[0]!r} needs decode_on='worker' (the workers move the targets with each crop)"
             )
 
     # read-only flat views of the plan and worker options: each default is stated once, on its group's field

@@ -112,7 +112,14 @@ class ShardDataset(IterableDataset):
         self.label_mode = LabelMode.parse(labels)  #: ``merged`` or ``per_source`` (saved in states, checked on resume)
         names = self.config.fields
         #: the row fields (``labels``, ``target``, ``text``, ``meta``) the workers build, checked against every source
-        self.rows = check_fields(names, manifests, [s.url for s in self.sources], raw=self.config.raw)
+        self.rows = check_fields(
+            names,
+            manifests,
+            [s.url for s in self.sources],
+            raw=self.config.raw,
+            min_visible=self.config.min_visible,
+            flip_pairs=self.config.flip_pairs,
+        )
         #: the class label is handed out (the default batches, or ``"label"`` among ``fields``)
         self.yields_label = not names or "label" in names
         classed = self.yields_label or "labels" in names  # else no class space is needed (e.g. image + text)

@@ -11,7 +11,17 @@ field      the batch holds                                      available
 ``meta``   list of ``B`` dict (the ``.json`` metadata)          always
 ``key``    list of ``B`` str (a mixture's: ``"1/00000042"``)    always
 ``source`` int64 ``[B]``, the source of each sample             always (one dataset: all 0)
+``boxes``  float32 ``[B, M, 4]`` xyxy, output pixels (edges at      datasets that store ``boxes``
+           integers), zeros beyond each sample's count
+``box_labels`` int64 ``[B, M]``, -1 beyond each sample's count     datasets that store ``boxes``
+``box_count`` int64 ``[B]`` objects per sample                      datasets that store ``boxes``
+``keypoints`` float32 ``[B, M, K, 3]`` (x, y, visibility)           datasets that store ``keypoints``
+``mask``   uint8 ``[B, S, S]`` class per pixel, 255: none           datasets that store ``mask``
 ========== ==================================================== ============================================
+
+``M`` is the most objects any sample of that batch keeps after the crop (boxes less than ``min_visible``
+of whose area stays in the output are dropped and counted: ``LoaderStats.boxes_dropped``). The targets
+move with the pixels: :mod:`shardkit.loader.targetrows`.
 
 What a dataset stores is its manifest's ``fields`` (:mod:`shardkit.format.fields`). This module imports no torch.
 """
@@ -20,10 +30,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 #: every field ``fields=`` may name
-FIELD_KINDS = ("image", "label", "labels", "target", "text", "meta", "key", "source")
+FIELD_KINDS = (
+    "image",
+    "label",
+    "labels",
+    "target",
+    "text",
+    "meta",
+    "key",
+    "source",
+    "boxes",
+    "box_labels",
+    "box_count",
+    "keypoints",
+    "mask",
+)
+#: the target fields (moved with the pixels by every crop) and the stored field each needs
+TARGET_KINDS = {"boxes": "boxes", "box_labels": "boxes", "box_count": "boxes", "keypoints": "keypoints", "mask": "mask"}
+#: what ``min_visible`` is unless given: a box keeps at least this share of its moved area in the output, or is
+#: dropped (counted). Ultralytics' YOLO pipelines keep boxes with more than 10 % of their area after augmentation
+#: (``box_candidates(area_thr=0.1)``); a higher bar leaves more object pixels without a box (taught as background).
+MIN_VISIBLE = 0.1
 #: the fields built per row in the worker (image, class label, key and source are every batch's own)
 ROW_FIELDS = ("labels", "target", "text", "meta")
 #: the fields every dataset has, whatever it stores
@@ -38,11 +68,19 @@ class RowSpec:
         fields: the asked-for fields among :data:`ROW_FIELDS`, in that order.
         num_classes: ``C``, the multi-hot width (the widest source's; a mixture's stage remaps to its own).
         num_targets: ``D``, the values per ``target``.
+        targets: the asked-for target fields among :data:`TARGET_KINDS`, in :data:`FIELD_KINDS` order.
+        num_keypoints: ``K`` (with ``keypoints``).
+        min_visible: boxes keeping less of their moved area in the output are dropped (counted).
+        flip_pairs: keypoint index pairs swapped when a sample is mirrored.
     """
 
     fields: tuple[str, ...] = ()
     num_classes: int = 0
     num_targets: int = 0
+    targets: tuple[str, ...] = ()
+    num_keypoints: int = 0
+    min_visible: float = MIN_VISIBLE
+    flip_pairs: tuple[tuple[int, int], ...] = ()
 
 
 def parse_fields(value: "Sequence[str] | None") -> tuple[str, ...]:
@@ -64,14 +102,21 @@ def parse_fields(value: "Sequence[str] | None") -> tuple[str, ...]:
 def available(manifest: Any) -> tuple[str, ...]:
     """The fields ``fields=`` may name for a dataset (what it stores, plus :data:`ALWAYS`), in :data:`FIELD_KINDS` order."""
     stored = set(getattr(manifest, "fields", ("image", "label")))
-    return tuple(f for f in FIELD_KINDS if f in stored or f in ALWAYS)
+    return tuple(f for f in FIELD_KINDS if f in stored or f in ALWAYS or TARGET_KINDS.get(f) in stored)
 
 
 def check_fields(
-    names: tuple[str, ...], manifests: Sequence[Any], urls: Sequence[str], *, raw: bool = False
+    names: tuple[str, ...],
+    manifests: Sequence[Any],
+    urls: Sequence[str],
+    *,
+    raw: bool = False,
+    min_visible: Optional[float] = None,
+    flip_pairs: "Sequence[Sequence[int]] | None" = None,
 ) -> RowSpec:
     """The row fields a worker builds for ``fields=names`` over ``manifests`` (one per source; ``raw``: the loader
-    yields raw samples, which need no ``label``).
+    yields raw samples, which need no ``label``). ``min_visible`` (default :data:`MIN_VISIBLE`) and ``flip_pairs``
+    (default: the first manifest's) go to the target fields.
 
     Raises:
         ValueError: one line: a field a source does not have (naming the fields it has), sources whose
@@ -106,8 +151,30 @@ def check_fields(
                 raise ValueError(
                     f"{who(i)} names its targets {list(m.targets)}, source 0 {first}: sources must agree on 'target'"
                 )
+    targets = tuple(f for f in TARGET_KINDS if f in names)
+    kp = len(getattr(manifests[0], "keypoint_names", [])) if "keypoints" in names else 0
+    if kp:
+        for i, m in enumerate(manifests[1:], 1):
+            if list(m.keypoint_names) != list(manifests[0].keypoint_names):
+                raise ValueError(
+                    f"{who(i)} names its keypoints {list(m.keypoint_names)}, source 0 "
+                    f"{list(manifests[0].keypoint_names)}: sources must agree on 'keypoints'"
+                )
+    pairs = getattr(manifests[0], "flip_pairs", []) if flip_pairs is None else flip_pairs
+    visible = MIN_VISIBLE if min_visible is None else float(min_visible)
+    if not 0.0 <= visible <= 1.0:
+        raise ValueError(f"min_visible must lie in [0, 1] (a share of each box's area), got {min_visible!r}")
+    checked: list[tuple[int, int]] = []
+    for p in pairs if kp else ():
+        if len(p) != 2 or not all(isinstance(i, int) and 0 <= i < kp for i in p) or p[0] == p[1]:
+            raise ValueError(f"flip pair {list(p)} is not two distinct keypoint indices in [0, {kp})")
+        checked.append((int(p[0]), int(p[1])))
     return RowSpec(
         tuple(f for f in ROW_FIELDS if f in names),
         max((len(m.classes) for m in manifests), default=0) if "labels" in names else 0,
         len(manifests[0].targets) if "target" in names else 0,
+        targets,
+        kp,
+        visible,
+        tuple(checked),
     )

@@ -305,9 +305,12 @@ class ShardLoader:
         """One line about the current or last epoch: the share of it the loop waited for data, img/s,
         skipped samples, read retries and the slowest worker stage (``log_every_epoch=True`` logs it);
         with ``decode_on="device"``, where and by which library the batches were decoded; with ``views=``,
-        the views of the next batches (count x size per group)."""
+        the views of the next batches (count x size per group); with target fields, the boxes dropped
+        (less than ``min_visible`` of their area left in the crop)."""
         views = f" | views {describe_views(self.views)}" if self.config.image.views else ""
-        return epoch_report(self._meter.epoch, self.stats) + views + self._device_decoders.where()
+        stats = self.stats
+        dropped = f", {stats.boxes_dropped} boxes dropped" if self.dataset.rows.targets else ""
+        return epoch_report(self._meter.epoch, stats) + dropped + views + self._device_decoders.where()
 
     # ------------------------------------------------------------------ state
 

@@ -30,29 +30,80 @@ class FieldRows:
         target: float32 ``[n, D]``.
         text: ``n`` strings.
         meta: ``n`` dicts (each sample's ``.json`` metadata, ``{}`` without one).
+        boxes: float32 ``[n, M, 4]`` (x0, y0, x1, y1) in output pixels; zeros beyond each sample's count.
+        box_labels: int64 ``[n, M]``, -1 beyond each sample's count.
+        box_count: int64 ``[n]``.
+        keypoints: float32 ``[n, M, K, 3]``.
+        mask: uint8 ``[n, S, S]``.
     """
 
     labels: Optional[torch.Tensor] = None
     target: Optional[torch.Tensor] = None
     text: Optional[list[str]] = None
     meta: Optional[list[dict[str, Any]]] = None
+    boxes: Optional[torch.Tensor] = None
+    box_labels: Optional[torch.Tensor] = None
+    box_count: Optional[torch.Tensor] = None
+    keypoints: Optional[torch.Tensor] = None
+    mask: Optional[torch.Tensor] = None
 
     def take(self, rows: Sequence[int]) -> "FieldRows":
-        """The rows ``rows`` (positions, in order) of every field."""
+        """The rows ``rows`` (positions, in order) of every field (the object axis ``M`` shrinks to the most
+        objects a kept row has)."""
         idx = torch.as_tensor(np.asarray(rows, np.int64))
-        return FieldRows(
-            None if self.labels is None else self.labels[idx],
-            None if self.target is None else self.target[idx],
+
+        def sel(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            return None if t is None else t[idx]
+
+        out = FieldRows(
+            sel(self.labels),
+            sel(self.target),
             None if self.text is None else [self.text[i] for i in rows],
             None if self.meta is None else [self.meta[i] for i in rows],
+            sel(self.boxes),
+            sel(self.box_labels),
+            sel(self.box_count),
+            sel(self.keypoints),
+            sel(self.mask),
         )
+        if out.box_labels is not None:
+            m = int((out.box_labels >= 0).sum(1).max()) if len(rows) else 0
+            out = replace(
+                out,
+                boxes=None if out.boxes is None else out.boxes[:, :m],
+                box_labels=out.box_labels[:, :m],
+                keypoints=None if out.keypoints is None else out.keypoints[:, :m],
+            )
+        return out
 
     def copied(self, copy: Callable[[torch.Tensor], torch.Tensor]) -> "FieldRows":
         """The rows with their tensors replaced by ``copy(tensor)`` (pinned, or moved)."""
+
+        def cp(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            return None if t is None else copy(t)
+
         return replace(
             self,
-            labels=None if self.labels is None else copy(self.labels),
-            target=None if self.target is None else copy(self.target),
+            labels=cp(self.labels),
+            target=cp(self.target),
+            boxes=cp(self.boxes),
+            box_labels=cp(self.box_labels),
+            box_count=cp(self.box_count),
+            keypoints=cp(self.keypoints),
+            mask=cp(self.mask),
+        )
+
+    def with_targets(self, other: "Optional[FieldRows]") -> "FieldRows":
+        """These rows with the target fields of ``other`` (the worker's decode built them; ``None``: unchanged)."""
+        if other is None:
+            return self
+        return replace(
+            self,
+            boxes=other.boxes,
+            box_labels=other.box_labels,
+            box_count=other.box_count,
+            keypoints=other.keypoints,
+            mask=other.mask,
         )
 
     def with_labels(self, labels: torch.Tensor) -> "FieldRows":
@@ -61,23 +112,33 @@ class FieldRows:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # inline numpy arrays, not torch's shared-memory reducer (a file and a mapping per tensor per batch)
+        def arr(t: Optional[torch.Tensor]) -> Optional[np.ndarray]:
+            return None if t is None else t.numpy()
+
         return _rebuild_rows, (
-            None if self.labels is None else self.labels.numpy(),
-            None if self.target is None else self.target.numpy(),
+            arr(self.labels),
+            arr(self.target),
             self.text,
             self.meta,
+            arr(self.boxes),
+            arr(self.box_labels),
+            arr(self.box_count),
+            arr(self.keypoints),
+            arr(self.mask),
         )
 
 
 def _rebuild_rows(
-    labels: Optional[np.ndarray], target: Optional[np.ndarray], text: Optional[list[str]], meta: Optional[list[dict]]
+    labels: Optional[np.ndarray],
+    target: Optional[np.ndarray],
+    text: Optional[list[str]],
+    meta: Optional[list[dict]],
+    *targets: Optional[np.ndarray],
 ) -> FieldRows:
-    return FieldRows(
-        None if labels is None else torch.from_numpy(labels),
-        None if target is None else torch.from_numpy(target),
-        text,
-        meta,
-    )
+    def ten(a: Optional[np.ndarray]) -> Optional[torch.Tensor]:
+        return None if a is None else torch.from_numpy(a)
+
+    return FieldRows(ten(labels), ten(target), text, meta, *(ten(a) for a in targets))
 
 
 def multi_hot(class_lists: Sequence[Sequence[int]], num_classes: int) -> torch.Tensor:

@@ -26,6 +26,7 @@ COUNTERS = (
     "batches",
     "retries",
     "index_fallbacks",
+    "boxes_dropped",
 )
 _INDEX = {name: i for i, name in enumerate(COUNTERS)}
 #: per-source counters of a mixture, after :data:`COUNTERS` in the same vector (one row per source)
@@ -85,6 +86,8 @@ class LoaderStats:
     resize_s: float = 0.0
     collate_s: float = 0.0
     index_fallbacks: int = 0
+    #: boxes dropped because less than ``min_visible`` of their area stayed in the crop (target fields only)
+    boxes_dropped: int = 0
     #: per source of a mixture (one entry for a single dataset: the totals)
     sources: tuple[SourceStats, ...] = ()
 
@@ -94,8 +97,9 @@ class LoaderStats:
         return self.samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     def __str__(self) -> str:
+        dropped = f", {self.boxes_dropped} boxes dropped (min_visible)" if self.boxes_dropped else ""
         return (
-            f"{self.samples} samples in {self.batches} batches, {self.skipped} skipped, "
+            f"{self.samples} samples in {self.batches} batches, {self.skipped} skipped{dropped}, "
             f"{self.bytes_read / 1e6:.1f} MB read, {self.retries} read retries, {self.images_per_s:.0f} img/s, waited {self.wait_s:.2f} s "
             f"(workers: read {self.read_s:.2f} s, decode {self.decode_s:.2f} s, resize {self.resize_s:.2f} s, collate {self.collate_s:.2f} s)"
         )
@@ -127,6 +131,7 @@ def summarise(
         resize_s=d["resize_s"],
         collate_s=d["collate_s"],
         index_fallbacks=int(d["index_fallbacks"]),
+        boxes_dropped=int(d["boxes_dropped"]),
         sources=sources,
     )
 

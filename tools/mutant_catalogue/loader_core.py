@@ -35,8 +35,8 @@ MUTANTS = [
         "id": "batching-ids-shift-after-a-bad-image",
         "row": ROW_NOTHING_MOVES,
         "file": "shardkit/loader/batching.py",
-        "old": "return PixelBatch(images, labels, torch.from_numpy(gids_in[kept]), keys)",
-        "new": "return PixelBatch(images, labels, torch.from_numpy(gids_in[: len(kept)]), keys)",
+        "old": "return PixelBatch(images, labels, torch.from_numpy(gids_in[kept]), keys, extra)",
+        "new": "return PixelBatch(images, labels, torch.from_numpy(gids_in[: len(kept)]), keys, extra)",
         "tests": [T_MOVES],
     },
     {

@@ -205,15 +205,18 @@ class CropDecoder:
         flip: bool,
         out: "torch.Tensor",
         times: Optional[list[float]] = None,
-    ) -> None:
+    ) -> Box:
         """Decode ``data`` (header already read) into ``out``, a ``3 x size x size`` uint8 view,
         cropping ``box`` (a row of :attr:`Crops.boxes`; ignored by the eval preset).
-        ``times`` (optional) accumulates seconds ``[decoding, crop/resize]``."""
+        ``times`` (optional) accumulates seconds ``[decoding, crop/resize]``.
+
+        Returns:
+            The box the pixels really came from, in stored pixels (``box`` rounded to the decoded grid).
+        """
         c = self.cfg
         if c.preset is Preset.EVAL:
-            resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, times, self.fast)  # type: ignore[arg-type]
-        else:
-            resized_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, times, self.fast)  # type: ignore[arg-type]
+            return resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, times, self.fast)  # type: ignore[arg-type]
+        return resized_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, times, self.fast)  # type: ignore[arg-type]
 
     def decode_batch(
         self,
@@ -223,10 +226,13 @@ class CropDecoder:
         images: "torch.Tensor",
         failed: Callable[[int, Exception], None],
         times: Optional[list[float]] = None,
+        used: Optional[np.ndarray] = None,
     ) -> list[int]:
         """Decode each of ``datas`` into the next free row of ``images`` (``[n, 3, size, size]``).
 
         A sample whose decode raises is reported to ``failed(i, exc)`` and leaves no row.
+        ``used`` (``[n, 4]``, optional): row ``r`` gets the box row ``r``'s pixels really came from
+        (what :meth:`decode_into` returns; the targets follow it).
         Flips are applied per row, as part of the resize: one flip per image costs ~14 us,
         a batched (fancy-indexed) flip of the same rows ~15x more on CPU (notes/issue-10.md).
 
@@ -238,10 +244,12 @@ class CropDecoder:
         kept: list[int] = []
         for i, data in enumerate(datas):
             try:
-                self.decode_into(data, sizes[i][0], sizes[i][1], boxes[i], flips[i], images[len(kept)], times)
+                box = self.decode_into(data, sizes[i][0], sizes[i][1], boxes[i], flips[i], images[len(kept)], times)
             except Exception as exc:  # noqa: BLE001 - reported to the caller, who decides
                 failed(i, exc)
                 continue
+            if used is not None:
+                used[len(kept)] = box
             kept.append(i)
         return kept
 
@@ -312,10 +320,13 @@ def resized_crop(
     out: "torch.Tensor",
     times: Optional[list[float]] = None,
     fast: bool = False,
-) -> None:
+) -> Box:
     """Decode at the smallest DCT scale that keeps ``box`` >= ``size`` px, resize ``box`` to ``size`` into ``out``.
 
     ``times`` (optional) accumulates seconds ``[decoding, crop/resize]``.
+
+    Returns:
+        The box cut, in stored pixels: ``box`` rounded to the decoded pixel grid (what the targets follow).
     """
     import torch
 
@@ -333,6 +344,7 @@ def resized_crop(
     if times is not None:
         times[0] += t1 - t0
         times[1] += time.perf_counter() - t1
+    return x0 / sx, y0 / sy, x1 / sx, y1 / sy
 
 
 def _dct_size(width: int, height: int, reduce: float) -> tuple[int, int]:
@@ -358,8 +370,12 @@ def resize_center_crop(
     out: "torch.Tensor",
     times: Optional[list[float]] = None,
     fast: bool = False,
-) -> None:
-    """torchvision ``Resize(resize_size)`` + ``CenterCrop(size)``, decoding at a reduced DCT scale when possible."""
+) -> Box:
+    """torchvision ``Resize(resize_size)`` + ``CenterCrop(size)``, decoding at a reduced DCT scale when possible.
+
+    Returns:
+        The box cut, in stored pixels (the whole image is resized: :func:`center_box`, exactly).
+    """
     import torch
 
     if max(width, height) > MAX_EVAL_ASPECT * min(width, height):
@@ -382,3 +398,5 @@ def resize_center_crop(
     if times is not None:
         times[0] += t1 - t0
         times[1] += time.perf_counter() - t1
+    sx, sy = new_w / width, new_h / height
+    return left / sx, top / sy, (left + size) / sx, (top + size) / sy
