@@ -39,18 +39,32 @@ def demo_shards(workdir: str, n: int, size: int) -> str:
     return root
 
 
-def build_loader(url: str, *, size: int, batch_size: int, workers: int, seed: int = 0) -> Any:
-    """The detection loader: boxes, their labels and counts with the ``detect`` preset at ``size``."""
+def build_loader(
+    url: str, *, size: int, batch_size: int, workers: int, seed: int = 0, preset: str = "detect", **options: Any
+) -> Any:
+    """The detection loader: boxes, their labels and counts at ``size`` (``preset="detect"``: scale jitter, crop or
+    pad, flip, aspect kept); ``options`` go to ``shardkit.load`` (e.g. ``min_visible``)."""
     return shardkit.load(
         url,
         fields=FIELDS,
-        preset="detect",
+        preset=preset,
         size=size,
         batch_size=batch_size,
         num_workers=workers,
         seed=seed,
         drop_last=True,
+        **options,
     )
+
+
+def class_names(loader: Any, url: str) -> "tuple[str, ...]":
+    """The dataset's class names (``"background"`` first): the loader's, or its manifest's where the loader lists
+    none (a dataset without a ``label`` field)."""
+    if loader.classes:
+        return tuple(loader.classes)
+    from shardkit.format.manifest import load_manifest
+
+    return tuple(load_manifest(url).classes)
 
 
 def build_model(num_classes: int, size: int) -> torch.nn.Module:
@@ -83,6 +97,7 @@ def main(argv: "list[str] | None" = None) -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--size", type=int, default=128, help="the detect preset's output size (COCO: 512-1024)")
+    p.add_argument("--preset", default="detect", help="the loader's preset (detect; letterbox for evaluation)")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--log-every", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
@@ -94,7 +109,9 @@ def main(argv: "list[str] | None" = None) -> None:
 
     # 1. the input pipeline, in shardkit's workers: scale jitter, crop/pad to size x size, flip; boxes follow
     try:
-        loader = build_loader(url, size=args.size, batch_size=args.batch_size, workers=args.workers, seed=args.seed)
+        loader = build_loader(
+            url, size=args.size, batch_size=args.batch_size, workers=args.workers, seed=args.seed, preset=args.preset
+        )
     except (shardkit.ShardkitError, ValueError) as exc:  # a wrong URL or option: one line, no traceback
         raise SystemExit(f"train_detection.py: {exc}") from None
     if len(loader) == 0:
@@ -102,7 +119,7 @@ def main(argv: "list[str] | None" = None) -> None:
 
     # 2. the model: classes are the dataset's ("background" first: torchvision's convention, box labels >= 1)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = build_model(len(loader.classes), args.size).to(device).train()
+    model = build_model(len(class_names(loader, url)), args.size).to(device).train()
     params = [q for q in model.parameters() if q.requires_grad]
     opt = torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=1e-4)
     warmup = max(1, min(10, args.steps // 2))
