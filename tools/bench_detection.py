@@ -485,7 +485,10 @@ def table(summary: dict, a: argparse.Namespace) -> str:
         cells = []
         for side in ("torchvision", "shardkit"):
             s = summary.get(f"{task} {side}")
-            cells.append("-" if s is None else f"{s['img_s']:.0f}" if s["img_s"] else f"error: {s['error']}")
+            if s is None or (not s["img_s"] and not s["error"]):
+                cells.append("-")
+            else:
+                cells.append(f"{s['img_s']:.0f}" if s["img_s"] else f"error: {s['error']}")
         ratio = summary.get(f"{task} ratio")
         lines.append(f"| {name} | {cells[0]} | {cells[1]} | {'-' if ratio is None else f'{ratio:.1f}x'} |")
     return "\n".join(lines)
