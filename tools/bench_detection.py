@@ -16,6 +16,9 @@ Pipelines, all with batch ``--batch-size`` (32), ``--workers`` (2) loader worker
 * **segmentation, torchvision**: ``decode_jpeg`` + ``decode_png`` (the mask) -> ``tv_tensors.Image`` + ``Mask`` ->
   ``v2.RandomResizedCrop(512)`` (bilinear image, nearest mask) -> ``v2.RandomHorizontalFlip()``; default collate.
 * **segmentation, shardkit**: ``shardkit.load(shards, fields=("image", "mask"), preset="train", size=512)``.
+* **... torchvision-pil**: each torchvision pipeline again as torchvision's own detection and segmentation
+  references run it: PIL decode (``Image.open(...).convert("RGB")``), the v2 transforms on the PIL image, then
+  ``v2.ToImage()``; the masks read with PIL.
 
 Every measurement is a fresh child process (``--child``); the four pipelines alternate round by round so that
 background load hits them alike; each child checks its first batch's structure (shapes, dtypes, boxes inside
@@ -47,7 +50,16 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SIZE = 512
-KINDS = ("det torchvision", "det shardkit", "seg torchvision", "seg shardkit")
+#: the pipelines; "torchvision-pil" decodes with PIL and transforms PIL images, as torchvision's references do
+KINDS = (
+    "det torchvision-pil",
+    "det torchvision",
+    "det shardkit",
+    "seg torchvision-pil",
+    "seg torchvision",
+    "seg shardkit",
+)
+BASELINES = ("torchvision-pil", "torchvision")
 DET_FIELDS = ("image", "boxes", "box_labels", "box_count")
 SEG_FIELDS = ("image", "mask")
 
@@ -190,7 +202,8 @@ def _write_shards(folder: str, dest: str, records: list[dict], shard_size: int =
 class CocoBoxes:
     """A map-style dataset: the source JPEGs and their COCO boxes as ``tv_tensors``, through a v2 pipeline."""
 
-    def __init__(self, folder: str, transform: Any) -> None:
+    def __init__(self, folder: str, transform: Any, pil: bool = False) -> None:
+        self.pil = pil
         with open(os.path.join(folder, "annotations.json")) as f:
             coco = json.load(f)
         by_image: dict[int, list[dict]] = {}
@@ -213,10 +226,17 @@ class CocoBoxes:
         from torchvision import tv_tensors
 
         path, boxes, labels = self.items[i]
-        image = tvio.decode_jpeg(tvio.read_file(path), mode=tvio.ImageReadMode.RGB)
+        if self.pil:
+            from PIL import Image
+
+            image: Any = Image.open(path).convert("RGB")
+            canvas = (image.height, image.width)
+        else:
+            image = tv_tensors.Image(tvio.decode_jpeg(tvio.read_file(path), mode=tvio.ImageReadMode.RGB))
+            canvas = tuple(image.shape[-2:])
         sample = {
-            "image": tv_tensors.Image(image),
-            "boxes": tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=image.shape[-2:]),
+            "image": image,
+            "boxes": tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=canvas),
             "labels": torch.from_numpy(labels),
         }
         return self.transform(sample)
@@ -225,7 +245,8 @@ class CocoBoxes:
 class MaskPairs:
     """A map-style dataset: the source JPEGs and their PNG masks as ``tv_tensors.Image`` + ``Mask``."""
 
-    def __init__(self, folder: str, transform: Any) -> None:
+    def __init__(self, folder: str, transform: Any, pil: bool = False) -> None:
+        self.pil = pil
         names = sorted(f[:-4] for f in os.listdir(os.path.join(folder, "images")))
         self.items = [
             (os.path.join(folder, "images", n + ".jpg"), os.path.join(folder, "masks", n + ".png")) for n in names
@@ -239,7 +260,18 @@ class MaskPairs:
         from torchvision import io as tvio
         from torchvision import tv_tensors
 
+        import torch
+
         jpg, png = self.items[i]
+        if self.pil:
+            from PIL import Image
+
+            return self.transform(
+                {
+                    "image": Image.open(jpg).convert("RGB"),
+                    "mask": tv_tensors.Mask(torch.from_numpy(np.asarray(Image.open(png)))),
+                }
+            )
         image = tvio.decode_jpeg(tvio.read_file(jpg), mode=tvio.ImageReadMode.RGB)
         mask = tvio.decode_png(tvio.read_file(png))[0]
         return self.transform({"image": tv_tensors.Image(image), "mask": tv_tensors.Mask(mask)})
@@ -273,20 +305,23 @@ def torchvision_loader(kind: str, opts: dict):
     import torch
     from torchvision.transforms import v2
 
-    if kind == "det torchvision":
+    pil = kind.endswith("-pil")
+    last = [v2.ToImage()] if pil else []  # PIL images until the end, then a tensor (torchvision's references)
+    if kind.startswith("det"):
         transform = v2.Compose(
             [
                 v2.ScaleJitter((SIZE, SIZE), scale_range=(0.5, 1.5), antialias=True),
                 v2.RandomCrop(SIZE, pad_if_needed=True),
                 v2.RandomHorizontalFlip(),
                 v2.SanitizeBoundingBoxes(),
+                *last,
             ]
         )
-        ds: Any = CocoBoxes(opts["folder"], transform)
+        ds: Any = CocoBoxes(opts["folder"], transform, pil)
         collate = pad_boxes
     else:
-        transform = v2.Compose([v2.RandomResizedCrop(SIZE, antialias=True), v2.RandomHorizontalFlip()])
-        ds = MaskPairs(opts["folder"], transform)
+        transform = v2.Compose([v2.RandomResizedCrop(SIZE, antialias=True), v2.RandomHorizontalFlip(), *last])
+        ds = MaskPairs(opts["folder"], transform, pil)
         collate = stack_masks
     workers = opts["workers"]
     return torch.utils.data.DataLoader(
@@ -330,7 +365,7 @@ def _check(kind: str, batch: dict, batch_size: int) -> None:
 def child(opts: dict) -> dict:
     """One measurement: img/s over ``batches`` batches after one start-up batch per worker."""
     kind, workers, batches = opts["kind"], opts["workers"], opts["batches"]
-    if kind.endswith("torchvision"):
+    if not kind.endswith("shardkit"):
         dl = torchvision_loader(kind, opts)
 
         def epochs():
@@ -463,19 +498,23 @@ def summarise(rounds: list[dict[str, dict]], kinds: list[str]) -> dict:
         errors = [r[kind]["error"] for r in rounds if "error" in r[kind]]
         out[kind] = {"img_s": statistics.median(vals) if vals else None, "error": errors[0] if errors else None}
     for task in ("det", "seg"):
-        a, b = f"{task} shardkit", f"{task} torchvision"
-        ratios = [
-            r[a]["img_s"] / r[b]["img_s"] for r in rounds if a in r and b in r and "img_s" in r[a] and "img_s" in r[b]
-        ]
-        out[f"{task} ratio"] = statistics.median(ratios) if ratios else None
+        for base in BASELINES:
+            a, b = f"{task} shardkit", f"{task} {base}"
+            ratios = [
+                r[a]["img_s"] / r[b]["img_s"]
+                for r in rounds
+                if a in r and b in r and "img_s" in r[a] and "img_s" in r[b]
+            ]
+            out[f"{task} ratio {base}"] = statistics.median(ratios) if ratios else None
     return out
 
 
 def table(summary: dict, a: argparse.Namespace) -> str:
     lines = [
-        f"| task (512 px, batch {a.batch_size}, {a.workers} workers, medians of {a.runs}) | torchvision v2 img/s "
-        "| shardkit img/s | shardkit / torchvision |",
-        "|---|---:|---:|---:|",
+        f"| task (512 px, batch {a.batch_size}, {a.workers} workers, medians of {a.runs}) | torchvision v2, PIL decode "
+        "img/s | torchvision v2, decode_jpeg img/s | shardkit img/s | shardkit / PIL pipeline "
+        "| shardkit / decode_jpeg pipeline |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     names = {
         "det": "detection: scale jitter + crop/pad + flip, boxes",
@@ -483,14 +522,16 @@ def table(summary: dict, a: argparse.Namespace) -> str:
     }
     for task, name in names.items():
         cells = []
-        for side in ("torchvision", "shardkit"):
+        for side in (*BASELINES, "shardkit"):
             s = summary.get(f"{task} {side}")
             if s is None or (not s["img_s"] and not s["error"]):
                 cells.append("-")
             else:
                 cells.append(f"{s['img_s']:.0f}" if s["img_s"] else f"error: {s['error']}")
-        ratio = summary.get(f"{task} ratio")
-        lines.append(f"| {name} | {cells[0]} | {cells[1]} | {'-' if ratio is None else f'{ratio:.1f}x'} |")
+        for base in BASELINES:
+            ratio = summary.get(f"{task} ratio {base}")
+            cells.append("-" if ratio is None else f"{ratio:.1f}x")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -181,10 +181,10 @@ def test_bench_detection_quick(tmp_path):
     out = tmp_path / "res.json"
     _run([sys.executable, BENCH, "--quick", "--out", str(tmp_path / "data"), "--json", str(out)], str(tmp_path))
     res = json.loads(out.read_text())["summary"]
-    for kind in ("det torchvision", "seg torchvision"):
+    for kind in ("det torchvision-pil", "det torchvision", "seg torchvision-pil", "seg torchvision"):
         assert res[kind]["img_s"] and res[kind]["img_s"] > 0, res
     if _loader_takes_targets():
-        kinds = ("det shardkit", "seg shardkit") if _detect_preset() == "detect" else ("seg shardkit",)
-        for kind in kinds:
-            assert res[kind]["img_s"] and res[kind]["img_s"] > 0, res
-            assert res[kind.replace("shardkit", "ratio")] > 0
+        tasks = ("det", "seg") if _detect_preset() == "detect" else ("seg",)
+        for task in tasks:
+            assert res[f"{task} shardkit"]["img_s"] and res[f"{task} shardkit"]["img_s"] > 0, res
+            assert res[f"{task} ratio torchvision"] > 0 and res[f"{task} ratio torchvision-pil"] > 0, res
