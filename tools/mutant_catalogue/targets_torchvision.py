@@ -1,5 +1,6 @@
 """Mutants of the torchvision bridge (issue 24): ``shardkit/targets/torchvision.py`` (``to_torchvision``,
-``as_tv_tensors``, ``from_tv_tensors``). Tests: ``tests/targets/test_torchvision.py``."""
+``as_tv_tensors``, ``from_tv_tensors``), and of the axis-aligned mask fast path ``shardkit/targets/maskwarp.py``.
+Tests: ``tests/targets/test_torchvision.py``, ``tests/targets/test_maskwarp.py``."""
 
 ROW_MODELS = (
     "torchvision: to_torchvision gives each sample's boxes, labels, keypoints and semantic mask without padding "
@@ -17,6 +18,12 @@ ROUND_TRIP = T + "test_tv_tensors_round_trip_exactly"
 KERNELS = T + "test_v2_kernels_move_boxes_and_masks_like_shardkits_rule"
 
 F = "shardkit/targets/torchvision.py"
+ROW_MASKWARP = (
+    "Masks: the axis-aligned fast path (warp_mask_axis_aligned) gives exactly warp_masks's pixels for every crop, "
+    "resize, flip and padding window"
+)
+EXACT = "tests/targets/test_maskwarp.py::test_the_fast_path_is_warp_masks_exactly"
+W = "shardkit/targets/maskwarp.py"
 
 MUTANTS = [
     {
@@ -74,5 +81,29 @@ MUTANTS = [
         "old": "counts = [int(c) for c in t.count.tolist()]",
         "new": "counts = [int(c) + 1 for c in t.count.tolist()]",
         "tests": [ROUND_TRIP, PER_SAMPLE],
+    },
+    {
+        "id": "maskwarp-rounds-down",  # floor of the mapped centre, not round-half-up: masks shift half a pixel
+        "row": ROW_MASKWARP,
+        "file": W,
+        "old": "src = torch.floor(scale * k + offset + 0.5)",
+        "new": "src = torch.floor(scale * k + offset)",
+        "tests": [EXACT],
+    },
+    {
+        "id": "maskwarp-padding-columns-not-ignored",  # letterbox/detect padding columns read the edge's classes
+        "row": ROW_MASKWARP,
+        "file": W,
+        "old": "    out.masked_fill_(~okx[None, :], fill)\n",
+        "new": "",
+        "tests": [EXACT],
+    },
+    {
+        "id": "maskwarp-rows-from-the-column-map",
+        "row": ROW_MASKWARP,
+        "file": W,
+        "old": "iy, oky = _indices(m[1, 1], m[1, 2], oh, h)",
+        "new": "iy, oky = _indices(m[0, 0], m[0, 2], oh, h)",
+        "tests": [EXACT],
     },
 ]
