@@ -45,9 +45,12 @@ def warp_mask_axis_aligned(mask: Tensor, inv: Tensor, out_size: Size, fill: int 
     # warp_masks computes a*x + b*y + c + 0.5 with b == 0: the same float32 sums in the same order
     ix, okx = _indices(m[0, 0], m[0, 2], ow, w)
     iy, oky = _indices(m[1, 1], m[1, 2], oh, h)
-    out = mask.index_select(0, iy).index_select(1, ix)
-    out.masked_fill_(~oky[:, None], fill)
-    out.masked_fill_(~okx[None, :], fill)
+    rows = mask.index_select(0, iy)  # [oh, w], contiguous
+    out = torch.gather(rows, 1, ix[None, :].expand(oh, ow))  # (index_select along dim 1 is ~4x slower)
+    if not bool(oky.all()):  # rows and columns no source pixel maps to (padding windows, crops past the edge)
+        out[~oky] = fill
+    if not bool(okx.all()):
+        out[:, ~okx] = fill
     return out
 
 

@@ -94,8 +94,8 @@ MUTANTS = [
         "id": "maskwarp-padding-columns-not-ignored",  # letterbox/detect padding columns read the edge's classes
         "row": ROW_MASKWARP,
         "file": W,
-        "old": "    out.masked_fill_(~okx[None, :], fill)\n",
-        "new": "",
+        "old": "        out[:, ~okx] = fill",
+        "new": "        pass",
         "tests": [EXACT],
     },
     {
