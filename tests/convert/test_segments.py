@@ -1,0 +1,133 @@
+"""COCO segmentations: the RLE codec and the polygon rasteriser against pycocotools, and the semantic mask."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardkit.convert.segments import (
+    Rle,
+    Segment,
+    parse_segmentation,
+    polygon_mask,
+    rle_counts,
+    rle_mask,
+    rle_of,
+    rle_string,
+    semantic_mask,
+)
+from shardkit.format.fields import IGNORE
+
+cocomask = pytest.importorskip("pycocotools.mask")
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pycocotools vs numpy 2
+
+SETTINGS = settings(derandomize=True, deadline=None, max_examples=60)
+
+
+@st.composite
+def masks(draw: st.DrawFn) -> np.ndarray:
+    h, w = draw(st.integers(1, 24)), draw(st.integers(1, 24))
+    seed = draw(st.integers(0, 2**31))
+    p = draw(st.sampled_from([0.0, 0.05, 0.5, 0.95, 1.0]))
+    return np.random.default_rng(seed).random((h, w)) < p
+
+
+def outline_distance(px: np.ndarray, py: np.ndarray, poly: tuple[float, ...]) -> np.ndarray:
+    """Distance of each point to the polygon's outline (a deliberately plain point-to-segment minimum)."""
+    pts = np.asarray(poly, np.float64).reshape(-1, 2)
+    a, b = pts, np.roll(pts, -1, 0)
+    p = np.stack([px, py], 1)[:, None, :]
+    ab, ap = (b - a)[None], p - a[None]
+    t = np.clip((ap * ab).sum(-1) / np.maximum((ab * ab).sum(-1), 1e-12), 0, 1)
+    return np.linalg.norm(ap - t[..., None] * ab, axis=-1).min(1)
+
+
+@SETTINGS
+@given(masks())
+def test_rle_codec_matches_pycocotools(m: np.ndarray) -> None:
+    ref = cocomask.encode(np.asfortranarray(m.astype(np.uint8)))
+    rle = rle_of(m)
+    assert rle.size == tuple(ref["size"])
+    assert rle.counts == ref["counts"].decode("ascii")  # the same compressed string, byte for byte
+    assert np.array_equal(rle_mask(rle), m)
+    assert np.array_equal(rle_mask(Rle(rle.size, ref["counts"].decode("ascii"))), cocomask.decode(ref).astype(bool))
+    runs = rle_counts(rle.counts)
+    assert rle_string(runs) == rle.counts
+    # uncompressed counts (COCO's crowd annotations) mean the same mask as pycocotools reads them
+    frm = cocomask.frPyObjects({"size": list(m.shape), "counts": runs}, *m.shape)
+    assert np.array_equal(rle_mask(Rle(rle.size, tuple(runs))), cocomask.decode(frm).astype(bool))
+
+
+def test_rle_strings_that_break_the_format_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="ends inside"):
+        rle_counts("0`")  # 0x30 + 0x20: "more" set on the last character
+    with pytest.raises(ValueError, match="alphabet"):
+        rle_counts("0 1")
+    with pytest.raises(ValueError, match="add up"):
+        rle_mask(Rle((2, 2), (1, 1)))
+
+
+@st.composite
+def polygons(draw: st.DrawFn) -> tuple[int, int, tuple[float, ...]]:
+    w, h = draw(st.integers(4, 48)), draw(st.integers(4, 48))
+    n = draw(st.integers(3, 8))
+    scale = draw(st.sampled_from([1, 2, 4, 10]))
+    coords = draw(st.lists(st.integers(-5 * scale, (max(w, h) + 5) * scale), min_size=2 * n, max_size=2 * n))
+    return w, h, tuple(c / scale for c in coords)
+
+
+@SETTINGS
+@given(polygons())
+def test_polygon_mask_matches_pycocotools_but_along_the_outline(case: tuple[int, int, tuple[float, ...]]) -> None:
+    w, h, poly = case
+    ref = cocomask.decode(cocomask.merge(cocomask.frPyObjects([list(poly)], h, w))).astype(bool)
+    mine = polygon_mask((poly,), w, h)
+    differ = np.argwhere(mine != ref)
+    if len(differ):  # only pixels whose square touches the outline (centre within half a diagonal)
+        assert outline_distance(differ[:, 1] + 0.5, differ[:, 0] + 0.5, poly).max() <= 0.5**0.5
+
+
+@SETTINGS
+@given(st.integers(1, 40), st.integers(1, 40), st.data())
+def test_rectangles_cover_exactly_their_pixels(w: int, h: int, data: st.DataObject) -> None:
+    x0, x1 = sorted(data.draw(st.lists(st.integers(-3, w + 3), min_size=2, max_size=2, unique=True)))
+    y0, y1 = sorted(data.draw(st.lists(st.integers(-3, h + 3), min_size=2, max_size=2, unique=True)))
+    poly = (x0, y0, x1, y0, x1, y1, x0, y1)
+    ref = np.zeros((h, w), bool)
+    ref[max(y0, 0) : max(y1, 0), max(x0, 0) : max(x1, 0)] = True
+    assert np.array_equal(polygon_mask((tuple(map(float, poly)),), w, h), ref)
+    coco = cocomask.decode(cocomask.merge(cocomask.frPyObjects([list(map(float, poly))], h, w))).astype(bool)
+    assert np.array_equal(coco, ref)  # pycocotools agrees on rectangles: the reference is the right one
+
+
+def test_semantic_mask_paints_in_order_crowds_as_ignore() -> None:
+    a = Segment(1, False, ((0.0, 0.0, 4.0, 0.0, 4.0, 4.0, 0.0, 4.0),))
+    b = Segment(2, False, ((2.0, 2.0, 6.0, 2.0, 6.0, 6.0, 2.0, 6.0),))
+    crowd_mask = np.zeros((6, 6), bool)
+    crowd_mask[5, :] = True
+    c = Segment(3, True, rle_of(crowd_mask))
+    out = semantic_mask([a, b, c], 6, 6)
+    want = np.zeros((6, 6), np.uint8)
+    want[0:4, 0:4] = 1
+    want[2:6, 2:6] = 2
+    want[5, :] = IGNORE
+    assert np.array_equal(out, want)
+    with pytest.raises(ValueError, match="RLE of size"):
+        semantic_mask([c], 5, 6)
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ({"size": [2], "counts": [4]}, "not \\[height, width\\]"),
+        ({"size": [2, 2], "counts": 4}, "neither a list of ints nor a string"),
+        ([[0, 0, 1, 1]], "at least 6 numbers"),
+        ([[0, 0, 1, 1, 2, True]], "at least 6 numbers"),
+        ("abc", "neither polygons nor an RLE"),
+    ],
+)
+def test_malformed_segmentations_are_one_line_value_errors(value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_segmentation(value, 1, False)
