@@ -107,14 +107,15 @@ def _partner(name: str) -> str | None:
 def flip_pairs_of(names: Sequence[str]) -> list[list[int]]:
     """The keypoints a horizontal flip swaps, found by their names: ``left_eye`` / ``right_eye``
     (also ``eye_left`` / ``eye_right``, ``left`` / ``right``; any case; ``_``, ``-`` or a space);
-    each pair ``[left, right]``, sorted by the left one."""
+    each pair ``[left, right]``, sorted by the left one; a keypoint is in one pair at most."""
     where = {n.lower(): i for i, n in enumerate(names)}
-    pairs = []
+    pairs, used = [], set()
     for i, n in enumerate(names):
         partner = _partner(n.lower())
         j = where.get(partner) if partner else None
-        if j is not None and j != i:
+        if j is not None and not {i, j} & used and j != i:  # each keypoint in one pair at most
             pairs.append([i, j])
+            used.update((i, j))
     return pairs
 
 

@@ -1,0 +1,105 @@
+"""Shared by the coco/voc/yolo source tests: scene images on disk, an end-to-end probe, a plain shard reader."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import io
+import json
+import os
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+
+from shardkit.demo.scenes import BACKGROUND, scene, scene_jpeg
+
+
+def write_scene_images(folder: str, seed: int, n: int, size: tuple[int, int], names: Sequence[str]) -> None:
+    """``names[i]`` is scene ``i`` of ``seed`` (a JPEG); names past ``n`` are plain background images."""
+    from PIL import Image
+
+    os.makedirs(folder, exist_ok=True)
+    for i, name in enumerate(names):
+        path = os.path.join(folder, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if i < n:
+            data = scene_jpeg(scene(seed, i, size))
+        else:
+            buf = io.BytesIO()
+            Image.new("RGB", size, BACKGROUND).save(buf, format="JPEG")
+            data = buf.getvalue()
+        with open(path, "wb") as f:
+            f.write(data)
+
+
+@functools.lru_cache(maxsize=None)
+def encode_path_writes_targets() -> bool:
+    """True once the conversion stores ``objects`` as ``.objects.json`` (helper conv's encode path)."""
+    from shardkit.convert import convert
+    from shardkit.convert.options import ConvertConfig
+
+    with tempfile.TemporaryDirectory() as d:
+        write_scene_images(os.path.join(d, "src"), 0, 1, (32, 24), ["a.jpg"])
+        ann = {
+            "images": [{"id": 1, "file_name": "a.jpg", "width": 32, "height": 24}],
+            "categories": [{"id": 1, "name": "x"}],
+            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 4, 4]}],
+        }
+        with open(os.path.join(d, "src", "ann.json"), "w") as f:
+            json.dump(ann, f)
+        try:
+            convert("coco:" + os.path.join(d, "src", "ann.json"), os.path.join(d, "out"), ConvertConfig(), quiet=True)
+        except Exception:  # noqa: BLE001 - any failure: the encode path is not there yet
+            return False
+        for tar in glob.glob(os.path.join(d, "out", "**", "*.tar"), recursive=True):
+            with tarfile.open(tar) as t:
+                if any(m.name.endswith(".objects.json") for m in t.getmembers()):
+                    return True
+    return False
+
+
+e2e_skip = pytest.mark.skipif(
+    "not __import__('tests.convert.detection_helpers', fromlist=['x']).encode_path_writes_targets()",
+    reason="the encode path does not store objects yet (helper conv's work; the lead removes this skip at merge)",
+)
+
+
+def read_shards(
+    out: str, seed: int, size: tuple[int, int], want_mask: bool, scene_of: Callable[[str], int | None]
+) -> dict[str, dict]:
+    """Every sample of the shards below ``out`` (plain ``tarfile``), checked against its scene: the stored boxes are
+    the scene's scaled to the stored size (boxes of scenes only: ``scene_of(path)`` is ``None`` for other images), and
+    each mask pixel of class ``c`` lies on ``c``'s rectangle. Returns ``{path: objects}``."""
+    from PIL import Image
+
+    samples: dict[str, dict] = {}
+    for tar in sorted(glob.glob(os.path.join(out, "**", "*.tar"), recursive=True)):
+        with tarfile.open(tar) as t:
+            members: dict[str, dict[str, bytes]] = {}
+            for m in t.getmembers():
+                key, ext = m.name.split(".", 1)
+                members.setdefault(key, {})[ext] = t.extractfile(m).read()  # type: ignore[union-attr]
+        for parts in members.values():
+            meta = json.loads(parts["json"])
+            objs = json.loads(parts["objects.json"])
+            image = Image.open(io.BytesIO(parts["jpg"]))
+            sw, sh = image.size
+            i = scene_of(meta["path"])
+            if i is not None:
+                s = scene(seed, i, size)
+                scale = np.array([sw / size[0], sh / size[1]] * 2)
+                got = np.array(objs["boxes"], np.float64).reshape(-1, 4)
+                want = s.objects.boxes.astype(np.float64) * scale
+                for b in want:
+                    assert np.abs(got - b).max(1).min() < 1e-3 * max(sw, sh), (meta["path"], b, got)
+                if want_mask:
+                    mask = np.asarray(Image.open(io.BytesIO(parts["mask.png"])))
+                    assert mask.shape == (sh, sw)
+                    small = np.asarray(Image.fromarray(s.mask).resize((sw, sh), Image.NEAREST))
+                    agree = (mask == small) | (mask == 255)
+                    assert agree.mean() > 0.95, meta["path"]
+            samples[meta["path"]] = objs
+    return samples
