@@ -35,7 +35,7 @@ def write_scene_images(folder: str, seed: int, n: int, size: tuple[int, int], na
             f.write(data)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def encode_path_writes_targets() -> bool:
     """True once the conversion stores ``objects`` as ``.objects.json`` (helper conv's encode path)."""
     from shardkit.convert import convert

@@ -45,8 +45,14 @@ def write_coco(folder: str, seed: int, n: int, size: tuple[int, int], keypoints:
     for i in range(n):
         s = scene(seed, i, size)
         images.append({"id": img_ids[i], "file_name": f"img/{i:03d}.jpg", "width": size[0], "height": size[1]})
-        for (x0, y0, x1, y1), c, kp in zip(s.objects.boxes.tolist(), s.objects.labels.tolist(), s.objects.keypoints.tolist()):
-            a: dict[str, Any] = {"image_id": img_ids[i], "category_id": cat_ids[c - 1], "bbox": [x0, y0, x1 - x0, y1 - y0]}
+        for (x0, y0, x1, y1), c, kp in zip(
+            s.objects.boxes.tolist(), s.objects.labels.tolist(), s.objects.keypoints.tolist()
+        ):
+            a: dict[str, Any] = {
+                "image_id": img_ids[i],
+                "category_id": cat_ids[c - 1],
+                "bbox": [x0, y0, x1 - x0, y1 - y0],
+            }
             a["iscrowd"] = int(rng.random() < 0.2)
             shape = rng.choice(["polygon", "rle", "rle-list", "none"])
             region = np.zeros((size[1], size[0]), bool)
@@ -127,7 +133,9 @@ def reference(path: str) -> tuple[dict[str, Any], int, list[str]]:
     keypoints=st.booleans(),
     broken=st.fixed_dictionaries({k: st.integers(0, 2) for k in KINDS}),
 )
-def test_coco_scan_matches_pycocotools(seed: int, n: int, w: int, h: int, keypoints: bool, broken: dict[str, int]) -> None:
+def test_coco_scan_matches_pycocotools(
+    seed: int, n: int, w: int, h: int, keypoints: bool, broken: dict[str, int]
+) -> None:
     with tempfile.TemporaryDirectory() as d:
         path = write_coco(d, seed, n, (w, h), keypoints, broken)
         source = discover("coco:" + path, ConvertConfig(source=ScanConfig(masks=True)))
@@ -193,7 +201,14 @@ def _valid() -> dict[str, Any]:
         "images": [{"id": 1, "file_name": "a.jpg", "width": 20, "height": 10}],
         "categories": [{"id": 3, "name": "cat", "keypoints": ["left", "right"]}],
         "annotations": [
-            {"id": 5, "image_id": 1, "category_id": 3, "bbox": [1, 1, 2, 2], "keypoints": [0, 0, 0, 1, 1, 2], "segmentation": [[1, 1, 3, 1, 3, 3]]}
+            {
+                "id": 5,
+                "image_id": 1,
+                "category_id": 3,
+                "bbox": [1, 1, 2, 2],
+                "keypoints": [0, 0, 0, 1, 1, 2],
+                "segmentation": [[1, 1, 3, 1, 3, 3]],
+            }
         ],
     }
 
@@ -241,7 +256,10 @@ def test_a_malformed_file_is_one_line_naming_the_file_and_key(tmp_path: Any, whe
 def test_two_categories_with_one_id_or_two_images_with_one_name_are_refused(tmp_path: Any) -> None:
     for change, key in [
         (lambda d: d["categories"].append({"id": 3, "name": "dog"}), "categories[1].id"),
-        (lambda d: d["images"].append({"id": 2, "file_name": "./a.jpg", "width": 5, "height": 5}), "images[1].file_name"),
+        (
+            lambda d: d["images"].append({"id": 2, "file_name": "./a.jpg", "width": 5, "height": 5}),
+            "images[1].file_name",
+        ),
     ]:
         data = _valid()
         change(data)
@@ -260,7 +278,9 @@ def test_coco_convert_end_to_end(tmp_path: Any) -> None:
 
     size = (96, 72)
     path = write_coco(str(tmp_path / "src"), 3, 3, size, True, {"no_image": 1, "clipped": 1})
-    write_scene_images(str(tmp_path / "src" / "annotations" / "img"), 3, 3, size,[f"{i:03d}.jpg" for i in range(3)] + ["empty.jpg"])
+    write_scene_images(
+        str(tmp_path / "src" / "annotations" / "img"), 3, 3, size, [f"{i:03d}.jpg" for i in range(3)] + ["empty.jpg"]
+    )
     convert("coco:" + path, str(tmp_path / "out"), ConvertConfig(source=ScanConfig(masks=True)), quiet=True)
     got = read_shards(str(tmp_path / "out"), 3, size, True, lambda p: None if "empty" in p else int(p[4:7]))
     assert sorted(got) == ["img/000.jpg", "img/001.jpg", "img/002.jpg", "img/empty.jpg"]

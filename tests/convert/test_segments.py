@@ -90,16 +90,21 @@ def test_polygon_mask_matches_pycocotools_but_along_the_outline(case: tuple[int,
 
 
 @SETTINGS
-@given(st.integers(1, 40), st.integers(1, 40), st.data())
-def test_rectangles_cover_exactly_their_pixels(w: int, h: int, data: st.DataObject) -> None:
-    x0, x1 = sorted(data.draw(st.lists(st.integers(-3, w + 3), min_size=2, max_size=2, unique=True)))
-    y0, y1 = sorted(data.draw(st.lists(st.integers(-3, h + 3), min_size=2, max_size=2, unique=True)))
+@given(st.integers(1, 40), st.integers(1, 40), st.sampled_from([1, 4, 10]), st.data())
+def test_rectangles_cover_exactly_the_pixels_whose_centre_they_hold(
+    w: int, h: int, scale: int, data: st.DataObject
+) -> None:
+    """Corners on any quarter or tenth of a pixel: pixel ``i`` is inside when ``x0 <= i + 0.5 < x1``."""
+    xs = sorted(data.draw(st.lists(st.integers(-3 * scale, (w + 3) * scale), min_size=2, max_size=2, unique=True)))
+    ys = sorted(data.draw(st.lists(st.integers(-3 * scale, (h + 3) * scale), min_size=2, max_size=2, unique=True)))
+    (x0, x1), (y0, y1) = (v / scale for v in xs), (v / scale for v in ys)
     poly = (x0, y0, x1, y0, x1, y1, x0, y1)
-    ref = np.zeros((h, w), bool)
-    ref[max(y0, 0) : max(y1, 0), max(x0, 0) : max(x1, 0)] = True
-    assert np.array_equal(polygon_mask((tuple(map(float, poly)),), w, h), ref)
-    coco = cocomask.decode(cocomask.merge(cocomask.frPyObjects([list(map(float, poly))], h, w))).astype(bool)
-    assert np.array_equal(coco, ref)  # pycocotools agrees on rectangles: the reference is the right one
+    cx, cy = np.arange(w) + 0.5, np.arange(h) + 0.5
+    ref = ((y0 <= cy) & (cy < y1))[:, None] & ((x0 <= cx) & (cx < x1))[None, :]
+    assert np.array_equal(polygon_mask((poly,), w, h), ref)
+    if scale == 1:  # pycocotools agrees on whole-pixel rectangles: the reference is the right one
+        coco = cocomask.decode(cocomask.merge(cocomask.frPyObjects([list(poly)], h, w))).astype(bool)
+        assert np.array_equal(coco, ref)
 
 
 def test_semantic_mask_paints_in_order_crowds_as_ignore() -> None:

@@ -93,7 +93,9 @@ def write_voc(
     lists=st.booleans(),
     broken=st.fixed_dictionaries({k: st.integers(0, 2) for k in KINDS}),
 )
-def test_voc_scan_matches_the_scenes(seed: int, n: int, w: int, h: int, voc_names: bool, lists: bool, broken: dict[str, int]) -> None:
+def test_voc_scan_matches_the_scenes(
+    seed: int, n: int, w: int, h: int, voc_names: bool, lists: bool, broken: dict[str, int]
+) -> None:
     with tempfile.TemporaryDirectory() as d:
         root = os.path.join(d, "VOCdevkit", "VOC2012")
         expected, names = write_voc(root, seed, n, (w, h), voc_names, lists, broken)
@@ -108,7 +110,9 @@ def test_voc_scan_matches_the_scenes(seed: int, n: int, w: int, h: int, voc_name
         for k, v in split.annotations.items():
             total[k] = total.get(k, 0) + v
         if lists and split.name == "train":
-            assert split.skipped == [("JPEGImages/2012_999999.jpg", SkipReason.MISSING_FILE, "no Annotations/2012_999999.xml")]
+            assert split.skipped == [
+                ("JPEGImages/2012_999999.jpg", SkipReason.MISSING_FILE, "no Annotations/2012_999999.xml")
+            ]
         for f in split.files:
             want = expected[f.meta["voc_id"]]
             assert f.relpath == f"JPEGImages/{f.meta['voc_id']}.jpg"
@@ -132,14 +136,18 @@ def test_masks_come_from_segmentation_class_pngs_and_an_image_without_one_is_acc
     os.makedirs(os.path.join(root, "ImageSets", "Segmentation"))
     ids = sorted(expected)
     for i in ids[:2]:
-        Image.fromarray(np.zeros((40, 50), np.uint8), mode="L").convert("P").save(os.path.join(root, "SegmentationClass", i + ".png"))
+        Image.fromarray(np.zeros((40, 50), np.uint8), mode="L").convert("P").save(
+            os.path.join(root, "SegmentationClass", i + ".png")
+        )
     with open(os.path.join(root, "ImageSets", "Segmentation", "val.txt"), "w") as f:
         f.write("\n".join(ids) + "\n")
     source = discover(f"voc:{root}", ConvertConfig(source=ScanConfig(masks=True)))
     assert source.fields == ("image", "boxes", "mask") and source.classes == ["background", *VOC_CLASSES]
     (split,) = source.splits
     assert split.name == "val" and [f.mask for f in split.files] == [f"SegmentationClass/{i}.png" for i in ids[:2]]
-    assert split.skipped == [(f"JPEGImages/{ids[2]}.jpg", SkipReason.MISSING_FILE, f"no SegmentationClass/{ids[2]}.png (--masks)")]
+    assert split.skipped == [
+        (f"JPEGImages/{ids[2]}.jpg", SkipReason.MISSING_FILE, f"no SegmentationClass/{ids[2]}.png (--masks)")
+    ]
     assert split.annotations.get("no_mask", 0) == len(expected[ids[2]])
     assert sum(split.annotations.values()) == sum(len(v) for v in expected.values())
 
@@ -159,9 +167,18 @@ def test_a_missing_size_is_read_from_the_image_header(tmp_path: Any) -> None:
     [
         ('<?xml version="1.0"?><!DOCTYPE a [<!ENTITY x "y">]><annotation/>', "DOCTYPE or ENTITY"),
         ("<annotation><object>", "not valid XML"),
-        ("<annotation><size><width>9</width><height>9</height></size><object><name>a</name></object></annotation>", "<bndbox> is missing"),
-        (xml_of("x.jpg", (9, 9), [("a", [1, 1, 2, 2], False)]).replace("<xmax>2</xmax>", "<xmax>two</xmax>"), "<xmax> is 'two', not a number"),
-        (xml_of("x.jpg", (9, 9), [("a", [1, 1, 2, 2], False)]).replace("<name>a</name>", "<name> </name>"), "<name> is missing or empty"),
+        (
+            "<annotation><size><width>9</width><height>9</height></size><object><name>a</name></object></annotation>",
+            "<bndbox> is missing",
+        ),
+        (
+            xml_of("x.jpg", (9, 9), [("a", [1, 1, 2, 2], False)]).replace("<xmax>2</xmax>", "<xmax>two</xmax>"),
+            "<xmax> is 'two', not a number",
+        ),
+        (
+            xml_of("x.jpg", (9, 9), [("a", [1, 1, 2, 2], False)]).replace("<name>a</name>", "<name> </name>"),
+            "<name> is missing or empty",
+        ),
         ("<annotation>" + "x" * (1 << 20) + "</annotation>", "larger than"),
     ],
 )

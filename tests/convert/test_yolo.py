@@ -68,13 +68,17 @@ def write_yolo(
         for (x0, y0, x1, y1), c in zip(s.objects.boxes.tolist(), s.objects.labels.tolist()):
             line = f"{c - 1} {(x0 + x1) / 2 / w!r} {(y0 + y1) / 2 / h!r} {(x1 - x0) / w!r} {(y1 - y0) / h!r}"
             if rng.random() < 0.2:  # a segmentation line: the box around its points
-                line = f"{c - 1} " + " ".join(f"{x / w!r} {y / h!r}" for x, y in ((x0, y0), (x1, y0), (x1, y1), (x0, y1)))
+                line = f"{c - 1} " + " ".join(
+                    f"{x / w!r} {y / h!r}" for x, y in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))
+                )
             lines.append((line, ([x0, y0, x1, y1], c)))
         for kind, count in broken.items():
             for _ in range(count if kind != "no_image" else 0):
                 c = rng.randrange(len(NAMES))
                 if kind == "bad_line":
-                    bad = rng.choice([f"{c} 0.5 0.5 0.1", f"{c}.5 0.5 0.5 0.1 0.1", f"{c} 0.5 nan 0.1 0.1", "x 0.5 0.5 0.1 0.1"])
+                    bad = rng.choice(
+                        [f"{c} 0.5 0.5 0.1", f"{c}.5 0.5 0.5 0.1 0.1", f"{c} 0.5 nan 0.1 0.1", "x 0.5 0.5 0.1 0.1"]
+                    )
                     lines.append((bad, None))
                 elif kind == "bad_category":
                     lines.append((f"{rng.choice([len(NAMES), -1])} 0.5 0.5 0.1 0.1", None))
@@ -174,11 +178,17 @@ def test_names_are_required_and_pose_labels_refused(tmp_path: Any) -> None:
 
 
 _RESERVED = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
-name_text = st.from_regex(r"[a-z][a-z0-9_\- ]{0,10}[a-z0-9]", fullmatch=True).filter(lambda s: s.lower() not in _RESERVED)
+name_text = st.from_regex(r"[a-z][a-z0-9_\- ]{0,10}[a-z0-9]", fullmatch=True).filter(
+    lambda s: s.lower() not in _RESERVED
+)
 
 
 @settings(derandomize=True, deadline=None, max_examples=60)
-@given(st.lists(name_text, min_size=1, max_size=6), st.sampled_from(["flow", "block", "flow-dict", "block-dict"]), st.data())
+@given(
+    st.lists(name_text, min_size=1, max_size=6),
+    st.sampled_from(["flow", "block", "flow-dict", "block-dict"]),
+    st.data(),
+)
 def test_the_tiny_names_reader_reads_what_pyyaml_reads(names: list[str], style: str, data: st.DataObject) -> None:
     yaml = pytest.importorskip("yaml")
 
