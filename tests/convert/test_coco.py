@@ -239,6 +239,8 @@ def _set(d: dict[str, Any], where: str, value: Any) -> None:
         ("annotations.0.iscrowd", 2, "annotations[0] (id 5).iscrowd"),
         ("annotations.0.segmentation", [[1, 2, 3]], "annotations[0] (id 5).segmentation"),
         ("annotations.0.segmentation", {"size": [9, 20], "counts": [180]}, "annotations[0] (id 5).segmentation"),
+        ("annotations.0.segmentation", {"size": [10, 20], "counts": [150, 20]}, "RLE runs add up to 170"),
+        ("annotations.0.segmentation", {"size": [10, 20], "counts": "0`"}, "ends inside a run length"),
         ("annotations", {"a": 1}, "annotations: is a dict"),
     ],
 )

@@ -40,7 +40,7 @@ from shardkit.convert.scan.detection import (
     place_box,
 )
 from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource
-from shardkit.convert.segments import Rle, Segment, parse_segmentation
+from shardkit.convert.segments import Rle, Segment, parse_segmentation, rle_counts
 from shardkit.errors import ConvertError, StorageError
 from shardkit.storage import fs as storage
 
@@ -172,8 +172,17 @@ def _segment(f: _File, where: str, raw: Any, label: int, crowd: bool, width: int
         seg = parse_segmentation(raw, label, crowd)
     except ValueError as exc:
         raise f.fail(where, str(exc)) from None
-    if isinstance(seg.shape, Rle) and tuple(seg.shape.size) != (height, width):
-        raise f.fail(where, f"RLE size {list(seg.shape.size)} is not the image's [height, width] [{height}, {width}]")
+    if isinstance(seg.shape, Rle):
+        if tuple(seg.shape.size) != (height, width):
+            raise f.fail(
+                where, f"RLE size {list(seg.shape.size)} is not the image's [height, width] [{height}, {width}]"
+            )
+        try:
+            runs = rle_counts(seg.shape.counts) if isinstance(seg.shape.counts, str) else list(seg.shape.counts)
+        except ValueError as exc:
+            raise f.fail(where, str(exc)) from None
+        if min(runs, default=0) < 0 or sum(runs) != height * width:
+            raise f.fail(where, f"RLE runs add up to {sum(runs)}, not {height} x {width} = {height * width}")
     return seg
 
 
