@@ -51,7 +51,13 @@ def encode_path_writes_targets() -> bool:
         with open(os.path.join(d, "src", "ann.json"), "w") as f:
             json.dump(ann, f)
         try:
-            convert("coco:" + os.path.join(d, "src", "ann.json"), os.path.join(d, "out"), ConvertConfig(), quiet=True)
+            convert(
+                "coco:" + os.path.join(d, "src", "ann.json"),
+                os.path.join(d, "out"),
+                ConvertConfig(),
+                quiet=True,
+                workers=1,
+            )
         except Exception:  # noqa: BLE001 - any failure: the encode path is not there yet
             return False
         for tar in glob.glob(os.path.join(d, "out", "**", "*.tar"), recursive=True):

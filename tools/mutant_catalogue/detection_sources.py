@@ -161,7 +161,7 @@ MUTANTS = [
     {
         "id": "yolo-exif-orientation-ignored",
         "row": ROW_YOLO,
-        "file": F_YOLO,
+        "file": F_DET,
         "old": "return (h, w) if turned else (w, h)",
         "new": "return (w, h)",
         "tests": [YOLO],

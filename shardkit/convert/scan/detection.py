@@ -27,6 +27,8 @@ from shardkit.convert.scan.source import ScannedSource
 from shardkit.errors import ConvertError
 from shardkit.format.fields import Objects
 
+#: EXIF orientations that turn the image by 90 degrees (its upright size swaps width and height)
+_TURNED = (5, 6, 7, 8)
 #: what became of an annotation: stored as given, or stored cut to its image
 KEPT, CLIPPED = "kept", "clipped"
 #: why an annotation was skipped (keys of ``SplitSource.annotations``)
@@ -109,7 +111,8 @@ def flip_pairs_of(names: Sequence[str]) -> list[list[int]]:
     (also ``eye_left`` / ``eye_right``, ``left`` / ``right``; any case; ``_``, ``-`` or a space);
     each pair ``[left, right]``, sorted by the left one; a keypoint is in one pair at most."""
     where = {n.lower(): i for i, n in enumerate(names)}
-    pairs, used = [], set()
+    pairs: list[list[int]] = []
+    used: set[int] = set()
     for i, n in enumerate(names):
         partner = _partner(n.lower())
         j = where.get(partner) if partner else None
@@ -117,6 +120,22 @@ def flip_pairs_of(names: Sequence[str]) -> list[list[int]]:
             pairs.append([i, j])
             used.update((i, j))
     return pairs
+
+
+def image_size(path: str) -> tuple[int, int] | None:
+    """The upright ``(width, height)`` of an image from its header, or ``None`` if it cannot be read."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            w, h = im.size
+            try:
+                turned = im.getexif().get(0x0112) in _TURNED
+            except Exception:  # noqa: BLE001 - a broken EXIF block: the image is read as stored
+                turned = False
+    except Exception:  # noqa: BLE001 - PIL raises many types for unreadable headers
+        return None
+    return (h, w) if turned else (w, h)
 
 
 def describe(classes: Sequence[str], counts: dict[str, int]) -> str:
@@ -173,6 +192,7 @@ __all__ = [
     "describe",
     "finish",
     "flip_pairs_of",
+    "image_size",
     "objects_of",
     "place_box",
     "scan_detection",

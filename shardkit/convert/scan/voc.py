@@ -36,7 +36,7 @@ import xml.etree.ElementTree as ET
 
 from shardkit.convert.imageproc import SkipReason
 from shardkit.convert.options import ScanConfig, valid_split_name
-from shardkit.convert.scan.detection import NO_MASK, Tally, describe, finish, objects_of, place_box
+from shardkit.convert.scan.detection import NO_MASK, Tally, describe, finish, image_size, objects_of, place_box
 from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource
 from shardkit.errors import ConvertError
 
@@ -105,8 +105,6 @@ def _size(path: str, root: ET.Element, image: str) -> tuple[int, int]:
             raise ConvertError(f"{path}: <size> holds a width or height that is not a number") from None
         if w > 0 and h > 0:
             return w, h
-    from shardkit.convert.scan.yolo import image_size
-
     got = image_size(image)
     if got is None:
         raise ConvertError(f"{path}: no <size> and the image {image} cannot be read for its size")

@@ -37,31 +37,14 @@ from shardkit.convert.scan.detection import (
     Tally,
     describe,
     finish,
+    image_size,
     objects_of,
     place_box,
 )
 from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource
 from shardkit.errors import ConvertError
 
-#: EXIF orientations that turn the image by 90 degrees (its upright size swaps width and height)
-_TURNED = (5, 6, 7, 8)
 _KEY = re.compile(r"^(names|kpt_shape)\s*:(.*)$")
-
-
-def image_size(path: str) -> tuple[int, int] | None:
-    """The upright ``(width, height)`` of an image from its header, or ``None`` if it cannot be read."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            w, h = im.size
-            try:
-                turned = im.getexif().get(0x0112) in _TURNED
-            except Exception:  # noqa: BLE001 - a broken EXIF block: the image is read as stored
-                turned = False
-    except Exception:  # noqa: BLE001 - PIL raises many types for unreadable headers
-        return None
-    return (h, w) if turned else (w, h)
 
 
 def _scalar(text: str) -> str:
