@@ -221,3 +221,19 @@ def test_yolo_convert_end_to_end(tmp_path: Any) -> None:
     convert(f"yolo:{tmp_path / 'src'}", str(tmp_path / "out"), ConvertConfig(), quiet=True, workers=1)
     got = read_shards(str(tmp_path / "out"), 2, size, False, lambda p: int(p[-7:-4]))
     assert len(got) == 3
+
+
+def test_roboflow_layout_split_folders_holding_images_and_labels(tmp_path: Any) -> None:
+    for split in ("train", "valid"):  # <split>/images/000.jpg, <split>/labels/000.txt
+        write_yolo(str(tmp_path / split), 7, 2, (40, 30), False, dict.fromkeys(KINDS, 0))
+    (tmp_path / "data.yaml").write_text("names:\n- " + "\n- ".join(NAMES) + "\nnc: 6\n")
+    source = discover(f"yolo:{tmp_path}", ConvertConfig())
+    assert [s.name for s in source.splits] == ["train", "valid"] and source.nested
+    for s in source.splits:
+        assert [f.relpath for f in s.files] == [f"{s.name}/images/000.jpg", f"{s.name}/images/001.jpg"]
+        for i, f in enumerate(s.files):
+            want = scene(7, i, (40, 30)).objects
+            assert (
+                np.allclose(f.objects.boxes, want.boxes, atol=1e-3)
+                and f.objects.labels.tolist() == want.labels.tolist()
+            )
