@@ -17,6 +17,16 @@ import pytest
 from shardkit.demo.scenes import BACKGROUND, scene, scene_jpeg
 
 
+def outline_distance(px: np.ndarray, py: np.ndarray, poly: tuple[float, ...]) -> np.ndarray:
+    """Distance of each point to the polygon's outline (a deliberately plain point-to-segment minimum)."""
+    pts = np.asarray(poly, np.float64).reshape(-1, 2)
+    a, b = pts, np.roll(pts, -1, 0)
+    p = np.stack([px, py], 1)[:, None, :]
+    ab, ap = (b - a)[None], p - a[None]
+    t = np.clip((ap * ab).sum(-1) / np.maximum((ab * ab).sum(-1), 1e-12), 0, 1)
+    return np.linalg.norm(ap - t[..., None] * ab, axis=-1).min(1)
+
+
 def write_scene_images(folder: str, seed: int, n: int, size: tuple[int, int], names: Sequence[str]) -> None:
     """``names[i]`` is scene ``i`` of ``seed`` (a JPEG); names past ``n`` are plain background images."""
     from PIL import Image

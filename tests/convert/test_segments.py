@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.convert.segments import (
@@ -19,6 +19,7 @@ from shardkit.convert.segments import (
     semantic_mask,
 )
 from shardkit.format.fields import IGNORE
+from tests.convert.detection_helpers import outline_distance
 
 cocomask = pytest.importorskip("pycocotools.mask")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pycocotools vs numpy 2
@@ -34,17 +35,8 @@ def masks(draw: st.DrawFn) -> np.ndarray:
     return np.random.default_rng(seed).random((h, w)) < p
 
 
-def outline_distance(px: np.ndarray, py: np.ndarray, poly: tuple[float, ...]) -> np.ndarray:
-    """Distance of each point to the polygon's outline (a deliberately plain point-to-segment minimum)."""
-    pts = np.asarray(poly, np.float64).reshape(-1, 2)
-    a, b = pts, np.roll(pts, -1, 0)
-    p = np.stack([px, py], 1)[:, None, :]
-    ab, ap = (b - a)[None], p - a[None]
-    t = np.clip((ap * ab).sum(-1) / np.maximum((ab * ab).sum(-1), 1e-12), 0, 1)
-    return np.linalg.norm(ap - t[..., None] * ab, axis=-1).min(1)
-
-
 @SETTINGS
+@example(np.random.default_rng(3).random((5, 7)) < 0.5)
 @given(masks())
 def test_rle_codec_matches_pycocotools(m: np.ndarray) -> None:
     ref = cocomask.encode(np.asfortranarray(m.astype(np.uint8)))
@@ -79,6 +71,7 @@ def polygons(draw: st.DrawFn) -> tuple[int, int, tuple[float, ...]]:
 
 
 @SETTINGS
+@example((20, 16, (1.5, 2.25, 17.0, 3.0, 9.5, 14.75, 0.0, 8.0)))
 @given(polygons())
 def test_polygon_mask_matches_pycocotools_but_along_the_outline(case: tuple[int, int, tuple[float, ...]]) -> None:
     w, h, poly = case
@@ -89,15 +82,23 @@ def test_polygon_mask_matches_pycocotools_but_along_the_outline(case: tuple[int,
         assert outline_distance(differ[:, 1] + 0.5, differ[:, 0] + 0.5, poly).max() <= 0.5**0.5
 
 
+@st.composite
+def rectangles(draw: st.DrawFn) -> tuple[int, int, int, tuple[float, float, float, float]]:
+    w, h, scale = draw(st.integers(1, 40)), draw(st.integers(1, 40)), draw(st.sampled_from([1, 4, 10]))
+    xs = sorted(draw(st.lists(st.integers(-3 * scale, (w + 3) * scale), min_size=2, max_size=2, unique=True)))
+    ys = sorted(draw(st.lists(st.integers(-3 * scale, (h + 3) * scale), min_size=2, max_size=2, unique=True)))
+    return w, h, scale, (xs[0] / scale, ys[0] / scale, xs[1] / scale, ys[1] / scale)
+
+
 @SETTINGS
-@given(st.integers(1, 40), st.integers(1, 40), st.sampled_from([1, 4, 10]), st.data())
+@example((20, 12, 4, (2.25, 1.5, 9.75, 7.0)))
+@example((20, 12, 1, (-2.0, 3.0, 9.0, 14.0)))
+@given(rectangles())
 def test_rectangles_cover_exactly_the_pixels_whose_centre_they_hold(
-    w: int, h: int, scale: int, data: st.DataObject
+    case: tuple[int, int, int, tuple[float, float, float, float]],
 ) -> None:
     """Corners on any quarter or tenth of a pixel: pixel ``i`` is inside when ``x0 <= i + 0.5 < x1``."""
-    xs = sorted(data.draw(st.lists(st.integers(-3 * scale, (w + 3) * scale), min_size=2, max_size=2, unique=True)))
-    ys = sorted(data.draw(st.lists(st.integers(-3 * scale, (h + 3) * scale), min_size=2, max_size=2, unique=True)))
-    (x0, x1), (y0, y1) = (v / scale for v in xs), (v / scale for v in ys)
+    w, h, scale, (x0, y0, x1, y1) = case
     poly = (x0, y0, x1, y0, x1, y1, x0, y1)
     cx, cy = np.arange(w) + 0.5, np.arange(h) + 0.5
     ref = ((y0 <= cy) & (cy < y1))[:, None] & ((x0 <= cx) & (cx < x1))[None, :]

@@ -61,10 +61,10 @@ def write_voc(
                     o = (c, [10, 10, rng.choice([8, 9]), 20], False, None)
                 elif kind == "outside_image":
                     o = (c, [w + 1, 5, w + 9, 9], False, None)
-                elif rng.random() < 0.5:  # starts at 0 (VOC's 1-based rule broken): cut to the image
-                    o = (c, [0, 3, 7, 9], False, [0, 2, 7, 9])
+                elif rng.random() < 0.5:  # starts at 0 (VOC's 1-based rule broken): cut to the image; difficult
+                    o = (c, [0, 3, 7, 9], True, [0, 2, 7, 9])
                 else:  # ends past the image
-                    o = (c, [3, 3, w + 4, 9], False, [2, 2, w, 9])
+                    o = (c, [3, 3, w + 4, 9], True, [2, 2, w, 9])
                 objs.insert(rng.randrange(len(objs) + 1), o)
         want = [(box, name, dif) for name, _, dif, box in objs if box is not None]
         ident = f"2012_{i:06d}"

@@ -63,7 +63,7 @@ def write_yolo(
         split = rng.choice(["train", "val"]) if split_folders else ""
         rel = "/".join(p for p in ("images", split, f"{i:03d}.jpg") if p)
         s = scene(seed, i, size)
-        save_image(os.path.join(root, rel), s.image, turned=rng.random() < 0.3)
+        save_image(os.path.join(root, rel), s.image, turned=rng.random() < 0.3 or i == 1)
         lines: list[tuple[str, tuple[list[float], int] | None]] = []
         for (x0, y0, x1, y1), c in zip(s.objects.boxes.tolist(), s.objects.labels.tolist()):
             line = f"{c - 1} {(x0 + x1) / 2 / w!r} {(y0 + y1) / 2 / h!r} {(x1 - x0) / w!r} {(y1 - y0) / h!r}"
