@@ -36,7 +36,7 @@ def masks(draw: st.DrawFn) -> np.ndarray:
 
 
 @SETTINGS
-@example(np.random.default_rng(3).random((5, 7)) < 0.5)
+@example(np.arange(35).reshape(5, 7) % 3 == 1)  # starts with background: every delta rule matters
 @given(masks())
 def test_rle_codec_matches_pycocotools(m: np.ndarray) -> None:
     ref = cocomask.encode(np.asfortranarray(m.astype(np.uint8)))
