@@ -294,3 +294,12 @@ def test_coco_convert_end_to_end(tmp_path: Any) -> None:
     convert("coco:" + path, str(tmp_path / "out"), ConvertConfig(source=ScanConfig(masks=True)), quiet=True, workers=1)
     got = read_shards(str(tmp_path / "out"), 3, size, True, lambda p: None if "empty" in p else int(p[4:7]))
     assert sorted(got) == ["img/000.jpg", "img/001.jpg", "img/002.jpg", "img/empty.jpg"]
+
+
+def test_a_missing_file_or_an_empty_path_is_one_line(tmp_path: Any) -> None:
+    with pytest.raises(ConvertError, match="not found"):
+        discover(f"coco:{tmp_path / 'nope.json'}", ConvertConfig())
+    with pytest.raises(ConvertError, match="no path after 'coco:'"):
+        discover("coco:", ConvertConfig())
+    with pytest.raises(ConvertError, match="--root does not apply"):
+        discover(f"voc:{tmp_path}", ConvertConfig(source=ScanConfig(root=str(tmp_path))))
