@@ -149,7 +149,7 @@ def _outside_quotes(text: str) -> str:
     return re.sub(r"'(?:[^']|'')*'|\"(?:[^\"\\]|\\.)*\"", lambda m: " " * len(m.group(0)), text)
 
 
-def class_names(root: str) -> tuple[list[str], str]:
+def yolo_class_names(root: str) -> tuple[list[str], str]:
     """The YOLO class names of ``root`` and the file they came from; :class:`ConvertError` if none."""
     yamls = sorted(n for n in os.listdir(root) if n.endswith((".yaml", ".yml")))
     yamls.sort(key=lambda n: n not in ("data.yaml", "data.yml"))
@@ -225,7 +225,7 @@ def _line_box(tokens: list[str], k: int) -> tuple[str, int, tuple[float, float, 
     return "", cls, box
 
 
-def read_labels(text: str, k: int, width: int, height: int, tally: Tally) -> tuple[list[list[float]], list[int]]:
+def parse_label_file(text: str, k: int, width: int, height: int, tally: Tally) -> tuple[list[list[float]], list[int]]:
     """Boxes (pixels) and class indices (``+ 1``: background first) of a label file's text; every line counted."""
     boxes, labels = [], []
     for line in text.splitlines():
@@ -259,7 +259,7 @@ def scan_yolo(path: str, options: ScanConfig, split: str) -> ScannedSource:
     """The :class:`ScannedSource` of a YOLO folder (see module docstring)."""
     if not os.path.isdir(path):
         raise ConvertError(f"yolo:{path}: not a folder" if os.path.exists(path) else f"yolo:{path}: no such folder")
-    names, names_file = class_names(path)
+    names, names_file = yolo_class_names(path)
     classes = ["background", *names]
     layout = _layout(path, split)
     splits = []
@@ -285,7 +285,7 @@ def scan_yolo(path: str, options: ScanConfig, split: str) -> ScannedSource:
                 tally.add(NO_IMAGE, sum(1 for line in text.splitlines() if line.strip()))
                 out.skipped.append((rel, SkipReason.CORRUPT, "cannot read the image header for its size"))
                 continue
-            boxes, cls = read_labels(text, len(names), size[0], size[1], tally)
+            boxes, cls = parse_label_file(text, len(names), size[0], size[1], tally)
             out.files.append(
                 SourceFile(rel, None, os.stat(img).st_size, objects=objects_of(boxes, cls, [False] * len(cls)))
             )
