@@ -84,10 +84,10 @@ e2e_skip = pytest.mark.skipif(
 
 
 def read_shards(
-    out: str, seed: int, size: tuple[int, int], want_mask: bool, scene_of: Callable[[str], int | None]
+    out: str, seed: int, size: tuple[int, int], want_mask: bool, scene_of: Callable[[dict], int | None]
 ) -> dict[str, dict]:
     """Every sample of the shards below ``out`` (plain ``tarfile``), checked against its scene: the stored boxes are
-    the scene's scaled to the stored size (boxes of scenes only: ``scene_of(path)`` is ``None`` for other images), and
+    the scene's scaled to the stored size (``scene_of(sample .json)`` is the scene, ``None`` for other images), and
     each mask pixel of class ``c`` lies on ``c``'s rectangle. Returns ``{path: objects}``."""
     from PIL import Image
 
@@ -100,12 +100,12 @@ def read_shards(
                 members.setdefault(key, {})[ext] = t.extractfile(m).read()  # type: ignore[union-attr]
         with open(os.path.join(os.path.dirname(tar), "manifest.json")) as f:
             classes = json.load(f)["classes"]  # the source's class order (COCO: by category id)
-        for parts in members.values():
+        for key, parts in members.items():
             meta = json.loads(parts["json"])
             objs = json.loads(parts["objects.json"])
             image = Image.open(io.BytesIO(parts["jpg"]))
             sw, sh = image.size
-            i = scene_of(meta["path"])
+            i = scene_of(meta)
             if i is not None:
                 s = scene(seed, i, size)
                 scale = np.array([sw / size[0], sh / size[1]] * 2)
@@ -120,5 +120,5 @@ def read_shards(
                     for c in set(np.unique(mask).tolist()) - {0, 255}:
                         near = np.abs(pixels[mask == c] - np.array(COLOURS[CLASSES.index(classes[c])])).max(1) < 60
                         assert near.mean() > 0.9, (meta["path"], c)
-            samples[meta["path"]] = objs
+            samples[meta.get("path", key)] = objs
     return samples

@@ -292,7 +292,9 @@ def test_coco_convert_end_to_end(tmp_path: Any) -> None:
         str(tmp_path / "src" / "annotations" / "img"), 3, 3, size, [f"{i:03d}.jpg" for i in range(3)] + ["empty.jpg"]
     )
     convert("coco:" + path, str(tmp_path / "out"), ConvertConfig(source=ScanConfig(masks=True)), quiet=True, workers=1)
-    got = read_shards(str(tmp_path / "out"), 3, size, True, lambda p: None if "empty" in p else int(p[4:7]))
+    got = read_shards(
+        str(tmp_path / "out"), 3, size, True, lambda m: None if "empty" in m["path"] else int(m["path"][4:7])
+    )
     assert sorted(got) == ["img/000.jpg", "img/001.jpg", "img/002.jpg", "img/empty.jpg"]
 
 

@@ -207,5 +207,5 @@ def test_voc_convert_end_to_end(tmp_path: Any) -> None:
     expected, _ = write_voc(root, 4, 3, size, True, False, {"clipped": 1})
     write_scene_images(os.path.join(root, "JPEGImages"), 4, 3, size, [f"{i}.jpg" for i in sorted(expected)])
     convert(f"voc:{root}", str(tmp_path / "out"), ConvertConfig(), quiet=True, workers=1)
-    got = read_shards(str(tmp_path / "out"), 4, size, False, lambda p: int(p.rsplit("_", 1)[1][:6]))
+    got = read_shards(str(tmp_path / "out"), 4, size, False, lambda m: int(m["path"].rsplit("_", 1)[1][:6]))
     assert len(got) == 3

@@ -219,7 +219,7 @@ def test_yolo_convert_end_to_end(tmp_path: Any) -> None:
     write_yolo(str(tmp_path / "src"), 2, 3, size, True, dict.fromkeys(KINDS, 0))
     names_file(str(tmp_path / "src"), "yaml-list")
     convert(f"yolo:{tmp_path / 'src'}", str(tmp_path / "out"), ConvertConfig(), quiet=True, workers=1)
-    got = read_shards(str(tmp_path / "out"), 2, size, False, lambda p: int(p[-7:-4]))
+    got = read_shards(str(tmp_path / "out"), 2, size, False, lambda m: int(m["path"][-7:-4]))
     assert len(got) == 3
 
 
