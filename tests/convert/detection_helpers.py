@@ -112,13 +112,13 @@ def read_shards(
                 got = np.array(objs["boxes"], np.float64).reshape(-1, 4)
                 want = s.objects.boxes.astype(np.float64) * scale
                 for b in want:
-                    assert np.abs(got - b).max(1).min() < 1e-3 * max(sw, sh), (meta["path"], b, got)
+                    assert np.abs(got - b).max(1).min() < 1e-3 * max(sw, sh), (meta.get("path", key), b, got)
                 if want_mask:  # each mask pixel of class c sits on c's colour (crowds are 255, unpainted 0)
                     mask = np.asarray(Image.open(io.BytesIO(parts["mask.png"])))
                     assert mask.shape == (sh, sw)
                     pixels = np.asarray(image.convert("RGB"), np.int32)
                     for c in set(np.unique(mask).tolist()) - {0, 255}:
                         near = np.abs(pixels[mask == c] - np.array(COLOURS[CLASSES.index(classes[c])])).max(1) < 60
-                        assert near.mean() > 0.9, (meta["path"], c)
+                        assert near.mean() > 0.9, (meta.get("path", key), c)
             samples[meta.get("path", key)] = objs
     return samples
