@@ -6,7 +6,7 @@ integers): its class index, whether it is a crowd region, and either polygons (C
 column-major runs starting with background). :func:`semantic_mask` paints the segments in order
 (a later one covers an earlier one) on the background class 0; crowd regions are painted
 :data:`~shardkit.format.fields.IGNORE`. A pixel belongs to a polygon when its centre lies inside
-it (PIL's polygon fill), which is what pycocotools' ``annToMask`` gives up to the boundary pixels.
+it (:func:`polygon_mask`), which is what pycocotools' ``annToMask`` gives up to the pixels along the outline.
 """
 
 from __future__ import annotations
@@ -40,13 +40,21 @@ class Rle:
 
 
 def rle_counts(counts: str) -> list[int]:
-    """COCO's compressed RLE string (``maskApi.c``'s ``rleFrString``) as run lengths."""
+    """COCO's compressed RLE string (``maskApi.c``'s ``rleFrString``) as run lengths.
+
+    Raises:
+        ValueError: a character outside COCO's alphabet (``0`` to ``o``), or a string that ends inside a number.
+    """
     out: list[int] = []
     i, n = 0, len(counts)
     while i < n:
         x, k, more = 0, 0, True
         while more:
+            if i >= n:
+                raise ValueError("RLE string ends inside a run length")
             c = ord(counts[i]) - 48
+            if not 0 <= c < 64:
+                raise ValueError(f"RLE string holds {counts[i]!r}, not a character of COCO's RLE alphabet")
             x |= (c & 0x1F) << (5 * k)
             more = bool(c & 0x20)
             i += 1
@@ -57,6 +65,33 @@ def rle_counts(counts: str) -> list[int]:
             x += out[-2]
         out.append(x)
     return out
+
+
+def rle_string(runs: Sequence[int]) -> str:
+    """Run lengths as COCO's compressed RLE string (``maskApi.c``'s ``rleToString``; inverse of :func:`rle_counts`)."""
+    chars: list[str] = []
+    for i, r in enumerate(runs):
+        x = int(r) - (int(runs[i - 2]) if i > 2 else 0)
+        more = True
+        while more:
+            c = x & 0x1F
+            x >>= 5
+            more = x != -1 if c & 0x10 else x != 0
+            chars.append(chr((c | 0x20 if more else c) + 48))
+    return "".join(chars)
+
+
+def rle_of(mask: np.ndarray) -> Rle:
+    """The RLE (compressed string counts, as ``pycocotools.mask.encode`` gives) of a bool ``[h, w]`` mask."""
+    m = np.asarray(mask, bool)
+    h, w = m.shape
+    flat = m.T.reshape(-1)  # column-major
+    edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+    bounds = np.concatenate([[0], edges, [flat.size]])
+    runs = np.diff(bounds).tolist()
+    if flat.size and flat[0]:
+        runs = [0, *runs]  # runs start with background
+    return Rle((h, w), rle_string(runs))
 
 
 def rle_mask(rle: Rle) -> np.ndarray:
@@ -72,16 +107,35 @@ def rle_mask(rle: Rle) -> np.ndarray:
 
 
 def polygon_mask(polygons: Polygons, width: int, height: int) -> np.ndarray:
-    """The bool ``[height, width]`` mask of polygons (pixel centres inside, PIL's fill)."""
-    from PIL import Image, ImageDraw
+    """The bool ``[height, width]`` mask of polygons: the pixels whose centre lies inside one of them.
 
-    im = Image.new("L", (width, height), 0)
-    draw = ImageDraw.Draw(im)
+    Each polygon is ``(x0, y0, x1, y1, ...)`` in pixels with edges at integers (pixel ``(i, j)`` has its
+    centre at ``(i + 0.5, j + 0.5)``); inside is the even-odd rule, a centre on a left or top edge
+    is inside and on a right or bottom edge outside (so a rectangle ``x0, y0, x1, y1`` with integer
+    corners covers exactly the pixels ``x0 <= i < x1``, ``y0 <= j < y1``). An object's polygons are
+    united. pycocotools' ``annToMask`` (its own scan conversion) differs at most on pixels whose
+    centre is within a pixel of the outline.
+    """
+    out = np.zeros((height, width), bool)
+    if not width or not height:
+        return out
+    yc = np.arange(height, dtype=np.float64)[:, None] + 0.5
     for poly in polygons:
-        pts = [(poly[i] - 0.5, poly[i + 1] - 0.5) for i in range(0, len(poly) - 1, 2)]  # edges -> centres
-        if len(pts) >= 3:
-            draw.polygon(pts, fill=1, outline=1)
-    return np.asarray(im, dtype=bool)
+        pts = np.asarray(poly[: len(poly) // 2 * 2], np.float64).reshape(-1, 2)
+        if len(pts) < 3:
+            continue
+        x0, y0 = pts[:, 0][None, :], pts[:, 1][None, :]
+        x1, y1 = np.roll(pts[:, 0], -1)[None, :], np.roll(pts[:, 1], -1)[None, :]
+        crosses = (y0 <= yc) != (y1 <= yc)  # the edge spans the row's centre line (half-open in y)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = x0 + (yc - y0) * (x1 - x0) / (y1 - y0)
+        rows, cols = np.nonzero(crosses)
+        # a crossing at x toggles every pixel whose centre is at or right of it: i >= ceil(x - 0.5)
+        start = np.clip(np.ceil(x[rows, cols] - 0.5), 0, width).astype(np.int64)
+        toggles = np.zeros((height, width + 1), np.int64)
+        np.add.at(toggles, (rows, start), 1)
+        out |= (np.cumsum(toggles[:, :width], axis=1) & 1).astype(bool)
+    return out
 
 
 def semantic_mask(segments: Sequence[Segment], width: int, height: int) -> np.ndarray:
@@ -131,5 +185,7 @@ __all__ = [
     "polygon_mask",
     "rle_counts",
     "rle_mask",
+    "rle_of",
+    "rle_string",
     "semantic_mask",
 ]

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Optional
@@ -18,6 +17,7 @@ from shardkit.choices import Choice, check_types
 from shardkit.format.members import MAX_PIXELS
 from shardkit.loader.fields import TARGET_KINDS, parse_fields
 from shardkit.loader.view import View, parse_views, scaled_views
+from shardkit.loader.workerconfig import MultiprocessingContext, WorkerConfig, default_num_workers  # noqa: F401
 from shardkit.plan.ordering import EpochPolicy, PlanConfig
 from shardkit.storage.opener import SourceConfig, StorageConfig  # noqa: F401 - SourceConfig: the old name
 
@@ -27,6 +27,14 @@ class Preset(Choice):
 
     TRAIN = "train"  #: RandomResizedCrop geometry (scale (0.08, 1), ratio (3/4, 4/3)) + horizontal flip
     EVAL = "eval"  #: resize the shorter side to ``resize_size``, center crop ``size`` (deterministic)
+    #: detection training, aspect kept: longer side ``s * size`` (``s`` uniform in ``scale``, default (0.5, 1.5)),
+    #: a random ``size`` x ``size`` crop or pad, horizontal flip (:mod:`shardkit.loader.decode.letterbox`)
+    DETECT = "detect"
+    LETTERBOX = "letterbox"  #: detection eval: longer side ``size``, centred, padded (deterministic)
+
+
+#: the ``scale`` of each preset that has one, unless given: the one place for preset defaults
+PRESET_SCALE = {Preset.TRAIN: (0.08, 1.0), Preset.DETECT: (0.5, 1.5)}
 
 
 class Decoder(Choice):
@@ -45,20 +53,6 @@ class DecodeOn(Choice):
     DEVICE = "device"  #: workers send JPEG bytes + crop geometry; the consumer decodes on its device
 
 
-class MultiprocessingContext(Choice):
-    """How DataLoader worker processes start."""
-
-    FORK = "fork"
-    SPAWN = "spawn"
-    FORKSERVER = "forkserver"
-
-
-def default_num_workers() -> int:
-    """The CPUs this process may run on, at most 8 (the ``num_workers`` default)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(8, cpus)
-
-
 #: ``hook(image 3xSxS uint8, sample) -> image``, called per sample in the worker
 SampleHook = Callable[[Any, Any], Any]
 #: ``batch_hook(images [n,3,S,S] uint8, labels [n] int64, keys) -> images``, called once per batch in the worker
@@ -73,9 +67,10 @@ class ImageConfig:
         preset: :class:`Preset` (``"train"`` or ``"eval"``).
         size: output height and width (square), default 224.
         resize_size: eval only: shorter side before the center crop; default ``round(size * 256 / 224)``.
-        scale: train only: RandomResizedCrop area range.
+        scale: train: RandomResizedCrop area range; detect: the range of the longer side over ``size``
+            (default per preset: :data:`PRESET_SCALE`).
         ratio: train only: RandomResizedCrop aspect-ratio range.
-        flip: train only: horizontal flip with probability 0.5.
+        flip: train and detect: horizontal flip with probability 0.5.
         hook: optional per-sample CPU transform, ``hook(image, sample) -> image`` on a
             ``3 x size x size`` uint8 tensor (a view into the batch, modified in place or replaced
             by a returned tensor of the same shape and dtype). It must be picklable (a
@@ -106,7 +101,7 @@ class ImageConfig:
     preset: Preset = Preset.TRAIN
     size: int = 224
     resize_size: Optional[int] = None
-    scale: tuple[float, float] = (0.08, 1.0)
+    scale: Optional[tuple[float, float]] = None
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip: bool = True
     hook: Optional[SampleHook] = None
@@ -124,11 +119,17 @@ class ImageConfig:
     def __post_init__(self) -> None:
         check_types(self)
         object.__setattr__(
-            self, "derived", tuple(n for n in ("resize_size", "fast_decode") if getattr(self, n) is None)
+            self, "derived", tuple(n for n in ("resize_size", "fast_decode", "scale") if getattr(self, n) is None)
         )
         object.__setattr__(self, "preset", Preset.parse(self.preset))
         object.__setattr__(self, "decoder", Decoder.parse(self.decoder))
         object.__setattr__(self, "decode_on", DecodeOn.parse(self.decode_on))
+        if self.scale is None:
+            object.__setattr__(self, "scale", PRESET_SCALE.get(self.preset, PRESET_SCALE[Preset.TRAIN]))
+        if self.decode_on is DecodeOn.DEVICE and self.preset in (Preset.DETECT, Preset.LETTERBOX) and not self.views:
+            raise ValueError(
+                f"preset={self.preset.value!r} needs decode_on='worker' (the device decoder only crops inside the image)"
+            )
         if self.decode_on is DecodeOn.DEVICE and (self.hook is not None or self.batch_hook is not None):
             raise ValueError("hook and batch_hook run on the CPU in the workers; use decode_on='worker' with them")
         if self.views != ():
@@ -145,17 +146,17 @@ class ImageConfig:
             object.__setattr__(self, "resize_size", self._derived_resize_size())
         if self.resize_size < self.size:  # type: ignore[operator]
             raise ValueError(f"resize_size ({self.resize_size}) must be >= size ({self.size})")
-        if not 0 < self.scale[0] <= self.scale[1] or not 0 < self.ratio[0] <= self.ratio[1]:
+        if not 0 < self.scale[0] <= self.scale[1] or not 0 < self.ratio[0] <= self.ratio[1]:  # type: ignore[index]
             raise ValueError(f"invalid scale {self.scale} or ratio {self.ratio}")
 
     def _derived_fast_decode(self) -> bool:
-        return self.preset is Preset.TRAIN
+        return self.preset in (Preset.TRAIN, Preset.DETECT)
 
     def _derived_resize_size(self) -> int:
         return int(round(self.size * 256 / 224))
 
     def updated(self, **changes: Any) -> "ImageConfig":
-        """``dataclasses.replace`` that derives ``resize_size`` and ``fast_decode`` again from the new
+        """``dataclasses.replace`` that derives ``resize_size``, ``fast_decode`` and ``scale`` again from the new
         ``size``/``preset`` unless they were given (a given value stays, even one equal to the derived one)."""
         for name in self.derived:
             changes.setdefault(name, None)
@@ -167,48 +168,6 @@ class ImageConfig:
         if self.views:
             return self if size in (0, self.views[0].size) else self.updated(views=scaled_views(self.views, size))
         return self if size in (0, self.size) else self.updated(size=size)
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """How batches are made and handed over: the ``DataLoader`` worker processes and the shared batch slots.
-
-    Attributes:
-        num_workers: DataLoader worker processes (0: load in the main process). Default (None):
-            the CPUs available to this process, at most 8 (:func:`default_num_workers`).
-        pin_memory: pin batches for fast host-to-GPU copies (only used when CUDA is available).
-        persistent_workers: keep workers alive between epochs (default: on when ``num_workers > 0``).
-        prefetch_factor: batches each worker prepares ahead (default 4; each worker also has
-            ``prefetch_factor + 2`` shared batch slots, :mod:`shardkit.loader.transport`).
-        multiprocessing_context: :class:`MultiprocessingContext` (``"fork"``, ``"spawn"``,
-            ``"forkserver"``) or None (default: the platform's).
-        timeout: seconds to wait for one batch from a worker before raising (0: wait forever, as
-            ``DataLoader``); a bound turns any stuck worker into an error instead of a hang.
-        reuse_buffers: workers reuse their shared-memory batch buffers once the main process
-            no longer references a batch (:mod:`shardkit.loader.transport`); False: new memory per
-            batch, as plain ``DataLoader`` does.
-    """
-
-    num_workers: Optional[int] = None
-    pin_memory: bool = True
-    persistent_workers: Optional[bool] = None
-    prefetch_factor: int = 4
-    multiprocessing_context: Optional[MultiprocessingContext] = None
-    timeout: float = 0.0
-    reuse_buffers: bool = True
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        if self.num_workers is None:
-            object.__setattr__(self, "num_workers", default_num_workers())
-        if self.multiprocessing_context is not None:
-            object.__setattr__(
-                self, "multiprocessing_context", MultiprocessingContext.parse(self.multiprocessing_context)
-            )
-        if self.prefetch_factor < 1:
-            raise ValueError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
-        if self.num_workers < 0:  # type: ignore[operator]
-            raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
 
 
 def _group_names(cls: type) -> frozenset[str]:

@@ -369,7 +369,7 @@ def test_unknown_option_lists_valid_ones(datasets):
     "option, bad, valid",
     [
         ("decoder", "jpeg", "'auto', 'simplejpeg', 'pil', 'torchvision'"),
-        ("preset", "training", "'train', 'eval'"),
+        ("preset", "training", "'train', 'eval', 'detect', 'letterbox'"),
         ("policy", "wrap", "'pad', 'drop'"),
         ("multiprocessing_context", "thread", "'fork', 'spawn', 'forkserver'"),
     ],

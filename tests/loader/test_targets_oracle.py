@@ -69,6 +69,7 @@ def reference_boxes(
     sx, sy = size / (bx1 - bx0), size / (by1 - by0)
     out = []
     for (x0, y0, x1, y1), c in zip(objects.boxes.tolist(), objects.labels.tolist()):
+        near = min(x1 - bx0, bx1 - x0) * sx > -MARGIN and min(y1 - by0, by1 - y0) * sy > -MARGIN
         X0, X1 = (x0 - bx0) * sx, (x1 - bx0) * sx
         Y0, Y1 = (y0 - by0) * sy, (y1 - by0) * sy
         if flip:
@@ -76,13 +77,14 @@ def reference_boxes(
         cx0, cx1 = min(max(X0, 0), size), min(max(X1, 0), size)
         cy0, cy1 = min(max(Y0, 0), size), min(max(Y1, 0), size)
         share = max(0.0, cx1 - cx0) * max(0.0, cy1 - cy0) / ((X1 - X0) * (Y1 - Y0))
-        out.append((c, (cx0, cy0, cx1, cy1), share))
+        out.append((c, (cx0, cy0, cx1, cy1), share if share > 0 or not near else 1e-9))  # 1e-9: a sliver, maybe
     return out
 
 
-def reference_mask(objects, crop, flip: bool, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """The class each output pixel's centre falls on (plain per-rectangle numpy), and where that is unsure
-    (within one output pixel of a rectangle's edge: the worker's crop is rounded to its decoded grid)."""
+def reference_mask(objects, crop, flip: bool, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The class each output pixel's centre falls on (plain per-rectangle numpy), where that is unsure
+    (within one output pixel of a rectangle's edge: the worker's crop is rounded to its decoded grid), and
+    which object (1 + its index, 0: none) each pixel shows."""
     bx0, by0, bx1, by1 = crop
     sx, sy = (bx1 - bx0) / size, (by1 - by0) / size
     x = np.arange(size) + 0.5
@@ -90,16 +92,20 @@ def reference_mask(objects, crop, flip: bool, size: int) -> tuple[np.ndarray, np
         x = size - x
     u = (bx0 + x * sx)[None, :]
     v = (by0 + (np.arange(size) + 0.5) * sy)[:, None]
+    w, h = SCENE
     want = np.zeros((size, size), np.uint8)
-    unsure = np.zeros((size, size), bool)
-    for (x0, y0, x1, y1), c in zip(objects.boxes.tolist(), objects.labels.tolist()):
+    want[((u < 0) | (u >= w)) | ((v < 0) | (v >= h))] = 255  # padding: no stored pixel
+    unsure = (np.abs(u - 0) <= sx) | (np.abs(u - w) <= sx) | (np.abs(v - 0) <= sy) | (np.abs(v - h) <= sy)
+    ids = np.zeros((size, size), np.int64)
+    for j, ((x0, y0, x1, y1), c) in enumerate(zip(objects.boxes.tolist(), objects.labels.tolist())):
         want[(u >= x0) & (u < x1) & (v >= y0) & (v < y1)] = c
+        ids[(u >= x0) & (u < x1) & (v >= y0) & (v < y1)] = j + 1
         near_x = (np.abs(u - x0) <= sx) | (np.abs(u - x1) <= sx)
         near_y = (np.abs(v - y0) <= sy) | (np.abs(v - y1) <= sy)
         in_x = (u >= x0 - sx) & (u <= x1 + sx)
         in_y = (v >= y0 - sy) & (v <= y1 + sy)
         unsure |= (near_x & in_y) | (near_y & in_x)
-    return want, unsure
+    return want, unsure, ids
 
 
 def crops_of(loader, size: int, preset: str, seed: int, idx: list[int], epoch: int = 0):
@@ -128,7 +134,7 @@ def check_batch(b: dict, size: int, preset: str, seed: int, min_visible: float) 
         # the reference: kept boxes in order (borderline shares may go either way: the worker's crop is rounded)
         got = [(labels[j], b["boxes"][row, j].tolist()) for j in range(count)]
         sure = [(c, bx) for c, bx, share in ref if share >= min_visible + 0.05 and share > 0.02]
-        maybe = [(c, bx) for c, bx, share in ref if share >= max(0.0, min_visible - 0.05) and share > 0]
+        maybe = [(c, bx) for c, bx, share in ref if share >= min_visible - 0.05 and share > 0]
         assert len(sure) <= count <= len(maybe), f"k{i}: {count} boxes kept, reference {len(sure)}..{len(maybe)}"
         for c, bx in got:
             assert any(c == rc and max(abs(u - v) for u, v in zip(bx, rb)) <= MARGIN for rc, rb in maybe), (
@@ -154,13 +160,14 @@ def check_batch(b: dict, size: int, preset: str, seed: int, min_visible: float) 
                 ), f"k{i}: colour {c} at ({x}, {y}) outside every class-{c} box"
         # mask pixels of class c away from class edges sit on colour c; the mask is the reference's
         mask = b["mask"][row].numpy()
+        want, unsure, ids = reference_mask(objs, tuple(boxes_in[row]), bool(flips[row]), size)
         assert set(np.unique(mask).tolist()) <= {0, 255, *objs.labels.tolist()}, f"k{i}: a class not in the scene"
-        want, unsure = reference_mask(objs, tuple(boxes_in[row]), bool(flips[row]), size)
         assert ((mask == want) | unsure).all(), f"k{i}: mask differs from the reference"
-        for c in set(mask.reshape(-1).tolist()) - {255}:
-            core = eroded(mask == c, 2)
+        for j, c in enumerate(objs.labels.tolist()):  # per object: two objects of a class may be < 1 px apart
+            core = eroded(ids == j + 1, 2) & (mask == c)
             assert (colours[row][core] == c).all(), f"k{i}: mask class {c} off its colour"
-        assert preset in ("train", "eval") and (mask != 255).all(), f"k{i}: a crop inside the image has no padding"
+        pad = (want == 255) & ~unsure
+        assert (b["image"][row].permute(1, 2, 0).numpy()[pad] == 0).all(), f"k{i}: padding is not black"
         # keypoints: left on the left edge, right on the right edge of their box
         kp = b["keypoints"][row]
         for j in range(count):
@@ -172,12 +179,12 @@ def check_batch(b: dict, size: int, preset: str, seed: int, min_visible: float) 
     return given_n, returned
 
 
-@settings(derandomize=True, deadline=None, max_examples=8)
+@settings(derandomize=True, deadline=None, max_examples=12)
 @given(
     seed=st.integers(0, 10_000),
     size=st.sampled_from([16, 24, 40, 64]),
     batch=st.integers(1, 7),
-    preset=st.sampled_from(["train", "eval"]),
+    preset=st.sampled_from(["train", "eval", "detect", "letterbox"]),
     min_visible=st.sampled_from([0.0, 0.1, 0.5]),
 )
 def test_targets_follow_the_crop(scenes, seed, size, batch, preset, min_visible):

@@ -13,6 +13,14 @@ T = "tests/loader/test_targets_oracle.py::"
 FOLLOW = T + "test_targets_follow_the_crop"
 WORKERS = T + "test_targets_with_workers"
 BAD = T + "test_a_bad_mask_or_image_skips_its_sample_and_rows_stay_aligned"
+P = "tests/loader/test_targets_presets.py::"
+LETTERBOX = P + "test_letterbox_fits_the_longer_side_and_centres"
+DETECT = P + "test_detect_scales_then_crops_or_pads"
+EVERY = P + "test_every_dataset_loads_with_the_detection_presets"
+ROW_PRESET = (
+    "Presets detect/letterbox: aspect kept, longer side s * size (s in scale; letterbox: size), crop or pad at whole "
+    "pixels, letterbox centred, padding 0 (mask 255); a pure function of (seed, epoch, gid)"
+)
 
 MUTANTS = [
     {
@@ -98,5 +106,45 @@ MUTANTS = [
         "old": "m_kept = int(moved.count.max()) if n else 0",
         "new": "m_kept = moved.boxes.shape[1]",
         "tests": [FOLLOW],
+    },
+    {
+        "id": "letterbox-offset-off-by-the-pad",  # the image pasted at the corner, the targets where the box says
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/letterbox.py",
+        "old": "out[:, sy0 - top : sy1 - top, sx0 - left : sx1 - left] = full[:, sy0:sy1, sx0:sx1]",
+        "new": "out[:, : sy1 - sy0, : sx1 - sx0] = full[:, sy0:sy1, sx0:sx1]",
+        "tests": [FOLLOW],
+    },
+    {
+        "id": "detect-pixels-not-flipped",  # the flip reaches the targets, not the pixels
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/letterbox.py",
+        "old": "    if flip:\n        out.copy_(out.flip(-1))",
+        "new": "    if False:\n        out.copy_(out.flip(-1))",
+        "tests": [FOLLOW],
+    },
+    {
+        "id": "detect-padding-not-cleared",  # the slot's previous batch shows through the padding
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/letterbox.py",
+        "old": "    out.zero_()\n",
+        "new": "    out.fill_(128)\n",
+        "tests": [FOLLOW, EVERY],
+    },
+    {
+        "id": "detect-scale-ignored",
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/letterbox.py",
+        "old": "s = scale[0] + (scale[1] - scale[0]) * u[:, 0]",
+        "new": "s = 1.0 + 0.0 * u[:, 0]",
+        "tests": [DETECT],
+    },
+    {
+        "id": "letterbox-not-centred",
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/letterbox.py",
+        "old": "-np.floor((size - sw) / 2), -np.floor((size - sh) / 2), size)",
+        "new": "0 * sw, 0 * sh, size)",
+        "tests": [LETTERBOX],
     },
 ]

@@ -43,6 +43,7 @@ from shardkit.loader.decode.decoders import (  # noqa: F401 - re-exported
     TorchvisionDecoder,
     make_decoder,
 )
+from shardkit.loader.decode.letterbox import DETECT_UNIFORMS, detect_boxes, letterbox_boxes, letterboxed_crop
 
 Box = tuple[float, float, float, float]  #: (left, top, right, bottom) in stored-image pixels
 #: eval images more elongated than this are cropped before resizing (bounded memory; borders may differ by a level)
@@ -187,11 +188,17 @@ class CropDecoder:
         c = self.cfg
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         n = len(sizes)
+        if c.preset is Preset.LETTERBOX:
+            return Crops(letterbox_boxes(sizes[:, 0], sizes[:, 1], c.size), np.zeros(n, bool))
+        if c.preset is Preset.DETECT:
+            u = sample_uniforms(self.seed, epoch, gids, DETECT_UNIFORMS)
+            flips = (u[:, 3] < 0.5) if c.flip else np.zeros(n, bool)
+            return Crops(detect_boxes(sizes[:, 0], sizes[:, 1], u, c.size, c.scale), flips)  # type: ignore[arg-type]
         if c.preset is Preset.EVAL:
             boxes = center_boxes(sizes[:, 0], sizes[:, 1], c.size, c.resize_size) if eval_boxes else None  # type: ignore[arg-type]
             return Crops(boxes, np.zeros(n, bool))
         u = sample_uniforms(self.seed, epoch, gids)
-        top, left, h, w = rrc_boxes(sizes[:, 0], sizes[:, 1], u, c.scale, c.ratio)
+        top, left, h, w = rrc_boxes(sizes[:, 0], sizes[:, 1], u, c.scale, c.ratio)  # type: ignore[arg-type]
         boxes = np.stack([left, top, left + w, top + h], axis=1).astype(np.float64)
         flips = (u[:, 22] < 0.5) if c.flip else np.zeros(n, bool)
         return Crops(boxes, flips)
@@ -214,6 +221,8 @@ class CropDecoder:
             The box the pixels really came from, in stored pixels (``box`` rounded to the decoded grid).
         """
         c = self.cfg
+        if c.preset in (Preset.DETECT, Preset.LETTERBOX):
+            return letterboxed_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, times, self.fast)  # type: ignore[arg-type]
         if c.preset is Preset.EVAL:
             return resize_center_crop(self.decoder, data, width, height, c.resize_size, c.size, out, times, self.fast)  # type: ignore[arg-type]
         return resized_crop(self.decoder, data, width, height, tuple(box), c.size, flip, out, times, self.fast)  # type: ignore[arg-type]
