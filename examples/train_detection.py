@@ -145,11 +145,11 @@ def main(argv: "list[str] | None" = None) -> None:
             step += 1
             seen += len(images)
             boxes_seen += int(batch["box_count"].sum())
-            last = float(loss)
+            last = float(loss.detach())
             if step == 1:
                 first = last
             if step % args.log_every == 0 or step == args.steps:
-                parts = ", ".join(f"{k} {float(v):.3f}" for k, v in losses.items())
+                parts = ", ".join(f"{k} {float(v.detach()):.3f}" for k, v in losses.items())
                 rate = seen / (time.perf_counter() - t0)
                 print(
                     f"step {step}/{args.steps} (epoch {epoch}): loss {last:.4f} ({parts}), {rate:.1f} img/s", flush=True

@@ -129,7 +129,7 @@ def main(argv: "list[str] | None" = None) -> None:
             opt.step()
             step += 1
             seen += len(x)
-            last = float(loss)
+            last = float(loss.detach())
             if step == 1:
                 first = last
             labelled = target != IGNORE

@@ -257,10 +257,9 @@ class MaskPairs:
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict:
+        import torch
         from torchvision import io as tvio
         from torchvision import tv_tensors
-
-        import torch
 
         jpg, png = self.items[i]
         if self.pil:
@@ -269,7 +268,7 @@ class MaskPairs:
             return self.transform(
                 {
                     "image": Image.open(jpg).convert("RGB"),
-                    "mask": tv_tensors.Mask(torch.from_numpy(np.asarray(Image.open(png)))),
+                    "mask": tv_tensors.Mask(torch.from_numpy(np.array(Image.open(png)))),
                 }
             )
         image = tvio.decode_jpeg(tvio.read_file(jpg), mode=tvio.ImageReadMode.RGB)

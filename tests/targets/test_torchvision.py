@@ -322,7 +322,7 @@ def test_a_torchvision_detector_trains_on_it():
     images, targets = to_torchvision(_scene_batch(2))
     losses = model(images, targets)
     assert set(losses) >= {"loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg"}
-    assert all(math.isfinite(float(v)) for v in losses.values())
+    assert all(math.isfinite(float(v.detach())) for v in losses.values())
     model.eval()
     with torch.no_grad():
         det = model(images)
