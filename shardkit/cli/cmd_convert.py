@@ -184,9 +184,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="COL",
         help="Hugging Face column of objects: {'bbox': [[x, y, w, h], ...], 'category': [...]} (field boxes)",
     )
-    g.add_argument(
-        "--mask-col", default=None, metavar="COL", help="Hugging Face Image column of masks (field mask)"
-    )
+    g.add_argument("--mask-col", default=None, metavar="COL", help="Hugging Face Image column of masks (field mask)")
     g = p.add_argument_group("execution")
     g.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     g.add_argument(

@@ -42,7 +42,11 @@ def run(args: argparse.Namespace) -> int:
     for inc in found.unreadable:
         print(f"warning: {inc.detail}", file=sys.stderr)
     if args.json:
-        print(json.dumps([_targets_info(s.to_dict(), m) for s, m in zip(splits, found.manifests)], indent=1, ensure_ascii=False))
+        print(
+            json.dumps(
+                [_targets_info(s.to_dict(), m) for s, m in zip(splits, found.manifests)], indent=1, ensure_ascii=False
+            )
+        )
         return 0
     for s, m in zip(splits, found.manifests):
         index = ", sample index" if s.sample_index else ""

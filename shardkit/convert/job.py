@@ -57,7 +57,14 @@ from shardkit.convert.merge import finalize_split
 from shardkit.convert.options import ConvertConfig, ConvertResult, SplitResult
 from shardkit.convert.scan.discover import NOT_CANDIDATES, ScannedSource, discover
 from shardkit.convert.scan.source import SourceFile, SplitSource
-from shardkit.convert.targets import IMAGE_SKIPPED, TargetOutcome, TargetSpec, has_targets, target_fingerprint
+from shardkit.convert.targets import (
+    IMAGE_SKIPPED,
+    TargetOutcome,
+    has_targets,
+    sample_classes,
+    target_fingerprint,
+    target_spec,
+)
 from shardkit.errors import ConvertError
 from shardkit.format import EncodedSample, index_url, write_tar
 from shardkit.format.fields import DEFAULT_FIELDS
@@ -89,15 +96,6 @@ def _listed(f: SourceFile) -> list:
     if has_targets(f):
         extra.update(target_fingerprint(f))
     return [f.relpath, f.label, f.size] + ([dict(f.meta)] if f.meta else []) + ([extra] if extra else [])
-
-
-def _classes_of(item: plan.Item, out: Outcome) -> tuple[int, ...]:
-    """The classes a written sample counts for: its label, its labels, or the classes of its boxes and mask."""
-    if item.label is not None:
-        return (item.label,)
-    if item.labels is not None:
-        return item.labels
-    return out.targets.classes if out.targets is not None else ()
 
 
 def _write_part(url: str, name: str, samples: Iterable[EncodedSample], storage_options: dict) -> journal.Part:
@@ -261,7 +259,7 @@ class SplitJob:
                 if out.targets is not None:
                     for r, n in out.targets.moved.items():
                         moved[r] = moved.get(r, 0) + n
-                for c in _classes_of(it, out):
+                for c in sample_classes(it, out.targets):
                     counts[c] += 1
                 if cap.fits(plan.tar_size(s)):
                     yield s
@@ -441,14 +439,6 @@ def convert(
                 results.append(res)
     results.sort(key=lambda r: r.split)
     return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
-
-
-def target_spec(source: ScannedSource) -> TargetSpec | None:
-    """What the encoding workers make of each item's targets (``None``: a source without boxes or masks)."""
-    boxes, mask = "boxes" in source.fields, "mask" in source.fields
-    if not boxes and not mask:
-        return None
-    return TargetSpec(boxes, mask, len(source.classes), len(source.keypoint_names))
 
 
 def _discover(src: Any, dest: str, options: ConvertConfig, so: dict) -> ScannedSource:

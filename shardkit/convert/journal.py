@@ -76,9 +76,9 @@ class Plan:
         fingerprint; so are empty keypoint names, flip pairs and annotation counts.
         """
         more = [self.fields, self.targets] if (self.fields, self.targets) != (list(DEFAULT_FIELDS), []) else []
-        kp = [self.keypoint_names, self.flip_pairs] if self.keypoint_names or self.flip_pairs else []
-        ann = [self.annotations] if self.annotations else []
-        return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256, *more, *kp, *ann])
+        more += [self.keypoint_names, self.flip_pairs] if self.keypoint_names or self.flip_pairs else []
+        more += [self.annotations] if self.annotations else []
+        return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256, *more])
 
     def to_json(self) -> bytes:
         d = {"format": PLAN_FORMAT, "version": PLAN_VERSION, **asdict(self), "fingerprint": self.fingerprint}

@@ -58,22 +58,17 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
             f"{split_url}: nothing to merge (no {journal.JOURNAL_DIR}/{journal.PLAN_NAME}); run 'shardkit convert' first"
         )
     records = [journal.read_record(split_url, p.split, j, **storage_options) for j in range(p.num_planned)]
-    other = next(
-        (
-            r
-            for r in records
-            if r is not None
-            and (r.fields, r.targets, r.keypoint_names) != (p.fields, p.targets, p.keypoint_names)
-        ),
-        None,
-    )
+    other = next((r for r in records if r is not None and (r.fields, r.targets) != (p.fields, p.targets)), None)
     if other is not None:
-        kp = f", keypoints {other.keypoint_names}" if other.keypoint_names or p.keypoint_names else ""
-        want = f", keypoints {p.keypoint_names}" if kp else ""
         raise ConvertError(
-            f"{split_url}: planned shard {other.index} stores fields {other.fields} (targets {other.targets}{kp}) but "
-            f"the plan says {p.fields} (targets {p.targets}{want}); every task must run with the same options: "
-            "rerun that task"
+            f"{split_url}: planned shard {other.index} stores fields {other.fields} (targets {other.targets}) but the plan "
+            f"says {p.fields} (targets {p.targets}); every task must run with the same options: rerun that task"
+        )
+    other = next((r for r in records if r is not None and r.keypoint_names != p.keypoint_names), None)
+    if other is not None:
+        raise ConvertError(
+            f"{split_url}: planned shard {other.index} stores keypoints {other.keypoint_names} but the plan says "
+            f"{p.keypoint_names}; every task must run with the same options: rerun that task"
         )
     missing = [
         journal.shard_name(p.split, j) for j, r in enumerate(records) if r is None or r.fingerprint != p.fingerprint

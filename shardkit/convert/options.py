@@ -119,7 +119,9 @@ class ScanConfig:
                 "labelled=False (--no-label) and a multi-label option (--label-sep, --multi-label) exclude each other"
             )
         if self.mask_classes is not None and self.mask_dir is None and self.mask_col is None:
-            raise ValueError("mask_classes (--mask-classes) names the classes of --mask-dir or --mask-col masks; give one")
+            raise ValueError(
+                "mask_classes (--mask-classes) names the classes of --mask-dir or --mask-col masks; give one"
+            )
         taken = {self.label_col if self.labelled else None, self.text_col, *self.target_cols} - {None}
         if len(taken) != (1 if self.labelled else 0) + (self.text_col is not None) + len(self.target_cols):
             raise ValueError("the label, target and text columns must be different columns")

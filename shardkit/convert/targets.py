@@ -177,6 +177,25 @@ def encode_targets(
     return TargetOutcome(out_objects, stored, tuple(sorted(classes)), moved)
 
 
+def target_spec(source: Any) -> TargetSpec | None:
+    """What the encoding workers make of each item's targets for a
+    :class:`~shardkit.convert.scan.source.ScannedSource` (``None``: a source without boxes or masks)."""
+    boxes, mask = "boxes" in source.fields, "mask" in source.fields
+    if not boxes and not mask:
+        return None
+    return TargetSpec(boxes, mask, len(source.classes), len(source.keypoint_names))
+
+
+def sample_classes(item: Any, targets: TargetOutcome | None) -> tuple[int, ...]:
+    """The classes a written sample counts for in ``class_counts``: its label, its labels, or the classes of
+    its stored boxes and mask."""
+    if item.label is not None:
+        return (item.label,)
+    if item.labels is not None:
+        return tuple(item.labels)
+    return targets.classes if targets is not None else ()
+
+
 def has_targets(item: Any) -> bool:
     """True for an item with objects, a mask ref or segments."""
     return item.objects is not None or item.mask is not None or item.segments is not None
@@ -228,6 +247,8 @@ __all__ = [
     "is_full_ref",
     "read_mask",
     "resize_map",
+    "sample_classes",
     "settle",
     "target_fingerprint",
+    "target_spec",
 ]

@@ -21,7 +21,7 @@ from PIL import Image
 from shardkit.convert import ConvertConfig, EncodeConfig, convert, merge
 from shardkit.convert import job as job_module
 from shardkit.convert.encoder import encode_chunk
-from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource, carve_val
+from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource, carve_val, val_count
 from shardkit.convert.segments import Segment, semantic_mask
 from shardkit.convert.shards import Item
 from shardkit.convert.targets import TargetSpec
@@ -115,9 +115,18 @@ def test_encode_moves_boxes_keypoints_and_mask_exactly(tmp_path_factory, seed, w
         np.concatenate([s.objects.keypoints, kp_extra]),
     )
     segments = tuple(
-        Segment(int(c), False, ((x0, y0, x1, y0, x1, y1, x0, y1),)) for (x0, y0, x1, y1), c in zip(b.tolist(), s.objects.labels)
+        Segment(int(c), False, ((x0, y0, x1, y0, x1, y1, x0, y1),))
+        for (x0, y0, x1, y1), c in zip(b.tolist(), s.objects.labels)
     )
-    item = Item(0, "a.jpg", None, 0, objects=objects, mask="a.png" if by == "mask" else None, segments=segments if by == "segments" else None)
+    item = Item(
+        0,
+        "a.jpg",
+        None,
+        0,
+        objects=objects,
+        mask="a.png" if by == "mask" else None,
+        segments=segments if by == "segments" else None,
+    )
     image = EncodeConfig(short_side=side) if short else EncodeConfig(short_side=None, max_side=side)
     spec = TargetSpec(boxes=True, mask=True, num_classes=len(CLASSES), num_keypoints=2)
     (out,) = encode_chunk(Reader(str(tmp)), [item], image, spec)
@@ -156,12 +165,20 @@ def test_bad_masks_skip_with_a_named_reason(tmp_path):
     ok = s.mask.copy()
     ok[0, 0] = 255  # 255 is "no class": fine
     (tmp_path / "ok.png").write_bytes(png(ok))
-    items = [Item(i, "a.jpg", None, 0, mask=m) for i, m in enumerate(["small.png", "junk.png", "value.png", "gone.png", "ok.png"])]
+    items = [
+        Item(i, "a.jpg", None, 0, mask=m)
+        for i, m in enumerate(["small.png", "junk.png", "value.png", "gone.png", "ok.png"])
+    ]
     items.append(Item(5, "a.jpg", None, 0))  # no mask at all
     spec = TargetSpec(mask=True, num_classes=len(CLASSES))
     outs = encode_chunk(Reader(str(tmp_path)), items, EncodeConfig(short_side=24), spec)
     got = [(o.reason, o.detail.split(":")[0]) for o in outs]
-    assert got[:4] == [("bad_mask", "small.png"), ("bad_mask", "junk.png"), ("bad_mask", "value.png"), ("missing_mask", "gone.png")]
+    assert got[:4] == [
+        ("bad_mask", "small.png"),
+        ("bad_mask", "junk.png"),
+        ("bad_mask", "value.png"),
+        ("missing_mask", "gone.png"),
+    ]
     assert "64x47" in outs[0].detail and "value 9 at x=5, y=3" in outs[2].detail
     assert outs[4].encoded is not None and outs[5].reason == "missing_mask"
 
@@ -183,7 +200,9 @@ def fake_source(root: str, size=(90, 70)) -> ScannedSource:
             Segment(int(c), False, ((x0, y0, x1, y0, x1, y1, x0, y1),))
             for (x0, y0, x1, y1), c in zip(s.objects.boxes.tolist(), s.objects.labels)
         )
-        files.append(SourceFile(name, None, os.path.getsize(os.path.join(root, name)), objects=s.objects, segments=segs))
+        files.append(
+            SourceFile(name, None, os.path.getsize(os.path.join(root, name)), objects=s.objects, segments=segs)
+        )
         given_boxes += len(s.objects)
     split = SplitSource("train", root, files, annotations={"kept": given_boxes, "no_image": 2})
     return ScannedSource(
@@ -203,6 +222,7 @@ def detection_src(tmp_path, monkeypatch):
     root = tmp_path / "src"
     root.mkdir()
     source = fake_source(str(root))
+
     def discover(src, options, **so):
         if options.val_fraction:
             carve_val(source, options.val_fraction, options.seed)
@@ -234,14 +254,16 @@ def test_tasks_merge_overflow_and_resume_keep_every_target(detection_src, tmp_pa
     assert len(samples) + len(manifest["skipped"]) == N  # written + skipped == inputs
     assert len(manifest["shards"]) > 3  # overflow shards were packed by the merge step
     by_path = {f.relpath: f for f in source.splits[0].files}
-    for key, members in samples.items():
+    for members in samples.values():
         meta = json.loads(members["json"])
         f = by_path[meta["path"]]
         ow, oh = Image.open(io.BytesIO(members["jpg"])).size
         sx, sy = ow / meta["width"], oh / meta["height"]
         obj = json.loads(members["objects.json"])
         np.testing.assert_allclose(obj["boxes"], f.objects.boxes * [sx, sy, sx, sy], atol=1e-3)
-        np.testing.assert_allclose(np.array(obj["keypoints"])[:, :, :2], f.objects.keypoints[:, :, :2] * [sx, sy], atol=1e-3)
+        np.testing.assert_allclose(
+            np.array(obj["keypoints"])[:, :, :2], f.objects.keypoints[:, :, :2] * [sx, sy], atol=1e-3
+        )
         assert obj["labels"] == f.objects.labels.tolist()
         mask = np.asarray(Image.open(io.BytesIO(members["mask.png"])))
         source_mask = semantic_mask(f.segments, meta["width"], meta["height"])
@@ -279,13 +301,25 @@ def test_merge_refuses_parts_with_other_keypoints(detection_src, tmp_path):
 
 def test_val_fraction_stratifies_by_first_box_and_splits_the_counts(detection_src, tmp_path):
     src, source = detection_src
-    total = sum(len(f.objects) for f in source.splits[0].files)
+    files = list(source.splits[0].files)
+    total = sum(len(f.objects) for f in files)
     opts = ConvertConfig(image=EncodeConfig(short_side=40), val_fraction=0.3)
     convert(src, str(tmp_path / "v"), opts, workers=1, quiet=True)
     counts = {}
     for split in ("train", "val"):
         manifest, samples = read_split(str(tmp_path / "v" / split))
         counts[split] = manifest["annotations"]
-        assert sum(len(json.loads(m["objects.json"])["labels"]) for m in samples.values()) == manifest["annotations"]["kept"]
+        assert (
+            sum(len(json.loads(m["objects.json"])["labels"]) for m in samples.values())
+            == manifest["annotations"]["kept"]
+        )
     assert sum(sum(c.values()) for c in counts.values()) == total + 2
     assert counts["val"]["kept"] > 0
+    # stratified by the first box's class: val_count(F, n) of each such class's n items
+    _, val = read_split(str(tmp_path / "v" / "val"))
+    in_val = {json.loads(m["json"])["path"] for m in val.values()}
+    by_first: dict[int, list[str]] = {}
+    for f in files:
+        by_first.setdefault(int(f.objects.labels[0]), []).append(f.relpath)
+    for c, paths in by_first.items():
+        assert len(in_val & set(paths)) == val_count(0.3, len(paths)) or "img05.jpg" in paths, c

@@ -95,7 +95,9 @@ def test_mask_dir_pairs_round_trip(tmp_path_factory, seed, sizes, side, short, s
     assert set(seen) == set(expected)  # written + skipped == inputs
     assert skipped == skipped_want
     if splits:
-        assert sorted(s.split for s in result.splits) == sorted({p.split("/")[0] for p in list(expected) + list(skipped_want)})
+        assert sorted(s.split for s in result.splits) == sorted(
+            {p.split("/")[0] for p in list(expected) + list(skipped_want)}
+        )
 
 
 def test_mask_classes_file_and_bad_values(tmp_path):
@@ -115,7 +117,20 @@ def test_mask_classes_file_and_bad_values(tmp_path):
     names.write_text("\n".join(CLASSES) + "\n\n")
     out = tmp_path / "out"
     rc = cli_main(
-        ["convert", str(images), str(out), "--mask-dir", str(masks), "--mask-classes", str(names), "--short-side", "20", "--quiet", "--workers", "1"]
+        [
+            "convert",
+            str(images),
+            str(out),
+            "--mask-dir",
+            str(masks),
+            "--mask-classes",
+            str(names),
+            "--short-side",
+            "20",
+            "--quiet",
+            "--workers",
+            "1",
+        ]
     )
     assert rc in (0, None)
     manifest, samples = read_split(str(out / "train"))
@@ -125,7 +140,13 @@ def test_mask_classes_file_and_bad_values(tmp_path):
     assert len(samples) == 2
     names.write_text("a\n\nb\n")
     with pytest.raises(ConvertError, match="line 2 is blank"):
-        convert(str(images), str(tmp_path / "o2"), ConvertConfig(source=ScanConfig(mask_dir=str(masks), mask_classes=str(names))), workers=1, quiet=True)
+        convert(
+            str(images),
+            str(tmp_path / "o2"),
+            ConvertConfig(source=ScanConfig(mask_dir=str(masks), mask_classes=str(names))),
+            workers=1,
+            quiet=True,
+        )
     with pytest.raises(ValueError, match="mask-classes"):
         ScanConfig(mask_classes=str(names))
 
@@ -210,7 +231,9 @@ def test_hf_objects_and_masks_round_trip(tmp_path_factory, seed, n, side, short,
         given_count += len(bbox)
         if category == "name":
             cats = [CLASSES[c + 1] for c in cats]
-        rows.append({"image": scene_jpeg(s) if i != 1 else b"broken", "mask": png(s.mask), "bbox": bbox, "category": cats})
+        rows.append(
+            {"image": scene_jpeg(s) if i != 1 else b"broken", "mask": png(s.mask), "bbox": bbox, "category": cats}
+        )
     ds = _hf_dataset(rows, layout, category)
     result = convert(
         ds,
@@ -223,7 +246,13 @@ def test_hf_objects_and_masks_round_trip(tmp_path_factory, seed, n, side, short,
     assert manifest["fields"] == ["image", "boxes", "mask"]
     used = {c for r in rows for c in r["category"]}
     top = max((c for c in used if isinstance(c, int)), default=0)
-    names = sorted(used) if category == "name" else CLASSES[1:] if category == "classlabel" else [str(i) for i in range(top + 1)]
+    names = (
+        sorted(used)
+        if category == "name"
+        else CLASSES[1:]
+        if category == "classlabel"
+        else [str(i) for i in range(top + 1)]
+    )
     assert manifest["classes"] == ["background", *names]
     assert len(samples) + len(manifest["skipped"]) == n
     assert [s["reason"] for s in manifest["skipped"]] == ["not_an_image"]
@@ -256,20 +285,45 @@ def test_hf_options_that_do_not_apply(tmp_path):
     s = scene(1, 0, (40, 30))
     ds = _hf_dataset([{"image": scene_jpeg(s), "mask": png(s.mask), "bbox": [], "category": []}], "dict", "classlabel")
     with pytest.raises(ConvertError, match="--text-col does not apply"):
-        convert(ds, str(tmp_path / "o"), ConvertConfig(source=ScanConfig(objects_col="objects", text_col="x")), workers=1, quiet=True)
+        convert(
+            ds,
+            str(tmp_path / "o"),
+            ConvertConfig(source=ScanConfig(objects_col="objects", text_col="x")),
+            workers=1,
+            quiet=True,
+        )
     with pytest.raises(ConvertError, match="no column 'boxes'"):
         convert(ds, str(tmp_path / "o"), ConvertConfig(source=ScanConfig(objects_col="boxes")), workers=1, quiet=True)
     r = convert(ds, str(tmp_path / "m"), ConvertConfig(source=ScanConfig(mask_col="mask")), workers=1, quiet=True)
     m = r.splits[0].manifest
-    assert m is not None and m.fields == ["image", "mask"] and m.classes == [str(i) for i in range(int(s.mask.max()) + 1)]
+    assert (
+        m is not None and m.fields == ["image", "mask"] and m.classes == [str(i) for i in range(int(s.mask.max()) + 1)]
+    )
     assert not m.annotations
 
 
 def test_info_and_summary_show_annotations(tmp_path, capsys):
     s = scene(2, 0, (50, 40))
-    ds = _hf_dataset([{"image": scene_jpeg(s), "mask": png(s.mask), "bbox": [[1, 1, 5, 5], [0, 0, 0, 1]], "category": [0, 1]}], "dict", "classlabel")
+    ds = _hf_dataset(
+        [{"image": scene_jpeg(s), "mask": png(s.mask), "bbox": [[1, 1, 5, 5], [0, 0, 0, 1]], "category": [0, 1]}],
+        "dict",
+        "classlabel",
+    )
     ds.save_to_disk(str(tmp_path / "ds"))
-    rc = cli_main(["convert", f"hf:{tmp_path / 'ds'}", str(tmp_path / "o"), "--objects-col", "objects", "--mask-col", "mask", "--quiet", "--workers", "1"])
+    rc = cli_main(
+        [
+            "convert",
+            f"hf:{tmp_path / 'ds'}",
+            str(tmp_path / "o"),
+            "--objects-col",
+            "objects",
+            "--mask-col",
+            "mask",
+            "--quiet",
+            "--workers",
+            "1",
+        ]
+    )
     assert rc in (0, None)
     out = capsys.readouterr().out
     assert "annotations: 1 degenerate_box, 1 kept" in out and "fields: image, boxes, mask" in out

@@ -310,6 +310,8 @@ def scan_regex(src: str, pattern: str, split: str = "train") -> ScannedSource:
     )
 
 
+#: the Hugging Face options of detection and segmentation datasets
+_HF_TARGETS = {"objects_col", "mask_col", "mask_classes"}
 #: the :class:`ScanConfig` fields each kind of SRC uses (others must keep their defaults)
 _APPLIES = {
     "folder": {"label_regex", "mask_dir", "labelled", "mask_classes"},
@@ -326,17 +328,7 @@ _APPLIES = {
         "labelled",
     },
     "tars": {"image_key", "label_key", "label_json_field", "label_type", "multi_label", "text_key", "labelled"},
-    "hf": {
-        "image_col",
-        "label_col",
-        "label_type",
-        "target_cols",
-        "text_col",
-        "labelled",
-        "objects_col",
-        "mask_col",
-        "mask_classes",
-    },
+    "hf": {"image_col", "label_col", "label_type", "target_cols", "text_col", "labelled"} | _HF_TARGETS,
     "coco": {"root", "masks"},
     "voc": {"masks"},
     "yolo": set(),

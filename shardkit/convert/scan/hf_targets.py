@@ -82,7 +82,9 @@ def scan_hf_targets(src: Any, opts: ScanConfig, split: str = "train") -> Scanned
         ("--text-col", opts.text_col is not None),
     ):
         if bad:
-            raise ConvertError(f"{flag} does not apply with --objects-col/--mask-col (no image label is read); leave it out")
+            raise ConvertError(
+                f"{flag} does not apply with --objects-col/--mask-col (no image label is read); leave it out"
+            )
     if opts.mask_classes is not None and opts.objects_col is not None:
         raise ConvertError("--mask-classes does not apply with --objects-col (the categories name the classes)")
     ds = _load(src) if isinstance(src, str) else src
@@ -94,7 +96,11 @@ def scan_hf_targets(src: Any, opts: ScanConfig, split: str = "train") -> Scanned
     names: list[str] | None = None
     for name, part in sorted(parts.items()):
         cols = list(part.column_names)
-        for flag, col in (("--image-col", opts.image_col), ("--objects-col", opts.objects_col), ("--mask-col", opts.mask_col)):
+        for flag, col in (
+            ("--image-col", opts.image_col),
+            ("--objects-col", opts.objects_col),
+            ("--mask-col", opts.mask_col),
+        ):
             if col is not None and col not in cols:
                 raise ConvertError(f"{what}: no column {col!r} ({flag}); its columns are: {', '.join(cols)}")
         part = part.cast_column(opts.image_col, datasets.Image(decode=False))
@@ -131,7 +137,9 @@ def scan_hf_targets(src: Any, opts: ScanConfig, split: str = "train") -> Scanned
             pair = _row_objects(value, layouts[name])
             if pair is None:
                 n = len((value or {}).get("bbox") or []) if isinstance(value, dict) else len(value or [])
-                s.skipped.append((ident, SkipReason.BAD_ROW, f"split {name} row {row}: bbox and category lists differ in length"))
+                s.skipped.append(
+                    (ident, SkipReason.BAD_ROW, f"split {name} row {row}: bbox and category lists differ in length")
+                )
                 s.annotations["image_skipped"] = s.annotations.get("image_skipped", 0) + n
                 continue
             boxes, labels = [], []
