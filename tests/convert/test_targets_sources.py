@@ -332,3 +332,37 @@ def test_info_and_summary_show_annotations(tmp_path, capsys):
     assert "annotations: 1 degenerate_box, 1 kept" in capsys.readouterr().out
     cli_main(["info", str(tmp_path / "o"), "--json"])
     assert json.loads(capsys.readouterr().out)[0]["annotations"] == {"degenerate_box": 1, "kept": 1}
+
+
+def test_masks_inside_src_and_stray_files_are_accounted(tmp_path):
+    images = tmp_path / "images"
+    for split in ("train", "val"):
+        (images / split).mkdir(parents=True)
+        (tmp_path / "masks" / split).mkdir(parents=True)
+        s = scene(4, 0 if split == "train" else 1, (50, 40))
+        (images / split / "a.jpg").write_bytes(scene_jpeg(s))
+        (tmp_path / "masks" / split / "a.png").write_bytes(png(s.mask))
+    (images / "README.txt").write_text("stray")
+    r = convert(
+        str(images),
+        str(tmp_path / "o"),
+        ConvertConfig(source=ScanConfig(mask_dir=str(tmp_path / "masks"))),
+        workers=1,
+        quiet=True,
+    )
+    assert sorted(s.split for s in r.splits) == ["train", "val"] and r.converted == 2
+    assert r.skipped_reasons == {"not_in_class_folder": 1}
+    # MASKS_DIR inside SRC: its PNGs are masks, not images
+    inner = tmp_path / "flat"
+    (inner / "masks").mkdir(parents=True)
+    s = scene(4, 2, (50, 40))
+    (inner / "x.jpg").write_bytes(scene_jpeg(s))
+    (inner / "masks" / "x.png").write_bytes(png(s.mask))
+    r = convert(
+        str(inner),
+        str(tmp_path / "o2"),
+        ConvertConfig(source=ScanConfig(mask_dir=str(inner / "masks"))),
+        workers=1,
+        quiet=True,
+    )
+    assert r.converted == 1 and r.skipped == 0

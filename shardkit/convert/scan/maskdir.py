@@ -30,6 +30,7 @@ from shardkit.convert.scan.discover import (
     _Candidate,
     _rel,
     _subdirs,
+    _top_files,
     _walk_files,
     json_safe,
     resolve_layout,
@@ -143,6 +144,11 @@ def scan_mask_pairs(
                     mask_of[rel] = (mrel, msize)
                     candidates.append(_Candidate(n, rel, path, 0))
         _add_files(src, splits, candidates)
+        if resolved == Layout.SPLITS:  # files beside the split folders are no split's: reported, not lost
+            for f in _top_files(src):
+                splits[0].skipped.append(
+                    (json_safe(f), SkipReason.NOT_IN_CLASS_FOLDER, "file outside any split folder")
+                )
     except PermissionError as exc:
         raise ConvertError(f"{src}: cannot list the source folder ({exc})") from None
     for s in splits:
