@@ -75,7 +75,9 @@ class Plan:
         The default fields (``image``, ``label``) are left out, so a plan written before fields kept its
         fingerprint; so are empty keypoint names, flip pairs and annotation counts.
         """
-        more = [self.fields, self.targets] if (self.fields, self.targets) != (list(DEFAULT_FIELDS), []) else []
+        more: list[Any] = (
+            [self.fields, self.targets] if (self.fields, self.targets) != (list(DEFAULT_FIELDS), []) else []
+        )
         more += [self.keypoint_names, self.flip_pairs] if self.keypoint_names or self.flip_pairs else []
         more += [self.annotations] if self.annotations else []
         return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256, *more])

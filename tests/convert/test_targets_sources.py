@@ -18,7 +18,7 @@ from PIL import Image
 
 from shardkit.cli import main as cli_main
 from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
-from shardkit.demo.scenes import CLASSES, scene, scene_jpeg
+from shardkit.demo.scenes import CLASSES, COLOURS, scene, scene_jpeg
 from shardkit.errors import ConvertError
 
 from .test_targets_encode import check_colours, png, read_split, ref_nearest
@@ -31,13 +31,15 @@ def _image_config(short: bool, side: int) -> EncodeConfig:
     return EncodeConfig(short_side=side) if short else EncodeConfig(short_side=None, max_side=side)
 
 
-def _check_mask_sample(members: dict[str, bytes], source_mask: np.ndarray, colours: bool = True) -> np.ndarray:
+def _check_mask_sample(
+    members: dict[str, bytes], source_mask: np.ndarray, colours: bool = True, table: "list | None" = None
+) -> np.ndarray:
     ow, oh = Image.open(io.BytesIO(members["jpg"])).size
     mask = np.asarray(Image.open(io.BytesIO(members["mask.png"])))
     ref, tie = ref_nearest(source_mask, ow, oh)
     assert mask.shape == (oh, ow) and ((mask == ref) | tie).all()
     if colours:
-        check_colours(members["jpg"], mask)
+        check_colours(members["jpg"], mask, table)
     return mask
 
 
@@ -232,9 +234,27 @@ def test_hf_objects_and_masks_round_trip(tmp_path_factory, seed, n, side, short,
         given_count += len(bbox)
         if category == "name":
             cats = [CLASSES[c + 1] for c in cats]
-        rows.append(
-            {"image": scene_jpeg(s) if i != 1 else b"broken", "mask": png(s.mask), "bbox": bbox, "category": cats}
-        )
+        rows.append({"image": scene_jpeg(s) if i != 1 else b"broken", "bbox": bbox, "category": cats})
+    # the dataset's classes: background, then the categories (ClassLabel order, sorted names, or indices 0..K-1)
+    used = {c for r in rows for c in r["category"]}
+    top = max((c for c in used if isinstance(c, int)), default=0)
+    names = (
+        sorted(used)
+        if category == "name"
+        else CLASSES[1:]
+        if category == "classlabel"
+        else [str(i) for i in range(top + 1)]
+    )
+    classes = ["background", *names]
+    # scene class c -> dataset class (the masks are written in the dataset's classes), and each class's colour
+    lut = np.zeros(256, np.uint8)
+    table = [COLOURS[0]] * len(classes)
+    for c in range(1, len(CLASSES)):
+        k = (classes.index(CLASSES[c]) if CLASSES[c] in classes else 999) if category == "name" else c
+        if k < len(classes):
+            lut[c], table[k] = k, COLOURS[c]
+    for r, sc in zip(rows, scenes):
+        r["mask"] = png(lut[sc.mask])
     ds = _hf_dataset(rows, layout, category)
     result = convert(
         ds,
@@ -245,16 +265,7 @@ def test_hf_objects_and_masks_round_trip(tmp_path_factory, seed, n, side, short,
     )
     manifest, samples = read_split(str(tmp / "out" / "train"))
     assert manifest["fields"] == ["image", "boxes", "mask"]
-    used = {c for r in rows for c in r["category"]}
-    top = max((c for c in used if isinstance(c, int)), default=0)
-    names = (
-        sorted(used)
-        if category == "name"
-        else CLASSES[1:]
-        if category == "classlabel"
-        else [str(i) for i in range(top + 1)]
-    )
-    assert manifest["classes"] == ["background", *names]
+    assert manifest["classes"] == classes
     assert len(samples) + len(manifest["skipped"]) == n
     assert [s["reason"] for s in manifest["skipped"]] == ["not_an_image"]
     ann = manifest["annotations"]
@@ -277,7 +288,7 @@ def test_hf_objects_and_masks_round_trip(tmp_path_factory, seed, n, side, short,
             want_names = [str(int(c) - 1) for c in s.objects.labels] + ["0"]
         assert [manifest["classes"][c] for c in obj["labels"]] == want_names
         stored += len(obj["labels"])
-        _check_mask_sample(members, s.mask)
+        _check_mask_sample(members, lut[s.mask], table=table)
     assert stored == ann["kept"] + ann["clipped"]
     assert result.converted == len(samples)
 

@@ -178,9 +178,9 @@ def scan_mask_pairs(
         reader = PairReader(src, mask_dir)
         seen: set[int] = set()
         for s in splits:
-            for f in s.files:
-                assert f.mask is not None
-                values = mask_values(reader.read(f.relpath, f.mask))
+            for item in s.files:
+                assert item.mask is not None
+                values = mask_values(reader.read(item.relpath, item.mask))
                 seen |= values or set()  # an unreadable mask is skipped as bad_mask when encoded
         top = max((v for v in seen if v != IGNORE), default=0)
         classes = [str(i) for i in range(top + 1)]
