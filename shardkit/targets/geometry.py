@@ -37,6 +37,10 @@ from shardkit.format.fields import IGNORE, Objects
 
 Size = tuple[int, int]  #: ``(height, width)``
 
+#: the default ``min_visible`` of every geometric step (:func:`move`, ``GpuAugment``): keep every
+#: box with a positive visible area
+MIN_VISIBLE = 0.0
+
 
 def forward(inv: Tensor) -> Tensor:
     """The forward maps ``[N, 2, 3]`` (input point -> output point) of affine inverse maps ``[N, 3, 3]``.
@@ -100,24 +104,46 @@ def swap_pairs(keypoints: Tensor, swap: Tensor, flip_pairs: Sequence[tuple[int, 
     order = list(range(keypoints.shape[2]))
     for i, j in flip_pairs:
         order[i], order[j] = j, i
-    swapped = keypoints[:, :, order]
+    # slices, not a list index: a Python list as an index is a host-to-device copy (a sync on CUDA)
+    swapped = torch.cat([keypoints[:, :, k : k + 1] for k in order], dim=2)
     return torch.where(swap.reshape(-1, 1, 1, 1), swapped, keypoints)
 
 
-def warp_masks(masks: Tensor, inv: Tensor, out_size: Size, fill: int = IGNORE) -> Tensor:
-    """Masks ``[N, H, W]`` (uint8) resampled through ``inv`` to ``[N, *out_size]``, nearest; ``fill`` outside."""
-    n, h, w = masks.shape
+def nearest(inv: Tensor, size: Size, out_size: Size) -> tuple[Tensor, Tensor]:
+    """The source pixel each output pixel takes under ``inv`` (nearest), and whether it lies in ``size``.
+
+    Output pixel ``(i, j)`` takes the source pixel nearest ``inv @ (j, i, 1)``, ties rounded up
+    (``floor(x + 0.5)``). Returns ``(flat, inside)``: int64 ``[N, oh * ow]`` flat indices into an
+    ``size`` image (clamped into it) and bool ``[N, oh, ow]``.
+    """
+    h, w = size
     oh, ow = out_size
-    dev = masks.device
     m = inv.to(torch.float32)  # the same arithmetic on every device
+    dev = m.device
     ys = torch.arange(oh, device=dev, dtype=m.dtype).reshape(1, oh, 1)
     xs = torch.arange(ow, device=dev, dtype=m.dtype).reshape(1, 1, ow)
-    row = [m[:, r, k].reshape(n, 1, 1) for r in range(2) for k in range(3)]
+    row = [m[:, r, k].reshape(-1, 1, 1) for r in range(2) for k in range(3)]
     sx = torch.floor(row[0] * xs + row[1] * ys + row[2] + 0.5)
     sy = torch.floor(row[3] * xs + row[4] * ys + row[5] + 0.5)
     inside = (sx >= 0) & (sx <= w - 1) & (sy >= 0) & (sy <= h - 1)
-    flat = (sy.clamp(0, h - 1) * w + sx.clamp(0, w - 1)).long().reshape(n, -1)
-    out = masks.reshape(n, -1).gather(1, flat).reshape(n, oh, ow)
+    flat = (sy.clamp(0, h - 1) * w + sx.clamp(0, w - 1)).long().reshape(m.shape[0], oh * ow)
+    return flat, inside
+
+
+def outside(inv: Tensor, size: Size, out_size: Size) -> Tensor:
+    """bool ``[N, *out_size]``: the output pixels whose nearest source point under ``inv`` lies outside
+    a canvas of ``size`` (where an image resampled through ``inv`` shows its fill)."""
+    return ~nearest(inv, size, out_size)[1]
+
+
+def warp_masks(masks: Tensor, inv: Tensor, out_size: Size, fill: int = IGNORE) -> Tensor:
+    """Masks ``[N, H, W]`` (uint8) resampled through ``inv`` to ``[N, *out_size]``, nearest; ``fill`` outside.
+
+    ``inv`` is ``[N, 3, 3]`` or ``[1, 3, 3]`` (one map for the whole batch)."""
+    n, h, w = masks.shape
+    oh, ow = out_size
+    flat, inside = nearest(inv.expand(n, 3, 3), (h, w), out_size)
+    out = masks.reshape(n, h * w).gather(1, flat).reshape(n, oh, ow)
     return torch.where(inside, out, torch.full_like(out, fill))
 
 
@@ -216,7 +242,7 @@ def move(
     inv: Tensor,
     out_size: Size,
     *,
-    min_visible: float = 0.0,
+    min_visible: float = MIN_VISIBLE,
     flip_pairs: Sequence[tuple[int, int]] = (),
 ) -> tuple[Targets, Tensor]:
     """The targets after the geometric step ``inv`` (``[N, 3, 3]`` inverse maps) to ``out_size``.
@@ -245,6 +271,7 @@ def move(
 
 
 __all__ = [
+    "MIN_VISIBLE",
     "Size",
     "Targets",
     "clip_boxes",
@@ -254,6 +281,8 @@ __all__ = [
     "move",
     "move_boxes",
     "move_points",
+    "nearest",
+    "outside",
     "pad_objects",
     "swap_pairs",
     "warp_masks",
