@@ -286,7 +286,7 @@ class GpuAugment(nn.Module):
     def step_targets(self, images: Tensor, params: list[Params], targets: Targets) -> tuple[Tensor, Targets, Tensor]:
         """:meth:`apply_targets`, through ``torch.compile`` when built with ``compile=True``."""
         fn = self.apply_targets
-        if self._compile and images.shape[0] > 0:
+        if images.shape[0] > 0 and self._compile:
             if self._compiled_targets is None:
                 self._compiled_targets = torch.compile(self.apply_targets)
             fields = (targets.boxes, targets.labels, targets.count, targets.crowd, targets.keypoints, targets.mask)
