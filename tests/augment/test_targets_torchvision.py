@@ -101,9 +101,7 @@ def test_each_geometric_op_agrees_with_torchvision_on_tv_tensors(op, seed):
             tol = 0.01 if isinstance(op, (HorizontalFlip, VerticalFlip, CenterCrop)) else 0.75
             torch.testing.assert_close(got[inside], tk.as_subclass(torch.Tensor)[inside], atol=tol, rtol=0)
         else:  # the dropped ones are exactly those torchvision squashed to nothing (within 1 px)
-            torch.testing.assert_close(
-                moved.boxes[i, :m], tb.as_subclass(torch.Tensor)[alive][:m], atol=1.0, rtol=0
-            )
+            torch.testing.assert_close(moved.boxes[i, :m], tb.as_subclass(torch.Tensor)[alive][:m], atol=1.0, rtol=0)
         agree = (moved.mask[i] == tm[0]).float().mean().item()
         if not isinstance(op, (RandomRotation, RandomAffine)):  # torchvision fills 0, not 255: compare inside only
             assert agree >= 0.99, agree

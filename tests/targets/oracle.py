@@ -192,7 +192,9 @@ def check_scene(image, boxes, labels, count, mask=None, keypoints=None, *, loose
                 win = (np.abs(xs - x) <= 1.5) & (np.abs(ys - y) <= 1.5)
                 at_border = x < 1.5 or y < 1.5 or x > w - 1.5 or y > h - 1.5
                 if not (win & (near == c)).any() or not (at_border or (win & (near != c)).any()):
-                    fails.append(f"keypoint {s} of object {k} (class {c}) at {(round(x, 1), round(y, 1))} is off its edge")
+                    fails.append(
+                        f"keypoint {s} of object {k} (class {c}) at {(round(x, 1), round(y, 1))} is off its edge"
+                    )
             if vflip is not None and pts[0, 2] > 0 and pts[1, 2] > 0 and (pts[0, 0] < pts[1, 0]) == bool(vflip):
                 fails.append(f"object {k}: keypoints 'left'/'right' in the wrong slots (vflip={bool(vflip)})")
     return fails
