@@ -244,7 +244,7 @@ class GpuAugment(nn.Module):
                     mats.append(op.matrix(params[i], stage.sizes[k], stage.sizes[k + 1], x.device))
                 x = warp(x, mats, list(stage.sizes), list(stage.fills), scale=pending, out_dtype=dtype)
                 if targets is not None:
-                    targets, lost = move_run(targets, mats, stage.sizes, stage.fills, **moves)  # type: ignore[arg-type]
+                    targets, lost = move_run(targets, mats, stage.sizes, stage.cuts, **moves)  # type: ignore[arg-type]
                     dropped = lost if dropped is None else dropped + lost
                 pending, owned = 1.0, True
                 continue

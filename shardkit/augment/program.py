@@ -18,6 +18,9 @@ class GeometricStage:
     sizes: tuple[Size, ...]  # canvas sizes, input first
     fills: tuple[FillStage, ...]
     crop: tuple[int, int, int, int] | None  # (top, left, height, width) when all ops are fixed crops
+    # canvases k > 0 whose outside the image fills and whose region differs from the canvas of the cut before
+    # (or the input): there the run's targets are clipped too (shardkit.augment.target_moves)
+    cuts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,12 @@ def geometric_stage(ops: Sequence[Op], indices: tuple[int, ...], size: Size, cli
             elif not fills:
                 fills.append(FillStage(0, fill))
         sizes.append(op.output_size(sizes[-1]))
-    return GeometricStage(indices, tuple(sizes), tuple(fills), crop)
+    cuts: list[int] = []
+    for f in fills:
+        since = indices[cuts[-1] if cuts else 0 : f.canvas]
+        if f.canvas > 0 and not all(getattr(ops[i], "whole_canvas", False) for i in since):
+            cuts.append(f.canvas)
+    return GeometricStage(indices, tuple(sizes), tuple(fills), crop, tuple(cuts))
 
 
 __all__ = ["GeometricStage", "OpStage", "Program", "build_program", "geometric_stage"]

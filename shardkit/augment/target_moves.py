@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from shardkit.augment.base import Size
-from shardkit.augment.geometry import FillStage, chain, constant_matrix
+from shardkit.augment.geometry import chain, constant_matrix
 from shardkit.format.fields import IGNORE
 from shardkit.targets.fields import targets_of, with_targets
 from shardkit.targets.geometry import Targets, move, outside, warp_masks
@@ -94,18 +94,18 @@ def move_run(
     targets: Targets,
     matrices: list[Tensor],
     sizes: Sequence[Size],
-    fills: Sequence[FillStage],
+    cuts: Sequence[int],
     *,
     min_visible: float,
     flip_pairs: Sequence[tuple[int, int]],
 ) -> tuple[Targets, Tensor]:
-    """The targets of one fused geometric run (the maps, canvas sizes and fills :func:`~.geometry.warp` got).
+    """The targets of one fused geometric run (the maps and canvas sizes :func:`~.geometry.warp` got; ``cuts``:
+    the canvases ``k > 0`` whose outside the image fills, :class:`~shardkit.augment.program.GeometricStage`).
 
     Returns:
         ``(targets, dropped)``: ``dropped`` int64 ``[B]``, the objects each sample lost.
     """
     device = targets.boxes.device
-    cuts = sorted({f.canvas for f in fills if f.canvas > 0})
     if not cuts:
         return move(targets, chain(matrices, device)[0], sizes[-1], min_visible=min_visible, flip_pairs=flip_pairs)
     bounds = [0, *cuts, len(matrices)]

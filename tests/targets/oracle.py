@@ -77,7 +77,7 @@ def ref_move_sample(boxes, labels, count, keypoints, inv, out_size, min_visible,
 
 def ref_warp_mask(mask: np.ndarray, inv: np.ndarray, out_size) -> tuple[np.ndarray, np.ndarray]:
     """Nearest resampling pixel by pixel: returns (warped, near_tie) (pixels whose source point lies within
-    1e-3 of a rounding tie or of the source's edge, where float32 may go either way)."""
+    2e-3 of a rounding tie or of the source's edge, where float32 may go either way)."""
     h, w = mask.shape
     oh, ow = out_size
     out = np.full((oh, ow), IGNORE, np.uint8)
@@ -87,7 +87,7 @@ def ref_warp_mask(mask: np.ndarray, inv: np.ndarray, out_size) -> tuple[np.ndarr
         for j in range(ow):
             x = a[0, 0] * j + a[0, 1] * i + a[0, 2]
             y = a[1, 0] * j + a[1, 1] * i + a[1, 2]
-            tie[i, j] = min(abs((x + 0.5) - round(x + 0.5)), abs((y + 0.5) - round(y + 0.5))) < 1e-3
+            tie[i, j] = min(abs((x + 0.5) - round(x + 0.5)), abs((y + 0.5) - round(y + 0.5))) < 2e-3
             sx, sy = int(np.floor(x + 0.5)), int(np.floor(y + 0.5))
             if 0 <= sx <= w - 1 and 0 <= sy <= h - 1:
                 out[i, j] = mask[sy, sx]

@@ -47,8 +47,8 @@ MUTANTS = [
         "id": "targets-moved-with-another-runs-map",  # the first run's maps reused by every later run
         "row": ROW_FOLLOW,
         "file": P,
-        "old": "targets, lost = move_run(targets, mats, stage.sizes, stage.fills, **moves)",
-        "new": "targets, lost = move_run(targets, self.__dict__.setdefault('_first_mats', mats), stage.sizes, stage.fills, **moves)",
+        "old": "targets, lost = move_run(targets, mats, stage.sizes, stage.cuts, **moves)",
+        "new": "targets, lost = move_run(targets, self.__dict__.setdefault('_first_mats', mats), stage.sizes, stage.cuts, **moves)",
         "tests": [SCENES, RUNS],
     },
     {

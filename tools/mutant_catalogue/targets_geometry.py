@@ -121,45 +121,35 @@ MUTANTS = [
         "tests": [REF, SCENES],
     },
     {
-        "id": "targets-mask-truncated-not-nearest",  # floor(x): the pixel left of the nearest one half the time
+        "id": "targets-mask-truncated-not-nearest",  # half a pixel off: floor(x), the pixel left of the nearest one half the time
         "row": ROW_MASKS,
         "file": F,
-        "old": "    sx = torch.floor(row[0] * xs + row[1] * ys + row[2] + 0.5)",
-        "new": "    sx = torch.floor(row[0] * xs + row[1] * ys + row[2])",
+        "old": "    gx = torch.addcmul(row[2] + row[1] * ys + (2.0 * TIE + 1.0) / w - 1.0, row[0], xs)",
+        "new": "    gx = torch.addcmul(row[2] + row[1] * ys + (2.0 * TIE) / w - 1.0, row[0], xs)",
         "tests": [PIXELS, TIES],
     },
     {
-        "id": "targets-mask-ties-to-even",  # torch.round is half to even: a 2x reduction picks alternating sides
+        "id": "targets-mask-ties-to-even",  # grid_sample rounds half to even: a 2x reduction picks alternating sides
         "row": ROW_MASKS,
         "file": F,
-        "old": "    sx = torch.floor(row[0] * xs + row[1] * ys + row[2] + 0.5)",
-        "new": "    sx = torch.round(row[0] * xs + row[1] * ys + row[2])",
+        "old": "TIE = 2.0**-10",
+        "new": "TIE = 0.0",
         "tests": [TIES],
     },
     {
         "id": "targets-mask-bilinear",  # class indices interpolated: classes that are nowhere appear at edges
         "row": ROW_MASKS,
         "file": F,
-        "old": "    out = masks.reshape(n, h * w).gather(1, flat).reshape(n, oh, ow)\n",
-        "new": (
-            "    out = masks.reshape(n, h * w).gather(1, flat).reshape(n, oh, ow)\n"
-            "    src = masks[:, None].float()\n"
-            "    gx = (torch.arange(ow) + 0.5) / ow * 2 - 1\n"
-            "    gy = (torch.arange(oh) + 0.5) / oh * 2 - 1\n"
-            "    m = inv.expand(n, 3, 3).float()\n"
-            "    px = (m[:, 0, 0, None, None] * ((gx[None, None] + 1) * ow / 2 - 0.5) + m[:, 0, 1, None, None] * ((gy[None, :, None] + 1) * oh / 2 - 0.5) + m[:, 0, 2, None, None])\n"
-            "    py = (m[:, 1, 0, None, None] * ((gx[None, None] + 1) * ow / 2 - 0.5) + m[:, 1, 1, None, None] * ((gy[None, :, None] + 1) * oh / 2 - 0.5) + m[:, 1, 2, None, None])\n"
-            "    grid = torch.stack([(px + 0.5) / w * 2 - 1, (py + 0.5) / h * 2 - 1], -1)\n"
-            "    out = torch.nn.functional.grid_sample(src, grid, mode='bilinear', align_corners=False, padding_mode='border')[:, 0].round().to(torch.uint8)\n"
-        ),
+        "old": 'out = F.grid_sample(src, grid, mode="nearest", padding_mode="zeros", align_corners=False)[:, 0].sub_(1.0)',
+        "new": 'out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros", align_corners=False)[:, 0].round_().sub_(1.0)',
         "tests": [PIXELS, TIES, SCENES],
     },
     {
         "id": "targets-mask-no-fill-outside",
         "row": ROW_MASKS,
         "file": F,
-        "old": "    return torch.where(inside, out, torch.full_like(out, fill))",
-        "new": "    return out",
+        "old": "    return out.masked_fill_(out < 0, float(fill)).to(torch.uint8)",
+        "new": "    return out.clamp_(min=0).to(torch.uint8)",
         "tests": [PIXELS, SCENES],
     },
 ]
