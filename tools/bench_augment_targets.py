@@ -8,6 +8,7 @@ contenders run interleaved (A B A B ...), medians of ``--repeats`` runs of ``--i
 CUDA; the figure is the ratio with / without targets.
 
     python tools/bench_augment_targets.py                      # CPU: batch 128 at 224
+    python tools/bench_augment_targets.py --no-mask            # boxes and keypoints only
     python tools/bench_augment_targets.py --device cuda --batch 256
 """
 
@@ -18,6 +19,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -73,6 +75,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--boxes", type=int, default=8)
     ap.add_argument("--keypoints", type=int, default=17)
+    ap.add_argument("--no-mask", action="store_true", help="boxes and keypoints only")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
@@ -81,6 +84,8 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (args.batch, 3, s, s), dtype=torch.uint8, generator=g).to(device)
     targets = make_targets(args.batch, args.boxes, args.keypoints, s, device, g)
+    if args.no_mask:
+        targets = replace(targets, mask=None)
     kw = dict(output_dtype=torch.bfloat16, memory_format="channels_last", seed=0)
     plain = GpuAugment(ops(args.size), **kw)
     with_t = GpuAugment(ops(args.size), flip_pairs=[(1, 2), (3, 4)], **kw)
@@ -98,7 +103,7 @@ def main() -> None:
         "size": args.size,
         "boxes": args.boxes,
         "keypoints": args.keypoints,
-        "mask": True,
+        "mask": not args.no_mask,
         "ms_per_batch_without": round(med["without"] * 1e3, 2),
         "ms_per_batch_with": round(med["with"] * 1e3, 2),
         "ratio_with_over_without": round(med["with"] / med["without"], 3),
