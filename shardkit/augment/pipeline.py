@@ -75,13 +75,13 @@ class GpuAugment(nn.Module):
     (on CUDA it would otherwise be a device-side assert; checking it per batch would
     wait for the device). An empty batch gives an empty result of the usual shape.
 
-    Targets (detection, segmentation): ``aug(images, targets=targets)`` (a
-    :class:`~shardkit.targets.geometry.Targets`) returns ``(images, targets)``, every geometric
-    op moving boxes, keypoints and the mask with the pixels (:mod:`shardkit.augment.target_moves`);
-    ``aug(batch)`` with a loader dict batch (``image`` and any of ``boxes``, ``box_labels``,
-    ``box_count``, ``keypoints``, ``mask``) returns the dict with those fields replaced. Colour ops
-    and :class:`RandomErasing` leave targets alone; MixUp/CutMix refuse them.
+    Targets: ``aug(images, targets=targets)`` returns ``(images, targets)`` and ``aug(batch)`` a loader
+    dict batch with ``image`` and its target fields moved (:mod:`shardkit.augment.target_moves`); colour
+    ops and :class:`RandomErasing` leave targets alone, MixUp/CutMix refuse them.
     """
+
+    #: takes dict batches with target fields and moves them (``DevicePrefetcher`` hands such a batch whole)
+    moves_targets = True
 
     def __init__(
         self,
@@ -339,12 +339,7 @@ class GpuAugment(nn.Module):
         return out, out_labels
 
     def _count_label_errors(self, labels: Tensor) -> None:
-        key = str(labels.device)
-        bad = invalid_labels(labels, self.num_classes).sum()  # type: ignore[arg-type]
-        if key in self._label_errors:
-            self._label_errors[key].add_(bad)
-        else:
-            self._label_errors[key] = bad
+        self._count(self._label_errors, invalid_labels(labels, self.num_classes).sum())  # type: ignore[arg-type]
 
     @staticmethod
     def _count(counters: dict[str, Tensor], n: Tensor) -> None:
