@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from shardkit.augment import (
     IMAGENET_MEAN,
@@ -244,3 +245,44 @@ def test_cuda_moves_targets_like_cpu():
     assert torch.equal(cpu.labels, gpu.labels) and torch.equal(cpu.count, gpu.count)
     torch.testing.assert_close(cpu.boxes, gpu.boxes, atol=1e-3, rtol=0)
     assert (cpu.mask != gpu.mask).float().mean() < 1e-3  # float32 ties may round either way
+
+
+class Matmuls(TorchFunctionMode):
+    """Records matmul-family calls (rounded to TF32/bf16 under a lower global matmul precision on a GPU)."""
+
+    NAMES = {
+        "matmul",
+        "mm",
+        "bmm",
+        "baddbmm",
+        "addmm",
+        "addbmm",
+        "addmv",
+        "mv",
+        "dot",
+        "einsum",
+        "linear",
+        "__matmul__",
+    }
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if name in self.NAMES:
+            self.calls.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_no_matmul_in_the_target_path():
+    """Issue 26 C6: the targets' maths is elementwise, so ``torch.set_float32_matmul_precision("high")`` (TF32 on
+    a GPU) cannot shift a box, a keypoint or a mask pixel."""
+    images, targets = scene_batch(8, 4, (48, 40))
+    aug = GpuAugment([RandomResizedCrop(32), HorizontalFlip(), RandomRotation(30)], seed=0, flip_pairs=FLIP_PAIRS)
+    aug(images, targets=targets)
+    with Matmuls() as mm:
+        aug(images, targets=targets)
+        move(targets, torch.eye(3)[None], (40, 48), flip_pairs=FLIP_PAIRS)
+    assert mm.calls == []

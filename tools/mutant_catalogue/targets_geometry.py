@@ -11,6 +11,9 @@ ROW_KEYPOINTS = (
     "Targets geometry: keypoints move with the pixels, swap their flip pairs exactly when the map mirrors, and are "
     "not visible outside the output"
 )
+ROW_PRECISION = (
+    "GPU augmentation and device decode: resize and affine results do not depend on the global matmul precision"
+)
 ROW_MASKS = "Targets geometry: masks follow the image's own map, nearest (ties up), 255 where no source pixel maps"
 
 T = "tests/targets/test_geometry.py::"
@@ -24,6 +27,18 @@ SCENES = "tests/augment/test_targets_scenes.py::test_every_geometric_op_moves_bo
 F = "shardkit/targets/geometry.py"
 
 MUTANTS = [
+    {
+        "id": "targets-points-moved-by-float32-matmul",  # issue 26 C6: TF32 under precision "high" on a GPU
+        "row": ROW_PRECISION,
+        "file": F,
+        "old": "    nx = row[0] * x + row[1] * y + row[2] + 0.5\n    ny = row[3] * x + row[4] * y + row[5] + 0.5\n",
+        "new": (
+            "    xy1 = torch.stack([x, y, torch.ones_like(x)], -1)[..., None]\n"
+            "    nxy = torch.matmul(fw.reshape(fw.shape[0], *(1,) * (points.dim() - 2), 2, 3), xy1)[..., 0]\n"
+            "    nx, ny = nxy[..., 0] + 0.5, nxy[..., 1] + 0.5\n"
+        ),
+        "tests": ["tests/augment/test_targets_api.py::test_no_matmul_in_the_target_path"],
+    },
     {
         "id": "targets-boxes-moved-by-the-inverse-map",  # the map the image samples through, not its inverse
         "row": ROW_BOXES,
