@@ -17,6 +17,12 @@ P = "tests/loader/test_targets_presets.py::"
 LETTERBOX = P + "test_letterbox_fits_the_longer_side_and_centres"
 DETECT = P + "test_detect_scales_then_crops_or_pads"
 EVERY = P + "test_every_dataset_loads_with_the_detection_presets"
+U = "tests/loader/test_targets_unchanged.py::"
+MIXTURE = U + "test_mixture_remaps_box_labels_and_masks_by_class_name"
+ROW_MIX = (
+    "Targets in mixtures: box labels and mask classes remapped by class name like labels, 'background' first, "
+    "padding (-1, 255) kept"
+)
 ROW_PRESET = (
     "Presets detect/letterbox: aspect kept, longer side s * size (s in scale; letterbox: size), crop or pad at whole "
     "pixels, letterbox centred, padding 0 (mask 255); a pure function of (seed, epoch, gid)"
@@ -97,7 +103,7 @@ MUTANTS = [
         "file": "shardkit/loader/batching.py",
         "old": 'counters.add("boxes_dropped", dropped)',
         "new": 'counters.add("boxes_dropped", 0)',
-        "tests": [FOLLOW, WORKERS],
+        "tests": [WORKERS, FOLLOW],
     },
     {
         "id": "targets-object-axis-not-trimmed",  # M stays the most objects given, not the most kept
@@ -146,5 +152,29 @@ MUTANTS = [
         "old": "-np.floor((size - sw) / 2), -np.floor((size - sh) / 2), size)",
         "new": "0 * sw, 0 * sh, size)",
         "tests": [LETTERBOX],
+    },
+    {
+        "id": "mixture-mask-not-remapped",  # box labels follow the mixture's classes, the masks keep their source's
+        "row": ROW_MIX,
+        "file": "shardkit/loader/mixing.py",
+        "old": "mask = luts[torch.from_numpy(src).long()].gather(1, flat).reshape(mask.shape)",
+        "new": "mask = mask",
+        "tests": [MIXTURE],
+    },
+    {
+        "id": "mixture-box-labels-by-the-first-sources-table",
+        "row": ROW_MIX,
+        "file": "shardkit/loader/mixing.py",
+        "old": "space.map(src[r], box_labels[live].numpy())",
+        "new": "space.map(np.zeros_like(src[r]), box_labels[live].numpy())",
+        "tests": [MIXTURE],
+    },
+    {
+        "id": "mixture-background-not-first",  # the sorted union: "apple" becomes class 0, the masks' background 1
+        "row": ROW_MIX,
+        "file": "shardkit/loader/dataset.py",
+        "old": "self.labels = background_first(self.labels, [list(m.classes) for m in manifests])",
+        "new": "pass",
+        "tests": [MIXTURE],
     },
 ]

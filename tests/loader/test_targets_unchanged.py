@@ -1,0 +1,120 @@
+"""What stays unchanged with target fields (issue 24, "Loader"): exactly once and resume, progressive resolution,
+mixtures (box labels and masks remapped by class name, ``"background"`` first), ``DevicePrefetcher``.
+
+Each check compares with an independent run: the uninterrupted epoch, the scenes' own objects and the oracle of
+``tests/loader/test_targets_oracle.py`` (:func:`check_batch`), or the same source loaded alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import shardkit
+from shardkit.demo.scenes import CLASSES, write_scenes
+from tests.loader.test_targets_oracle import SCENE, TARGETS, check_batch
+
+FIELDS = ("image", "boxes", "box_labels", "box_count", "keypoints", "mask", "key")
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory) -> str:
+    return write_scenes(str(tmp_path_factory.mktemp("scenes") / "train"), 22, size=SCENE, shard_size=6)
+
+
+def rows(batches) -> list[tuple[str, list[torch.Tensor]]]:
+    """Each sample's key and targets (its own rows, padding cut), in order."""
+    out = []
+    for b in batches:
+        for r, k in enumerate(b["key"]):
+            n = int(b["box_count"][r])
+            out.append((k, [b["boxes"][r, :n], b["box_labels"][r, :n], b["keypoints"][r, :n], b["mask"][r]]))
+    return out
+
+
+def same(a, b) -> bool:
+    return [k for k, _ in a] == [k for k, _ in b] and all(
+        all(torch.equal(u, v) for u, v in zip(x, y)) for (_, x), (_, y) in zip(a, b)
+    )
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_mid_epoch_gives_the_same_targets(scenes, num_workers):
+    kw = dict(batch_size=4, size=32, seed=7, fields=FIELDS, num_workers=num_workers, min_visible=0.2)
+    whole = list(shardkit.load(scenes, **kw))
+    first = shardkit.load(scenes, **kw)
+    it = iter(first)
+    head = [next(it) for _ in range(2)]
+    state = json.loads(json.dumps(first.state_dict()))
+    del it
+    again = shardkit.load(scenes, **kw)
+    again.load_state_dict(state)
+    rest = list(again)
+    assert same(rows(head + rest), rows(whole))
+    assert sorted(k for k, _ in rows(whole)) == [f"k{i:06d}" for i in range(22)], "exactly once"
+
+
+def test_progressive_resolution_moves_targets_to_the_new_size(scenes):
+    loader = shardkit.load(scenes, batch_size=5, size=40, seed=2, fields=TARGETS, num_workers=0, min_visible=0.0)
+    list(loader)
+    loader.set_epoch(1, size=24)
+    n = 0
+    for b in loader:
+        assert b["image"].shape[-1] == 24 and b["mask"].shape[-2:] == (24, 24)
+        assert (b["boxes"] <= 24).all()
+        check_batch(b, 24, "train", 2, 0.0, epoch=1)
+        n += len(b["key"])
+    assert n == 22
+
+
+def test_device_prefetcher_moves_every_target(scenes):
+    from shardkit.loader.prefetch import DevicePrefetcher
+
+    kw = dict(batch_size=6, size=32, seed=1, fields=FIELDS, num_workers=0)
+    plain = rows(shardkit.load(scenes, **kw))
+    moved = list(DevicePrefetcher(shardkit.load(scenes, **kw), device="cpu"))
+    assert same(rows(moved), plain)
+
+
+def renamed(root: str, dest: str, classes: list[str]) -> str:
+    """A copy of a scenes dataset whose manifest names its classes ``classes`` (labels stay the same indices)."""
+    import shutil
+
+    shutil.copytree(root, dest)
+    path = os.path.join(dest, "manifest.json")
+    with open(path) as f:
+        m = json.load(f)
+    m["classes"] = classes
+    with open(path, "w") as f:
+        json.dump(m, f)
+    return dest
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_mixture_remaps_box_labels_and_masks_by_class_name(tmp_path, num_workers):
+    a = write_scenes(str(tmp_path / "a"), 10, size=SCENE, shard_size=5)
+    b_classes = ["background", "zebra", "blue", "red", "green", "apple", "cyan"]  # other names, other positions
+    b = renamed(
+        write_scenes(str(tmp_path / "b0"), 10, size=SCENE, shard_size=5, seed=1), str(tmp_path / "b"), b_classes
+    )
+    kw = dict(batch_size=4, size=32, preset="letterbox", fields=FIELDS, min_visible=0.0, shuffle=False)
+    alone = {0: dict(rows(shardkit.load(a, num_workers=0, **kw))), 1: dict(rows(shardkit.load(b, num_workers=0, **kw)))}
+    mix = shardkit.load([shardkit.Source(a, repeat=1), shardkit.Source(b, repeat=1)], num_workers=num_workers, **kw)
+    classes = list(mix.classes)
+    assert classes[0] == "background" and sorted(classes[1:]) == sorted(set(CLASSES[1:]) | set(b_classes[1:]))
+    table = {0: [classes.index(c) for c in CLASSES], 1: [classes.index(c) for c in b_classes]}
+    seen = 0
+    for key, (boxes, labels, kp, mask) in rows(mix):
+        src, k = int(key.split("/")[0]), key.split("/")[1]
+        a_boxes, a_labels, a_kp, a_mask = alone[src][k]
+        assert torch.equal(boxes, a_boxes) and torch.equal(kp, a_kp)
+        assert labels.tolist() == [table[src][c] for c in a_labels.tolist()], key
+        lut = np.array(table[src] + [255] * (256 - len(table[src])), np.uint8)
+        lut[255] = 255
+        assert np.array_equal(mask.numpy(), lut[a_mask.numpy()]), key
+        seen += 1
+    assert seen == 20
