@@ -288,8 +288,6 @@ def test_a_bad_mask_or_image_skips_its_sample_and_rows_stay_aligned(tmp_path, me
 def test_refusals(scenes, tmp_path):
     with pytest.raises(ValueError, match="views="):
         shardkit.load(scenes, views=[shardkit.View(size=32)], fields=("image", "boxes"), num_workers=0)
-    with pytest.raises(ValueError, match="decode_on='worker'"):
-        shardkit.load(scenes, decode_on="device", fields=("image", "mask"), num_workers=0)
     with pytest.raises(ValueError, match="min_visible"):
         shardkit.load(scenes, fields=("image", "boxes"), min_visible=1.5, num_workers=0)
     with pytest.raises(ValueError, match="has no 'mask' field"):

@@ -18,7 +18,7 @@ import shardkit
 from shardkit.demo.scenes import CLASSES, write_scenes
 from tests.loader.test_targets_oracle import SCENE, TARGETS, check_batch
 
-FIELDS = ("image", "boxes", "box_labels", "box_count", "keypoints", "mask", "key")
+FIELDS = TARGETS
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +118,38 @@ def test_mixture_remaps_box_labels_and_masks_by_class_name(tmp_path, num_workers
         assert np.array_equal(mask.numpy(), lut[a_mask.numpy()]), key
         seen += 1
     assert seen == 20
+
+
+@pytest.mark.parametrize("preset", ["train", "eval"])
+def test_device_decode_moves_targets_with_the_crop_it_cuts(scenes, preset):
+    """``decode_on="device"`` (here on the CPU): the worker moves the targets with the boxes the device cuts (full
+    resolution); the oracle holds, and the targets equal the worker path's wherever both decode at full size."""
+    kw = dict(batch_size=5, size=40, seed=4, preset=preset, fields=TARGETS, num_workers=0, min_visible=0.0)
+    loader = shardkit.load(scenes, decode_on="device", **kw)
+    given_n = returned = n = 0
+    for b in loader:
+        g, r = check_batch(b, 40, preset, 4, 0.0)
+        given_n, returned, n = given_n + g, returned + r, n + len(b["key"])
+    assert n == 22 and loader.stats.boxes_dropped == given_n - returned
+    worker = dict(rows(shardkit.load(scenes, decoder="torchvision", **kw)))  # no DCT scaling: the same boxes
+    for k, v in rows(shardkit.load(scenes, decode_on="device", **kw)):
+        assert all(torch.equal(x, y) for x, y in zip(v, worker[k])), k
+
+
+@pytest.mark.parametrize("member", ["k000003.mask.png", "k000003.jpg"])
+def test_device_decode_drops_a_bad_sample_from_every_field(tmp_path, member):
+    """A bad mask is skipped in the worker, an image the device cannot decode on the consumer (``rows_at``: every
+    target field keeps to the decoded samples, ``M`` shrinks to the most kept)."""
+    from tests.loader.test_targets_oracle import spoil, truncated_scan
+
+    root = write_scenes(str(tmp_path / "s"), 8, size=SCENE, shard_size=8)
+    spoil(root, member, truncated_scan if member.endswith(".jpg") else lambda d: b"X" * len(d))
+    loader = shardkit.load(
+        root, decode_on="device", batch_size=4, size=32, seed=5, fields=TARGETS, num_workers=0, min_visible=0.0
+    )
+    keys = []
+    for b in loader:
+        check_batch(b, 32, "train", 5, 0.0)
+        assert b["boxes"].shape[1] == int(b["box_count"].numpy().max(initial=0))
+        keys += b["key"]
+    assert sorted(keys) == [f"k{i:06d}" for i in range(8) if i != 3] and loader.stats.skipped == 1

@@ -23,6 +23,8 @@ ROW_MIX = (
     "Targets in mixtures: box labels and mask classes remapped by class name like labels, 'background' first, "
     "padding (-1, 255) kept"
 )
+DEVICE_DROP = U + "test_device_decode_drops_a_bad_sample_from_every_field"
+DEVICE = U + "test_device_decode_moves_targets_with_the_crop_it_cuts"
 ROW_PRESET = (
     "Presets detect/letterbox: aspect kept, longer side s * size (s in scale; letterbox: size), crop or pad at whole "
     "pixels, letterbox centred, padding 0 (mask 255); a pure function of (seed, epoch, gid)"
@@ -176,5 +178,21 @@ MUTANTS = [
         "old": "self.labels = background_first(self.labels, [list(m.classes) for m in manifests])",
         "new": "pass",
         "tests": [MIXTURE],
+    },
+    {
+        "id": "device-drop-forgets-the-masks",  # a sample the device cannot decode leaves its mask in the batch
+        "row": ROW_ALIGN,
+        "file": "shardkit/loader/rows.py",
+        "old": "            sel(self.mask),\n",
+        "new": "            self.mask if self.mask is None else self.mask[: len(rows)],\n",
+        "tests": [DEVICE_DROP],
+    },
+    {
+        "id": "device-bad-mask-leaves-its-geometry",  # the worker skips a bad mask but sends its crop with the next
+        "row": ROW_ALIGN,
+        "file": "shardkit/loader/decode/devicetargets.py",
+        "old": "crops = Crops(np.asarray(geo.crops.boxes)[keep], np.asarray(geo.crops.flips)[keep])",
+        "new": "crops = Crops(np.asarray(geo.crops.boxes)[: len(keep)], np.asarray(geo.crops.flips)[: len(keep)])",
+        "tests": [DEVICE_DROP],
     },
 ]
