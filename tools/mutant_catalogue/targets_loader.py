@@ -25,6 +25,7 @@ ROW_MIX = (
 )
 DEVICE_DROP = U + "test_device_decode_drops_a_bad_sample_from_every_field"
 DEVICE = U + "test_device_decode_moves_targets_with_the_crop_it_cuts"
+DCT = "tests/loader/decode/test_targets_dct.py::test_targets_follow_the_box_rounded_to_the_decoded_grid"
 ROW_PRESET = (
     "Presets detect/letterbox: aspect kept, longer side s * size (s in scale; letterbox: size), crop or pad at whole "
     "pixels, letterbox centred, padding 0 (mask 255); a pure function of (seed, epoch, gid)"
@@ -194,5 +195,13 @@ MUTANTS = [
         "old": "crops = Crops(np.asarray(geo.crops.boxes)[keep], np.asarray(geo.crops.flips)[keep])",
         "new": "crops = Crops(np.asarray(geo.crops.boxes)[: len(keep)], np.asarray(geo.crops.flips)[: len(keep)])",
         "tests": [DEVICE_DROP],
+    },
+    {
+        "id": "targets-follow-the-requested-box",  # not the box rounded to the DCT-decoded grid the pixels came from
+        "row": ROW_MOVE,
+        "file": "shardkit/loader/decode/worker.py",
+        "old": "    return x0 / sx, y0 / sy, x1 / sx, y1 / sy",
+        "new": "    return box",
+        "tests": [DCT],
     },
 ]
