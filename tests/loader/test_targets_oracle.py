@@ -174,6 +174,7 @@ def check_batch(b: dict, size: int, preset: str, seed: int, min_visible: float, 
             x0, y0, x1, y1 = b["boxes"][row, j].tolist()
             for p, edge in ((0, x0), (1, x1)):
                 x, y, v = kp[j, p].tolist()
+                assert v == 0 or (0 <= x <= size and 0 <= y <= size), f"k{i}: a visible keypoint outside the image"
                 if v > 0:
                     assert abs(x - edge) <= 1e-3 and y0 - 1e-3 <= y <= y1 + 1e-3, f"k{i}: keypoint {p} off its edge"
     return given_n, returned
@@ -232,6 +233,7 @@ def test_targets_with_workers(scenes):
         g, r = check_batch(b, 40, "train", 3, 0.3)
         given_n, returned = given_n + g, returned + r
     assert two_loader.stats.boxes_dropped == given_n - returned > 0
+    assert f"{given_n - returned} boxes dropped" in two_loader.report()
 
 
 def test_default_batches_unchanged(scenes, tmp_path):

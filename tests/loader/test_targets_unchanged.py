@@ -153,3 +153,22 @@ def test_device_decode_drops_a_bad_sample_from_every_field(tmp_path, member):
         assert b["boxes"].shape[1] == int(b["box_count"].numpy().max(initial=0))
         keys += b["key"]
     assert sorted(keys) == [f"k{i:06d}" for i in range(8) if i != 3] and loader.stats.skipped == 1
+
+
+def test_flip_pairs_option_overrides_the_manifests(scenes):
+    """``flip_pairs=()``: mirrored samples keep keypoint order, so "left" (index 0) lands on the right edge."""
+    from tests.loader.test_targets_oracle import crops_of
+
+    kw = dict(batch_size=11, size=32, seed=6, fields=TARGETS, num_workers=0, min_visible=0.0)
+    flipped_rows = 0
+    for swapped, kept in zip(shardkit.load(scenes, **kw), shardkit.load(scenes, flip_pairs=(), **kw)):
+        idx = [int(k[1:]) for k in kept["key"]]
+        _, flips = crops_of(None, 32, "train", 6, idx)
+        for row, flip in enumerate(flips.tolist()):
+            n = int(kept["box_count"][row])
+            a, b = swapped["keypoints"][row, :n], kept["keypoints"][row, :n]
+            assert torch.equal(a, b[:, [1, 0]] if flip else b)
+            flipped_rows += flip and n > 0
+    assert flipped_rows > 3
+    with pytest.raises(ValueError, match="flip pair"):
+        shardkit.load(scenes, fields=TARGETS, flip_pairs=[(0, 5)], num_workers=0)
