@@ -83,6 +83,7 @@ def target_rows(
         box_count=moved.count if "box_count" in want else None,
         keypoints=moved.keypoints[:, :m_kept].contiguous() if k else None,  # type: ignore[index]
         mask=mask,
+        box_dropped=dropped,
     )
     return rows, int(dropped.sum())
 

@@ -140,19 +140,31 @@ def test_device_decode_moves_targets_with_the_crop_it_cuts(scenes, preset):
 def test_device_decode_drops_a_bad_sample_from_every_field(tmp_path, member):
     """A bad mask is skipped in the worker, an image the device cannot decode on the consumer (``rows_at``: every
     target field keeps to the decoded samples, ``M`` shrinks to the most kept)."""
-    from tests.loader.test_targets_oracle import spoil, truncated_scan
+    from shardkit.demo.scenes import scene
+    from tests.loader.test_targets_oracle import crops_of, reference_boxes, spoil, truncated_scan
 
     root = write_scenes(str(tmp_path / "s"), 8, size=SCENE, shard_size=8)
+    boxes, flips = crops_of(None, 32, "train", 5, list(range(8)))
+    drops = [  # the sample spoiled: one that surely drops a box (its count must leave the stats with it)
+        i
+        for i in range(8)
+        if any(share < 0.25 for _, _, share in reference_boxes(scene(0, i, SCENE).objects, boxes[i], flips[i], 32, 0.3))
+    ]
+    bad = drops[0]
+    member = member.replace("3", str(bad))
     spoil(root, member, truncated_scan if member.endswith(".jpg") else lambda d: b"X" * len(d))
     loader = shardkit.load(
-        root, decode_on="device", batch_size=4, size=32, seed=5, fields=TARGETS, num_workers=0, min_visible=0.0
+        root, decode_on="device", batch_size=4, size=32, seed=5, fields=TARGETS, num_workers=0, min_visible=0.3
     )
     keys = []
+    given_n = returned = 0
     for b in loader:
-        check_batch(b, 32, "train", 5, 0.0)
+        g, r = check_batch(b, 32, "train", 5, 0.3)
+        given_n, returned = given_n + g, returned + r
         assert b["boxes"].shape[1] == int(b["box_count"].numpy().max(initial=0))
         keys += b["key"]
-    assert sorted(keys) == [f"k{i:06d}" for i in range(8) if i != 3] and loader.stats.skipped == 1
+    assert sorted(keys) == [f"k{i:06d}" for i in range(8) if i != bad] and loader.stats.skipped == 1
+    assert loader.stats.boxes_dropped == given_n - returned, "the boxes of a row the device dropped are not counted"
 
 
 def test_flip_pairs_option_overrides_the_manifests(scenes):

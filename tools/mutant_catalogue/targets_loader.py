@@ -204,4 +204,12 @@ MUTANTS = [
         "new": "    return box",
         "tests": [DCT],
     },
+    {
+        "id": "device-drop-keeps-counting-its-boxes",  # boxes_dropped of a row the device could not decode
+        "row": ROW_COUNT,
+        "file": "shardkit/loader/batching.py",
+        "old": 'counters.add("boxes_dropped", -int(per_row[[i for i, _ in errors]].sum()))',
+        "new": "pass",
+        "tests": [DEVICE_DROP],
+    },
 ]
