@@ -26,6 +26,7 @@ ROW_MIX = (
 DEVICE_DROP = U + "test_device_decode_drops_a_bad_sample_from_every_field"
 DEVICE = U + "test_device_decode_moves_targets_with_the_crop_it_cuts"
 DCT = "tests/loader/decode/test_targets_dct.py::test_targets_follow_the_box_rounded_to_the_decoded_grid"
+FAST = "tests/loader/test_targets_crops.py::test_the_fast_mask_warp_is_warp_masks"
 ROW_PRESET = (
     "Presets detect/letterbox: aspect kept, longer side s * size (s in scale; letterbox: size), crop or pad at whole "
     "pixels, letterbox centred, padding 0 (mask 255); a pure function of (seed, epoch, gid)"
@@ -68,11 +69,11 @@ MUTANTS = [
         "id": "targets-mask-bilinear",  # neighbouring labels blended (class indices averaged at edges)
         "row": ROW_MOVE,
         "file": "shardkit/loader/targetrows.py",
-        "old": "mask[i] = warp_masks(src[None], inv[i : i + 1], (size, size))[0]",
+        "old": "mask[i] = warp_crop_mask(src, inv[i], (size, size))",
         "new": (
-            "mask[i] = ((warp_masks(src[None], inv[i : i + 1], (size, size)).int() + warp_masks(src[None], "
-            "inv[i : i + 1] + torch.tensor([[0.0, 0, 0.5], [0, 0, 0.5], [0, 0, 0]], dtype=inv.dtype), (size, size))"
-            ".int()) // 2)[0].to(torch.uint8)"
+            "mask[i] = ((warp_crop_mask(src, inv[i], (size, size)).int() + warp_crop_mask(src, "
+            "inv[i] + torch.tensor([[0.0, 0, 0.5], [0, 0, 0.5], [0, 0, 0]], dtype=inv.dtype), (size, size))"
+            ".int()) // 2).to(torch.uint8)"
         ),
         "tests": [FOLLOW, WORKERS],
     },
@@ -80,8 +81,8 @@ MUTANTS = [
         "id": "targets-mask-moved-with-another-samples-crop",
         "row": ROW_ALIGN,
         "file": "shardkit/loader/targetrows.py",
-        "old": "inv[i : i + 1], (size, size))[0]",
-        "new": "inv[(i + 1) % n : (i + 1) % n + 1], (size, size))[0]",
+        "old": "inv[i], (size, size))",
+        "new": "inv[(i + 1) % n], (size, size))",
         "tests": [FOLLOW, WORKERS],
     },
     {
@@ -211,5 +212,21 @@ MUTANTS = [
         "old": 'counters.add("boxes_dropped", -int(per_row[[i for i, _ in errors]].sum()))',
         "new": "pass",
         "tests": [DEVICE_DROP],
+    },
+    {
+        "id": "fast-mask-warp-ties-down",  # nearest with ties rounded down: a column off at exact half pixels
+        "row": ROW_MOVE,
+        "file": "shardkit/targets/crops.py",
+        "old": "sx = torch.floor(m[0, 0] * xs + m[0, 2] + 0.5)",
+        "new": "sx = torch.ceil(m[0, 0] * xs + m[0, 2] - 0.5)",
+        "tests": [FAST],
+    },
+    {
+        "id": "fast-mask-warp-edge-columns-not-filled",  # columns past the image repeat its edge instead of 255
+        "row": ROW_MOVE,
+        "file": "shardkit/targets/crops.py",
+        "old": "    out[:, ~in_x] = fill\n",
+        "new": "",
+        "tests": [FAST, FOLLOW],
     },
 ]
