@@ -60,6 +60,9 @@ class GeometricOp(Op):
     """An op that moves pixels: described by an inverse map per sample."""
 
     kind = OpKind.GEOMETRIC
+    #: the op maps its whole output onto its whole input (flips, resizes): a fill right after it fills exactly
+    #: what a fill before it would (so targets need no cut there: :mod:`shardkit.augment.target_moves`)
+    whole_canvas: ClassVar[bool] = False
 
     def output_size(self, size: Size) -> Size:
         """``(height, width)`` this op produces from an input of ``size``."""

@@ -96,6 +96,7 @@ class Resize(GeometricOp):
     """
 
     size: int | tuple[int, int]
+    whole_canvas: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         as_size("size", self.size)
@@ -123,6 +124,7 @@ class _RandomFlip(GeometricOp):
 
     p: float = 0.5
     horizontal: ClassVar[bool] = True
+    whole_canvas: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_prob("p", self.p)

@@ -96,6 +96,16 @@ def compose(a: Tensor, b: Tensor) -> Tensor:
     return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
 
 
+def chain(matrices: list[Tensor], device: torch.device) -> list[Tensor]:
+    """The maps from the output canvas of a chain of inverse maps to each canvas ``k`` (suffix products,
+    ``len(matrices) + 1`` of them, the identity last): entry 0 is the whole chain's inverse map, the one
+    map :func:`warp` samples the input through (and the one the chain's targets move by)."""
+    to_canvas: list[Tensor] = [constant_matrix([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], device)] * (len(matrices) + 1)
+    for k in range(len(matrices) - 1, -1, -1):
+        to_canvas[k] = compose(matrices[k], to_canvas[k + 1])
+    return to_canvas
+
+
 def _to_normalized(size: Size, device: torch.device) -> Tensor:
     """Pixel coordinates -> ``grid_sample`` coordinates (``align_corners=False``)."""
     h, w = size
@@ -171,10 +181,7 @@ def warp(
     out_size = sizes[-1]
     x = x.to(torch.float32)
     device = x.device
-    # suffix products: maps from the output canvas to canvas k
-    to_canvas: list[Tensor] = [constant_matrix([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], device)] * len(sizes)
-    for k in range(len(matrices) - 1, -1, -1):
-        to_canvas[k] = compose(matrices[k], to_canvas[k + 1])
+    to_canvas = chain(matrices, device)
     denorm = _from_normalized(out_size, device)
     thetas = {
         k: compose(_to_normalized(sizes[k], device), compose(to_canvas[k], denorm)).expand(b, 3, 3)

@@ -17,18 +17,20 @@ from ``seed``. Same seed, same device type, same batches -> same output.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from shardkit.augment.base import GeometricOp, MixOp, Op, Params, PixelOp, Size
-from shardkit.augment.geometry import FillStage, warp
+from shardkit.augment.geometry import warp
 from shardkit.augment.mixup import invalid_labels, soft_labels
 from shardkit.augment.params import make_generator
+from shardkit.augment.program import GeometricStage, Program, build_program
+from shardkit.augment.target_moves import augment_dict, check_flip_pairs, check_targets, move_crop, move_run
 from shardkit.compat import mark_batch_dynamic
+from shardkit.targets.geometry import MIN_VISIBLE, Targets
 
 if TYPE_CHECKING:
     from shardkit.augment.views import ViewAugment
@@ -36,30 +38,6 @@ if TYPE_CHECKING:
 MemoryFormat = Literal["contiguous", "channels_last"]
 _FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-@dataclass(frozen=True)
-class _GeometricStage:
-    indices: tuple[int, ...]
-    sizes: tuple[Size, ...]  # canvas sizes, input first
-    fills: tuple[FillStage, ...]
-    crop: tuple[int, int, int, int] | None  # (top, left, height, width) when all ops are fixed crops
-
-
-@dataclass(frozen=True)
-class _OpStage:
-    """One op that is not fused into a geometric run, applied on its own (its index in the ops)."""
-
-    index: int
-
-
-@dataclass(frozen=True)
-class _Program:
-    """The compiled op sequence for one input size: fused geometric stages and per-op input sizes."""
-
-    stages: tuple[_GeometricStage | _OpStage, ...]
-    op_sizes: tuple[Size, ...]  # size of the image each op receives
-    out_size: Size
 
 
 class GpuAugment(nn.Module):
@@ -83,6 +61,11 @@ class GpuAugment(nn.Module):
             ``torch.compile``: the batch dimension is dynamic (one graph for
             every batch size; a batch of 1 gets its own, an empty batch runs
             eagerly); a new input image size compiles once more.
+        min_visible: with targets, a box is dropped when less than this fraction of its moved
+            area stays inside the output (default :data:`~shardkit.targets.geometry.MIN_VISIBLE`:
+            kept while any of it shows); counted in :attr:`objects_dropped`.
+        flip_pairs: with keypoints, the ``(i, j)`` keypoint indices that swap names when a map
+            mirrors the image (``left_eye``/``right_eye``; the manifest's ``flip_pairs``).
 
     Call with ``images`` (``uint8 [B, 3, H, W]``, any strides, or float in
     ``[0, 1]``) and optionally ``labels``; returns the images, or
@@ -91,7 +74,14 @@ class GpuAugment(nn.Module):
     ``[0, num_classes)`` becomes an all-zero row and is counted in :attr:`label_errors`
     (on CUDA it would otherwise be a device-side assert; checking it per batch would
     wait for the device). An empty batch gives an empty result of the usual shape.
+
+    Targets: ``aug(images, targets=targets)`` returns ``(images, targets)`` and ``aug(batch)`` a loader
+    dict batch with ``image`` and its target fields moved (:mod:`shardkit.augment.target_moves`); colour
+    ops and :class:`RandomErasing` leave targets alone, MixUp/CutMix refuse them.
     """
+
+    #: takes dict batches with target fields and moves them (``DevicePrefetcher`` hands such a batch whole)
+    moves_targets = True
 
     def __init__(
         self,
@@ -103,6 +93,8 @@ class GpuAugment(nn.Module):
         clip_intermediate: bool = True,
         compute_dtype: torch.dtype = torch.float32,
         compile: bool = False,
+        min_visible: float = MIN_VISIBLE,
+        flip_pairs: Sequence[Sequence[int]] = (),
     ) -> None:
         super().__init__()
         for op in ops:
@@ -129,12 +121,18 @@ class GpuAugment(nn.Module):
             self._offsets.append(total)
             total += op.num_uniforms()
         self._num_uniforms = total
-        self._programs: dict[Size, _Program] = {}
+        self._programs: dict[Size, Program] = {}
         self._generators: dict[str, torch.Generator] = {}
         self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
         self._compile = compile
         self._compiled: Callable[..., Any] | None = None
         self._label_errors: dict[str, Tensor] = {}  # per device: out-of-range class indices seen, counted there
+        if not 0.0 <= min_visible <= 1.0:
+            raise ValueError(f"min_visible must be a fraction in [0, 1], got {min_visible}")
+        self.min_visible = float(min_visible)
+        self.flip_pairs: tuple[tuple[int, int], ...] = check_flip_pairs(flip_pairs)
+        self._compiled_targets: Callable[..., Any] | None = None
+        self._dropped: dict[str, Tensor] = {}  # per device: objects dropped by min_visible/clipping, counted there
 
     # --- randomness ---------------------------------------------------------
 
@@ -165,53 +163,14 @@ class GpuAugment(nn.Module):
         """``(height, width)`` of the output for inputs of ``size``."""
         return self._program(size).out_size
 
-    def _program(self, size: Size) -> _Program:
+    def _program(self, size: Size) -> Program:
         size = (int(size[0]), int(size[1]))
         if size not in self._programs:
             self._programs[size] = self._build_program(size)
         return self._programs[size]
 
-    def _build_program(self, size: Size) -> _Program:
-        op_sizes: list[Size] = []
-        stages: list[_GeometricStage | _OpStage] = []
-        run: list[int] = []
-
-        def close_run() -> None:
-            if run:
-                stages.append(self._geometric_stage(tuple(run), op_sizes[run[0]]))
-                run.clear()
-
-        for i, op in enumerate(self.ops):
-            op_sizes.append(size)
-            if isinstance(op, GeometricOp):
-                run.append(i)
-                size = op.output_size(size)
-            else:
-                close_run()
-                stages.append(_OpStage(i))
-        close_run()
-        return _Program(tuple(stages), tuple(op_sizes), size)
-
-    def _geometric_stage(self, indices: tuple[int, ...], size: Size) -> _GeometricStage:
-        sizes = [size]
-        crop: tuple[int, int, int, int] | None = (0, 0, *size)
-        fills: list[FillStage] = []
-        for k, i in enumerate(indices):
-            op = self.ops[i]
-            assert isinstance(op, GeometricOp)
-            c = op.static_crop(sizes[-1])
-            if crop is not None and c is not None:
-                crop = (crop[0] + c[0], crop[1] + c[1], c[2], c[3])
-            else:
-                crop = None
-            fill = op.fill_value()
-            if fill is not None:
-                if self.clip_intermediate:
-                    fills.append(FillStage(k, fill))
-                elif not fills:
-                    fills.append(FillStage(0, fill))
-            sizes.append(op.output_size(sizes[-1]))
-        return _GeometricStage(indices, tuple(sizes), tuple(fills), crop)
+    def _build_program(self, size: Size) -> Program:
+        return build_program(self.ops, size, clip_intermediate=self.clip_intermediate)
 
     # --- running --------------------------------------------------------------
 
@@ -235,6 +194,27 @@ class GpuAugment(nn.Module):
         Returns:
             ``(images, labels)`` (``labels`` is ``None`` when none were given).
         """
+        out, labels, _, _ = self._run(images, params, labels, None)
+        return out, labels
+
+    def apply_targets(self, images: Tensor, params: list[Params], targets: Targets) -> tuple[Tensor, Targets, Tensor]:
+        """:meth:`apply` with targets: each geometric run moves them by its own map (compile-ready).
+
+        Returns:
+            ``(images, targets, dropped)``: ``dropped`` int64 ``[B]``, the objects each sample lost.
+        """
+        if self.needs_labels:
+            raise ValueError(
+                "MixUp/CutMix blend two samples, whose boxes and masks cannot be one sample's targets: "
+                "leave them out of a GpuAugment used with targets"
+            )
+        out, _, moved, dropped = self._run(images, params, None, targets)
+        assert moved is not None and dropped is not None
+        return out, moved, dropped
+
+    def _run(
+        self, images: Tensor, params: list[Params], labels: Tensor | None, targets: Targets | None
+    ) -> tuple[Tensor, Tensor | None, Targets | None, Tensor | None]:
         if images.ndim != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be [B, 3, H, W], got shape {tuple(images.shape)}")
         if images.dtype != torch.uint8 and not images.is_floating_point():
@@ -243,21 +223,29 @@ class GpuAugment(nn.Module):
             labels = soft_labels(labels, self.num_classes)
         prog = self._program((images.shape[2], images.shape[3]))
         x = images
+        dropped = None if targets is None else torch.zeros_like(targets.count)  # objects each sample lost
+        moves = {"min_visible": self.min_visible, "flip_pairs": self.flip_pairs}
         owned = False  # x is our own float tensor (safe to modify in place)
         dtype = self.compute_dtype
         pending = 1.0 / 255.0 if images.dtype == torch.uint8 else 1.0
         for stage in prog.stages:
-            if isinstance(stage, _GeometricStage) and stage.crop is not None:
+            if isinstance(stage, GeometricStage) and stage.crop is not None:
                 t, l_, h, w = stage.crop
                 x = x[:, :, t : t + h, l_ : l_ + w]
+                if targets is not None:
+                    targets, lost = move_crop(targets, stage.crop, **moves)  # type: ignore[arg-type]
+                    dropped = lost if dropped is None else dropped + lost
                 continue
-            if isinstance(stage, _GeometricStage):
+            if isinstance(stage, GeometricStage):
                 mats = []
                 for k, i in enumerate(stage.indices):
                     op = self.ops[i]
                     assert isinstance(op, GeometricOp)
                     mats.append(op.matrix(params[i], stage.sizes[k], stage.sizes[k + 1], x.device))
                 x = warp(x, mats, list(stage.sizes), list(stage.fills), scale=pending, out_dtype=dtype)
+                if targets is not None:
+                    targets, lost = move_run(targets, mats, stage.sizes, stage.cuts, **moves)  # type: ignore[arg-type]
+                    dropped = lost if dropped is None else dropped + lost
                 pending, owned = 1.0, True
                 continue
             if not owned:
@@ -279,7 +267,7 @@ class GpuAugment(nn.Module):
         if pending != 1.0:
             x = x.mul_(pending)
         fmt = _FORMATS[self.memory_format]
-        return x.to(dtype=self.output_dtype, memory_format=fmt).contiguous(memory_format=fmt), labels
+        return x.to(dtype=self.output_dtype, memory_format=fmt).contiguous(memory_format=fmt), labels, targets, dropped
 
     def step(self, images: Tensor, params: list[Params], labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """:meth:`apply`, through ``torch.compile`` when built with ``compile=True`` (what a call runs after
@@ -295,12 +283,45 @@ class GpuAugment(nn.Module):
             fn = self._compiled
         return fn(images, params, labels)
 
-    def forward(self, images: Tensor | list[Tensor], labels: Tensor | None = None) -> Any:
+    def step_targets(self, images: Tensor, params: list[Params], targets: Targets) -> tuple[Tensor, Targets, Tensor]:
+        """:meth:`apply_targets`, through ``torch.compile`` when built with ``compile=True``."""
+        fn = self.apply_targets
+        if images.shape[0] > 0 and self._compile:
+            if self._compiled_targets is None:
+                self._compiled_targets = torch.compile(self.apply_targets)
+            fields = (targets.boxes, targets.labels, targets.count, targets.crowd, targets.keypoints, targets.mask)
+            mark_batch_dynamic(
+                [images, *(t for p in params for t in p.values()), *(t for t in fields if t is not None)]
+            )
+            fn = self._compiled_targets
+        return fn(images, params, targets)
+
+    def forward(
+        self,
+        images: Tensor | list[Tensor] | Mapping[str, Any],
+        labels: Tensor | None = None,
+        *,
+        targets: Targets | None = None,
+    ) -> Any:
         """Augment ``images``; returns ``images`` or ``(images, labels)`` if labels were given.
 
         ``images`` may be the list of views of ``load(views=...)``: every view goes through these
         ops (:func:`~shardkit.augment.views.augment_views`; one op list per view group:
-        :class:`~shardkit.augment.ViewAugment`)."""
+        :class:`~shardkit.augment.ViewAugment`).
+
+        With ``targets`` (:class:`~shardkit.targets.geometry.Targets`) returns ``(images, targets)``
+        (``(images, labels, targets)`` with labels, which pass through); a dict batch (``image``
+        and target fields, :mod:`shardkit.targets.fields`) returns the dict, augmented."""
+        if isinstance(images, Mapping):
+            return augment_dict(self, images)
+        if targets is not None:
+            if isinstance(images, (list, tuple)):
+                raise ValueError("targets cannot follow the views list of load(views=...): augment one image batch")
+            check_targets(targets, images)
+            params = self.sample_params(images.shape[0], (images.shape[2], images.shape[3]), images.device)
+            out, moved, dropped = self.step_targets(images, params, targets)
+            self._count(self._dropped, dropped.sum())
+            return (out, moved) if labels is None else (out, labels, moved)
         if isinstance(images, (list, tuple)):
             from shardkit.augment.views import augment_views
 
@@ -318,12 +339,22 @@ class GpuAugment(nn.Module):
         return out, out_labels
 
     def _count_label_errors(self, labels: Tensor) -> None:
-        key = str(labels.device)
-        bad = invalid_labels(labels, self.num_classes).sum()  # type: ignore[arg-type]
-        if key in self._label_errors:
-            self._label_errors[key].add_(bad)
+        self._count(self._label_errors, invalid_labels(labels, self.num_classes).sum())  # type: ignore[arg-type]
+
+    @staticmethod
+    def _count(counters: dict[str, Tensor], n: Tensor) -> None:
+        """Add ``n`` (a device scalar) to the counter of its device, on the device (no sync)."""
+        key = str(n.device)
+        if key in counters:
+            counters[key].add_(n)
         else:
-            self._label_errors[key] = bad
+            counters[key] = n.clone()
+
+    @property
+    def objects_dropped(self) -> int:
+        """How many objects (boxes with their keypoints) the geometric ops dropped so far: moved out of the
+        output, or less than ``min_visible`` of them left. Reading it waits for the device (once an epoch)."""
+        return sum(int(t.item()) for t in self._dropped.values())
 
     @property
     def label_errors(self) -> int:
@@ -336,6 +367,7 @@ class GpuAugment(nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_compiled"] = None  # compiled functions do not pickle; recompiled on first use
+        state["_compiled_targets"] = None
         return state
 
     def extra_repr(self) -> str:

@@ -216,8 +216,14 @@ class ViewAugment(nn.Module):
                 return self.pipelines[k]  # type: ignore[return-value]
         raise IndexError(f"view {view} is outside the {self.num_views} views of the groups")
 
-    def forward(self, views: Sequence[Tensor], labels: Tensor | None = None) -> Any:
-        """Augment the views; returns the list (or ``(list, labels)`` when labels are given)."""
+    def forward(self, views: Sequence[Tensor], labels: Tensor | None = None, *, targets: Any = None) -> Any:
+        """Augment the views; returns the list (or ``(list, labels)`` when labels are given).
+
+        Views carry no targets: ``targets=`` or a dict batch is a one-line error."""
+        if targets is not None or isinstance(views, Mapping):
+            raise ValueError(
+                "ViewAugment does not move boxes, masks or keypoints: augment a detection batch with GpuAugment"
+            )
         views = check_views(views, self.num_views)
         out: list[Tensor | None] = [None] * self.num_views
         for pipe, idx in zip(self.pipelines, self.members):

@@ -11,8 +11,9 @@ from shardkit.format.members import MAX_PIXELS
 
 HELP = (
     "convert an ImageFolder, a folder of splits, a folder labelled by --label-regex, a CSV/TSV/JSONL listing, "
-    "WebDataset tars or a Hugging Face dataset (hf:PATH) into verified, resumable WebDataset shards "
-    "(class labels, multi-label sets, float targets, text)"
+    "WebDataset tars, a Hugging Face dataset (hf:PATH), image/mask folder pairs (--mask-dir) or a detection "
+    "source (coco:ANNOTATIONS.json, voc:DIR, yolo:DIR) into verified, resumable WebDataset shards "
+    "(class labels, multi-label sets, float targets, text, boxes, keypoints, masks)"
 )
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
@@ -37,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SRC",
         help="ImageFolder root (one folder per class), a root of split folders, "
         "a listing (.csv, .tsv, .jsonl; path or URL), WebDataset tars (x.tar, 'shards/{000..009}.tar', URLs) "
-        "or hf:PATH (a Hugging Face dataset saved on disk)",
+        "hf:PATH (a Hugging Face dataset saved on disk), coco:ANNOTATIONS.json (with --root IMAGES_DIR), "
+        "voc:DIR (a VOC2012-style folder) or yolo:DIR (images/ + labels/ + a yaml of names)",
     )
     p.add_argument("dest", metavar="DEST", help="output folder or fsspec URL (s3://bucket/prefix, file://...)")
     g = p.add_argument_group("images")
@@ -158,6 +160,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--no-label", action="store_true", help="the source has no class labels (e.g. image-text pairs): store none"
     )
+    g = p.add_argument_group("detection and segmentation: boxes, keypoints, masks")
+    g.add_argument(
+        "--mask-dir",
+        default=None,
+        metavar="MASKS_DIR",
+        help="folder SRC: segmentation pairs; the mask of SRC/a/b.jpg is MASKS_DIR/a/b.png (pixel value = class)",
+    )
+    g.add_argument(
+        "--mask-classes",
+        default=None,
+        metavar="FILE",
+        help="with --mask-dir / --mask-col: class names, one per line (line i = class i; default: the mask values)",
+    )
+    g.add_argument(
+        "--masks",
+        action="store_true",
+        help="coco:/voc: SRC: also store each image's semantic mask (COCO polygons/RLE, VOC SegmentationClass)",
+    )
+    g.add_argument(
+        "--objects-col",
+        default=None,
+        metavar="COL",
+        help="Hugging Face column of objects: {'bbox': [[x, y, w, h], ...], 'category': [...]} (field boxes)",
+    )
+    g.add_argument("--mask-col", default=None, metavar="COL", help="Hugging Face Image column of masks (field mask)")
     g = p.add_argument_group("execution")
     g.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     g.add_argument(
@@ -202,6 +229,11 @@ def run(args: argparse.Namespace) -> int:
             text_col=args.text_col,
             text_key=args.text_key,
             labelled=not args.no_label,
+            mask_dir=args.mask_dir,
+            masks=args.masks,
+            objects_col=args.objects_col,
+            mask_col=args.mask_col,
+            mask_classes=args.mask_classes,
         )
         options = ConvertConfig(
             image=image,
@@ -271,6 +303,8 @@ def run(args: argparse.Namespace) -> int:
         elif s.manifest is not None:
             m = s.manifest
             print(f"  {s.split}: {m.num_samples} samples in {len(m.shards)} shards, {_mb(m.num_bytes)} -> {m.url}")
+            if m.annotations:
+                print(f"  {s.split}: annotations: " + ", ".join(f"{n} {r}" for r, n in m.annotations.items()))
     if not result.complete:
         print(
             f"task {args.task_index} of {args.num_tasks} done; when all tasks are done run: shardkit merge {args.dest}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 HELP = "show splits, classes, per-class counts, shards, samples and bytes of a converted dataset"
 
@@ -41,9 +42,13 @@ def run(args: argparse.Namespace) -> int:
     for inc in found.unreadable:
         print(f"warning: {inc.detail}", file=sys.stderr)
     if args.json:
-        print(json.dumps([s.to_dict() for s in splits], indent=1, ensure_ascii=False))
+        print(
+            json.dumps(
+                [_targets_info(s.to_dict(), m) for s, m in zip(splits, found.manifests)], indent=1, ensure_ascii=False
+            )
+        )
         return 0
-    for s in splits:
+    for s, m in zip(splits, found.manifests):
         index = ", sample index" if s.sample_index else ""
         print(
             f"split {s.split}: {s.samples} samples, {len(s.classes)} classes, {s.shards} shards{index}, "
@@ -51,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
         )
         targets = f" (targets: {', '.join(s.targets)})" if s.targets else ""
         print(f"  fields: {', '.join(s.fields)}{targets}")
+        if m.keypoint_names:
+            print(f"  keypoints: {', '.join(m.keypoint_names)} (flip pairs {m.flip_pairs})")
+        if m.annotations:
+            print("  annotations: " + ", ".join(f"{n} {r}" for r, n in m.annotations.items()))
         counts: list[int | None] = list(s.class_counts) or [None] * len(s.classes)
         for i, (c, n) in enumerate(zip(s.classes, counts)):
             if i == args.classes:
@@ -60,3 +69,9 @@ def run(args: argparse.Namespace) -> int:
         if s.skipped:
             print("  skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(s.skipped.items())))
     return 0
+
+
+def _targets_info(d: dict, m: Any) -> dict:
+    """A split's ``--json`` entry with its keypoints and annotation counts (detection datasets)."""
+    extra = {k: getattr(m, k) for k in ("keypoint_names", "flip_pairs", "annotations") if getattr(m, k)}
+    return {**d, **extra}

@@ -33,6 +33,7 @@ from types import FrameType
 from shardkit.convert import shards as plan
 from shardkit.convert.imageproc import EncodeConfig, Encoded, SkipImage, SkipReason, encoder_version, one_core, process
 from shardkit.convert.scan.source import MissingFile, Reader
+from shardkit.convert.targets import TargetOutcome, TargetSpec, encode_targets
 from shardkit.errors import ConvertError
 
 #: images per unit of work sent to a worker process
@@ -42,15 +43,20 @@ _WINDOW_PER_WORKER = 4
 
 @dataclass(frozen=True)
 class Outcome:
-    """Result of encoding one item: ``encoded`` or a skip ``reason``."""
+    """Result of encoding one item: ``encoded`` (and its ``targets``, in a detection or segmentation
+    conversion) or a skip ``reason``."""
 
     encoded: Encoded | None
     reason: str = ""
     detail: str = ""
+    targets: TargetOutcome | None = None
 
 
-def encode_chunk(reader: Reader, items: Sequence[plan.Item], image: EncodeConfig) -> list[Outcome]:
-    """Encode ``items`` with torch on one thread (worker entry point; top-level so spawn can import it)."""
+def encode_chunk(
+    reader: Reader, items: Sequence[plan.Item], image: EncodeConfig, targets: TargetSpec | None = None
+) -> list[Outcome]:
+    """Encode ``items`` with torch on one thread (worker entry point; top-level so spawn can import it);
+    with ``targets``, each item's objects and mask too (:func:`~shardkit.convert.targets.encode_targets`)."""
     out = []
     with one_core():
         for it in items:
@@ -63,7 +69,11 @@ def encode_chunk(reader: Reader, items: Sequence[plan.Item], image: EncodeConfig
                 out.append(Outcome(None, SkipReason.UNREADABLE.value, str(exc.strerror or exc)))
                 continue
             try:
-                out.append(Outcome(process(data, image)))
+                enc = process(data, image)
+                moved = None
+                if targets is not None:
+                    moved = encode_targets(it, reader, (enc.width, enc.height), enc.out_size, targets)
+                out.append(Outcome(enc, targets=moved))
             except SkipImage as exc:
                 out.append(Outcome(None, exc.reason.value, exc.detail))
     return out
@@ -162,8 +172,16 @@ _WORKER_DIED = (
 class Encoder:
     """Encodes chunks of items in order: in this process (no ``pool``) or in the process pool of :func:`start_pool`."""
 
-    def __init__(self, reader: Reader, image: EncodeConfig, pool: Executor | None, workers: int = 1):
+    def __init__(
+        self,
+        reader: Reader,
+        image: EncodeConfig,
+        pool: Executor | None,
+        workers: int = 1,
+        targets: TargetSpec | None = None,
+    ):
         self.reader, self.image, self.pool, self.workers = reader, image, pool, workers
+        self.targets = targets
 
     def version(self) -> str:
         """:func:`~shardkit.convert.imageproc.encoder_version` of the processes that encode (a pool worker, or this one)."""
@@ -180,14 +198,14 @@ class Encoder:
         """Outcomes of each chunk, in the order of ``chunks``, with a bounded number in flight."""
         if self.pool is None:
             for c in chunks:
-                yield encode_chunk(self.reader, c, self.image)
+                yield encode_chunk(self.reader, c, self.image, self.targets)
             return
         from concurrent.futures.process import BrokenProcessPool
 
         window: collections.deque = collections.deque()
         try:
             for c in chunks:
-                window.append(self.pool.submit(encode_chunk, self.reader, list(c), self.image))
+                window.append(self.pool.submit(encode_chunk, self.reader, list(c), self.image, self.targets))
                 if len(window) >= self.workers * _WINDOW_PER_WORKER:
                     yield window.popleft().result()
             while window:

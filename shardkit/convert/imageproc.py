@@ -92,6 +92,8 @@ class SkipReason(str, enum.Enum):
     BAD_TARGET = "bad_target"
     NO_TEXT = "no_text"
     BAD_TEXT = "bad_text"
+    MISSING_MASK = "missing_mask"
+    BAD_MASK = "bad_mask"
 
 
 class SkipImage(Exception):
@@ -161,11 +163,18 @@ class EncodeConfig:
 
 @dataclass(frozen=True)
 class Encoded:
-    """A re-encoded image and the original (EXIF-oriented) size."""
+    """A re-encoded image, the original (EXIF-oriented) size and the stored size (``out_width`` x ``out_height``)."""
 
     jpeg: bytes
     width: int
     height: int
+    out_width: int = 0
+    out_height: int = 0
+
+    @property
+    def out_size(self) -> tuple[int, int]:
+        """``(width, height)`` of the stored image (the original size when not recorded)."""
+        return (self.out_width or self.width, self.out_height or self.height)
 
 
 def target_size(width: int, height: int, opts: EncodeConfig) -> tuple[int, int]:
@@ -240,7 +249,7 @@ def _process_open(im: Image.Image, data: bytes, opts: EncodeConfig) -> Encoded:
         raise SkipImage(SkipReason.TOO_MANY_PIXELS, f"{w}x{h} = {w * h} pixels > max_pixels {opts.max_pixels}")
     orientation = im.getexif().get(0x0112, 1)
     if opts.copy and im.format == "JPEG" and im.mode in ("RGB", "L") and orientation == 1:
-        return Encoded(data, w, h)
+        return Encoded(data, w, h, w, h)
     ow, oh = (h, w) if orientation in (5, 6, 7, 8) else (w, h)
     tw, th = target_size(w, h, opts)  # in stored orientation: the scale factor does not depend on rotation
     fast = _fast()
@@ -274,12 +283,12 @@ def _process_open(im: Image.Image, data: bytes, opts: EncodeConfig) -> Encoded:
             colorsubsampling="420",
             fastdct=False,
         )
-        return Encoded(jpeg, ow, oh)
+        return Encoded(jpeg, ow, oh, fw, fh)
     if arr is not None:
         im = Image.fromarray(arr)
     buf = io.BytesIO()
     im.save(buf, format="JPEG", quality=opts.quality, progressive=False, optimize=False, subsampling=_SUBSAMPLING_420)
-    return Encoded(buf.getvalue(), ow, oh)
+    return Encoded(buf.getvalue(), ow, oh, fw, fh)
 
 
 @dataclass(frozen=True)

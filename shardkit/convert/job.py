@@ -57,6 +57,14 @@ from shardkit.convert.merge import finalize_split
 from shardkit.convert.options import ConvertConfig, ConvertResult, SplitResult
 from shardkit.convert.scan.discover import NOT_CANDIDATES, ScannedSource, discover
 from shardkit.convert.scan.source import SourceFile, SplitSource
+from shardkit.convert.targets import (
+    IMAGE_SKIPPED,
+    TargetOutcome,
+    has_targets,
+    sample_classes,
+    target_fingerprint,
+    target_spec,
+)
 from shardkit.errors import ConvertError
 from shardkit.format import EncodedSample, index_url, write_tar
 from shardkit.format.fields import DEFAULT_FIELDS
@@ -64,7 +72,9 @@ from shardkit.format.manifest import MANIFEST_NAME, SkippedFile, load_manifest
 from shardkit.storage import fs as storage
 
 
-def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> EncodedSample:
+def _sample(
+    item: plan.Item, enc: Encoded, classes: list[str], width: int, targets: TargetOutcome | None = None
+) -> EncodedSample:
     meta = {
         **(item.meta or {}),
         "path": item.relpath,
@@ -73,12 +83,18 @@ def _sample(item: plan.Item, enc: Encoded, classes: list[str], width: int) -> En
         "height": enc.height,
     }
     key = plan.make_key(item.index, width)
-    return EncodedSample(key, enc.jpeg, item.label, meta, item.labels, item.target, item.text)
+    if targets is None:
+        return EncodedSample(key, enc.jpeg, item.label, meta, item.labels, item.target, item.text)
+    return EncodedSample(
+        key, enc.jpeg, item.label, meta, item.labels, item.target, item.text, targets.objects, targets.mask
+    )
 
 
 def _listed(f: SourceFile) -> list:
     """What the input fingerprint records of an item (its other fields only where it has them: old plans keep their hash)."""
     extra = {k: v for k, v in (("labels", f.labels), ("target", f.target), ("text", f.text)) if v is not None}
+    if has_targets(f):
+        extra.update(target_fingerprint(f))
     return [f.relpath, f.label, f.size] + ([dict(f.meta)] if f.meta else []) + ([extra] if extra else [])
 
 
@@ -110,6 +126,8 @@ class SplitJob:
         encoder: str,
         fields: Sequence[str] = DEFAULT_FIELDS,
         targets: Sequence[str] = (),
+        keypoint_names: Sequence[str] = (),
+        flip_pairs: Sequence[Sequence[int]] = (),
     ):
         self.src, self.classes, self.url, self.options = src, classes, url, options
         self.so = storage_options
@@ -130,6 +148,9 @@ class SplitJob:
             skipped=skipped,
             fields=list(fields),
             targets=list(targets),
+            keypoint_names=list(keypoint_names),
+            flip_pairs=[list(p) for p in flip_pairs],
+            annotations=dict(sorted(src.annotations.items())),
         )
 
     def check_dest(self, overwrite: bool) -> None:
@@ -150,6 +171,8 @@ class SplitJob:
                 key_width=0,
                 fields=list(m.fields),
                 targets=list(m.targets),
+                keypoint_names=list(m.keypoint_names),
+                flip_pairs=[list(p) for p in m.flip_pairs],
             )
             if m.options.get("fingerprint") == self.plan.fingerprint:
                 old, ours = None, True
@@ -189,7 +212,9 @@ class SplitJob:
             for it, (out,) in zip(pilot, encoder.map([[it] for it in pilot])):
                 self.cache[it.index] = out
                 if out.encoded is not None:
-                    sizes.append(plan.tar_size(_sample(it, out.encoded, self.classes, self.plan.key_width)))
+                    sizes.append(
+                        plan.tar_size(_sample(it, out.encoded, self.classes, self.plan.key_width, out.targets))
+                    )
         n = plan.samples_per_shard(len(self.items), o.shard_size, o.shard_bytes, sizes)
         self.plan.samples_per_shard = n
         self.plan.num_planned = len(plan.shard_ranges(len(self.items), n))
@@ -218,17 +243,23 @@ class SplitJob:
         skipped: list[SkippedFile] = []
         over: list[EncodedSample] = []
         counts = [0] * len(self.classes)
+        moved: dict[str, int] = {}  # annotations moved out of "kept" while encoding
         cap = plan.CapSplit(self.options.shard_bytes)
 
         def fitting() -> Iterator[EncodedSample]:
             for it, out in zip(items, outcomes):
                 if out.encoded is None:
                     skipped.append(SkippedFile(it.relpath, out.reason, out.detail))
+                    if it.objects is not None and len(it.objects):
+                        moved[IMAGE_SKIPPED] = moved.get(IMAGE_SKIPPED, 0) + len(it.objects)
                     if self.options.strict:
                         raise ConvertError(f"{it.relpath}: skipped ({out.reason}: {out.detail}) and --strict is set")
                     continue
-                s = _sample(it, out.encoded, self.classes, self.plan.key_width)
-                for c in (it.label,) if it.label is not None else it.labels or ():
+                s = _sample(it, out.encoded, self.classes, self.plan.key_width, out.targets)
+                if out.targets is not None:
+                    for r, n in out.targets.moved.items():
+                        moved[r] = moved.get(r, 0) + n
+                for c in sample_classes(it, out.targets):
                     counts[c] += 1
                 if cap.fits(plan.tar_size(s)):
                     yield s
@@ -254,6 +285,8 @@ class SplitJob:
             bytes_in=sum(it.size for it in items),
             fields=list(self.plan.fields),
             targets=list(self.plan.targets),
+            keypoint_names=list(self.plan.keypoint_names),
+            annotations=dict(sorted(moved.items())),
         )
         storage.put_bytes(
             journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so
@@ -371,10 +404,21 @@ def convert(
                 + "; ".join(f"{e.split} ({e.empty})" for e in empty)
                 + "; nothing written"
             )
-        encoder = Encoder(source.reader, options.image, pool, workers)
+        encoder = Encoder(source.reader, options.image, pool, workers, target_spec(source))
         version = encoder.version()
         jobs = [
-            SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version, source.fields, source.targets)
+            SplitJob(
+                s,
+                source.classes,
+                storage.join(dest, s.name),
+                options,
+                so,
+                version,
+                source.fields,
+                source.targets,
+                source.keypoint_names,
+                source.flip_pairs,
+            )
             for s in source.splits
             if s.files
         ]

@@ -63,14 +63,23 @@ class Plan:
     skipped: list[SkippedFile] = field(default_factory=list)
     fields: list[str] = field(default_factory=lambda: list(DEFAULT_FIELDS))  #: the stored fields of the split
     targets: list[str] = field(default_factory=list)  #: the names of the ``target`` values
+    keypoint_names: list[str] = field(default_factory=list)  #: the ``K`` keypoints' names (``keypoints``)
+    flip_pairs: list[list[int]] = field(default_factory=list)  #: keypoints a horizontal flip swaps
+    #: what the source made of its annotations (detection sources), before the encode-time moves of the records
+    annotations: dict[str, int] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str:
         """Identity of the conversion: options, classes, fields, encoder and input (not derived numbers).
 
-        The default fields (``image``, ``label``) are left out, so a plan written before fields kept its fingerprint.
+        The default fields (``image``, ``label``) are left out, so a plan written before fields kept its
+        fingerprint; so are empty keypoint names, flip pairs and annotation counts.
         """
-        more = [self.fields, self.targets] if (self.fields, self.targets) != (list(DEFAULT_FIELDS), []) else []
+        more: list[Any] = (
+            [self.fields, self.targets] if (self.fields, self.targets) != (list(DEFAULT_FIELDS), []) else []
+        )
+        more += [self.keypoint_names, self.flip_pairs] if self.keypoint_names or self.flip_pairs else []
+        more += [self.annotations] if self.annotations else []
         return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256, *more])
 
     def to_json(self) -> bytes:
@@ -125,6 +134,10 @@ def differences(old: Plan, new: Plan) -> list[str]:
         out.append(f"the input listing differs (files added, removed, resized or relabelled{counts})")
     if (old.fields, old.targets) != (new.fields, new.targets):
         out.append(f"the fields were {old.fields} (targets {old.targets}), now {new.fields} (targets {new.targets})")
+    if (old.keypoint_names, old.flip_pairs) != (new.keypoint_names, new.flip_pairs):
+        out.append(f"the keypoints were {old.keypoint_names}, now {new.keypoint_names}")
+    if old.annotations != new.annotations:
+        out.append(f"the source's annotations were {old.annotations}, now {new.annotations}")
     if old.encoder != new.encoder:
         out.append(f"the encoder was {old.encoder!r}, now {new.encoder!r}")
     return out or ["an unknown conversion format"]
@@ -153,6 +166,9 @@ class ShardRecord:
     bytes_in: int
     fields: list[str] = field(default_factory=lambda: list(DEFAULT_FIELDS))  #: the fields its samples store
     targets: list[str] = field(default_factory=list)
+    keypoint_names: list[str] = field(default_factory=list)  #: the keypoints its samples store
+    #: annotations of its items moved out of ``kept`` while encoding (``clipped``, ``outside_image``, ``image_skipped``)
+    annotations: dict[str, int] = field(default_factory=dict)
 
     @property
     def samples(self) -> int:

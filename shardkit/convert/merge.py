@@ -39,7 +39,9 @@ def read_samples(data: bytes, rule: SampleRule | None = None) -> list[EncodedSam
     from shardkit.format.verify import iter_raw
 
     return [
-        EncodedSample(s.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes), s.labels, s.target, s.text)
+        EncodedSample(
+            s.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes), s.labels, s.target, s.text, s.objects, s.mask
+        )
         for s in iter_raw(io.BytesIO(data), rule=rule)
     ]
 
@@ -61,6 +63,12 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         raise ConvertError(
             f"{split_url}: planned shard {other.index} stores fields {other.fields} (targets {other.targets}) but the plan "
             f"says {p.fields} (targets {p.targets}); every task must run with the same options: rerun that task"
+        )
+    other = next((r for r in records if r is not None and r.keypoint_names != p.keypoint_names), None)
+    if other is not None:
+        raise ConvertError(
+            f"{split_url}: planned shard {other.index} stores keypoints {other.keypoint_names} but the plan says "
+            f"{p.keypoint_names}; every task must run with the same options: rerun that task"
         )
     missing = [
         journal.shard_name(p.split, j) for j, r in enumerate(records) if r is None or r.fingerprint != p.fingerprint
@@ -87,7 +95,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         )
     shards = [r.shard_info() for r in records if r and r.shard]
     overflow: list[EncodedSample] = []
-    rule = SampleRule(tuple(p.fields), len(p.classes) or None, len(p.targets) or None)
+    rule = SampleRule(tuple(p.fields), len(p.classes) or None, len(p.targets) or None, len(p.keypoint_names))
     for r in records:
         if r and r.overflow:
             overflow += read_samples(
@@ -126,11 +134,28 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         sample_index=INDEX_FORMAT if indexed else "",
         fields=list(p.fields),
         targets=list(p.targets),
+        keypoint_names=list(p.keypoint_names),
+        flip_pairs=[list(x) for x in p.flip_pairs],
+        annotations=annotations_of(p, records),
     )
     m.validate()
     m.url = manifest_url(split_url)
     storage.put_bytes(m.url, m.to_json().encode("utf-8"), **storage_options)  # like save_manifest, crash-litter free
     return m
+
+
+def annotations_of(p: journal.Plan, records: "list[journal.ShardRecord | None]") -> dict[str, int]:
+    """The split's annotation counts: the source's (``p.annotations``) with every record's encode-time moves
+    (:func:`shardkit.convert.targets.settle`); ``{}`` for a source without annotations."""
+    from shardkit.convert.targets import settle
+
+    if not p.annotations:
+        return {}
+    moved: dict[str, int] = {}
+    for r in records:
+        for k, n in (r.annotations if r is not None else {}).items():
+            moved[k] = moved.get(k, 0) + n
+    return settle(p.annotations, moved)
 
 
 def split_urls(dest: str, **storage_options: Any) -> list[str]:

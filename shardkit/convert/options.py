@@ -71,6 +71,8 @@ class ScanConfig:
             rasterised; VOC's ``SegmentationClass`` PNGs): field ``mask``.
         objects_col: Hugging Face column of per-image objects (``bbox`` + ``category`` lists): field ``boxes``.
         mask_col: Hugging Face column holding each image's mask image: field ``mask``.
+        mask_classes: with ``mask_dir`` or ``mask_col``: a text file naming the mask's classes, one per
+            line (line ``i`` is class ``i``); without it the classes are the mask values ``"0"`` .. ``"K-1"``.
     """
 
     path_col: str = "path"
@@ -93,6 +95,7 @@ class ScanConfig:
     masks: bool = False
     objects_col: str | None = None
     mask_col: str | None = None
+    mask_classes: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -114,6 +117,10 @@ class ScanConfig:
         if not self.labelled and self.is_multi_label:
             raise ValueError(
                 "labelled=False (--no-label) and a multi-label option (--label-sep, --multi-label) exclude each other"
+            )
+        if self.mask_classes is not None and self.mask_dir is None and self.mask_col is None:
+            raise ValueError(
+                "mask_classes (--mask-classes) names the classes of --mask-dir or --mask-col masks; give one"
             )
         taken = {self.label_col if self.labelled else None, self.text_col, *self.target_cols} - {None}
         if len(taken) != (1 if self.labelled else 0) + (self.text_col is not None) + len(self.target_cols):

@@ -50,7 +50,8 @@ def load(
             mix, each with one of ``weight``/``repeat``/``choose`` (docs/guides/mixing.md).
         batch_size: samples per batch (:class:`~shardkit.plan.ordering.PlanConfig`).
         size: output height and width (:class:`~shardkit.loader.config.ImageConfig`).
-        preset: ``"train"`` (random resized crop + flip) or ``"eval"`` (resize + center crop).
+        preset: ``"train"`` (random resized crop + flip), ``"eval"`` (resize + center crop), ``"detect"`` (aspect
+            kept: scale jitter, crop or pad, flip) or ``"letterbox"`` (aspect kept: fit, centre, pad).
         num_workers: DataLoader worker processes, 0: the main process (:class:`~shardkit.loader.config.WorkerConfig`).
         seed: seed of shard order, shuffle blocks and crops.
         shuffle: shuffle shards and samples (False: manifest order, e.g. for evaluation).

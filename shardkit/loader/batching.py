@@ -65,6 +65,9 @@ def drop_undecoded(
     for i, reason in errors:
         skip_key(batch.keys[i], shards[i], reason, strict, counters)
     counters.add("samples", -len(errors))
+    per_row = None if batch.extra is None else batch.extra.box_dropped
+    if per_row is not None and errors:  # the worker counted the boxes these rows dropped: they are not handed out
+        counters.add("boxes_dropped", -int(per_row[[i for i, _ in errors]].sum()))
     if source_of is not None and errors:
         lost = np.bincount(source_of(batch.gids.numpy()[[i for i, _ in errors]]), minlength=counters.num_sources)
         counters.add_sources("samples", -lost)

@@ -269,10 +269,6 @@ class LoaderConfig:
                 f"fields={targets[0]!r} with views= is not supported: each view is its own crop; load the targets "
                 "without views= (one crop per sample)"
             )
-        if targets and self.image.decode_on is DecodeOn.DEVICE:
-            raise ValueError(
-                f"fields={targets[0]!r} needs decode_on='worker' (the workers move the targets with each crop)"
-            )
 
     # read-only flat views of the plan and worker options: each default is stated once, on its group's field
     @property

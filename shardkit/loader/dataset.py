@@ -38,6 +38,7 @@ from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.loader.config import LoaderConfig, StorageConfig
 from shardkit.loader.decode.strategies import DecodeStrategy, strategy_for
 from shardkit.loader.fields import check_fields
+from shardkit.loader.mixing import background_first
 from shardkit.loader.stages import worker_pipeline
 from shardkit.loader.state import DatasetIdentity
 from shardkit.loader.transport import PositionBox, Ring
@@ -122,10 +123,18 @@ class ShardDataset(IterableDataset):
         )
         #: the class label is handed out (the default batches, or ``"label"`` among ``fields``)
         self.yields_label = not names or "label" in names
-        classed = self.yields_label or "labels" in names  # else no class space is needed (e.g. image + text)
+        classed_targets = "box_labels" in names or "mask" in names
+        classed = self.yields_label or "labels" in names or classed_targets  # else no class space is needed
         self.labels = label_space(
             [m.classes if classed else [] for m in manifests], self.label_mode
         )  #: the mixture's classes and label tables
+        if classed_targets:
+            self.labels = background_first(self.labels, [list(m.classes) for m in manifests])
+            if "mask" in names and len(self.labels.classes) > 255:
+                raise ValueError(
+                    f"the mixture has {len(self.labels.classes)} classes but a mask holds class indices below 255: "
+                    "ask for fields without 'mask', or mix fewer class names"
+                )
         self.urls = [u for urls in urls_per_source for u in urls]
         self.shard_sizes = [n for m in manifests for n in m.shard_sizes]
         self.shard_bytes = [s.bytes for m in manifests for s in m.shards]

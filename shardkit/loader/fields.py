@@ -1,23 +1,22 @@
 """``fields=``: the named fields a batch is a dict of, checked against the datasets once, at ``load()``.
 
-========== ==================================================== ============================================
-field      the batch holds                                      available
-========== ==================================================== ============================================
-``image``  uint8 ``[B, 3, S, S]`` (with ``views=``: the views)  always
-``label``  int64 ``[B]`` class index                            datasets that store ``label``
-``labels`` multi-hot uint8 ``[B, C]``                           datasets that store ``labels``
-``target`` float32 ``[B, D]``                                   datasets that store ``target``
-``text``   list of ``B`` str                                    datasets that store ``text``
-``meta``   list of ``B`` dict (the ``.json`` metadata)          always
-``key``    list of ``B`` str (a mixture's: ``"1/00000042"``)    always
-``source`` int64 ``[B]``, the source of each sample             always (one dataset: all 0)
-``boxes``  float32 ``[B, M, 4]`` xyxy, output pixels (edges at      datasets that store ``boxes``
-           integers), zeros beyond each sample's count
+============== =================================================== =================================
+field          the batch holds                                     available
+============== =================================================== =================================
+``image``      uint8 ``[B, 3, S, S]`` (with ``views=``: the views) always
+``label``      int64 ``[B]`` class index                           datasets that store ``label``
+``labels``     multi-hot uint8 ``[B, C]``                          datasets that store ``labels``
+``target``     float32 ``[B, D]``                                  datasets that store ``target``
+``text``       list of ``B`` str                                   datasets that store ``text``
+``meta``       list of ``B`` dict (the ``.json`` metadata)         always
+``key``        list of ``B`` str (a mixture's: ``"1/00000042"``)   always
+``source``     int64 ``[B]``, the source of each sample            always (one dataset: all 0)
+``boxes``      float32 ``[B, M, 4]`` xyxy in output pixels         datasets that store ``boxes``
 ``box_labels`` int64 ``[B, M]``, -1 beyond each sample's count     datasets that store ``boxes``
-``box_count`` int64 ``[B]`` objects per sample                      datasets that store ``boxes``
-``keypoints`` float32 ``[B, M, K, 3]`` (x, y, visibility)           datasets that store ``keypoints``
-``mask``   uint8 ``[B, S, S]`` class per pixel, 255: none           datasets that store ``mask``
-========== ==================================================== ============================================
+``box_count``  int64 ``[B]`` objects per sample                    datasets that store ``boxes``
+``keypoints``  float32 ``[B, M, K, 3]`` (x, y, visibility)         datasets that store ``keypoints``
+``mask``       uint8 ``[B, S, S]`` class per pixel, 255: none      datasets that store ``mask``
+============== =================================================== =================================
 
 ``M`` is the most objects any sample of that batch keeps after the crop (boxes less than ``min_visible``
 of whose area stays in the output are dropped and counted: ``LoaderStats.boxes_dropped``). The targets

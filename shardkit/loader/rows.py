@@ -35,6 +35,8 @@ class FieldRows:
         box_count: int64 ``[n]``.
         keypoints: float32 ``[n, M, K, 3]``.
         mask: uint8 ``[n, S, S]``.
+        box_dropped: int64 ``[n]``, the boxes each row lost below ``min_visible`` (not a field: the consumer
+            uncounts those of a row it cannot decode).
     """
 
     labels: Optional[torch.Tensor] = None
@@ -46,6 +48,7 @@ class FieldRows:
     box_count: Optional[torch.Tensor] = None
     keypoints: Optional[torch.Tensor] = None
     mask: Optional[torch.Tensor] = None
+    box_dropped: Optional[torch.Tensor] = None
 
     def take(self, rows: Sequence[int]) -> "FieldRows":
         """The rows ``rows`` (positions, in order) of every field (the object axis ``M`` shrinks to the most
@@ -65,6 +68,7 @@ class FieldRows:
             sel(self.box_count),
             sel(self.keypoints),
             sel(self.mask),
+            sel(self.box_dropped),
         )
         if out.box_labels is not None:
             m = int((out.box_labels >= 0).sum(1).max()) if len(rows) else 0
@@ -104,6 +108,7 @@ class FieldRows:
             box_count=other.box_count,
             keypoints=other.keypoints,
             mask=other.mask,
+            box_dropped=other.box_dropped,
         )
 
     def with_labels(self, labels: torch.Tensor) -> "FieldRows":
@@ -125,6 +130,7 @@ class FieldRows:
             arr(self.box_count),
             arr(self.keypoints),
             arr(self.mask),
+            arr(self.box_dropped),
         )
 
 

@@ -6,7 +6,8 @@ from (rounded to the DCT-decoded pixel grid), and :func:`target_rows` turns thos
 one inverse map per sample (:func:`shardkit.targets.crops.crop_maps`) and moves the whole batch's
 objects with the one geometry rule (:func:`shardkit.targets.geometry.move`: boxes clipped and dropped
 below ``min_visible``, keypoints mirrored with their flip pairs swapped) and each sample's mask with
-:func:`~shardkit.targets.geometry.warp_masks` (nearest, 255 where no stored pixel maps). Masks are
+:func:`~shardkit.targets.geometry.warp_masks`'s arithmetic (nearest, 255 where no stored pixel maps; per sample,
+:func:`~shardkit.targets.crops.warp_crop_mask`, equal bit for bit for these axis-aligned maps). Masks are
 decoded first (:func:`decode_masks`): a mask that cannot be read fails its sample like a bad JPEG.
 """
 
@@ -23,8 +24,8 @@ from shardkit.format.fields import Objects
 from shardkit.format.masks import decode_mask
 from shardkit.loader.fields import RowSpec
 from shardkit.loader.rows import FieldRows
-from shardkit.targets.crops import crop_maps
-from shardkit.targets.geometry import move, pad_objects, warp_masks
+from shardkit.targets.crops import crop_maps, warp_crop_mask
+from shardkit.targets.geometry import move, pad_objects
 
 
 def decode_masks(
@@ -74,7 +75,7 @@ def target_rows(
         mask = torch.empty((n, size, size), dtype=torch.uint8)
         for i, m in enumerate(masks):
             src = torch.from_numpy(np.require(m, requirements="W"))  # PIL's arrays are read-only
-            mask[i] = warp_masks(src[None], inv[i : i + 1], (size, size))[0]
+            mask[i] = warp_crop_mask(src, inv[i], (size, size))
     # M: the most objects a sample keeps (dropped boxes leave padding at the end of each row)
     m_kept = int(moved.count.max()) if n else 0
     rows = FieldRows(
@@ -83,6 +84,7 @@ def target_rows(
         box_count=moved.count if "box_count" in want else None,
         keypoints=moved.keypoints[:, :m_kept].contiguous() if k else None,  # type: ignore[index]
         mask=mask,
+        box_dropped=dropped,
     )
     return rows, int(dropped.sum())
 

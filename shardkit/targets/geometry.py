@@ -31,11 +31,16 @@ from typing import Optional
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from shardkit.format.fields import IGNORE, Objects
 
 Size = tuple[int, int]  #: ``(height, width)``
+
+#: the default ``min_visible`` of every geometric step (:func:`move`, ``GpuAugment``): keep every
+#: box with a positive visible area
+MIN_VISIBLE = 0.0
 
 
 def forward(inv: Tensor) -> Tensor:
@@ -100,25 +105,52 @@ def swap_pairs(keypoints: Tensor, swap: Tensor, flip_pairs: Sequence[tuple[int, 
     order = list(range(keypoints.shape[2]))
     for i, j in flip_pairs:
         order[i], order[j] = j, i
-    swapped = keypoints[:, :, order]
+    # slices, not a list index: a Python list as an index is a host-to-device copy (a sync on CUDA)
+    swapped = torch.cat([keypoints[:, :, k : k + 1] for k in order], dim=2)
     return torch.where(swap.reshape(-1, 1, 1, 1), swapped, keypoints)
 
 
-def warp_masks(masks: Tensor, inv: Tensor, out_size: Size, fill: int = IGNORE) -> Tensor:
-    """Masks ``[N, H, W]`` (uint8) resampled through ``inv`` to ``[N, *out_size]``, nearest; ``fill`` outside."""
-    n, h, w = masks.shape
+#: source coordinates are nudged by this (pixels) before ``grid_sample`` rounds them half to even, so that
+#: exact ties (a 2x reduction) round up; more than float32's error in normalised coordinates up to ~8000 px
+TIE = 2.0**-10
+
+
+def sampling_grid(inv: Tensor, size: Size, out_size: Size) -> Tensor:
+    """``grid_sample`` grid ``[N, oh, ow, 2]`` (``align_corners=False``) of the points ``inv @ (j, i, 1)``
+    on a canvas of ``size``, nudged by :data:`TIE` (nearest sampling then rounds ties up)."""
+    h, w = size
     oh, ow = out_size
-    dev = masks.device
     m = inv.to(torch.float32)  # the same arithmetic on every device
+    dev = m.device
     ys = torch.arange(oh, device=dev, dtype=m.dtype).reshape(1, oh, 1)
     xs = torch.arange(ow, device=dev, dtype=m.dtype).reshape(1, 1, ow)
-    row = [m[:, r, k].reshape(n, 1, 1) for r in range(2) for k in range(3)]
-    sx = torch.floor(row[0] * xs + row[1] * ys + row[2] + 0.5)
-    sy = torch.floor(row[3] * xs + row[4] * ys + row[5] + 0.5)
-    inside = (sx >= 0) & (sx <= w - 1) & (sy >= 0) & (sy <= h - 1)
-    flat = (sy.clamp(0, h - 1) * w + sx.clamp(0, w - 1)).long().reshape(n, -1)
-    out = masks.reshape(n, -1).gather(1, flat).reshape(n, oh, ow)
-    return torch.where(inside, out, torch.full_like(out, fill))
+    # pixel x -> normalised (2x + 1) / w - 1, folded into the map's coefficients: one broadcast pass per plane
+    row = [m[:, r, k].reshape(-1, 1, 1) * (2.0 / (w, h)[r]) for r in range(2) for k in range(3)]
+    gx = torch.addcmul(row[2] + row[1] * ys + (2.0 * TIE + 1.0) / w - 1.0, row[0], xs)
+    gy = torch.addcmul(row[5] + row[4] * ys + (2.0 * TIE + 1.0) / h - 1.0, row[3], xs)
+    return torch.stack([gx, gy], dim=-1)
+
+
+def outside(inv: Tensor, size: Size, out_size: Size) -> Tensor:
+    """bool ``[N, *out_size]``: the output pixels whose nearest source pixel under ``inv`` lies outside
+    a canvas of ``size`` (where an image resampled through ``inv`` shows its fill)."""
+    grid = sampling_grid(inv, size, out_size)
+    ones = torch.ones((1, 1, *size), device=grid.device).expand(grid.shape[0], 1, *size)
+    return F.grid_sample(ones, grid, mode="nearest", padding_mode="zeros", align_corners=False)[:, 0] == 0
+
+
+def warp_masks(masks: Tensor, inv: Tensor, out_size: Size, fill: int = IGNORE) -> Tensor:
+    """Masks ``[N, H, W]`` (uint8) resampled through ``inv`` to ``[N, *out_size]``, nearest; ``fill`` outside.
+
+    Output pixel ``(i, j)`` takes the source pixel nearest ``inv @ (j, i, 1)`` (ties rounded up:
+    ``floor(x + 0.5)``), ``fill`` where that pixel lies outside the source. ``inv`` is ``[N, 3, 3]``
+    or ``[1, 3, 3]`` (one map for the whole batch). One ``grid_sample`` (nearest) of the classes + 1,
+    so that its zero padding marks the outside."""
+    n, h, w = masks.shape
+    grid = sampling_grid(inv.expand(n, 3, 3), (h, w), out_size)
+    src = masks.to(torch.float32).add_(1.0)[:, None]
+    out = F.grid_sample(src, grid, mode="nearest", padding_mode="zeros", align_corners=False)[:, 0].sub_(1.0)
+    return out.masked_fill_(out < 0, float(fill)).to(torch.uint8)
 
 
 @dataclass(frozen=True, eq=False)
@@ -216,7 +248,7 @@ def move(
     inv: Tensor,
     out_size: Size,
     *,
-    min_visible: float = 0.0,
+    min_visible: float = MIN_VISIBLE,
     flip_pairs: Sequence[tuple[int, int]] = (),
 ) -> tuple[Targets, Tensor]:
     """The targets after the geometric step ``inv`` (``[N, 3, 3]`` inverse maps) to ``out_size``.
@@ -245,7 +277,9 @@ def move(
 
 
 __all__ = [
+    "MIN_VISIBLE",
     "Size",
+    "TIE",
     "Targets",
     "clip_boxes",
     "compact",
@@ -254,6 +288,8 @@ __all__ = [
     "move",
     "move_boxes",
     "move_points",
+    "sampling_grid",
+    "outside",
     "pad_objects",
     "swap_pairs",
     "warp_masks",

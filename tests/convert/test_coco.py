@@ -20,7 +20,7 @@ from shardkit.convert.segments import Rle, rle_of, semantic_mask
 from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError
 from shardkit.format.fields import IGNORE
-from tests.convert.detection_helpers import e2e_skip, outline_distance, read_shards, write_scene_images
+from tests.convert.detection_helpers import outline_distance, read_shards, write_scene_images
 
 pytest.importorskip("pycocotools")
 from pycocotools.coco import COCO  # noqa: E402
@@ -282,7 +282,6 @@ def test_two_categories_with_one_id_or_two_images_with_one_name_are_refused(tmp_
         discover(f"coco:{tmp_path / 'bad.json'}", ConvertConfig())
 
 
-@e2e_skip
 def test_coco_convert_end_to_end(tmp_path: Any) -> None:
     from shardkit.convert import convert
 

@@ -18,7 +18,7 @@ from shardkit.convert.scan.discover import discover
 from shardkit.convert.scan.voc import VOC_CLASSES
 from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError
-from tests.convert.detection_helpers import e2e_skip, read_shards, write_scene_images
+from tests.convert.detection_helpers import read_shards, write_scene_images
 
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=25)
 KINDS = ("degenerate_box", "outside_image", "clipped")
@@ -198,7 +198,6 @@ def test_masks_refuse_classes_outside_vocs_twenty(tmp_path: Any) -> None:
         discover(f"voc:{tmp_path / 'Annotations'}", ConvertConfig())
 
 
-@e2e_skip
 def test_voc_convert_end_to_end(tmp_path: Any) -> None:
     from shardkit.convert import convert
 

@@ -18,7 +18,7 @@ from shardkit.convert.scan.discover import discover
 from shardkit.convert.scan.yolo import tiny_yaml_names
 from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError
-from tests.convert.detection_helpers import e2e_skip, read_shards
+from tests.convert.detection_helpers import read_shards
 
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=20)
 KINDS = ("bad_line", "bad_category", "degenerate_box", "outside_image", "clipped", "no_image")
@@ -211,7 +211,6 @@ def test_the_tiny_names_reader_reads_what_pyyaml_reads(names: list[str], style: 
     assert got == want and not pose
 
 
-@e2e_skip
 def test_yolo_convert_end_to_end(tmp_path: Any) -> None:
     from shardkit.convert import convert
 

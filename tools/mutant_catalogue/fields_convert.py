@@ -120,17 +120,17 @@ MUTANTS = [
     {
         "id": "fields-class-counts-first-class-only",
         "row": ROW_PIPELINE,
-        "file": "shardkit/convert/job.py",
-        "old": "for c in (it.label,) if it.label is not None else it.labels or ():",
-        "new": "for c in (it.label,) if it.label is not None else (it.labels or ())[:1]:",
+        "file": "shardkit/convert/targets.py",
+        "old": "        return tuple(item.labels)\n",
+        "new": "        return tuple(item.labels)[:1]\n",
         "tests": [L, HF],
     },
     {
         "id": "fields-merge-drops-the-overflow-fields",
         "row": ROW_PIPELINE,
         "file": "shardkit/convert/merge.py",
-        "old": 'EncodedSample(s.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes), s.labels, s.target, s.text)',
-        "new": 'EncodedSample(s.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes))',
+        "old": 's.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes), s.labels, s.target, s.text, s.objects, s.mask',
+        "new": 's.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes)',
         "tests": [P + "test_tasks_overflow_and_merge_keep_every_field_byte_for_byte"],
     },
     {

@@ -22,8 +22,8 @@ MUTANTS = [
         "id": "layout-one-split-lands-in-dest",  # the old rule: a one-split source went to DEST itself
         "row": ROW_LAYOUT,
         "file": "shardkit/convert/job.py",
-        "old": "SplitJob(s, source.classes, storage.join(dest, s.name), options, so, version, source.fields, source.targets)",
-        "new": "SplitJob(s, source.classes, dest if len(source.splits) == 1 else storage.join(dest, s.name), options, so, version, source.fields, source.targets)",
+        "old": "                source.classes,\n                storage.join(dest, s.name),\n",
+        "new": "                source.classes,\n                dest if len(source.splits) == 1 else storage.join(dest, s.name),\n",
         "tests": [
             T + "test_every_source_kind_lands_in_dest_split",
             T + "test_adding_a_val_split_does_not_move_the_train_data",

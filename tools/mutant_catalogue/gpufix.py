@@ -144,8 +144,8 @@ MUTANTS = [
         "id": "augment-label-errors-counted-on-the-host",
         "row": ROW_NOSYNC,
         "file": "shardkit/augment/pipeline.py",
-        "old": "self._label_errors[key].add_(bad)",
-        "new": "self._label_errors[key].add_(int(bad))",
+        "old": "            counters[key].add_(n)",
+        "new": "            counters[key].add_(int(n))",
         "tests": [NO_SYNC],
     },
     {

@@ -75,7 +75,7 @@ MUTANTS = [
     {
         "id": "decode-rrc-box-may-fill-the-image-wrongly",
         "row": ROW_CROPS,
-        "file": "shardkit/loader/decode/worker.py",
+        "file": "shardkit/loader/decode/cropgeometry.py",
         "old": "ok = (w > 0) & (w <= wf[:, None]) & (h > 0) & (h <= hf[:, None])",
         "new": "ok = (w > 0) & (w < wf[:, None]) & (h > 0) & (h < hf[:, None])",
         "tests": [f"{T}::test_rrc_boxes_equal_a_per_sample_reference"],
@@ -83,7 +83,7 @@ MUTANTS = [
     {
         "id": "decode-rrc-fallback-ratio-not-clamped",
         "row": ROW_CROPS,
-        "file": "shardkit/loader/decode/worker.py",
+        "file": "shardkit/loader/decode/cropgeometry.py",
         "old": "fw = np.where(in_ratio > rmax, np.round(hf * rmax), wf)",
         "new": "fw = wf",
         "tests": [f"{T_DEC}::test_rrc_geometry_matches_torchvision"],
@@ -91,7 +91,7 @@ MUTANTS = [
     {
         "id": "decode-crops-ignore-the-epoch",
         "row": ROW_CROPS,
-        "file": "shardkit/loader/decode/worker.py",
+        "file": "shardkit/loader/decode/cropgeometry.py",
         "old": "key = _mix64(key ^ (np.array([epoch], np.int64).astype(np.uint64) + _GOLDEN))",
         "new": "key = _mix64(key ^ _GOLDEN)",
         "tests": [f"{T_DEC}::test_crop_depends_on_sample_not_topology"],
@@ -201,7 +201,7 @@ MUTANTS = [
     {
         "id": "decode-panorama-box-off-centre",
         "row": ROW_EVAL,
-        "file": "shardkit/loader/decode/worker.py",
+        "file": "shardkit/loader/decode/cropgeometry.py",
         "old": "    left = int(round((new_w - size) / 2.0))\n",
         "new": "    left = int(round((new_w - size) / 1.8))\n",
         "tests": ["tests/loader/decode/test_decode_promises.py::test_elongated_image_gives_the_center_crop_pixels"],

@@ -17,6 +17,16 @@ P = "tests/loader/test_targets_presets.py::"
 LETTERBOX = P + "test_letterbox_fits_the_longer_side_and_centres"
 DETECT = P + "test_detect_scales_then_crops_or_pads"
 EVERY = P + "test_every_dataset_loads_with_the_detection_presets"
+U = "tests/loader/test_targets_unchanged.py::"
+MIXTURE = U + "test_mixture_remaps_box_labels_and_masks_by_class_name"
+ROW_MIX = (
+    "Targets in mixtures: box labels and mask classes remapped by class name like labels, 'background' first, "
+    "padding (-1, 255) kept"
+)
+DEVICE_DROP = U + "test_device_decode_drops_a_bad_sample_from_every_field"
+DEVICE = U + "test_device_decode_moves_targets_with_the_crop_it_cuts"
+DCT = "tests/loader/decode/test_targets_dct.py::test_targets_follow_the_box_rounded_to_the_decoded_grid"
+FAST = "tests/loader/test_targets_crops.py::test_the_fast_mask_warp_is_warp_masks"
 ROW_PRESET = (
     "Presets detect/letterbox: aspect kept, longer side s * size (s in scale; letterbox: size), crop or pad at whole "
     "pixels, letterbox centred, padding 0 (mask 255); a pure function of (seed, epoch, gid)"
@@ -59,11 +69,11 @@ MUTANTS = [
         "id": "targets-mask-bilinear",  # neighbouring labels blended (class indices averaged at edges)
         "row": ROW_MOVE,
         "file": "shardkit/loader/targetrows.py",
-        "old": "mask[i] = warp_masks(src[None], inv[i : i + 1], (size, size))[0]",
+        "old": "mask[i] = warp_crop_mask(src, inv[i], (size, size))",
         "new": (
-            "mask[i] = ((warp_masks(src[None], inv[i : i + 1], (size, size)).int() + warp_masks(src[None], "
-            "inv[i : i + 1] + torch.tensor([[0.0, 0, 0.5], [0, 0, 0.5], [0, 0, 0]], dtype=inv.dtype), (size, size))"
-            ".int()) // 2)[0].to(torch.uint8)"
+            "mask[i] = ((warp_crop_mask(src, inv[i], (size, size)).int() + warp_crop_mask(src, "
+            "inv[i] + torch.tensor([[0.0, 0, 0.5], [0, 0, 0.5], [0, 0, 0]], dtype=inv.dtype), (size, size))"
+            ".int()) // 2).to(torch.uint8)"
         ),
         "tests": [FOLLOW, WORKERS],
     },
@@ -71,8 +81,8 @@ MUTANTS = [
         "id": "targets-mask-moved-with-another-samples-crop",
         "row": ROW_ALIGN,
         "file": "shardkit/loader/targetrows.py",
-        "old": "inv[i : i + 1], (size, size))[0]",
-        "new": "inv[(i + 1) % n : (i + 1) % n + 1], (size, size))[0]",
+        "old": "inv[i], (size, size))",
+        "new": "inv[(i + 1) % n], (size, size))",
         "tests": [FOLLOW, WORKERS],
     },
     {
@@ -97,7 +107,7 @@ MUTANTS = [
         "file": "shardkit/loader/batching.py",
         "old": 'counters.add("boxes_dropped", dropped)',
         "new": 'counters.add("boxes_dropped", 0)',
-        "tests": [FOLLOW, WORKERS],
+        "tests": [WORKERS, FOLLOW],
     },
     {
         "id": "targets-object-axis-not-trimmed",  # M stays the most objects given, not the most kept
@@ -146,5 +156,77 @@ MUTANTS = [
         "old": "-np.floor((size - sw) / 2), -np.floor((size - sh) / 2), size)",
         "new": "0 * sw, 0 * sh, size)",
         "tests": [LETTERBOX],
+    },
+    {
+        "id": "mixture-mask-not-remapped",  # box labels follow the mixture's classes, the masks keep their source's
+        "row": ROW_MIX,
+        "file": "shardkit/loader/mixing.py",
+        "old": "mask = luts[torch.from_numpy(src).long()].gather(1, flat).reshape(mask.shape)",
+        "new": "mask = mask",
+        "tests": [MIXTURE],
+    },
+    {
+        "id": "mixture-box-labels-by-the-first-sources-table",
+        "row": ROW_MIX,
+        "file": "shardkit/loader/mixing.py",
+        "old": "space.map(src[r], box_labels[live].numpy())",
+        "new": "space.map(np.zeros_like(src[r]), box_labels[live].numpy())",
+        "tests": [MIXTURE],
+    },
+    {
+        "id": "mixture-background-not-first",  # the sorted union: "apple" becomes class 0, the masks' background 1
+        "row": ROW_MIX,
+        "file": "shardkit/loader/dataset.py",
+        "old": "self.labels = background_first(self.labels, [list(m.classes) for m in manifests])",
+        "new": "pass",
+        "tests": [MIXTURE],
+    },
+    {
+        "id": "device-drop-forgets-the-masks",  # a sample the device cannot decode leaves its mask in the batch
+        "row": ROW_ALIGN,
+        "file": "shardkit/loader/rows.py",
+        "old": "            sel(self.mask),\n",
+        "new": "            self.mask if self.mask is None else self.mask[: len(rows)],\n",
+        "tests": [DEVICE_DROP],
+    },
+    {
+        "id": "device-bad-mask-leaves-its-geometry",  # the worker skips a bad mask but sends its crop with the next
+        "row": ROW_ALIGN,
+        "file": "shardkit/loader/decode/devicetargets.py",
+        "old": "crops = Crops(np.asarray(geo.crops.boxes)[keep], np.asarray(geo.crops.flips)[keep])",
+        "new": "crops = Crops(np.asarray(geo.crops.boxes)[: len(keep)], np.asarray(geo.crops.flips)[: len(keep)])",
+        "tests": [DEVICE_DROP],
+    },
+    {
+        "id": "targets-follow-the-requested-box",  # not the box rounded to the DCT-decoded grid the pixels came from
+        "row": ROW_MOVE,
+        "file": "shardkit/loader/decode/worker.py",
+        "old": "    return x0 / sx, y0 / sy, x1 / sx, y1 / sy",
+        "new": "    return box",
+        "tests": [DCT],
+    },
+    {
+        "id": "device-drop-keeps-counting-its-boxes",  # boxes_dropped of a row the device could not decode
+        "row": ROW_COUNT,
+        "file": "shardkit/loader/batching.py",
+        "old": 'counters.add("boxes_dropped", -int(per_row[[i for i, _ in errors]].sum()))',
+        "new": "pass",
+        "tests": [DEVICE_DROP],
+    },
+    {
+        "id": "fast-mask-warp-ties-down",  # nearest with ties rounded down: a column off at exact half pixels
+        "row": ROW_MOVE,
+        "file": "shardkit/targets/crops.py",
+        "old": "sx = torch.floor(m[0, 0] * xs + m[0, 2] + 0.5)",
+        "new": "sx = torch.ceil(m[0, 0] * xs + m[0, 2] - 0.5)",
+        "tests": [FAST],
+    },
+    {
+        "id": "fast-mask-warp-edge-columns-not-filled",  # columns past the image repeat its edge instead of 255
+        "row": ROW_MOVE,
+        "file": "shardkit/targets/crops.py",
+        "old": "    out[:, ~in_x] = fill\n",
+        "new": "",
+        "tests": [FAST, FOLLOW],
     },
 ]

@@ -148,8 +148,8 @@ def describe(classes: Sequence[str], counts: dict[str, int]) -> str:
 def finish(source: ScannedSource, keypoint_names: Sequence[str] = (), masks: bool = False) -> ScannedSource:
     """Set the fields the source's items fill and its keypoint names and flip pairs."""
     source.fields = ("image", "boxes") + (("keypoints",) if keypoint_names else ()) + (("mask",) if masks else ())
-    source.keypoint_names = list(keypoint_names)  # type: ignore[attr-defined]
-    source.flip_pairs = flip_pairs_of(keypoint_names)  # type: ignore[attr-defined]
+    source.keypoint_names = list(keypoint_names)
+    source.flip_pairs = flip_pairs_of(keypoint_names)
     return source
 
 

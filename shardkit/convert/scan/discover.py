@@ -310,9 +310,11 @@ def scan_regex(src: str, pattern: str, split: str = "train") -> ScannedSource:
     )
 
 
+#: the Hugging Face options of detection and segmentation datasets
+_HF_TARGETS = {"objects_col", "mask_col", "mask_classes"}
 #: the :class:`ScanConfig` fields each kind of SRC uses (others must keep their defaults)
 _APPLIES = {
-    "folder": {"label_regex", "mask_dir", "labelled"},
+    "folder": {"label_regex", "mask_dir", "labelled", "mask_classes"},
     "listing": {
         "path_col",
         "label_col",
@@ -326,7 +328,7 @@ _APPLIES = {
         "labelled",
     },
     "tars": {"image_key", "label_key", "label_json_field", "label_type", "multi_label", "text_key", "labelled"},
-    "hf": {"image_col", "label_col", "label_type", "target_cols", "text_col", "labelled", "objects_col", "mask_col"},
+    "hf": {"image_col", "label_col", "label_type", "target_cols", "text_col", "labelled"} | _HF_TARGETS,
     "coco": {"root", "masks"},
     "voc": {"masks"},
     "yolo": set(),
@@ -371,6 +373,10 @@ def discover(src: Any, options: "ConvertConfig", **storage_options: Any) -> Scan
         from shardkit.convert.scan.detection import scan_detection
 
         source = scan_detection(kind, src[len(kind) + 1 :], so, options.split, **storage_options)
+    elif kind == "hf" and (so.objects_col is not None or so.mask_col is not None):
+        from shardkit.convert.scan.hf_targets import scan_hf_targets
+
+        source = scan_hf_targets(src[3:] if isinstance(src, str) else src, so, options.split)
     elif kind == "hf":
         from shardkit.convert.scan.hf import scan_hf
 
@@ -379,6 +385,10 @@ def discover(src: Any, options: "ConvertConfig", **storage_options: Any) -> Scan
         source = scan_listing(src, so, options.split, **storage_options)
     elif kind == "tars":
         source = scan_tars(src, so, options.split, **storage_options)
+    elif so.mask_dir is not None:
+        from shardkit.convert.scan.maskdir import scan_mask_pairs
+
+        source = scan_mask_pairs(src, so, options.layout, options.split)
     elif so.label_regex is not None:
         if options.layout != Layout.AUTO:
             raise ConvertError("--layout does not apply with --label-regex (the regex gives the classes); leave it out")

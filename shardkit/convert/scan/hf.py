@@ -90,44 +90,58 @@ def _load(path: str) -> Any:
         raise ConvertError(f"hf:{path}: not a dataset saved by datasets ({exc})") from None
 
 
-def _parts(ds: Any, split: str, image_col: str) -> dict[str, Any]:
-    """``{split: dataset with image_col undecoded}``."""
+def _parts(ds: Any, split: str, image_col: str, mask_col: str | None = None) -> dict[str, Any]:
+    """``{split: dataset with image_col (and mask_col) undecoded}``."""
     import datasets
 
     parts = dict(ds) if isinstance(ds, datasets.DatasetDict) else {split: ds}
-    return {
-        name: p.cast_column(image_col, datasets.Image(decode=False)) if image_col in p.column_names else p
-        for name, p in parts.items()
-    }
+    out = {}
+    for name, p in parts.items():
+        for col in (image_col, mask_col):
+            if col is not None and col in p.column_names:
+                p = p.cast_column(col, datasets.Image(decode=False))
+        out[name] = p
+    return out
 
 
 @functools.lru_cache(maxsize=4)
-def _opened(path: str, split: str, image_col: str) -> dict[str, Any]:
+def _opened(path: str, split: str, image_col: str, mask_col: str | None = None) -> dict[str, Any]:
     """The dataset at ``path`` opened once per process (worker processes get the path, not the data)."""
-    return _parts(_load(path), split, image_col)
+    return _parts(_load(path), split, image_col, mask_col)
+
+
+#: prefix of the ref of a row's mask image (``--mask-col``): ``hfmask:<split>:<row>``
+MASK_REF = "hfmask:"
 
 
 class HFReader(Reader):
-    """Reads a row's image bytes (``ref`` = ``hf:<split>:<row>``); pickles as the path when there is one."""
+    """Reads a row's image bytes (``ref`` = ``hf:<split>:<row>``) or its mask's (``hfmask:<split>:<row>``, the
+    ``mask_col`` column); pickles as the path when there is one."""
 
-    def __init__(self, path: str | None, splits: dict[str, Any] | None, split: str, image_col: str):
+    def __init__(
+        self, path: str | None, splits: dict[str, Any] | None, split: str, image_col: str, mask_col: str | None = None
+    ):
         super().__init__("")
         self.path, self.splits, self.split, self.image_col = path, splits, split, image_col
+        self.mask_col = mask_col
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "splits": None} if self.path is not None else dict(self.__dict__)
 
     def read(self, relpath: str, ref: str) -> bytes:
+        col = self.image_col
+        if ref.startswith(MASK_REF) and self.mask_col is not None:
+            ref, col = _REF + ref[len(MASK_REF) :], self.mask_col
         if not ref.startswith(_REF):
             return super().read(relpath, ref)
         split, row = ref[len(_REF) :].rsplit(":", 1)
         if self.splits is None:
-            self.splits = _opened(self.path, self.split, self.image_col)
-        value = self.splits[split][int(row)][self.image_col]
+            self.splits = _opened(self.path, self.split, self.image_col, getattr(self, "mask_col", None))
+        value = self.splits[split][int(row)][col]
         if value and value.get("bytes") is not None:
             return bytes(value["bytes"])
         if not value or not value.get("path"):
-            raise MissingFile(f"split {split} row {row}: no image")
+            raise MissingFile(f"split {split} row {row}: no {'mask' if col != self.image_col else 'image'}")
         return super().read(relpath, value["path"])
 
 

@@ -204,7 +204,8 @@ class SourceFile:
     keypoints; already clipped and checked at scan time), ``mask`` (where :class:`Reader` finds its
     PNG mask: a ``relpath``-like ref, read as ``reader.read(mask, "")`` or a full ref), and
     ``segments`` (COCO polygons / RLE per object, rasterised into the mask at encode time by
-    :func:`shardkit.convert.segments.semantic_mask`)."""
+    :func:`shardkit.convert.segments.semantic_mask`); ``mask_size``: the mask file's bytes (0 if unknown),
+    recorded in the input fingerprint so that a replaced mask is a different input."""
 
     relpath: str
     label: int | None
@@ -217,6 +218,7 @@ class SourceFile:
     objects: Objects | None = None
     mask: str | None = None
     segments: tuple[Segment, ...] | None = None
+    mask_size: int = 0
 
     def class_indices(self) -> tuple[int, ...]:
         """The classes this item carries: its ``label``, or its ``labels`` (none in a source without either)."""
@@ -317,6 +319,8 @@ class ScannedSource:
         targets: the names of the ``target`` values (``[]`` without ``target``).
         local_dir: a local folder SRC lives in (checked against DEST), if any.
         walked: ``local_dir`` is walked to find the items (then DEST may not be inside it either).
+        keypoint_names: the names of the ``K`` keypoints of each object (``keypoints`` sources; ``[]``: none).
+        flip_pairs: pairs of keypoint indices a horizontal flip swaps (e.g. ``left_eye``/``right_eye``).
     """
 
     root: str
@@ -329,6 +333,8 @@ class ScannedSource:
     walked: bool = True
     fields: tuple[str, ...] = DEFAULT_FIELDS
     targets: list[str] = field(default_factory=list)
+    keypoint_names: list[str] = field(default_factory=list)
+    flip_pairs: list[list[int]] = field(default_factory=list)
 
 
 def val_count(fraction: float, n: int) -> int:
@@ -338,11 +344,22 @@ def val_count(fraction: float, n: int) -> int:
     return math.floor(exact + Fraction(1, 2))
 
 
+def _stratum(f: SourceFile) -> tuple[int, ...]:
+    """The class an item is stratified by in :func:`carve_val`: its label or labels; for a detection item
+    (no label), the class of its first box (none for an item without boxes)."""
+    classes = f.class_indices()
+    if not classes and f.label is None and f.labels is None and f.objects is not None and len(f.objects):
+        return (int(f.objects.labels[0]),)
+    return classes
+
+
 def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str = "val") -> None:
     """Move :func:`val_count` ``(fraction, n)`` of each class's ``n`` items of the only split into a new split ``val_name``.
 
     Either split may end up with no files (e.g. every class has one item); it is still returned (see
-    :class:`ScannedSource`): the conversion reports an empty split rather than losing it.
+    :class:`ScannedSource`): the conversion reports an empty split rather than losing it. A detection item is
+    stratified by its first box's class (:func:`_stratum`); the val items' objects are counted ``kept`` in the
+    val split's ``annotations`` and leave the source split's counts (its skipped annotations stay there).
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"--val-fraction must be between 0 and 1 (exclusive), not {fraction}")
@@ -354,7 +371,7 @@ def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str =
         raise ValueError(f"--val-fraction: the source's split is already called {val_name!r}")
     by_class: dict[tuple[int, ...], list[SourceFile]] = {}  # a multi-label item's class is its set of classes
     for f in sorted(train.files, key=lambda f: f.relpath):
-        by_class.setdefault(f.class_indices(), []).append(f)
+        by_class.setdefault(_stratum(f), []).append(f)
     val: set[str] = set()
     for label, files in sorted(by_class.items()):
         picked = list(files)
@@ -364,6 +381,13 @@ def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str =
         val.update(f.relpath for f in picked[: val_count(fraction, len(files))])
     v = SplitSource(val_name, train.directory, [f for f in train.files if f.relpath in val], [], train.class_names)
     train.files = [f for f in train.files if f.relpath not in val]
+    if train.annotations:  # the val items' stored objects go with them (as kept); the rest stays with train
+        moved = sum(len(f.objects) for f in v.files if f.objects is not None)
+        take = min(moved, train.annotations.get("kept", 0))
+        train.annotations["kept"] = train.annotations.get("kept", 0) - take
+        if moved > take:
+            train.annotations["clipped"] = train.annotations.get("clipped", 0) - (moved - take)
+        v.annotations = {"kept": moved}
     source.splits = sorted([train, v], key=lambda s: s.name)
     source.nested = True
 

@@ -33,6 +33,7 @@ from shardkit.loader.batchtypes import Batch, JpegBatch, Jpegs, PixelBatch, RawB
 from shardkit.loader.config import DecodeOn, ImageConfig, LoaderConfig
 from shardkit.loader.decode.backend import normalize_device
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
+from shardkit.loader.decode.devicetargets import encoded_targets
 from shardkit.loader.decode.deviceviews import JpegViewBatch, decode_views_on_device, encode_views
 from shardkit.loader.decode.multicrop import ViewDecoder, views_batch
 from shardkit.loader.decode.worker import CropDecoder, Crops
@@ -303,6 +304,13 @@ def encode_batch(
     for i, reason in geo.errors:
         skip(good[i], reason, spec.strict, counters)
     ok = [good[i] for i in geo.kept.tolist()]
+    extra = None
+    if spec.rows.targets:  # moved here, with the boxes the device will cut (devicetargets.py)
+        geo, bad, extra, dropped = encoded_targets(ok, geo, spec.rows, decoder.cfg.preset, decoder.cfg.size)
+        for i, reason in bad:
+            skip(ok[i], reason, spec.strict, counters)
+        ok = [good[i] for i in geo.kept.tolist()]
+        counters.add("boxes_dropped", dropped)
     lengths = np.fromiter((len(s.jpeg) for s in ok), np.int64, len(ok))
     offsets = np.zeros(len(ok) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -325,6 +333,7 @@ def encode_batch(
         torch.tensor([s.label for s in ok], dtype=torch.int64),
         torch.from_numpy(gids[geo.kept]),
         [s.key for s in ok],
+        extra,
     )
 
 
