@@ -83,11 +83,11 @@ MUTANTS = [
         "tests": [ROUND_TRIP, PER_SAMPLE],
     },
     {
-        "id": "maskwarp-rounds-down",  # floor of the mapped centre, not round-half-up: masks shift half a pixel
+        "id": "maskwarp-index-off-by-one",  # the canvas holds indices + 1 (0 marks the outside): forgot the - 1
         "row": ROW_MASKWARP,
         "file": W,
-        "old": "src = torch.floor(scale * k + offset + 0.5)",
-        "new": "src = torch.floor(scale * k + offset)",
+        "old": "return (got.long() - 1).clamp_(min=0), inside",
+        "new": "return got.long().clamp_(max=n_in - 1), inside",
         "tests": [EXACT],
     },
     {
@@ -102,8 +102,8 @@ MUTANTS = [
         "id": "maskwarp-rows-from-the-column-map",
         "row": ROW_MASKWARP,
         "file": W,
-        "old": "iy, oky = _indices(m[1, 1], m[1, 2], oh, h)",
-        "new": "iy, oky = _indices(m[0, 0], m[0, 2], oh, h)",
+        "old": "iy, oky = _nearest(sampling_grid(m[None], (h, w), (oh, 1)), h, along_x=False)",
+        "new": "iy, oky = _nearest(sampling_grid(m[None], (h, w), (oh, 1)), h, along_x=True)",
         "tests": [EXACT],
     },
 ]
