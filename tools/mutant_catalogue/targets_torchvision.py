@@ -1,6 +1,8 @@
 """Mutants of the torchvision bridge (issue 24): ``shardkit/targets/torchvision.py`` (``to_torchvision``,
 ``as_tv_tensors``, ``from_tv_tensors``), and of the axis-aligned mask fast path ``shardkit/targets/maskwarp.py``.
-Tests: ``tests/targets/test_torchvision.py``, ``tests/targets/test_maskwarp.py``."""
+And of the benchmark's baseline (``tools/bench_detection.py``: the two sides must deliver the same batches).
+Tests: ``tests/targets/test_torchvision.py``, ``tests/targets/test_maskwarp.py``,
+``tests/integrations/test_detection_examples.py``."""
 
 ROW_MODELS = (
     "torchvision: to_torchvision gives each sample's boxes, labels, keypoints and semantic mask without padding "
@@ -24,6 +26,11 @@ ROW_MASKWARP = (
 )
 EXACT = "tests/targets/test_maskwarp.py::test_the_fast_path_is_warp_masks_exactly"
 W = "shardkit/targets/maskwarp.py"
+ROW_BENCH = (
+    "Benchmarks: tools/bench_detection.py's torchvision and shardkit pipelines deliver the same batches (fields, "
+    "shapes, dtypes, box counts, boxes inside the image and not empty), checked on each run's first batch"
+)
+BENCH = "tests/integrations/test_detection_examples.py::test_bench_detection_quick"
 
 MUTANTS = [
     {
@@ -105,5 +112,13 @@ MUTANTS = [
         "old": "iy, oky = _nearest(sampling_grid(m[None], (h, w), (oh, 1)), h, along_x=False)",
         "new": "iy, oky = _nearest(sampling_grid(m[None], (h, w), (oh, 1)), h, along_x=True)",
         "tests": [EXACT],
+    },
+    {
+        "id": "bench-collate-pads-labels-with-zero",  # padding rows read as background objects
+        "row": ROW_BENCH,
+        "file": "tools/bench_detection.py",
+        "old": "labels = torch.full((len(samples), m), -1, dtype=torch.int64)",
+        "new": "labels = torch.zeros((len(samples), m), dtype=torch.int64)",
+        "tests": [BENCH],
     },
 ]
