@@ -50,7 +50,7 @@ MUTANTS = [
         "tests": [FOLLOW, WORKERS],
     },
     {
-        "id": "targets-boxes-not-clipped",  # clipped to (and dropped against) the wrong output size
+        "id": "loader-boxes-clipped-to-the-wrong-size",  # clipped to (and dropped against) the wrong output size
         "row": ROW_MOVE,
         "file": "shardkit/loader/targetrows.py",
         "old": "(size, size), min_visible=spec.min_visible",
@@ -66,7 +66,7 @@ MUTANTS = [
         "tests": [FOLLOW, WORKERS],
     },
     {
-        "id": "targets-mask-bilinear",  # neighbouring labels blended (class indices averaged at edges)
+        "id": "loader-mask-bilinear",  # neighbouring labels blended (class indices averaged at edges)
         "row": ROW_MOVE,
         "file": "shardkit/loader/targetrows.py",
         "old": "mask[i] = warp_crop_mask(src, inv[i], (size, size))",

@@ -1,0 +1,31 @@
+"""Mutants of the seams the lead joined at merge (issue 24): ``DevicePrefetcher`` hands a dict batch with targets
+whole to a ``GpuAugment`` (``shardkit/loader/prefetch.py``), and ``GpuAugment`` refuses keypoints without
+``flip_pairs`` (``shardkit/augment/target_moves.py``). Tests: ``tests/loader/test_prefetch_targets.py``,
+``tests/augment/test_targets_api.py``."""
+
+ROW_PREFETCH = "GPU augmentation with targets: min_visible and flip_pairs apply, drops are counted, dict batches follow"
+
+P = "tests/loader/test_prefetch_targets.py::"
+MOVES = P + "test_the_prefetchers_augmentation_moves_every_target_with_the_pixels"
+REFUSED = P + "test_a_transform_that_cannot_move_targets_is_refused"
+NOPAIRS = P + "test_keypoints_without_flip_pairs_are_refused"
+API = "tests/augment/test_targets_api.py::test_refusals_are_one_line"
+
+MUTANTS = [
+    {
+        "id": "prefetch-transform-sees-only-the-image",  # the old behaviour: boxes and masks silently stay put
+        "row": ROW_PREFETCH,
+        "file": "shardkit/loader/prefetch.py",
+        "old": "        if any(k in batch for k in TARGET_FIELDS):\n",
+        "new": "        if False:\n",
+        "tests": [MOVES, REFUSED],
+    },
+    {
+        "id": "keypoints-without-flip-pairs-accepted",
+        "row": ROW_PREFETCH,
+        "file": "shardkit/augment/target_moves.py",
+        "old": "    if targets.keypoints is not None and targets.keypoints.shape[2] and flip_pairs is None:\n",
+        "new": "    if False:\n",
+        "tests": [NOPAIRS, API],
+    },
+]
