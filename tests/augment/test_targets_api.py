@@ -129,7 +129,9 @@ def test_refusals_are_one_line():
     with pytest.raises(ValueError, match="targets cannot follow the views list"):
         GpuAugment([HorizontalFlip()], seed=0, flip_pairs=FLIP_PAIRS)([images, images], targets=targets)
     with pytest.raises(ValueError, match=r"mask must be \[B, H, W\]"):
-        GpuAugment([HorizontalFlip()], seed=0, flip_pairs=FLIP_PAIRS)(images, targets=replace(targets, mask=targets.mask[:, :10]))
+        GpuAugment([HorizontalFlip()], seed=0, flip_pairs=FLIP_PAIRS)(
+            images, targets=replace(targets, mask=targets.mask[:, :10])
+        )
     with pytest.raises(ValueError, match="targets hold 1 samples but the images 2"):
         GpuAugment([HorizontalFlip()], seed=0, flip_pairs=FLIP_PAIRS)(images, targets=targets.take(torch.tensor([0])))
     with pytest.raises(ValueError, match="needs 'box_labels'"):
