@@ -11,7 +11,17 @@ REFUSED = P + "test_a_transform_that_cannot_move_targets_is_refused"
 NOPAIRS = P + "test_keypoints_without_flip_pairs_are_refused"
 API = "tests/augment/test_targets_api.py::test_refusals_are_one_line"
 
+ROW_CROWD = "Targets: crowd regions (COCO iscrowd) are stored but never yielded as boxes to detect"
+
 MUTANTS = [
+    {
+        "id": "crowd-regions-yielded-as-boxes",
+        "row": ROW_CROWD,
+        "file": "shardkit/loader/targetrows.py",
+        "old": "    objects = [o.take(~o.iscrowd) if o.iscrowd.any() else o for o in objects]\n",
+        "new": "",
+        "tests": ["tests/loader/test_targets_crowd.py::test_crowd_regions_are_not_yielded_as_boxes"],
+    },
     {
         "id": "prefetch-transform-sees-only-the-image",  # the old behaviour: boxes and masks silently stay put
         "row": ROW_PREFETCH,
