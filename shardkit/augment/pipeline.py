@@ -65,7 +65,9 @@ class GpuAugment(nn.Module):
             area stays inside the output (default :data:`~shardkit.targets.geometry.MIN_VISIBLE`:
             kept while any of it shows); counted in :attr:`objects_dropped`.
         flip_pairs: with keypoints, the ``(i, j)`` keypoint indices that swap names when a map
-            mirrors the image (``left_eye``/``right_eye``; the manifest's ``flip_pairs``).
+            mirrors the image (``left_eye``/``right_eye``; the dataset's: ``loader.flip_pairs``);
+            required with keypoints (``()`` when none swap), so a flip never silently leaves a
+            "left" point on the right.
 
     Call with ``images`` (``uint8 [B, 3, H, W]``, any strides, or float in
     ``[0, 1]``) and optionally ``labels``; returns the images, or
@@ -94,7 +96,7 @@ class GpuAugment(nn.Module):
         compute_dtype: torch.dtype = torch.float32,
         compile: bool = False,
         min_visible: float = MIN_VISIBLE,
-        flip_pairs: Sequence[Sequence[int]] = (),
+        flip_pairs: Sequence[Sequence[int]] | None = None,
     ) -> None:
         super().__init__()
         for op in ops:
@@ -130,7 +132,9 @@ class GpuAugment(nn.Module):
         if not 0.0 <= min_visible <= 1.0:
             raise ValueError(f"min_visible must be a fraction in [0, 1], got {min_visible}")
         self.min_visible = float(min_visible)
-        self.flip_pairs: tuple[tuple[int, int], ...] = check_flip_pairs(flip_pairs)
+        self.flip_pairs: tuple[tuple[int, int], ...] | None = (
+            None if flip_pairs is None else check_flip_pairs(flip_pairs)
+        )
         self._compiled_targets: Callable[..., Any] | None = None
         self._dropped: dict[str, Tensor] = {}  # per device: objects dropped by min_visible/clipping, counted there
 
@@ -224,7 +228,7 @@ class GpuAugment(nn.Module):
         prog = self._program((images.shape[2], images.shape[3]))
         x = images
         dropped = None if targets is None else torch.zeros_like(targets.count)  # objects each sample lost
-        moves = {"min_visible": self.min_visible, "flip_pairs": self.flip_pairs}
+        moves = {"min_visible": self.min_visible, "flip_pairs": self.flip_pairs or ()}
         owned = False  # x is our own float tensor (safe to modify in place)
         dtype = self.compute_dtype
         pending = 1.0 / 255.0 if images.dtype == torch.uint8 else 1.0
@@ -317,7 +321,7 @@ class GpuAugment(nn.Module):
         if targets is not None:
             if isinstance(images, (list, tuple)):
                 raise ValueError("targets cannot follow the views list of load(views=...): augment one image batch")
-            check_targets(targets, images)
+            check_targets(targets, images, self.flip_pairs)
             params = self.sample_params(images.shape[0], (images.shape[2], images.shape[3]), images.device)
             out, moved, dropped = self.step_targets(images, params, targets)
             self._count(self._dropped, dropped.sum())

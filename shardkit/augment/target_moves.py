@@ -63,9 +63,15 @@ def augment_dict(aug: Any, batch: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_targets(targets: Targets, images: Tensor) -> None:
-    """One-line errors for targets that do not fit ``images`` ``[B, 3, H, W]``."""
+def check_targets(targets: Targets, images: Tensor, flip_pairs: "Sequence[tuple[int, int]] | None" = ()) -> None:
+    """One-line errors for targets that do not fit ``images`` ``[B, 3, H, W]``, and for keypoints when
+    ``flip_pairs`` was not given (``None``: a flip would mirror them without swapping left and right)."""
     b, _, h, w = images.shape
+    if targets.keypoints is not None and targets.keypoints.shape[2] and flip_pairs is None:
+        raise ValueError(
+            "keypoints need flip_pairs= (which keypoints swap under a mirror): pass GpuAugment(..., "
+            "flip_pairs=loader.flip_pairs), the dataset's, or flip_pairs=() when none swap"
+        )
     if targets.boxes.shape[0] != b or targets.labels.shape[0] != b:
         raise ValueError(
             f"targets hold {targets.boxes.shape[0]} samples but the images {b}: pass the batch's own targets"

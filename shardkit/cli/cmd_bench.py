@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the CPU JPEG decoder (default auto: simplejpeg); torchvision: TorchCodec's decode_jpeg when installed",
     )
     p.add_argument("--batch-size", type=positive_int, default=64)
-    p.add_argument("--preset", choices=["train", "eval"], default="train")
+    p.add_argument("--preset", choices=["train", "eval", "detect", "letterbox"], default="train")
     p.add_argument("--size", type=int, default=224, help="output image size (default 224)")
     p.add_argument("--plot", metavar="PNG", help="also save a plot (needs matplotlib)")
     add_storage_arguments(p)

@@ -22,7 +22,7 @@ field          the batch holds                                     available
 of whose area stays in the output are dropped and counted: ``LoaderStats.boxes_dropped``). The targets
 move with the pixels: :mod:`shardkit.loader.targetrows`.
 
-What a dataset stores is its manifest's ``fields`` (:mod:`shardkit.format.fields`). This module imports no torch.
+What a dataset stores is its manifest's ``fields`` (:mod:`shardkit.format.fields`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
+
+from shardkit.targets.geometry import MIN_VISIBLE
 
 #: every field ``fields=`` may name
 FIELD_KINDS = (
@@ -49,10 +51,6 @@ FIELD_KINDS = (
 )
 #: the target fields (moved with the pixels by every crop) and the stored field each needs
 TARGET_KINDS = {"boxes": "boxes", "box_labels": "boxes", "box_count": "boxes", "keypoints": "keypoints", "mask": "mask"}
-#: what ``min_visible`` is unless given: a box keeps at least this share of its moved area in the output, or is
-#: dropped (counted). Ultralytics' YOLO pipelines keep boxes with more than 10 % of their area after augmentation
-#: (``box_candidates(area_thr=0.1)``); a higher bar leaves more object pixels without a box (taught as background).
-MIN_VISIBLE = 0.1
 #: the fields built per row in the worker (image, class label, key and source are every batch's own)
 ROW_FIELDS = ("labels", "target", "text", "meta")
 #: the fields every dataset has, whatever it stores

@@ -115,6 +115,12 @@ class ShardLoader:
         """Class names the labels index (a mixture's: merged by name, or ``"i/name"`` per source)."""
         return self.dataset.classes
 
+    @property
+    def flip_pairs(self) -> tuple[tuple[int, int], ...]:
+        """The keypoint index pairs a mirror swaps (the ``flip_pairs`` option, else the manifest's; ``()`` without
+        keypoints): pass them on, e.g. ``GpuAugment(..., flip_pairs=loader.flip_pairs)``."""
+        return tuple(self.dataset.rows.flip_pairs)
+
     def close(self) -> None:
         """Stop the worker processes now (persistent ones too); the loader stays usable (new workers on the next ``iter``)."""
         self._pool.close()

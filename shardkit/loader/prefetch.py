@@ -41,6 +41,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from shardkit.targets.fields import TARGET_FIELDS
+
 Batch = Any
 _END = object()
 
@@ -219,10 +221,22 @@ class DevicePrefetcher:
         return type(batch)(*fields) if hasattr(batch, "_fields") else type(batch)(fields)
 
     def _transform_dict(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """A dict batch (``fields=``): the transform gets its ``image`` (and ``label``, else ``labels``)."""
+        """A dict batch (``fields=``): the transform gets its ``image`` (and ``label``, else ``labels``); a
+        batch with targets (boxes, keypoints, mask) goes whole to a transform that moves them."""
         assert self.transform is not None
         if "image" not in batch:
             raise ValueError("a transform needs the 'image' field: add it to fields=")
+        if any(k in batch for k in TARGET_FIELDS):
+            if not getattr(self.transform, "moves_targets", False):
+                raise ValueError(
+                    "the batch has target fields (boxes, keypoints, mask) and this transform would move only the "
+                    "image: pass a shardkit GpuAugment (it moves them), or transform the dict batches yourself"
+                )
+            if self.transform_labels:
+                raise ValueError(
+                    "transform_labels=True does not apply to batches with targets (MixUp/CutMix refuse them)"
+                )
+            return self.transform(batch)
         out = dict(batch)
         if self.transform_labels:
             name = "label" if "label" in batch else "labels" if "labels" in batch else None

@@ -65,6 +65,9 @@ def target_rows(
     n = len(samples)
     k = spec.num_keypoints if "keypoints" in want else 0
     objects = [s.objects if s.objects is not None else Objects.empty(k) for s in samples]
+    # crowd regions (COCO iscrowd) are not objects to detect (torchvision's COCO reference drops them too);
+    # their pixels are 255 in a converted mask
+    objects = [o.take(~o.iscrowd) if o.iscrowd.any() else o for o in objects]
     inv = crop_maps(boxes, flips, size)
     moved, dropped = move(
         pad_objects(objects, k), inv, (size, size), min_visible=spec.min_visible, flip_pairs=spec.flip_pairs

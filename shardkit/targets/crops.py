@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from shardkit.format.fields import IGNORE
-from shardkit.targets.geometry import warp_masks
+from shardkit.targets.geometry import sampling_grid, warp_masks
 
 
 def crop_maps(boxes: np.ndarray, flips: np.ndarray, out_size: "tuple[int, int] | int") -> Tensor:
@@ -54,9 +55,27 @@ def crop_maps(boxes: np.ndarray, flips: np.ndarray, out_size: "tuple[int, int] |
     return torch.from_numpy(m)
 
 
+def _nearest(grid: Tensor, n_in: int, along_x: bool) -> tuple[Tensor, Tensor]:
+    """The source index ``[K]`` each point of ``grid`` ``[1, *, *, 2]`` takes along one axis (``warp_masks``'s
+    nearest ``grid_sample`` on a one-row or one-column canvas of indices + 1), and whether it is inside."""
+    values = torch.arange(1, n_in + 1, dtype=torch.float32, device=grid.device)
+    canvas = values.reshape(1, 1, 1, n_in) if along_x else values.reshape(1, 1, n_in, 1)
+    pts = grid.reshape(1, 1, -1, 2)
+    # the other coordinate is 0: the middle of a canvas one pixel wide (pixel 0)
+    pts = (
+        torch.stack([pts[..., 0], torch.zeros_like(pts[..., 1])], -1)
+        if along_x
+        else torch.stack([torch.zeros_like(pts[..., 0]), pts[..., 1]], -1)
+    )
+    got = F.grid_sample(canvas, pts, mode="nearest", padding_mode="zeros", align_corners=False).reshape(-1)
+    return (got.long() - 1).clamp_(min=0), got > 0
+
+
 def warp_crop_mask(mask: Tensor, inv: Tensor, out_size: "tuple[int, int]", fill: int = IGNORE) -> Tensor:
     """One mask ``[H, W]`` (uint8) resampled through one axis-aligned inverse map ``inv`` ``[3, 3]`` to ``out_size``,
-    nearest, ``fill`` outside: exactly :func:`~shardkit.targets.geometry.warp_masks` of it (tested equal).
+    nearest, ``fill`` outside: exactly :func:`~shardkit.targets.geometry.warp_masks` of it (tested equal), from
+    two index selections (its sampling grid's one output row and one output column: with no rotation or shear,
+    x depends on the output column only and y on the output row only).
 
     Raises:
         ValueError: ``inv`` rotates or shears (then call :func:`~shardkit.targets.geometry.warp_masks`).
@@ -68,14 +87,10 @@ def warp_crop_mask(mask: Tensor, inv: Tensor, out_size: "tuple[int, int]", fill:
         return warp_masks(mask[None], inv[None].to(mask.device), out_size, fill)[0]
     h, w = mask.shape
     oh, ow = out_size
-    xs = torch.arange(ow, dtype=torch.float32)
-    ys = torch.arange(oh, dtype=torch.float32)
-    sx = torch.floor(m[0, 0] * xs + m[0, 2] + 0.5)  # warp_masks' row[0] * x + row[1] * y + row[2], row[1] = 0
-    sy = torch.floor(m[1, 1] * ys + m[1, 2] + 0.5)
-    in_x, in_y = (sx >= 0) & (sx <= w - 1), (sy >= 0) & (sy <= h - 1)
-    rows, cols = sy.clamp(0, h - 1).long(), sx.clamp(0, w - 1).long()
+    ix, in_x = _nearest(sampling_grid(m[None], (h, w), (1, ow)), w, along_x=True)
+    iy, in_y = _nearest(sampling_grid(m[None], (h, w), (oh, 1)), h, along_x=False)
     # numpy's take: ~10x faster than torch's advanced indexing for uint8 rows and columns
-    out = torch.from_numpy(mask.numpy().take(rows.numpy(), 0).take(cols.numpy(), 1))
+    out = torch.from_numpy(mask.numpy().take(iy.numpy(), 0).take(ix.numpy(), 1))
     out[~in_y] = fill
     out[:, ~in_x] = fill
     return out

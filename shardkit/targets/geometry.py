@@ -38,9 +38,11 @@ from shardkit.format.fields import IGNORE, Objects
 
 Size = tuple[int, int]  #: ``(height, width)``
 
-#: the default ``min_visible`` of every geometric step (:func:`move`, ``GpuAugment``): keep every
-#: box with a positive visible area
-MIN_VISIBLE = 0.0
+#: the default ``min_visible`` of every geometric step (the loader's crops, ``GpuAugment``): a box keeps at
+#: least this share of its moved area in the output, or is dropped (counted). Ultralytics' YOLO pipelines keep
+#: boxes with more than 10 % of their area after augmentation (``box_candidates(area_thr=0.1)``); a higher bar
+#: leaves more object pixels without a box (taught as background). :func:`move` itself defaults to 0.
+MIN_VISIBLE = 0.1
 
 
 def forward(inv: Tensor) -> Tensor:
@@ -248,7 +250,7 @@ def move(
     inv: Tensor,
     out_size: Size,
     *,
-    min_visible: float = MIN_VISIBLE,
+    min_visible: float = 0.0,
     flip_pairs: Sequence[tuple[int, int]] = (),
 ) -> tuple[Targets, Tensor]:
     """The targets after the geometric step ``inv`` (``[N, 3, 3]`` inverse maps) to ``out_size``.

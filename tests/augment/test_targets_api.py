@@ -121,17 +121,19 @@ def test_each_run_moves_targets_by_its_own_map():
 def test_refusals_are_one_line():
     images, targets = scene_batch(0, 2, (48, 40))
     with pytest.raises(ValueError, match="MixUp/CutMix blend two samples"):
-        GpuAugment([HorizontalFlip(), MixUp(4)], seed=0)(images, targets=targets)
+        GpuAugment([HorizontalFlip(), MixUp(4)], seed=0, flip_pairs=FLIP_PAIRS)(images, targets=targets)
     with pytest.raises(ValueError, match="MixUp/CutMix blend two samples"):
         GpuAugment([CutMix(4)], seed=0)({"image": images, "boxes": targets.boxes, "box_labels": targets.labels})
     with pytest.raises(ValueError, match="ViewAugment does not move boxes"):
         ViewAugment([(2, [HorizontalFlip()])], seed=0)([images, images], targets=targets)
     with pytest.raises(ValueError, match="targets cannot follow the views list"):
-        GpuAugment([HorizontalFlip()], seed=0)([images, images], targets=targets)
+        GpuAugment([HorizontalFlip()], seed=0, flip_pairs=FLIP_PAIRS)([images, images], targets=targets)
     with pytest.raises(ValueError, match=r"mask must be \[B, H, W\]"):
-        GpuAugment([HorizontalFlip()], seed=0)(images, targets=replace(targets, mask=targets.mask[:, :10]))
+        GpuAugment([HorizontalFlip()], seed=0, flip_pairs=FLIP_PAIRS)(
+            images, targets=replace(targets, mask=targets.mask[:, :10])
+        )
     with pytest.raises(ValueError, match="targets hold 1 samples but the images 2"):
-        GpuAugment([HorizontalFlip()], seed=0)(images, targets=targets.take(torch.tensor([0])))
+        GpuAugment([HorizontalFlip()], seed=0, flip_pairs=FLIP_PAIRS)(images, targets=targets.take(torch.tensor([0])))
     with pytest.raises(ValueError, match="needs 'box_labels'"):
         GpuAugment([HorizontalFlip()], seed=0)({"image": images, "boxes": targets.boxes})
     with pytest.raises(ValueError, match="min_visible must be a fraction"):
@@ -140,11 +142,13 @@ def test_refusals_are_one_line():
         GpuAugment([HorizontalFlip()], flip_pairs=[(0, 1), (1, 2)])
     with pytest.raises(ValueError, match="two distinct keypoint indices"):
         GpuAugment([HorizontalFlip()], flip_pairs=[(2, 2)])
+    with pytest.raises(ValueError, match="keypoints need flip_pairs"):  # a flip would leave "left" on the right
+        GpuAugment([HorizontalFlip()], seed=0)(images, targets=targets)
 
 
 def test_an_empty_batch_gives_empty_targets():
     images, targets = scene_batch(0, 2, (48, 40))
-    x, moved = GpuAugment(GEOMETRIC, seed=0)(images[:0], targets=targets.take(torch.arange(0)))
+    x, moved = GpuAugment(GEOMETRIC, seed=0, flip_pairs=FLIP_PAIRS)(images[:0], targets=targets.take(torch.arange(0)))
     assert x.shape == (0, 3, 40, 40) and moved.boxes.shape == (0, targets.boxes.shape[1], 4)
     assert moved.mask.shape == (0, 40, 40)
 

@@ -66,7 +66,7 @@ def test_every_geometric_op_moves_boxes_masks_and_keypoints_with_the_pixels(data
     ops = [op for op, _ in chosen]
     loose = any(lz for _, lz in chosen)
     images, targets = scene_batch(seed, 4, (w, h))
-    aug = GpuAugment(ops, seed=seed, clip_intermediate=clip, flip_pairs=FLIP_PAIRS)
+    aug = GpuAugment(ops, seed=seed, clip_intermediate=clip, flip_pairs=FLIP_PAIRS, min_visible=0.0)
     params = aug.sample_params(4, (h, w), "cpu")
     x, moved, dropped = aug.apply_targets(images, params, targets)
     v = [False] * 4

@@ -186,6 +186,8 @@ def check_scene(image, boxes, labels, count, mask=None, keypoints=None, *, loose
             for s, (x, y, v) in enumerate(pts):
                 if v <= 0:
                     continue
+                if min(b[k, 2] - b[k, 0], b[k, 3] - b[k, 1]) < 1:
+                    continue  # a sliver under a pixel wide shows no pixel of its colour to sit on
                 if not (0 <= x <= w and 0 <= y <= h):
                     fails.append(f"keypoint {s} of object {k} at {(x, y)} is visible outside the image")
                     continue

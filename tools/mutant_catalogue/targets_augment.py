@@ -95,7 +95,7 @@ MUTANTS = [
         "id": "targets-flip-pairs-not-passed",
         "row": ROW_OPTIONS,
         "file": P,
-        "old": '"flip_pairs": self.flip_pairs}',
+        "old": '"flip_pairs": self.flip_pairs or ()}',
         "new": '"flip_pairs": ()}',
         "tests": [SCENES],
     },

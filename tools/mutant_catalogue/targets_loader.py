@@ -50,7 +50,7 @@ MUTANTS = [
         "tests": [FOLLOW, WORKERS],
     },
     {
-        "id": "targets-boxes-not-clipped",  # clipped to (and dropped against) the wrong output size
+        "id": "loader-boxes-clipped-to-the-wrong-size",  # clipped to (and dropped against) the wrong output size
         "row": ROW_MOVE,
         "file": "shardkit/loader/targetrows.py",
         "old": "(size, size), min_visible=spec.min_visible",
@@ -66,7 +66,7 @@ MUTANTS = [
         "tests": [FOLLOW, WORKERS],
     },
     {
-        "id": "targets-mask-bilinear",  # neighbouring labels blended (class indices averaged at edges)
+        "id": "loader-mask-bilinear",  # neighbouring labels blended (class indices averaged at edges)
         "row": ROW_MOVE,
         "file": "shardkit/loader/targetrows.py",
         "old": "mask[i] = warp_crop_mask(src, inv[i], (size, size))",
@@ -214,11 +214,11 @@ MUTANTS = [
         "tests": [DEVICE_DROP],
     },
     {
-        "id": "fast-mask-warp-ties-down",  # nearest with ties rounded down: a column off at exact half pixels
+        "id": "fast-mask-warp-rows-from-the-x-coordinates",  # the row indices read the grid's x: rows of a square crop
         "row": ROW_MOVE,
         "file": "shardkit/targets/crops.py",
-        "old": "sx = torch.floor(m[0, 0] * xs + m[0, 2] + 0.5)",
-        "new": "sx = torch.ceil(m[0, 0] * xs + m[0, 2] - 0.5)",
+        "old": "iy, in_y = _nearest(sampling_grid(m[None], (h, w), (oh, 1)), h, along_x=False)",
+        "new": "iy, in_y = _nearest(sampling_grid(m[None].flip(1), (w, h), (oh, 1)), h, along_x=True)",
         "tests": [FAST],
     },
     {

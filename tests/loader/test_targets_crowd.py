@@ -1,0 +1,55 @@
+"""Crowd regions (COCO ``iscrowd``) are stored but never yielded as boxes to detect (torchvision's COCO reference
+drops them from training targets as well); every other object of the sample still is, in order."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+import shardkit
+from shardkit.demo.scenes import CLASSES, scene, scene_jpeg
+from shardkit.format import EncodedSample, write_shard
+from shardkit.format.fields import Objects
+from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
+
+
+def test_crowd_regions_are_not_yielded_as_boxes(tmp_path):
+    root, samples, want = str(tmp_path), [], {}
+    for i in range(6):
+        s = scene(7, i, (64, 48), max_objects=4)
+        o = s.objects
+        crowd = np.arange(len(o)) % 2 == 1  # every second object is a crowd region
+        samples.append(
+            EncodedSample(f"k{i:06d}", scene_jpeg(s), None, {"i": i}, objects=Objects(o.boxes, o.labels, crowd))
+        )
+        want[i] = o.labels[~crowd].tolist()
+    with open(os.path.join(root, "train-000000.tar"), "wb") as f:
+        n, nbytes, sha = write_shard(samples, f)
+    save_manifest(
+        Manifest(
+            split="train",
+            classes=CLASSES,
+            shards=[ShardInfo("train-000000.tar", n, nbytes, sha)],
+            fields=["image", "boxes"],
+        ),
+        root,
+    )
+    loader = shardkit.load(
+        root,
+        fields=("meta", "boxes", "box_labels", "box_count"),
+        batch_size=3,
+        num_workers=0,
+        size=64,
+        preset="letterbox",
+        shuffle=False,
+    )
+    seen = 0
+    for b in loader:
+        for j, meta in enumerate(b["meta"]):
+            labels = b["box_labels"][j]
+            assert labels[labels >= 0].tolist() == want[meta["i"]]
+            assert int(b["box_count"][j]) == len(want[meta["i"]])
+            seen += 1
+    assert seen == 6 and loader.stats.boxes_dropped == 0 and torch.is_tensor(b["boxes"])
