@@ -1,8 +1,7 @@
 """Mutants of the torchvision bridge (issue 24): ``shardkit/targets/torchvision.py`` (``to_torchvision``,
-``as_tv_tensors``, ``from_tv_tensors``), and of the axis-aligned mask fast path ``shardkit/targets/maskwarp.py``.
-And of the benchmark's baseline (``tools/bench_detection.py``: the two sides must deliver the same batches).
-Tests: ``tests/targets/test_torchvision.py``, ``tests/targets/test_maskwarp.py``,
-``tests/integrations/test_detection_examples.py``."""
+``as_tv_tensors``, ``from_tv_tensors``);
+and of the benchmark's baseline (``tools/bench_detection.py``: the two sides must deliver the same batches).
+Tests: ``tests/targets/test_torchvision.py``, ``tests/integrations/test_detection_examples.py``."""
 
 ROW_MODELS = (
     "torchvision: to_torchvision gives each sample's boxes, labels, keypoints and semantic mask without padding "
@@ -20,12 +19,6 @@ ROUND_TRIP = T + "test_tv_tensors_round_trip_exactly"
 KERNELS = T + "test_v2_kernels_move_boxes_and_masks_like_shardkits_rule"
 
 F = "shardkit/targets/torchvision.py"
-ROW_MASKWARP = (
-    "Masks: the axis-aligned fast path (warp_mask_axis_aligned) gives exactly warp_masks's pixels for every crop, "
-    "resize, flip and padding window"
-)
-EXACT = "tests/targets/test_maskwarp.py::test_the_fast_path_is_warp_masks_exactly"
-W = "shardkit/targets/maskwarp.py"
 ROW_BENCH = (
     "Benchmarks: tools/bench_detection.py's torchvision and shardkit pipelines deliver the same batches (fields, "
     "shapes, dtypes, box counts, boxes inside the image and not empty), checked on each run's first batch"
@@ -88,30 +81,6 @@ MUTANTS = [
         "old": "counts = [int(c) for c in t.count.tolist()]",
         "new": "counts = [int(c) + 1 for c in t.count.tolist()]",
         "tests": [ROUND_TRIP, PER_SAMPLE],
-    },
-    {
-        "id": "maskwarp-index-off-by-one",  # the canvas holds indices + 1 (0 marks the outside): forgot the - 1
-        "row": ROW_MASKWARP,
-        "file": W,
-        "old": "return (got.long() - 1).clamp_(min=0), inside",
-        "new": "return got.long().clamp_(max=n_in - 1), inside",
-        "tests": [EXACT],
-    },
-    {
-        "id": "maskwarp-padding-columns-not-ignored",  # letterbox/detect padding columns read the edge's classes
-        "row": ROW_MASKWARP,
-        "file": W,
-        "old": "        out[:, ~okx] = fill",
-        "new": "        pass",
-        "tests": [EXACT],
-    },
-    {
-        "id": "maskwarp-rows-from-the-column-map",
-        "row": ROW_MASKWARP,
-        "file": W,
-        "old": "iy, oky = _nearest(sampling_grid(m[None], (h, w), (oh, 1)), h, along_x=False)",
-        "new": "iy, oky = _nearest(sampling_grid(m[None], (h, w), (oh, 1)), h, along_x=True)",
-        "tests": [EXACT],
     },
     {
         "id": "bench-collate-pads-labels-with-zero",  # padding rows read as background objects
