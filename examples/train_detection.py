@@ -57,16 +57,6 @@ def build_loader(
     )
 
 
-def class_names(loader: Any, url: str) -> "tuple[str, ...]":
-    """The dataset's class names (``"background"`` first): the loader's, or its manifest's where the loader lists
-    none (a dataset without a ``label`` field)."""
-    if loader.classes:
-        return tuple(loader.classes)
-    from shardkit.format.manifest import load_manifest
-
-    return tuple(load_manifest(url).classes)
-
-
 def build_model(num_classes: int, size: int) -> torch.nn.Module:
     """Faster R-CNN with a MobileNetV3-Large FPN backbone, from scratch, resizing nothing (inputs are ``size``).
 
@@ -119,7 +109,7 @@ def main(argv: "list[str] | None" = None) -> None:
 
     # 2. the model: classes are the dataset's ("background" first: torchvision's convention, box labels >= 1)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = build_model(len(class_names(loader, url)), args.size).to(device).train()
+    model = build_model(len(loader.classes), args.size).to(device).train()
     params = [q for q in model.parameters() if q.requires_grad]
     opt = torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=1e-4)
     warmup = max(1, min(10, args.steps // 2))

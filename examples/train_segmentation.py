@@ -56,16 +56,6 @@ def build_loader(url: str, *, size: int, batch_size: int, workers: int, seed: in
     )
 
 
-def class_names(loader: Any, url: str) -> "tuple[str, ...]":
-    """The dataset's class names (``"background"`` first): the loader's, or its manifest's where the loader lists
-    none (a dataset without a ``label`` field)."""
-    if loader.classes:
-        return tuple(loader.classes)
-    from shardkit.format.manifest import load_manifest
-
-    return tuple(load_manifest(url).classes)
-
-
 def build_model(num_classes: int) -> torch.nn.Module:
     """LR-ASPP with a MobileNetV3-Large backbone, from scratch."""
     from torchvision.models.segmentation import lraspp_mobilenet_v3_large
@@ -110,7 +100,7 @@ def main(argv: "list[str] | None" = None) -> None:
 
     # 2. the model: one output channel per class of the dataset (class 0 "background" included)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = build_model(len(class_names(loader, url))).to(device).train()
+    model = build_model(len(loader.classes)).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
 
     step, seen, epoch = 0, 0, 0
