@@ -94,6 +94,7 @@ class SkipReason(str, enum.Enum):
     BAD_TEXT = "bad_text"
     MISSING_MASK = "missing_mask"
     BAD_MASK = "bad_mask"
+    SIZE_MISMATCH = "size_mismatch"
 
 
 class SkipImage(Exception):

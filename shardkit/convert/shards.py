@@ -60,6 +60,7 @@ class Item:
     objects: Objects | None = None
     mask: str | None = None
     segments: tuple[Segment, ...] | None = None
+    declared_size: tuple[int, int] | None = None
 
 
 def key_width(num_files: int) -> int:
@@ -76,7 +77,21 @@ def order(files: Sequence[SourceFile], seed: int, shuffle: bool) -> list[Item]:
     """Items in shard order: keys from sorted order, then shuffled with ``seed`` if ``shuffle``."""
     ordered = sorted(files, key=lambda f: f.relpath)
     items = [
-        Item(i, f.relpath, f.label, f.size, f.ref, f.meta, f.labels, f.target, f.text, f.objects, f.mask, f.segments)
+        Item(
+            i,
+            f.relpath,
+            f.label,
+            f.size,
+            f.ref,
+            f.meta,
+            f.labels,
+            f.target,
+            f.text,
+            f.objects,
+            f.mask,
+            f.segments,
+            f.declared_size,
+        )
         for i, f in enumerate(ordered)
     ]
     if shuffle:

@@ -123,13 +123,21 @@ def encode_targets(
     """``item``'s objects and mask moved from its source image (``in_size``) to the stored one (``out_size``).
 
     Raises:
-        SkipImage: ``missing_mask`` or ``bad_mask`` (the detail names the mask file).
+        SkipImage: ``missing_mask`` or ``bad_mask`` (the detail names the mask file), ``size_mismatch`` (the
+            source declares another image size than the image has).
     """
     import torch
 
     from shardkit.format.masks import mask_bytes
     from shardkit.targets.geometry import clip_boxes, move, move_boxes, pad_objects
 
+    declared = getattr(item, "declared_size", None)
+    if declared is not None and tuple(declared) != tuple(in_size):
+        raise SkipImage(
+            SkipReason.SIZE_MISMATCH,
+            f"{item.relpath}: the annotations are for a {declared[0]}x{declared[1]} image but the image is "
+            f"{in_size[0]}x{in_size[1]} (EXIF-oriented); fix width/height in the annotation file or the image",
+        )
     mask = _source_mask(item, reader, in_size) if spec.mask else None
     if mask is not None and spec.num_classes:
         bad = (mask >= spec.num_classes) & (mask != IGNORE)

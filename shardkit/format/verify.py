@@ -20,10 +20,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
+import numpy as np
+
 from shardkit.errors import ShardkitError
-from shardkit.format.fields import DEFAULT_FIELDS, SampleRule
+from shardkit.format.fields import DEFAULT_FIELDS, IGNORE, MASK_EXT, SampleRule
 from shardkit.format.index import INDEX_FORMAT, IndexDamage, build_index, index_url, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
+from shardkit.format.masks import decode_mask
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_PIXELS, META_EXT, parse_meta
 from shardkit.format.sample import RawSample
 from shardkit.format.splits import Found, Incomplete, find_splits, load_manifests
@@ -267,9 +270,26 @@ class _SplitCheck:
         key, label, meta_bytes = smp.key, smp.label, smp.meta_bytes
         classes = self.m.classes  # none: the loader accepts any label, and there is no class name to compare
         single = "label" in self.m.fields
-        if classes:
+        if classes and (single or "labels" in self.m.fields):
             for c in (label,) if single else smp.labels or ():
                 self.counts[c] += 1  # type: ignore[index]
+        elif classes:  # a detection / segmentation dataset: a sample holds the classes of its boxes and mask pixels
+            held = {int(c) for c in smp.objects.labels} if smp.objects is not None else set()
+            if smp.mask is not None:
+                try:
+                    mask = decode_mask(smp.mask, _image_size(smp.jpeg or b""))
+                except ValueError as exc:
+                    self.add(name, key, f"bad .{MASK_EXT} member: {exc}")
+                else:
+                    values = np.flatnonzero(np.bincount(mask.reshape(-1), minlength=256)[:IGNORE])
+                    stray = [int(v) for v in values if v >= len(classes)]
+                    if stray:
+                        self.add(
+                            name, key, f"mask value {stray[0]} is not a class index (below {len(classes)}) or {IGNORE}"
+                        )
+                    held |= {int(v) for v in values if v < len(classes)}
+            for c in held:
+                self.counts[c] += 1
         if not meta_bytes:
             self.add(name, key, f"missing member .{META_EXT}")
         elif classes and single:
@@ -307,6 +327,17 @@ class _SplitCheck:
                 "",
                 f"class counts in the shards {self.counts} differ from the manifest {self.m.class_counts}",
             )
+
+
+def _image_size(data: bytes) -> Optional[tuple[int, int]]:
+    """The image's ``(width, height)`` from its header (``None`` if unreadable: the image check reports it)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.size
+    except Exception:  # noqa: BLE001 - reported by _check_image
+        return None
 
 
 def _relative(url: str, base: str) -> str:

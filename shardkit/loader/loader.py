@@ -312,7 +312,7 @@ class ShardLoader:
         skipped samples, read retries and the slowest worker stage (``log_every_epoch=True`` logs it);
         with ``decode_on="device"``, where and by which library the batches were decoded; with ``views=``,
         the views of the next batches (count x size per group); with target fields, the boxes dropped
-        (less than ``min_visible`` of their area left in the crop)."""
+        (less than ``min_visible`` of their area left in the crop, or a crowd region)."""
         views = f" | views {describe_views(self.views)}" if self.config.image.views else ""
         stats = self.stats
         dropped = f", {stats.boxes_dropped} boxes dropped" if self.dataset.rows.targets else ""

@@ -97,7 +97,7 @@ class LoaderStats:
         return self.samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     def __str__(self) -> str:
-        dropped = f", {self.boxes_dropped} boxes dropped (min_visible)" if self.boxes_dropped else ""
+        dropped = f", {self.boxes_dropped} boxes dropped (min_visible, crowd)" if self.boxes_dropped else ""
         return (
             f"{self.samples} samples in {self.batches} batches, {self.skipped} skipped{dropped}, "
             f"{self.bytes_read / 1e6:.1f} MB read, {self.retries} read retries, {self.images_per_s:.0f} img/s, waited {self.wait_s:.2f} s "

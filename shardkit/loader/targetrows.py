@@ -59,19 +59,21 @@ def target_rows(
 
     Returns:
         ``(rows, dropped)``: :class:`FieldRows` with the asked-for target fields of ``spec``, and the number of
-        boxes dropped (less than ``spec.min_visible`` of their area left in the output).
+        boxes dropped (less than ``spec.min_visible`` of their area left in the output, or a crowd region).
     """
     want = spec.targets
     n = len(samples)
     k = spec.num_keypoints if "keypoints" in want else 0
     objects = [s.objects if s.objects is not None else Objects.empty(k) for s in samples]
-    # crowd regions (COCO iscrowd) are not objects to detect (torchvision's COCO reference drops them too);
-    # their pixels are 255 in a converted mask
+    # crowd regions (COCO iscrowd, VOC difficult) are not objects to detect (torchvision's COCO reference drops
+    # them too; their pixels are 255 in a converted mask): not yielded, counted with the dropped boxes
+    crowds = np.fromiter((int(o.iscrowd.sum()) for o in objects), np.int64, n)
     objects = [o.take(~o.iscrowd) if o.iscrowd.any() else o for o in objects]
     inv = crop_maps(boxes, flips, size)
     moved, dropped = move(
         pad_objects(objects, k), inv, (size, size), min_visible=spec.min_visible, flip_pairs=spec.flip_pairs
     )
+    dropped = dropped + torch.from_numpy(crowds)
     mask = None
     if "mask" in want:
         assert masks is not None

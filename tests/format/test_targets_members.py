@@ -19,7 +19,7 @@ from PIL import Image
 from shardkit.demo.scenes import CLASSES, COLOURS, scene, write_scenes
 from shardkit.errors import ManifestError
 from shardkit.format import ShardReader
-from shardkit.format.fields import Objects, SampleRule, fields_error, objects_bytes, parse_objects
+from shardkit.format.fields import IGNORE, Objects, SampleRule, fields_error, objects_bytes, parse_objects
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, save_manifest
 from shardkit.format.masks import decode_mask, mask_bytes
 from shardkit.format.verify import verify
@@ -341,3 +341,20 @@ def test_a_sample_missing_or_breaking_a_declared_member_is_unusable(tmp_path_fac
     else:
         assert errors[1] is not None and ("missing field" in errors[1] or "reversed" in errors[1])
     assert os.path.exists(url)
+
+
+def test_verify_counts_the_classes_of_boxes_and_mask_pixels(tmp_path):
+    """A detection dataset's class_counts: per class, the samples holding it in a box or a mask pixel."""
+    root = write_scenes(str(tmp_path), 8, size=(48, 40), shard_size=4)
+    m = load_manifest(root)
+    want = [0] * len(CLASSES)
+    for i in range(8):
+        s = scene(0, i, (48, 40))
+        for c in set(s.objects.labels.tolist()) | {int(v) for v in np.unique(s.mask) if v != IGNORE}:
+            want[c] += 1
+    m.class_counts = want
+    save_manifest(m, root)
+    assert verify(root).ok, verify(root).problems
+    m.class_counts = [want[0] + 1, *want[1:]]
+    save_manifest(m, root)
+    assert any("class counts" in str(p) for p in verify(root).problems)

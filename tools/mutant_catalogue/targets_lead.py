@@ -11,9 +11,49 @@ REFUSED = P + "test_a_transform_that_cannot_move_targets_is_refused"
 NOPAIRS = P + "test_keypoints_without_flip_pairs_are_refused"
 API = "tests/augment/test_targets_api.py::test_refusals_are_one_line"
 
-ROW_CROWD = "Targets: crowd regions (COCO iscrowd) are stored but never yielded as boxes to detect"
+
+ROW_CROWD = "Targets: crowd regions (COCO iscrowd, VOC difficult) are stored, never yielded as boxes, and counted"
+ROW_VERIFY = "Stored targets: verify counts the classes of boxes and mask pixels (as conversion does)"
+ROW_SIZE = "Conversion targets: every input and every annotation is accounted for (written, clipped or skipped)"
+
+ROW_BG = "Conversion input: a category named 'background' (class 0's name) is refused in one line"
 
 MUTANTS = [
+    {
+        "id": "background-category-accepted",
+        "row": ROW_BG,
+        "file": "shardkit/convert/scan/detection.py",
+        "old": "    if BACKGROUND in source.classes[1:]:",
+        "new": "    if False:",
+        "tests": ["tests/convert/test_targets_background.py::test_a_category_named_background_is_refused"],
+    },
+    {
+        "id": "verify-ignores-box-and-mask-classes",
+        "row": ROW_VERIFY,
+        "file": "shardkit/format/verify.py",
+        "old": "        elif classes:  # a detection / segmentation dataset",
+        "new": "        elif False:  # a detection / segmentation dataset",
+        "tests": ["tests/format/test_targets_members.py::test_verify_counts_the_classes_of_boxes_and_mask_pixels"],
+    },
+    {
+        "id": "crowd-regions-not-counted",
+        "row": ROW_CROWD,
+        "file": "shardkit/loader/targetrows.py",
+        "old": "    dropped = dropped + torch.from_numpy(crowds)",
+        "new": "    dropped = dropped",
+        "tests": ["tests/loader/test_targets_crowd.py::test_crowd_regions_are_not_yielded_as_boxes"],
+    },
+    {
+        "id": "declared-size-ignored",  # boxes drawn on another image size stored as if they fit this one
+        "row": ROW_SIZE,
+        "file": "shardkit/convert/targets.py",
+        "old": "    if declared is not None and tuple(declared) != tuple(in_size):",
+        "new": "    if False:",
+        "tests": [
+            "tests/convert/test_targets_declared_size.py::"
+            "test_a_declared_size_other_than_the_images_skips_it_with_its_annotations"
+        ],
+    },
     {
         "id": "crowd-regions-yielded-as-boxes",
         "row": ROW_CROWD,

@@ -248,6 +248,7 @@ def scan_coco(path: str, options: ScanConfig, split: str, **storage_options: Any
                 None,
                 0,
                 meta={"image_id": im["id"]},
+                declared_size=(int(im["width"]), int(im["height"])),
                 objects=objects_of(
                     [o[0] for o in objs], [o[1] for o in objs], [o[2] for o in objs], [o[3] for o in objs], k
                 ),

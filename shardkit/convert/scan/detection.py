@@ -145,8 +145,21 @@ def describe(classes: Sequence[str], counts: dict[str, int]) -> str:
     return f"{len(classes) - 1} classes ({names}) after 'background'; annotations: {told}"
 
 
+#: the name of class 0 in every detection source
+BACKGROUND = "background"
+
+
 def finish(source: ScannedSource, keypoint_names: Sequence[str] = (), masks: bool = False) -> ScannedSource:
-    """Set the fields the source's items fill and its keypoint names and flip pairs."""
+    """Set the fields the source's items fill and its keypoint names and flip pairs.
+
+    Raises:
+        ConvertError: a category named ``background`` (class 0's name: its objects would train as background).
+    """
+    if BACKGROUND in source.classes[1:]:
+        raise ConvertError(
+            f"{source.root}: a category is named {BACKGROUND!r}, the name of class 0 (no object; torchvision's "
+            "convention): rename it, or remove it from the categories if no annotation uses it"
+        )
     source.fields = ("image", "boxes") + (("keypoints",) if keypoint_names else ()) + (("mask",) if masks else ())
     source.keypoint_names = list(keypoint_names)
     source.flip_pairs = flip_pairs_of(keypoint_names)

@@ -169,6 +169,11 @@ def scan_hf_targets(src: Any, opts: ScanConfig, split: str = "train") -> Scanned
     notes = []
     if opts.objects_col is not None:
         classes = ["background", *(names or [])]
+        if "background" in classes[1:]:
+            raise ConvertError(
+                f"{opts.objects_col!r}: a category is named 'background', the name of class 0 (no object; "
+                "torchvision's convention): rename it, or remove it if no object uses it"
+            )
         notes.append(f"{len(classes) - 1} categories from {opts.objects_col!r} (class 0 is background)")
     elif opts.mask_classes is not None:
         from shardkit.convert.scan.maskdir import read_class_names

@@ -204,7 +204,8 @@ class SourceFile:
     keypoints; already clipped and checked at scan time), ``mask`` (where :class:`Reader` finds its
     PNG mask: a ``relpath``-like ref, read as ``reader.read(mask, "")`` or a full ref), and
     ``segments`` (COCO polygons / RLE per object, rasterised into the mask at encode time by
-    :func:`shardkit.convert.segments.semantic_mask`); ``mask_size``: the mask file's bytes (0 if unknown),
+    :func:`shardkit.convert.segments.semantic_mask`); ``mask_size``: the mask file's bytes (0 if unknown), ``declared_size``: the ``(width, height)`` the annotations were
+    drawn on, where the source says (COCO's ``images[].width/height``; the image must have it, EXIF-oriented),
     recorded in the input fingerprint so that a replaced mask is a different input."""
 
     relpath: str
@@ -219,6 +220,7 @@ class SourceFile:
     mask: str | None = None
     segments: tuple[Segment, ...] | None = None
     mask_size: int = 0
+    declared_size: tuple[int, int] | None = None
 
     def class_indices(self) -> tuple[int, ...]:
         """The classes this item carries: its ``label``, or its ``labels`` (none in a source without either)."""
