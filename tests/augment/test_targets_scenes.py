@@ -11,7 +11,7 @@ edge in the right slot (``tests/targets/oracle.py::check_scene``).
 from __future__ import annotations
 
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from shardkit.augment import (
@@ -28,7 +28,13 @@ from shardkit.augment import (
 from shardkit.demo.scenes import FLIP_PAIRS
 from tests.targets.oracle import FILL, check_scene, scene_batch
 
-SETTINGS = settings(derandomize=True, deadline=None, max_examples=25, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    phases=[Phase.explicit, Phase.generate],
+    derandomize=True,
+    deadline=None,
+    max_examples=25,
+    suppress_health_check=list(HealthCheck),
+)
 NOOP = Normalize((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))  # a pixel op that changes nothing: splits a geometric run
 
 

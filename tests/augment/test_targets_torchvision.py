@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torchvision.transforms.v2.functional as F
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode
@@ -32,7 +32,13 @@ from shardkit.augment import (
 )
 from tests.targets.oracle import scene_batch
 
-SETTINGS = settings(derandomize=True, deadline=None, max_examples=12, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    phases=[Phase.explicit, Phase.generate],
+    derandomize=True,
+    deadline=None,
+    max_examples=12,
+    suppress_health_check=list(HealthCheck),
+)
 NEAREST = InterpolationMode.NEAREST
 EXACT = InterpolationMode.NEAREST_EXACT  # half-pixel centres, as ours (torchvision's NEAREST floors)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.convert.options import ConvertConfig, ScanConfig
@@ -26,7 +26,7 @@ pytest.importorskip("pycocotools")
 from pycocotools.coco import COCO  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pycocotools vs numpy 2
-SETTINGS = settings(derandomize=True, deadline=None, max_examples=25)
+SETTINGS = settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=25)
 KINDS = ("no_image", "degenerate_box", "outside_image", "bad_category", "clipped")
 KP_NAMES = ["left_end", "right_end"]
 

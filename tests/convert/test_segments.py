@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.convert.segments import (
@@ -24,7 +24,7 @@ from tests.convert.detection_helpers import outline_distance
 cocomask = pytest.importorskip("pycocotools.mask")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pycocotools vs numpy 2
 
-SETTINGS = settings(derandomize=True, deadline=None, max_examples=60)
+SETTINGS = settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=60)
 
 
 @st.composite

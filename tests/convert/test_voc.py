@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.convert.imageproc import SkipReason
@@ -20,7 +20,7 @@ from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError
 from tests.convert.detection_helpers import read_shards, write_scene_images
 
-SETTINGS = settings(derandomize=True, deadline=None, max_examples=25)
+SETTINGS = settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=25)
 KINDS = ("degenerate_box", "outside_image", "clipped")
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.convert.imageproc import SkipReason
@@ -20,7 +20,7 @@ from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError
 from tests.convert.detection_helpers import read_shards
 
-SETTINGS = settings(derandomize=True, deadline=None, max_examples=20)
+SETTINGS = settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=20)
 KINDS = ("bad_line", "bad_category", "degenerate_box", "outside_image", "clipped", "no_image")
 NAMES = CLASSES[1:]  # YOLO class k is the scene's class k + 1
 
@@ -183,7 +183,7 @@ name_text = st.from_regex(r"[a-z][a-z0-9_\- ]{0,10}[a-z0-9]", fullmatch=True).fi
 )
 
 
-@settings(derandomize=True, deadline=None, max_examples=60)
+@settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=60)
 @given(
     st.lists(name_text, min_size=1, max_size=6),
     st.sampled_from(["flow", "block", "flow-dict", "block-dict"]),

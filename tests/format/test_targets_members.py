@@ -24,7 +24,9 @@ from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, save_ma
 from shardkit.format.masks import decode_mask, mask_bytes
 from shardkit.format.verify import verify
 
-SET = settings(derandomize=True, deadline=None, max_examples=120, database=None)
+SET = settings(
+    phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=120, database=None
+)
 F32 = float(np.finfo(np.float32).max)
 
 numbers = st.one_of(
@@ -201,7 +203,7 @@ def test_fields_rule_with_targets_equals_a_reference(fields, c, t, k, pairs):
     assert (fields_error(fields, c, t, k, pairs) is None) == _ref_fields_error(fields, c, t, k, pairs)
 
 
-@settings(derandomize=True, deadline=None, max_examples=40, database=None)
+@settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=40, database=None)
 @given(h=st.integers(1, 40), w=st.integers(1, 40), seed=st.integers(0, 99))
 def test_mask_member_round_trips_bit_for_bit(h, w, seed):
     arr = np.random.default_rng(seed).integers(0, 256, (h, w)).astype(np.uint8)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.augment.geometry import flip_matrix, resized_crop_matrix
@@ -22,7 +22,7 @@ def boxes(draw):
     return (x0, y0, x0 + draw(st.floats(0.5, 400, width=32)), y0 + draw(st.floats(0.5, 400, width=32)))
 
 
-@settings(derandomize=True, deadline=None, max_examples=100)
+@settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=100)
 @given(box=boxes(), flip=st.booleans(), oh=st.integers(1, 64), ow=st.integers(1, 64))
 def test_crop_maps_are_the_augment_matrices(box, flip, oh, ow):
     m = crop_maps(np.array([box]), np.array([flip]), (oh, ow))
@@ -37,7 +37,7 @@ def test_crop_maps_are_the_augment_matrices(box, flip, oh, ow):
     assert torch.allclose(m, want, rtol=1e-9, atol=1e-9)
 
 
-@settings(derandomize=True, deadline=None, max_examples=150)
+@settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=150)
 @example(box=(0.0, 0.0, 64.0, 32.0), flip=False, hw=(20, 30), out=(16, 32), seed=1)  # every sample a tie
 @example(box=(3.0, -5.0, 67.0, 27.0), flip=True, hw=(40, 40), out=(16, 32), seed=2)
 @given(

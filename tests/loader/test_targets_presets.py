@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import shardkit
@@ -32,7 +32,7 @@ def image_in_output(box, w: int, h: int, size: int) -> tuple[float, float, float
 sizes = st.tuples(st.integers(1, 700), st.integers(1, 700))
 
 
-@settings(derandomize=True, deadline=None, max_examples=60)
+@settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=60)
 @given(wh=st.lists(sizes, min_size=1, max_size=6), size=st.integers(4, 300), seed=st.integers(0, 999))
 def test_letterbox_fits_the_longer_side_and_centres(wh, size, seed):
     dec = CropDecoder(ImageConfig(preset="letterbox", size=size), seed)
@@ -48,7 +48,7 @@ def test_letterbox_fits_the_longer_side_and_centres(wh, size, seed):
             assert lo == pytest.approx((size - round(hi - lo)) // 2, abs=1e-6), "centred (the odd pixel at the end)"
 
 
-@settings(derandomize=True, deadline=None, max_examples=60)
+@settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=60)
 @given(
     wh=st.lists(sizes, min_size=1, max_size=6),
     size=st.integers(4, 300),

@@ -14,14 +14,20 @@ import math
 
 import numpy as np
 import torch
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.augment.geometry import compose, flip_matrix, resized_crop_matrix, warp
 from shardkit.targets.geometry import MIN_VISIBLE, Targets, move, outside, warp_masks
 from tests.targets.oracle import check_scene, ref_move_sample, ref_warp_mask, scene_batch
 
-SETTINGS = settings(derandomize=True, deadline=None, max_examples=40, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    phases=[Phase.explicit, Phase.generate],
+    derandomize=True,
+    deadline=None,
+    max_examples=40,
+    suppress_health_check=list(HealthCheck),
+)
 
 
 def inverse_map(angle: float, sx: float, sy: float, shear: float, mirror: bool, tx: float, ty: float) -> np.ndarray:

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from torchvision import tv_tensors
 from torchvision.transforms import v2
@@ -24,7 +24,7 @@ from shardkit.demo.scenes import COLOURS, scene
 from shardkit.targets import as_tv_tensors, from_tv_tensors, move, targets_of, to_torchvision
 from shardkit.targets.geometry import move_points, warp_masks
 
-FAST = settings(derandomize=True, deadline=None, max_examples=25)
+FAST = settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=25)
 
 
 @st.composite
@@ -282,7 +282,7 @@ def _scene_batch(n, size=(96, 72)):
     return {"image": image, "boxes": boxes, "box_labels": labels, "box_count": (labels >= 0).sum(1), "mask": mask}
 
 
-@settings(derandomize=True, deadline=None, max_examples=8)
+@settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=8)
 @given(st.integers(0, 2**31 - 1))
 def test_a_v2_pipeline_on_shardkits_output_keeps_boxes_and_mask_on_their_colours(seed):
     torch.manual_seed(seed)

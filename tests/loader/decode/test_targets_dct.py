@@ -15,7 +15,7 @@ import io
 
 import numpy as np
 import torch
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from shardkit.loader.config import ImageConfig
@@ -45,7 +45,7 @@ def edge_in_output(out: torch.Tensor) -> float:
     return j - 0.5 + (127.5 - p[j - 1]) / (p[j] - p[j - 1])
 
 
-@settings(derandomize=True, deadline=None, max_examples=20)
+@settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=20)
 @given(k=st.integers(-6, 6), extra=st.integers(0, 7), flip=st.booleans())
 def test_targets_follow_the_box_rounded_to_the_decoded_grid(k, extra, flip):
     dec = CropDecoder(ImageConfig(size=S, decoder="pil"), 0)
