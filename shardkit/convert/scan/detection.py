@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.convert.options import ScanConfig
-from shardkit.convert.scan.source import ScannedSource
+from shardkit.convert.scan.source import ScannedSource, SplitSource
 from shardkit.errors import ConvertError
 from shardkit.format.fields import Objects
 
@@ -136,6 +136,23 @@ def image_size(path: str) -> tuple[int, int] | None:
     except Exception:  # noqa: BLE001 - PIL raises many types for unreadable headers
         return None
     return (h, w) if turned else (w, h)
+
+
+def close_split(out: SplitSource, classes: Sequence[str], tally: Tally) -> None:
+    """Fill a scanned split's ``class_names`` (the classes its boxes hold) and ``annotations`` (``tally``'s counts)."""
+    out.class_names = sorted(
+        {classes[c] for f in out.files if f.objects is not None for c in f.objects.labels.tolist()}
+    )
+    out.annotations = tally.as_dict()
+
+
+def total_annotations(splits: Sequence[SplitSource]) -> dict[str, int]:
+    """The annotation counts of all ``splits`` added up (for the conversion's note)."""
+    total: dict[str, int] = {}
+    for sp in splits:
+        for key, v in sp.annotations.items():
+            total[key] = total.get(key, 0) + v
+    return total
 
 
 def describe(classes: Sequence[str], counts: dict[str, int]) -> str:

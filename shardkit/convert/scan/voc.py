@@ -36,7 +36,17 @@ import xml.etree.ElementTree as ET
 
 from shardkit.convert.imageproc import SkipReason
 from shardkit.convert.options import ScanConfig, valid_split_name
-from shardkit.convert.scan.detection import NO_MASK, Tally, describe, finish, image_size, objects_of, place_box
+from shardkit.convert.scan.detection import (
+    NO_MASK,
+    Tally,
+    close_split,
+    describe,
+    finish,
+    image_size,
+    objects_of,
+    place_box,
+    total_annotations,
+)
 from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource
 from shardkit.errors import ConvertError
 
@@ -199,17 +209,11 @@ def scan_voc(path: str, options: ScanConfig, split: str) -> ScannedSource:
                 SourceFile(rel, None, size, meta={"voc_id": i}, objects=objects_of(boxes, labels, crowd), mask=mask)
             )
         out.files.sort(key=lambda f: f.relpath)
-        out.class_names = sorted(
-            {classes[c] for f in out.files if f.objects is not None for c in f.objects.labels.tolist()}
-        )
-        out.annotations = tally.as_dict()
+        close_split(out, classes, tally)
         splits.append(out)
     if not any(s.files for s in splits):
         raise ConvertError(f"voc:{path}: no image with an annotation file (looked in {ann})")
-    total: dict[str, int] = {}
-    for sp in splits:
-        for key, v in sp.annotations.items():
-            total[key] = total.get(key, 0) + v
+    total = total_annotations(splits)
     source = ScannedSource(
         root=f"voc:{path}",
         classes=classes,

@@ -35,11 +35,13 @@ from shardkit.convert.scan.detection import (
     DEGENERATE_BOX,
     NO_IMAGE,
     Tally,
+    close_split,
     describe,
     finish,
     image_size,
     objects_of,
     place_box,
+    total_annotations,
 )
 from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource
 from shardkit.errors import ConvertError
@@ -297,17 +299,11 @@ def scan_yolo(path: str, options: ScanConfig, split: str) -> ScannedSource:
                     and os.path.normpath(lab) not in used
                 ):
                     tally.add(NO_IMAGE, _count_lines(lab))
-        out.class_names = sorted(
-            {classes[c] for f in out.files if f.objects is not None for c in f.objects.labels.tolist()}
-        )
-        out.annotations = tally.as_dict()
+        close_split(out, classes, tally)
         splits.append(out)
     if not any(s.files for s in splits):
         raise ConvertError(f"yolo:{path}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)} below images/)")
-    total: dict[str, int] = {}
-    for sp in splits:
-        for key, v in sp.annotations.items():
-            total[key] = total.get(key, 0) + v
+    total = total_annotations(splits)
     source = ScannedSource(
         root=f"yolo:{path}",
         classes=classes,
