@@ -165,6 +165,9 @@ def check_fields(
     for p in pairs if kp else ():
         if len(p) != 2 or not all(isinstance(i, int) and 0 <= i < kp for i in p) or p[0] == p[1]:
             raise ValueError(f"flip pair {list(p)} is not two distinct keypoint indices in [0, {kp})")
+        twice = {int(p[0]), int(p[1])} & {i for q in checked for i in q}
+        if twice:
+            raise ValueError(f"flip_pairs name keypoint {min(twice)} twice: each keypoint is in one pair at most")
         checked.append((int(p[0]), int(p[1])))
     return RowSpec(
         tuple(f for f in ROW_FIELDS if f in names),

@@ -28,6 +28,12 @@ def targets_of(batch: Mapping[str, Any]) -> Optional[Targets]:
     if not any(k in batch for k in TARGET_FIELDS):
         return None
     mask = batch.get("mask")
+    orphans = [k for k in ("box_labels", "box_count", "keypoints") if k in batch and "boxes" not in batch]
+    if orphans:
+        raise ValueError(
+            f"a batch with {orphans[0]!r} needs 'boxes' and 'box_labels' too (which rows are objects, where they "
+            "are): ask fields= for them"
+        )
     if "boxes" in batch:
         if "box_labels" not in batch:
             raise ValueError(

@@ -70,7 +70,7 @@ def write_coco(folder: str, seed: int, n: int, size: tuple[int, int], keypoints:
                 runs = np.diff(np.flatnonzero(np.diff(np.r_[False, flat, not flat[-1]])), prepend=0).tolist()
                 a["segmentation"] = {"size": [size[1], size[0]], "counts": runs}
             if keypoints:
-                a["keypoints"] = [v for p in kp for v in p]
+                a["keypoints"] = [v for x, y, vis in kp for v in (x - 0.5, y - 0.5, vis)]  # COCO: pixel indices
                 a["num_keypoints"] = 2
             anns.append(a)
     images.append({"id": img_ids[n], "file_name": "img/empty.jpg", "width": size[0], "height": size[1]})
@@ -118,6 +118,7 @@ def reference(path: str) -> tuple[dict[str, Any], int, list[str]]:
             kp = None
             if "keypoints" in a:
                 kp = np.array(a["keypoints"], np.float32).reshape(-1, 3)
+                kp[kp[:, 2] > 0, :2] += 0.5  # pixel indices -> edge coordinates (the pixel's centre)
                 kp[(kp[:, 0] < 0) | (kp[:, 0] > w) | (kp[:, 1] < 0) | (kp[:, 1] > h), 2] = 0
             objs.append((box, label, bool(a.get("iscrowd")), kp))
             if a.get("segmentation"):

@@ -18,7 +18,35 @@ ROW_SIZE = "Conversion targets: every input and every annotation is accounted fo
 
 ROW_BG = "Conversion input: a category named 'background' (class 0's name) is refused in one line"
 
+ROW_REVIEW = "Targets: misuse that would silently lose targets is refused in one line"
+R = "tests/loader/test_targets_refusals.py::"
+
 MUTANTS = [
+    {
+        "id": "coco-keypoints-read-as-edges",  # COCO keypoints are pixel indices: half a pixel off, a pixel after a flip
+        "row": "Conversion input: COCO (boxes, classes, crowd flags, keypoints and masks as pycocotools reads them; "
+        "every annotation kept, clipped or skipped with its reason)",
+        "file": "shardkit/convert/scan/coco.py",
+        "old": "            x, y = x + KEYPOINT_SHIFT, y + KEYPOINT_SHIFT",
+        "new": "            x, y = x, y",
+        "tests": ["tests/convert/test_coco.py::test_coco_scan_matches_pycocotools"],
+    },
+    {
+        "id": "loader-flip-pairs-may-repeat-a-keypoint",
+        "row": ROW_REVIEW,
+        "file": "shardkit/loader/fields.py",
+        "old": "        if twice:\n",
+        "new": "        if False:\n",
+        "tests": [R + "test_flip_pairs_naming_a_keypoint_twice_are_refused"],
+    },
+    {
+        "id": "targets-without-boxes-emptied",
+        "row": ROW_REVIEW,
+        "file": "shardkit/targets/fields.py",
+        "old": "    if orphans:\n",
+        "new": "    if False:\n",
+        "tests": [R + "test_target_fields_without_boxes_are_refused_not_emptied"],
+    },
     {
         "id": "background-category-accepted",
         "row": ROW_BG,

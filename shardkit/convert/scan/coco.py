@@ -149,6 +149,10 @@ def _images(f: _File, data: dict[str, Any]) -> dict[Any, dict[str, Any]]:
     return out
 
 
+#: COCO keypoint (pixel index) -> shardkit's edge coordinates: the centre of that pixel
+KEYPOINT_SHIFT = 0.5
+
+
 def _keypoints(f: _File, where: str, raw: Any, k: int, width: int, height: int) -> list[list[float]]:
     if raw is None:
         return [[0.0, 0.0, 0.0]] * k
@@ -159,6 +163,8 @@ def _keypoints(f: _File, where: str, raw: Any, k: int, width: int, height: int) 
         x, y, v = (float(t) for t in raw[3 * j : 3 * j + 3])
         if v not in (0.0, 1.0, 2.0):
             raise f.fail(where, f"visibility {raw[3 * j + 2]!r} of keypoint {j} is not 0, 1 or 2")
+        if v:  # COCO keypoints are pixel indices (detectron2 reads them so too): + 0.5 is the pixel's centre in edges
+            x, y = x + KEYPOINT_SHIFT, y + KEYPOINT_SHIFT
         if not (0.0 <= x <= width and 0.0 <= y <= height):
             v = 0.0
         out.append([x, y, v])
