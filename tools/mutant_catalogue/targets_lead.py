@@ -21,7 +21,20 @@ ROW_BG = "Conversion input: a category named 'background' (class 0's name) is re
 ROW_REVIEW = "Targets: misuse that would silently lose targets is refused in one line"
 R = "tests/loader/test_targets_refusals.py::"
 
+ROW_DETECT = (
+    "Presets detect/letterbox: aspect kept, longer side s * size (s in scale; letterbox: size), crop or pad at whole "
+    "pixels, letterbox centred, padding 0 (mask 255); a pure function of (seed, epoch, gid)"
+)
+
 MUTANTS = [
+    {
+        "id": "detect-geometry-ignores-the-epoch",  # every epoch repeats epoch 0's scale, crop and flip
+        "row": ROW_DETECT,
+        "file": "shardkit/loader/decode/worker.py",
+        "old": "            u = sample_uniforms(self.seed, epoch, gids, DETECT_UNIFORMS)",
+        "new": "            u = sample_uniforms(self.seed, 0, gids, DETECT_UNIFORMS)",
+        "tests": ["tests/loader/test_targets_presets.py::test_detect_scales_then_crops_or_pads"],
+    },
     {
         "id": "coco-keypoints-read-as-edges",  # COCO keypoints are pixel indices: half a pixel off, a pixel after a flip
         "row": "Conversion input: COCO (boxes, classes, crowd flags, keypoints and masks as pycocotools reads them; "
