@@ -1,4 +1,4 @@
-"""Mutants of the detection/segmentation members (issue 24): ``.objects.json`` (``shardkit/format/fields.py``),
+"""Mutants of the detection/segmentation members (issue 24): ``.objects.json`` (``shardkit/format/objects.py``),
 ``.mask.png`` (``shardkit/format/masks.py``), the manifest's keypoint entries. Tests:
 ``tests/format/test_targets_members.py``."""
 
@@ -18,6 +18,7 @@ READ = T + "test_written_scenes_read_back_by_the_rule_and_by_plain_tarfile"
 MISSING = T + "test_a_sample_missing_or_breaking_a_declared_member_is_unusable"
 
 F = "shardkit/format/fields.py"
+O = "shardkit/format/objects.py"
 M = "shardkit/format/masks.py"
 MAN = "shardkit/format/manifest.py"
 
@@ -25,7 +26,7 @@ MUTANTS = [
     {
         "id": "objects-empty-box-accepted",
         "row": ROW_RULE,
-        "file": F,
+        "file": O,
         "old": "(flat[:, 0] >= flat[:, 2]) | (flat[:, 1] >= flat[:, 3])",
         "new": "(flat[:, 0] > flat[:, 2]) | (flat[:, 1] > flat[:, 3])",
         "tests": [RULE],
@@ -33,7 +34,7 @@ MUTANTS = [
     {
         "id": "objects-label-bound-inclusive",
         "row": ROW_RULE,
-        "file": F,
+        "file": O,
         "old": "    bad = [x for x in raw if not 0 <= x < limit]\n",
         "new": "    bad = [x for x in raw if not 0 <= x <= limit]\n",
         "tests": [RULE],
@@ -41,7 +42,7 @@ MUTANTS = [
     {
         "id": "objects-crowd-unchecked",
         "row": ROW_RULE,
-        "file": F,
+        "file": O,
         "old": "not all(x in (0, 1) for x in crowd)",
         "new": "not all(x in (0, 1, 2) for x in crowd)",
         "tests": [RULE],
@@ -49,7 +50,7 @@ MUTANTS = [
     {
         "id": "objects-visibility-unchecked",
         "row": ROW_RULE,
-        "file": F,
+        "file": O,
         "old": "np.isin(kp[:, :, 2], (0, 1, 2))",
         "new": "np.isin(kp[:, :, 2], (0, 1, 2, 3))",
         "tests": [RULE],
@@ -57,7 +58,7 @@ MUTANTS = [
     {
         "id": "objects-float32-overflow-accepted",
         "row": ROW_RULE,
-        "file": F,
+        "file": O,
         "old": "    if (np.abs(out) > _FLOAT32_MAX).any():\n",
         "new": "    if False:\n",
         "tests": [RULE],
@@ -65,7 +66,7 @@ MUTANTS = [
     {
         "id": "objects-crowd-not-written",
         "row": ROW_ROUND,
-        "file": F,
+        "file": O,
         "old": "    if np.asarray(objects.iscrowd).any():\n",
         "new": "    if False:\n",
         "tests": [ROUND],
