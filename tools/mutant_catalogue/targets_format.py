@@ -18,7 +18,7 @@ READ = T + "test_written_scenes_read_back_by_the_rule_and_by_plain_tarfile"
 MISSING = T + "test_a_sample_missing_or_breaking_a_declared_member_is_unusable"
 
 F = "shardkit/format/fields.py"
-O = "shardkit/format/objects.py"
+OBJ = "shardkit/format/objects.py"
 M = "shardkit/format/masks.py"
 MAN = "shardkit/format/manifest.py"
 
@@ -26,7 +26,7 @@ MUTANTS = [
     {
         "id": "objects-empty-box-accepted",
         "row": ROW_RULE,
-        "file": O,
+        "file": OBJ,
         "old": "(flat[:, 0] >= flat[:, 2]) | (flat[:, 1] >= flat[:, 3])",
         "new": "(flat[:, 0] > flat[:, 2]) | (flat[:, 1] > flat[:, 3])",
         "tests": [RULE],
@@ -34,7 +34,7 @@ MUTANTS = [
     {
         "id": "objects-label-bound-inclusive",
         "row": ROW_RULE,
-        "file": O,
+        "file": OBJ,
         "old": "    bad = [x for x in raw if not 0 <= x < limit]\n",
         "new": "    bad = [x for x in raw if not 0 <= x <= limit]\n",
         "tests": [RULE],
@@ -42,7 +42,7 @@ MUTANTS = [
     {
         "id": "objects-crowd-unchecked",
         "row": ROW_RULE,
-        "file": O,
+        "file": OBJ,
         "old": "not all(x in (0, 1) for x in crowd)",
         "new": "not all(x in (0, 1, 2) for x in crowd)",
         "tests": [RULE],
@@ -50,7 +50,7 @@ MUTANTS = [
     {
         "id": "objects-visibility-unchecked",
         "row": ROW_RULE,
-        "file": O,
+        "file": OBJ,
         "old": "np.isin(kp[:, :, 2], (0, 1, 2))",
         "new": "np.isin(kp[:, :, 2], (0, 1, 2, 3))",
         "tests": [RULE],
@@ -58,7 +58,7 @@ MUTANTS = [
     {
         "id": "objects-float32-overflow-accepted",
         "row": ROW_RULE,
-        "file": O,
+        "file": OBJ,
         "old": "    if (np.abs(out) > _FLOAT32_MAX).any():\n",
         "new": "    if False:\n",
         "tests": [RULE],
@@ -66,7 +66,7 @@ MUTANTS = [
     {
         "id": "objects-crowd-not-written",
         "row": ROW_ROUND,
-        "file": O,
+        "file": OBJ,
         "old": "    if np.asarray(objects.iscrowd).any():\n",
         "new": "    if False:\n",
         "tests": [ROUND],
