@@ -1,0 +1,51 @@
+"""Prefix spreading: shard names under N hashed directories, so an object store can partition the load.
+
+S3 throttles per partitioned key prefix (about 5,500 GET/s each) and partitions a busy prefix by the
+characters after it; shards named ``train-000000.tar`` ... share one prefix. With ``--prefixes N`` a
+conversion writes shard ``j`` as ``<dir>/train-00000j.tar`` where ``<dir>`` is one of N short hex names
+(:func:`prefix_dirs`), shard ``j`` going to directory ``j % N``: consecutive shards (which neighbouring
+readers read at the same time) land on different prefixes, and every prefix holds the same number of
+shards, give or take one. The manifest records each shard's name with its directory; the loader, verify
+and merge read names from the manifest, so nothing else changes meaning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+
+#: the most prefixes a conversion spreads over
+MAX_PREFIXES = 4096
+
+
+@lru_cache(maxsize=16)
+def prefix_dirs(prefixes: int) -> tuple[str, ...]:
+    """The ``prefixes`` directory names: 4 hex digits of sha256 of the prefix number (distinct, and
+    differing in their first characters, where S3 splits partitions)."""
+    if not 1 <= prefixes <= MAX_PREFIXES:
+        raise ValueError(f"prefixes must be in [1, {MAX_PREFIXES}], got {prefixes}")
+    out: list[str] = []
+    seen: set[str] = set()
+    for p in range(prefixes):
+        salt = 0
+        while True:
+            d = hashlib.sha256(f"{p}:{salt}".encode()).hexdigest()[:4]
+            if d not in seen:
+                break
+            salt += 1
+        seen.add(d)
+        out.append(d)
+    return tuple(out)
+
+
+def spread_name(name: str, index: int, prefixes: int) -> str:
+    """Shard ``index``'s stored name: ``name`` itself with one prefix, else ``<dir>/name``."""
+    if prefixes <= 1:
+        return name
+    return f"{prefix_dirs(prefixes)[index % prefixes]}/{name}"
+
+
+def prefix_of(name: str) -> str:
+    """The prefix directory of a manifest shard name (``""`` for a flat name)."""
+    head, sep, _ = name.rpartition("/")
+    return head if sep else ""

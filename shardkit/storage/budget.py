@@ -1,0 +1,144 @@
+"""Request budgets: how many GETs a reading process may send, and how large each read should be.
+
+Object stores throttle per key prefix: S3 documents about 5,500 GET/HEAD and 3,500 PUT requests per
+second per partitioned prefix before answering ``503 SlowDown`` (re-partitioning takes 30-60 minutes);
+GCS starts near 5,000 reads per second per bucket. A cluster of a thousand nodes reaches that with
+small reads, and retrying with backoff keeps it alive but slow exactly when it is most expensive.
+
+Everything here is a pure function of its arguments (the limiter's clock and sleep are injected), so
+``shardkit simulate`` replays the same rules the loader applies:
+
+* :func:`process_rate`: the GET/s one reading process may send: the budget per prefix times the
+  prefixes it spreads over, shared by every reading process of the world.
+* :func:`auto_block_size`: the read size that keeps the expected byte rate under that request rate,
+  a power of two within ``[MIN_BLOCK, MAX_BLOCK]`` (memory: a reader holds about one block).
+* :func:`process_phase`: where in the first request interval a process starts (evenly spread over the
+  world, so the first requests of a thousand nodes do not land in the same second).
+* :class:`RequestLimiter`: spaces one process's requests at least ``1 / rate`` apart; a ``503
+  SlowDown`` or ``429`` halves the rate (:meth:`RequestLimiter.slow_down`) and it recovers additively.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+#: default request budget: GET/s per prefix for the whole world (S3 documents 5,500 GET/HEAD per partitioned prefix;
+#: 3,500, its write figure, leaves room for other readers, listings and the writers of a running job)
+REQUEST_BUDGET = 3500.0
+#: expected images per second per rank when the loader sizes reads for a budget (the loader's measured speed on two
+#: cores is about 3,900; a rank that consumes less sends fewer requests than planned, never more)
+EXPECTED_IMG_PER_S = 3000.0
+#: smallest and largest read size ``block_size="auto"`` chooses
+MIN_BLOCK = 1 << 20
+MAX_BLOCK = 64 << 20
+#: the read size of a fixed configuration before budgets (and of ``shardkit simulate --block-size`` "before" tables)
+LEGACY_BLOCK = 8 << 20
+#: a slowed limiter never goes below this fraction of its configured rate
+FLOOR_FRACTION = 1 / 64
+#: seconds without a slow-down signal before the rate grows again by ``1 / RECOVER_STEPS`` of the configured rate
+RECOVER_S = 1.0
+RECOVER_STEPS = 16
+
+
+def process_rate(request_budget: float, prefixes: int, processes: int) -> float:
+    """GET/s one reading process may send: ``request_budget`` per prefix over ``prefixes`` prefixes,
+    shared evenly by ``processes`` reading processes (DataLoader workers, or ranks without workers)."""
+    if request_budget <= 0:
+        raise ValueError(f"request_budget must be > 0 GET/s, got {request_budget}")
+    return request_budget * max(1, prefixes) / max(1, processes)
+
+
+def auto_block_size(
+    *,
+    processes: int,
+    bytes_per_s_per_process: float,
+    request_budget: float,
+    prefixes: int,
+    lo: int = MIN_BLOCK,
+    hi: int = MAX_BLOCK,
+) -> int:
+    """The smallest power of two in ``[lo, hi]`` whose reads keep ``bytes_per_s_per_process`` within
+    :func:`process_rate` (``hi`` when none does: the limiter then holds the budget and the reader waits)."""
+    rate = process_rate(request_budget, prefixes, processes)
+    need = bytes_per_s_per_process / rate
+    size = lo
+    while size < need and size < hi:
+        size *= 2
+    return min(size, hi)
+
+
+def process_phase(rank: int, worker: int, world_size: int, num_workers: int) -> float:
+    """The fraction of a request interval process ``(rank, worker)`` waits before its first request:
+    the processes of the world spread evenly over ``[0, 1)`` (worker-major within a rank's slot)."""
+    workers = max(1, num_workers)
+    index = rank * workers + max(0, worker)
+    return (index % (max(1, world_size) * workers)) / (max(1, world_size) * workers)
+
+
+class RequestLimiter:
+    """Spaces one process's requests at least ``1 / rate`` seconds apart (no bursts).
+
+    The first request may go at ``start + phase / rate``; each later one ``1 / rate`` after the previous
+    one was allowed (or now, when the process was idle). :meth:`slow_down` (a ``503 SlowDown`` or ``429``)
+    halves the current rate, down to ``FLOOR_FRACTION`` of the configured one; after ``RECOVER_S`` seconds
+    without one the rate grows by ``rate / RECOVER_STEPS`` per ``RECOVER_S`` back to the configured rate.
+    Thread-safe (the read-ahead thread and the reader share one). ``waited_s`` and ``slowdowns`` count.
+
+    Args:
+        rate: configured GET/s of this process (:func:`process_rate`); ``None`` or ``inf``: no limit.
+        phase: :func:`process_phase`.
+        clock: seconds, monotonic (injected: ``shardkit simulate`` drives a virtual clock).
+        sleep: waits that many seconds.
+    """
+
+    def __init__(
+        self,
+        rate: float | None,
+        *,
+        phase: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.rate = rate if rate is not None and rate > 0 else float("inf")
+        self.current = self.rate
+        self.clock, self.sleep = clock, sleep
+        now = clock()
+        self._next = now + (phase / self.rate if self.rate != float("inf") else 0.0)
+        self._calm_since = now
+        self._lock = threading.Lock()
+        self.waited_s = 0.0  #: seconds spent waiting for the budget
+        self.slowdowns = 0  #: slow-down signals seen
+
+    def _recover(self, now: float) -> None:
+        if self.current < self.rate and now - self._calm_since >= RECOVER_S:
+            steps = int((now - self._calm_since) / RECOVER_S)
+            self.current = min(self.rate, self.current + steps * self.rate / RECOVER_STEPS)
+            self._calm_since += steps * RECOVER_S
+
+    def acquire(self) -> float:
+        """Wait until this process may send one request; returns the seconds waited."""
+        if self.rate == float("inf"):
+            return 0.0
+        with self._lock:
+            now = self.clock()
+            self._recover(now)
+            at = max(now, self._next)
+            self._next = at + 1.0 / self.current
+        wait = at - now
+        if wait > 0:
+            self.sleep(wait)
+            self.waited_s += wait
+        return max(0.0, wait)
+
+    def slow_down(self) -> None:
+        """The store said slow down (``503 SlowDown``, ``429``): halve the rate (not below the floor)."""
+        if self.rate == float("inf"):
+            return
+        with self._lock:
+            self.slowdowns += 1
+            self.current = max(self.rate * FLOOR_FRACTION, self.current / 2)
+            now = self.clock()
+            self._calm_since = now
+            self._next = max(self._next, now + 1.0 / self.current)
