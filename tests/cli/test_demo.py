@@ -57,6 +57,8 @@ def test_catdog_example(tmp_path):
             os.path.join(ROOT, "examples", "train_catdog.py"),
             "--demo-data",
             "--no-pretrained",
+            "--arch",
+            "small",  # densenet121 on a CPU took 30 s here; its head is checked in process below
             "--epochs",
             "1",
             "--image-size",
@@ -75,3 +77,15 @@ def test_catdog_example(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "epoch 0: loss" in out.stdout and "val acc" in out.stdout
+
+
+def test_catdog_example_fine_tune_head():
+    """The example's densenet121 (the default --arch) gets a classifier of num_classes outputs."""
+    import runpy
+
+    import torch
+
+    ns = runpy.run_path(os.path.join(ROOT, "examples", "train_catdog.py"), run_name="catdog")
+    model = ns["build_model"](3, False).eval()
+    with torch.no_grad():
+        assert model(torch.zeros(1, 3, 32, 32)).shape == (1, 3)

@@ -91,7 +91,8 @@ def data_args(ds_url: str, log_dir: str, *extra: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("nproc,num_samples,shard_size", [(2, 48, 6), (3, 50, 7), (3, 5, 5)])
+# two ranks run under torchrun in the resume tests below; three ranks here, with a dataset smaller than the world batch
+@pytest.mark.parametrize("nproc,num_samples,shard_size", [(3, 50, 7), (3, 5, 5)])
 def test_equal_batches_exactly_once(tmp_path, nproc, num_samples, shard_size):
     ds = write_dataset(str(tmp_path / "ds"), num_samples=num_samples, shard_size=shard_size)
     logs = tmp_path / "logs"
@@ -145,7 +146,9 @@ def test_mid_epoch_resume_equals_uninterrupted(tmp_path):
         assert first[r] + second[r] == full_log[r]
 
 
-@pytest.mark.parametrize("before,after", [(3, 2), (2, 3)])
+# one direction under torchrun (growing: the padding rule of the larger world); shrinking 3 -> 2 runs in process
+# (tests/loader/test_loader.py) and every (old, new) pair in the plan oracle (tests/plan/test_epoch.py)
+@pytest.mark.parametrize("before,after", [(2, 3)])
 def test_elastic_resume_exactly_once(tmp_path, before, after):
     n = 52
     ds = write_dataset(str(tmp_path / "ds"), num_samples=n, shard_size=6)
