@@ -121,24 +121,32 @@ MUTANTS = [
         "id": "letterbox-offset-off-by-the-pad",  # the image pasted at the corner, the targets where the box says
         "row": ROW_PRESET,
         "file": "shardkit/loader/decode/letterbox.py",
-        "old": "out[:, sy0 - top : sy1 - top, sx0 - left : sx1 - left] = full[:, sy0:sy1, sx0:sx1]",
-        "new": "out[:, : sy1 - sy0, : sx1 - sx0] = full[:, sy0:sy1, sx0:sx1]",
+        "old": "y0, y1, x0, x1 = sy0 - top, sy1 - top, sx0 - left, sx1 - left",
+        "new": "y0, y1, x0, x1 = 0, sy1 - sy0, 0, sx1 - sx0",
         "tests": [FOLLOW],
     },
     {
         "id": "detect-pixels-not-flipped",  # the flip reaches the targets, not the pixels
         "row": ROW_PRESET,
         "file": "shardkit/loader/decode/letterbox.py",
-        "old": "    if flip:\n        out.copy_(out.flip(-1))",
-        "new": "    if False:\n        out.copy_(out.flip(-1))",
+        "old": "        if flip:  # the mirrored window lands at the mirrored columns",
+        "new": "        if False:  # the mirrored window lands at the mirrored columns",
+        "tests": [FOLLOW],
+    },
+    {
+        "id": "detect-flip-pads-on-the-wrong-side",  # the window's pixels mirrored in place, the padding not moved
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/letterbox.py",
+        "old": "x0, x1, window = size - x1, size - x0, window.flip(-1)",
+        "new": "x0, x1, window = x0, x1, window.flip(-1)",
         "tests": [FOLLOW],
     },
     {
         "id": "detect-padding-not-cleared",  # the slot's previous batch shows through the padding
         "row": ROW_PRESET,
         "file": "shardkit/loader/decode/letterbox.py",
-        "old": "    out.zero_()\n",
-        "new": "    out.fill_(128)\n",
+        "old": "            if pad.numel():\n                pad.zero_()",
+        "new": "            if pad.numel():\n                pad.fill_(128)",
         "tests": [FOLLOW, EVERY],
     },
     {

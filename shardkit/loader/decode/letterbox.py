@@ -104,11 +104,18 @@ def letterboxed_crop(
     # the window's part inside the scaled image, in scaled and in output pixels
     sx0, sy0 = max(0, left), max(0, top)
     sx1, sy1 = min(sw, left + size), min(sh, top + size)
-    out.zero_()
-    if sx1 > sx0 and sy1 > sy0:
-        out[:, sy0 - top : sy1 - top, sx0 - left : sx1 - left] = full[:, sy0:sy1, sx0:sx1]
-    if flip:
-        out.copy_(out.flip(-1))
+    hwc = out.permute(1, 2, 0)  # the row's own bytes, [H, W, 3]: zeroing them is a memset
+    if sx1 <= sx0 or sy1 <= sy0:
+        hwc.zero_()
+    else:
+        y0, y1, x0, x1 = sy0 - top, sy1 - top, sx0 - left, sx1 - left
+        window = full[:, sy0:sy1, sx0:sx1]
+        if flip:  # the mirrored window lands at the mirrored columns
+            x0, x1, window = size - x1, size - x0, window.flip(-1)
+        for pad in (hwc[:y0], hwc[y1:], hwc[y0:y1, :x0], hwc[y0:y1, x1:]):  # only the padding is zeroed
+            if pad.numel():
+                pad.zero_()
+        out[:, y0:y1, x0:x1] = window
     if times is not None:
         times[0] += t1 - t0
         times[1] += time.perf_counter() - t1
