@@ -49,7 +49,7 @@ from shardkit.convert.dest import (
     clear_split,
     dest_lock,
     empty_split_result,
-    is_split_output,
+    split_outputs,
 )
 from shardkit.convert.encoder import CHUNK, Encoder, Outcome, check_main_guard, start_pool
 from shardkit.convert.imageproc import Encoded
@@ -196,7 +196,7 @@ class SplitJob:
             self.plan = existing
 
     def _shard_files(self) -> list[str]:
-        return [n for n in storage.list_dir(self.url, **self.so)[1] if is_split_output(self.src.name, n)]
+        return split_outputs(self.url, self.src.name, self.so)
 
     def _clear(self) -> None:
         clear_split(self.url, self.src.name, self.so)
@@ -228,7 +228,9 @@ class SplitJob:
         rec = journal.read_record(self.url, self.src.name, j, **self.so)
         if rec is None or rec.fingerprint != self.plan.fingerprint or rec.index != j:
             return None
-        shard_ok = _part_ok(storage.join(self.url, journal.shard_name(self.src.name, j)), rec.shard, self.so)
+        shard_ok = _part_ok(
+            storage.join(self.url, journal.shard_path(self.src.name, j, self.plan.prefixes)), rec.shard, self.so
+        )
         over_ok = _part_ok(
             journal.journal_url(self.url, journal.overflow_name(self.src.name, j)), rec.overflow, self.so
         )
@@ -266,7 +268,7 @@ class SplitJob:
                 else:
                     over.append(s)
 
-        name, oname = journal.shard_name(self.src.name, j), journal.overflow_name(self.src.name, j)
+        name, oname = journal.shard_path(self.src.name, j, self.plan.prefixes), journal.overflow_name(self.src.name, j)
         samples = fitting()
         first = next(samples, None)  # no tar at all for a shard whose every item is skipped
         shard = (
