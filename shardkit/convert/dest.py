@@ -120,9 +120,12 @@ def clear_split(url: str, split: str, storage_options: dict) -> None:
 
 def tidy_prefix_dirs(url: str, storage_options: dict, *, work: bool = False) -> None:
     """Remove the empty work folders (``<prefix dir>/_shardkit/``, left by local writes) of the prefix directories
-    of the split folder ``url`` (with ``work``: whatever they hold), then the prefix directories left empty."""
+    of the split folder ``url`` (with ``work``: whatever they hold), then the prefix directories left empty.
+    Local folders only: on an object store a folder is a key prefix, gone with its last object."""
     from shardkit.convert import journal
 
+    if not storage.is_local(url):
+        return
     so = storage_options
     for d in storage.list_dir(url, **so)[0]:
         if not is_prefix_dir(d):
