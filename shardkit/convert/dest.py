@@ -9,6 +9,10 @@
   or a conversion journal in DEST itself: the flat layout older shardkit wrote
   for one-split sources) is refused, or removed with ``overwrite``; every
   conversion now writes ``DEST/<split>/``.
+* :func:`split_outputs` / :func:`clear_split`: a split's output files are its shards and sample indexes in
+  its folder and in every folder shaped like a prefix directory (:mod:`shardkit.format.prefixes`), whatever
+  ``--prefixes`` wrote them: so a file shardkit did not write is refused there too, and ``--overwrite`` with
+  another ``--prefixes`` leaves no stale shard behind.
 * :func:`dest_lock`: while a conversion task runs, it holds an exclusive
   ``flock`` on ``DEST/.shardkit-task<I>.lock``, a file holding its pid and
   host. A second conversion of the same task index (a rerun started while the

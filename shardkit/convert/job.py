@@ -24,6 +24,10 @@ into splits of items and a picklable reader (:mod:`shardkit.convert.scan.source`
 nothing here depends on the kind. Before writing, DEST is checked against SRC
 and locked for this task (:mod:`shardkit.convert.dest`).
 
+Prefixes: with ``ConvertConfig.prefixes`` N > 1, planned shard ``j`` is written as
+:func:`~shardkit.convert.journal.shard_path` names it, ``<dir j % N>/<split>-<j>.tar``, its sample index
+next to it; the record, and so the manifest, holds that name (overflow shards: :mod:`shardkit.convert.merge`).
+
 Layout: one rule, every split goes to ``DEST/<split>/`` (a plain ImageFolder to
 ``DEST/train/``), whatever the source (``ScannedSource.nested`` is not consulted). A DEST
 holding a conversion directly (``manifest.json`` in DEST: the flat layout older
