@@ -79,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="spread each split's shards over N hashed prefix directories (DEST/train/3f2a/train-000000.tar), so an "
+        help="spread each split's shards over N hashed prefix directories (DEST/train/ac72/train-000000.tar), so an "
         "object store partitions the reads of a large cluster; default 1: flat names",
     )
     g.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")

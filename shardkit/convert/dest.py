@@ -94,7 +94,7 @@ def is_split_output(split: str, name: str) -> bool:
 
 def split_outputs(url: str, split: str, storage_options: dict, *, temporary: bool = False) -> list[str]:
     """The files in the folder ``url`` of ``split`` named like its output, relative to ``url``: in the folder
-    itself and in every folder shaped like a prefix directory (``3f2a/train-000000.tar``, whatever ``--prefixes``
+    itself and in every folder shaped like a prefix directory (``ac72/train-000000.tar``, whatever ``--prefixes``
     wrote them); with ``temporary`` also the temporary files of an interrupted write (``.train-...``)."""
 
     def ours(name: str) -> bool:

@@ -5,8 +5,9 @@ multi-task conversion ``shardkit merge DEST`` does it once every task is
 done. Finalising checks that every planned shard has a record and that every
 recorded shard is present with its recorded size, packs the overflow samples
 (see :mod:`shardkit.convert.shards`) into the shards numbered after the planned
-ones (spread over the prefix directories by their number, like planned shards), and writes ``manifest.json`` last. It is idempotent: running it again
-rewrites the same bytes.
+ones (spread over the prefix directories by their number, like planned shards),
+and writes ``manifest.json`` last. It is idempotent: running it again rewrites
+the same bytes.
 """
 
 from __future__ import annotations

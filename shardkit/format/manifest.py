@@ -45,7 +45,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One finished shard: file name relative to the manifest (``train-000000.tar``, or ``3f2a/train-000000.tar``
+    """One finished shard: file name relative to the manifest (``train-000000.tar``, or ``ac72/train-000000.tar``
     in a prefix directory), samples, size and checksum."""
 
     name: str

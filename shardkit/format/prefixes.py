@@ -26,8 +26,8 @@ PREFIX_DIR = re.compile(r"[0-9a-f]{4}")
 
 @lru_cache(maxsize=16)
 def prefix_dirs(prefixes: int) -> tuple[str, ...]:
-    """The ``prefixes`` directory names: 4 hex digits of sha256 of the prefix number (distinct, and
-    differing in their first characters, where S3 splits partitions).
+    """The ``prefixes`` directory names: 4 hex digits of sha256 of the prefix number (distinct; hashes, so
+    they spread over the key space that S3 splits into partitions by their leading characters).
 
     The names of ``N`` prefixes are the first ``N`` of any larger count, so a prefix's name depends only on
     its number.
