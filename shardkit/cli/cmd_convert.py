@@ -8,6 +8,7 @@ import sys
 
 from shardkit.cli import add_storage_arguments, option_error, storage_options
 from shardkit.format.members import MAX_PIXELS
+from shardkit.format.prefixes import DEFAULT_PREFIXES
 
 HELP = (
     "convert an ImageFolder, a folder of splits, a folder labelled by --label-regex, a CSV/TSV/JSONL listing, "
@@ -77,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--prefixes",
         type=int,
-        default=1,
+        default=DEFAULT_PREFIXES,
         metavar="N",
         help="spread each split's shards over N hashed prefix directories (DEST/train/ac72/train-000000.tar), so an "
         "object store partitions the reads of a large cluster; default 1: flat names",

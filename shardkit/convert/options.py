@@ -10,7 +10,7 @@ from typing import Any
 from shardkit.compat import renamed
 from shardkit.convert.imageproc import EncodeConfig
 from shardkit.format.manifest import Manifest, SkippedFile
-from shardkit.format.prefixes import check_prefixes
+from shardkit.format.prefixes import DEFAULT_PREFIXES, check_prefixes
 
 #: default ``shard_bytes``: a comfortable object-storage object size
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
@@ -177,7 +177,7 @@ class ConvertConfig:
     source: ScanConfig = field(default_factory=ScanConfig)
     val_fraction: float = 0.0
     strict: bool = False
-    prefixes: int = 1
+    prefixes: int = DEFAULT_PREFIXES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layout", Layout(self.layout))

@@ -18,6 +18,8 @@ import hashlib
 import re
 from functools import lru_cache
 
+#: the default prefix count of a conversion (``ConvertConfig.prefixes``, ``--prefixes``): flat names
+DEFAULT_PREFIXES = 1
 #: the most prefixes a conversion spreads over
 MAX_PREFIXES = 4096
 #: the shape of every name :func:`prefix_dirs` makes (the manifest's name rule and DEST clearing use it)
