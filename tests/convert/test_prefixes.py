@@ -152,16 +152,20 @@ def src(tmp_path_factory) -> str:
     return root
 
 
+N = 3  #: the spread conversions' prefixes (not a divisor of the planned shards: overflow shard 4 goes to dir 1)
+
+
 def _opts(prefixes: int = 1) -> ConvertConfig:
     return ConvertConfig(image=EncodeConfig(short_side=72), shard_bytes=60_000, shuffle=False, prefixes=prefixes)
 
 
 @pytest.fixture(scope="module")
 def flat_and_spread(src, tmp_path_factory) -> tuple[str, str]:
-    """The same input converted flat and with ``--prefixes 4``: ``(flat split dir, spread split dir)``."""
+    """The same input converted flat and with ``--prefixes 3``: ``(flat split dir, spread split dir)``. Four planned
+    shards and one overflow shard, numbered 4: in directory 4 % 3 = 1, not in the first one."""
     base = tmp_path_factory.mktemp("out")
     convert(src, str(base / "flat"), _opts(1), workers=1, quiet=True)
-    convert(src, str(base / "spread"), _opts(4), workers=1, quiet=True)
+    convert(src, str(base / "spread"), _opts(N), workers=1, quiet=True)
     return str(base / "flat" / "train"), str(base / "spread" / "train")
 
 
@@ -196,17 +200,17 @@ def _stream(url: str, **storage_options) -> list[tuple[str, int, str]]:
 
 def test_spread_conversion_is_the_flat_one_renamed(flat_and_spread):
     """Shard ``j`` (planned or overflow) of the spread conversion is the flat shard ``j`` under
-    ``spread_name(name, j, 4)``: same bytes, counts and index format; DEST holds exactly the shards, their
+    ``spread_name(name, j, 3)``: same bytes, counts and index format; DEST holds exactly the shards, their
     sidecars next to them and the manifest (no work folder left in a prefix directory)."""
     flat, spread = (load_manifest(d) for d in flat_and_spread)
     planned = flat.options["samples_per_shard"]
     assert len(flat.shards) > -(-flat.num_samples // planned)  # the fixture makes overflow shards
-    assert [s.name for s in spread.shards] == [spread_name(s.name, j, 4) for j, s in enumerate(flat.shards)]
+    assert [s.name for s in spread.shards] == [spread_name(s.name, j, N) for j, s in enumerate(flat.shards)]
     assert [(s.samples, s.bytes, s.sha256) for s in spread.shards] == [
         (s.samples, s.bytes, s.sha256) for s in flat.shards
     ]
     assert spread.sample_index == flat.sample_index != ""
-    assert spread.options.pop("prefixes") == 4
+    assert spread.options.pop("prefixes") == N
     spread.options.pop("fingerprint"), flat.options.pop("fingerprint")
     assert (spread.options, spread.classes, spread.class_counts) == (flat.options, flat.classes, flat.class_counts)
     assert _files(flat_and_spread[1]) == _expected_files(spread)
@@ -233,16 +237,16 @@ def test_resume_and_tasks_give_the_single_run(src, flat_and_spread, tmp_path):
     directories and kept (one damaged one redone); task 1 of 2 + ``merge`` gives the same bytes too."""
     one = load_manifest(flat_and_spread[1])
     resumed = str(tmp_path / "resumed")
-    first = convert(src, resumed, _opts(4), workers=1, quiet=True, num_tasks=2, task_index=0)
+    first = convert(src, resumed, _opts(N), workers=1, quiet=True, num_tasks=2, task_index=0)
     mine = first.splits[0].shards_written
     assert first.splits[0].manifest is None and mine >= 2
     with open(os.path.join(resumed, "train", one.shards[2].name), "r+b") as f:  # planned shard 2: task 0's
         f.write(b"x")
-    again = convert(src, resumed, _opts(4), workers=1, quiet=True).splits[0]
+    again = convert(src, resumed, _opts(N), workers=1, quiet=True).splits[0]
     assert (again.shards_resumed, again.shards_written) == (mine - 1, len(one.shards) - mine + 1 - _overflow(one))
     tasks = str(tmp_path / "tasks")
     for i in (1, 0):
-        convert(src, tasks, _opts(4), workers=1, quiet=True, num_tasks=2, task_index=i)
+        convert(src, tasks, _opts(N), workers=1, quiet=True, num_tasks=2, task_index=i)
     (merged,) = merge(tasks)
     for m in (again.manifest, merged):
         assert m is not None and m.to_json() == one.to_json()
@@ -256,13 +260,13 @@ def _overflow(m: Manifest) -> int:
 
 def test_overwrite_with_other_prefixes_leaves_no_stale_shard(src, tmp_path):
     """Another ``--prefixes`` over a DEST is refused in one line naming ``--overwrite``; with it, the old prefix
-    directories go (N=4 -> N=3 -> flat): only the new manifest's shards are left for verify or a loader."""
+    directories go (N=3 -> N=5 -> flat): only the new manifest's shards are left for verify or a loader."""
     dest = str(tmp_path / "d")
-    convert(src, dest, _opts(4), workers=1, quiet=True)
-    with pytest.raises(ConvertError, match=r"--prefixes was 4, now 3.*--overwrite") as e:
-        convert(src, dest, _opts(3), workers=1, quiet=True)
+    convert(src, dest, _opts(3), workers=1, quiet=True)
+    with pytest.raises(ConvertError, match=r"--prefixes was 3, now 5.*--overwrite") as e:
+        convert(src, dest, _opts(5), workers=1, quiet=True)
     assert "\n" not in str(e.value)
-    for n in (3, 1):
+    for n in (5, 1):
         m = convert(src, dest, _opts(n), workers=1, quiet=True, overwrite=True).splits[0].manifest
         assert m is not None and {prefix_of(s.name) for s in m.shards} == ({""} if n == 1 else set(prefix_dirs(n)))
         assert _files(os.path.join(dest, "train")) == _expected_files(m)
@@ -272,11 +276,11 @@ def test_overwrite_with_other_prefixes_leaves_no_stale_shard(src, tmp_path):
 def test_a_shard_someone_else_put_in_a_prefix_dir_is_refused(src, tmp_path):
     """A fresh DEST holding a file named like a spread shard (not written by shardkit) is refused, naming it."""
     dest = tmp_path / "d"
-    name = spread_name("train-000001.tar", 1, 4)
+    name = spread_name("train-000001.tar", 1, N)
     os.makedirs(dest / "train" / prefix_of(name))
     (dest / "train" / name).write_bytes(b"not ours")
     with pytest.raises(ConvertError, match=rf"{name}: a file named like a shard"):
-        convert(src, str(dest), _opts(4), workers=1, quiet=True)
+        convert(src, str(dest), _opts(N), workers=1, quiet=True)
     assert (dest / "train" / name).read_bytes() == b"not ours"
 
 
@@ -296,11 +300,11 @@ def test_a_spread_dest_as_src(flat_and_spread, tmp_path):
 
 
 def test_cli_prefixes_on_a_file_url(src, flat_and_spread, tmp_path, capsys):
-    """``shardkit convert --prefixes 4`` to a ``file://`` DEST writes the module fixture's dataset byte for byte."""
+    """``shardkit convert --prefixes 3`` to a ``file://`` DEST writes the module fixture's dataset byte for byte."""
     from shardkit.cli import main
 
     dest = f"file://{tmp_path}/u"
-    argv = ["convert", src, dest, "--short-side", "72", "--shard-bytes", "60000", "--no-shuffle", "--prefixes", "4"]
+    argv = ["convert", src, dest, "--short-side", "72", "--shard-bytes", "60000", "--no-shuffle", "--prefixes", str(N)]
     assert main([*argv, "--workers", "1", "--quiet"]) == 0
     assert load_manifest(f"{dest}/train").to_json() == load_manifest(flat_and_spread[1]).to_json()
     assert _files(f"{tmp_path}/u/train") == _expected_files(load_manifest(flat_and_spread[1]))

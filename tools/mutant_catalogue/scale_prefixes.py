@@ -95,7 +95,7 @@ MUTANTS = [
         "row": ROW_SAME,
         "file": "shardkit/convert/merge.py",
         "old": "name = journal.shard_path(p.split, p.num_planned + g, p.prefixes)",
-        "new": "name = f\"{journal.shard_path(p.split, g, p.prefixes).rpartition('/')[0]}/{journal.shard_name(p.split, p.num_planned + g)}\"",
+        "new": "name = journal.shard_name(p.split, p.num_planned + g) if p.prefixes == 1 else f\"{journal.shard_path(p.split, g, p.prefixes).rpartition('/')[0]}/{journal.shard_name(p.split, p.num_planned + g)}\"",
         "tests": [SAME],
     },
     {
