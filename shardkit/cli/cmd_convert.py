@@ -8,6 +8,7 @@ import sys
 
 from shardkit.cli import add_storage_arguments, option_error, storage_options
 from shardkit.format.members import MAX_PIXELS
+from shardkit.format.prefixes import DEFAULT_PREFIXES
 
 HELP = (
     "convert an ImageFolder, a folder of splits, a folder labelled by --label-regex, a CSV/TSV/JSONL listing, "
@@ -73,6 +74,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=parse_size,
         default=DEFAULT_SHARD_BYTES,
         help="at most this many bytes per shard, e.g. 256MiB (default), 1GB; 0 for no byte cap",
+    )
+    g.add_argument(
+        "--prefixes",
+        type=int,
+        default=DEFAULT_PREFIXES,
+        metavar="N",
+        help="spread each split's shards over N hashed prefix directories (DEST/train/ac72/train-000000.tar), so an "
+        "object store partitions the reads of a large cluster; default 1: flat names",
     )
     g.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     g.add_argument(
@@ -246,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
             source=source,
             val_fraction=args.val_fraction,
             strict=args.strict,
+            prefixes=args.prefixes,
         )
         if args.workers is not None and args.workers < 1:
             raise ValueError("--workers must be at least 1")

@@ -9,6 +9,10 @@
   or a conversion journal in DEST itself: the flat layout older shardkit wrote
   for one-split sources) is refused, or removed with ``overwrite``; every
   conversion now writes ``DEST/<split>/``.
+* :func:`split_outputs` / :func:`clear_split`: a split's output files are its shards and sample indexes in
+  its folder and in every folder shaped like a prefix directory (:mod:`shardkit.format.prefixes`), whatever
+  ``--prefixes`` wrote them: so a file shardkit did not write is refused there too, and ``--overwrite`` with
+  another ``--prefixes`` leaves no stale shard behind.
 * :func:`dest_lock`: while a conversion task runs, it holds an exclusive
   ``flock`` on ``DEST/.shardkit-task<I>.lock``, a file holding its pid and
   host. A second conversion of the same task index (a rerun started while the
@@ -33,6 +37,7 @@ from shardkit.convert.options import ConvertConfig, SplitResult
 from shardkit.errors import ConvertError
 from shardkit.format.index import INDEX_SUFFIX
 from shardkit.format.manifest import SkippedFile
+from shardkit.format.prefixes import is_prefix_dir
 from shardkit.storage import fs as storage
 
 if TYPE_CHECKING:
@@ -82,21 +87,59 @@ def check_flat(dest: str, overwrite: bool, storage_options: dict) -> None:
 
 
 def is_split_output(split: str, name: str) -> bool:
-    """Whether file ``name`` in the folder of ``split`` is named like its output: a shard or its sample index."""
+    """Whether file ``name`` in the folder of ``split`` (or in one of its prefix directories) is named like its
+    output: a shard or its sample index."""
     return name.startswith(f"{split}-") and name.endswith((".tar", INDEX_SUFFIX))
 
 
+def split_outputs(url: str, split: str, storage_options: dict, *, temporary: bool = False) -> list[str]:
+    """The files in the folder ``url`` of ``split`` named like its output, relative to ``url``: in the folder
+    itself and in every folder shaped like a prefix directory (``ac72/train-000000.tar``, whatever ``--prefixes``
+    wrote them); with ``temporary`` also the temporary files of an interrupted write (``.train-...``)."""
+
+    def ours(name: str) -> bool:
+        return is_split_output(split, name) or (temporary and name.startswith(f".{split}-"))
+
+    dirs, files = storage.list_dir(url, **storage_options)
+    out = [n for n in files if ours(n)]
+    for d in dirs:
+        if is_prefix_dir(d):
+            out += [f"{d}/{n}" for n in storage.list_dir(storage.join(url, d), **storage_options)[1] if ours(n)]
+    return out
+
+
 def clear_split(url: str, split: str, storage_options: dict) -> None:
-    """Remove the conversion of ``split`` in its folder ``url``: journal, manifest, shards, indexes, temporary files."""
+    """Remove the conversion of ``split`` in its folder ``url``: journal, manifest, shards, indexes, temporary
+    files, in the folder and in its prefix directories (which are removed once empty)."""
     from shardkit.convert import journal
     from shardkit.format.manifest import MANIFEST_NAME
 
     so = storage_options
     storage.remove(journal.journal_url(url), recursive=True, **so)
     storage.remove(storage.join(url, MANIFEST_NAME), **so)
-    for name in storage.list_dir(url, **so)[1]:
-        if is_split_output(split, name) or name.startswith(f".{split}-"):
-            storage.remove(storage.join(url, name), **so)
+    for name in split_outputs(url, split, so, temporary=True):
+        storage.remove(storage.join(url, *name.split("/")), **so)
+    tidy_prefix_dirs(url, so, work=True)
+
+
+def tidy_prefix_dirs(url: str, storage_options: dict, *, work: bool = False) -> None:
+    """Remove the empty work folders (``<prefix dir>/_shardkit/``, left by local writes) of the prefix directories
+    of the split folder ``url`` (with ``work``: whatever they hold), then the prefix directories left empty.
+    Local folders only: on an object store a folder is a key prefix, gone with its last object."""
+    from shardkit.convert import journal
+
+    if not storage.is_local(url):
+        return
+    so = storage_options
+    for d in storage.list_dir(url, **so)[0]:
+        if not is_prefix_dir(d):
+            continue
+        pdir = storage.join(url, d)
+        wdir = journal.journal_url(pdir)
+        if work or storage.list_dir(wdir, **so) == ([], []):
+            storage.remove(wdir, recursive=True, **so)
+        if storage.list_dir(pdir, **so) == ([], []):
+            storage.remove(pdir, recursive=True, **so)
 
 
 def check_empty_split(url: str, split: str, empty: str, overwrite: bool, storage_options: dict) -> None:

@@ -24,6 +24,10 @@ into splits of items and a picklable reader (:mod:`shardkit.convert.scan.source`
 nothing here depends on the kind. Before writing, DEST is checked against SRC
 and locked for this task (:mod:`shardkit.convert.dest`).
 
+Prefixes: with ``ConvertConfig.prefixes`` N > 1, planned shard ``j`` is written as
+:func:`~shardkit.convert.journal.shard_path` names it, ``<dir j % N>/<split>-<j>.tar``, its sample index
+next to it; the record, and so the manifest, holds that name (overflow shards: :mod:`shardkit.convert.merge`).
+
 Layout: one rule, every split goes to ``DEST/<split>/`` (a plain ImageFolder to
 ``DEST/train/``), whatever the source (``ScannedSource.nested`` is not consulted). A DEST
 holding a conversion directly (``manifest.json`` in DEST: the flat layout older
@@ -49,7 +53,7 @@ from shardkit.convert.dest import (
     clear_split,
     dest_lock,
     empty_split_result,
-    is_split_output,
+    split_outputs,
 )
 from shardkit.convert.encoder import CHUNK, Encoder, Outcome, check_main_guard, start_pool
 from shardkit.convert.imageproc import Encoded
@@ -196,7 +200,7 @@ class SplitJob:
             self.plan = existing
 
     def _shard_files(self) -> list[str]:
-        return [n for n in storage.list_dir(self.url, **self.so)[1] if is_split_output(self.src.name, n)]
+        return split_outputs(self.url, self.src.name, self.so)
 
     def _clear(self) -> None:
         clear_split(self.url, self.src.name, self.so)
@@ -228,7 +232,9 @@ class SplitJob:
         rec = journal.read_record(self.url, self.src.name, j, **self.so)
         if rec is None or rec.fingerprint != self.plan.fingerprint or rec.index != j:
             return None
-        shard_ok = _part_ok(storage.join(self.url, journal.shard_name(self.src.name, j)), rec.shard, self.so)
+        shard_ok = _part_ok(
+            storage.join(self.url, journal.shard_path(self.src.name, j, self.plan.prefixes)), rec.shard, self.so
+        )
         over_ok = _part_ok(
             journal.journal_url(self.url, journal.overflow_name(self.src.name, j)), rec.overflow, self.so
         )
@@ -266,7 +272,7 @@ class SplitJob:
                 else:
                     over.append(s)
 
-        name, oname = journal.shard_name(self.src.name, j), journal.overflow_name(self.src.name, j)
+        name, oname = journal.shard_path(self.src.name, j, self.plan.prefixes), journal.overflow_name(self.src.name, j)
         samples = fitting()
         first = next(samples, None)  # no tar at all for a shard whose every item is skipped
         shard = (

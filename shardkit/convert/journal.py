@@ -4,7 +4,8 @@
   samples per planned shard, files skipped at discovery). Every task writes
   the same bytes, so concurrent tasks may race on it harmlessly.
 * ``<split>-NNNNNN.json``: one record per finished planned shard, written after
-  the shard itself is in place: its :class:`~shardkit.format.manifest.ShardInfo`,
+  the shard itself is in place: its :class:`~shardkit.format.manifest.ShardInfo`
+  (named as the manifest will name it, in its prefix directory with ``--prefixes``: :func:`shard_path`),
   its overflow (samples beyond the byte cap, kept in
   ``<split>-NNNNNN.overflow``, a tar), class counts and skipped files.
 
@@ -24,6 +25,7 @@ from typing import Any
 from shardkit.errors import ConvertError, ShardkitError
 from shardkit.format.fields import DEFAULT_FIELDS
 from shardkit.format.manifest import ShardInfo, SkippedFile
+from shardkit.format.prefixes import spread_name
 from shardkit.storage import fs as storage
 
 JOURNAL_DIR = storage.WORK_DIR
@@ -35,6 +37,13 @@ PLAN_VERSION = 1
 def shard_name(split: str, index: int) -> str:
     """File name of shard ``index`` of ``split``."""
     return f"{split}-{index:06d}.tar"
+
+
+def shard_path(split: str, index: int, prefixes: int = 1) -> str:
+    """Name of shard ``index`` of ``split`` relative to the split folder, as the manifest records it: its
+    :func:`shard_name` in prefix directory ``index % prefixes`` (:func:`~shardkit.format.prefixes.spread_name`;
+    flat with one prefix). Planned and overflow shards alike are spread by their index."""
+    return spread_name(shard_name(split, index), index, prefixes)
 
 
 def journal_url(split_url: str, name: str = "") -> str:
@@ -67,6 +76,11 @@ class Plan:
     flip_pairs: list[list[int]] = field(default_factory=list)  #: keypoints a horizontal flip swaps
     #: what the source made of its annotations (detection sources), before the encode-time moves of the records
     annotations: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def prefixes(self) -> int:
+        """The prefix directories the split's shards are spread over (``options["prefixes"]``; 1: flat names)."""
+        return int(self.options.get("prefixes", 1))
 
     @property
     def fingerprint(self) -> str:

@@ -5,8 +5,9 @@ multi-task conversion ``shardkit merge DEST`` does it once every task is
 done. Finalising checks that every planned shard has a record and that every
 recorded shard is present with its recorded size, packs the overflow samples
 (see :mod:`shardkit.convert.shards`) into the shards numbered after the planned
-ones, and writes ``manifest.json`` last. It is idempotent: running it again
-rewrites the same bytes.
+ones (spread over the prefix directories by their number, like planned shards),
+and writes ``manifest.json`` last. It is idempotent: running it again rewrites
+the same bytes.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Any
 from shardkit import __version__
 from shardkit.convert import journal
 from shardkit.convert import shards as plan
+from shardkit.convert.dest import tidy_prefix_dirs
 from shardkit.errors import ConvertError
 from shardkit.format import INDEX_FORMAT, EncodedSample, index_url, write_tar
 from shardkit.format.fields import SampleRule
 from shardkit.format.manifest import Manifest, ShardInfo, manifest_url
+from shardkit.format.prefixes import prefix_of
 from shardkit.storage import fs as storage
 
 _SHOW = 10
@@ -71,7 +74,9 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
             f"{p.keypoint_names}; every task must run with the same options: rerun that task"
         )
     missing = [
-        journal.shard_name(p.split, j) for j, r in enumerate(records) if r is None or r.fingerprint != p.fingerprint
+        journal.shard_path(p.split, j, p.prefixes)
+        for j, r in enumerate(records)
+        if r is None or r.fingerprint != p.fingerprint
     ]
     if missing:
         raise ConvertError(
@@ -104,7 +109,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     sizes = [plan.tar_size(s) for s in overflow]
     shard_size, shard_bytes = p.options.get("shard_size"), p.options.get("shard_bytes")
     for g, (a, b) in enumerate(plan.pack(sizes, shard_size, shard_bytes)):
-        name = journal.shard_name(p.split, p.num_planned + g)
+        name = journal.shard_path(p.split, p.num_planned + g, p.prefixes)  # spread by its index, like a planned one
         batch = overflow[a:b]
         w = storage.publish(storage.join(split_url, name), functools.partial(write_tar, batch), **storage_options)
         if w.index is not None:
@@ -119,10 +124,8 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         "input_sha256": p.input_sha256,
         "fingerprint": p.fingerprint,
     }
-    listed = set(
-        storage.list_dir(split_url, **storage_options)[1]
-    )  # shards resumed from an older shardkit have no index
-    indexed = all(index_url(s.name) in listed for s in shards if s is not None)
+    listed = _listed(split_url, {prefix_of(s.name) for s in shards if s is not None}, storage_options)
+    indexed = all(index_url(s.name) in listed for s in shards if s is not None)  # an older shardkit's have none
     m = Manifest(
         split=p.split,
         classes=list(p.classes),
@@ -141,7 +144,18 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     m.validate()
     m.url = manifest_url(split_url)
     storage.put_bytes(m.url, m.to_json().encode("utf-8"), **storage_options)  # like save_manifest, crash-litter free
+    if p.prefixes > 1:
+        tidy_prefix_dirs(split_url, storage_options)  # the empty work folders local writes left in them
     return m
+
+
+def _listed(split_url: str, dirs: set[str], storage_options: dict) -> frozenset[str]:
+    """The files in ``split_url`` and its sub-folders ``dirs`` (``""``: the folder itself), as paths relative to it."""
+    out: set[str] = set()
+    for d in sorted(dirs):
+        files = storage.list_dir(storage.join(split_url, d) if d else split_url, **storage_options)[1]
+        out.update(f"{d}/{n}" if d else n for n in files)
+    return frozenset(out)
 
 
 def annotations_of(p: journal.Plan, records: "list[journal.ShardRecord | None]") -> dict[str, int]:

@@ -10,6 +10,7 @@ from typing import Any
 from shardkit.compat import renamed
 from shardkit.convert.imageproc import EncodeConfig
 from shardkit.format.manifest import Manifest, SkippedFile
+from shardkit.format.prefixes import DEFAULT_PREFIXES, check_prefixes
 
 #: default ``shard_bytes``: a comfortable object-storage object size
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
@@ -160,6 +161,10 @@ class ConvertConfig:
             exactly ``round(val_fraction * n)`` of each class's ``n`` items (0: off).
         strict: raise :class:`shardkit.ConvertError` on the first file that should have
             converted and did not (files that are not candidates, such as `notes.txt`, do not count).
+        prefixes: spread each split's shards over this many prefix directories (``--prefixes``):
+            shard ``j`` is written as ``<dir>/<split>-<j>.tar`` with ``<dir>`` the ``j % prefixes``-th
+            of :func:`~shardkit.format.prefixes.prefix_dirs`, so that an object store partitions the
+            reads; ``1`` (the default) writes flat names. Recorded in the manifest when not ``1``.
     """
 
     image: EncodeConfig = field(default_factory=EncodeConfig)
@@ -172,9 +177,11 @@ class ConvertConfig:
     source: ScanConfig = field(default_factory=ScanConfig)
     val_fraction: float = 0.0
     strict: bool = False
+    prefixes: int = DEFAULT_PREFIXES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layout", Layout(self.layout))
+        check_prefixes(self.prefixes)
         if self.shard_size is not None and self.shard_size < 1:
             raise ValueError(f"shard_size must be positive, not {self.shard_size}")
         if self.shard_bytes is not None and self.shard_bytes < 1:
@@ -199,6 +206,7 @@ class ConvertConfig:
             "shard_bytes": self.shard_bytes,
             **({"source": self.source.recorded()} if self.source.recorded() else {}),
             **({"val_fraction": self.val_fraction} if self.val_fraction else {}),
+            **({"prefixes": self.prefixes} if self.prefixes != 1 else {}),  # flat conversions keep their identity
         }
 
 

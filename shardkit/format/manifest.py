@@ -15,7 +15,9 @@ the ``target`` values), and for datasets with ``keypoints`` the ``keypoint_names
 ``flip_pairs`` a horizontal flip swaps (written only when not empty); versions 1 and 2 read as
 ``fields = ["image", "label"]``. Shard names are
 validated so that a manifest cannot point outside its own directory unless the
-caller opts in.
+caller opts in: a name is a plain ``.tar`` file name, or one inside a prefix directory
+(``<4 hex digits>/<file>.tar``, as ``shardkit convert --prefixes N`` writes them:
+:mod:`shardkit.format.prefixes`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from shardkit.errors import ManifestError, ShardkitError
 from shardkit.format.fields import DEFAULT_FIELDS, fields_error
+from shardkit.format.prefixes import PREFIX_DIR
 from shardkit.storage import fs as storage
 
 FORMAT = "shardkit-manifest"
@@ -35,13 +38,15 @@ VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 MANIFEST_NAME = "manifest.json"
 _MAX_COUNT = 1 << 40
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.tar$")
+#: a shard name: a plain ``.tar`` file name, optionally in a prefix directory (:func:`~shardkit.format.prefixes.spread_name`)
+_SAFE_NAME = re.compile(rf"^(?:{PREFIX_DIR.pattern}/)?[A-Za-z0-9_][A-Za-z0-9_.-]*\.tar$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One finished shard: file name (relative to the manifest), samples, size and checksum."""
+    """One finished shard: file name relative to the manifest (``train-000000.tar``, or ``ac72/train-000000.tar``
+    in a prefix directory), samples, size and checksum."""
 
     name: str
     samples: int
@@ -213,8 +218,9 @@ class Manifest:
             names.add(s.name)
             if not allow_unsafe_names and (not _SAFE_NAME.fullmatch(s.name) or ".." in s.name):
                 raise ManifestError(
-                    f"{where}: shard name {s.name!r} is not a plain file name in the dataset directory "
-                    "(paths, '..', URLs and pipe: are refused); pass allow_unsafe_names=True only for manifests you trust"
+                    f"{where}: shard name {s.name!r} is not a plain file name in the dataset directory or one of its "
+                    "prefix directories (other paths, '..', URLs and pipe: are refused); pass allow_unsafe_names=True "
+                    "only for manifests you trust"
                 )
         if self.class_counts and (len(self.class_counts) != len(self.classes) or min(self.class_counts) < 0):
             raise ManifestError(f"{where}: class_counts does not match classes")
