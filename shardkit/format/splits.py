@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from shardkit.errors import ManifestError, ShardkitError
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
+from shardkit.format.prefixes import is_prefix_dir
 from shardkit.storage import fs as storage
 
 _JOURNAL_DIR = "_shardkit"  # shardkit.convert.journal.JOURNAL_DIR (not imported: reading a dataset needs no converter)
@@ -47,6 +48,9 @@ class Found:
 def _incomplete(url: str, files: list[str], dirs: list[str], **so: Any) -> Optional[Incomplete]:
     """Why the folder ``url`` (without a manifest) is an unfinished conversion, or ``None`` if it is not one."""
     shards = [f for f in files if f.endswith(".tar")]
+    if _JOURNAL_DIR in dirs:  # a conversion's prefix directories (convert --prefixes N) hold its shards
+        for d in filter(is_prefix_dir, dirs):
+            shards += [f"{d}/{f}" for f in _list(storage.join(url, d), **so)[1] if f.endswith(".tar")]
     if _JOURNAL_DIR not in dirs and not shards:
         return None
     done = ""
@@ -89,7 +93,7 @@ def find_splits(url: str, **storage_options: Any) -> Found:
     incomplete = [i for i in [_incomplete(url, files, dirs, **so)] if i is not None]
     manifests, unreadable = [], []
     for d in dirs:
-        if d == _JOURNAL_DIR:
+        if d == _JOURNAL_DIR or (_JOURNAL_DIR in dirs and is_prefix_dir(d)):  # a split folder's own folders
             continue
         sub = storage.join(url, d)
         if storage.exists(storage.join(sub, MANIFEST_NAME), **so):

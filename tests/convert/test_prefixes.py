@@ -29,6 +29,7 @@ from shardkit.errors import ConvertError, ManifestError
 from shardkit.format import index_url
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest
 from shardkit.format.prefixes import MAX_PREFIXES, prefix_dirs, prefix_of, spread_name
+from shardkit.format.splits import find_splits
 from shardkit.format.verify import verify
 
 SETTINGS = dict(derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate])
@@ -240,6 +241,10 @@ def test_resume_and_tasks_give_the_single_run(src, flat_and_spread, tmp_path):
     first = convert(src, resumed, _opts(N), workers=1, quiet=True, num_tasks=2, task_index=0)
     mine = first.splits[0].shards_written
     assert first.splits[0].manifest is None and mine >= 2
+    # the unfinished split is one unfinished conversion holding task 0's shards, its prefix dirs no splits of their own
+    found = find_splits(os.path.join(resumed, "train"))
+    assert not found.manifests and len(found.incomplete) == 1, found
+    assert f"{mine} shard(s)" in found.incomplete[0].detail, found.incomplete[0].detail
     with open(os.path.join(resumed, "train", one.shards[2].name), "r+b") as f:  # planned shard 2: task 0's
         f.write(b"x")
     again = convert(src, resumed, _opts(N), workers=1, quiet=True).splits[0]

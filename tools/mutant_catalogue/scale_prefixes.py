@@ -162,4 +162,12 @@ MUTANTS = [
         "new": "",
         "tests": [CLI],
     },
+    {
+        "id": "pfx-unfinished-split-misses-prefix-dirs",  # an unfinished spread split: 0 shards, its dirs as splits
+        "row": ROW_RESUME,
+        "file": "shardkit/format/splits.py",
+        "old": "    if _JOURNAL_DIR in dirs:  # a conversion's prefix directories",
+        "new": "    if False:  # a conversion's prefix directories",
+        "tests": [RESUME],
+    },
 ]
