@@ -294,6 +294,7 @@ class GpuAugment(nn.Module):
             if self._compiled_targets is None:
                 self._compiled_targets = torch.compile(self.apply_targets)
             fields = (targets.boxes, targets.labels, targets.count, targets.crowd, targets.keypoints, targets.mask)
+            fields += (targets.instances,)
             mark_batch_dynamic(
                 [images, *(t for p in params for t in p.values()), *(t for t in fields if t is not None)]
             )
