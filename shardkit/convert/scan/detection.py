@@ -166,7 +166,9 @@ def describe(classes: Sequence[str], counts: dict[str, int]) -> str:
 BACKGROUND = "background"
 
 
-def finish(source: ScannedSource, keypoint_names: Sequence[str] = (), masks: bool = False) -> ScannedSource:
+def finish(
+    source: ScannedSource, keypoint_names: Sequence[str] = (), masks: bool = False, instances: bool = False
+) -> ScannedSource:
     """Set the fields the source's items fill and its keypoint names and flip pairs.
 
     Raises:
@@ -178,6 +180,7 @@ def finish(source: ScannedSource, keypoint_names: Sequence[str] = (), masks: boo
             "convention): rename it, or remove it from the categories if no annotation uses it"
         )
     source.fields = ("image", "boxes") + (("keypoints",) if keypoint_names else ()) + (("mask",) if masks else ())
+    source.fields += ("instances",) if instances else ()
     source.keypoint_names = list(keypoint_names)
     source.flip_pairs = flip_pairs_of(keypoint_names)
     return source
@@ -198,6 +201,11 @@ def scan_detection(kind: str, path: str, options: ScanConfig, split: str, **stor
         from shardkit.convert.scan.coco import scan_coco
 
         return scan_coco(path, options, split, **storage_options)
+    if options.instances and kind in ("voc", "yolo"):
+        raise ConvertError(
+            f"{kind}:{path}: --instances (instance maps) needs per-object segmentations, which only coco: sources "
+            "have; drop --instances (--masks stores VOC's semantic masks)"
+        )
     if kind == "voc":
         from shardkit.convert.scan.voc import scan_voc
 
