@@ -201,11 +201,6 @@ def scan_detection(kind: str, path: str, options: ScanConfig, split: str, **stor
         from shardkit.convert.scan.coco import scan_coco
 
         return scan_coco(path, options, split, **storage_options)
-    if options.instances and kind in ("voc", "yolo"):
-        raise ConvertError(
-            f"{kind}:{path}: --instances (instance maps) needs per-object segmentations, which only coco: sources "
-            "have; drop --instances (--masks stores VOC's semantic masks)"
-        )
     if kind == "voc":
         from shardkit.convert.scan.voc import scan_voc
 
