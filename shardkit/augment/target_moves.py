@@ -136,7 +136,9 @@ def move_run(
     if targets.mask is None and targets.instances is None:
         return moved, dropped
     to_canvas = chain(matrices, device)
-    fills = [outside(to_canvas[k].expand(n, 3, 3), sizes[k], sizes[-1]) for k in cuts]
+    fills = []  # where the image shows a cut's fill
+    for k in cuts:
+        fills.append(outside(to_canvas[k].expand(n, 3, 3), sizes[k], sizes[-1]))
     if targets.mask is not None:
         mask = warp_masks(targets.mask, to_canvas[0], sizes[-1])
         for fill in fills:

@@ -112,7 +112,7 @@ def decode_instances(data: bytes, size: Optional[tuple[int, int]] = None, count:
                     raise ValueError(f"instance map is {im.format}, not PNG")
                 if im.mode not in ("I;16", "I", "L"):
                     raise ValueError(f"instance map PNG has mode {im.mode}, not 16-bit grey (I;16)")
-                if size is not None and im.size != tuple(size):
+                if size is not None and tuple(im.size) != tuple(size):
                     raise ValueError(
                         f"instance map is {im.size[0]}x{im.size[1]} but its image {size[0]}x{size[1]} (they must match)"
                     )

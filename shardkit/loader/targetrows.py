@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from shardkit.format import RawSample
-from shardkit.format.fields import IGNORE, Objects
+from shardkit.format.fields import Objects
 from shardkit.format.masks import decode_instances, decode_mask
 from shardkit.loader.fields import RowSpec
 from shardkit.loader.rows import FieldRows
@@ -95,29 +95,31 @@ def target_rows(
     as_stored = pad_objects(objects) if "instances" in want else None
     objects = [o.take(~o.iscrowd) if o.iscrowd.any() else o for o in objects]
     inv = crop_maps(boxes, flips, size)
-    padded = pad_objects(objects, k)
-    stepped, keep = moved_rows(padded, inv, (size, size), min_visible=spec.min_visible, flip_pairs=spec.flip_pairs)
+    stepped, keep = moved_rows(
+        pad_objects(objects, k), inv, (size, size), min_visible=spec.min_visible, flip_pairs=spec.flip_pairs
+    )
     moved = compact(stepped, keep)
-    dropped = (padded.labels >= 0).sum(1) - moved.count + torch.from_numpy(crowds)
+    dropped = (stepped.labels >= 0).sum(1) - moved.count
+    dropped = dropped + torch.from_numpy(crowds)
     mask = inst = None
-    if "mask" in want or "instances" in want:
+    if "mask" in want:
         assert masks is not None
-        if "mask" in want:
-            mask = torch.empty((n, size, size), dtype=torch.uint8)
-        if "instances" in want:
-            inst = torch.empty((n, size, size), dtype=torch.int16)
+        mask = torch.empty((n, size, size), dtype=torch.uint8)
         for i, px in enumerate(masks):
-            assert px is not None
-            for out, src, fill in ((mask, px.mask, IGNORE), (inst, px.instances, NO_OBJECT)):
-                if out is not None and src is not None:  # PIL's arrays are read-only
-                    out[i] = warp_crop_mask(
-                        torch.from_numpy(np.require(src, requirements="W")), inv[i], (size,) * 2, fill
-                    )
-        if inst is not None and as_stored is not None:
-            non_crowd = (as_stored.labels >= 0) & ~as_stored.crowd  # [n, M stored]
-            # stored row -> row among the non-crowd objects -> row after the crop's drops; -1 for crowds and drops
-            table = relabel(kept_rows(non_crowd), kept_rows(keep))
-            inst = relabel(inst, table)
+            assert px is not None and px.mask is not None
+            src = torch.from_numpy(np.require(px.mask, requirements="W"))  # PIL's arrays are read-only
+            mask[i] = warp_crop_mask(src, inv[i], (size, size))
+    if "instances" in want and as_stored is not None:
+        assert masks is not None
+        inst = torch.empty((n, size, size), dtype=torch.int16)
+        for i, px in enumerate(masks):
+            assert px is not None and px.instances is not None
+            ids = torch.from_numpy(np.require(px.instances, requirements="W"))
+            inst[i] = warp_crop_mask(ids, inv[i], (size, size), NO_OBJECT)
+        non_crowd = (as_stored.labels >= 0) & ~as_stored.crowd  # [n, M stored]
+        # stored row -> row among the non-crowd objects -> row after the crop's drops; -1 for crowds and drops
+        table = relabel(kept_rows(non_crowd), kept_rows(keep))
+        inst = relabel(inst, table)
     # M: the most objects a sample keeps (dropped boxes leave padding at the end of each row)
     m_kept = int(moved.count.max()) if n else 0
     rows = FieldRows(

@@ -86,10 +86,10 @@ def to_torchvision(
         d = {"boxes": t.boxes[i, :n], "labels": t.labels[i, :n]}
         if t.keypoints is not None:
             d["keypoints"] = t.keypoints[i, :n]
-        if t.mask is not None:
-            d["mask"] = t.mask[i]
         if t.instances is not None:
             d["masks"] = binary_masks(t.instances[i], n)
+        if t.mask is not None:
+            d["mask"] = t.mask[i]
         targets.append(d)
     return list(floats.unbind(0)), targets
 

@@ -119,5 +119,7 @@ def test_an_instance_map_naming_a_missing_object_fails_its_sample():
 def test_a_mixture_with_and_without_instances_is_refused_in_one_line(scenes, tmp_path):
     plain = write_scenes(str(tmp_path / "plain"), 4, size=SCENE, shard_size=4)
     with pytest.raises(ValueError, match="has no 'instances' field") as e:
-        shardkit.load([shardkit.Source(scenes, repeat=1), shardkit.Source(plain, repeat=1)], fields=FIELDS, num_workers=0)
+        shardkit.load(
+            [shardkit.Source(scenes, repeat=1), shardkit.Source(plain, repeat=1)], fields=FIELDS, num_workers=0
+        )
     assert "\n" not in str(e.value)
