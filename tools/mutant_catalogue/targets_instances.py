@@ -19,6 +19,7 @@ T = "tests/targets/test_instances.py::"
 MOVE = T + "test_move_sends_each_pixel_to_the_nearest_source_and_its_object_to_its_new_row"
 RELABEL = T + "test_kept_rows_and_relabel_equal_a_dict_lookup"
 GPU = T + "test_gpu_augment_geometric_ops_keep_each_object_on_its_pixels"
+CUT = T + "test_a_cut_run_drops_boxes_and_their_pixels_follow"
 TV = T + "test_to_torchvision_masks_are_one_binary_mask_per_kept_box"
 L = "tests/loader/test_instances_loader.py::"
 LOADER = L + "test_instances_follow_the_crop_and_the_kept_boxes"
@@ -70,7 +71,7 @@ MUTANTS = [
         "file": "shardkit/augment/target_moves.py",
         "old": "        rows = relabel(rows, kept_rows(keep))\n",
         "new": "",
-        "tests": [GPU],
+        "tests": [CUT, GPU],
     },
     {
         "id": "inst-larger-on-top",  # the paint order reversed: a small object in front of a large one vanishes
