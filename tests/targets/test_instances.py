@@ -224,6 +224,22 @@ def test_a_cut_run_drops_boxes_and_their_pixels_follow(seed):
         assert not fails, (i, fails[:3])
 
 
+def test_instances_move_without_host_reads():
+    """Relabelling is a gather on the device: a GpuAugment call with instance maps (a cut run, a dict batch) reads
+    nothing back to the host (``tests/augment/test_no_sync.py``'s detector, the CPU stand-in for CUDA's)."""
+    from tests.augment.test_no_sync import HostReads
+
+    images, targets = scene_batch_instances(4, 6, (48, 40))
+    aug = GpuAugment([RandomResizedCrop(32), RandomRotation(30, fill=FILL)], seed=0, flip_pairs=FLIP_PAIRS)
+    batch = {"image": images, "boxes": targets.boxes, "box_labels": targets.labels, "instances": targets.instances}
+    aug(images, targets=targets), aug(batch)  # generators, cached constants
+    with HostReads() as reads:
+        aug(images, targets=targets)
+        out = aug(batch)
+    assert reads.calls == [], reads.calls
+    assert out["instances"].dtype == torch.int16 and out["instances"].shape == (6, 32, 32)
+
+
 # --- torchvision ---------------------------------------------------------------------------------------------
 
 
