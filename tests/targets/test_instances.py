@@ -240,6 +240,26 @@ def test_instances_move_without_host_reads():
     assert out["instances"].dtype == torch.int16 and out["instances"].shape == (6, 32, 32)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_moves_instances_like_cpu_without_a_sync():
+    images, targets = scene_batch_instances(7, 8, (64, 48))
+    aug = GpuAugment([RandomResizedCrop(40), HorizontalFlip(), RandomRotation(25, fill=FILL)], seed=0, min_visible=0.4)
+    params = aug.sample_params(8, (48, 64), "cpu")
+    _, cpu, _ = aug.apply_targets(images, params, targets)
+    cuda_params = [{k: v.cuda() for k, v in p.items()} for p in params]
+    images, targets = images.cuda(), targets.to("cuda")
+    aug.apply_targets(images, cuda_params, targets)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        _, gpu, _ = aug.apply_targets(images, cuda_params, targets)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    gpu = gpu.to("cpu")
+    assert torch.equal(cpu.count, gpu.count)
+    assert (cpu.instances != gpu.instances).float().mean() < 1e-3  # type: ignore[operator]  # float32 ties
+
+
 # --- torchvision ---------------------------------------------------------------------------------------------
 
 
