@@ -123,3 +123,19 @@ def test_a_mixture_with_and_without_instances_is_refused_in_one_line(scenes, tmp
             [shardkit.Source(scenes, repeat=1), shardkit.Source(plain, repeat=1)], fields=FIELDS, num_workers=0
         )
     assert "\n" not in str(e.value)
+
+
+def test_decode_on_device_and_two_workers_give_the_worker_paths_instances(scenes, preset="train"):
+    """``decode_on="device"`` (here on the CPU, no DCT scaling on either side) and two worker processes: the same
+    instance maps as the plain worker path, sample by sample."""
+    kw = dict(batch_size=5, size=40, seed=4, preset=preset, fields=FIELDS, min_visible=0.3, decoder="torchvision")
+
+    def maps(loader) -> dict[str, torch.Tensor]:
+        return {k: b["instances"][r] for b in loader for r, k in enumerate(b["key"])}
+
+    worker = maps(shardkit.load(scenes, num_workers=0, **kw))
+    device = maps(shardkit.load(scenes, num_workers=0, decode_on="device", **kw))
+    two = maps(shardkit.load(scenes, num_workers=2, **kw))
+    assert sorted(worker) == sorted(device) == sorted(two) and len(worker) == N
+    for k in worker:
+        assert torch.equal(worker[k], device[k]) and torch.equal(worker[k], two[k]), k
