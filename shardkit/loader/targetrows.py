@@ -119,7 +119,9 @@ def target_rows(
         non_crowd = (as_stored.labels >= 0) & ~as_stored.crowd  # [n, M stored]
         # stored row -> row among the non-crowd objects -> row after the crop's drops; -1 for crowds and drops
         table = relabel(kept_rows(non_crowd), kept_rows(keep))
-        inst = relabel(inst, table)
+        same = (table == torch.arange(table.shape[1])) | (as_stored.labels < 0)  # no crowd, no drop: rows stay
+        if not bool(same.all()):  # the worker's host tensors: a cheap test that skips the map's pass
+            inst = relabel(inst, table)
     # M: the most objects a sample keeps (dropped boxes leave padding at the end of each row)
     m_kept = int(moved.count.max()) if n else 0
     rows = FieldRows(

@@ -21,6 +21,8 @@ from torch import Tensor
 
 #: the instance-map value of a pixel of no object
 NO_OBJECT = -1
+_INT16 = 1 << 16  #: int16 values, the width of an instance map's lookup table
+_ZERO = 1 << 15  #: the table column of value 0
 
 
 def kept_rows(keep: Tensor) -> Tensor:
@@ -32,8 +34,18 @@ def kept_rows(keep: Tensor) -> Tensor:
 def relabel(ids: Tensor, table: Tensor) -> Tensor:
     """Object rows ``ids`` ``[N, ...]`` (-1: none) sent through per-sample tables ``table`` ``[N, M]`` (old row ->
     new row, -1: gone): ``table[n, ids[n, ...]]``, -1 staying -1 (and a row ``>= M``, which names no object,
-    becoming -1). Same dtype as ``ids``; one ``gather``."""
+    becoming -1). Same dtype as ``ids``; no host synchronisation.
+
+    An int16 map (an instance map) goes through one lookup table per sample over every int16 value (64 K entries,
+    so no value needs a range check): one flat index, one ``take``; other dtypes (small tables of rows) through
+    one ``gather``. The same torch ops on every device (no numpy: nothing is read back to the host).
+    """
     n, m = table.shape
+    if ids.dtype == torch.int16:
+        lut = torch.full((n, _INT16), NO_OBJECT, dtype=torch.int16, device=table.device)
+        lut[:, _ZERO : _ZERO + m] = table.to(torch.int16)
+        base = torch.arange(n, device=ids.device, dtype=torch.long) * _INT16 + _ZERO
+        return lut.reshape(-1).take(ids.long() + base.reshape((n,) + (1,) * (ids.dim() - 1)))
     padded = torch.cat([torch.full((n, 1), NO_OBJECT, dtype=table.dtype, device=table.device), table], 1)
     idx = ids.reshape(n, math.prod(ids.shape[1:])).long() + 1
     idx = torch.where((idx < 0) | (idx > m), torch.zeros_like(idx), idx)
