@@ -293,9 +293,10 @@ class GpuAugment(nn.Module):
         if images.shape[0] > 0 and self._compile:
             if self._compiled_targets is None:
                 self._compiled_targets = torch.compile(self.apply_targets)
-            fields = (targets.boxes, targets.labels, targets.count, targets.crowd, targets.keypoints, targets.mask)
+            fields = (targets.boxes, targets.labels, targets.count, targets.crowd)
+            pixels = (targets.keypoints, targets.mask, targets.instances)
             mark_batch_dynamic(
-                [images, *(t for p in params for t in p.values()), *(t for t in fields if t is not None)]
+                [images, *(t for p in params for t in p.values()), *fields, *(t for t in pixels if t is not None)]
             )
             fn = self._compiled_targets
         return fn(images, params, targets)

@@ -10,7 +10,9 @@ lies outside its own input (a crop's edge, say), exactly as applying the ops one
 input is then a *cut*: boxes and keypoints move canvas by canvas, clipped at each cut (and a box
 must keep ``min_visible`` at each, as when the ops run one by one), and the mask, warped once
 with the whole run's map, becomes :data:`~shardkit.format.fields.IGNORE` wherever the image
-shows a fill. A run without such a cut (the usual one) is a single :func:`move`.
+shows a fill; an instance map likewise (-1 there), its rows relabelled through the composition of
+every canvas's drops (:mod:`shardkit.targets.instances`). A run without such a cut (the usual one)
+is a single :func:`move`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from shardkit.augment.base import Size
 from shardkit.augment.geometry import chain, constant_matrix
 from shardkit.format.fields import IGNORE
 from shardkit.targets.fields import targets_of, with_targets
-from shardkit.targets.geometry import Targets, move, outside, warp_masks
+from shardkit.targets.geometry import Targets, compact, move, moved_rows, outside, warp_masks
+from shardkit.targets.instances import NO_OBJECT, kept_rows, relabel
 
 
 def check_flip_pairs(flip_pairs: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...]:
@@ -83,6 +86,12 @@ def check_targets(targets: Targets, images: Tensor, flip_pairs: "Sequence[tuple[
         )
     if targets.mask is not None and targets.mask.dtype != torch.uint8:
         raise ValueError(f"mask must be uint8 (class per pixel, 255 none), got {targets.mask.dtype}")
+    inst = targets.instances
+    if inst is not None and (tuple(inst.shape) != (b, h, w) or inst.dtype != torch.int16):
+        raise ValueError(
+            f"instances must be int16 [B, H, W] = {[b, h, w]} like the images (object row per pixel, -1 none), got "
+            f"{inst.dtype} {list(inst.shape)}"
+        )
     if targets.keypoints is not None and (targets.keypoints.ndim != 4 or targets.keypoints.shape[-1] != 3):
         raise ValueError(f"keypoints must be [B, M, K, 3] (x, y, visibility), got {list(targets.keypoints.shape)}")
 
@@ -115,18 +124,32 @@ def move_run(
     if not cuts:
         return move(targets, chain(matrices, device)[0], sizes[-1], min_visible=min_visible, flip_pairs=flip_pairs)
     bounds = [0, *cuts, len(matrices)]
-    moved, dropped = replace(targets, mask=None), torch.zeros_like(targets.count)
+    moved, dropped = replace(targets, mask=None, instances=None), torch.zeros_like(targets.count)
+    n, m = targets.labels.shape
+    rows = torch.arange(m, device=device).expand(n, m)  # each input row's row now (-1: dropped on the way)
     for a, b in zip(bounds, bounds[1:]):
         segment = chain(matrices[a:b], device)[0]
-        moved, lost = move(moved, segment, sizes[b], min_visible=min_visible, flip_pairs=flip_pairs)
-        dropped = dropped + lost
-    if targets.mask is None:
+        stepped, keep = moved_rows(moved, segment, sizes[b], min_visible=min_visible, flip_pairs=flip_pairs)
+        rows = relabel(rows, kept_rows(keep))
+        dropped = dropped + (moved.labels >= 0).sum(1) - keep.sum(1)
+        moved = compact(stepped, keep)
+    if targets.mask is None and targets.instances is None:
         return moved, dropped
     to_canvas = chain(matrices, device)
-    mask = warp_masks(targets.mask, to_canvas[0], sizes[-1])
+    fills = []  # where the image shows a cut's fill
     for k in cuts:
-        mask = torch.where(outside(to_canvas[k].expand(mask.shape[0], 3, 3), sizes[k], sizes[-1]), IGNORE, mask)
-    return replace(moved, mask=mask), dropped
+        fills.append(outside(to_canvas[k].expand(n, 3, 3), sizes[k], sizes[-1]))
+    if targets.mask is not None:
+        mask = warp_masks(targets.mask, to_canvas[0], sizes[-1])
+        for fill in fills:
+            mask = torch.where(fill, IGNORE, mask)
+        moved = replace(moved, mask=mask)
+    if targets.instances is not None:
+        inst = warp_masks(targets.instances, to_canvas[0], sizes[-1], NO_OBJECT)
+        for fill in fills:
+            inst = torch.where(fill, NO_OBJECT, inst)
+        moved = replace(moved, instances=relabel(inst, rows))
+    return moved, dropped
 
 
 __all__ = ["augment_dict", "check_flip_pairs", "check_targets", "move_crop", "move_run"]

@@ -188,6 +188,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="coco:/voc: SRC: also store each image's semantic mask (COCO polygons/RLE, VOC SegmentationClass)",
     )
     g.add_argument(
+        "--instances",
+        action="store_true",
+        help="coco: SRC: also store each image's instance map (one object per pixel, Mask R-CNN's masks)",
+    )
+    g.add_argument(
         "--objects-col",
         default=None,
         metavar="COL",
@@ -240,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
             labelled=not args.no_label,
             mask_dir=args.mask_dir,
             masks=args.masks,
+            instances=args.instances,
             objects_col=args.objects_col,
             mask_col=args.mask_col,
             mask_classes=args.mask_classes,

@@ -90,7 +90,16 @@ def _sample(
     if targets is None:
         return EncodedSample(key, enc.jpeg, item.label, meta, item.labels, item.target, item.text)
     return EncodedSample(
-        key, enc.jpeg, item.label, meta, item.labels, item.target, item.text, targets.objects, targets.mask
+        key,
+        enc.jpeg,
+        item.label,
+        meta,
+        item.labels,
+        item.target,
+        item.text,
+        targets.objects,
+        targets.mask,
+        targets.instances,
     )
 
 

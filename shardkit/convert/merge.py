@@ -43,7 +43,16 @@ def read_samples(data: bytes, rule: SampleRule | None = None) -> list[EncodedSam
 
     return [
         EncodedSample(
-            s.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes), s.labels, s.target, s.text, s.objects, s.mask
+            s.key,
+            s.jpeg or b"",
+            s.label,
+            json.loads(s.meta_bytes),
+            s.labels,
+            s.target,
+            s.text,
+            s.objects,
+            s.mask,
+            s.instances,
         )
         for s in iter_raw(io.BytesIO(data), rule=rule)
     ]

@@ -70,6 +70,8 @@ class ScanConfig:
             same relative path and stem (pixel value = class index): field ``mask``.
         masks: ``coco:``/``voc:`` SRC: also store each image's semantic mask (COCO polygons/RLE
             rasterised; VOC's ``SegmentationClass`` PNGs): field ``mask``.
+        instances: ``coco:`` SRC: also store each image's instance map (one object per pixel, from each
+            annotation's polygons/RLE, the smaller object on top where they overlap): field ``instances``.
         objects_col: Hugging Face column of per-image objects (``bbox`` + ``category`` lists): field ``boxes``.
         mask_col: Hugging Face column holding each image's mask image: field ``mask``.
         mask_classes: with ``mask_dir`` or ``mask_col``: a text file naming the mask's classes, one per
@@ -94,6 +96,7 @@ class ScanConfig:
     labelled: bool = True
     mask_dir: str | None = None
     masks: bool = False
+    instances: bool = False
     objects_col: str | None = None
     mask_col: str | None = None
     mask_classes: str | None = None

@@ -1,4 +1,4 @@
-"""COCO segmentations (polygons, RLE) rasterised into a semantic mask: a class index per pixel.
+"""COCO segmentations (polygons, RLE) rasterised into a semantic mask (a class per pixel) or an instance map.
 
 A :class:`Segment` is one object's segmentation in the source image's pixels (edges at
 integers): its class index, whether it is a crowd region, and either polygons (COCO's
@@ -7,6 +7,12 @@ column-major runs starting with background). :func:`semantic_mask` paints the se
 (a later one covers an earlier one) on the background class 0; crowd regions are painted
 :data:`~shardkit.format.fields.IGNORE`. A pixel belongs to a polygon when its centre lies inside
 it (:func:`polygon_mask`), which is what pycocotools' ``annToMask`` gives up to the pixels along the outline.
+
+:func:`instance_map` paints the same regions as object rows (one object per pixel, -1 none: Mask R-CNN's
+masks in one image): where objects overlap, the **smaller** one (fewer source pixels) is on top (painted
+last; of two of one size, the later), so a small object in front of a large one keeps its pixels; an object
+all of whose pixels lie under smaller ones is left with an empty mask (the conversion counts it:
+``hidden_instance``). Crowd regions are objects there like any other.
 """
 
 from __future__ import annotations
@@ -138,6 +144,19 @@ def polygon_mask(polygons: Polygons, width: int, height: int) -> np.ndarray:
     return out
 
 
+def segment_region(seg: Segment, width: int, height: int) -> np.ndarray:
+    """The bool ``[height, width]`` pixels of one segment (:func:`rle_mask` or :func:`polygon_mask`).
+
+    Raises:
+        ValueError: an RLE whose size is not the image's, or whose runs do not fit it.
+    """
+    if isinstance(seg.shape, Rle):
+        if tuple(seg.shape.size) != (height, width):
+            raise ValueError(f"RLE of size {list(seg.shape.size)} on a {width}x{height} image")
+        return rle_mask(seg.shape)
+    return polygon_mask(seg.shape, width, height)
+
+
 def semantic_mask(segments: Sequence[Segment], width: int, height: int) -> np.ndarray:
     """uint8 ``[height, width]``: 0 (background) painted with each segment's class in order, crowds IGNORE.
 
@@ -146,14 +165,29 @@ def semantic_mask(segments: Sequence[Segment], width: int, height: int) -> np.nd
     """
     out = np.zeros((height, width), np.uint8)
     for seg in segments:
-        if isinstance(seg.shape, Rle):
-            if tuple(seg.shape.size) != (height, width):
-                raise ValueError(f"RLE of size {list(seg.shape.size)} on a {width}x{height} image")
-            region = rle_mask(seg.shape)
-        else:
-            region = polygon_mask(seg.shape, width, height)
-        out[region] = IGNORE if seg.crowd else seg.label
+        out[segment_region(seg, width, height)] = IGNORE if seg.crowd else seg.label
     return out
+
+
+def paint_instances(regions: Sequence[np.ndarray], width: int, height: int) -> np.ndarray:
+    """int16 ``[height, width]`` object rows from each object's pixels (``regions[k]``: flat row-major indices):
+    -1, painted with row ``k`` over ``regions[k]`` from the largest region to the smallest (ties: in row order),
+    so the smaller object is on top."""
+    order = sorted(range(len(regions)), key=lambda k: (-len(regions[k]), k))
+    flat = np.full(width * height, -1, np.int16)
+    for k in order:
+        flat[regions[k]] = k
+    return flat.reshape(height, width)
+
+
+def instance_map(segments: Sequence[Segment], width: int, height: int) -> np.ndarray:
+    """int16 ``[height, width]``: each pixel the row (index in ``segments``) of the smallest segment covering it,
+    -1 where none does (:func:`paint_instances`). An object without a segmentation is a segment with no polygon.
+
+    Raises:
+        ValueError: an RLE whose size is not the image's, or whose runs do not fit it.
+    """
+    return paint_instances([np.flatnonzero(segment_region(s, width, height)) for s in segments], width, height)
 
 
 def parse_segmentation(value: Any, label: int, crowd: bool) -> Segment:
@@ -181,11 +215,14 @@ __all__ = [
     "Polygons",
     "Rle",
     "Segment",
+    "instance_map",
+    "paint_instances",
     "parse_segmentation",
     "polygon_mask",
     "rle_counts",
     "rle_mask",
     "rle_of",
     "rle_string",
+    "segment_region",
     "semantic_mask",
 ]

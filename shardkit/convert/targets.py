@@ -17,11 +17,18 @@ is dropped (``outside_image``); these moves out of ``kept`` are returned per ite
 image's (``bad_mask``), or holds a value that is neither a class index nor
 :data:`~shardkit.format.fields.IGNORE` (``bad_mask``) skips the sample; a split that stores
 masks and an item without one skips it as ``missing_mask``.
+
+Instance maps (``instances``, COCO ``--instances``): the item's ``segments`` are then one per object, in the
+objects' order (an object without a segmentation has no polygon); they are painted at the source size, the
+smaller object on top (:func:`shardkit.convert.segments.instance_map`), and the map moves like the mask
+(nearest) with its rows following the stored objects (:func:`shardkit.targets.geometry.move`: an object
+dropped here leaves no pixel). A stored object whose segmentation has pixels, all of them under smaller
+objects, is counted ``hidden_instance`` (it keeps its box; only its mask is empty).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +47,8 @@ IMAGE_SKIPPED = "image_skipped"
 #: the ``annotations`` key of a box wholly outside its image
 OUTSIDE_IMAGE = "outside_image"
 CLIPPED = "clipped"
+#: the ``annotations`` key of a stored object whose instance mask is wholly hidden by smaller objects
+HIDDEN_INSTANCE = "hidden_instance"
 KEPT = "kept"
 
 
@@ -52,23 +61,27 @@ class TargetSpec:
         mask: the split stores ``mask`` (an item without one is ``missing_mask``).
         num_classes: mask values must be below this (or :data:`IGNORE`).
         num_keypoints: ``K`` keypoints per object (0: none).
+        instances: the split stores ``instances`` (the item's ``segments`` are one per object).
     """
 
     boxes: bool = False
     mask: bool = False
     num_classes: int = 0
     num_keypoints: int = 0
+    instances: bool = False
 
 
 @dataclass(frozen=True)
 class TargetOutcome:
     """One item's stored targets: ``objects`` and ``mask`` (PNG bytes) at the stored size, the classes it
-    holds (box labels and mask values) and what became of its objects beyond ``kept`` (``{reason: n}``)."""
+    holds (box labels and mask values) and what became of its objects beyond ``kept`` (``{reason: n}``);
+    ``instances``: the instance map's PNG bytes."""
 
     objects: Objects | None = None
     mask: bytes | None = None
     classes: tuple[int, ...] = ()
     moved: dict[str, int] = field(default_factory=dict)
+    instances: bytes | None = None
 
 
 def resize_map(in_size: tuple[int, int], out_size: tuple[int, int]) -> np.ndarray:
@@ -152,9 +165,15 @@ def encode_targets(
     size = (out_size[1], out_size[0])
     objects = item.objects if item.objects is not None or not spec.boxes else Objects.empty(spec.num_keypoints)
     moved: dict[str, int] = {}
-    out_objects = None
+    out_objects = stored_instances = None
     if objects is not None and spec.boxes:
         t = pad_objects([objects], spec.num_keypoints)
+        regions = _instance_regions(item, objects, in_size) if spec.instances else None
+        if regions is not None:
+            from shardkit.convert.segments import paint_instances
+
+            rows = torch.from_numpy(paint_instances(regions, *in_size))
+            t = replace(t, instances=rows[None])
         raw = move_boxes(t.boxes, inv)  # unclipped: what clipping changes is counted
         clipped, keep = clip_boxes(raw, size, 0.0)
         keep = keep & (t.labels >= 0)
@@ -166,6 +185,15 @@ def encode_targets(
             moved[CLIPPED] = n_clipped
         out, _ = move(t, inv, size)
         n = int(out.count[0])
+        if regions is not None and out.instances is not None:
+            from shardkit.format.masks import instances_bytes
+
+            assert t.instances is not None
+            painted = np.bincount(t.instances.reshape(-1).numpy().astype(np.int64) + 1, minlength=len(regions) + 1)
+            hidden = sum(1 for k, r in enumerate(regions) if len(r) and not painted[k + 1] and bool(keep[0, k]))
+            if hidden:
+                moved[HIDDEN_INSTANCE] = hidden
+            stored_instances = instances_bytes(out.instances[0].numpy())
         kp = None if out.keypoints is None else out.keypoints[0, :n].numpy()
         out_objects = Objects(
             out.boxes[0, :n].numpy().astype(np.float32),
@@ -182,7 +210,24 @@ def encode_targets(
         stored = mask_bytes(warped)
         counts = np.bincount(warped.reshape(-1), minlength=256)
         classes |= {int(c) for c in np.flatnonzero(counts[:IGNORE])}
-    return TargetOutcome(out_objects, stored, tuple(sorted(classes)), moved)
+    return TargetOutcome(out_objects, stored, tuple(sorted(classes)), moved, stored_instances)
+
+
+def _instance_regions(item: "Item", objects: Objects, in_size: tuple[int, int]) -> list[np.ndarray]:
+    """Each object's pixels in the source image (flat row-major indices), from the item's per-object segments.
+
+    Raises:
+        SkipImage: ``bad_mask``: a segmentation that does not fit the image.
+    """
+    from shardkit.convert.segments import segment_region
+
+    segments = item.segments or ()
+    if len(segments) != len(objects):  # the scan writes one segment per object: a mismatch is a bug, not bad input
+        raise AssertionError(f"{item.relpath}: {len(segments)} segments for {len(objects)} objects")
+    try:
+        return [np.flatnonzero(segment_region(s, *in_size)) for s in segments]
+    except ValueError as exc:
+        raise SkipImage(SkipReason.BAD_MASK, f"{item.relpath}: segmentation: {exc}") from None
 
 
 def target_spec(source: Any) -> TargetSpec | None:
@@ -191,7 +236,7 @@ def target_spec(source: Any) -> TargetSpec | None:
     boxes, mask = "boxes" in source.fields, "mask" in source.fields
     if not boxes and not mask:
         return None
-    return TargetSpec(boxes, mask, len(source.classes), len(source.keypoint_names))
+    return TargetSpec(boxes, mask, len(source.classes), len(source.keypoint_names), "instances" in source.fields)
 
 
 def sample_classes(item: Any, targets: TargetOutcome | None) -> tuple[int, ...]:
@@ -245,6 +290,7 @@ def settle(annotations: dict[str, int], moved: dict[str, int]) -> dict[str, int]
 __all__ = [
     "CLIPPED",
     "CLIP_TOLERANCE",
+    "HIDDEN_INSTANCE",
     "IMAGE_SKIPPED",
     "KEPT",
     "OUTSIDE_IMAGE",

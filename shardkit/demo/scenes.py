@@ -3,12 +3,13 @@
 A scene is a pure function of ``(seed, index, size)``: 1 to ``max_objects`` non-overlapping
 axis-aligned rectangles, each filled with its class's colour (:data:`COLOURS`), on a neutral grey
 (:data:`BACKGROUND`, class 0 ``"background"``). Its targets are exact: a box per rectangle (pixel
-edges), a mask of class indices, and two keypoints per rectangle (the middles of its left and right
+edges), a mask of class indices, an instance map (each pixel its rectangle's row, -1 none), and two
+keypoints per rectangle (the middles of its left and right
 edges: ``"left"``, ``"right"``, a flip pair). Because every pixel's colour names its class, any
 geometric step can be checked against the pixels themselves (tests, examples, benchmarks).
 
 :func:`write_scenes` writes such a dataset straight to shards (no conversion), with the fields
-``image``, ``boxes``, ``keypoints`` and ``mask``.
+``image``, ``boxes``, ``keypoints`` and ``mask`` (and ``instances`` when asked).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import io
 import os
 import random
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from shardkit.format import EncodedSample, write_shard
 from shardkit.format.fields import Objects
 from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
-from shardkit.format.masks import mask_bytes
+from shardkit.format.masks import instances_bytes, mask_bytes
 
 #: class names: index 0 is the background, 1.. are the rectangle colours
 CLASSES = ["background", "red", "green", "blue", "yellow", "magenta", "cyan"]
@@ -36,11 +38,13 @@ FLIP_PAIRS = [[0, 1]]
 
 @dataclass(frozen=True, eq=False)
 class Scene:
-    """One scene: ``image`` uint8 ``[H, W, 3]``, its ``objects`` (boxes, classes, keypoints) and ``mask`` ``[H, W]``."""
+    """One scene: ``image`` uint8 ``[H, W, 3]``, its ``objects`` (boxes, classes, keypoints), ``mask`` ``[H, W]`` and
+    ``instances`` int16 ``[H, W]`` (each pixel its rectangle's row in ``objects``, -1 none)."""
 
     image: np.ndarray
     objects: Objects
     mask: np.ndarray
+    instances: Optional[np.ndarray] = None
 
 
 def scene(seed: int, index: int, size: tuple[int, int] = (160, 120), max_objects: int = 4, min_side: int = 12) -> Scene:
@@ -50,6 +54,7 @@ def scene(seed: int, index: int, size: tuple[int, int] = (160, 120), max_objects
     image = np.empty((h, w, 3), np.uint8)
     image[:] = BACKGROUND
     mask = np.zeros((h, w), np.uint8)
+    rows = np.full((h, w), -1, np.int16)
     taken = np.zeros((h, w), bool)
     boxes: list[list[int]] = []
     labels: list[int] = []
@@ -67,6 +72,7 @@ def scene(seed: int, index: int, size: tuple[int, int] = (160, 120), max_objects
         c = rng.randint(1, len(CLASSES) - 1)
         image[y0 : y0 + bh, x0 : x0 + bw] = COLOURS[c]
         mask[y0 : y0 + bh, x0 : x0 + bw] = c
+        rows[y0 : y0 + bh, x0 : x0 + bw] = len(boxes)
         taken[y0 : y0 + bh, x0 : x0 + bw] = True
         boxes.append([x0, y0, x0 + bw, y0 + bh])
         labels.append(c)
@@ -75,7 +81,7 @@ def scene(seed: int, index: int, size: tuple[int, int] = (160, 120), max_objects
     two = np.full(len(b), 2.0, np.float32)
     kp = np.stack([np.stack([b[:, 0], mid, two], 1), np.stack([b[:, 2], mid, two], 1)], 1).astype(np.float32)
     objects = Objects(b, np.array(labels, np.int64), np.zeros(len(b), bool), kp.reshape(-1, 2, 3))
-    return Scene(image, objects, mask)
+    return Scene(image, objects, mask, rows)
 
 
 def scene_jpeg(s: Scene, quality: int = 95) -> bytes:
@@ -98,6 +104,7 @@ def write_scenes(
     max_objects: int = 4,
     keypoints: bool = True,
     mask: bool = True,
+    instances: bool = False,
 ) -> str:
     """Write ``num_samples`` scenes as a split under ``root`` (shards + manifest); returns ``root``.
 
@@ -118,6 +125,7 @@ def write_scenes(
                     {"scene": i, "width": size[0], "height": size[1]},
                     objects=obj,
                     mask=mask_bytes(s.mask) if mask else None,
+                    instances=instances_bytes(s.instances) if instances and s.instances is not None else None,
                 )
             )
         name = f"{split}-{len(shards):06d}.tar"
@@ -125,6 +133,7 @@ def write_scenes(
             n, nbytes, sha = write_shard(samples, f)
         shards.append(ShardInfo(name=name, samples=n, bytes=nbytes, sha256=sha))
     fields = ["image", "boxes"] + (["keypoints"] if keypoints else []) + (["mask"] if mask else [])
+    fields += ["instances"] if instances else []
     m = Manifest(
         split=split,
         classes=list(CLASSES),

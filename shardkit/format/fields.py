@@ -12,6 +12,7 @@ field       member           stored as                                         t
 ``boxes``   ``.objects.json`` objects: xyxy boxes + class per box (+ crowd)    ``boxes``/``box_labels``/``box_count``
 ``keypoints`` ``.objects.json`` (the same member) ``K`` (x, y, v) per object   float32 ``[B, M, K, 3]``
 ``mask``    ``.mask.png``    8-bit grey PNG, class per pixel, 255 = ignore     uint8 ``[B, S, S]``
+``instances`` ``.instances.png`` 16-bit grey PNG, object ``k`` + 1 per pixel   int16 ``[B, S, S]``, box row or -1
 ==========  ===============  ================================================  ==============================
 
 The ``.objects.json`` member (:func:`parse_objects`, :func:`objects_bytes`)::
@@ -24,7 +25,9 @@ Coordinates are in the stored image's pixels with pixel *edges* at integers (a b
 the loader clips). ``labels`` index ``classes``; ``iscrowd`` (optional, default all 0) marks COCO crowd
 regions; ``keypoints`` (only in a dataset with the ``keypoints`` field: ``K = len(keypoint_names)``)
 gives per object ``K`` points with COCO's visibility ``v`` (0 not labelled, 1 labelled but hidden, 2
-visible). The mask has the stored image's size; its pixel values are class indices or 255.
+visible). The mask has the stored image's size; its pixel values are class indices or 255. The instance
+map (:mod:`shardkit.format.masks`) has the stored image's size too; pixel value ``k + 1`` is object ``k`` of
+the sample's ``.objects.json`` (crowd regions included), 0 no object; it needs ``boxes``.
 
 ``C`` is ``len(manifest.classes)`` (the class names of ``label`` or of ``labels``: a dataset has at
 most one of the two; ``boxes`` and ``mask`` index the same class names) and ``D`` is ``len(manifest.targets)`` (the targets' names). Every member is
@@ -54,8 +57,9 @@ TARGET_EXT = "target.json"
 TEXT_EXT = "txt"
 OBJECTS_EXT = "objects.json"
 MASK_EXT = "mask.png"
+INSTANCES_EXT = "instances.png"
 #: the fields a manifest may declare, in their canonical order
-STORED_FIELDS = ("image", "label", "labels", "target", "text", "boxes", "keypoints", "mask")
+STORED_FIELDS = ("image", "label", "labels", "target", "text", "boxes", "keypoints", "mask", "instances")
 #: the member extension of each stored field (``boxes`` and ``keypoints`` share ``.objects.json``)
 MEMBER_OF = {
     "image": IMAGE_EXT,
@@ -66,6 +70,7 @@ MEMBER_OF = {
     "boxes": OBJECTS_EXT,
     "keypoints": OBJECTS_EXT,
     "mask": MASK_EXT,
+    "instances": INSTANCES_EXT,
 }
 #: the value of a mask pixel that belongs to no class (padding, "void", a pixel no source pixel maps to)
 IGNORE = 255
@@ -101,6 +106,8 @@ def fields_error(
         return f"classes are listed but none of {', '.join(map(repr, CLASS_FIELDS))} is a field"
     if "keypoints" in fields and "boxes" not in fields:
         return "'keypoints' needs 'boxes' (each object's keypoints sit beside its box)"
+    if "instances" in fields and "boxes" not in fields:
+        return "'instances' needs 'boxes' (an instance map's pixel values are rows of the objects)"
     if ("keypoints" in fields) != (num_keypoints > 0):
         return "'keypoint_names' names the keypoints exactly when 'keypoints' is a field"
     if num_classes > IGNORE and "mask" in fields:
@@ -229,6 +236,8 @@ class SampleRule:
                 sample.objects = parse_objects(_member(extra, OBJECTS_EXT), self.num_classes, self.num_keypoints)
             if "mask" in self.fields:
                 sample.mask = _member(extra, MASK_EXT)  # decoded with the image (a bad PNG fails its decode)
+            if "instances" in self.fields:
+                sample.instances = _member(extra, INSTANCES_EXT)  # likewise
         except ValueError as exc:
             sample.error = str(exc)
         except OverflowError:
@@ -283,6 +292,7 @@ __all__ = [
     "CLASS_FIELDS",
     "DEFAULT_FIELDS",
     "IGNORE",
+    "INSTANCES_EXT",
     "LABELS_EXT",
     "MASK_EXT",
     "MAX_OBJECTS",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from shardkit.format.fields import (
+    INSTANCES_EXT,
     LABELS_EXT,
     MASK_EXT,
     MAX_TEXT_BYTES,
@@ -18,7 +19,7 @@ from shardkit.format.fields import (
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, META_EXT, parse_label, parse_meta
 
 #: members kept as bytes until the dataset's :class:`SampleRule` parses the ones it declares
-EXTRA_EXTS = frozenset((LABELS_EXT, TARGET_EXT, TEXT_EXT, OBJECTS_EXT, MASK_EXT))
+EXTRA_EXTS = frozenset((LABELS_EXT, TARGET_EXT, TEXT_EXT, OBJECTS_EXT, MASK_EXT, INSTANCES_EXT))
 #: the fields a reader loads; every other member is skipped unread (and never unpickled)
 LOADED_EXTS = frozenset((IMAGE_EXT, LABEL_EXT, META_EXT)) | EXTRA_EXTS
 #: largest member the reader loads into memory (a bigger one makes its sample unusable)
@@ -35,6 +36,7 @@ FIELD_LIMITS = {
     TEXT_EXT: MAX_TEXT_BYTES,
     OBJECTS_EXT: MAX_JSON_BYTES,
     MASK_EXT: MAX_MEMBER_BYTES,
+    INSTANCES_EXT: MAX_MEMBER_BYTES,
 }
 
 
@@ -70,6 +72,7 @@ class RawSample:
         text: the text (``text`` datasets).
         objects: the boxes, their classes and keypoints (``boxes`` datasets).
         mask: the ``.mask.png`` bytes (``mask`` datasets; decoded with the image).
+        instances: the ``.instances.png`` bytes (``instances`` datasets; decoded with the image).
         unparsed: the raw ``labels``/``target``/``text`` members (and an unreadable ``.cls``) by extension,
             until the dataset's :class:`~shardkit.format.fields.SampleRule` parses the declared ones.
     """
@@ -87,6 +90,7 @@ class RawSample:
     text: Optional[str] = None
     objects: Optional[Objects] = None
     mask: Optional[bytes] = None
+    instances: Optional[bytes] = None
     unparsed: Optional[dict[str, bytes]] = None
 
     @property

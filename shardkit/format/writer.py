@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Optional
 
 from shardkit.format.fields import (
+    INSTANCES_EXT,
     LABELS_EXT,
     MASK_EXT,
     OBJECTS_EXT,
@@ -66,6 +67,7 @@ class EncodedSample:
         text: text (``.txt``).
         objects: boxes, box classes and keypoints (``.objects.json``).
         mask: the mask's PNG bytes (``.mask.png``: :func:`shardkit.format.masks.mask_bytes`).
+        instances: the instance map's PNG bytes (``.instances.png``: :func:`shardkit.format.masks.instances_bytes`).
     """
 
     key: str
@@ -77,6 +79,7 @@ class EncodedSample:
     text: Optional[str] = None
     objects: Optional[Objects] = None
     mask: Optional[bytes] = None
+    instances: Optional[bytes] = None
 
     def members(self) -> dict[str, bytes]:
         """``{extension: bytes}`` of every member this sample writes (the one encoding of each field).
@@ -97,6 +100,8 @@ class EncodedSample:
             out[OBJECTS_EXT] = objects_bytes(self.objects)
         if self.mask is not None:
             out[MASK_EXT] = self.mask
+        if self.instances is not None:
+            out[INSTANCES_EXT] = self.instances
         return out
 
 

@@ -29,7 +29,7 @@ from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.fields import RowSpec
 from shardkit.loader.rows import field_rows
 from shardkit.loader.stats import Counters
-from shardkit.loader.targetrows import decode_masks, target_rows
+from shardkit.loader.targetrows import PIXEL_TARGETS, Pixels, decode_masks, target_rows
 
 log = logging.getLogger("shardkit.loader")
 
@@ -174,7 +174,7 @@ def decode_batch(
     ok, sizes, gids_in = read_headers(good, decoder, spec, counters)
     targets = spec.rows.targets
     masks = None
-    if "mask" in targets:
+    if any(f in targets for f in PIXEL_TARGETS):
         ok, sizes, gids_in, masks = _with_masks(ok, sizes, spec, counters)
     crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in, eval_boxes=False)
     images = _alloc_images(len(ok), cfg.size, cfg.channels_last, spec.alloc)
@@ -216,9 +216,9 @@ def decode_batch(
 
 def _with_masks(
     ok: list[RawSample], sizes: list[tuple[int, int]], spec: BatchSpec, counters: Counters
-) -> tuple[list[RawSample], list[tuple[int, int]], np.ndarray, list[Optional[np.ndarray]]]:
+) -> tuple[list[RawSample], list[tuple[int, int]], np.ndarray, list[Optional[Pixels]]]:
     """``(samples, sizes, gids, masks)`` of the samples of ``ok`` whose mask decodes; the others skipped, counted."""
-    masks, errors = decode_masks(ok, sizes)
+    masks, errors = decode_masks(ok, sizes, spec.rows.targets)
     bad = {i for i, _ in errors}
     for i, reason in errors:
         skip(ok[i], reason, spec.strict, counters)

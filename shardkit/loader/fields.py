@@ -16,11 +16,14 @@ field          the batch holds                                     available
 ``box_count``  int64 ``[B]`` objects per sample                    datasets that store ``boxes``
 ``keypoints``  float32 ``[B, M, K, 3]`` (x, y, visibility)         datasets that store ``keypoints``
 ``mask``       uint8 ``[B, S, S]`` class per pixel, 255: none      datasets that store ``mask``
+``instances``  int16 ``[B, S, S]`` box row per pixel, -1: none     datasets that store ``instances``
 ============== =================================================== =================================
 
 ``M`` is the most objects any sample of that batch keeps after the crop (boxes less than ``min_visible``
 of whose area stays in the output are dropped and counted: ``LoaderStats.boxes_dropped``). The targets
-move with the pixels: :mod:`shardkit.loader.targetrows`.
+move with the pixels: :mod:`shardkit.loader.targetrows`. An ``instances`` pixel holds the row of its object in
+that sample's ``boxes`` (``0 .. box_count - 1``): a dropped box's pixels and a crowd region's become -1
+(crowd regions are not yielded as boxes).
 
 What a dataset stores is its manifest's ``fields`` (:mod:`shardkit.format.fields`).
 """
@@ -48,9 +51,17 @@ FIELD_KINDS = (
     "box_count",
     "keypoints",
     "mask",
+    "instances",
 )
 #: the target fields (moved with the pixels by every crop) and the stored field each needs
-TARGET_KINDS = {"boxes": "boxes", "box_labels": "boxes", "box_count": "boxes", "keypoints": "keypoints", "mask": "mask"}
+TARGET_KINDS = {
+    "boxes": "boxes",
+    "box_labels": "boxes",
+    "box_count": "boxes",
+    "keypoints": "keypoints",
+    "mask": "mask",
+    "instances": "instances",
+}
 #: the fields built per row in the worker (image, class label, key and source are every batch's own)
 ROW_FIELDS = ("labels", "target", "text", "meta")
 #: the fields every dataset has, whatever it stores

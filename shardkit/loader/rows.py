@@ -35,6 +35,7 @@ class FieldRows:
         box_count: int64 ``[n]``.
         keypoints: float32 ``[n, M, K, 3]``.
         mask: uint8 ``[n, S, S]``.
+        instances: int16 ``[n, S, S]``, each pixel its object's row in ``boxes`` (-1: none).
         box_dropped: int64 ``[n]``, the boxes each row lost below ``min_visible`` (not a field: the consumer
             uncounts those of a row it cannot decode).
     """
@@ -49,6 +50,7 @@ class FieldRows:
     keypoints: Optional[torch.Tensor] = None
     mask: Optional[torch.Tensor] = None
     box_dropped: Optional[torch.Tensor] = None
+    instances: Optional[torch.Tensor] = None
 
     def take(self, rows: Sequence[int]) -> "FieldRows":
         """The rows ``rows`` (positions, in order) of every field (the object axis ``M`` shrinks to the most
@@ -69,6 +71,7 @@ class FieldRows:
             sel(self.keypoints),
             sel(self.mask),
             sel(self.box_dropped),
+            sel(self.instances),
         )
         if out.box_labels is not None:
             m = int((out.box_labels >= 0).sum(1).max()) if len(rows) else 0
@@ -95,6 +98,7 @@ class FieldRows:
             box_count=cp(self.box_count),
             keypoints=cp(self.keypoints),
             mask=cp(self.mask),
+            instances=cp(self.instances),
         )
 
     def with_targets(self, other: "Optional[FieldRows]") -> "FieldRows":
@@ -109,6 +113,7 @@ class FieldRows:
             keypoints=other.keypoints,
             mask=other.mask,
             box_dropped=other.box_dropped,
+            instances=other.instances,
         )
 
     def with_labels(self, labels: torch.Tensor) -> "FieldRows":
@@ -131,6 +136,7 @@ class FieldRows:
             arr(self.keypoints),
             arr(self.mask),
             arr(self.box_dropped),
+            arr(self.instances),
         )
 
 

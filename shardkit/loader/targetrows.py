@@ -1,4 +1,4 @@
-"""A batch's target fields (boxes, box labels and counts, keypoints, mask), moved with the worker's crops.
+"""A batch's target fields (boxes, box labels and counts, keypoints, mask, instances), moved with the worker's crops.
 
 The worker knows each sample's crop before it decodes a pixel: a box in stored pixels and a flip
 (:class:`~shardkit.loader.decode.worker.Crops`). The decode reports the box the pixels really came
@@ -8,47 +8,71 @@ objects with the one geometry rule (:func:`shardkit.targets.geometry.move`: boxe
 below ``min_visible``, keypoints mirrored with their flip pairs swapped) and each sample's mask with
 :func:`~shardkit.targets.geometry.warp_masks`'s arithmetic (nearest, 255 where no stored pixel maps; per sample,
 :func:`~shardkit.targets.crops.warp_crop_mask`, equal bit for bit for these axis-aligned maps). Masks are
-decoded first (:func:`decode_masks`): a mask that cannot be read fails its sample like a bad JPEG.
+decoded first (:func:`decode_masks`): a mask that cannot be read fails its sample like a bad JPEG. An instance
+map (``instances``) is decoded likewise, warped per sample by the same rule (-1 outside) and relabelled in one
+:func:`~shardkit.targets.instances.relabel` of the batch: stored object ``k`` -> its row among the non-crowd
+objects -> its row after the crop's drops (:func:`~shardkit.targets.instances.kept_rows` twice, composed), -1
+for a crowd region's or a dropped box's pixels.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
 from shardkit.format import RawSample
 from shardkit.format.fields import Objects
-from shardkit.format.masks import decode_mask
+from shardkit.format.masks import decode_instances, decode_mask
 from shardkit.loader.fields import RowSpec
 from shardkit.loader.rows import FieldRows
 from shardkit.targets.crops import crop_maps, warp_crop_mask
-from shardkit.targets.geometry import move, pad_objects
+from shardkit.targets.geometry import compact, moved_rows, pad_objects
+from shardkit.targets.instances import NO_OBJECT, kept_rows, relabel
+
+#: the target fields stored as images, decoded before the batch (:func:`decode_masks`)
+PIXEL_TARGETS = ("mask", "instances")
+
+
+class Pixels(NamedTuple):
+    """One sample's decoded pixel targets at its stored size (``None``: not asked for)."""
+
+    mask: Optional[np.ndarray] = None
+    instances: Optional[np.ndarray] = None
 
 
 def decode_masks(
-    samples: Sequence[RawSample], sizes: Sequence[tuple[int, int]]
-) -> tuple[list[Optional[np.ndarray]], list[tuple[int, str]]]:
-    """Each sample's ``.mask.png`` as uint8 ``[H, W]`` (``sizes``: its image's ``(width, height)``), and the
-    ``(position, reason)`` of those that cannot be read (their entry is ``None``)."""
-    masks: list[Optional[np.ndarray]] = []
+    samples: Sequence[RawSample], sizes: Sequence[tuple[int, int]], want: Sequence[str] = ("mask",)
+) -> tuple[list[Optional[Pixels]], list[tuple[int, str]]]:
+    """Each sample's ``.mask.png`` (uint8 ``[H, W]``) and ``.instances.png`` (int16 object rows) as ``want`` asks
+    (``sizes``: its image's ``(width, height)``), and the ``(position, reason)`` of those that cannot be read
+    (their entry is ``None``)."""
+    out: list[Optional[Pixels]] = []
     errors: list[tuple[int, str]] = []
     for i, (s, size) in enumerate(zip(samples, sizes)):
+        wh = (int(size[0]), int(size[1]))
         try:
-            if s.mask is None:
-                raise ValueError("missing field 'mask.png'")
-            masks.append(decode_mask(s.mask, (int(size[0]), int(size[1]))))
+            mask = inst = None
+            if "mask" in want:
+                if s.mask is None:
+                    raise ValueError("missing field 'mask.png'")
+                mask = decode_mask(s.mask, wh)
+            if "instances" in want:
+                if s.instances is None:
+                    raise ValueError("missing field 'instances.png'")
+                inst = decode_instances(s.instances, wh, 0 if s.objects is None else len(s.objects))
+            out.append(Pixels(mask, inst))
         except ValueError as exc:
-            masks.append(None)
+            out.append(None)
             errors.append((i, f"cannot decode mask ({exc})"))
-    return masks, errors
+    return out, errors
 
 
 def target_rows(
     samples: Sequence[RawSample],
-    masks: Optional[Sequence[Optional[np.ndarray]]],
+    masks: Optional[Sequence[Optional[Pixels]]],
     boxes: np.ndarray,
     flips: np.ndarray,
     size: int,
@@ -68,19 +92,36 @@ def target_rows(
     # crowd regions (COCO iscrowd, VOC difficult) are not objects to detect (torchvision's COCO reference drops
     # them too; their pixels are 255 in a converted mask): not yielded, counted with the dropped boxes
     crowds = np.fromiter((int(o.iscrowd.sum()) for o in objects), np.int64, n)
+    as_stored = pad_objects(objects) if "instances" in want else None
     objects = [o.take(~o.iscrowd) if o.iscrowd.any() else o for o in objects]
     inv = crop_maps(boxes, flips, size)
-    moved, dropped = move(
+    stepped, keep = moved_rows(
         pad_objects(objects, k), inv, (size, size), min_visible=spec.min_visible, flip_pairs=spec.flip_pairs
     )
+    moved = compact(stepped, keep)
+    dropped = (stepped.labels >= 0).sum(1) - moved.count
     dropped = dropped + torch.from_numpy(crowds)
-    mask = None
+    mask = inst = None
     if "mask" in want:
         assert masks is not None
         mask = torch.empty((n, size, size), dtype=torch.uint8)
-        for i, m in enumerate(masks):
-            src = torch.from_numpy(np.require(m, requirements="W"))  # PIL's arrays are read-only
+        for i, px in enumerate(masks):
+            assert px is not None and px.mask is not None
+            src = torch.from_numpy(np.require(px.mask, requirements="W"))  # PIL's arrays are read-only
             mask[i] = warp_crop_mask(src, inv[i], (size, size))
+    if "instances" in want and as_stored is not None:
+        assert masks is not None
+        inst = torch.empty((n, size, size), dtype=torch.int16)
+        for i, px in enumerate(masks):
+            assert px is not None and px.instances is not None
+            ids = torch.from_numpy(np.require(px.instances, requirements="W"))
+            inst[i] = warp_crop_mask(ids, inv[i], (size, size), NO_OBJECT)
+        non_crowd = (as_stored.labels >= 0) & ~as_stored.crowd  # [n, M stored]
+        # stored row -> row among the non-crowd objects -> row after the crop's drops; -1 for crowds and drops
+        table = relabel(kept_rows(non_crowd), kept_rows(keep))
+        same = (table == torch.arange(table.shape[1])) | (as_stored.labels < 0)  # no crowd, no drop: rows stay
+        if not bool(same.all()):  # the worker's host tensors: a cheap test that skips the map's pass
+            inst = relabel(inst, table)
     # M: the most objects a sample keeps (dropped boxes leave padding at the end of each row)
     m_kept = int(moved.count.max()) if n else 0
     rows = FieldRows(
@@ -90,8 +131,9 @@ def target_rows(
         keypoints=moved.keypoints[:, :m_kept].contiguous() if k else None,  # type: ignore[index]
         mask=mask,
         box_dropped=dropped,
+        instances=inst,
     )
     return rows, int(dropped.sum())
 
 
-__all__ = ["decode_masks", "target_rows"]
+__all__ = ["PIXEL_TARGETS", "Pixels", "decode_masks", "target_rows"]

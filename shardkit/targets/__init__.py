@@ -3,6 +3,8 @@
 * :mod:`shardkit.targets.geometry`: the one rule every geometric step applies to every target
   (:func:`~shardkit.targets.geometry.move`), and :class:`~shardkit.targets.geometry.Targets`;
 * :mod:`shardkit.targets.fields`: a dict batch's target fields as :class:`Targets` and back;
+* :mod:`shardkit.targets.instances`: instance maps (an object row per pixel) relabelled when boxes drop, and as
+  one binary mask per box;
 * :mod:`shardkit.targets.torchvision`: a dict batch as torchvision's detection models take it
   (:func:`~shardkit.targets.torchvision.to_torchvision`) and as ``tv_tensors`` for
   ``torchvision.transforms.v2`` (:func:`~shardkit.targets.torchvision.as_tv_tensors`, and back).

@@ -2,7 +2,8 @@
 
 The loader's dict batches (``load(fields=...)``) name the targets ``boxes`` (float32 ``[B, M, 4]``),
 ``box_labels`` (int64 ``[B, M]``, -1 beyond each sample's count), ``box_count`` (int64 ``[B]``),
-``keypoints`` (float32 ``[B, M, K, 3]``) and ``mask`` (uint8 ``[B, S, S]``). Geometric steps work
+``keypoints`` (float32 ``[B, M, K, 3]``), ``mask`` (uint8 ``[B, S, S]``) and ``instances`` (int16
+``[B, S, S]``, each pixel its object's row in ``boxes``, -1 none). Geometric steps work
 on :class:`Targets`; :func:`targets_of` and :func:`with_targets` convert at the edges.
 """
 
@@ -16,7 +17,7 @@ import torch
 from shardkit.targets.geometry import Targets
 
 #: the batch fields that are targets (moved by every geometric step)
-TARGET_FIELDS = ("boxes", "box_labels", "box_count", "keypoints", "mask")
+TARGET_FIELDS = ("boxes", "box_labels", "box_count", "keypoints", "mask", "instances")
 
 
 def targets_of(batch: Mapping[str, Any]) -> Optional[Targets]:
@@ -28,7 +29,7 @@ def targets_of(batch: Mapping[str, Any]) -> Optional[Targets]:
     if not any(k in batch for k in TARGET_FIELDS):
         return None
     mask = batch.get("mask")
-    orphans = [k for k in ("box_labels", "box_count", "keypoints") if k in batch and "boxes" not in batch]
+    orphans = [k for k in ("box_labels", "box_count", "keypoints", "instances") if k in batch and "boxes" not in batch]
     if orphans:
         raise ValueError(
             f"a batch with {orphans[0]!r} needs 'boxes' and 'box_labels' too (which rows are objects, where they "
@@ -47,7 +48,8 @@ def targets_of(batch: Mapping[str, Any]) -> Optional[Targets]:
     count = batch.get("box_count")
     if count is None:
         count = (labels >= 0).sum(1)
-    return Targets(boxes, labels, count, torch.zeros_like(labels, dtype=torch.bool), batch.get("keypoints"), mask)
+    crowd = torch.zeros_like(labels, dtype=torch.bool)
+    return Targets(boxes, labels, count, crowd, batch.get("keypoints"), mask, batch.get("instances"))
 
 
 def with_targets(batch: Mapping[str, Any], targets: Targets) -> dict[str, Any]:
@@ -59,6 +61,7 @@ def with_targets(batch: Mapping[str, Any], targets: Targets) -> dict[str, Any]:
         "box_count": targets.count,
         "keypoints": targets.keypoints,
         "mask": targets.mask,
+        "instances": targets.instances,
     }
     for k, v in values.items():
         if k in out:

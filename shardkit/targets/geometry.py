@@ -12,7 +12,9 @@ by the same map, so a crop can never move the pixels and forget the boxes:
   a box becomes the enclosing box of its four moved corners (:func:`move_boxes`);
 * a mask is resampled with the image's own map, nearest: output pixel ``(i, j)`` takes the source
   pixel nearest ``inv @ (j, i, 1)`` (ties round up), :data:`~shardkit.format.fields.IGNORE` where
-  that point lies outside the source (:func:`warp_masks`);
+  that point lies outside the source (:func:`warp_masks`); an instance map (object row per pixel)
+  likewise, -1 outside, its rows then relabelled to the kept objects' new rows
+  (:mod:`shardkit.targets.instances`);
 * boxes are clipped to the output and dropped when less than ``min_visible`` of their moved area
   remains (:func:`clip_boxes`); a mirroring map (negative determinant) swaps the keypoints of each
   flip pair (:func:`swap_pairs`); :func:`move` does all of it for a padded batch (:class:`Targets`)
@@ -35,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from shardkit.format.fields import IGNORE, Objects
+from shardkit.targets.instances import NO_OBJECT, kept_rows, relabel
 
 Size = tuple[int, int]  #: ``(height, width)``
 
@@ -142,17 +145,19 @@ def outside(inv: Tensor, size: Size, out_size: Size) -> Tensor:
 
 
 def warp_masks(masks: Tensor, inv: Tensor, out_size: Size, fill: int = IGNORE) -> Tensor:
-    """Masks ``[N, H, W]`` (uint8) resampled through ``inv`` to ``[N, *out_size]``, nearest; ``fill`` outside.
+    """Masks ``[N, H, W]`` resampled through ``inv`` to ``[N, *out_size]``, nearest; ``fill`` outside.
 
     Output pixel ``(i, j)`` takes the source pixel nearest ``inv @ (j, i, 1)`` (ties rounded up:
     ``floor(x + 0.5)``), ``fill`` where that pixel lies outside the source. ``inv`` is ``[N, 3, 3]``
-    or ``[1, 3, 3]`` (one map for the whole batch). One ``grid_sample`` (nearest) of the classes + 1,
-    so that its zero padding marks the outside."""
+    or ``[1, 3, 3]`` (one map for the whole batch). One ``grid_sample`` (nearest) of the values + 1,
+    so that its zero padding marks the outside. The dtype is kept: uint8 class masks (fill
+    :data:`~shardkit.format.fields.IGNORE`) and int16 instance maps (values >= -1, fill -1: a source -1
+    and the outside both give -1) go through the same arithmetic, exact in float32."""
     n, h, w = masks.shape
     grid = sampling_grid(inv.expand(n, 3, 3), (h, w), out_size)
     src = masks.to(torch.float32).add_(1.0)[:, None]
     out = F.grid_sample(src, grid, mode="nearest", padding_mode="zeros", align_corners=False)[:, 0].sub_(1.0)
-    return out.masked_fill_(out < 0, float(fill)).to(torch.uint8)
+    return out.masked_fill_(out < 0, float(fill)).to(masks.dtype)
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,6 +171,7 @@ class Targets:
         crowd: bool ``[N, M]`` (COCO crowd regions).
         keypoints: float32 ``[N, M, K, 3]`` (x, y, visibility), or ``None``.
         mask: uint8 ``[N, H, W]`` class per pixel (:data:`~shardkit.format.fields.IGNORE`: none), or ``None``.
+        instances: int16 ``[N, H, W]`` object row per pixel (its row in ``boxes``; -1: none), or ``None``.
     """
 
     boxes: Tensor
@@ -174,6 +180,7 @@ class Targets:
     crowd: Tensor
     keypoints: Optional[Tensor] = None
     mask: Optional[Tensor] = None
+    instances: Optional[Tensor] = None
 
     def to(self, device: "torch.device | str", non_blocking: bool = False) -> "Targets":
         """The same targets on ``device``."""
@@ -188,6 +195,7 @@ class Targets:
             mv(self.crowd),
             None if self.keypoints is None else mv(self.keypoints),
             None if self.mask is None else mv(self.mask),
+            None if self.instances is None else mv(self.instances),
         )
 
     def take(self, rows: Tensor) -> "Targets":
@@ -199,6 +207,7 @@ class Targets:
             self.crowd[rows],
             None if self.keypoints is None else self.keypoints[rows],
             None if self.mask is None else self.mask[rows],
+            None if self.instances is None else self.instances[rows],
         )
 
 
@@ -229,7 +238,9 @@ def pad_objects(objects: Sequence[Objects], num_keypoints: int = 0, width: Optio
 
 
 def compact(targets: Targets, keep: Tensor) -> Targets:
-    """Each sample's kept objects first (stable), the rest padding (boxes 0, labels -1, keypoints 0)."""
+    """Each sample's kept objects first (stable), the rest padding (boxes 0, labels -1, keypoints 0); an
+    instance map's rows relabelled to match (:func:`~shardkit.targets.instances.kept_rows`: -1 for a dropped
+    object's pixels)."""
     m = keep.shape[1]
     # a stable partition without a host sync: sort by (dropped, position)
     pos = torch.arange(m, device=keep.device).expand_as(keep)
@@ -242,7 +253,10 @@ def compact(targets: Targets, keep: Tensor) -> Targets:
     if kp is not None:
         k = kp.shape[2]
         kp = torch.gather(kp, 1, order[..., None, None].expand(-1, -1, k, 3)) * live[..., None, None]
-    return replace(targets, boxes=boxes, labels=labels, count=live.sum(1), crowd=crowd, keypoints=kp)
+    inst = targets.instances
+    if inst is not None:
+        inst = relabel(inst, kept_rows(keep))
+    return replace(targets, boxes=boxes, labels=labels, count=live.sum(1), crowd=crowd, keypoints=kp, instances=inst)
 
 
 def move(
@@ -257,12 +271,29 @@ def move(
 
     Boxes move (:func:`move_boxes`), are clipped and dropped below ``min_visible``
     (:func:`clip_boxes`); keypoints move with their boxes, swap their flip pairs under a mirroring
-    map, and become not labelled (visibility 0) where they leave the image; a mask (same size as
-    the step's input) is warped nearest (:func:`warp_masks`). Padding rows stay padding.
+    map, and become not labelled (visibility 0) where they leave the image; a mask and an instance
+    map (same size as the step's input) are warped nearest (:func:`warp_masks`), the instance map's
+    rows then follow the kept boxes (:func:`compact`). Padding rows stay padding.
 
     Returns:
         ``(targets, dropped)``: ``dropped`` int64 ``[N]`` counts the objects each sample lost.
     """
+    moved, keep = moved_rows(targets, inv, out_size, min_visible=min_visible, flip_pairs=flip_pairs)
+    out = compact(moved, keep)
+    return out, (targets.labels >= 0).sum(1) - out.count
+
+
+def moved_rows(
+    targets: Targets,
+    inv: Tensor,
+    out_size: Size,
+    *,
+    min_visible: float = 0.0,
+    flip_pairs: Sequence[tuple[int, int]] = (),
+) -> tuple[Targets, Tensor]:
+    """:func:`move` before its :func:`compact`: every row moved in place, and which to keep (bool ``[N, M]``).
+
+    For a caller that composes steps or warps the pixel targets its own way, then compacts."""
     live = targets.labels >= 0
     boxes, keep = clip_boxes(move_boxes(targets.boxes, inv), out_size, min_visible)
     keep = keep & live
@@ -274,8 +305,8 @@ def move(
         out = (x < 0) | (x > w) | (y < 0) | (y > h)
         kp = torch.cat([kp[..., :2], torch.where(out, torch.zeros_like(kp[..., 2]), kp[..., 2])[..., None]], -1)
     mask = None if targets.mask is None else warp_masks(targets.mask, inv, out_size)
-    moved = compact(replace(targets, boxes=boxes, keypoints=kp, mask=mask), keep)
-    return moved, live.sum(1) - moved.count
+    inst = None if targets.instances is None else warp_masks(targets.instances, inv, out_size, NO_OBJECT)
+    return replace(targets, boxes=boxes, keypoints=kp, mask=mask, instances=inst), keep
 
 
 __all__ = [
@@ -290,6 +321,7 @@ __all__ = [
     "move",
     "move_boxes",
     "move_points",
+    "moved_rows",
     "sampling_grid",
     "outside",
     "pad_objects",

@@ -4,13 +4,14 @@
   (``fasterrcnn_*``, ``retinanet_*``, ``fcos_*``, ``ssd*``, ``keypointrcnn_*``): ``images`` a list of
   float ``[3, H, W]`` tensors in ``[0, 1]`` (the models normalise and resize them themselves), and
   per sample ``{"boxes": float32 [n, 4] xyxy, "labels": int64 [n]}`` with the padding rows removed,
-  ``"keypoints"`` ``[n, K, 3]`` when the batch has them, and the semantic ``"mask"`` ``[H, W]``
-  when it has one. The semantic mask is **not** torchvision's instance ``"masks"`` (``[n, H, W]``,
-  one binary mask per box, what Mask R-CNN trains on): shardkit stores one class per pixel, so it
+  ``"keypoints"`` ``[n, K, 3]`` when the batch has them, the semantic ``"mask"`` ``[H, W]``
+  when it has one, and the instance ``"masks"`` (uint8 ``[n, H, W]``, one binary mask per box,
+  what Mask R-CNN trains on: ``instances == k``) when it has ``instances``. The semantic mask
   travels under its own key, which the detection models ignore; segmentation models
   (``lraspp_*``, ``deeplabv3_*``, ``fcn_*``) take ``batch["image"]`` and ``batch["mask"]`` as they are.
 * :func:`as_tv_tensors`: one dict per sample of ``tv_tensors`` (``Image``, ``BoundingBoxes`` XYXY with
-  its ``canvas_size``, ``Mask``, ``KeyPoints``) plus the plain ``"labels"``, so any
+  its ``canvas_size``, ``Mask`` for the semantic ``"mask"`` and the instance ``"masks"``, ``KeyPoints``) plus
+  the plain ``"labels"``, so any
   ``torchvision.transforms.v2`` pipeline takes shardkit's output; :func:`from_tv_tensors` pads such
   samples back into a dict batch (the inverse: ``from_tv_tensors(as_tv_tensors(b))`` equals ``b``).
 
@@ -32,6 +33,7 @@ import torch
 from torch import Tensor
 
 from shardkit.targets.fields import targets_of
+from shardkit.targets.instances import binary_masks, instance_map
 
 #: the key under which the per-sample dicts carry the keypoints' visibility (``KeyPoints`` hold x, y only)
 VISIBILITY = "keypoints_visibility"
@@ -73,8 +75,9 @@ def to_torchvision(
         "labels": int64 [n]}`` (``n`` = that sample's ``box_count``, padding removed; ``n`` may be
         0, which the models accept), plus ``"keypoints"`` float32 ``[n, K, 3]`` (x, y, visibility)
         and ``"mask"`` uint8 ``[H, W]`` (the semantic mask, class per pixel, 255 ignore: not
-        Mask R-CNN's instance ``"masks"``) when the batch has them. The tensors are views of the
-        batch's (no copy).
+        Mask R-CNN's instance ``"masks"``) when the batch has them, and ``"masks"`` uint8 ``[n, H, W]``
+        (mask ``k``: the pixels of box ``k``, ``instances == k``) when it has ``instances``. The tensors are
+        views of the batch's (no copy), but for ``"masks"`` (built on the batch's device).
     """
     images, counts, t = _per_sample(batch)
     floats = images.to(dtype).div_(255) if not images.is_floating_point() else images.to(dtype)
@@ -83,6 +86,8 @@ def to_torchvision(
         d = {"boxes": t.boxes[i, :n], "labels": t.labels[i, :n]}
         if t.keypoints is not None:
             d["keypoints"] = t.keypoints[i, :n]
+        if t.instances is not None:
+            d["masks"] = binary_masks(t.instances[i], n)
         if t.mask is not None:
             d["mask"] = t.mask[i]
         targets.append(d)
@@ -96,8 +101,9 @@ def as_tv_tensors(batch: Mapping[str, Any]) -> list[dict[str, Any]]:
     batch has them ``"boxes"`` (``tv_tensors.BoundingBoxes``, format XYXY, ``canvas_size=(H, W)``,
     padding removed) with ``"labels"`` (int64 ``[n]``, the key ``SanitizeBoundingBoxes`` finds by
     default), ``"keypoints"`` (``tv_tensors.KeyPoints`` ``[n, K, 2]``) with
-    ``"keypoints_visibility"`` (float32 ``[n, K]``: ``KeyPoints`` hold x, y only) and ``"mask"``
-    (``tv_tensors.Mask`` ``[H, W]``, semantic). All are views of the batch's tensors.
+    ``"keypoints_visibility"`` (float32 ``[n, K]``: ``KeyPoints`` hold x, y only), ``"mask"``
+    (``tv_tensors.Mask`` ``[H, W]``, semantic) and ``"masks"`` (``tv_tensors.Mask`` uint8 ``[n, H, W]``, one per
+    box, from ``instances``). All but ``"masks"`` are views of the batch's tensors.
 
     Note: ``SanitizeBoundingBoxes`` removes boxes with their labels (and instance masks) but not
     the keypoints; pass ``labels_getter=lambda s: (s["labels"], s["keypoints"], s["keypoints_visibility"])``
@@ -119,6 +125,8 @@ def as_tv_tensors(batch: Mapping[str, Any]) -> list[dict[str, Any]]:
             d[VISIBILITY] = t.keypoints[i, :n, :, 2]
         if t.mask is not None:
             d["mask"] = tv_tensors.Mask(t.mask[i])
+        if t.instances is not None:
+            d["masks"] = tv_tensors.Mask(binary_masks(t.instances[i], n))
         out.append(d)
     return out
 
@@ -136,7 +144,9 @@ def from_tv_tensors(samples: Sequence[Mapping[str, Any]], width: Optional[int] =
     The images must share one size (transform them to it: a crop, a resize, a letterbox); boxes are
     padded to ``width`` rows (default: the most any sample has) with label -1, like the loader's.
     The batch has ``image``, and ``boxes``/``box_labels``/``box_count``, ``keypoints`` (x, y and the
-    ``"keypoints_visibility"``, 2 where a sample has none) and ``mask`` when the samples have them.
+    ``"keypoints_visibility"``, 2 where a sample has none), ``mask``, and ``instances`` (from ``"masks"``: each
+    pixel the row of the box whose mask holds it, -1 none; where masks overlap, which the loader's never do
+    but a v2 transform's or your own may, the later row wins) when the samples have them.
     """
     if not samples:
         raise ValueError("no samples to batch")
@@ -179,6 +189,16 @@ def from_tv_tensors(samples: Sequence[Mapping[str, Any]], width: Optional[int] =
             out["keypoints"] = kp
     if "mask" in first:
         out["mask"] = torch.stack([s["mask"].as_subclass(Tensor) for s in samples])
+    if "masks" in first:
+        if "boxes" not in first:
+            raise ValueError("sample 0 has 'masks' (one per box) but no 'boxes'")
+        for i, s in enumerate(samples):
+            if tuple(s["masks"].shape) != (len(s["boxes"]), *size):
+                raise ValueError(
+                    f"sample {i}: 'masks' are {list(s['masks'].shape)}, not [n boxes, H, W] = "
+                    f"{[len(s['boxes']), *size]}"
+                )
+        out["instances"] = torch.stack([instance_map(s["masks"].as_subclass(Tensor)) for s in samples])
     return out
 
 

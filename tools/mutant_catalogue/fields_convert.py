@@ -129,8 +129,8 @@ MUTANTS = [
         "id": "fields-merge-drops-the-overflow-fields",
         "row": ROW_PIPELINE,
         "file": "shardkit/convert/merge.py",
-        "old": 's.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes), s.labels, s.target, s.text, s.objects, s.mask',
-        "new": 's.key, s.jpeg or b"", s.label, json.loads(s.meta_bytes)',
+        "old": "            s.labels,\n            s.target,\n            s.text,\n            s.objects,\n            s.mask,\n",
+        "new": "",
         "tests": [P + "test_tasks_overflow_and_merge_keep_every_field_byte_for_byte"],
     },
     {

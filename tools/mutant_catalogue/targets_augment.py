@@ -87,8 +87,8 @@ MUTANTS = [
         "id": "targets-segment-clipped-to-the-output",  # each segment clipped to the final size, not its canvas
         "row": ROW_FOLLOW,
         "file": F,
-        "old": "        moved, lost = move(moved, segment, sizes[b], min_visible=min_visible, flip_pairs=flip_pairs)",
-        "new": "        moved, lost = move(moved, segment, sizes[-1], min_visible=min_visible, flip_pairs=flip_pairs)",
+        "old": "stepped, keep = moved_rows(moved, segment, sizes[b],",
+        "new": "stepped, keep = moved_rows(moved, segment, sizes[-1],",
         "tests": [SCENES],
     },
     {

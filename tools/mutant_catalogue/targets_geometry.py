@@ -163,8 +163,8 @@ MUTANTS = [
         "id": "targets-mask-no-fill-outside",
         "row": ROW_MASKS,
         "file": F,
-        "old": "    return out.masked_fill_(out < 0, float(fill)).to(torch.uint8)",
-        "new": "    return out.clamp_(min=0).to(torch.uint8)",
+        "old": "    return out.masked_fill_(out < 0, float(fill)).to(masks.dtype)",
+        "new": "    return out.clamp_(min=0).to(masks.dtype)",
         "tests": [PIXELS, SCENES],
     },
 ]

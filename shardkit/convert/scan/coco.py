@@ -10,7 +10,10 @@ categories declare ``keypoints`` (their names; every such category must declare 
 each object gets ``K`` ``(x, y, v)`` (all zero for an object of a category without keypoints; ``v``
 set to 0 for a point outside the image), and the flip pairs are found by the names (``left_eye`` /
 ``right_eye``). With ``--masks``, each kept annotation's ``segmentation`` (polygons or RLE) is
-painted into the sample's semantic mask in annotation order, crowd regions as ``255`` (ignore).
+painted into the sample's semantic mask in annotation order, crowd regions as ``255`` (ignore). With
+``--instances`` (either or both), each stored object's segmentation is painted into the sample's instance map
+(one object per pixel, the smaller on top where they overlap, crowd regions included; an object without a
+segmentation has an empty mask): :func:`shardkit.convert.segments.instance_map`.
 
 Every annotation is counted in ``SplitSource.annotations``: ``kept``, ``clipped`` (its box reached
 outside the image and was cut to it), or skipped: ``no_image`` (its ``image_id`` is not in
@@ -235,7 +238,7 @@ def scan_coco(path: str, options: ScanConfig, split: str, **storage_options: Any
             raw = a.get("keypoints") if cat in with_kp else None
             kp = _keypoints(f, f"{where}.keypoints", raw, k, im["width"], im["height"])
         seg = None
-        if options.masks:
+        if options.masks or options.instances:
             seg = _segment(
                 f, f"{where}.segmentation", a.get("segmentation"), index[cat], bool(crowd), im["width"], im["height"]
             )
@@ -258,7 +261,7 @@ def scan_coco(path: str, options: ScanConfig, split: str, **storage_options: Any
                 objects=objects_of(
                     [o[0] for o in objs], [o[1] for o in objs], [o[2] for o in objs], [o[3] for o in objs], k
                 ),
-                segments=tuple(o[4] for o in objs if o[4] is not None) if options.masks else None,
+                segments=_segments(objs, options),
             )
         )
     counts = tally.as_dict()
@@ -275,4 +278,12 @@ def scan_coco(path: str, options: ScanConfig, split: str, **storage_options: Any
         local_dir=storage.local_path(root) if storage.is_local(root) else None,
         walked=False,
     )
-    return finish(source, kp_names, options.masks)
+    return finish(source, kp_names, options.masks, options.instances)
+
+
+def _segments(objs: list[tuple[Any, ...]], options: ScanConfig) -> tuple[Segment, ...] | None:
+    """An image's segments: with ``instances``, one per object (an object without a segmentation: no polygon, no
+    pixel), else (``masks``) those of the objects that have one; ``None`` without either option."""
+    if options.instances:
+        return tuple(o[4] if o[4] is not None else Segment(o[1], o[2], ()) for o in objs)
+    return tuple(o[4] for o in objs if o[4] is not None) if options.masks else None

@@ -166,7 +166,9 @@ def describe(classes: Sequence[str], counts: dict[str, int]) -> str:
 BACKGROUND = "background"
 
 
-def finish(source: ScannedSource, keypoint_names: Sequence[str] = (), masks: bool = False) -> ScannedSource:
+def finish(
+    source: ScannedSource, keypoint_names: Sequence[str] = (), masks: bool = False, instances: bool = False
+) -> ScannedSource:
     """Set the fields the source's items fill and its keypoint names and flip pairs.
 
     Raises:
@@ -178,6 +180,7 @@ def finish(source: ScannedSource, keypoint_names: Sequence[str] = (), masks: boo
             "convention): rename it, or remove it from the categories if no annotation uses it"
         )
     source.fields = ("image", "boxes") + (("keypoints",) if keypoint_names else ()) + (("mask",) if masks else ())
+    source.fields += ("instances",) if instances else ()
     source.keypoint_names = list(keypoint_names)
     source.flip_pairs = flip_pairs_of(keypoint_names)
     return source

@@ -329,7 +329,7 @@ _APPLIES = {
     },
     "tars": {"image_key", "label_key", "label_json_field", "label_type", "multi_label", "text_key", "labelled"},
     "hf": {"image_col", "label_col", "label_type", "target_cols", "text_col", "labelled"} | _HF_TARGETS,
-    "coco": {"root", "masks"},
+    "coco": {"root", "masks", "instances"},
     "voc": {"masks"},
     "yolo": set(),
 }

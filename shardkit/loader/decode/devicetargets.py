@@ -22,7 +22,7 @@ from shardkit.loader.decode.device import BatchGeometry
 from shardkit.loader.decode.worker import MAX_EVAL_ASPECT, Crops
 from shardkit.loader.fields import RowSpec
 from shardkit.loader.rows import FieldRows
-from shardkit.loader.targetrows import decode_masks, target_rows
+from shardkit.loader.targetrows import PIXEL_TARGETS, decode_masks, target_rows
 
 
 def device_boxes(sizes: np.ndarray, boxes: np.ndarray, preset: Preset, size: int) -> np.ndarray:
@@ -52,8 +52,8 @@ def encoded_targets(
     masks: Optional[list] = None
     errors: list[tuple[int, str]] = []
     keep = np.arange(len(ok))
-    if "mask" in spec.targets:
-        masks, errors = decode_masks(ok, [tuple(s) for s in geo.sizes.tolist()])
+    if any(f in spec.targets for f in PIXEL_TARGETS):
+        masks, errors = decode_masks(ok, [tuple(s) for s in geo.sizes.tolist()], spec.targets)
         bad = {i for i, _ in errors}
         keep = np.array([i for i in range(len(ok)) if i not in bad], np.int64)
         masks = [masks[i] for i in keep.tolist()]
