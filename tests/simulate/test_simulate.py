@@ -9,7 +9,7 @@ import io
 import json
 
 import numpy as np
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.cli import main
@@ -117,6 +117,8 @@ def test_schedule_is_what_the_real_reader_sends_for_the_real_plan(
 
 @settings(derandomize=True, deadline=None, max_examples=60, phases=[Phase.explicit, Phase.generate])
 @given(st.lists(st.integers(0, 5000), max_size=60))
+@example([0, 1000])  # one second apart: never in the same window
+@example([0, 999, 1000, 1999])
 def test_peak_is_the_most_requests_in_any_one_second_window(ms):
     t = np.array(ms, dtype=np.float64)
     brute = max((sum(1 for x in ms if s <= x < s + 1000) for s in range(-1000, 5001)), default=0)
