@@ -143,7 +143,7 @@ def test_one_reader_sends_exactly_the_simulated_requests_in_order(
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    "indexed, spread, world_size, rank", [(False, True, 2, 0), (True, False, 1, 0)], ids=["walk-spread", "index-flat"]
+    "indexed, spread, world_size, rank", [(False, True, 2, 0), (True, False, 2, 1)], ids=["walk-spread", "index-flat"]
 )
 def test_workers_send_the_simulated_requests(remote, s3_endpoint, indexed, spread, world_size, rank):
     """Two DataLoader workers: the same requests; the workers interleave in the log, so they are compared as a
