@@ -72,12 +72,16 @@ def epoch_timing(
     def sleep(s: float) -> None:
         waited[0] += s
 
-    limiters = [
-        RequestLimiter(
-            rate, phase=process_phase(p // W, p % W, world_size, num_workers), clock=lambda: now[0], sleep=sleep
-        )
-        for p in range(sched.processes)
-    ]
+    limiters: dict[int, RequestLimiter] = {}
+
+    def limiter(p: int) -> RequestLimiter:  # made when the process first reads (at the epoch's start)
+        if p not in limiters:
+            at, now[0] = now[0], start
+            phase = process_phase(p // W, p % W, world_size, num_workers)
+            limiters[p] = RequestLimiter(rate, phase=phase, clock=lambda: now[0], sleep=sleep)
+            now[0] = at
+        return limiters[p]
+
     proc, read, kind = sched.proc.tolist(), sched.read.tolist(), sched.kind.tolist()
     cost = (np.where(sched.kind == HEAD, 0, sched.hi - sched.lo) / bytes_per_s_per_process + latency_s).tolist()
     cost = [0.0 if k == NOOP else c for k, c in zip(kind, cost)]
@@ -112,9 +116,9 @@ def epoch_timing(
                     continue
             else:
                 ready = finish[i - 1]
-            if kind[i] != NOOP:
+            if kind[i] != NOOP and rate is not None:
                 now[0] = ready
-                ready += limiters[p].acquire()
+                ready += limiter(p).acquire()
             send[i], finish[i] = ready, ready + cost[i]
             done[k] = finish[i]
         if phase == 0:

@@ -125,13 +125,13 @@ class EpochSchedule:
 def read_cuts(lengths: np.ndarray, cfg: PlanConfig) -> tuple[np.ndarray, np.ndarray]:
     """``(process, offset)`` of every read of chunks of ``lengths``: the plan's shuffle blocks
     (:func:`shardkit.plan.block_bounds`), or a batch at a time when not shuffled (the read stage's pieces)."""
-    procs, offs = [], []
-    for p, n in enumerate(lengths.tolist()):
-        b = block_bounds(n, cfg)[:-1] if cfg.shuffle else np.arange(0, n, cfg.batch_size, dtype=np.int64)
-        procs.append(np.full(len(b), p, np.int64))
-        offs.append(b.astype(np.int64))
-    z = np.zeros(0, np.int64)
-    return (np.concatenate(procs) if procs else z), (np.concatenate(offs) if offs else z)
+    offs = [
+        block_bounds(n, cfg)[:-1] if cfg.shuffle else np.arange(0, n, cfg.batch_size, dtype=np.int64)
+        for n in lengths.tolist()
+    ]
+    counts = np.array([len(b) for b in offs], np.int64)
+    procs = np.repeat(np.arange(len(lengths), dtype=np.int64), counts)
+    return procs, (np.concatenate(offs).astype(np.int64) if offs else np.zeros(0, np.int64))
 
 
 def epoch_schedule(

@@ -105,8 +105,8 @@ MUTANTS = [
         "id": "sim-limiter-without-phase",  # every process's first request at the epoch's start
         "row": ROW_BUDGET,
         "file": "shardkit/simulate/clock.py",
-        "old": "phase=process_phase(p // W, p % W, world_size, num_workers)",
-        "new": "phase=0.0",
+        "old": "phase = process_phase(p // W, p % W, world_size, num_workers)",
+        "new": "phase = 0.0",
         "tests": [BUDGET],
     },
     {
