@@ -41,7 +41,7 @@ class SimReport:
         prefixes: per prefix (GET and HEAD requests for shards and their indexes; the manifest apart).
         requests: all of them; ``by_kind``: per kind (``HEAD``, ``GET index``, ``GET``).
         peak_get_per_s: the most requests in any 1 s window, all prefixes together.
-        mean_get_per_s: requests / duration.
+        mean_get_per_s: requests / duration (above the peak when everything happens within a second).
         duration_s: from the first epoch's start until the last batch was consumed.
         bytes_per_s_per_node: bytes read / duration / nodes.
         requests_per_gib: requests per GiB read.

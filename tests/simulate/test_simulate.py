@@ -19,7 +19,7 @@ from shardkit.loader.read import _pieces
 from shardkit.loader.stats import Counters
 from shardkit.plan import Mixture, PlanConfig, Source, World, epoch_stream, shard_offsets, worker_plan
 from shardkit.simulate import Dataset, SimSettings, peak_rate, simulate
-from shardkit.simulate.schedule import epoch_schedule
+from shardkit.simulate.schedule import HEAD, NOOP, epoch_schedule
 from tests.simulate.test_readplan import RecordingRaw, uniform_shard
 
 ORACLE = settings(derandomize=True, deadline=None, max_examples=25, phases=[Phase.explicit, Phase.generate])
@@ -178,3 +178,36 @@ def test_command_json_and_errors(capsys):
     assert "--samples-per-shard" in capsys.readouterr().err
     assert main([*args, "--workers", "-1"]) == 2
     assert "--workers" in capsys.readouterr().err
+
+
+@ORACLE
+@given(
+    per_shard=st.integers(5, 300),
+    batch=st.integers(1, 64),
+    rate=st.sampled_from([10.0, 1e3, 1e6]),
+    walk=st.booleans(),
+    budget=st.sampled_from([None, 3.0, 50.0]),
+)
+def test_one_reader_timing_by_hand(per_shard, batch, rate, walk, budget):
+    """One rank, no workers: the first batch is ready when the reads of its samples are done, their requests one
+    after another (each the latency plus its bytes, spaced by the limiter); batches are taken no faster than asked."""
+    data = Dataset.synthetic(3, per_shard, 5000)
+    kw = dict(nodes=1, ranks_per_node=1, workers=0, batch_size=batch, img_per_s_per_rank=rate, index=not walk)
+    s = SimSettings(block_size=1 << 16, request_budget=budget, **kw)
+    r = simulate(data, s)
+    cfg = PlanConfig(batch_size=batch, seed=0)
+    sched = epoch_schedule(data, cfg, world_size=1, num_workers=0, epoch=0, block_size=1 << 16, index=not walk)
+    # the reads holding the first batch's samples are the first ones, read back to back from the start
+    last = min(batch, int(sched.chunk_len[0])) - 1
+    reads = int(np.searchsorted(sched.read_start, last, side="right"))
+    t, gap = 0.0, (1.0 / budget if budget else 0.0)
+    sent = -np.inf
+    for i in np.flatnonzero(sched.read < reads).tolist():
+        if sched.kind[i] == NOOP:
+            continue
+        t = max(t, sent + gap)
+        sent = t
+        t += s.latency_s + (0 if sched.kind[i] == HEAD else int(sched.hi[i] - sched.lo[i])) / s.bytes_per_s_per_process
+    assert abs(r.first_batch_s[0] - t) < 1e-9 * max(1.0, t)
+    batches = -(-3 * per_shard // batch)
+    assert sum(r.epoch_s) >= batches * batch / rate - 1e-9

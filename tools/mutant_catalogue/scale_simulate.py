@@ -10,6 +10,10 @@ ROW_SCHEDULE = (
     "per reader, for the real plan of every rank and worker, index or walk, flat or spread over prefixes"
 )
 ROW_REPORT = "Simulator report: peak GET/s is the most requests in any 1 s window (sliding, half-open)"
+ROW_TIMING = (
+    "Simulator timing: a reader's requests go one after another (latency plus bytes, spaced by its limiter) and "
+    "a rank's first batch is ready when the reads of its samples are done"
+)
 ROW_BUDGET = (
     "Simulator with a request budget: the world stays within budget x prefixes GET/s in every second "
     "(one prefix: within the budget), and the node cache serves later epochs"
@@ -24,6 +28,7 @@ READER = S + "test_schedule_is_what_the_real_reader_sends_for_the_real_plan"
 PEAK = S + "test_peak_is_the_most_requests_in_any_one_second_window"
 BUDGET = S + "test_with_a_budget_the_world_keeps_it"
 CACHE = S + "test_the_node_cache_serves_later_epochs"
+TIMING = S + "test_one_reader_timing_by_hand"
 
 RP = "shardkit/loader/readplan.py"
 SCHED = "shardkit/simulate/schedule.py"
@@ -124,5 +129,13 @@ MUTANTS = [
         "old": "                    cache[node].add(s)\n",
         "new": "                    pass\n",
         "tests": [CACHE],
+    },
+    {
+        "id": "sim-clock-requests-of-a-read-overlap",  # the next request sent when the previous one is sent, not done
+        "row": ROW_TIMING,
+        "file": "shardkit/simulate/clock.py",
+        "old": "                ready = finish[i - 1]",
+        "new": "                ready = send[i - 1]",
+        "tests": [TIMING],
     },
 ]
