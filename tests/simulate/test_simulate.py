@@ -164,7 +164,14 @@ def test_the_node_cache_serves_later_epochs():
     assert r.by_kind["GET"] == once.by_kind["GET"] and r.by_kind["HEAD"] == once.by_kind["HEAD"]  # ...and only once
 
 
-def test_command_json_and_errors(capsys):
+def test_command_json_and_errors(capsys, tmp_path):
+    from tests.support.data import write_dataset
+
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=30, shard_size=7, size=(24, 20))
+    assert main(["simulate", ds.url, "--json", "--nodes", "2", "--workers", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["settings"]["shards"] == 5 and out["settings"]["samples"] == 30 and not out["settings"]["index"]
+    assert out["requests"] == out["by_kind"]["HEAD"] + out["by_kind"]["GET"]  # the walk: no index
     args = ["simulate", "--shards", "20", "--samples-per-shard", "30", "--bytes-per-sample", "20000", "--nodes", "2"]
     assert main([*args, "--prefixes", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
