@@ -29,7 +29,7 @@ def _budget(text: str) -> "float | None":
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from shardkit.cli import add_storage_arguments, positive_int
-    from shardkit.simulate import SimSettings
+    from shardkit.simulate.settings import SimSettings
     from shardkit.storage.budget import REQUEST_BUDGET
 
     d = SimSettings()

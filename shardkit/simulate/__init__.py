@@ -16,79 +16,35 @@ filled by the first process (in rank-major order) that opens a shard.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Optional, Union
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from shardkit.choices import check_types
-from shardkit.plan import PlanConfig
-from shardkit.simulate.clock import Timing, epoch_timing
 from shardkit.simulate.report import PrefixRow, SimReport, peak_rate
-from shardkit.simulate.schedule import HEAD, INDEX, KINDS, NOOP, Dataset, EpochSchedule, epoch_schedule
-from shardkit.storage.budget import EXPECTED_IMG_PER_S, REQUEST_BUDGET, auto_block_size, process_rate
+from shardkit.simulate.settings import SimSettings
+from shardkit.storage.budget import REQUEST_BUDGET, auto_block_size, process_rate
+
+if TYPE_CHECKING:
+    from shardkit.simulate.clock import Timing
+    from shardkit.simulate.schedule import Dataset, EpochSchedule
 
 __all__ = ["Dataset", "EpochSchedule", "SimReport", "SimSettings", "Timing", "peak_rate", "simulate"]
 
-
-@dataclass(frozen=True)
-class SimSettings:
-    """A cluster and its loader settings.
-
-    Attributes:
-        nodes, ranks_per_node, workers: the topology (``workers``: DataLoader workers per rank, 0: none).
-        img_per_s_per_rank: what each rank consumes.
-        epochs: epochs to replay (the node cache carries over).
-        batch_size, seed: plan options (the rest are :class:`~shardkit.plan.PlanConfig`'s defaults).
-        block_size: the buffered read size in bytes, or ``"auto"`` (:func:`shardkit.storage.budget.auto_block_size`
-            for ``expected_img_per_s``, the budget (``REQUEST_BUDGET`` when none) and the prefixes).
-        request_budget: GET/s per prefix for the whole world (None: no limiter).
-        expected_img_per_s: the rate the auto block size is sized for (None: ``img_per_s_per_rank``).
-        index: read through sample indexes where the dataset has them (False: the header walk, as ``--no-index``).
-        cache: a node-local shard cache (``cache_dir``), kept across epochs.
-        latency_s: seconds to the first byte of each request (model constant).
-        bytes_per_s_per_process: a process's transfer rate (model constant).
-    """
-
-    nodes: int = 1
-    ranks_per_node: int = 8
-    workers: int = 8
-    img_per_s_per_rank: float = EXPECTED_IMG_PER_S
-    epochs: int = 1
-    batch_size: int = 64
-    seed: int = 0
-    block_size: Union[int, str] = "auto"
-    request_budget: Optional[float] = REQUEST_BUDGET
-    expected_img_per_s: Optional[float] = None
-    index: bool = True
-    cache: bool = False
-    latency_s: float = 0.03
-    bytes_per_s_per_process: float = 100e6
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        if min(self.nodes, self.ranks_per_node, self.epochs, self.batch_size) < 1 or self.workers < 0:
-            raise ValueError("--nodes, --ranks-per-node, --epochs and --batch-size must be >= 1, --workers >= 0")
-        if self.img_per_s_per_rank <= 0 or self.latency_s < 0 or self.bytes_per_s_per_process <= 0:
-            raise ValueError("--img-per-s-per-rank must be > 0 (and the model's latency >= 0, bandwidth > 0)")
-        if isinstance(self.block_size, str) and self.block_size != "auto":
-            raise ValueError(f"--block-size must be a size in bytes or 'auto', not {self.block_size!r}")
-        if isinstance(self.block_size, int) and self.block_size < 1:
-            raise ValueError(f"--block-size must be >= 1 byte, got {self.block_size}")
-        if self.request_budget is not None and self.request_budget <= 0:
-            raise ValueError(f"--request-budget must be > 0 GET/s (or none), got {self.request_budget}")
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.ranks_per_node
-
-    @property
-    def processes(self) -> int:
-        """Reading processes of the world: ``world_size * max(1, workers)``."""
-        return self.world_size * max(1, self.workers)
+#: names served from the modules that import the loader's read plan (imported when first used: the command's
+#: options and ``--help`` stay light)
+_LAZY = {"Dataset": "schedule", "EpochSchedule": "schedule", "Timing": "clock"}
 
 
-def block_size_for(data: Dataset, s: SimSettings) -> int:
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"shardkit.simulate.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'shardkit.simulate' has no attribute {name!r}")
+
+
+def block_size_for(data: "Dataset", s: SimSettings) -> int:
     """The buffered read size ``s`` implies for ``data`` (``"auto"``: the budget's rule)."""
     if s.block_size != "auto":
         return int(s.block_size)
@@ -102,8 +58,12 @@ def block_size_for(data: Dataset, s: SimSettings) -> int:
     )
 
 
-def simulate(data: Dataset, settings: SimSettings) -> SimReport:
+def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
     """Replay ``settings.epochs`` epochs of ``data`` on the cluster of ``settings`` (see the module docstring)."""
+    from shardkit.plan import PlanConfig
+    from shardkit.simulate.clock import epoch_timing
+    from shardkit.simulate.schedule import HEAD, INDEX, KINDS, NOOP, epoch_schedule
+
     s = settings
     block = block_size_for(data, s)
     rate = process_rate(s.request_budget, len(data.prefixes), s.processes) if s.request_budget is not None else None
