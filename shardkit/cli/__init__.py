@@ -29,6 +29,7 @@ COMMANDS = {
     "info": "cmd_info",
     "verify": "cmd_verify",
     "bench": "cmd_bench",
+    "simulate": "cmd_simulate",
     "demo": "cmd_demo",
     "sample-data": "cmd_sample_data",
 }

@@ -23,6 +23,7 @@ from shardkit.format import RawSample, ShardReader, TarDamage
 from shardkit.format.fields import SampleRule
 from shardkit.format.index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
 from shardkit.format.manifest import Manifest
+from shardkit.loader import readplan
 from shardkit.loader.stats import Counters
 from shardkit.storage import fs as storage
 from shardkit.storage.opener import ShardOpener
@@ -56,9 +57,9 @@ class BlockReader:
     """
 
     #: holes (consumed samples on resume) up to this many bytes are read through rather than split into two range reads
-    MAX_HOLE_BYTES = 1 << 20
+    MAX_HOLE_BYTES = readplan.MAX_HOLE_BYTES
     #: largest range read: a block of more bytes takes several (bounds the block's bytes held twice while its members are cut out)
-    MAX_RANGE_BYTES = 64 << 20
+    MAX_RANGE_BYTES = readplan.MAX_RANGE_BYTES
     #: sample indexes kept per reader (a worker's shards are read one after another)
     KEEP_INDEXES = 4
 
@@ -211,7 +212,7 @@ class BlockReader:
 
         Consecutive samples are one range read (of at most :attr:`MAX_RANGE_BYTES`); a hole
         left by consumed samples (resume) is read through when it is small (:attr:`MAX_HOLE_BYTES`),
-        else the block takes one range read per run.
+        else the block takes one range read per run (:func:`shardkit.loader.readplan.index_groups`).
         """
         idx = self._index(shard) if shard not in self._damaged else None
         if idx is None:
@@ -223,35 +224,16 @@ class BlockReader:
                 shard, f"{index_url(url)}: the index lists {len(idx)} samples, sample {int(local[-1])} was asked for"
             )
             return None
-        runs = [0, *(np.flatnonzero(np.diff(local) != 1) + 1).tolist(), len(local)]
-        spans = [
-            p
-            for a, b in zip(runs[:-1], runs[1:])
-            for p in _pieces_of(idx, int(local[a]), int(local[b - 1]) + 1, self.MAX_RANGE_BYTES)
-        ]
-        # signed: a span may go back (a repeated source's next pass), uint64 would wrap
-        starts = idx.starts.astype(np.int64)
+        groups = readplan.index_groups(idx.starts, local, max_range=self.MAX_RANGE_BYTES, max_hole=self.MAX_HOLE_BYTES)
         out: list[RawSample] = []
         try:
-            group = [spans[0]]
-            ends: list[Optional[tuple[int, int]]] = [*spans[1:], None]
-            for span in ends:
-                # joined to the group: a span after the group's end (a hole of at most MAX_HOLE_BYTES), not one going back
-                if (
-                    span is not None
-                    and 0 <= starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES
-                    and starts[span[1]] - starts[group[0][0]] <= self.MAX_RANGE_BYTES
-                ):
-                    group.append(span)
-                    continue
+            for group in groups:
                 lo, hi = idx.byte_range(group[0][0], group[-1][1])
                 data = self._read_range(shard, lo, hi)
                 for i, j in group:
                     a, b = idx.byte_range(i, j)
                     piece = data if (a, b) == (lo, hi) else data[a - lo : b - lo]
                     out.extend(idx.slice(piece, i, j, url=url, first_gid=first + i, rule=self.rule))
-                if span is not None:
-                    group = [span]
         except IndexMismatch as exc:
             self._close_ranged()
             self._fall_back(shard, exc)
@@ -271,16 +253,6 @@ class BlockReader:
         self.range_reads += 1
         self.counters.add("bytes_read", hi - lo - n)
         return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _pieces_of(idx: SampleIndex, i: int, j: int, limit: int) -> list[tuple[int, int]]:
-    """Samples ``i .. j-1`` cut into runs of at most ``limit`` bytes (at least one sample each)."""
-    out = []
-    while i < j:
-        k = min(max(int(np.searchsorted(idx.starts, idx.starts[i] + np.uint64(limit), side="right")) - 1, i + 1), j)
-        out.append((i, k))
-        i = k
-    return out
 
 
 def indexed_shards(manifest: Manifest, urls: Sequence[str]) -> Optional[list[str]]:

@@ -152,17 +152,17 @@ MUTANTS = [
     {
         "id": "read-uint64-offsets-wrap",
         "row": ROW_INDEX,
-        "file": "shardkit/loader/blockreader.py",
-        "old": "starts = idx.starts.astype(np.int64)",
-        "new": "starts = idx.starts",
+        "file": "shardkit/loader/readplan.py",
+        "old": "st = np.asarray(starts).astype(np.int64)",
+        "new": "st = np.asarray(starts)",
         "tests": [GOING_BACK],
     },
     {
         "id": "read-span-going-back-joined-to-the-range",
         "row": ROW_INDEX,
-        "file": "shardkit/loader/blockreader.py",
-        "old": "0 <= starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES",
-        "new": "starts[span[0]] - starts[group[-1][1]] <= self.MAX_HOLE_BYTES",
+        "file": "shardkit/loader/readplan.py",
+        "old": "0 <= st[span[0]] - st[group[-1][1]] <= max_hole",
+        "new": "st[span[0]] - st[group[-1][1]] <= max_hole",
         "tests": [GOING_BACK],
     },
     {

@@ -1,0 +1,148 @@
+"""``shardkit simulate``: what a cluster's loaders ask the object store for, replayed from the plan.
+
+:func:`simulate` is a pure function of a dataset's manifest (:class:`Dataset`; nothing else is read) and the
+settings (:class:`SimSettings`): the real planner and the real read schedule
+(:mod:`shardkit.simulate.schedule`, built on :mod:`shardkit.loader.readplan`) give every reading process's
+requests in order, the timing model (:mod:`shardkit.simulate.clock`, with the real
+:class:`~shardkit.storage.budget.RequestLimiter` on a virtual clock) when each is sent, and
+:mod:`shardkit.simulate.report` the rates per prefix. The budget rules (auto block size, per-process rate,
+phases) are :mod:`shardkit.storage.budget`'s, never a copy.
+
+Assumptions (also on the "Scaling out" page): one source, fresh epochs, every sample of a shard the same
+size (its bytes / samples), ranks stepping together, decoding free, requests sequential per process with a
+fixed latency and bandwidth, the store never answering ``503 SlowDown``, a node cache of unlimited size
+filled by the first process (in rank-major order) that opens a shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from shardkit.simulate.report import PrefixRow, SimReport, peak_rate
+from shardkit.simulate.settings import SimSettings
+from shardkit.storage.budget import REQUEST_BUDGET, auto_block_size, process_rate
+
+if TYPE_CHECKING:
+    from shardkit.simulate.clock import Timing
+    from shardkit.simulate.schedule import Dataset, EpochSchedule
+
+__all__ = ["Dataset", "EpochSchedule", "SimReport", "SimSettings", "Timing", "peak_rate", "simulate"]
+
+#: names served from the modules that import the loader's read plan (imported when first used: the command's
+#: options and ``--help`` stay light)
+_LAZY = {"Dataset": "schedule", "EpochSchedule": "schedule", "Timing": "clock"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"shardkit.simulate.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'shardkit.simulate' has no attribute {name!r}")
+
+
+def block_size_for(data: "Dataset", s: SimSettings) -> int:
+    """The buffered read size ``s`` implies for ``data`` (``"auto"``: the budget's rule)."""
+    if s.block_size != "auto":
+        return int(s.block_size)
+    per_sample = float(np.sum(data.nbytes)) / max(1, int(np.sum(data.samples)))
+    expected = s.expected_img_per_s if s.expected_img_per_s is not None else s.img_per_s_per_rank
+    return auto_block_size(
+        processes=s.processes,
+        bytes_per_s_per_process=expected * per_sample / max(1, s.workers),
+        request_budget=s.request_budget if s.request_budget is not None else REQUEST_BUDGET,
+        prefixes=len(data.prefixes),
+    )
+
+
+def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
+    """Replay ``settings.epochs`` epochs of ``data`` on the cluster of ``settings`` (see the module docstring)."""
+    from shardkit.plan import PlanConfig
+    from shardkit.simulate.clock import epoch_timing
+    from shardkit.simulate.schedule import HEAD, INDEX, KINDS, NOOP, epoch_schedule
+
+    s = settings
+    block = block_size_for(data, s)
+    rate = process_rate(s.request_budget, len(data.prefixes), s.processes) if s.request_budget is not None else None
+    cfg = PlanConfig(batch_size=s.batch_size, seed=s.seed)
+    cache: Optional[list[set[int]]] = [set() for _ in range(s.nodes)] if s.cache else None
+    times, prefix, kinds, nbytes = [], [], [], []
+    epochs, first = [], None
+    start, waited, opens, hits = 0.0, 0.0, 0, 0
+    for e in range(s.epochs):
+        sched = epoch_schedule(
+            data,
+            cfg,
+            world_size=s.world_size,
+            num_workers=s.workers,
+            epoch=e,
+            block_size=block,
+            index=s.index,
+            cache=cache,
+            ranks_per_node=s.ranks_per_node,
+        )
+        tm = epoch_timing(
+            sched,
+            world_size=s.world_size,
+            num_workers=s.workers,
+            batch_size=s.batch_size,
+            img_per_s_per_rank=s.img_per_s_per_rank,
+            start=start,
+            rate=rate,
+            latency_s=s.latency_s,
+            bytes_per_s_per_process=s.bytes_per_s_per_process,
+        )
+        real = sched.kind != NOOP
+        times.append(tm.send[real])
+        prefix.append(data.shard_prefix[sched.shard[real]])
+        kinds.append(sched.kind[real])
+        nbytes.append(np.where(sched.kind[real] == HEAD, 0, (sched.hi - sched.lo)[real]))
+        epochs.append(tm.end - start)
+        if first is None:
+            first = tm.first_batch
+        if e > 0:
+            opens, hits = opens + sched.opens, hits + sched.cache_hits
+        waited += tm.waited
+        start = tm.end
+    t, pf, kd, nb = (np.concatenate(x) for x in (times, prefix, kinds, nbytes))
+    duration = max(start, 1e-9)
+    rows = []
+    for i, name in enumerate(data.prefixes):
+        sel = pf == i
+        rows.append(PrefixRow(name, int(sel.sum()), peak_rate(t[sel]), float(sel.sum()) / duration, int(nb[sel].sum())))
+    total_bytes = int(nb.sum())
+    assert first is not None
+    samples = int(np.sum(data.samples))
+    used = {
+        **asdict(s),
+        "block_size": block,
+        "block_size_auto": s.block_size == "auto",
+        "num_prefixes": len(data.prefixes),
+        "process_rate": rate,
+        "processes": s.processes,
+        "world_size": s.world_size,
+        "samples": samples,
+        "shards": len(data.names),
+        "index": s.index and data.indexed,
+    }
+    return SimReport(
+        settings=used,
+        prefixes=tuple(rows),
+        requests=len(t),
+        by_kind={KINDS[k]: int((kd == k).sum()) for k in (HEAD, INDEX, 2)},
+        peak_get_per_s=peak_rate(t),
+        mean_get_per_s=len(t) / duration,
+        duration_s=duration,
+        bytes=total_bytes,
+        bytes_per_s_per_node=total_bytes / duration / s.nodes,
+        requests_per_gib=len(t) / max(total_bytes / 2**30, 1e-12),
+        first_batch_s=(float(first.min()), float(np.median(first)), float(first.max())),
+        epoch_s=tuple(epochs),
+        img_per_s_per_rank=samples / s.world_size / (sum(epochs) / len(epochs)),
+        cache_hit_rate=(hits / opens if opens else None) if s.cache else None,
+        startup_requests=2 * s.world_size,
+        waited_s=waited,
+    )

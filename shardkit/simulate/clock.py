@@ -1,0 +1,150 @@
+"""When each request of an epoch is sent: the consumers' pace, the read-ahead and the request limiter.
+
+The model (every assumption here is also on the "Scaling out" page):
+
+* **Consumption.** The ranks step together (DDP): batch ``t`` is taken when every rank has it, and no sooner
+  than ``batch_size / img_per_s_per_rank`` after batch ``t - 1``. Batch ``t`` of a rank is made by worker
+  ``t % W`` from its ``t // W``-th batch of samples (:mod:`shardkit.plan.split`); it is ready when the worker
+  has read the block holding that batch's last sample (decoding is free).
+* **Read-ahead** (:func:`shardkit.loader.read.read_blocks`): a worker reads its first block at the epoch's start
+  and starts reading block ``k + 1`` once block ``k`` is read and the worker starts emitting block ``k``: when
+  the DataLoader asks it for the batch holding block ``k``'s first sample, which it does ``2 * W`` batches
+  ahead of the consumer (``prefetch_factor=2``; without workers, when the batch is taken). The asking time is
+  the consumer's nominal pace from its first batch (open loop: after a stall the workers read back to back).
+* **Requests.** A process sends its requests one after another (one read in flight); each takes
+  ``latency_s`` plus its bytes at ``bytes_per_s_per_process``; a ``HEAD`` takes ``latency_s``.
+* **Limiter.** With a budget each process has its own :class:`shardkit.storage.budget.RequestLimiter` (the
+  real one, on a virtual clock), made at the epoch's start with :func:`shardkit.storage.budget.process_phase`,
+  and every request waits for it (no ``503 SlowDown`` in the model: the store never pushes back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from shardkit.simulate.schedule import HEAD, NOOP, EpochSchedule
+from shardkit.storage.budget import RequestLimiter, process_phase
+
+
+@dataclass(frozen=True, eq=False)
+class Timing:
+    """When the requests of one epoch were sent, and what the ranks saw."""
+
+    send: np.ndarray  #: per request (NOOP entries included, at the time their read happened)
+    first_batch: np.ndarray  #: per rank: seconds from the epoch's start until its first batch was ready
+    end: float  #: when the last batch has been consumed (the next epoch starts then)
+    waited: float  #: seconds the processes waited for the limiter, all together
+
+
+def epoch_timing(
+    sched: EpochSchedule,
+    *,
+    world_size: int,
+    num_workers: int,
+    batch_size: int,
+    img_per_s_per_rank: float,
+    start: float = 0.0,
+    rate: Optional[float] = None,
+    latency_s: float = 0.03,
+    bytes_per_s_per_process: float = 100e6,
+) -> Timing:
+    """Send times of ``sched``'s requests for an epoch starting at ``start`` (see the module docstring).
+
+    Args:
+        rate: GET/s each process may send (:func:`shardkit.storage.budget.process_rate`); None: no limit.
+    """
+    W = max(1, num_workers)
+    dt = batch_size / img_per_s_per_rank
+    lead = 2 * W if num_workers > 0 else 0
+    nreq = len(sched.proc)
+    first_read = np.searchsorted(sched.read_proc, np.arange(sched.processes), side="left")
+    # the consumer's batch index at which read k's block starts being emitted (<= 0: at the epoch's start)
+    pull_t = (sched.read_start // batch_size) * W + (sched.read_proc % W) - lead
+    done = np.full(len(sched.read_proc), np.nan)
+    send = np.zeros(nreq)
+    finish = np.zeros(nreq)
+    now = [start]
+    waited = [0.0]
+
+    def sleep(s: float) -> None:
+        waited[0] += s
+
+    limiters: dict[int, RequestLimiter] = {}
+
+    def limiter(p: int) -> RequestLimiter:  # made when the process first reads (at the epoch's start)
+        if p not in limiters:
+            at, now[0] = now[0], start
+            phase = process_phase(p // W, p % W, world_size, num_workers)
+            limiters[p] = RequestLimiter(rate, phase=phase, clock=lambda: now[0], sleep=sleep)
+            now[0] = at
+        return limiters[p]
+
+    proc, read, kind = sched.proc.tolist(), sched.read.tolist(), sched.kind.tolist()
+    cost = (np.where(sched.kind == HEAD, 0, sched.hi - sched.lo) / bytes_per_s_per_process + latency_s).tolist()
+    cost = [0.0 if k == NOOP else c for k, c in zip(kind, cost)]
+    t0 = [np.nan]
+
+    def gate(k: int, p: int) -> Optional[float]:
+        """When read ``k`` may start (None: not known before the first batch's time)."""
+        if k == first_read[p]:
+            return start
+        t = int(pull_t[k - 1])
+        if t <= 0:
+            return max(float(done[k - 1]), start)
+        if np.isnan(t0[0]):
+            return None
+        return max(float(done[k - 1]), t0[0] + t * dt)
+
+    todo = np.zeros(nreq, bool)
+    for phase in (0, 1):
+        blocked = -1
+        for i in range(nreq):
+            p, k = proc[i], read[i]
+            if phase == 1 and not todo[i]:
+                continue
+            if blocked == p:
+                todo[i] = True
+                continue
+            if i == 0 or read[i - 1] != k or proc[i - 1] != p:
+                ready = gate(k, p)
+                if ready is None:
+                    blocked = p
+                    todo[i] = True
+                    continue
+            else:
+                ready = finish[i - 1]
+            if kind[i] != NOOP and rate is not None:
+                now[0] = ready
+                ready += limiter(p).acquire()
+            send[i], finish[i] = ready, ready + cost[i]
+            done[k] = finish[i]
+        if phase == 0:
+            avail = _availability(sched, done, world_size, W, batch_size)
+            t0[0] = float(avail[:, 0].max()) if avail.size else start
+    avail = _availability(sched, done, world_size, W, batch_size)
+    if avail.size == 0:
+        return Timing(send, np.zeros(world_size), start, waited[0])
+    ready_all = np.nanmax(avail, axis=0)  # lockstep: a step waits for the slowest rank
+    t = np.arange(ready_all.size)
+    taken = t * dt + np.maximum.accumulate(ready_all - t * dt)
+    return Timing(send, avail[:, 0] - start, float(taken[-1] + dt), waited[0])
+
+
+def _availability(sched: EpochSchedule, done: np.ndarray, world_size: int, W: int, batch_size: int) -> np.ndarray:
+    """``[rank, batch]``: when each batch of each rank is ready (its last sample's block read; NaN: not yet known)."""
+    nb = -(-sched.chunk_len // batch_size)  # batches per process
+    steps = int(nb.reshape(world_size, W).sum(axis=1).max()) if len(nb) else 0
+    out = np.full((world_size, steps), np.nan)
+    total = int(nb.sum())
+    if not total:
+        return out
+    p = np.repeat(np.arange(len(nb)), nb)
+    j = np.arange(total) - np.repeat(np.cumsum(nb) - nb, nb)
+    last = np.minimum((j + 1) * batch_size, sched.chunk_len[p]) - 1
+    big = int(sched.chunk_len.max()) + 1
+    k = np.searchsorted(sched.read_proc * big + sched.read_start, p * big + last, side="right") - 1
+    out[p // W, j * W + p % W] = done[k]
+    return out

@@ -1,0 +1,269 @@
+"""What every reading process of a cluster asks the store for in one epoch, in order: a pure function of the plan.
+
+The samples come from the real planner (:func:`shardkit.plan.epoch_stream`, :func:`shardkit.plan.partition_ranges`,
+:func:`shardkit.plan.block_bounds`: one source, a fresh epoch), the byte ranges from
+:mod:`shardkit.loader.readplan` (what :class:`~shardkit.loader.blockreader.BlockReader` sends). A worker reads
+its chunk block by block (a shuffled block at once; unshuffled, a batch at a time), each block's samples of one
+shard together; a shard it opens costs a size probe (``HEAD``, s3fs opening the file) and, with a sample index,
+first the index (one ``GET``, kept for the worker's next shards). The only reads the model does not know
+are a sample's bytes: every sample of a shard has the shard's bytes / samples (uniform; the test datasets
+make every sample the same size, so there it is exact).
+
+Everything is arrays: one entry per request (``proc``: reading process, rank-major; ``read``: the worker's read
+it belongs to, global; ``kind``; ``shard``; bytes ``[lo, hi)``) and per read (its process, its first emitted
+sample within the worker's chunk). A read served wholly from the node cache is one :data:`NOOP` entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from shardkit.format.prefixes import prefix_of, spread_name
+from shardkit.loader import readplan
+from shardkit.plan import Mixture, PlanConfig, Source, block_bounds, epoch_stream, partition_ranges
+
+#: request kinds
+HEAD, INDEX, GET, NOOP = 0, 1, 2, 3
+KINDS = ("HEAD", "GET index", "GET", "none")
+#: bytes of a sample index per sample (the sidecar holds about 40, plus its header)
+INDEX_BYTES_PER_SAMPLE = 40
+#: sample indexes a reader keeps (:attr:`shardkit.loader.blockreader.BlockReader.KEEP_INDEXES`)
+KEEP_INDEXES = 4
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """What the simulator knows of a dataset: its manifest's shard names, samples and bytes.
+
+    Attributes:
+        names: shard names (``<prefix>/<split>-000000.tar`` when spread over prefixes).
+        samples: samples per shard.
+        nbytes: bytes per shard.
+        indexed: the shards have sample indexes (``shardkit convert`` writes them).
+        layout: every sample's member layout (None: :meth:`SampleLayout.synthetic
+            <shardkit.loader.readplan.SampleLayout.synthetic>` of the shard's bytes / samples).
+        sample_bytes: bytes of one sample per shard (None: the shard's bytes // samples).
+    """
+
+    names: tuple[str, ...]
+    samples: np.ndarray
+    nbytes: np.ndarray
+    indexed: bool = True
+    layout: Optional[readplan.SampleLayout] = None
+    sample_bytes: Optional[np.ndarray] = None
+    prefixes: tuple[str, ...] = field(init=False)
+    shard_prefix: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "samples", np.asarray(self.samples, np.int64))
+        object.__setattr__(self, "nbytes", np.asarray(self.nbytes, np.int64))
+        if self.sample_bytes is None:
+            object.__setattr__(self, "sample_bytes", self.nbytes // np.maximum(1, self.samples))
+        names = sorted({prefix_of(n) for n in self.names})
+        object.__setattr__(self, "prefixes", tuple(names))
+        pos = {p: i for i, p in enumerate(names)}
+        object.__setattr__(self, "shard_prefix", np.array([pos[prefix_of(n)] for n in self.names], np.int64))
+
+    @classmethod
+    def synthetic(
+        cls, shards: int, samples_per_shard: int, bytes_per_sample: int, *, prefixes: int = 1, indexed: bool = True
+    ) -> "Dataset":
+        """``shards`` shards of ``samples_per_shard`` samples of ``bytes_per_sample`` bytes, named as
+        ``shardkit convert --prefixes`` names them."""
+        if min(shards, samples_per_shard, bytes_per_sample) < 1:
+            raise ValueError("--shards, --samples-per-shard and --bytes-per-sample must be >= 1")
+        names = tuple(spread_name(f"train-{j:06d}.tar", j, prefixes) for j in range(shards))
+        layout = readplan.SampleLayout.synthetic(bytes_per_sample)
+        n = np.full(shards, samples_per_shard, np.int64)
+        return cls(names, n, n * layout.size + 1024, indexed, layout, np.full(shards, layout.size, np.int64))
+
+    @classmethod
+    def of_manifest(cls, manifest: object) -> "Dataset":
+        """The shards of a loaded :class:`~shardkit.format.manifest.Manifest`."""
+        from shardkit.format.index import INDEX_FORMAT
+
+        shards = manifest.shards  # type: ignore[attr-defined]
+        return cls(
+            tuple(s.name for s in shards),
+            np.array([s.samples for s in shards], np.int64),
+            np.array([s.bytes for s in shards], np.int64),
+            manifest.sample_index == INDEX_FORMAT,  # type: ignore[attr-defined]
+        )
+
+    def layout_of(self, shard: int) -> readplan.SampleLayout:
+        assert self.sample_bytes is not None
+        return self.layout or readplan.SampleLayout.synthetic(int(self.sample_bytes[shard]))
+
+
+@dataclass(frozen=True, eq=False)
+class EpochSchedule:
+    """The requests of one epoch, per reading process in order (see the module docstring)."""
+
+    processes: int
+    proc: np.ndarray
+    read: np.ndarray
+    kind: np.ndarray
+    shard: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    read_proc: np.ndarray  #: the process of each read
+    read_start: np.ndarray  #: first sample of each read, within its worker's chunk (emission position)
+    chunk_len: np.ndarray  #: samples of each process's chunk
+    opens: int = 0  #: shards opened (a worker's first read of a shard)
+    cache_hits: int = 0  #: of those, served by the node cache
+
+    def requests_of(self, p: int) -> list[tuple[str, int, int, int]]:
+        """Process ``p``'s requests: ``(kind, shard, lo, hi)`` in order (NOOP entries left out)."""
+        sel = np.flatnonzero((self.proc == p) & (self.kind != NOOP))
+        return [(KINDS[int(self.kind[i])], int(self.shard[i]), int(self.lo[i]), int(self.hi[i])) for i in sel]
+
+
+def read_cuts(lengths: np.ndarray, cfg: PlanConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``(process, offset)`` of every read of chunks of ``lengths``: the plan's shuffle blocks
+    (:func:`shardkit.plan.block_bounds`), or a batch at a time when not shuffled (the read stage's pieces)."""
+    offs = [
+        block_bounds(n, cfg)[:-1] if cfg.shuffle else np.arange(0, n, cfg.batch_size, dtype=np.int64)
+        for n in lengths.tolist()
+    ]
+    counts = np.array([len(b) for b in offs], np.int64)
+    procs = np.repeat(np.arange(len(lengths), dtype=np.int64), counts)
+    return procs, (np.concatenate(offs).astype(np.int64) if offs else np.zeros(0, np.int64))
+
+
+def epoch_schedule(
+    data: Dataset,
+    cfg: PlanConfig,
+    *,
+    world_size: int,
+    num_workers: int,
+    epoch: int,
+    block_size: int,
+    index: bool = True,
+    max_range: int = readplan.MAX_RANGE_BYTES,
+    cache: Optional[Sequence[set[int]]] = None,
+    ranks_per_node: int = 1,
+) -> EpochSchedule:
+    """Every request of ``epoch`` (see the module docstring).
+
+    Args:
+        data: the dataset.
+        cfg: plan options (batch size, seed, shuffle blocks).
+        world_size, num_workers: ranks, DataLoader workers per rank (0: the rank reads itself).
+        block_size: the buffered reader's size (header walk, cache download).
+        index: read through the sample index when the dataset has one.
+        max_range: largest range read through the index.
+        cache: per node, the shards its cache holds (updated in place); None: no cache.
+        ranks_per_node: ranks sharing one node's cache.
+    """
+    workers = max(1, num_workers)
+    mixture = Mixture((Source("simulated"),), (data.samples,))
+    stream = epoch_stream(mixture, cfg, epoch)
+    runs = stream.streams[0]  # type: ignore[attr-defined]  # one source: its runs in stream order
+    n = len(stream)
+    starts, stops = partition_ranges(n, world_size, workers, cfg)
+    lengths = stops - starts
+    read_proc, read_off = read_cuts(lengths, cfg)
+    read_abs = starts[read_proc] + read_off
+    run_len = runs.run_stop - runs.run_start
+    ends = np.cumsum(run_len)
+    wraps = int(stops.max()) // max(1, n) + 1 if n else 0
+    run_cuts = (ends[None, :] - run_len[None, :] + (np.arange(wraps) * n)[:, None]).ravel()
+    cuts = np.unique(np.concatenate([read_abs, starts, stops, run_cuts]))
+    seg0, seg1 = cuts[:-1], cuts[1:]
+    owner = np.searchsorted(starts, seg0, side="right") - 1
+    keep = (owner >= 0) & (seg0 < stops[np.maximum(owner, 0)]) & (seg1 > seg0)
+    seg0, seg1, owner = seg0[keep], seg1[keep], owner[keep]
+    seg_read = np.searchsorted(read_abs, seg0, side="right") - 1
+    pos = seg0 % max(1, n)
+    run = np.searchsorted(ends, pos, side="right")
+    seg_shard = runs.run_shard[run]
+    seg_first = runs.run_start[run] + pos - (ends[run] - run_len[run])
+    seg_len = seg1 - seg0
+
+    proc: list[int] = []
+    rd: list[int] = []
+    kind: list[int] = []
+    shard_l: list[int] = []
+    lo_l: list[int] = []
+    hi_l: list[int] = []
+
+    def add(p: int, r: int, k: int, s: int, lo: int, hi: int) -> None:
+        proc.append(p)
+        rd.append(r)
+        kind.append(k)
+        shard_l.append(s)
+        lo_l.append(lo)
+        hi_l.append(hi)
+
+    indexed = index and data.indexed
+    memo: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    opens = hits = 0
+    last_p, last_shard, last_read = -1, -1, -1
+    walk: Optional[readplan.WalkState] = None
+    indexes: list[int] = []
+    cached = False
+    sb = data.sample_bytes
+    assert sb is not None
+    for p, r, s, a, m in zip(
+        owner.tolist(), seg_read.tolist(), seg_shard.tolist(), seg_first.tolist(), seg_len.tolist()
+    ):
+        if p != last_p:
+            last_p, last_shard, walk, indexes = p, -1, None, []
+        node = (p // workers) // max(1, ranks_per_node)
+        size, sbytes = int(data.nbytes[s]), int(sb[s])
+        fresh = s != last_shard or (not indexed and walk is not None and a < walk.sample)
+        before = len(proc)
+        if fresh:
+            opens += 1
+            if indexed and s not in indexes:
+                add(p, r, INDEX, s, 0, 64 + INDEX_BYTES_PER_SAMPLE * int(data.samples[s]))
+                indexes = [*indexes[-(KEEP_INDEXES - 1) :], s] if KEEP_INDEXES > 1 else [s]
+            elif indexed:
+                indexes = [*(i for i in indexes if i != s), s]
+            cached = cache is not None and s in cache[node]
+            if cached:
+                hits += 1
+            else:
+                add(p, r, HEAD, s, 0, 0)
+                if cache is not None:
+                    for lo, hi in readplan.download_gets(size, block_size=block_size):
+                        add(p, r, GET, s, lo, hi)
+                    cache[node].add(s)
+                    cached = True
+            walk = None
+        if not cached:
+            if indexed:
+                key = (m, sbytes)
+                if key not in memo:
+                    st = np.arange(m + 1, dtype=np.int64) * sbytes
+                    memo[key] = readplan.index_ranges(st, np.arange(m), max_range=max_range)
+                for lo, hi in memo[key]:
+                    add(p, r, GET, s, a * sbytes + lo, a * sbytes + hi)
+            else:
+                gets, walk = readplan.walk_gets(
+                    data.layout_of(s), first=a, stop=a + m, block_size=block_size, shard_size=size, state=walk
+                )
+                for lo, hi in gets:
+                    add(p, r, GET, s, lo, hi)
+        if r != last_read and len(proc) == before:
+            add(p, r, NOOP, s, 0, 0)  # a read without requests still happens (served from the cache)
+        last_shard, last_read = s, r
+    # reads with no segment at all (never: every read has samples) would have no entry; the clock needs one each
+    return EpochSchedule(
+        processes=world_size * workers,
+        proc=np.array(proc, np.int64),
+        read=np.array(rd, np.int64),
+        kind=np.array(kind, np.int8),
+        shard=np.array(shard_l, np.int64),
+        lo=np.array(lo_l, np.int64),
+        hi=np.array(hi_l, np.int64),
+        read_proc=read_proc,
+        read_start=read_off,
+        chunk_len=lengths,
+        opens=opens,
+        cache_hits=hits,
+    )
