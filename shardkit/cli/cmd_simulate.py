@@ -81,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError("give a URL or --shards/--samples-per-shard/--bytes-per-sample, not both")
             from shardkit.format.manifest import load_manifest
 
-            # only the names are used (to group by prefix), no shard is opened: paths in names are harmless here
-            data = Dataset.of_manifest(load_manifest(args.url, allow_unsafe_names=True, **storage_options(args)))
+            data = Dataset.of_manifest(load_manifest(args.url, **storage_options(args)))
         elif all(v is not None for v in synthetic):
             data = Dataset.synthetic(*synthetic, prefixes=args.prefixes, indexed=True)
         else:

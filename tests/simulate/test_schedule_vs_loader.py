@@ -113,7 +113,6 @@ def _logged(s3_endpoint: str, opts: dict, url: str, **kw) -> tuple[list[tuple[st
         loader = shardkit.load(
             url,
             storage_options={**opts, "client_kwargs": {"endpoint_url": proxy.url}},
-            allow_unsafe_names=True,  # spread names are paths until convert --prefixes is merged
             **KW,
             **kw,
         )
