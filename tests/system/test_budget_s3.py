@@ -1,0 +1,132 @@
+"""Request budgets on object storage, measured at the wire: moto behind the fault proxy, which stamps every request.
+
+Guarantees checked: with ``request_budget`` set, the requests of all reading processes of a run stay within the
+budget in every 1 s window AT THE PROXY (every request counts: size probes, read-ahead fills, retries) and every
+sample arrives exactly once; a burst of ``503 SlowDown`` lowers the request rate after it (the limiter halves, then
+recovers slowly) instead of multiplying it, the epoch still delivers every sample once, and the slow-downs and the
+time spent waiting for the budget are in ``loader.stats``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import shardkit
+from tests.support.data import write_dataset
+from tests.support.faults import FaultProxy, per_window
+
+KW = dict(
+    batch_size=5,
+    size=16,
+    pin_memory=False,
+    with_keys=True,
+    multiprocessing_context="fork",
+    shuffle_buffer=5,
+    shuffle_initial=5,
+)
+
+
+@pytest.fixture(autouse=True)
+def _collect_clients():
+    """Collect this test's loaders and fsspec clients now (their finalizers would cost a later test seconds)."""
+    yield
+    import gc
+
+    gc.collect()
+
+
+def _remote(tmp_path, s3, num_samples: int):
+    import s3fs
+
+    opts, bucket = s3
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=num_samples, shard_size=10, size=(64, 48))
+    s3fs.S3FileSystem(**opts).put(ds.url + "/", f"{bucket}/ds/", recursive=True)
+    return ds, bucket, opts
+
+
+def _via(proxy: FaultProxy, opts: dict) -> dict:
+    return {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+
+
+def _rate(times: list) -> float:
+    gaps = sorted(b - a for a, b in zip(times[:-1], times[1:]))
+    return 1.0 / gaps[len(gaps) // 2]
+
+
+def _shard_requests(proxy: FaultProxy) -> list:
+    return [r for r in list(proxy.log) if "/ds/train-" in r.path]
+
+
+@pytest.mark.timeout(60)
+def test_budget_holds_at_the_proxy_across_workers(tmp_path, s3, s3_endpoint):
+    """2 worker processes share 30 GET/s: no 1 s window at the proxy holds more (each process may gain one
+    request from network jitter: its requests leave >= 40 ms apart but may arrive a little closer)."""
+    ds, bucket, opts = _remote(tmp_path, s3, 40)
+    budget, workers = 30.0, 2
+    with FaultProxy(s3_endpoint) as proxy:
+        loader = shardkit.load(
+            f"s3://{bucket}/ds",
+            storage_options=_via(proxy, opts),
+            num_workers=workers,
+            block_size=4096,
+            request_budget=budget,
+            **KW,
+        )
+        keys = [k for _, _, ks in loader for k in ks]
+        reqs = _shard_requests(proxy)
+    assert sorted(keys) == sorted(ds.keys)  # every sample exactly once
+    assert len(reqs) > 1.5 * budget, len(reqs)  # long enough for the windows to mean something
+    peak = max(per_window([r.t for r in reqs]))
+    assert peak <= budget + workers, (peak, len(reqs))
+    assert loader.stats.throttled_s > 0 and loader.stats.slowdowns == 0
+
+
+@pytest.mark.timeout(60)
+def test_slowdown_burst_lowers_the_rate_and_every_sample_arrives_once(tmp_path, s3, s3_endpoint):
+    """One reading process at 40 GET/s; once it has read steadily for a second, the proxy answers the next 5 shard
+    GETs ``503 SlowDown`` (S3's XML body). s3fs retries a SlowDown itself (5 attempts over ~1.9 s: the burst),
+    then the loader sees it: the limiter halves the rate (and recovers slowly), so the requests in the second
+    after the burst are well below those in the second before it."""
+    ds, bucket, opts = _remote(tmp_path, s3, 40)
+    budget, burst = 40.0, 5
+    with FaultProxy(s3_endpoint) as proxy:
+        loader = shardkit.load(
+            f"s3://{bucket}/ds",
+            storage_options=_via(proxy, opts),
+            num_workers=0,
+            block_size=3072,
+            request_budget=budget,
+            **KW,
+        )
+        armed = threading.Event()
+
+        def arm() -> None:  # inject once 40 shard requests were seen (a second of steady reading)
+            while not armed.is_set():
+                if len(_shard_requests(proxy)) >= 40:
+                    proxy.fail("/ds/train-", "503", times=burst, method="GET")
+                    armed.set()
+                    return
+                armed.wait(0.005)
+
+        watcher = threading.Thread(target=arm, daemon=True)
+        watcher.start()
+        keys = [k for _, _, ks in loader for k in ks]
+        armed.set()
+        watcher.join(5)
+        reqs = _shard_requests(proxy)
+    assert sorted(keys) == sorted(ds.keys)  # exactly once through the burst
+    bad = [r for r in reqs if r.outcome == "503"]
+    assert len(bad) == burst, [r.outcome for r in reqs]
+    t0, t1 = bad[0].t, bad[-1].t
+    # the rate while reading: 1 / the median spacing of consecutive requests (robust to the pauses between
+    # shards, when the loader decodes rather than reads), over the 15 requests before and after the burst
+    before = _rate([r.t for r in reqs if r.t < t0][-15:])
+    after = _rate([r.t for r in reqs if r.t > t1][1:16])  # from the retry on (its own wait is the retry's)
+    during = len(bad) / max(t1 - t0, 1e-9)
+    assert 0.7 * budget <= before <= 1.1 * budget, (before, after)  # the budget set the pace before the burst
+    assert after <= 0.7 * before, (before, after)  # lowered, not multiplied
+    assert during <= budget, during  # the burst's own retries (s3fs's) did not multiply the rate either
+    assert loader.stats.slowdowns >= 1 and loader.stats.retries >= 1
+    assert loader.stats.throttled_s > 0
