@@ -218,7 +218,8 @@ class RequestLimiter:
             return
         with self._lock:
             self.slowdowns += 1
-            self.current = max(self.rate * FLOOR_FRACTION, self.current / 2)
             now = self.clock()
+            self._recover(now)  # the calm seconds since the last signal count even when nothing was sent
+            self.current = max(self.rate * FLOOR_FRACTION, self.current / 2)
             self._calm_since = now
             self._next = max(self._next, now + 1.0 / self.current)

@@ -37,6 +37,13 @@ def _collect_clients():
     gc.collect()
 
 
+def test_budget_options_are_flat_keywords_of_load():
+    from shardkit.loader.config import option_names
+
+    names = option_names()
+    assert {names[k] for k in ("block_size", "request_budget", "expected_img_per_s")} == {"source"}
+
+
 def _remote(tmp_path, s3, num_samples: int):
     import s3fs
 
@@ -61,10 +68,13 @@ def _shard_requests(proxy: FaultProxy) -> list:
 
 @pytest.mark.timeout(60)
 def test_budget_holds_at_the_proxy_across_workers(tmp_path, s3, s3_endpoint):
-    """2 worker processes share 30 GET/s: no 1 s window at the proxy holds more (each process may gain one
-    request from network jitter: its requests leave >= 40 ms apart but may arrive a little closer)."""
-    ds, bucket, opts = _remote(tmp_path, s3, 40)
-    budget, workers = 30.0, 2
+    """2 worker processes share 12 GET/s (6 each, the first 1/12 s apart): no 1 s window at the proxy holds more
+    than the budget plus 2 per process. The spacing rule itself allows one: a window may open on one process's
+    request and close just after its 7th, 1/6 s apart; network jitter one more: a process's requests leave at
+    least 1/6 s apart but may arrive a little closer. (Each worker taking a whole rank's share, 24 GET/s, shows
+    peaks of 24 and more.)"""
+    ds, bucket, opts = _remote(tmp_path, s3, 30)
+    budget, workers = 12.0, 2
     with FaultProxy(s3_endpoint) as proxy:
         loader = shardkit.load(
             f"s3://{bucket}/ds",
@@ -79,7 +89,7 @@ def test_budget_holds_at_the_proxy_across_workers(tmp_path, s3, s3_endpoint):
     assert sorted(keys) == sorted(ds.keys)  # every sample exactly once
     assert len(reqs) > 1.5 * budget, len(reqs)  # long enough for the windows to mean something
     peak = max(per_window([r.t for r in reqs]))
-    assert peak <= budget + workers, (peak, len(reqs))
+    assert peak <= budget + 2 * workers, (peak, len(reqs))
     assert loader.stats.throttled_s > 0 and loader.stats.slowdowns == 0
 
 
