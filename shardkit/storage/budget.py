@@ -118,7 +118,8 @@ class ReadBudget:
         rate = "no request limit" if self.rate is None else f"{self.rate:.3g} GET/s per process"
         return (
             f"reads of {self.block_size / (1 << 20):g} MiB, {rate} "
-            f"({self.processes} reading processes over {self.prefixes} prefixes)"
+            f"({self.processes} reading process{'es' if self.processes != 1 else ''} over {self.prefixes} "
+            f"prefix{'es' if self.prefixes != 1 else ''})"
         )
 
 

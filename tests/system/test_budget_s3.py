@@ -91,6 +91,15 @@ def test_budget_holds_at_the_proxy_across_workers(tmp_path, s3, s3_endpoint):
     peak = max(per_window([r.t for r in reqs]))
     assert peak <= budget + 2 * workers, (peak, len(reqs))
     assert loader.stats.throttled_s > 0 and loader.stats.slowdowns == 0
+    # the doctor says what each worker got and that the budget, not the store, set the pace
+    from shardkit.loader.doctor import storage_report, verdict
+    from shardkit.loader.stages import process_budget
+    from shardkit.plan.world import World
+
+    got = process_budget(ds.manifest, loader.config.source, World(0, 1, 1, workers))
+    assert (got.rate, got.block_size, got.phase) == (budget / workers, 4096, 0.5)
+    assert "6 GET/s per process (2 reading processes over 1 prefix)" in storage_report(got, loader.stats)
+    assert "waiting for the request budget" in verdict(images_per_s=1, batch_size=5, step_ms=1, stats=loader.stats)
 
 
 @pytest.mark.timeout(60)
@@ -140,3 +149,4 @@ def test_slowdown_burst_lowers_the_rate_and_every_sample_arrives_once(tmp_path, 
     assert during <= budget, during  # the burst's own retries (s3fs's) did not multiply the rate either
     assert loader.stats.slowdowns >= 1 and loader.stats.retries >= 1
     assert loader.stats.throttled_s > 0
+    assert f"{loader.stats.slowdowns} slow-downs" in loader.report()
