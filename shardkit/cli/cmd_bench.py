@@ -24,6 +24,9 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
+_LOADER_DEFAULT = object()  # --request-budget not given: the loader's default applies
+
+
 def _budget(text: str) -> "float | None":
     if text.strip().lower() == "none":
         return None
@@ -85,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--request-budget",
         type=_budget,
-        default="default",
+        default=_LOADER_DEFAULT,
         metavar="GET_PER_S",
         help="remote GET/s per prefix for all reading processes together (default: the loader's, 3500); "
         "'none': no limit",
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
     so = storage_options(args)
     opts: dict = {"storage_options": so} if so else {}
-    if args.request_budget != "default":
+    if args.request_budget is not _LOADER_DEFAULT:
         opts["request_budget"] = args.request_budget
     if args.decoder != "auto":
         opts["decoder"] = args.decoder

@@ -19,6 +19,7 @@ batch (:func:`count_throttling`, a stage only when some source is limited).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -35,6 +36,7 @@ from shardkit.loader.read import MixReader, plan_blocks, read_blocks
 from shardkit.loader.stats import Counters
 from shardkit.loader.transport import envelopes, failures_as_items
 from shardkit.plan.world import World
+from shardkit.storage import fs as storage
 from shardkit.storage.budget import ReadBudget, RequestLimiter
 from shardkit.storage.opener import ShardOpener, StorageConfig
 
@@ -68,7 +70,9 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
         sha += indexed_shards(m, m.shard_urls()) or [None] * len(m.shards)
     sha256 = None if all(h is None for h in sha) else sha  # sample indexes, per shard (None: that shard is walked)
     openers = [
-        ShardOpener(cfg_k, process_budget(ds.manifests[k], cfg_k, world))
+        ShardOpener(
+            cfg_k, process_budget(ds.manifests[k], cfg_k, world, remote=not storage.is_local(ds.sources[k].url))
+        )
         for k in rows.tolist()
         for cfg_k in [ds.storage_config(ds.sources[k])]
     ]
@@ -112,14 +116,14 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     return iter(wds.DataPipeline(*stages))
 
 
-def process_budget(manifest: Manifest, cfg: StorageConfig, world: World) -> ReadBudget:
+def process_budget(manifest: Manifest, cfg: StorageConfig, world: World, *, remote: bool = True) -> ReadBudget:
     """The read size and request rate of reading process ``world`` (rank, worker) for ``manifest``'s shards:
     :meth:`StorageConfig.read_budget <shardkit.storage.opener.StorageConfig.read_budget>` with the
     manifest's mean bytes per sample and its prefixes (distinct :func:`~shardkit.format.prefixes.prefix_of`
-    of its shard names, at least 1)."""
+    of its shard names, at least 1). Local files (``remote=False``) have no rate: no limiter, no stage."""
     samples = sum(s.samples for s in manifest.shards)
     per_sample = sum(s.bytes for s in manifest.shards) / samples if samples else 0.0
-    return cfg.read_budget(
+    budget = cfg.read_budget(
         bytes_per_sample=per_sample,
         prefixes=len({prefix_of(s.name) for s in manifest.shards}),
         world_size=world.world_size,
@@ -127,6 +131,7 @@ def process_budget(manifest: Manifest, cfg: StorageConfig, world: World) -> Read
         rank=world.rank,
         worker=world.worker,
     )
+    return budget if remote else replace(budget, rate=None)
 
 
 def count_throttling(src: Iterator[Any], *, limiters: tuple[RequestLimiter, ...], counters: Counters) -> Iterator[Any]:
