@@ -69,13 +69,7 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     for m in (ds.manifests[k] for k in rows.tolist()):
         sha += indexed_shards(m, m.shard_urls()) or [None] * len(m.shards)
     sha256 = None if all(h is None for h in sha) else sha  # sample indexes, per shard (None: that shard is walked)
-    openers = [
-        ShardOpener(
-            cfg_k, process_budget(ds.manifests[k], cfg_k, world, remote=not storage.is_local(ds.sources[k].url))
-        )
-        for k in rows.tolist()
-        for cfg_k in [ds.storage_config(ds.sources[k])]
-    ]
+    openers = [_opener(ds, k, world) for k in rows.tolist()]
     readers = [
         BlockReader(
             urls,
@@ -116,14 +110,23 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     return iter(wds.DataPipeline(*stages))
 
 
-def process_budget(manifest: Manifest, cfg: StorageConfig, world: World, *, remote: bool = True) -> ReadBudget:
+def _opener(ds: "ShardDataset", k: int, world: World) -> ShardOpener:
+    """Source ``k``'s opener in this worker: remote, with the worker's :func:`process_budget`; local files
+    (never limited) without a limiter and without the manifest walk that sizes one."""
+    cfg = ds.storage_config(ds.sources[k])
+    if storage.is_local(ds.sources[k].url):
+        return ShardOpener(replace(cfg, request_budget=None))
+    return ShardOpener(cfg, process_budget(ds.manifests[k], cfg, world))
+
+
+def process_budget(manifest: Manifest, cfg: StorageConfig, world: World) -> ReadBudget:
     """The read size and request rate of reading process ``world`` (rank, worker) for ``manifest``'s shards:
     :meth:`StorageConfig.read_budget <shardkit.storage.opener.StorageConfig.read_budget>` with the
     manifest's mean bytes per sample and its prefixes (distinct :func:`~shardkit.format.prefixes.prefix_of`
-    of its shard names, at least 1). Local files (``remote=False``) have no rate: no limiter, no stage."""
+    of its shard names, at least 1)."""
     samples = sum(s.samples for s in manifest.shards)
     per_sample = sum(s.bytes for s in manifest.shards) / samples if samples else 0.0
-    budget = cfg.read_budget(
+    return cfg.read_budget(
         bytes_per_sample=per_sample,
         prefixes=len({prefix_of(s.name) for s in manifest.shards}),
         world_size=world.world_size,
@@ -131,7 +134,6 @@ def process_budget(manifest: Manifest, cfg: StorageConfig, world: World, *, remo
         rank=world.rank,
         worker=world.worker,
     )
-    return budget if remote else replace(budget, rate=None)
 
 
 def count_throttling(src: Iterator[Any], *, limiters: tuple[RequestLimiter, ...], counters: Counters) -> Iterator[Any]:
