@@ -96,6 +96,9 @@ def test_budget_holds_at_the_proxy_across_workers(tmp_path, s3, s3_endpoint):
     assert sorted(keys) == sorted(ds.keys)  # every sample exactly once
     assert len(reqs) > 1.5 * budget, len(reqs)  # long enough for the windows to mean something
     peak = max(per_window([r.t for r in reqs]))
+    print(
+        f"\nbudget {budget:g} GET/s, {workers} workers: {len(reqs)} requests, peak {peak} in a 1 s window at the proxy"
+    )
     assert peak <= budget + 2 * workers, (peak, len(reqs))
     assert loader.stats.throttled_s > 0 and loader.stats.slowdowns == 0
     # the doctor says what each worker got and that the budget, not the store, set the pace
@@ -151,6 +154,11 @@ def test_slowdown_burst_lowers_the_rate_and_every_sample_arrives_once(tmp_path, 
     before = _rate([r.t for r in reqs if r.t < t0][-15:])
     after = _rate([r.t for r in reqs if r.t > t1][1:16])  # from the retry on (its own wait is the retry's)
     during = len(bad) / max(t1 - t0, 1e-9)
+    st = loader.stats
+    print(
+        f"\nGET/s while reading: {before:.1f} before the SlowDown burst, {during:.1f} during, {after:.1f} after; "
+        f"{st.slowdowns} slow-downs, {st.retries} retries"
+    )
     assert 0.7 * budget <= before <= 1.1 * budget, (before, after)  # the budget set the pace before the burst
     assert after <= 0.7 * before, (before, after)  # lowered, not multiplied
     assert during <= budget, during  # the burst's own retries (s3fs's) did not multiply the rate either
