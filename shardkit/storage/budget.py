@@ -116,8 +116,10 @@ class ReadBudget:
     def describe(self) -> str:
         """One line: the read size and request rate chosen, and what they come from."""
         rate = "no request limit" if self.rate is None else f"{self.rate:.3g} GET/s per process"
+        size = self.block_size
+        size_text = f"{size / (1 << 20):g} MiB" if size >= 1 << 20 else f"{size / 1024:g} KiB"
         return (
-            f"reads of {self.block_size / (1 << 20):g} MiB, {rate} "
+            f"reads of {size_text}, {rate} "
             f"({self.processes} reading process{'es' if self.processes != 1 else ''} over {self.prefixes} "
             f"prefix{'es' if self.prefixes != 1 else ''})"
         )
