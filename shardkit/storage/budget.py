@@ -15,7 +15,8 @@ Everything here is a pure function of its arguments (the limiter's clock and sle
 * :func:`process_phase`: where in the first request interval a process starts (evenly spread over the
   world, so the first requests of a thousand nodes do not land in the same second).
 * :class:`RequestLimiter`: spaces one process's requests at least ``1 / rate`` apart; a ``503
-  SlowDown`` or ``429`` halves the rate (:meth:`RequestLimiter.slow_down`) and it recovers additively.
+  SlowDown`` or ``429`` (:func:`is_slowdown`) halves the rate (:meth:`RequestLimiter.slow_down`) and
+  it recovers additively.
 * :func:`read_budget`: the three above resolved for one reading process of a world (its
   :class:`ReadBudget`: read size, rate, phase), from the storage options and the dataset's bytes
   per sample and prefixes: what the loader gives each worker's opener and what ``shardkit simulate``
@@ -81,6 +82,39 @@ def process_phase(rank: int, worker: int, world_size: int, num_workers: int) -> 
     workers = max(1, num_workers)
     index = rank * workers + max(0, worker)
     return (index % (max(1, world_size) * workers)) / (max(1, world_size) * workers)
+
+
+#: error codes that ask the client to send fewer requests (S3, and the names other stores and SDKs use)
+SLOWDOWN_CODES = frozenset(
+    {"SlowDown", "503", "429", "TooManyRequests", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
+)
+_SLOWDOWN_STATUS = (429, 503)
+
+
+def is_slowdown(exc: BaseException) -> bool:
+    """True when ``exc`` (or an error in its cause/context chain) says the store wants fewer requests:
+    S3's ``SlowDown`` code, an HTTP ``503`` or ``429`` (botocore's ``response``, aiohttp's ``status``,
+    gcsfs's ``code``), or S3's message "reduce your request rate"."""
+    seen: set[int] = set()
+    e: Optional[BaseException] = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            code = str((response.get("Error") or {}).get("Code", ""))
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if code in SLOWDOWN_CODES or status in _SLOWDOWN_STATUS:
+                return True
+        status = getattr(e, "status", None)  # aiohttp
+        if status is None:
+            status = getattr(e, "code", None)  # gcsfs's HttpError
+        if status in _SLOWDOWN_STATUS:
+            return True
+        text = str(e)
+        if "SlowDown" in text or "reduce your request rate" in text:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 #: ``StorageConfig.block_size``'s choice for a size from the budget

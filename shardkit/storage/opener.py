@@ -29,10 +29,11 @@ from shardkit.storage.budget import (
     REQUEST_BUDGET,
     ReadBudget,
     RequestLimiter,
+    is_slowdown,
     read_budget,
 )
 from shardkit.storage.cache import ShardCache, copy_stream
-from shardkit.storage.retry import RetryingFile, RetryLog, backend_options, is_slowdown
+from shardkit.storage.retry import RetryingFile, RetryLog, backend_options
 
 log = logging.getLogger("shardkit.loader")
 

@@ -51,7 +51,7 @@ from collections.abc import Callable
 from typing import IO, Any, Optional
 
 from shardkit.errors import ShardkitError, StorageError
-from shardkit.storage.budget import RequestLimiter
+from shardkit.storage.budget import RequestLimiter, is_slowdown
 
 _FATAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 _NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http.client", "ssl", "asyncio")
@@ -69,39 +69,6 @@ def is_transient(exc: BaseException) -> bool:
     return any(
         c.__module__.split(".")[0] in _NETWORK_MODULES or c.__module__ == "http.client" for c in type(exc).__mro__
     )
-
-
-#: error codes that ask the client to send fewer requests (S3, and the names other stores and SDKs use)
-SLOWDOWN_CODES = frozenset(
-    {"SlowDown", "503", "429", "TooManyRequests", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
-)
-_SLOWDOWN_STATUS = (429, 503)
-
-
-def is_slowdown(exc: BaseException) -> bool:
-    """True when ``exc`` (or an error in its cause/context chain) says the store wants fewer requests:
-    S3's ``SlowDown`` code, an HTTP ``503`` or ``429`` (botocore's ``response``, aiohttp's ``status``,
-    gcsfs's ``code``), or S3's message "reduce your request rate"."""
-    seen: set[int] = set()
-    e: Optional[BaseException] = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        response = getattr(e, "response", None)
-        if isinstance(response, dict):
-            code = str((response.get("Error") or {}).get("Code", ""))
-            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            if code in SLOWDOWN_CODES or status in _SLOWDOWN_STATUS:
-                return True
-        status = getattr(e, "status", None)  # aiohttp
-        if status is None:
-            status = getattr(e, "code", None)  # gcsfs's HttpError
-        if status in _SLOWDOWN_STATUS:
-            return True
-        text = str(e)
-        if "SlowDown" in text or "reduce your request rate" in text:
-            return True
-        e = e.__cause__ or e.__context__
-    return False
 
 
 _BACKEND_DIRS = ("/fsspec/", "/s3fs/", "/gcsfs/", "/adlfs/")

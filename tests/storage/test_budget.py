@@ -14,8 +14,9 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from shardkit.storage import budget as B
+from shardkit.storage.budget import is_slowdown
 from shardkit.storage.opener import ShardOpener, StorageConfig
-from shardkit.storage.retry import RetryingFile, is_slowdown
+from shardkit.storage.retry import RetryingFile
 
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=60, phases=[Phase.explicit, Phase.generate])
 

@@ -80,7 +80,7 @@ MUTANTS = [
     {
         "id": "budget-429-not-a-slowdown",
         "row": ROW_SLOW,
-        "file": RETRY,
+        "file": BUDGET,
         "old": "_SLOWDOWN_STATUS = (429, 503)",
         "new": "_SLOWDOWN_STATUS = (503,)",
         "tests": [SLOW_KINDS],
