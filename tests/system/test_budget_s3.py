@@ -15,6 +15,8 @@ import time
 import pytest
 
 import shardkit
+from shardkit.storage.budget import RequestLimiter
+from shardkit.storage.opener import ShardOpener, StorageConfig
 from tests.support.data import write_dataset
 from tests.support.faults import FaultProxy, per_window
 
@@ -71,6 +73,45 @@ def _rate(times: list) -> float:
 
 def _shard_requests(proxy: FaultProxy) -> list:
     return [r for r in list(proxy.log) if "/ds/train-" in r.path]
+
+
+class CountingLimiter(RequestLimiter):
+    """A limiter that lets everything through and counts the requests it was asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(1e9)
+        self.asked = 0
+
+    def acquire(self) -> float:
+        self.asked += 1
+        return 0.0
+
+
+@pytest.mark.timeout(60)
+def test_every_request_an_opener_sends_waits_for_its_limiter(tmp_path, s3, s3_endpoint):
+    """Counted at the proxy: the opener's limiter is asked exactly once per request that reaches the store, for
+    streamed reads (size probe + read-ahead fills), range reads, whole-object fetches and retries after a 503."""
+    ds, bucket, opts = _remote(tmp_path, s3, 20)
+    names = [s.name for s in ds.manifest.shards]
+    with FaultProxy(s3_endpoint) as proxy:
+        opener = ShardOpener(StorageConfig(storage_options=_via(proxy, opts), block_size=4096, max_retries=3))
+        opener.limiter = lim = CountingLimiter()
+        url = f"s3://{bucket}/ds/"
+        with opener.open(url + names[0]) as f:
+            walked = f.read()
+        proxy.fail("/ds/" + names[1], "503", times=1, method="HEAD")  # a retried open
+        with opener.open_ranges(url + names[1]) as f:
+            f.seek(1000)
+            ranged = f.read(5000)
+            f.seek(0)
+            ranged0 = f.read(512)
+        fetched = opener.fetch(url + "manifest.json")
+        sent = [r for r in list(proxy.log) if f"/{bucket}/ds/" in r.path]
+    local = tmp_path / "ds"
+    assert walked == (local / names[0]).read_bytes() and fetched == (local / "manifest.json").read_bytes()
+    assert ranged == (local / names[1]).read_bytes()[1000:6000] and ranged0 == (local / names[1]).read_bytes()[:512]
+    assert lim.asked == len(sent), (lim.asked, [(r.method, r.path, r.range, r.outcome) for r in sent])
+    assert lim.slowdowns == 1 and any(r.outcome == "503" for r in sent)
 
 
 @pytest.mark.timeout(60)

@@ -24,6 +24,7 @@ WAITS = T + "test_retrying_file_waits_before_each_request_it_sends"
 S = "tests/system/test_budget_s3.py::"
 AT_PROXY = S + "test_budget_holds_at_the_proxy_across_workers"
 BURST = S + "test_slowdown_burst_lowers_the_rate_and_every_sample_arrives_once"
+EVERY = S + "test_every_request_an_opener_sends_waits_for_its_limiter"
 
 BUDGET = "shardkit/storage/budget.py"
 RETRY = "shardkit/storage/retry.py"
@@ -51,7 +52,7 @@ MUTANTS = [
         "file": RETRY,
         "old": "if sends and self._limiter is not None and not self._at_end(self._f):",
         "new": "if False and sends and self._limiter is not None and not self._at_end(self._f):",
-        "tests": [WAITS, AT_PROXY],
+        "tests": [WAITS, EVERY, AT_PROXY],
     },
     {
         "id": "budget-size-probe-not-limited",  # the HEAD of every open skips the limiter
@@ -59,7 +60,15 @@ MUTANTS = [
         "file": RETRY,
         "old": "                    if self._limiter is not None and self._open_sends:\n",
         "new": "                    if False:\n",
-        "tests": [WAITS],
+        "tests": [WAITS, EVERY],
+    },
+    {
+        "id": "budget-fetch-not-limited",  # sample-index fetches skip the limiter
+        "row": ROW_LIMIT,
+        "file": "shardkit/storage/opener.py",
+        "old": "        if self.limiter is not None:\n            self.limiter.acquire()\n        try:\n",
+        "new": "        try:\n",
+        "tests": [EVERY],
     },
     {
         "id": "budget-waits-at-end-of-file",  # a token spent on a read fsspec answers without a request
@@ -75,7 +84,7 @@ MUTANTS = [
         "file": RETRY,
         "old": "                    self._limiter.slow_down()  # lower the rate first: the retry below waits for it\n",
         "new": "                    pass\n",
-        "tests": [WAITS, BURST],
+        "tests": [WAITS, EVERY, BURST],
     },
     {
         "id": "budget-429-not-a-slowdown",
