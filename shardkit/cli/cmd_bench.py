@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from shardkit.cli import add_storage_arguments, positive_int, storage_options
+
+if TYPE_CHECKING:
+    from shardkit.loader.bench import BenchReport
 
 HELP = "measure the loader on a dataset: img/s, MB/s, per-stage breakdown, worker sweep, decode-only ceiling"
 
@@ -18,6 +22,21 @@ def _int_list(text: str) -> list[int]:
     if not out or min(out) < 0:
         raise argparse.ArgumentTypeError("worker counts must be >= 0")
     return out
+
+
+_LOADER_DEFAULT = object()  # --request-budget not given: the loader's default applies
+
+
+def _budget(text: str) -> "float | None":
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected GET/s per prefix (> 0) or 'none', got {text!r}")
+    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,6 +85,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, default=224, help="output image size (default 224)")
     p.add_argument("--plot", metavar="PNG", help="also save a plot (needs matplotlib)")
     add_storage_arguments(p)
+    p.add_argument(
+        "--request-budget",
+        type=_budget,
+        default=_LOADER_DEFAULT,
+        metavar="GET_PER_S",
+        help="remote GET/s per prefix for all reading processes together (default: the loader's, 3500); "
+        "'none': no limit",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
 
     so = storage_options(args)
     opts: dict = {"storage_options": so} if so else {}
+    if args.request_budget is not _LOADER_DEFAULT:
+        opts["request_budget"] = args.request_budget
     if args.decoder != "auto":
         opts["decoder"] = args.decoder
     if args.decode_on != "worker":
@@ -107,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         **opts,
     )
     print(report.format())
+    _print_storage(args.url, so, opts, report)
     if args.plot:
         try:
             plot(report, args.plot)
@@ -118,3 +148,22 @@ def run(args: argparse.Namespace) -> int:
             )
             return 1
     return 0
+
+
+def _print_storage(url: str, so: dict, opts: dict, report: "BenchReport") -> None:
+    """For a remote dataset: the read size and request rate each worker got, and what the budget cost."""
+    from shardkit.format.manifest import load_manifest
+    from shardkit.loader.doctor import storage_report
+    from shardkit.loader.stages import process_budget
+    from shardkit.plan.world import World
+    from shardkit.storage import fs
+    from shardkit.storage.opener import StorageConfig
+
+    if fs.is_local(url) or not report.points:
+        return
+    cfg = StorageConfig(storage_options=so, **{k: v for k, v in opts.items() if k == "request_budget"})
+    manifest = load_manifest(url, **so)
+    for point in report.points:
+        world = World(0, 1, 0, max(1, point.num_workers))
+        line = storage_report(process_budget(manifest, cfg, world), point.stats)
+        print(f"{point.num_workers} workers: {line}")

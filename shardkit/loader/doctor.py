@@ -12,7 +12,9 @@ every resume pays.
 
 :func:`verdict` turns a rate and a training step time into an answer to "is
 my input pipeline the bottleneck?", with the stage that explains it;
-:func:`epoch_report` is the same diagnosis in one line per epoch of training.
+:func:`epoch_report` is the same diagnosis in one line per epoch of training, and
+:func:`storage_report` says what request budget each reading process got (read size, GET/s) and
+what it cost (time waited for the budget, slow-downs from the store).
 Everything here is pure (the clock is injected), so it is tested with a fake
 clock and stub loaders.
 """
@@ -22,7 +24,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import TYPE_CHECKING, Optional, Protocol
+
+if TYPE_CHECKING:
+    from shardkit.storage.budget import ReadBudget
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,12 @@ _ADVICE = {
 }
 
 
+_THROTTLED = (
+    "reads spent {pct:.0f} % of their time waiting for the request budget: spread the shards over more prefixes "
+    "(shardkit convert --prefixes N), or raise request_budget if your store allows more GET/s per prefix"
+)
+
+
 def verdict(
     *,
     images_per_s: float,
@@ -172,6 +183,9 @@ def verdict(
         return head
     stage, share = slowest_stage(stats)
     advice = _ADVICE[stage]
+    throttled = float(getattr(stats, "throttled_s", 0.0))
+    if stage == "read" and throttled >= 0.5 * stats.read_s > 0:
+        advice = _THROTTLED.format(pct=100 * throttled / stats.read_s)
     if stage in ("decode", "resize") and gpu:
         advice = 'decode on the GPU (decode_on="device": nvJPEG, no CPU decode), or ' + advice
     more = ""
@@ -199,10 +213,29 @@ def epoch_report(epoch: int, stats: EpochStats) -> str:
     waited = 100.0 * stats.wait_s / wall if wall > 0 else 0.0
     rate = stats.samples / wall if wall > 0 else 0.0
     stage, share = slowest_stage(stats)
+    slowdowns, throttled = int(getattr(stats, "slowdowns", 0)), float(getattr(stats, "throttled_s", 0.0))
+    budget = (
+        f", {slowdowns} slow-downs, {throttled:.1f} s waiting for the request budget" if slowdowns or throttled else ""
+    )
     return (
         f"shardkit epoch {epoch}: waited {waited:.0f} % of {wall:.1f} s for data, {rate:.0f} img/s, "
-        f"{stats.skipped} skipped, {stats.retries} retries, slowest stage {stage} ({100 * share:.0f} %)"
+        f"{stats.skipped} skipped, {stats.retries} retries{budget}, slowest stage {stage} ({100 * share:.0f} %)"
     )
+
+
+def storage_report(budget: "ReadBudget", stats: Optional[StageTimes] = None) -> str:
+    """One line: the read size and request rate of each reading process (``budget``), and, given a pass's
+    ``stats``, the time its workers waited for the budget and the slow-downs the store sent."""
+    line = "storage: " + budget.describe()
+    if stats is None:
+        return line
+    slowdowns, throttled = int(getattr(stats, "slowdowns", 0)), float(getattr(stats, "throttled_s", 0.0))
+    read = float(stats.read_s)
+    share = f" ({100 * throttled / read:.0f} % of read time)" if read > 0 else ""
+    line += f"; waited {throttled:.2f} s for the budget{share}, {slowdowns} slow-downs from the store"
+    if slowdowns:
+        line += " (each halved that worker's rate): spread shards over more prefixes or lower request_budget"
+    return line
 
 
 def ticks(workers: Sequence[int]) -> list[int]:

@@ -8,11 +8,18 @@ over the stages: plan blocks -> sequentially read raw samples in shuffled emissi
 labels, keys and per-source counts (:mod:`shardkit.loader.mixing`) -> for
 :class:`~shardkit.loader.ShardLoader`'s private copy, transport envelopes
 (:mod:`shardkit.loader.transport`).
+
+Each source's :class:`~shardkit.storage.opener.ShardOpener` gets this worker's
+:class:`~shardkit.storage.budget.ReadBudget` (:func:`process_budget`): the read size
+(``block_size="auto"``) and request rate of one reading process of the world, with its phase;
+the time its limiter made reads wait and the slow-downs it saw are added to the counters once per
+batch (:func:`count_throttling`, a stage only when some source is limited).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -20,13 +27,18 @@ from torch.utils.data import get_worker_info
 
 from shardkit import plan as mix
 from shardkit.format.fields import SampleRule
+from shardkit.format.manifest import Manifest
+from shardkit.format.prefixes import prefix_of
 from shardkit.loader.batching import BatchSpec, plain_alloc, planned_batches
 from shardkit.loader.blockreader import BlockReader, indexed_shards
 from shardkit.loader.mixing import MixSpec, mixture_batches
 from shardkit.loader.read import MixReader, plan_blocks, read_blocks
 from shardkit.loader.stats import Counters
 from shardkit.loader.transport import envelopes, failures_as_items
-from shardkit.storage.opener import ShardOpener
+from shardkit.plan.world import World
+from shardkit.storage import fs as storage
+from shardkit.storage.budget import ReadBudget, RequestLimiter
+from shardkit.storage.opener import ShardOpener, StorageConfig
 
 if TYPE_CHECKING:
     from shardkit.loader.dataset import ShardDataset
@@ -57,17 +69,18 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     for m in (ds.manifests[k] for k in rows.tolist()):
         sha += indexed_shards(m, m.shard_urls()) or [None] * len(m.shards)
     sha256 = None if all(h is None for h in sha) else sha  # sample indexes, per shard (None: that shard is walked)
+    openers = [_opener(ds, k, world) for k in rows.tolist()]
     readers = [
         BlockReader(
             urls,
             nbytes,
             plan_mix.shard_offsets,
-            ShardOpener(ds.storage_config(ds.sources[k])),
+            opener,
             counters,
             rule=SampleRule.of(ds.manifests[k]),
             sha256=sha256,
         )
-        for k in rows.tolist()
+        for k, opener in zip(rows.tolist(), openers)
     ]
     reader = MixReader(readers, plan_mix.gid_base, counters, rows, len(ds.sources)) if mixed else readers[0]
     strategy = ds.strategy
@@ -81,6 +94,9 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
         Stage(read_blocks, reader=reader, chunk=cfg.batch_size),
         Stage(planned_batches, spec=spec, output=strategy, decoder=decoder, counters=counters),
     ]
+    limiters = tuple(o.limiter for o in openers if o.limiter is not None)
+    if limiters:
+        stages.append(Stage(count_throttling, limiters=limiters, counters=counters))
     if mixed:
         planned = rows[plan_mix.source_of(work.emission_order())].astype(np.int16)
         spec_mix = MixSpec(
@@ -92,6 +108,43 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
         if in_worker:
             stages.append(Stage(failures_as_items, worker=world.worker))
     return iter(wds.DataPipeline(*stages))
+
+
+def _opener(ds: "ShardDataset", k: int, world: World) -> ShardOpener:
+    """Source ``k``'s opener in this worker: remote, with the worker's :func:`process_budget`; local files
+    (never limited) without a limiter and without the manifest walk that sizes one."""
+    cfg = ds.storage_config(ds.sources[k])
+    if storage.is_local(ds.sources[k].url):
+        return ShardOpener(replace(cfg, request_budget=None))
+    return ShardOpener(cfg, process_budget(ds.manifests[k], cfg, world))
+
+
+def process_budget(manifest: Manifest, cfg: StorageConfig, world: World) -> ReadBudget:
+    """The read size and request rate of reading process ``world`` (rank, worker) for ``manifest``'s shards:
+    :meth:`StorageConfig.read_budget <shardkit.storage.opener.StorageConfig.read_budget>` with the
+    manifest's mean bytes per sample and its prefixes (distinct :func:`~shardkit.format.prefixes.prefix_of`
+    of its shard names, at least 1)."""
+    samples = sum(s.samples for s in manifest.shards)
+    per_sample = sum(s.bytes for s in manifest.shards) / samples if samples else 0.0
+    return cfg.read_budget(
+        bytes_per_sample=per_sample,
+        prefixes=len({prefix_of(s.name) for s in manifest.shards}),
+        world_size=world.world_size,
+        num_workers=world.num_workers,
+        rank=world.rank,
+        worker=world.worker,
+    )
+
+
+def count_throttling(src: Iterator[Any], *, limiters: tuple[RequestLimiter, ...], counters: Counters) -> Iterator[Any]:
+    """Pass ``src`` through, adding the limiters' new waits and slow-downs to ``counters`` before each item."""
+    waited, slowed = 0.0, 0
+    for item in src:
+        w, n = sum(lim.waited_s for lim in limiters), sum(lim.slowdowns for lim in limiters)
+        counters.add("throttled_s", w - waited)
+        counters.add("slowdowns", n - slowed)
+        waited, slowed = w, n
+        yield item
 
 
 class Const:

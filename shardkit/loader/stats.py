@@ -27,6 +27,8 @@ COUNTERS = (
     "retries",
     "index_fallbacks",
     "boxes_dropped",
+    "slowdowns",
+    "throttled_s",
 )
 _INDEX = {name: i for i, name in enumerate(COUNTERS)}
 #: per-source counters of a mixture, after :data:`COUNTERS` in the same vector (one row per source)
@@ -71,7 +73,10 @@ class LoaderStats:
     ``wait_s`` is wall time the training loop spent waiting for the next batch;
     ``retries`` counts remote reads that failed and were retried (from the byte offset where they broke);
     ``index_fallbacks`` counts shards read with the tar header walk although the manifest promised a
-    sample index (the index was missing, damaged or wrong: each is logged once).
+    sample index (the index was missing, damaged or wrong: each is logged once);
+    ``slowdowns`` counts remote reads the store answered "slow down" (``503 SlowDown``, ``429``), each
+    of which lowered that worker's request rate; ``throttled_s`` is the time workers waited for their
+    request budget (summed over workers, like ``read_s``, of which it is a part).
     """
 
     batches: int = 0
@@ -88,6 +93,8 @@ class LoaderStats:
     index_fallbacks: int = 0
     #: boxes dropped because less than ``min_visible`` of their area stayed in the crop (target fields only)
     boxes_dropped: int = 0
+    slowdowns: int = 0
+    throttled_s: float = 0.0
     #: per source of a mixture (one entry for a single dataset: the totals)
     sources: tuple[SourceStats, ...] = ()
 
@@ -98,6 +105,10 @@ class LoaderStats:
 
     def __str__(self) -> str:
         dropped = f", {self.boxes_dropped} boxes dropped (min_visible, crowd)" if self.boxes_dropped else ""
+        if self.slowdowns or self.throttled_s:
+            dropped += (
+                f", {self.slowdowns} slow-downs from the store, {self.throttled_s:.2f} s waiting for the request budget"
+            )
         return (
             f"{self.samples} samples in {self.batches} batches, {self.skipped} skipped{dropped}, "
             f"{self.bytes_read / 1e6:.1f} MB read, {self.retries} read retries, {self.images_per_s:.0f} img/s, waited {self.wait_s:.2f} s "
@@ -132,6 +143,8 @@ def summarise(
         collate_s=d["collate_s"],
         index_fallbacks=int(d["index_fallbacks"]),
         boxes_dropped=int(d["boxes_dropped"]),
+        slowdowns=int(d["slowdowns"]),
+        throttled_s=d["throttled_s"],
         sources=sources,
     )
 

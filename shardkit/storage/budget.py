@@ -15,7 +15,12 @@ Everything here is a pure function of its arguments (the limiter's clock and sle
 * :func:`process_phase`: where in the first request interval a process starts (evenly spread over the
   world, so the first requests of a thousand nodes do not land in the same second).
 * :class:`RequestLimiter`: spaces one process's requests at least ``1 / rate`` apart; a ``503
-  SlowDown`` or ``429`` halves the rate (:meth:`RequestLimiter.slow_down`) and it recovers additively.
+  SlowDown`` or ``429`` (:func:`is_slowdown`) halves the rate (:meth:`RequestLimiter.slow_down`) and
+  it recovers additively.
+* :func:`read_budget`: the three above resolved for one reading process of a world (its
+  :class:`ReadBudget`: read size, rate, phase), from the storage options and the dataset's bytes
+  per sample and prefixes: what the loader gives each worker's opener and what ``shardkit simulate``
+  assumes for each simulated process.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Optional, Union
 
 #: default request budget: GET/s per prefix for the whole world (S3 documents 5,500 GET/HEAD per partitioned prefix;
 #: 3,500, its write figure, leaves room for other readers, listings and the writers of a running job)
@@ -77,6 +84,115 @@ def process_phase(rank: int, worker: int, world_size: int, num_workers: int) -> 
     return (index % (max(1, world_size) * workers)) / (max(1, world_size) * workers)
 
 
+#: error codes that ask the client to send fewer requests (S3, and the names other stores and SDKs use)
+SLOWDOWN_CODES = frozenset(
+    {"SlowDown", "503", "429", "TooManyRequests", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
+)
+_SLOWDOWN_STATUS = (429, 503)
+
+
+def is_slowdown(exc: BaseException) -> bool:
+    """True when ``exc`` (or an error in its cause/context chain) says the store wants fewer requests:
+    S3's ``SlowDown`` code, an HTTP ``503`` or ``429`` (botocore's ``response``, aiohttp's ``status``,
+    gcsfs's ``code``), or S3's message "reduce your request rate"."""
+    seen: set[int] = set()
+    e: Optional[BaseException] = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            code = str((response.get("Error") or {}).get("Code", ""))
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if code in SLOWDOWN_CODES or status in _SLOWDOWN_STATUS:
+                return True
+        status = getattr(e, "status", None)  # aiohttp
+        if status is None:
+            status = getattr(e, "code", None)  # gcsfs's HttpError
+        if status in _SLOWDOWN_STATUS:
+            return True
+        text = str(e)
+        if "SlowDown" in text or "reduce your request rate" in text:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+#: ``StorageConfig.block_size``'s choice for a size from the budget
+AUTO: Literal["auto"] = "auto"
+
+
+@dataclass(frozen=True)
+class ReadBudget:
+    """What one reading process applies to its remote reads (:func:`read_budget`).
+
+    Attributes:
+        block_size: bytes per read-ahead request (the header walk's buffer; index range reads are planned).
+        rate: GET/s this process may send (:func:`process_rate`); ``None``: no limiter.
+        phase: :func:`process_phase` of the process.
+        prefixes: prefixes the dataset's shards spread over (at least 1).
+        processes: reading processes of the world (``world_size * max(1, num_workers)``).
+    """
+
+    block_size: int
+    rate: Optional[float]
+    phase: float
+    prefixes: int
+    processes: int
+
+    def limiter(
+        self, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    ) -> Optional["RequestLimiter"]:
+        """A fresh :class:`RequestLimiter` for this process (``None`` without a rate)."""
+        if self.rate is None:
+            return None
+        return RequestLimiter(self.rate, phase=self.phase, clock=clock, sleep=sleep)
+
+    def describe(self) -> str:
+        """One line: the read size and request rate chosen, and what they come from."""
+        rate = "no request limit" if self.rate is None else f"{self.rate:.3g} GET/s per process"
+        size = self.block_size
+        size_text = f"{size / (1 << 20):g} MiB" if size >= 1 << 20 else f"{size / 1024:g} KiB"
+        return (
+            f"reads of {size_text}, {rate} "
+            f"({self.processes} reading process{'es' if self.processes != 1 else ''} over {self.prefixes} "
+            f"prefix{'es' if self.prefixes != 1 else ''})"
+        )
+
+
+def read_budget(
+    *,
+    block_size: Union[int, Literal["auto"]],
+    request_budget: Optional[float],
+    expected_img_per_s: float,
+    bytes_per_sample: float,
+    prefixes: int,
+    world_size: int,
+    num_workers: int,
+    rank: int = 0,
+    worker: int = 0,
+) -> ReadBudget:
+    """The :class:`ReadBudget` of reading process ``(rank, worker)`` of a world.
+
+    ``processes = world_size * max(1, num_workers)``; ``rate = process_rate(request_budget, prefixes,
+    processes)`` (``None`` without a budget); ``block_size="auto"`` is :func:`auto_block_size` for
+    ``expected_img_per_s * bytes_per_sample / max(1, num_workers)`` bytes/s per process (a rank's
+    expected rate shared by its workers), or :data:`LEGACY_BLOCK` without a budget; an int wins as given.
+    """
+    processes = max(1, world_size) * max(1, num_workers)
+    prefixes = max(1, prefixes)
+    rate = None if request_budget is None else process_rate(request_budget, prefixes, processes)
+    if block_size != AUTO:
+        size = int(block_size)
+    elif request_budget is None:
+        size = LEGACY_BLOCK
+    else:
+        per_process = expected_img_per_s * max(0.0, bytes_per_sample) / max(1, num_workers)
+        size = auto_block_size(
+            processes=processes, bytes_per_s_per_process=per_process, request_budget=request_budget, prefixes=prefixes
+        )
+    return ReadBudget(size, rate, process_phase(rank, worker, world_size, num_workers), prefixes, processes)
+
+
 class RequestLimiter:
     """Spaces one process's requests at least ``1 / rate`` seconds apart (no bursts).
 
@@ -126,10 +242,11 @@ class RequestLimiter:
             self._recover(now)
             at = max(now, self._next)
             self._next = at + 1.0 / self.current
-        wait = at - now
+            wait = at - now
+            if wait > 0:
+                self.waited_s += wait
         if wait > 0:
             self.sleep(wait)
-            self.waited_s += wait
         return max(0.0, wait)
 
     def slow_down(self) -> None:
@@ -138,7 +255,8 @@ class RequestLimiter:
             return
         with self._lock:
             self.slowdowns += 1
-            self.current = max(self.rate * FLOOR_FRACTION, self.current / 2)
             now = self.clock()
+            self._recover(now)  # the calm seconds since the last signal count even when nothing was sent
+            self.current = max(self.rate * FLOOR_FRACTION, self.current / 2)
             self._calm_since = now
             self._next = max(self._next, now + 1.0 / self.current)

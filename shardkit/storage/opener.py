@@ -15,12 +15,23 @@ from __future__ import annotations
 
 import io
 import logging
-from dataclasses import dataclass, field, fields
-from typing import IO, Any, Optional
+import numbers
+from dataclasses import dataclass, field, fields, replace
+from typing import IO, Any, Literal, Optional, Union
 
 from shardkit.choices import check_types
 from shardkit.errors import StorageError
 from shardkit.storage import fs as storage
+from shardkit.storage.budget import (
+    AUTO,
+    EXPECTED_IMG_PER_S,
+    LEGACY_BLOCK,
+    REQUEST_BUDGET,
+    ReadBudget,
+    RequestLimiter,
+    is_slowdown,
+    read_budget,
+)
 from shardkit.storage.cache import ShardCache, copy_stream
 from shardkit.storage.retry import RetryingFile, RetryLog, backend_options
 
@@ -33,7 +44,11 @@ class StorageConfig:
 
     Attributes:
         storage_options: fsspec options for remote URLs (credentials, ``client_kwargs``...).
-        block_size: read-ahead bytes per remote request.
+        block_size: read-ahead bytes per remote request (the tar header walk's reads; reads through a
+            sample index are planned per block). ``"auto"`` (the default): chosen per reading process
+            from the request budget, the world and ``expected_img_per_s``
+            (:func:`shardkit.storage.budget.read_budget`); an int is used as given. Local files are
+            not affected.
         cache_dir: optional local directory caching remote shards (shared safely by workers and processes).
         cache_size: cache limit in bytes (least recently used shards are evicted); ``None``: unlimited.
         allow_pipe: accept ``pipe:`` URLs (they run shell commands; off by default).
@@ -47,10 +62,17 @@ class StorageConfig:
         retry_budget_s: seconds one remote read may keep failing before the loader gives up with
             a :class:`shardkit.StorageError` naming the URL (the backend's own per-request timeout
             can add one attempt: s3fs ``connect_timeout``/``read_timeout`` in ``config_kwargs``).
+        request_budget: remote GET/s per key prefix for the whole world (every rank and worker
+            together); each reading process gets an even share over the dataset's prefixes and
+            waits for it before every request; a ``503 SlowDown`` or ``429`` lowers its rate, which
+            then recovers. ``None``: no limit (``block_size="auto"`` then reads 8 MiB).
+        expected_img_per_s: images per second one rank is expected to consume; ``block_size="auto"``
+            sizes reads so that this rate fits the budget (a rank that consumes less sends fewer
+            requests, never more than its share).
     """
 
     storage_options: dict[str, Any] = field(default_factory=dict)
-    block_size: int = 8 << 20
+    block_size: Union[int, Literal["auto"]] = AUTO
     cache_dir: Optional[str] = None
     cache_size: Optional[int] = None
     allow_pipe: bool = False
@@ -58,6 +80,8 @@ class StorageConfig:
     check_sizes: bool = True
     max_retries: int = 30
     retry_budget_s: float = 120.0
+    request_budget: Optional[float] = REQUEST_BUDGET
+    expected_img_per_s: float = EXPECTED_IMG_PER_S
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -65,6 +89,42 @@ class StorageConfig:
             raise ValueError(
                 f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}"
             )
+        b = self.block_size
+        if b != AUTO:
+            if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1:
+                raise ValueError(f"loader option 'block_size' must be a positive number of bytes or 'auto', got {b!r}")
+            object.__setattr__(self, "block_size", int(b))
+        if self.request_budget is not None and not self.request_budget > 0:
+            raise ValueError(
+                f"loader option 'request_budget' must be > 0 GET/s per prefix, or None for no limit, "
+                f"got {self.request_budget}"
+            )
+        if not self.expected_img_per_s > 0:
+            raise ValueError(f"loader option 'expected_img_per_s' must be > 0, got {self.expected_img_per_s}")
+
+    def read_budget(
+        self,
+        *,
+        bytes_per_sample: float,
+        prefixes: int,
+        world_size: int,
+        num_workers: int,
+        rank: int = 0,
+        worker: int = 0,
+    ) -> ReadBudget:
+        """The :class:`~shardkit.storage.budget.ReadBudget` of reading process ``(rank, worker)`` of a
+        world reading a dataset of ``bytes_per_sample`` over ``prefixes`` prefixes with these options."""
+        return read_budget(
+            block_size=self.block_size,
+            request_budget=self.request_budget,
+            expected_img_per_s=self.expected_img_per_s,
+            bytes_per_sample=bytes_per_sample,
+            prefixes=prefixes,
+            world_size=world_size,
+            num_workers=num_workers,
+            rank=rank,
+            worker=worker,
+        )
 
     def __hash__(self) -> int:
         # storage_options (a dict) is left out: equal configs still hash equal, as eq/hash requires
@@ -80,14 +140,29 @@ def check_url(url: str, cfg: StorageConfig) -> None:
 
 
 class ShardOpener:
-    """Opens shards for one worker; owns the optional :class:`ShardCache`.
+    """Opens shards for one worker; owns the optional :class:`ShardCache` and the worker's request limiter.
+
+    Every remote request it sends (the size probe of an open, each read-ahead fill or range read,
+    an index :meth:`fetch`, the reads of a cache download) first waits for ``budget``'s
+    :class:`~shardkit.storage.budget.RequestLimiter`; local files and ``pipe:`` URLs never do.
 
     Args:
         cfg: where bytes come from.
+        budget: this reading process's read size and request rate (the loader's workers pass
+            theirs); None: ``cfg`` alone, as for one process reading one prefix (a ``block_size``
+            of ``"auto"`` then reads 8 MiB).
     """
 
-    def __init__(self, cfg: StorageConfig):
+    def __init__(self, cfg: StorageConfig, budget: Optional[ReadBudget] = None):
         self.cfg = cfg
+        if budget is None:
+            budget = cfg.read_budget(bytes_per_sample=0.0, prefixes=1, world_size=1, num_workers=1)
+            if cfg.block_size == AUTO:  # no bytes per sample to size reads from
+                budget = replace(budget, block_size=LEGACY_BLOCK)
+        self.budget = budget  #: the read size and request rate applied
+        self.block_size = budget.block_size  #: bytes per read-ahead request
+        #: waited for before every remote request (None: no limit)
+        self.limiter: Optional[RequestLimiter] = budget.limiter()
         self.cache = ShardCache(cfg.cache_dir, cfg.cache_size) if cfg.cache_dir else None
         self.retries = 0  #: remote reads retried so far (all shards together)
         self.retry_log = RetryLog(log)
@@ -133,18 +208,25 @@ class ShardOpener:
             with open(storage.local_path(url), "rb") as f:
                 return f.read()
         fs, path = storage.get_fs(url, **backend_options(url, self.cfg.storage_options))
-        return bytes(fs.cat_file(path, start=0))  # a range from 0: s3fs probes the size first without one
+        if self.limiter is not None:
+            self.limiter.acquire()
+        try:
+            return bytes(fs.cat_file(path, start=0))  # a range from 0: s3fs probes the size first without one
+        except Exception as exc:
+            if self.limiter is not None and is_slowdown(exc):
+                self.limiter.slow_down()
+            raise
 
     def _open_remote(self, url: str) -> IO[bytes]:
         """A :class:`RetryingFile` (transient errors are retried from the failed read's byte offset)
         behind a C ``io.BufferedReader`` of ``block_size``: one range request per block, and the
         reader's many small header and member reads are served from memory without going
         through fsspec's Python read path (about 16 us each)."""
-        return io.BufferedReader(self._retrying(url), buffer_size=self.cfg.block_size)
+        return io.BufferedReader(self._retrying(url), buffer_size=self.block_size)
 
     def _retrying(self, url: str) -> RetryingFile:
         opts = backend_options(url, self.cfg.storage_options)
-        block_size = self.cfg.block_size
+        block_size = self.block_size
 
         def open_fn() -> IO[bytes]:
             return storage.open_read(url, block_size=block_size, raw_errors=True, cache_type="none", **opts)
@@ -156,6 +238,7 @@ class ShardOpener:
             retry_budget_s=self.cfg.retry_budget_s,
             on_retry=self._retried,
             log=self.retry_log,
+            limiter=self.limiter,
         )
 
     def _retried(self, url: str, offset: int, exc: BaseException) -> None:

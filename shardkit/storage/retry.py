@@ -20,6 +20,20 @@ retries of its own. Not retried: missing objects, denied access, and any
 error that is not an I/O or network error (a bug must not look like a flaky
 network).
 
+Backpressure (issue 25): a :class:`RetryingFile` given a
+:class:`~shardkit.storage.budget.RequestLimiter` waits for it before every request it sends (the
+open's size probe, each read), and a failure that says "slow down" (:func:`is_slowdown`: S3's
+``SlowDown``, any ``503`` or ``429``) calls :meth:`~shardkit.storage.budget.RequestLimiter.slow_down`
+before the usual retry, so the limiter lowers the process's rate and the retry waits for it:
+retries do not multiply the request rate. Where the signal is visible: s3fs retries a request
+that gets ``SlowDown`` itself (5 attempts, sleeping 0.1 s to 0.8 s between them, about 1.9 s in
+all; s3fs has no option for it) and raises ``OSError(EBUSY)`` with botocore's ``ClientError``
+as its cause when they are spent; a ``503`` to a HEAD (no body) is not retried by s3fs and
+arrives the same way. So a short burst that s3fs rides out is not seen here (its own sleeps
+already slowed that request); a sustained one is, and lowers the rate of every later request.
+fsspec's HTTP backend raises ``aiohttp.ClientResponseError`` (``status``); gcsfs an ``HttpError``
+(``code``): both are recognised.
+
 Logging tells one story per outage (:class:`RetryLog`): the first failed read of a
 URL is logged once, a long outage gets a reminder at most every ``repeat_s``
 seconds, and one line says when the URL recovered ("recovered after 7 retries
@@ -37,6 +51,7 @@ from collections.abc import Callable
 from typing import IO, Any, Optional
 
 from shardkit.errors import ShardkitError, StorageError
+from shardkit.storage.budget import RequestLimiter, is_slowdown
 
 _FATAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 _NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http.client", "ssl", "asyncio")
@@ -155,6 +170,11 @@ class RetryingFile(io.RawIOBase):
         on_retry: called as ``on_retry(url, offset, exc)`` before each retry (counting).
         log: tells the story of an outage (first failure, recovery); None: silent.
         sleep: the wait function (tests pass a fake clock).
+        limiter: waited for before every request (the open's probe when ``open_sends`` and each read
+            that is not at the end of the file); told to slow down by a failure that
+            :func:`is_slowdown`. None: no limit.
+        open_sends: ``open_fn`` sends a request (fsspec's size probe); False for a file that sends
+            its requests only when read.
     """
 
     def __init__(
@@ -167,9 +187,12 @@ class RetryingFile(io.RawIOBase):
         on_retry: Optional[Callable[[str, int, BaseException], None]] = None,
         log: Optional[RetryLog] = None,
         sleep: Callable[[float], None] = time.sleep,
+        limiter: Optional[RequestLimiter] = None,
+        open_sends: bool = True,
     ):
         super().__init__()
         self.url, self._open_fn = url, open_fn
+        self._limiter, self._open_sends = limiter, open_sends
         self.max_retries, self.retry_budget_s = max_retries, retry_budget_s
         self._on_retry, self._log, self._sleep = on_retry, log, sleep
         self._f: Optional[IO[bytes]] = None
@@ -201,7 +224,7 @@ class RetryingFile(io.RawIOBase):
 
     def read(self, size: Optional[int] = -1) -> bytes:
         n = -1 if size is None else size
-        data: bytes = self._call(lambda f: f.read(n))
+        data: bytes = self._call(lambda f: f.read(n), sends=n != 0)
         self._pos += len(data)
         return data
 
@@ -226,17 +249,27 @@ class RetryingFile(io.RawIOBase):
             except Exception:  # noqa: BLE001 - a broken connection may fail to close; it is gone either way
                 pass
 
-    def _call(self, op: Callable[[IO[bytes]], Any]) -> Any:
-        """Run ``op`` on the file positioned at ``self._pos``, reopening after transient errors."""
+    def _at_end(self, f: IO[bytes]) -> bool:
+        """A read at the current offset sends no request: fsspec knows the size and answers ``b""``."""
+        size = getattr(f, "size", None)
+        return isinstance(size, int) and self._pos >= size
+
+    def _call(self, op: Callable[[IO[bytes]], Any], sends: bool = False) -> Any:
+        """Run ``op`` on the file positioned at ``self._pos``, reopening after transient errors
+        (``sends``: ``op`` sends a request, so it waits for the limiter)."""
         if self.closed:
             raise ValueError("I/O operation on closed file")
         failures, first = 0, 0.0
         while True:
             try:
                 if self._f is None:
+                    if self._limiter is not None and self._open_sends:
+                        self._limiter.acquire()  # fsspec's size probe
                     self._f = self._open_fn()
                 if self._f.tell() != self._pos:
                     self._f.seek(self._pos)
+                if sends and self._limiter is not None and not self._at_end(self._f):
+                    self._limiter.acquire()
                 result = op(self._f)
                 if failures and self._log is not None:
                     self._log.recovered(self.url, failures, time.monotonic() - first)
@@ -251,6 +284,8 @@ class RetryingFile(io.RawIOBase):
                         ) from None
                     raise
                 self._drop()
+                if self._limiter is not None and is_slowdown(exc):
+                    self._limiter.slow_down()  # lower the rate first: the retry below waits for it
                 now = time.monotonic()
                 first = first or now
                 failures += 1

@@ -8,7 +8,8 @@ import http.server
 import socket
 import struct
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 
 def free_port() -> int:
@@ -20,12 +21,26 @@ def free_port() -> int:
 
 @dataclass
 class ProxyRequest:
-    """One request the proxy saw: method, path, ``Range`` header and what the proxy did."""
+    """One request the proxy saw: method, path, ``Range`` header, what the proxy did and when it arrived."""
 
     method: str
     path: str
     range: str
-    outcome: str  # "ok", "403", "500", "503", "reset", "cut", "down"
+    outcome: str  # "ok", "403", "429", "500", "503", "reset", "cut", "down"
+    t: float = field(default_factory=time.monotonic)  #: ``time.monotonic()`` when the request arrived
+
+
+def per_window(times: "list[float]", window_s: float = 1.0) -> list[int]:
+    """For each time in ``times``, how many of ``times`` lie in ``[t, t + window_s)``: the counts of every
+    sliding window that starts at a request (the busiest window of any alignment is one of them)."""
+    ts = sorted(times)
+    out, j = [], 0
+    for i, t in enumerate(ts):
+        j = max(j, i)
+        while j < len(ts) and ts[j] < t + window_s:
+            j += 1
+        out.append(j - i)
+    return out
 
 
 class FaultProxy:
@@ -39,7 +54,10 @@ class FaultProxy:
     so the faults do not depend on how concurrent workers interleave. ``down()`` makes every
     connection fail (reset on accept) until ``up()``. ``fail(path_part, outcome, times)`` scripts
     a fault instead of drawing one: the next ``times`` requests (all, with ``None``) whose path
-    contains ``path_part`` get ``outcome``. Every response says ``Connection: close``.
+    contains ``path_part`` get ``outcome``. A ``503`` answers S3's ``<Code>SlowDown</Code>`` (its body, as S3
+    sends it), a ``429`` ``TooManyRequests``. Every :class:`ProxyRequest` carries its arrival time, so a
+    test can count requests per second at the proxy (:func:`per_window`). Every response says
+    ``Connection: close``.
     """
 
     def __init__(
@@ -82,8 +100,8 @@ class FaultProxy:
     def fail(self, path_part: str, outcome: str, times: "int | None" = None, method: str = "") -> None:
         """Answer the next ``times`` requests (every one with ``None``) whose path contains ``path_part``
         (and whose method is ``method``, if given) with ``outcome``."""
-        if outcome not in ("403", "500", "503", "reset", "cut"):
-            raise ValueError(f"outcome {outcome!r}: use one of 403, 500, 503, reset, cut")
+        if outcome not in ("403", "429", "500", "503", "reset", "cut"):
+            raise ValueError(f"outcome {outcome!r}: use one of 403, 429, 500, 503, reset, cut")
         with self._lock:
             self._rules.append([path_part, outcome, times, method])
 
@@ -138,11 +156,12 @@ class FaultProxy:
             pass
 
     def _handle(self, h) -> None:
+        t = time.monotonic()
         method, path, rng = h.command, h.path, h.headers.get("Range", "")
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else None
         if self._down.is_set():
-            self.log.append(ProxyRequest(method, path, rng, "down"))
+            self.log.append(ProxyRequest(method, path, rng, "down", t))
             return self._reset(h)
         x = self._draw(method, path, rng)
         outcome = "ok"
@@ -155,11 +174,13 @@ class FaultProxy:
             outcome = "reset"
         elif method == "GET" and x < self.error_rate + self.reset_rate + self.cut_rate:
             outcome = "cut"
-        self.log.append(ProxyRequest(method, path, rng, outcome))
+        self.log.append(ProxyRequest(method, path, rng, outcome, t))
         if outcome == "reset":
             return self._reset(h)
-        if outcome in ("403", "500", "503"):
-            code = {"403": b"AccessDenied", "500": b"InternalError", "503": b"SlowDown"}[outcome]
+        if outcome in ("403", "429", "500", "503"):
+            code = {"403": b"AccessDenied", "429": b"TooManyRequests", "500": b"InternalError", "503": b"SlowDown"}[
+                outcome
+            ]
             msg = b"<Error><Code>" + code + b"</Code><Message>injected</Message></Error>"
             h.send_response(int(outcome))
             h.send_header("Content-Type", "application/xml")
