@@ -23,7 +23,7 @@ import numpy as np
 
 from shardkit.simulate.report import PrefixRow, SimReport, peak_rate
 from shardkit.simulate.settings import SimSettings
-from shardkit.storage.budget import REQUEST_BUDGET, auto_block_size, process_rate
+from shardkit.storage.budget import ReadBudget, read_budget
 
 if TYPE_CHECKING:
     from shardkit.simulate.clock import Timing
@@ -44,18 +44,25 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'shardkit.simulate' has no attribute {name!r}")
 
 
-def block_size_for(data: "Dataset", s: SimSettings) -> int:
-    """The buffered read size ``s`` implies for ``data`` (``"auto"``: the budget's rule)."""
-    if s.block_size != "auto":
-        return int(s.block_size)
+def read_budget_for(data: "Dataset", s: SimSettings) -> "ReadBudget":
+    """The :class:`~shardkit.storage.budget.ReadBudget` the loader gives every reading process of ``s``'s world
+    for ``data`` (the loader's own rule, :func:`shardkit.storage.budget.read_budget`; the phase is per process)."""
     per_sample = float(np.sum(data.nbytes)) / max(1, int(np.sum(data.samples)))
     expected = s.expected_img_per_s if s.expected_img_per_s is not None else s.img_per_s_per_rank
-    return auto_block_size(
-        processes=s.processes,
-        bytes_per_s_per_process=expected * per_sample / max(1, s.workers),
-        request_budget=s.request_budget if s.request_budget is not None else REQUEST_BUDGET,
+    return read_budget(
+        block_size="auto" if s.block_size == "auto" else int(s.block_size),
+        request_budget=s.request_budget,
+        expected_img_per_s=expected,
+        bytes_per_sample=per_sample,
         prefixes=len(data.prefixes),
+        world_size=s.world_size,
+        num_workers=s.workers,  # the reading processes of the world: every worker of every rank
     )
+
+
+def block_size_for(data: "Dataset", s: SimSettings) -> int:
+    """The buffered read size ``s`` implies for ``data`` (``"auto"``: the budget's rule)."""
+    return read_budget_for(data, s).block_size
 
 
 def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
@@ -65,8 +72,8 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
     from shardkit.simulate.schedule import HEAD, INDEX, KINDS, NOOP, epoch_schedule
 
     s = settings
-    block = block_size_for(data, s)
-    rate = process_rate(s.request_budget, len(data.prefixes), s.processes) if s.request_budget is not None else None
+    budget = read_budget_for(data, s)
+    block, rate = budget.block_size, budget.rate
     cfg = PlanConfig(batch_size=s.batch_size, seed=s.seed)
     cache: Optional[list[set[int]]] = [set() for _ in range(s.nodes)] if s.cache else None
     times, prefix, kinds, nbytes = [], [], [], []

@@ -118,8 +118,8 @@ MUTANTS = [
         "id": "sim-limiter-shared-per-rank-not-per-process",
         "row": ROW_BUDGET,
         "file": "shardkit/simulate/__init__.py",
-        "old": "process_rate(s.request_budget, len(data.prefixes), s.processes)",
-        "new": "process_rate(s.request_budget, len(data.prefixes), s.world_size)",
+        "old": "num_workers=s.workers,  # the reading processes of the world",
+        "new": "num_workers=0,  # the reading processes of the world",
         "tests": [BUDGET],
     },
     {
