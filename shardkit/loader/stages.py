@@ -69,7 +69,7 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     for m in (ds.manifests[k] for k in rows.tolist()):
         sha += indexed_shards(m, m.shard_urls()) or [None] * len(m.shards)
     sha256 = None if all(h is None for h in sha) else sha  # sample indexes, per shard (None: that shard is walked)
-    openers = [_opener(ds, k, world) for k in rows.tolist()]
+    openers = [_opener(ds, k, world, work.split.num_batches) for k in rows.tolist()]
     readers = [
         BlockReader(
             urls,
@@ -110,20 +110,23 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     return iter(wds.DataPipeline(*stages))
 
 
-def _opener(ds: "ShardDataset", k: int, world: World) -> ShardOpener:
+def _opener(ds: "ShardDataset", k: int, world: World, batches_per_rank: Optional[int] = None) -> ShardOpener:
     """Source ``k``'s opener in this worker: remote, with the worker's :func:`process_budget`; local files
     (never limited) without a limiter and without the manifest walk that sizes one."""
     cfg = ds.storage_config(ds.sources[k])
     if storage.is_local(ds.sources[k].url):
         return ShardOpener(replace(cfg, request_budget=None))
-    return ShardOpener(cfg, process_budget(ds.manifests[k], cfg, world))
+    return ShardOpener(cfg, process_budget(ds.manifests[k], cfg, world, batches_per_rank))
 
 
-def process_budget(manifest: Manifest, cfg: StorageConfig, world: World) -> ReadBudget:
+def process_budget(
+    manifest: Manifest, cfg: StorageConfig, world: World, batches_per_rank: Optional[int] = None
+) -> ReadBudget:
     """The read size and request rate of reading process ``world`` (rank, worker) for ``manifest``'s shards:
     :meth:`StorageConfig.read_budget <shardkit.storage.opener.StorageConfig.read_budget>` with the
     manifest's mean bytes per sample and its prefixes (distinct :func:`~shardkit.format.prefixes.prefix_of`
-    of its shard names, at least 1)."""
+    of its shard names, at least 1), shared by the workers that have batches to read (``batches_per_rank``: the
+    epoch's batches of every rank; only ``min(num_workers, batches_per_rank)`` workers of a rank read)."""
     samples = sum(s.samples for s in manifest.shards)
     per_sample = sum(s.bytes for s in manifest.shards) / samples if samples else 0.0
     return cfg.read_budget(
@@ -133,6 +136,7 @@ def process_budget(manifest: Manifest, cfg: StorageConfig, world: World) -> Read
         num_workers=world.num_workers,
         rank=world.rank,
         worker=world.worker,
+        batches_per_rank=batches_per_rank,
     )
 
 

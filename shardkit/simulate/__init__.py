@@ -44,9 +44,19 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'shardkit.simulate' has no attribute {name!r}")
 
 
+def batches_per_rank(data: "Dataset", s: SimSettings) -> int:
+    """Batches every rank yields in an epoch of ``data`` (the planner's rank split)."""
+    from shardkit.plan import PlanConfig
+    from shardkit.plan.split import rank_split
+
+    cfg = PlanConfig(batch_size=s.batch_size, seed=s.seed)
+    return rank_split(int(np.sum(data.samples)), s.world_size, cfg).num_batches
+
+
 def read_budget_for(data: "Dataset", s: SimSettings) -> "ReadBudget":
     """The :class:`~shardkit.storage.budget.ReadBudget` the loader gives every reading process of ``s``'s world
-    for ``data`` (the loader's own rule, :func:`shardkit.storage.budget.read_budget`; the phase is per process)."""
+    for ``data`` (the loader's own rule, :func:`shardkit.storage.budget.read_budget`, shared by the workers with
+    batches to read; the phase is per process: ``ReadBudget.processes // world_size`` workers per rank)."""
     per_sample = float(np.sum(data.nbytes)) / max(1, int(np.sum(data.samples)))
     expected = s.expected_img_per_s if s.expected_img_per_s is not None else s.img_per_s_per_rank
     return read_budget(
@@ -57,6 +67,7 @@ def read_budget_for(data: "Dataset", s: SimSettings) -> "ReadBudget":
         prefixes=len(data.prefixes),
         world_size=s.world_size,
         num_workers=s.workers,  # the reading processes of the world: every worker of every rank
+        batches_per_rank=batches_per_rank(data, s),
     )
 
 
@@ -99,6 +110,7 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
             img_per_s_per_rank=s.img_per_s_per_rank,
             start=start,
             rate=rate,
+            phase_workers=budget.processes // s.world_size,
             latency_s=s.latency_s,
             bytes_per_s_per_process=s.bytes_per_s_per_process,
         )

@@ -50,11 +50,14 @@ def epoch_timing(
     rate: Optional[float] = None,
     latency_s: float = 0.03,
     bytes_per_s_per_process: float = 100e6,
+    phase_workers: Optional[int] = None,
 ) -> Timing:
     """Send times of ``sched``'s requests for an epoch starting at ``start`` (see the module docstring).
 
     Args:
         rate: GET/s each process may send (:func:`shardkit.storage.budget.process_rate`); None: no limit.
+        phase_workers: workers per rank the phases spread over (the budget's reading workers,
+            ``ReadBudget.processes // world_size``); None: ``num_workers``.
     """
     W = max(1, num_workers)
     dt = batch_size / img_per_s_per_rank
@@ -77,7 +80,7 @@ def epoch_timing(
     def limiter(p: int) -> RequestLimiter:  # made when the process first reads (at the epoch's start)
         if p not in limiters:
             at, now[0] = now[0], start
-            phase = process_phase(p // W, p % W, world_size, num_workers)
+            phase = process_phase(p // W, p % W, world_size, num_workers if phase_workers is None else phase_workers)
             limiters[p] = RequestLimiter(rate, phase=phase, clock=lambda: now[0], sleep=sleep)
             now[0] = at
         return limiters[p]

@@ -25,6 +25,7 @@ Everything here is a pure function of its arguments (the limiter's clock and sle
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -170,6 +171,7 @@ def read_budget(
     num_workers: int,
     rank: int = 0,
     worker: int = 0,
+    batches_per_rank: Optional[int] = None,
 ) -> ReadBudget:
     """The :class:`ReadBudget` of reading process ``(rank, worker)`` of a world.
 
@@ -177,8 +179,16 @@ def read_budget(
     processes)`` (``None`` without a budget); ``block_size="auto"`` is :func:`auto_block_size` for
     ``expected_img_per_s * bytes_per_sample / max(1, num_workers)`` bytes/s per process (a rank's
     expected rate shared by its workers), or :data:`LEGACY_BLOCK` without a budget; an int wins as given.
+
+    ``batches_per_rank`` (the epoch's batches of every rank; None: unknown): a DataLoader hands a rank's
+    batches to its workers in turn, so only ``min(num_workers, batches_per_rank)`` of them read anything; the
+    budget is shared by those (a large world reading a small dataset would otherwise leave most of it unused),
+    and "workers" above means them.
     """
-    processes = max(1, world_size) * max(1, num_workers)
+    workers = max(1, num_workers)
+    if batches_per_rank is not None:
+        workers = max(1, min(workers, batches_per_rank))
+    processes = max(1, world_size) * workers
     prefixes = max(1, prefixes)
     rate = None if request_budget is None else process_rate(request_budget, prefixes, processes)
     if block_size != AUTO:
@@ -186,21 +196,27 @@ def read_budget(
     elif request_budget is None:
         size = LEGACY_BLOCK
     else:
-        per_process = expected_img_per_s * max(0.0, bytes_per_sample) / max(1, num_workers)
+        per_process = expected_img_per_s * max(0.0, bytes_per_sample) / workers
         size = auto_block_size(
             processes=processes, bytes_per_s_per_process=per_process, request_budget=request_budget, prefixes=prefixes
         )
-    return ReadBudget(size, rate, process_phase(rank, worker, world_size, num_workers), prefixes, processes)
+    return ReadBudget(size, rate, process_phase(rank, worker, world_size, workers), prefixes, processes)
 
 
 class RequestLimiter:
-    """Spaces one process's requests at least ``1 / rate`` seconds apart (no bursts).
+    """Grants one process's requests on a lattice ``1 / rate`` seconds apart (no bursts).
 
-    The first request may go at ``start + phase / rate``; each later one ``1 / rate`` after the previous
-    one was allowed (or now, when the process was idle). :meth:`slow_down` (a ``503 SlowDown`` or ``429``)
-    halves the current rate, down to ``FLOOR_FRACTION`` of the configured one; after ``RECOVER_S`` seconds
-    without one the rate grows by ``rate / RECOVER_STEPS`` per ``RECOVER_S`` back to the configured rate.
-    Thread-safe (the read-ahead thread and the reader share one). ``waited_s`` and ``slowdowns`` count.
+    The grants lie on the points ``start + (phase + k) / rate``: a request waits for the next point not yet
+    granted, and after an idle spell for the first point after now. So every process's grants are at least
+    ``1 / rate`` apart, and processes of equal rate whose phases are spread evenly over ``[0, 1)``
+    (:func:`process_phase`) grant on one common lattice of ``1 / (their summed rate)``: however they are
+    busy or idle, a 1 s window of the world holds at most the summed rate (the budget), not one request per
+    process more. The points are computed from a count (no drift) and stretched by ``1e-9`` so that
+    rounding never fits one more into a window. :meth:`slow_down` (a ``503 SlowDown`` or ``429``) halves the
+    current rate, down to ``FLOOR_FRACTION`` of the configured one; after ``RECOVER_S`` seconds without one
+    the rate grows by ``rate / RECOVER_STEPS`` per ``RECOVER_S`` back to the configured rate (each change
+    starts a new lattice at the next point). Thread-safe (the read-ahead thread and the reader share one).
+    ``waited_s`` and ``slowdowns`` count.
 
     Args:
         rate: configured GET/s of this process (:func:`process_rate`); ``None`` or ``inf``: no limit.
@@ -208,6 +224,9 @@ class RequestLimiter:
         clock: seconds, monotonic (injected: ``shardkit simulate`` drives a virtual clock).
         sleep: waits that many seconds.
     """
+
+    #: the lattice's spacing is ``STRETCH / rate``: rounding never fits ``rate + 1`` grants into 1 s
+    STRETCH = 1.0 + 1e-9
 
     def __init__(
         self,
@@ -221,17 +240,26 @@ class RequestLimiter:
         self.current = self.rate
         self.clock, self.sleep = clock, sleep
         now = clock()
-        self._next = now + (phase / self.rate if self.rate != float("inf") else 0.0)
+        self._period = self.STRETCH / self.rate if self.rate != float("inf") else 0.0
+        self._base, self._k = now + phase * self._period, 0  # the next point is base + k * period
         self._calm_since = now
         self._lock = threading.Lock()
         self.waited_s = 0.0  #: seconds spent waiting for the budget
         self.slowdowns = 0  #: slow-down signals seen
+
+    def _slot(self) -> float:
+        return self._base + self._k * self._period
+
+    def _rebase(self, at: float) -> None:
+        """A new lattice at the current rate whose first point is ``at``."""
+        self._base, self._k, self._period = at, 0, self.STRETCH / self.current
 
     def _recover(self, now: float) -> None:
         if self.current < self.rate and now - self._calm_since >= RECOVER_S:
             steps = int((now - self._calm_since) / RECOVER_S)
             self.current = min(self.rate, self.current + steps * self.rate / RECOVER_STEPS)
             self._calm_since += steps * RECOVER_S
+            self._rebase(self._slot())
 
     def acquire(self) -> float:
         """Wait until this process may send one request; returns the seconds waited."""
@@ -240,8 +268,12 @@ class RequestLimiter:
         with self._lock:
             now = self.clock()
             self._recover(now)
-            at = max(now, self._next)
-            self._next = at + 1.0 / self.current
+            if self._slot() < now:  # idle: the first point after now
+                self._k = max(self._k, math.ceil((now - self._base) / self._period - 1e-9))
+                if self._slot() < now:
+                    self._k += 1
+            at = self._slot()
+            self._k += 1
             wait = at - now
             if wait > 0:
                 self.waited_s += wait
@@ -259,4 +291,4 @@ class RequestLimiter:
             self._recover(now)  # the calm seconds since the last signal count even when nothing was sent
             self.current = max(self.rate * FLOOR_FRACTION, self.current / 2)
             self._calm_since = now
-            self._next = max(self._next, now + 1.0 / self.current)
+            self._rebase(max(self._slot(), now + self.STRETCH / self.current))

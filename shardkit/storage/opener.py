@@ -111,6 +111,7 @@ class StorageConfig:
         num_workers: int,
         rank: int = 0,
         worker: int = 0,
+        batches_per_rank: Optional[int] = None,
     ) -> ReadBudget:
         """The :class:`~shardkit.storage.budget.ReadBudget` of reading process ``(rank, worker)`` of a
         world reading a dataset of ``bytes_per_sample`` over ``prefixes`` prefixes with these options."""
@@ -124,6 +125,7 @@ class StorageConfig:
             num_workers=num_workers,
             rank=rank,
             worker=worker,
+            batches_per_rank=batches_per_rank,
         )
 
     def __hash__(self) -> int:

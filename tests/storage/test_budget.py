@@ -10,7 +10,7 @@ import io
 import math
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.storage import budget as B
@@ -34,15 +34,17 @@ class VirtualClock:
 
 
 def reference_grants(rate: float, phase: float, start: float, events: list[tuple[str, float]]) -> list[float]:
-    """The limiter's rule, replayed from the whole history for every event (no state carried but the last grant).
+    """The limiter's rule, replayed step by step (the rate recomputed from the whole history at every event).
 
     ``events``: ("acquire" | "slow", time), in order, each at or after the previous one's end. The rate after
     events ``[:i]`` at time ``t``: the configured rate, halved at each slow-down (not below ``rate *
     FLOOR_FRACTION``) and grown by ``rate / RECOVER_STEPS`` for every whole ``RECOVER_S`` without a slow-down
-    (not above ``rate``). A request asked for at ``t`` is granted at the latest of ``t``, ``start + phase / rate``
-    (the first), the previous grant plus one interval at the rate when that request was asked for, and each
-    slow-down plus one interval at the rate right after it.
+    (not above ``rate``). Grants lie on a lattice of spacing ``STRETCH / rate`` starting at ``start + phase *
+    spacing``: a request takes the next point not yet granted, skipping the points already past when it is asked
+    for; a change of rate keeps the next point and changes the spacing from there; a slow-down moves the next
+    point to at least one new spacing after it.
     """
+    stretch = B.RequestLimiter.STRETCH
 
     def grown(r: float, calm: float, t: float) -> float:
         return min(rate, r + int((t - calm) / B.RECOVER_S) * rate / B.RECOVER_STEPS)
@@ -55,14 +57,21 @@ def reference_grants(rate: float, phase: float, start: float, events: list[tuple
         return grown(r, calm, t)
 
     grants: list[float] = []
-    earliest = start + phase / rate
+    r_now, period = rate, stretch / rate
+    slot = start + phase * period
     for i, (kind, t) in enumerate(events):
+        r = current(i, t)
+        if r != r_now:  # grown since the last event: the next point stays, the spacing changes
+            r_now, period = r, stretch / r
         if kind == "slow":
-            earliest = max(earliest, t + 1 / current(i + 1, t))
+            r_now = current(i + 1, t)
+            period = stretch / r_now
+            slot = max(slot, t + period)
             continue
-        g = max(t, earliest)
-        grants.append(g)
-        earliest = g + 1 / current(i, t)
+        while slot < t - 1e-9 * period:  # points already past are skipped
+            slot += period
+        grants.append(slot)
+        slot += period
     return grants
 
 
@@ -75,6 +84,7 @@ events_st = st.lists(
 
 @SETTINGS
 @given(rate=st.floats(1, 200), phase=st.floats(0, 0.999), script=events_st)
+@example(rate=64.0, phase=0.0, script=[("slow", 0.0), ("slow", 3.0), ("acquire", 0.0), ("acquire", 0.0)])
 def test_limiter_grants_match_the_rule(rate, phase, script):
     clock = VirtualClock()
     lim = B.RequestLimiter(rate, phase=phase, clock=clock, sleep=clock.sleep)
@@ -158,16 +168,27 @@ def test_phases_spread_evenly_over_the_world(world, workers):
     img=st.floats(1, 1e4),
     per_sample=st.floats(0, 1e6),
     fixed=st.one_of(st.just("auto"), st.integers(1, 1 << 30)),
+    batches=st.one_of(st.none(), st.integers(0, 40)),
 )
-def test_read_budget_is_the_rules_composed(world, workers, prefixes, budget, img, per_sample, fixed):
+@example(world=4, workers=8, prefixes=1, budget=100.0, img=3000.0, per_sample=28000.0, fixed="auto", batches=3)
+def test_read_budget_is_the_rules_composed(world, workers, prefixes, budget, img, per_sample, fixed, batches):
     cfg = StorageConfig(block_size=fixed, request_budget=budget, expected_img_per_s=img)
     rank, worker = world - 1, max(0, workers - 1)
     rb = cfg.read_budget(
-        bytes_per_sample=per_sample, prefixes=prefixes, world_size=world, num_workers=workers, rank=rank, worker=worker
+        bytes_per_sample=per_sample,
+        prefixes=prefixes,
+        world_size=world,
+        num_workers=workers,
+        rank=rank,
+        worker=worker,
+        batches_per_rank=batches,
     )
-    processes = world * max(1, workers)
+    # the workers that read: a rank's batches go to its workers in turn, so only the first `batches` of them read
+    readers = max(1, workers) if batches is None else max(1, min(max(1, workers), batches))
+    workers = readers
+    processes = world * readers
     assert rb.processes == processes and rb.prefixes == prefixes
-    assert rb.phase == B.process_phase(rank, worker, world, workers)
+    assert rb.phase == B.process_phase(rank, worker, world, readers)
     if budget is None:
         assert rb.rate is None and rb.limiter() is None
         assert rb.block_size == (B.LEGACY_BLOCK if fixed == "auto" else fixed)
@@ -318,3 +339,32 @@ def test_retrying_file_waits_before_each_request_it_sends(reads, fails, open_sen
     assert lim.acquired == len(log)  # one wait per request sent, no more, no fewer (retries included)
     consumed = fails[: len(fails) - len(failures)]
     assert lim.slowdowns == consumed.count("slow")  # each slow-down seen told the limiter, nothing else did
+
+
+@SETTINGS
+@given(
+    world=st.integers(1, 4),
+    workers=st.integers(0, 3),
+    budget=st.sampled_from([7.0, 12.0, 20.0, 35.0]),
+    gaps=st.lists(st.lists(st.floats(0, 0.4), min_size=1, max_size=30), min_size=12, max_size=12),
+)
+def test_the_world_never_exceeds_the_budget_in_any_second(world, workers, budget, gaps):
+    """Every process of a world (equal shares, phases from ``process_phase``), busy or idle in any pattern: the
+    world's grants in any half-open 1 s window never exceed the budget (one lattice; no extra request per process)."""
+    processes = world * max(1, workers)
+    rate = B.process_rate(budget, 1, processes)
+    grants: list[float] = []
+    for p in range(processes):
+        clock = VirtualClock()
+        phase = B.process_phase(p // max(1, workers), p % max(1, workers), world, workers)
+        lim = B.RequestLimiter(rate, phase=phase, clock=clock, sleep=clock.sleep)
+        for gap in gaps[p % len(gaps)]:
+            clock.now += gap  # the process works (or idles) between requests
+            lim.acquire()
+            grants.append(clock.now)
+    grants.sort()
+    j = 0
+    for i, t in enumerate(grants):  # the window [t, t + 1) opening at each grant
+        while j < len(grants) and grants[j] < t + 1.0:
+            j += 1
+        assert j - i <= budget, (j - i, budget, t)

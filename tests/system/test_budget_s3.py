@@ -206,3 +206,42 @@ def test_slowdown_burst_lowers_the_rate_and_every_sample_arrives_once(tmp_path, 
     assert loader.stats.slowdowns >= 1 and loader.stats.retries >= 1
     assert loader.stats.throttled_s > 0
     assert f"{loader.stats.slowdowns} slow-downs" in loader.report()
+
+
+@pytest.mark.timeout(60)
+def test_the_budget_is_shared_by_the_workers_that_read(tmp_path, s3, s3_endpoint, monkeypatch):
+    """30 samples in batches of 16 on one rank: 2 batches, so only 2 of 4 workers read, and they share the budget
+    (10 GET/s each of 20), not a quarter each. Recorded where each worker builds its opener; every sample once, and
+    the proxy still sees at most the budget (plus the spacing rule's one per process) in any 1 s window."""
+    import json
+    import os
+
+    from shardkit.loader import stages
+
+    record = tmp_path / "budgets.jsonl"
+    real = stages.process_budget
+
+    def spy(manifest, cfg, world, batches_per_rank=None):
+        got = real(manifest, cfg, world, batches_per_rank)
+        with open(record, "a") as f:
+            f.write(json.dumps([world.worker, got.processes, got.rate]) + "\n")
+        return got
+
+    monkeypatch.setattr(stages, "process_budget", spy)  # the workers are forked: they call the spy
+    ds, bucket, opts = _remote(tmp_path, s3, 30)
+    budget, workers = 20.0, 4
+    with FaultProxy(s3_endpoint) as proxy:
+        loader = shardkit.load(
+            f"s3://{bucket}/ds",
+            storage_options=_via(proxy, opts),
+            num_workers=workers,
+            block_size=4096,
+            request_budget=budget,
+            **{**KW, "batch_size": 16},
+        )
+        keys = [k for _, _, ks in loader for k in ks]
+        reqs = _shard_requests(proxy)
+    assert sorted(keys) == sorted(ds.keys)
+    seen = [json.loads(line) for line in open(record)] if os.path.exists(record) else []
+    assert seen and all((p, r) == (2, budget / 2) for _, p, r in seen), seen
+    assert max(per_window([r.t for r in reqs])) <= budget + 2

@@ -34,8 +34,8 @@ MUTANTS = [
         "id": "budget-limiter-spaces-from-the-ask",  # the next slot counted from the ask, not the grant: bursts
         "row": ROW_LIMIT,
         "file": BUDGET,
-        "old": "            self._next = at + 1.0 / self.current\n",
-        "new": "            self._next = now + 1.0 / self.current\n",
+        "old": "            self._k += 1\n            wait = at - now\n",
+        "new": "            self._rebase(now + self._period)\n            wait = at - now\n",
         "tests": [RULE],
     },
     {
@@ -122,7 +122,7 @@ MUTANTS = [
         "id": "budget-auto-rate-of-a-rank-per-worker",  # each worker sized for the whole rank's bytes
         "row": ROW_AUTO,
         "file": BUDGET,
-        "old": "        per_process = expected_img_per_s * max(0.0, bytes_per_sample) / max(1, num_workers)",
+        "old": "        per_process = expected_img_per_s * max(0.0, bytes_per_sample) / workers",
         "new": "        per_process = expected_img_per_s * max(0.0, bytes_per_sample)",
         "tests": [COMPOSED],
     },
@@ -133,5 +133,29 @@ MUTANTS = [
         "old": "    index = rank * workers + max(0, worker)",
         "new": "    index = rank + max(0, worker)",
         "tests": [PHASES],
+    },
+    {
+        "id": "budget-idle-workers-share-the-budget",  # every worker counted, also those without a batch to read
+        "row": ROW_LIMIT,
+        "file": BUDGET,
+        "old": "        workers = max(1, min(workers, batches_per_rank))",
+        "new": "        workers = workers",
+        "tests": [COMPOSED],
+    },
+    {
+        "id": "budget-loader-forgets-the-batches-per-rank",  # the rule is right, the worker does not tell it
+        "row": ROW_LIMIT,
+        "file": "shardkit/loader/stages.py",
+        "old": "openers = [_opener(ds, k, world, work.split.num_batches) for k in rows.tolist()]",
+        "new": "openers = [_opener(ds, k, world) for k in rows.tolist()]",
+        "tests": [S + "test_the_budget_is_shared_by_the_workers_that_read"],
+    },
+    {
+        "id": "budget-idle-grant-off-the-lattice",  # after an idle spell granted at once, off the lattice: one more per window
+        "row": ROW_LIMIT,
+        "file": BUDGET,
+        "old": "            if self._slot() < now:  # idle: the first point after now\n",
+        "new": "            if self._slot() < now:  # idle: the first point after now\n                self._rebase(now)\n",
+        "tests": [RULE, T + "test_the_world_never_exceeds_the_budget_in_any_second"],
     },
 ]

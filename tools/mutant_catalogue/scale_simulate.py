@@ -110,7 +110,7 @@ MUTANTS = [
         "id": "sim-limiter-without-phase",  # every process's first request at the epoch's start
         "row": ROW_BUDGET,
         "file": "shardkit/simulate/clock.py",
-        "old": "phase = process_phase(p // W, p % W, world_size, num_workers)",
+        "old": "phase = process_phase(p // W, p % W, world_size, num_workers if phase_workers is None else phase_workers)",
         "new": "phase = 0.0",
         "tests": [BUDGET],
     },
@@ -137,5 +137,13 @@ MUTANTS = [
         "old": "                ready = finish[i - 1]",
         "new": "                ready = send[i - 1]",
         "tests": [TIMING],
+    },
+    {
+        "id": "sim-budget-shared-by-idle-workers",  # the simulator's processes are not the loader's readers
+        "row": ROW_BUDGET,
+        "file": "shardkit/simulate/__init__.py",
+        "old": "        batches_per_rank=batches_per_rank(data, s),\n",
+        "new": "",
+        "tests": [S + "test_the_budget_each_process_gets_is_the_loaders"],
     },
 ]
