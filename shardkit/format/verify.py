@@ -23,10 +23,10 @@ from typing import IO, Any, Optional
 import numpy as np
 
 from shardkit.errors import ShardkitError
-from shardkit.format.fields import DEFAULT_FIELDS, IGNORE, MASK_EXT, SampleRule
+from shardkit.format.fields import DEFAULT_FIELDS, IGNORE, INSTANCES_EXT, MASK_EXT, SampleRule
 from shardkit.format.index import INDEX_FORMAT, IndexDamage, build_index, index_url, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
-from shardkit.format.masks import decode_mask
+from shardkit.format.masks import decode_instances, decode_mask
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_PIXELS, META_EXT, parse_meta
 from shardkit.format.sample import RawSample
 from shardkit.format.splits import Found, Incomplete, find_splits, load_manifests
@@ -288,6 +288,12 @@ class _SplitCheck:
                             name, key, f"mask value {stray[0]} is not a class index (below {len(classes)}) or {IGNORE}"
                         )
                     held |= {int(v) for v in values if v < len(classes)}
+            if smp.instances is not None:  # the loader's own rule: PNG, the image's size, rows of its objects
+                try:
+                    count = 0 if smp.objects is None else len(smp.objects)
+                    decode_instances(smp.instances, _image_size(smp.jpeg or b""), count)
+                except ValueError as exc:
+                    self.add(name, key, f"bad .{INSTANCES_EXT} member: {exc}")
             for c in held:
                 self.counts[c] += 1
         if not meta_bytes:

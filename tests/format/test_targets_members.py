@@ -360,3 +360,37 @@ def test_verify_counts_the_classes_of_boxes_and_mask_pixels(tmp_path):
     m.class_counts = [want[0] + 1, *want[1:]]
     save_manifest(m, root)
     assert any("class counts" in str(p) for p in verify(root).problems)
+
+
+@pytest.mark.parametrize("bad", ["object_beyond_count", "not_png", "wrong_size"])
+def test_verify_reports_a_bad_instance_map_the_loader_skips(tmp_path, monkeypatch, bad):
+    """verify checks `.instances.png` with the loader's rule: the sample it reports is the one the loader skips."""
+    import io as _io
+
+    from PIL import Image
+
+    import shardkit
+    from shardkit.demo import scenes as scenes_mod
+    from shardkit.format.masks import instances_bytes
+
+    calls = []
+
+    def tampered(inst):
+        calls.append(1)
+        if len(calls) != 3:  # sample k000002
+            return instances_bytes(inst)
+        if bad == "not_png":
+            return b"not a png at all"
+        a = np.asarray(inst, np.int32) + 1
+        a = a[:-4] if bad == "wrong_size" else np.where(a == a.max(), 40, a)  # 40 - 1: no such object
+        buf = _io.BytesIO()
+        Image.fromarray(a.astype(np.uint16)).save(buf, format="PNG")
+        return buf.getvalue()
+
+    monkeypatch.setattr(scenes_mod, "instances_bytes", tampered)
+    root = write_scenes(str(tmp_path), 6, size=(48, 40), shard_size=3, instances=True)
+    problems = verify(root).problems
+    assert len(problems) == 1 and "k000002" in str(problems[0]) and "instances.png" in str(problems[0]), problems
+    loader = shardkit.load(root, fields=("image", "key", "boxes", "instances"), size=32, batch_size=6, shuffle=False)
+    keys = [k for b in loader for k in b["key"]]
+    assert sorted(keys) == [f"k{i:06d}" for i in range(6) if i != 2]

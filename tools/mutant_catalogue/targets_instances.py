@@ -113,4 +113,12 @@ MUTANTS = [
         "new": "    rows = torch.arange(1, count + 1, device=instances.device, dtype=instances.dtype)",
         "tests": [TV],
     },
+    {
+        "id": "inst-verify-skips-the-map",  # verify says OK for an instance map the loader refuses
+        "row": ROW_STORED,
+        "file": "shardkit/format/verify.py",
+        "old": "            if smp.instances is not None:  # the loader's own rule",
+        "new": "            if False:  # the loader's own rule",
+        "tests": ["tests/format/test_targets_members.py::test_verify_reports_a_bad_instance_map_the_loader_skips"],
+    },
 ]
