@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import logging
 import numbers
+import time
 from dataclasses import dataclass, field, fields, replace
 from typing import IO, Any, Literal, Optional, Union
 
@@ -33,7 +34,7 @@ from shardkit.storage.budget import (
     read_budget,
 )
 from shardkit.storage.cache import ShardCache, copy_stream
-from shardkit.storage.retry import RetryingFile, RetryLog, backend_options
+from shardkit.storage.retry import RetryingFile, RetryLog, backend_options, backoff_s, is_transient
 
 log = logging.getLogger("shardkit.loader")
 
@@ -210,14 +211,28 @@ class ShardOpener:
             with open(storage.local_path(url), "rb") as f:
                 return f.read()
         fs, path = storage.get_fs(url, **backend_options(url, self.cfg.storage_options))
-        if self.limiter is not None:
-            self.limiter.acquire()
-        try:
-            return bytes(fs.cat_file(path, start=0))  # a range from 0: s3fs probes the size first without one
-        except Exception as exc:
-            if self.limiter is not None and is_slowdown(exc):
-                self.limiter.slow_down()
-            raise
+        attempt, t0 = 0, time.monotonic()
+        while True:
+            if self.limiter is not None:
+                self.limiter.acquire()
+            try:
+                return bytes(fs.cat_file(path, start=0))  # a range from 0: s3fs probes the size first without one
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                if self.limiter is not None and is_slowdown(exc):
+                    self.limiter.slow_down()  # lower the rate first: the retry below waits for it
+                attempt += 1
+                spent = time.monotonic() - t0
+                if attempt > self.cfg.max_retries or spent > self.cfg.retry_budget_s:
+                    raise StorageError(
+                        f"{url}: still failing after {attempt} attempts over {spent:.1f} s "
+                        f"({type(exc).__name__}: {exc}); raise max_retries / retry_budget_s"
+                    ) from None
+                # retried, not given up: a sample index that falls back to the header walk would send far more
+                # requests exactly while the store asks for fewer
+                self.retries += 1
+                time.sleep(backoff_s(url, attempt))
 
     def _open_remote(self, url: str) -> IO[bytes]:
         """A :class:`RetryingFile` (transient errors are retried from the failed read's byte offset)

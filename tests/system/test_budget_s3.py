@@ -245,3 +245,31 @@ def test_the_budget_is_shared_by_the_workers_that_read(tmp_path, s3, s3_endpoint
     seen = [json.loads(line) for line in open(record)] if os.path.exists(record) else []
     assert seen and all((p, r) == (2, budget / 2) for _, p, r in seen), seen
     assert max(per_window([r.t for r in reqs])) <= budget + 2
+
+
+@pytest.mark.timeout(60)
+def test_a_slowdown_on_a_sample_index_is_retried_not_walked(tmp_path, s3, s3_endpoint):
+    """Six 503 SlowDowns on one shard's sample index (more than s3fs's own five attempts): the loader backs off
+    and fetches the index again instead of falling back to the header walk (which would send many more requests
+    while the store asks for fewer); every sample once, the slow-down counted."""
+    import s3fs
+
+    from tests.support.data import add_index
+
+    opts, bucket = s3
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=30, shard_size=10, size=(64, 48))
+    add_index(ds.url)
+    s3fs.S3FileSystem(**opts).put(ds.url + "/", f"{bucket}/ds/", recursive=True)
+    with FaultProxy(s3_endpoint) as proxy:
+        proxy.fail("train-000001.idx", "503", times=6, method="GET")
+        loader = shardkit.load(
+            f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=0, block_size=4096, **KW
+        )
+        keys = [k for _, _, ks in loader for k in ks]
+        log = list(proxy.log)
+    assert sorted(keys) == sorted(ds.keys)
+    assert loader.stats.index_fallbacks == 0 and loader.stats.slowdowns >= 1
+    idx_gets = [r for r in log if r.path.endswith("train-000001.idx") and r.method == "GET"]
+    assert [r.outcome for r in idx_gets] == ["503"] * 6 + ["ok"]
+    tar_gets = [r for r in log if r.path.endswith("train-000001.tar") and r.method == "GET"]
+    assert len(tar_gets) <= 2, [r.range for r in tar_gets]  # range reads of its blocks, not a 4 KiB header walk

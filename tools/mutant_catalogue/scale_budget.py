@@ -66,8 +66,8 @@ MUTANTS = [
         "id": "budget-fetch-not-limited",  # sample-index fetches skip the limiter
         "row": ROW_LIMIT,
         "file": "shardkit/storage/opener.py",
-        "old": "        if self.limiter is not None:\n            self.limiter.acquire()\n        try:\n",
-        "new": "        try:\n",
+        "old": "            if self.limiter is not None:\n                self.limiter.acquire()\n            try:\n",
+        "new": "            try:\n",
         "tests": [EVERY],
     },
     {
@@ -157,5 +157,13 @@ MUTANTS = [
         "old": "            if self._slot() < now:  # idle: the first point after now\n",
         "new": "            if self._slot() < now:  # idle: the first point after now\n                self._rebase(now)\n",
         "tests": [RULE, T + "test_the_world_never_exceeds_the_budget_in_any_second"],
+    },
+    {
+        "id": "budget-index-slowdown-falls-back-to-the-walk",  # the index given up at once: the walk multiplies GETs
+        "row": ROW_SLOW,
+        "file": "shardkit/storage/opener.py",
+        "old": "                if not is_transient(exc):\n                    raise\n                if self.limiter",
+        "new": "                if True:\n                    raise\n                if self.limiter",
+        "tests": [S + "test_a_slowdown_on_a_sample_index_is_retried_not_walked"],
     },
 ]
