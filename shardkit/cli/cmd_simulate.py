@@ -77,8 +77,11 @@ def run(args: argparse.Namespace) -> int:
     synthetic = (args.shards, args.samples_per_shard, args.bytes_per_sample)
     try:
         if args.url is not None:
-            if any(v is not None for v in synthetic):
-                raise ValueError("give a URL or --shards/--samples-per-shard/--bytes-per-sample, not both")
+            if any(v is not None for v in synthetic) or args.prefixes != 1:
+                raise ValueError(
+                    "give a URL or --shards/--samples-per-shard/--bytes-per-sample [--prefixes], not both "
+                    "(a dataset's prefixes are its manifest's)"
+                )
             from shardkit.format.manifest import load_manifest
 
             data = Dataset.of_manifest(load_manifest(args.url, **storage_options(args)))

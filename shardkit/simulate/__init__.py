@@ -127,7 +127,8 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
         waited += tm.waited
         start = tm.end
     t, pf, kd, nb = (np.concatenate(x) for x in (times, prefix, kinds, nbytes))
-    duration = max(start, 1e-9)
+    # rates over at least one second: a run shorter than the peak's 1 s window must not show a mean above its peak
+    duration = max(start, 1.0)
     rows = []
     for i, name in enumerate(data.prefixes):
         sel = pf == i
@@ -141,7 +142,7 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
         "block_size_auto": s.block_size == "auto",
         "num_prefixes": len(data.prefixes),
         "process_rate": rate,
-        "processes": s.processes,
+        "processes": budget.processes,  # the reading processes sharing the budget (workers with batches)
         "world_size": s.world_size,
         "samples": samples,
         "shards": len(data.names),

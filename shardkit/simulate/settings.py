@@ -5,11 +5,15 @@ A module of its own with light imports, so that the command's options are built 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Union
 
 from shardkit.choices import check_types
 from shardkit.storage.budget import EXPECTED_IMG_PER_S, REQUEST_BUDGET
+
+#: the most reading processes one replay holds (memory grows with them: about 1.2 kB each)
+MAX_PROCESSES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -50,13 +54,26 @@ class SimSettings:
         check_types(self)
         if min(self.nodes, self.ranks_per_node, self.epochs, self.batch_size) < 1 or self.workers < 0:
             raise ValueError("--nodes, --ranks-per-node, --epochs and --batch-size must be >= 1, --workers >= 0")
-        if self.img_per_s_per_rank <= 0 or self.latency_s < 0 or self.bytes_per_s_per_process <= 0:
-            raise ValueError("--img-per-s-per-rank must be > 0 (and the model's latency >= 0, bandwidth > 0)")
+        if not math.isfinite(self.img_per_s_per_rank) or self.img_per_s_per_rank <= 0:
+            raise ValueError(f"--img-per-s-per-rank must be a number > 0, got {self.img_per_s_per_rank}")
+        if not math.isfinite(self.latency_s) or self.latency_s < 0:
+            raise ValueError(f"--latency-ms must be a number >= 0, got {self.latency_s * 1e3:g}")
+        if not math.isfinite(self.bytes_per_s_per_process) or self.bytes_per_s_per_process <= 0:
+            raise ValueError(f"--mb-per-s-per-process must be a number > 0, got {self.bytes_per_s_per_process / 1e6:g}")
+        if self.expected_img_per_s is not None and not (
+            math.isfinite(self.expected_img_per_s) and self.expected_img_per_s > 0
+        ):
+            raise ValueError(f"expected_img_per_s must be a number > 0, got {self.expected_img_per_s}")
+        if self.processes > MAX_PROCESSES:
+            raise ValueError(
+                f"--nodes x --ranks-per-node x --workers is {self.processes:,} reading processes; the simulator "
+                f"replays at most {MAX_PROCESSES:,} (a 4,096-node world of 8 ranks x 32 workers)"
+            )
         if isinstance(self.block_size, str) and self.block_size != "auto":
             raise ValueError(f"--block-size must be a size in bytes or 'auto', not {self.block_size!r}")
         if isinstance(self.block_size, int) and self.block_size < 1:
             raise ValueError(f"--block-size must be >= 1 byte, got {self.block_size}")
-        if self.request_budget is not None and self.request_budget <= 0:
+        if self.request_budget is not None and not (math.isfinite(self.request_budget) and self.request_budget > 0):
             raise ValueError(f"--request-budget must be > 0 GET/s (or none), got {self.request_budget}")
 
     @property

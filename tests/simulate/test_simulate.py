@@ -183,6 +183,23 @@ def test_command_json_and_errors(capsys, tmp_path):
     assert "--samples-per-shard" in capsys.readouterr().err
     assert main([*args, "--workers", "-1"]) == 2
     assert "--workers" in capsys.readouterr().err
+    # what the probe found: each a one-line error naming its option, never a traceback, NaN or a silent ignore
+    for bad, named in [
+        (["--request-budget", "nan"], "--request-budget"),
+        (["--latency-ms", "-1"], "--latency-ms"),
+        (["--mb-per-s-per-process", "0"], "--mb-per-s-per-process"),
+        (["--img-per-s-per-rank", "nan"], "--img-per-s-per-rank"),
+        (["--nodes", "100000", "--workers", "64"], "reading processes"),
+    ]:
+        assert main([*args, *bad]) == 2, bad
+        err = capsys.readouterr().err
+        assert named in err and len(err.strip().splitlines()) == 1, err
+    assert main(["simulate", ds.url, "--prefixes", "4"]) == 2
+    assert "manifest's" in capsys.readouterr().err
+    # rates over at least one second: a run shorter than the 1 s window never shows a mean above its peak
+    assert main(["simulate", "--shards", "1", "--samples-per-shard", "1", "--bytes-per-sample", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mean_get_per_s"] <= out["peak_get_per_s"] and out["duration_s"] >= 1.0
 
 
 @ORACLE

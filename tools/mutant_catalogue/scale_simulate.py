@@ -146,4 +146,12 @@ MUTANTS = [
         "new": "",
         "tests": [S + "test_the_budget_each_process_gets_is_the_loaders"],
     },
+    {
+        "id": "sim-mean-over-a-run-shorter-than-a-second",  # a mean GET/s above the peak (the probe)
+        "row": ROW_REPORT,
+        "file": "shardkit/simulate/__init__.py",
+        "old": "    duration = max(start, 1.0)\n",
+        "new": "    duration = max(start, 1e-9)\n",
+        "tests": [S + "test_command_json_and_errors"],
+    },
 ]
