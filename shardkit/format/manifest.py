@@ -288,6 +288,12 @@ def load_manifest(url: str, *, allow_unsafe_names: bool = False, **storage_optio
             raise ManifestError(
                 f"{url} holds splits {', '.join(splits)}, not one split: name one, e.g. {storage.join(url, example)}"
             ) from None
+        base = url if murl != url else url.rstrip("/").rsplit("/", 1)[0]
+        if storage.exists(storage.join(base, "_shardkit"), **storage_options):  # a conversion's journal
+            raise ManifestError(
+                f"{base}: an unfinished conversion (no {MANIFEST_NAME} yet): run the same 'shardkit convert' "
+                "command again to finish it (after --num-tasks: 'shardkit merge DEST')"
+            ) from None
         raise ManifestError(f"{exc}; is this a dataset written by 'shardkit convert'?") from None
     return Manifest.from_json(text, url=murl, allow_unsafe_names=allow_unsafe_names)
 

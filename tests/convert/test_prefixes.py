@@ -245,6 +245,8 @@ def test_resume_and_tasks_give_the_single_run(src, flat_and_spread, tmp_path):
     found = find_splits(os.path.join(resumed, "train"))
     assert not found.manifests and len(found.incomplete) == 1, found
     assert f"{mine} shard(s)" in found.incomplete[0].detail, found.incomplete[0].detail
+    with pytest.raises(ManifestError, match="unfinished conversion.*run the same 'shardkit convert'"):
+        shardkit.load(os.path.join(resumed, "train"))  # not just "manifest.json: not found"
     with open(os.path.join(resumed, "train", one.shards[2].name), "r+b") as f:  # planned shard 2: task 0's
         f.write(b"x")
     again = convert(src, resumed, _opts(N), workers=1, quiet=True).splits[0]

@@ -170,4 +170,12 @@ MUTANTS = [
         "new": "    if False:  # a conversion's prefix directories",
         "tests": [RESUME],
     },
+    {
+        "id": "pfx-unfinished-split-just-not-found",  # loading an unfinished conversion: only "not found"
+        "row": ROW_RESUME,
+        "file": "shardkit/format/manifest.py",
+        "old": '        if storage.exists(storage.join(base, "_shardkit"), **storage_options):  # a conversion\'s journal',
+        "new": "        if False:  # a conversion's journal",
+        "tests": [RESUME],
+    },
 ]
