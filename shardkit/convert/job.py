@@ -86,21 +86,11 @@ def _sample(
         "width": enc.width,
         "height": enc.height,
     }
-    key = plan.make_key(item.index, width)
-    if targets is None:
-        return EncodedSample(key, enc.jpeg, item.label, meta, item.labels, item.target, item.text)
+    t = targets or TargetOutcome()  # no targets: every target member None
     return EncodedSample(
-        key,
-        enc.jpeg,
-        item.label,
-        meta,
-        item.labels,
-        item.target,
-        item.text,
-        targets.objects,
-        targets.mask,
-        targets.instances,
-    )
+        plan.make_key(item.index, width), enc.jpeg, item.label, meta, item.labels, item.target, item.text,
+        objects=t.objects, mask=t.mask, instances=t.instances,
+    )  # fmt: skip
 
 
 def _listed(f: SourceFile) -> list:

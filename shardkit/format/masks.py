@@ -40,13 +40,11 @@ def mask_bytes(mask: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def decode_mask(data: bytes, size: Optional[tuple[int, int]] = None) -> np.ndarray:
-    """A ``.mask.png`` member as uint8 ``[H, W]``; ``size`` = ``(width, height)`` its image's size, if known.
-
-    Raises:
-        ValueError: one line: not a PNG, not 8-bit single-channel (grey ``L`` or palette ``P``, whose
-            indices are the classes), or a size other than the image's.
-    """
+def _read_png(
+    data: bytes, what: str, modes: tuple[str, ...], wanted: str, size: Optional[tuple[int, int]]
+) -> np.ndarray:
+    """The pixels of a PNG member (``what``: "mask", "instance map") whose mode is one of ``modes`` and, when
+    ``size`` (``(width, height)``) is given, of its image's size; else a one-line :class:`ValueError`."""
     from PIL import Image, UnidentifiedImageError
 
     with warnings.catch_warnings():
@@ -54,17 +52,26 @@ def decode_mask(data: bytes, size: Optional[tuple[int, int]] = None) -> np.ndarr
         try:
             with Image.open(io.BytesIO(data)) as im:
                 if im.format != "PNG":
-                    raise ValueError(f"mask is {im.format}, not PNG")
-                if im.mode not in ("L", "P"):
-                    raise ValueError(f"mask PNG has mode {im.mode}, not 8-bit grey (L) or palette (P)")
-                if size is not None and im.size != tuple(size):
+                    raise ValueError(f"{what} is {im.format}, not PNG")
+                if im.mode not in modes:
+                    raise ValueError(f"{what} PNG has mode {im.mode}, not {wanted}")
+                if size is not None and tuple(im.size) != tuple(size):
                     raise ValueError(
-                        f"mask is {im.size[0]}x{im.size[1]} but its image {size[0]}x{size[1]} (they must match)"
+                        f"{what} is {im.size[0]}x{im.size[1]} but its image {size[0]}x{size[1]} (they must match)"
                     )
-                arr = np.asarray(im, dtype=np.uint8)
+                return np.asarray(im)
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            raise ValueError(f"mask is not a readable PNG ({type(exc).__name__})") from None
-    return arr
+            raise ValueError(f"{what} is not a readable PNG ({type(exc).__name__})") from None
+
+
+def decode_mask(data: bytes, size: Optional[tuple[int, int]] = None) -> np.ndarray:
+    """A ``.mask.png`` member as uint8 ``[H, W]``; ``size`` = ``(width, height)`` its image's size, if known.
+
+    Raises:
+        ValueError: one line: not a PNG, not 8-bit single-channel (grey ``L`` or palette ``P``, whose
+            indices are the classes), or a size other than the image's.
+    """
+    return _read_png(data, "mask", ("L", "P"), "8-bit grey (L) or palette (P)", size).astype(np.uint8, copy=False)
 
 
 def instances_bytes(rows: np.ndarray) -> bytes:
@@ -102,23 +109,7 @@ def decode_instances(data: bytes, size: Optional[tuple[int, int]] = None, count:
         ValueError: one line: not a PNG, not single-channel grey, another size than the image's, or a value
             naming an object the sample does not have.
     """
-    from PIL import Image, UnidentifiedImageError
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            with Image.open(io.BytesIO(data)) as im:
-                if im.format != "PNG":
-                    raise ValueError(f"instance map is {im.format}, not PNG")
-                if im.mode not in ("I;16", "I", "L"):
-                    raise ValueError(f"instance map PNG has mode {im.mode}, not 16-bit grey (I;16)")
-                if size is not None and tuple(im.size) != tuple(size):
-                    raise ValueError(
-                        f"instance map is {im.size[0]}x{im.size[1]} but its image {size[0]}x{size[1]} (they must match)"
-                    )
-                arr = np.asarray(im)
-        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            raise ValueError(f"instance map is not a readable PNG ({type(exc).__name__})") from None
+    arr = _read_png(data, "instance map", ("I;16", "I", "L"), "16-bit grey (I;16)", size)
     top = int(arr.max()) if arr.size else 0
     limit = 1 << 15 if count is None else count
     if top > limit or int(arr.min(initial=0)) < 0:

@@ -115,7 +115,7 @@ MUTANTS = [
         "id": "mask-size-unchecked",
         "row": ROW_RULE,
         "file": M,
-        "old": "                if size is not None and im.size != tuple(size):",
+        "old": "                if size is not None and tuple(im.size) != tuple(size):",
         "new": "                if False:",
         "tests": [BADMASK],
     },
