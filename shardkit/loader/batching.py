@@ -29,7 +29,7 @@ from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.fields import RowSpec
 from shardkit.loader.rows import field_rows
 from shardkit.loader.stats import Counters
-from shardkit.loader.targetrows import PIXEL_TARGETS, Pixels, decode_masks, target_rows
+from shardkit.loader.targetrows import PIXEL_TARGETS, PLANE_BYTES, Pixels, decode_masks, plane_bytes, target_rows
 
 log = logging.getLogger("shardkit.loader")
 
@@ -81,6 +81,28 @@ Alloc = Callable[[tuple[int, ...]], torch.Tensor]
 def plain_alloc(shape: tuple[int, ...]) -> torch.Tensor:
     """An uninitialised uint8 tensor in process memory."""
     return torch.empty(shape, dtype=torch.uint8)
+
+
+def _alloc_batch(
+    n: int, size: int, channels_last: bool, alloc: Alloc, targets: "tuple[str, ...] | frozenset[str]"
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The batch's images (:func:`_alloc_images`) and its pixel target planes (``mask`` uint8, ``instances``
+    int16, ``[n, S, S]``), all from one ``alloc`` when there are planes: the transport then hands the whole
+    batch over by its slot (a mask pickled on its own costs the main process a new shared segment per batch)."""
+    names = [f for f in PIXEL_TARGETS if f in targets]
+    if not names:
+        return _alloc_images(n, size, channels_last, alloc), {}
+    pixels = n * size * size
+    flat = alloc((pixels * (3 + plane_bytes(names)),))
+    head = flat[: 3 * pixels]
+    images = head.view(n, size, size, 3).permute(0, 3, 1, 2) if channels_last else head.view(n, 3, size, size)
+    planes, at = {}, 3 * pixels  # 4 * pixels before the int16 plane: even, as a 2-byte view needs
+    for name in names:
+        nbytes = PLANE_BYTES[name] * pixels
+        plane = flat[at : at + nbytes]
+        planes[name] = (plane.view(torch.int16) if PLANE_BYTES[name] == 2 else plane).view(n, size, size)
+        at += nbytes
+    return images, planes
 
 
 def _alloc_images(n: int, size: int, channels_last: bool, alloc: Alloc) -> torch.Tensor:
@@ -177,7 +199,7 @@ def decode_batch(
     if any(f in targets for f in PIXEL_TARGETS):
         ok, sizes, gids_in, masks = _with_masks(ok, sizes, spec, counters)
     crops = decoder.geometry(np.array(sizes, np.int64).reshape(-1, 2), spec.epoch, gids_in, eval_boxes=False)
-    images = _alloc_images(len(ok), cfg.size, cfg.channels_last, spec.alloc)
+    images, planes = _alloc_batch(len(ok), cfg.size, cfg.channels_last, spec.alloc, targets)
 
     def failed(i: int, exc: Exception) -> None:  # any decoder failure is a bad sample
         skip(ok[i], f"cannot decode image ({type(exc).__name__}: {exc})", spec.strict, counters)
@@ -197,6 +219,7 @@ def decode_batch(
             crops.flips[kept],
             cfg.size,
             spec.rows,
+            {name: plane[:n] for name, plane in planes.items()},
         )
         counters.add("boxes_dropped", dropped)
     if cfg.hook is not None:  # errors in the user's hooks are the user's: not skipped

@@ -20,6 +20,10 @@ import torch
 from shardkit.format import RawSample
 from shardkit.loader.fields import RowSpec
 
+#: the fields of :class:`FieldRows` that are pixel planes ``[n, S, S]`` (a class mask, an instance map): made in a
+#: worker's batch slot beside the images and handed over by it (:mod:`shardkit.loader.transport`)
+PLANES = ("mask", "instances")
+
 
 @dataclass(frozen=True, eq=False)
 class FieldRows:

@@ -27,13 +27,20 @@ from shardkit.format import RawSample
 from shardkit.format.fields import Objects
 from shardkit.format.masks import decode_instances, decode_mask
 from shardkit.loader.fields import RowSpec
-from shardkit.loader.rows import FieldRows
+from shardkit.loader.rows import PLANES, FieldRows
 from shardkit.targets.crops import crop_maps, warp_crop_mask
 from shardkit.targets.geometry import compact, moved_rows, pad_objects
 from shardkit.targets.instances import NO_OBJECT, kept_rows, relabel
 
 #: the target fields stored as images, decoded before the batch (:func:`decode_masks`)
-PIXEL_TARGETS = ("mask", "instances")
+PIXEL_TARGETS = PLANES
+#: bytes per output pixel of each pixel target (uint8 class mask, int16 instance map)
+PLANE_BYTES = {"mask": 1, "instances": 2}
+
+
+def plane_bytes(targets: "Sequence[str]") -> int:
+    """Bytes per output pixel of the pixel targets among ``targets`` (what a batch slot holds beside the image)."""
+    return sum(PLANE_BYTES[f] for f in PIXEL_TARGETS if f in targets)
 
 
 class Pixels(NamedTuple):
@@ -77,9 +84,13 @@ def target_rows(
     flips: np.ndarray,
     size: int,
     spec: RowSpec,
+    planes: Optional[dict[str, torch.Tensor]] = None,
 ) -> tuple[FieldRows, int]:
     """The target fields of ``samples`` after each one's crop ``boxes[i]`` (stored pixels, the box the pixels
     came from) resized to ``size`` x ``size`` and mirrored where ``flips[i]``.
+
+    ``planes`` (optional): where the pixel targets go (``"mask"``: uint8, ``"instances"``: int16, each
+    ``[len(samples), size, size]``; the worker's shared batch slot), else new memory.
 
     Returns:
         ``(rows, dropped)``: :class:`FieldRows` with the asked-for target fields of ``spec``, and the number of
@@ -104,14 +115,14 @@ def target_rows(
     mask = inst = None
     if "mask" in want:
         assert masks is not None
-        mask = torch.empty((n, size, size), dtype=torch.uint8)
+        mask = _plane(planes, "mask", (n, size, size), torch.uint8)
         for i, px in enumerate(masks):
             assert px is not None and px.mask is not None
             src = torch.from_numpy(np.require(px.mask, requirements="W"))  # PIL's arrays are read-only
             mask[i] = warp_crop_mask(src, inv[i], (size, size))
     if "instances" in want and as_stored is not None:
         assert masks is not None
-        inst = torch.empty((n, size, size), dtype=torch.int16)
+        inst = _plane(planes, "instances", (n, size, size), torch.int16)
         for i, px in enumerate(masks):
             assert px is not None and px.instances is not None
             ids = torch.from_numpy(np.require(px.instances, requirements="W"))
@@ -121,7 +132,7 @@ def target_rows(
         table = relabel(kept_rows(non_crowd), kept_rows(keep))
         same = (table == torch.arange(table.shape[1])) | (as_stored.labels < 0)  # no crowd, no drop: rows stay
         if not bool(same.all()):  # the worker's host tensors: a cheap test that skips the map's pass
-            inst = relabel(inst, table)
+            inst.copy_(relabel(inst, table))  # in place: the map may be the batch slot's
     # M: the most objects a sample keeps (dropped boxes leave padding at the end of each row)
     m_kept = int(moved.count.max()) if n else 0
     rows = FieldRows(
@@ -136,4 +147,15 @@ def target_rows(
     return rows, int(dropped.sum())
 
 
-__all__ = ["PIXEL_TARGETS", "Pixels", "decode_masks", "target_rows"]
+def _plane(
+    planes: Optional[dict[str, torch.Tensor]], name: str, shape: tuple[int, int, int], dtype: torch.dtype
+) -> torch.Tensor:
+    """The given plane ``name`` (checked: ``shape`` and ``dtype``), else new memory."""
+    out = None if planes is None else planes.get(name)
+    if out is None:
+        return torch.empty(shape, dtype=dtype)
+    assert tuple(out.shape) == shape and out.dtype == dtype, (name, tuple(out.shape), out.dtype)
+    return out
+
+
+__all__ = ["PIXEL_TARGETS", "PLANE_BYTES", "Pixels", "decode_masks", "plane_bytes", "target_rows"]

@@ -56,7 +56,7 @@ import torch
 
 from shardkit.errors import ShardkitError
 from shardkit.loader.batchtypes import Batch
-from shardkit.loader.rows import FieldRows
+from shardkit.loader.rows import PLANES, FieldRows
 from shardkit.loader.stats import Counters
 from shardkit.plan.position import Position, Segment
 
@@ -239,8 +239,13 @@ class Envelope:
         if self.slot < 0 or not pixels:
             return _receive_unslotted, (b, self.worker, self.counters, self.ring)
         layouts = tuple((tuple(t.shape), t.stride(), t.storage_offset() - self.slot_start) for t in pixels)
+        extra, planes = _slotted_planes(b.extra, pixels[0], self.slot_start)
         nbytes = max(
-            (off + sum((d - 1) * s for d, s in zip(shape, stride)) + 1 for shape, stride, off in layouts if all(shape)),
+            (
+                off + sum((d - 1) * s for d, s in zip(shape, stride)) + 1
+                for shape, stride, off in layouts + tuple(p[1:4] for p in planes)
+                if all(shape)
+            ),
             default=0,
         )
         return _receive_slotted, (
@@ -255,7 +260,8 @@ class Envelope:
             b.gids.numpy(),
             b.keys,
             self.counters,
-            b.extra,
+            extra,
+            planes,
         )
 
     def pin_memory(self, device: Any = None) -> "Envelope":
@@ -265,6 +271,29 @@ class Envelope:
     def copied(self, copy: Callable[[torch.Tensor], torch.Tensor]) -> "Envelope":
         """The envelope with the batch's tensors replaced by ``copy(tensor)``; nothing refers to the slot any more."""
         return replace(self, batch=self.batch.copied(copy), slot=-1, token=0)
+
+
+#: a pixel target plane carried by its slot: (field, byte shape, byte strides, byte offset in the slot, dtype)
+PlaneLayout = tuple[str, tuple[int, ...], tuple[int, ...], int, str]
+
+
+def _slotted_planes(
+    extra: Optional[FieldRows], images: torch.Tensor, slot_start: int
+) -> tuple[Optional[FieldRows], tuple[PlaneLayout, ...]]:
+    """``extra`` without its pixel target planes that lie in the images' slot, and those planes' layouts (in
+    bytes: an int16 instance map travels as its bytes and is viewed as int16 again on arrival)."""
+    if extra is None:
+        return None, ()
+    ptr = images.untyped_storage().data_ptr()
+    planes: list[PlaneLayout] = []
+    for name in PLANES:
+        t = getattr(extra, name)
+        if t is None or t.untyped_storage().data_ptr() != ptr:
+            continue  # not asked for, or in memory of its own: pickled with the rows
+        u = t.view(torch.uint8)
+        planes.append((name, tuple(u.shape), u.stride(), u.storage_offset() - slot_start, str(t.dtype)))
+        extra = replace(extra, **{name: None})
+    return extra, tuple(planes)
 
 
 def _ring(ring_id: str) -> Ring:
@@ -290,11 +319,19 @@ def _receive_slotted(
     keys: list[str],
     counters: np.ndarray,
     extra: Optional[FieldRows] = None,
+    planes: tuple[PlaneLayout, ...] = (),
 ) -> Envelope:
-    """Unpickled in the main process: lease the slot and view the batch's pixel fields in it (the row fields,
-    pickled inline, come with the labels)."""
+    """Unpickled in the main process: lease the slot and view the batch's pixel fields and pixel target planes
+    in it (the row fields, pickled inline, come with the labels)."""
     memory = torch.from_numpy(_ring(ring_id).lease(worker, slot, token, nbytes))
     pixels = [memory.as_strided(shape, stride, offset) for shape, stride, offset in layouts]
+    if planes:
+        assert extra is not None
+        views: dict[str, Any] = {
+            name: memory.as_strided(shape, stride, offset).view(getattr(torch, dtype.removeprefix("torch.")))
+            for name, shape, stride, offset, dtype in planes
+        }
+        extra = replace(extra, **views)
     batch = cls.from_pixels(pixels, torch.from_numpy(labels), torch.from_numpy(gids), keys, extra)
     return Envelope(batch, worker, counters)
 

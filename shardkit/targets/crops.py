@@ -20,13 +20,15 @@ instead of ``S * S`` (a mask per sample of another size cannot be batched); on C
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from shardkit.format.fields import IGNORE
-from shardkit.targets.geometry import sampling_grid, warp_masks
+from shardkit.targets.geometry import TIE, warp_masks
 
 
 def crop_maps(boxes: np.ndarray, flips: np.ndarray, out_size: "tuple[int, int] | int") -> Tensor:
@@ -55,19 +57,40 @@ def crop_maps(boxes: np.ndarray, flips: np.ndarray, out_size: "tuple[int, int] |
     return torch.from_numpy(m)
 
 
-def _nearest(grid: Tensor, n_in: int, along_x: bool) -> tuple[Tensor, Tensor]:
-    """The source index ``[K]`` each point of ``grid`` ``[1, *, *, 2]`` takes along one axis (``warp_masks``'s
-    nearest ``grid_sample`` on a one-row or one-column canvas of indices + 1), and whether it is inside."""
-    values = torch.arange(1, n_in + 1, dtype=torch.float32, device=grid.device)
-    canvas = values.reshape(1, 1, 1, n_in) if along_x else values.reshape(1, 1, n_in, 1)
-    pts = grid.reshape(1, 1, -1, 2)
-    # the other coordinate is 0: the middle of a canvas one pixel wide (pixel 0)
-    pts = (
-        torch.stack([pts[..., 0], torch.zeros_like(pts[..., 1])], -1)
-        if along_x
-        else torch.stack([torch.zeros_like(pts[..., 0]), pts[..., 1]], -1)
-    )
-    got = F.grid_sample(canvas, pts, mode="nearest", padding_mode="zeros", align_corners=False).reshape(-1)
+@functools.lru_cache(maxsize=64)
+def _positions(n: int) -> Tensor:
+    """``0 .. n-1`` as float32 ``[1, 1, n]`` (output pixel indices; cached: built once per size)."""
+    return torch.arange(n, dtype=torch.float32).reshape(1, 1, n)
+
+
+@functools.lru_cache(maxsize=64)
+def _canvas(n: int, along_x: bool) -> Tensor:
+    """``1 .. n`` as a one-row (``along_x``) or one-column float32 canvas (cached)."""
+    values = torch.arange(1, n + 1, dtype=torch.float32)
+    return values.reshape(1, 1, 1, n) if along_x else values.reshape(1, 1, n, 1)
+
+
+_ZERO = torch.zeros((1, 1, 1))
+
+
+def _nearest(m: Tensor, n_in: int, n_out: int, along_x: bool) -> tuple[Tensor, Tensor]:
+    """The source index ``[n_out]`` each output column (``along_x``) or row takes under the axis-aligned float32
+    map ``m`` ``[3, 3]``, and whether it is inside: one plane of :func:`~shardkit.targets.geometry.sampling_grid`
+    (the same float32 operations in the same order, on the one output row or column that matters) sampled
+    nearest on a canvas of indices + 1 (``grid_sample``'s zero padding marks the outside), as ``warp_masks`` does."""
+    r = 0 if along_x else 1
+    k = 2.0 / n_in
+    scale, shear, shift = (m[r, c].reshape(1, 1, 1) * k for c in (r, 1 - r, 2))
+    pos = _positions(n_out)
+    # sampling_grid: g = addcmul(shift + (y-coefficient) * ys + c, (x-coefficient), xs)
+    if along_x:
+        g = torch.addcmul(shift + shear * _ZERO + ((2.0 * TIE + 1.0) / n_in - 1.0), scale, pos)
+    else:
+        g = torch.addcmul(shift + scale * pos + ((2.0 * TIE + 1.0) / n_in - 1.0), shear, _ZERO)
+    pts = torch.zeros((1, 1, n_out, 2))
+    pts[0, 0, :, r] = g.reshape(-1)
+    got = F.grid_sample(_canvas(n_in, along_x), pts, mode="nearest", padding_mode="zeros", align_corners=False)
+    got = got.reshape(-1)
     return (got.long() - 1).clamp_(min=0), got > 0
 
 
@@ -87,13 +110,17 @@ def warp_crop_mask(mask: Tensor, inv: Tensor, out_size: "tuple[int, int]", fill:
         return warp_masks(mask[None], inv[None].to(mask.device), out_size, fill)[0]
     h, w = mask.shape
     oh, ow = out_size
-    ix, in_x = _nearest(sampling_grid(m[None], (h, w), (1, ow)), w, along_x=True)
-    iy, in_y = _nearest(sampling_grid(m[None], (h, w), (oh, 1)), h, along_x=False)
-    # numpy's take: ~10x faster than torch's advanced indexing for uint8 rows and columns
-    out = torch.from_numpy(mask.numpy().take(iy.numpy(), 0).take(ix.numpy(), 1))
-    out[~in_y] = fill
-    out[:, ~in_x] = fill
-    return out
+    ix, in_x = _nearest(m, w, ow, along_x=True)
+    iy, in_y = _nearest(m, h, oh, along_x=False)
+    # the source with one more row and column of ``fill``, where the outside points go: two numpy takes (~10x
+    # faster than torch's advanced indexing for uint8 rows and columns; a boolean fill after them cost 3x the takes)
+    src = np.empty((h + 1, w + 1), mask.numpy().dtype)
+    src[:h, :w] = mask.numpy()
+    src[h, :] = fill
+    src[:, w] = fill
+    rows = np.where(in_y.numpy(), iy.numpy(), h)
+    cols = np.where(in_x.numpy(), ix.numpy(), w)
+    return torch.from_numpy(src.take(rows, 0).take(cols, 1))
 
 
 __all__ = ["crop_maps", "warp_crop_mask"]

@@ -27,6 +27,13 @@ DEVICE_DROP = U + "test_device_decode_drops_a_bad_sample_from_every_field"
 DEVICE = U + "test_device_decode_moves_targets_with_the_crop_it_cuts"
 DCT = "tests/loader/decode/test_targets_dct.py::test_targets_follow_the_box_rounded_to_the_decoded_grid"
 FAST = "tests/loader/test_targets_crops.py::test_the_fast_mask_warp_is_warp_masks"
+WINDOW = "tests/loader/decode/test_letterbox_window.py::test_the_window_pixels_follow_the_returned_box"
+SLOT = "tests/loader/test_target_planes_slot.py::"
+PLANES_IN_SLOT = SLOT + "test_planes_travel_in_the_slot_and_equal_the_in_process_loader"
+ROW_SLOT = (
+    "Targets: masks and instance maps travel from the workers in the batch's shared slot beside the images, the "
+    "same bytes as in process"
+)
 ROW_PRESET = (
     "Presets detect/letterbox: aspect kept, longer side s * size (s in scale; letterbox: size), crop or pad at whole "
     "pixels, letterbox centred, padding 0 (mask 255); a pure function of (seed, epoch, gid)"
@@ -121,16 +128,16 @@ MUTANTS = [
         "id": "letterbox-offset-off-by-the-pad",  # the image pasted at the corner, the targets where the box says
         "row": ROW_PRESET,
         "file": "shardkit/loader/decode/letterbox.py",
-        "old": "y0, y1, x0, x1 = sy0 - top, sy1 - top, sx0 - left, sx1 - left",
-        "new": "y0, y1, x0, x1 = 0, sy1 - sy0, 0, sx1 - sx0",
+        "old": "y0, y1, x0, x1 = oy0, oy1, ox0, ox1",
+        "new": "y0, y1, x0, x1 = 0, oy1 - oy0, 0, ox1 - ox0",
         "tests": [FOLLOW],
     },
     {
         "id": "detect-pixels-not-flipped",  # the flip reaches the targets, not the pixels
         "row": ROW_PRESET,
         "file": "shardkit/loader/decode/letterbox.py",
-        "old": "        if flip:  # the mirrored window lands at the mirrored columns",
-        "new": "        if False:  # the mirrored window lands at the mirrored columns",
+        "old": "    if flip:  # the mirrored window lands at the mirrored columns",
+        "new": "    if False:  # the mirrored window lands at the mirrored columns",
         "tests": [FOLLOW],
     },
     {
@@ -145,9 +152,33 @@ MUTANTS = [
         "id": "detect-padding-not-cleared",  # the slot's previous batch shows through the padding
         "row": ROW_PRESET,
         "file": "shardkit/loader/decode/letterbox.py",
-        "old": "            if pad.numel():\n                pad.zero_()",
-        "new": "            if pad.numel():\n                pad.fill_(128)",
+        "old": "        if pad.numel():\n            pad.zero_()",
+        "new": "        if pad.numel():\n            pad.fill_(128)",
         "tests": [FOLLOW, EVERY],
+    },
+    {
+        "id": "detect-returns-the-planned-box",  # the window resized from whole decoded pixels, the targets unmoved
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/letterbox.py",
+        "old": "    return bx0, by0, bx0 + size * kx, by0 + size * ky",
+        "new": "    return box",
+        "tests": [WINDOW],
+    },
+    {
+        "id": "detect-window-span-not-rounded-outward-enough",  # the last decoded column never reaches the window
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/letterbox.py",
+        "old": "    b = min(n, max(a + 1, int(round((start + o1 * per_out) * per_stored))))",
+        "new": "    b = min(n - 1, max(a + 1, int(round((start + o1 * per_out) * per_stored))))",
+        "tests": [WINDOW],
+    },
+    {
+        "id": "dct-scale-taken-as-the-size-ratio",  # a stored edge up to (r-1)/r decoded pixel off
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/worker.py",
+        "old": "                return 1.0 / r, 1.0 / r",
+        "new": "                return dw / width, dh / height",
+        "tests": [WINDOW],
     },
     {
         "id": "detect-scale-ignored",
@@ -225,16 +256,48 @@ MUTANTS = [
         "id": "fast-mask-warp-rows-from-the-x-coordinates",  # the row indices read the grid's x: rows of a square crop
         "row": ROW_MOVE,
         "file": "shardkit/targets/crops.py",
-        "old": "iy, in_y = _nearest(sampling_grid(m[None], (h, w), (oh, 1)), h, along_x=False)",
-        "new": "iy, in_y = _nearest(sampling_grid(m[None].flip(1), (w, h), (oh, 1)), h, along_x=True)",
+        "old": "iy, in_y = _nearest(m, h, oh, along_x=False)",
+        "new": "iy, in_y = _nearest(m.flip(0), h, oh, along_x=True)",
         "tests": [FAST],
     },
     {
         "id": "fast-mask-warp-edge-columns-not-filled",  # columns past the image repeat its edge instead of 255
         "row": ROW_MOVE,
         "file": "shardkit/targets/crops.py",
-        "old": "    out[:, ~in_x] = fill\n",
-        "new": "",
+        "old": "    cols = np.where(in_x.numpy(), ix.numpy(), w)",
+        "new": "    cols = ix.numpy()",
         "tests": [FAST, FOLLOW],
+    },
+    {
+        "id": "planes-pickled-beside-the-slot",  # every mask and instance map through a new shared segment
+        "row": ROW_SLOT,
+        "file": "shardkit/loader/transport.py",
+        "old": "        if t is None or t.untyped_storage().data_ptr() != ptr:",
+        "new": "        if True:",
+        "tests": [PLANES_IN_SLOT],
+    },
+    {
+        "id": "planes-cut-on-top-of-each-other",  # the instance map written over the mask's bytes
+        "row": ROW_SLOT,
+        "file": "shardkit/loader/batching.py",
+        "old": "        at += nbytes",
+        "new": "        at += 0",
+        "tests": [PLANES_IN_SLOT],
+    },
+    {
+        "id": "planes-slot-too-small",  # slots cut for the images only: every batch with a mask goes to new memory
+        "row": ROW_SLOT,
+        "file": "shardkit/loader/decode/strategies.py",
+        "old": "        return batch_size * (3 + self.plane_bytes) * size**2",
+        "new": "        return batch_size * 3 * size**2",
+        "tests": [PLANES_IN_SLOT, SLOT + "test_a_batch_slot_holds_the_planes"],
+    },
+    {
+        "id": "instances-relabelled-beside-the-slot",  # the relabelled map replaces the slot's plane, unsent
+        "row": ROW_SLOT,
+        "file": "shardkit/loader/targetrows.py",
+        "old": "            inst.copy_(relabel(inst, table))",
+        "new": "            inst = relabel(inst, table)",
+        "tests": [PLANES_IN_SLOT, "tests/loader/test_instances_loader.py"],
     },
 ]

@@ -10,9 +10,11 @@ padding (0 in the image, 255 in a mask) is exactly the rest.
 As everywhere in the loader the geometry is a box in stored pixels (it may reach past the image) and a
 flip (:class:`~shardkit.loader.decode.worker.Crops`), computed for a whole batch before any pixel is decoded
 from uniforms keyed by ``(seed, epoch, gid)`` (:func:`~shardkit.loader.decode.worker.sample_uniforms`).
-:func:`letterboxed_crop` decodes at the DCT scale that suffices, resizes the whole image to ``W' x H'`` (at
-most ``max(scale) * size`` on its longer side: bounded memory) and copies the window's image part into
-place, so output pixel edge ``u`` shows stored point ``x0 + u * (x1 - x0) / size``: exactly the box.
+:func:`letterboxed_crop` decodes at the DCT scale that suffices and resizes only the decoded region the window
+shows, rounded to whole decoded pixels, into the output pixels the scaled image covers (at most ``size x size``:
+bounded memory); it returns the box that map really is (under a decoded pixel from the planned one over the
+window), which the targets follow, so output pixel edge ``u`` shows stored point ``x0 + u * (x1 - x0) / size``
+of the returned box exactly.
 """
 
 from __future__ import annotations
@@ -86,40 +88,62 @@ def letterboxed_crop(
     """Decode ``data`` into ``out`` (``3 x size x size`` uint8) as the window ``box`` (:func:`detect_boxes`,
     :func:`letterbox_boxes`) of the image scaled to whole pixels, padding with 0; mirrored where ``flip``.
 
+    Only the window's part of the image is resized: the output pixels the scaled image covers (whole pixels,
+    as the box says) show the decoded region those pixels see, rounded to whole decoded pixels, resized straight
+    into place through one window-sized buffer (at scale 1.5 a whole-image resize would compute more than twice the pixels kept). The rounding
+    moves the scale by under a decoded pixel over the window, so the box returned is the map really used (the
+    targets follow it), as :func:`~shardkit.loader.decode.worker.resized_crop` returns its rounded box.
+
     Returns:
-        ``box`` (the pixels follow it exactly).
+        The box in stored pixels the window's pixels follow exactly.
     """
     import torch
 
-    from shardkit.loader.decode.worker import _dct_size, _resize_into, channels_last_empty
+    from shardkit.loader.decode.worker import _dct_size, _resize_into, channels_last_empty, decoded_scale
 
     t0 = time.perf_counter()
-    fx, fy = size / (box[2] - box[0]), size / (box[3] - box[1])
+    bw, bh = box[2] - box[0], box[3] - box[1]
+    fx, fy = size / bw, size / bh
     sw, sh = max(1, int(round(width * fx))), max(1, int(round(height * fy)))
     left, top = int(round(box[0] * fx)), int(round(box[1] * fy))
-    arr = decoder.decode(data, *_dct_size(width, height, min(width / sw, height / sh)), fast)
-    t1 = time.perf_counter()
-    full = channels_last_empty((3, sh, sw))
-    _resize_into(torch.from_numpy(arr).permute(2, 0, 1), full)
-    # the window's part inside the scaled image, in scaled and in output pixels
-    sx0, sy0 = max(0, left), max(0, top)
-    sx1, sy1 = min(sw, left + size), min(sh, top + size)
+    # the output pixels the scaled image covers: [ox0, ox1) x [oy0, oy1), whole pixels
+    ox0, oy0 = max(0, -left), max(0, -top)
+    ox1, oy1 = min(size, sw - left), min(size, sh - top)
+    arr = decoder.decode(data, *_dct_size(width, height, min(width / sw, height / sh)), fast)  # always: a bad
+    t1 = time.perf_counter()  # image is skipped whether or not the window shows it
     hwc = out.permute(1, 2, 0)  # the row's own bytes, [H, W, 3]: zeroing them is a memset
-    if sx1 <= sx0 or sy1 <= sy0:
+    if ox1 <= ox0 or oy1 <= oy0:
         hwc.zero_()
-    else:
-        y0, y1, x0, x1 = sy0 - top, sy1 - top, sx0 - left, sx1 - left
-        window = full[:, sy0:sy1, sx0:sx1]
-        if flip:  # the mirrored window lands at the mirrored columns
-            x0, x1, window = size - x1, size - x0, window.flip(-1)
-        for pad in (hwc[:y0], hwc[y1:], hwc[y0:y1, :x0], hwc[y0:y1, x1:]):  # only the padding is zeroed
-            if pad.numel():
-                pad.zero_()
-        out[:, y0:y1, x0:x1] = window
+        return box
+    ax, ay = decoded_scale(width, height, arr.shape[1], arr.shape[0])  # decoded pixels per stored pixel
+    a, b = _source_span(box[0], bw / size, ox0, ox1, ax, arr.shape[1])
+    c, d = _source_span(box[1], bh / size, oy0, oy1, ay, arr.shape[0])
+    # torch's kernel writes a whole tensor (a strided window of ``out`` would be written as if it were dense)
+    window = channels_last_empty((3, oy1 - oy0, ox1 - ox0))
+    _resize_into(torch.from_numpy(arr).permute(2, 0, 1)[:, c:d, a:b], window)
+    y0, y1, x0, x1 = oy0, oy1, ox0, ox1
+    if flip:  # the mirrored window lands at the mirrored columns
+        x0, x1, window = size - x1, size - x0, window.flip(-1)
+    for pad in (hwc[:y0], hwc[y1:], hwc[y0:y1, :x0], hwc[y0:y1, x1:]):  # only the padding is zeroed
+        if pad.numel():
+            pad.zero_()
+    out[:, y0:y1, x0:x1] = window
     if times is not None:
         times[0] += t1 - t0
         times[1] += time.perf_counter() - t1
-    return box
+    # the map used: decoded [a, b) -> output [ox0, ox1); in stored pixels, extended to the whole output
+    kx, ky = (b - a) / ax / (ox1 - ox0), (d - c) / ay / (oy1 - oy0)
+    bx0, by0 = a / ax - ox0 * kx, c / ay - oy0 * ky
+    return bx0, by0, bx0 + size * kx, by0 + size * ky
+
+
+def _source_span(start: float, per_out: float, o0: int, o1: int, per_stored: float, n: int) -> tuple[int, int]:
+    """The decoded pixels ``[a, b)`` (whole, inside ``[0, n)``, at least one) that output pixels ``[o0, o1)`` see,
+    where output edge ``u`` is stored point ``start + u * per_out`` and a stored pixel is ``per_stored``
+    decoded pixels."""
+    a = min(n - 1, max(0, int(round((start + o0 * per_out) * per_stored))))
+    b = min(n, max(a + 1, int(round((start + o1 * per_out) * per_stored))))
+    return a, b
 
 
 __all__ = ["DETECT_UNIFORMS", "detect_boxes", "letterbox_boxes", "letterboxed_crop", "scaled_sizes", "window_boxes"]

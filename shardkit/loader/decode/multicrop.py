@@ -29,6 +29,7 @@ from shardkit.loader.decode.worker import (
     Crops,
     _dct_size,
     _resize_into,
+    decoded_scale,
     rrc_boxes,
     sample_uniforms,
 )
@@ -108,7 +109,7 @@ class ViewDecoder(CropDecoder):
                 arr = self.decoder.decode(data, *_dct_size(width, height, reduce[i]), self.fast)
                 t1 = time.perf_counter()
                 chw = torch.from_numpy(arr).permute(2, 0, 1)
-                sx, sy = arr.shape[1] / width, arr.shape[0] / height
+                sx, sy = decoded_scale(width, height, arr.shape[1], arr.shape[0])
                 row = len(kept)
                 for j, out in enumerate(outs):
                     cut_into(chw, boxes[j][i], sx, sy, flips[j][i], out[row])

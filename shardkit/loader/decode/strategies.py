@@ -38,6 +38,7 @@ from shardkit.loader.decode.deviceviews import JpegViewBatch, decode_views_on_de
 from shardkit.loader.decode.multicrop import ViewDecoder, views_batch
 from shardkit.loader.decode.worker import CropDecoder, Crops
 from shardkit.loader.stats import Counters
+from shardkit.loader.targetrows import plane_bytes
 from shardkit.loader.view import sample_bytes
 
 
@@ -160,6 +161,9 @@ class WorkerDecode(DecodeStrategy):
 
     uses_ring = True
 
+    def __init__(self, plane_bytes: int = 0):
+        self.plane_bytes = plane_bytes  #: bytes per output pixel of the pixel targets (mask, instances) in a slot
+
     def make(
         self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float
     ) -> Batch:
@@ -171,7 +175,7 @@ class WorkerDecode(DecodeStrategy):
             return decode_batch(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
 
     def slot_bytes(self, batch_size: int, size: int) -> int:
-        return batch_size * 3 * size**2
+        return batch_size * (3 + self.plane_bytes) * size**2
 
 
 class ViewsDecode(DecodeStrategy):
@@ -285,7 +289,7 @@ def strategy_for(config: LoaderConfig) -> DecodeStrategy:
         return DeviceViews(config.image) if config.image.decode_on is DecodeOn.DEVICE else ViewsDecode(config.image)
     if config.image.decode_on is DecodeOn.DEVICE:
         return DeviceDecode()
-    return WorkerDecode()
+    return WorkerDecode(plane_bytes(config.fields))
 
 
 def encode_batch(

@@ -262,7 +262,7 @@ def resized_crop(
     arr = decoder.decode(data, *_dct_size(width, height, min(bw / size, bh / size)), fast)
     t1 = time.perf_counter()
     dh, dw = arr.shape[0], arr.shape[1]
-    sx, sy = dw / width, dh / height
+    sx, sy = decoded_scale(width, height, dw, dh)
     x0, y0 = min(dw - 1, int(round(box[0] * sx))), min(dh - 1, int(round(box[1] * sy)))
     x1, y1 = max(x0 + 1, min(dw, int(round(box[2] * sx)))), max(y0 + 1, min(dh, int(round(box[3] * sy))))
     _resize_into(torch.from_numpy(arr).permute(2, 0, 1)[:, y0:y1, x0:x1], out)
@@ -272,6 +272,20 @@ def resized_crop(
         times[0] += t1 - t0
         times[1] += time.perf_counter() - t1
     return x0 / sx, y0 / sy, x1 / sx, y1 / sy
+
+
+def decoded_scale(width: int, height: int, dw: int, dh: int) -> tuple[float, float]:
+    """Decoded pixels per stored pixel ``(x, y)`` of a ``width x height`` image decoded to ``dw x dh``.
+
+    A JPEG decoded at DCT scale ``1/r`` has ``ceil(width / r)`` columns, decoded column ``i`` covering stored
+    columns ``[r i, r i + r)`` (the last one partly): the factor is ``1/r``, not ``dw / width`` (which puts a
+    stored edge up to ``(r - 1) / r`` of a decoded pixel off when ``width`` is not a multiple of ``r``).
+    """
+    if (dw, dh) != (width, height):
+        for r in (2, 4, 8):
+            if (dw, dh) == (-(-width // r), -(-height // r)):
+                return 1.0 / r, 1.0 / r
+    return dw / width, dh / height
 
 
 def _dct_size(width: int, height: int, reduce: float) -> tuple[int, int]:
