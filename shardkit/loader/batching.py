@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Protocol
 
@@ -29,7 +29,7 @@ from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.fields import RowSpec
 from shardkit.loader.rows import field_rows
 from shardkit.loader.stats import Counters
-from shardkit.loader.targetrows import PIXEL_TARGETS, PLANE_BYTES, Pixels, decode_masks, plane_bytes, target_rows
+from shardkit.loader.targetrows import PIXEL_TARGETS, PLANE_BYTES, Pixels, decode_masks, target_rows
 
 log = logging.getLogger("shardkit.loader")
 
@@ -83,25 +83,45 @@ def plain_alloc(shape: tuple[int, ...]) -> torch.Tensor:
     return torch.empty(shape, dtype=torch.uint8)
 
 
+#: byte alignment of each part of a batch slot (images, then each pixel target plane): an int16 view needs an even
+#: offset, and whole cache lines keep the planes' writes apart
+ALIGN = 64
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def batch_layout(n: int, size: int, planes: "Sequence[str]") -> tuple[int, list[tuple[str, int]]]:
+    """``(total bytes, [(plane, byte offset)])`` of a batch of ``n`` images of ``size`` px with the pixel target
+    ``planes`` (in :data:`PIXEL_TARGETS` order) after them, each part starting at a multiple of :data:`ALIGN`."""
+    pixels = n * size * size
+    at, offsets = _aligned(3 * pixels), []
+    for name in planes:
+        offsets.append((name, at))
+        at = _aligned(at + PLANE_BYTES[name] * pixels)
+    return at, offsets
+
+
 def _alloc_batch(
     n: int, size: int, channels_last: bool, alloc: Alloc, targets: "tuple[str, ...] | frozenset[str]"
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The batch's images (:func:`_alloc_images`) and its pixel target planes (``mask`` uint8, ``instances``
-    int16, ``[n, S, S]``), all from one ``alloc`` when there are planes: the transport then hands the whole
-    batch over by its slot (a mask pickled on its own costs the main process a new shared segment per batch)."""
+    int16, ``[n, S, S]``), all from one ``alloc`` when there are planes (:func:`batch_layout`): the transport then
+    hands the whole batch over by its slot (a mask pickled on its own costs the main process a new shared segment
+    per batch)."""
     names = [f for f in PIXEL_TARGETS if f in targets]
     if not names:
         return _alloc_images(n, size, channels_last, alloc), {}
     pixels = n * size * size
-    flat = alloc((pixels * (3 + plane_bytes(names)),))
+    total, offsets = batch_layout(n, size, names)
+    flat = alloc((total,))
     head = flat[: 3 * pixels]
     images = head.view(n, size, size, 3).permute(0, 3, 1, 2) if channels_last else head.view(n, 3, size, size)
-    planes, at = {}, 3 * pixels  # 4 * pixels before the int16 plane: even, as a 2-byte view needs
-    for name in names:
-        nbytes = PLANE_BYTES[name] * pixels
-        plane = flat[at : at + nbytes]
+    planes = {}
+    for name, at in offsets:
+        plane = flat[at : at + PLANE_BYTES[name] * pixels]
         planes[name] = (plane.view(torch.int16) if PLANE_BYTES[name] == 2 else plane).view(n, size, size)
-        at += nbytes
     return images, planes
 
 

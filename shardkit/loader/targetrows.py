@@ -38,11 +38,6 @@ PIXEL_TARGETS = PLANES
 PLANE_BYTES = {"mask": 1, "instances": 2}
 
 
-def plane_bytes(targets: "Sequence[str]") -> int:
-    """Bytes per output pixel of the pixel targets among ``targets`` (what a batch slot holds beside the image)."""
-    return sum(PLANE_BYTES[f] for f in PIXEL_TARGETS if f in targets)
-
-
 class Pixels(NamedTuple):
     """One sample's decoded pixel targets at its stored size (``None``: not asked for)."""
 
@@ -158,4 +153,4 @@ def _plane(
     return out
 
 
-__all__ = ["PIXEL_TARGETS", "PLANE_BYTES", "Pixels", "decode_masks", "plane_bytes", "target_rows"]
+__all__ = ["PIXEL_TARGETS", "PLANE_BYTES", "Pixels", "decode_masks", "target_rows"]

@@ -82,11 +82,11 @@ def _nearest(m: Tensor, n_in: int, n_out: int, along_x: bool) -> tuple[Tensor, T
     k = 2.0 / n_in
     scale, shear, shift = (m[r, c].reshape(1, 1, 1) * k for c in (r, 1 - r, 2))
     pos = _positions(n_out)
-    # sampling_grid: g = addcmul(shift + (y-coefficient) * ys + c, (x-coefficient), xs)
+    # sampling_grid: g = addcmul(shift + (y-coefficient) * ys + c / n - 1, (x-coefficient), xs), rounded step by step
     if along_x:
-        g = torch.addcmul(shift + shear * _ZERO + ((2.0 * TIE + 1.0) / n_in - 1.0), scale, pos)
+        g = torch.addcmul(shift + shear * _ZERO + (2.0 * TIE + 1.0) / n_in - 1.0, scale, pos)
     else:
-        g = torch.addcmul(shift + scale * pos + ((2.0 * TIE + 1.0) / n_in - 1.0), shear, _ZERO)
+        g = torch.addcmul(shift + scale * pos + (2.0 * TIE + 1.0) / n_in - 1.0, shear, _ZERO)
     pts = torch.zeros((1, 1, n_out, 2))
     pts[0, 0, :, r] = g.reshape(-1)
     got = F.grid_sample(_canvas(n_in, along_x), pts, mode="nearest", padding_mode="zeros", align_corners=False)

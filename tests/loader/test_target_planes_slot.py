@@ -74,3 +74,20 @@ def test_a_batch_slot_holds_the_planes(scenes):
     assert strategy.slot_bytes(4, 32) == 4 * 32 * 32 * (3 + 1 + 2)
     plain = strategy_for(shardkit.load(scenes, num_workers=0, size=32, fields=("image", "boxes")).config)
     assert plain.slot_bytes(4, 32) == 4 * 32 * 32 * 3
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_instance_map_alone_at_odd_sizes(scenes, num_workers):
+    """An int16 plane right after the images: 3 n S^2 bytes is odd for odd n and S, so each part of a slot starts
+    at an aligned offset (a batch of 3 at 33 px, and of 2 after the skipped sample)."""
+    kw = dict(batch_size=3, size=33, seed=2, preset="detect", fields=("image", "instances", "boxes", "key"))
+    want = {
+        k: b["instances"][r].clone() for b in shardkit.load(scenes, num_workers=0, **kw) for r, k in enumerate(b["key"])
+    }
+    loader = shardkit.load(scenes, num_workers=num_workers, **kw)
+    try:
+        got = {k: b["instances"][r].clone() for b in loader for r, k in enumerate(b["key"])}
+    finally:
+        loader.close()
+    assert sorted(got) == sorted(want) and len(got) == N - 1
+    assert all(torch.equal(got[k], want[k]) for k in want)

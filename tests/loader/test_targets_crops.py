@@ -40,10 +40,17 @@ def test_crop_maps_are_the_augment_matrices(box, flip, oh, ow):
 @settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=150)
 @example(box=(0.0, 0.0, 64.0, 32.0), flip=False, hw=(20, 30), out=(16, 32), seed=1)  # every sample a tie
 @example(box=(3.0, -5.0, 67.0, 27.0), flip=True, hw=(40, 40), out=(16, 32), seed=2)
+@example(  # a column one float32 rounding from the next: the constant must be added as sampling_grid adds it
+    box=(429.09617344821083, 144.1941794188025, 491.3339097985328, 185.11185849945625),
+    flip=True,
+    hw=(419, 496),
+    out=(69, 69),
+    seed=0,
+)
 @given(
     box=boxes(),
     flip=st.booleans(),
-    hw=st.tuples(st.integers(1, 40), st.integers(1, 40)),
+    hw=st.tuples(st.integers(1, 600), st.integers(1, 600)),
     out=st.tuples(st.integers(1, 48), st.integers(1, 48)),
     seed=st.integers(0, 99),
 )

@@ -280,15 +280,15 @@ MUTANTS = [
         "id": "planes-cut-on-top-of-each-other",  # the instance map written over the mask's bytes
         "row": ROW_SLOT,
         "file": "shardkit/loader/batching.py",
-        "old": "        at += nbytes",
-        "new": "        at += 0",
+        "old": "        at = _aligned(at + PLANE_BYTES[name] * pixels)",
+        "new": "        at = _aligned(at)",
         "tests": [PLANES_IN_SLOT],
     },
     {
         "id": "planes-slot-too-small",  # slots cut for the images only: every batch with a mask goes to new memory
         "row": ROW_SLOT,
         "file": "shardkit/loader/decode/strategies.py",
-        "old": "        return batch_size * (3 + self.plane_bytes) * size**2",
+        "old": "        return batch_layout(batch_size, size, self.planes)[0]",
         "new": "        return batch_size * 3 * size**2",
         "tests": [PLANES_IN_SLOT, SLOT + "test_a_batch_slot_holds_the_planes"],
     },
@@ -299,5 +299,21 @@ MUTANTS = [
         "old": "            inst.copy_(relabel(inst, table))",
         "new": "            inst = relabel(inst, table)",
         "tests": [PLANES_IN_SLOT, "tests/loader/test_instances_loader.py"],
+    },
+    {
+        "id": "planes-not-aligned",  # an instance map alone at an odd offset: a batch of odd size cannot be viewed
+        "row": ROW_SLOT,
+        "file": "shardkit/loader/batching.py",
+        "old": "ALIGN = 64",
+        "new": "ALIGN = 1",
+        "tests": [SLOT + "test_an_instance_map_alone_at_odd_sizes"],
+    },
+    {
+        "id": "fast-mask-warp-constant-folded",  # one rounding where sampling_grid has two: a column off near a tie
+        "row": ROW_MOVE,
+        "file": "shardkit/targets/crops.py",
+        "old": "        g = torch.addcmul(shift + shear * _ZERO + (2.0 * TIE + 1.0) / n_in - 1.0, scale, pos)",
+        "new": "        g = torch.addcmul(shift + shear * _ZERO + ((2.0 * TIE + 1.0) / n_in - 1.0), scale, pos)",
+        "tests": [FAST],
     },
 ]

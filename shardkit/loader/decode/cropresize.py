@@ -49,6 +49,11 @@ def axis_params(
         clamp_box: ``[n]`` bool, see above.
     """
     s = decoded / lengths
+    # the worker's crops take a DCT-scaled axis as 1/r (worker.decoded_scale: ceil(L / r) decoded pixels)
+    dct = s
+    for r in (8, 4, 2):
+        dct = np.where((decoded != lengths) & (decoded == -(-lengths // r)), 1.0 / r, dct)
+    s = np.where(clamp_box, dct, s)
     x0 = np.minimum(decoded - 1, np.round(b0 * s))
     x1 = np.maximum(x0 + 1, np.minimum(decoded, np.round(b1 * s)))
     start = np.where(clamp_box, x0, b0 * s)

@@ -28,7 +28,7 @@ import torch
 
 from shardkit.compat import one_thread
 from shardkit.format import RawSample
-from shardkit.loader.batching import BatchSpec, decode_batch, drop_undecoded, skip
+from shardkit.loader.batching import BatchSpec, batch_layout, decode_batch, drop_undecoded, skip
 from shardkit.loader.batchtypes import Batch, JpegBatch, Jpegs, PixelBatch, RawBatch, ViewBatch
 from shardkit.loader.config import DecodeOn, ImageConfig, LoaderConfig
 from shardkit.loader.decode.backend import normalize_device
@@ -38,7 +38,7 @@ from shardkit.loader.decode.deviceviews import JpegViewBatch, decode_views_on_de
 from shardkit.loader.decode.multicrop import ViewDecoder, views_batch
 from shardkit.loader.decode.worker import CropDecoder, Crops
 from shardkit.loader.stats import Counters
-from shardkit.loader.targetrows import plane_bytes
+from shardkit.loader.targetrows import PIXEL_TARGETS
 from shardkit.loader.view import sample_bytes
 
 
@@ -161,8 +161,8 @@ class WorkerDecode(DecodeStrategy):
 
     uses_ring = True
 
-    def __init__(self, plane_bytes: int = 0):
-        self.plane_bytes = plane_bytes  #: bytes per output pixel of the pixel targets (mask, instances) in a slot
+    def __init__(self, planes: "tuple[str, ...]" = ()):
+        self.planes = planes  #: the pixel targets (mask, instances) a slot holds beside the images
 
     def make(
         self, good: list[RawSample], *, spec: BatchSpec, decoder: Optional[CropDecoder], counters: Counters, t0: float
@@ -175,7 +175,7 @@ class WorkerDecode(DecodeStrategy):
             return decode_batch(good, spec=spec, decoder=decoder, counters=counters, t0=t0)
 
     def slot_bytes(self, batch_size: int, size: int) -> int:
-        return batch_size * (3 + self.plane_bytes) * size**2
+        return batch_layout(batch_size, size, self.planes)[0]
 
 
 class ViewsDecode(DecodeStrategy):
@@ -289,7 +289,7 @@ def strategy_for(config: LoaderConfig) -> DecodeStrategy:
         return DeviceViews(config.image) if config.image.decode_on is DecodeOn.DEVICE else ViewsDecode(config.image)
     if config.image.decode_on is DecodeOn.DEVICE:
         return DeviceDecode()
-    return WorkerDecode(plane_bytes(config.fields))
+    return WorkerDecode(tuple(f for f in PIXEL_TARGETS if f in config.fields))
 
 
 def encode_batch(

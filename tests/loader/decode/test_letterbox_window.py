@@ -56,18 +56,19 @@ def to_output(v: float, lo: float, hi: float) -> float:
 
 
 @settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=60)
-@example(wh=(200, 120), preset="detect", seed=0, gid=3)
-@example(wh=(97, 211), preset="letterbox", seed=0, gid=0)
+@example(wh=(200, 120), preset="detect", seed=0, gid=3, decoder="pil")
+@example(wh=(97, 211), preset="letterbox", seed=0, gid=0, decoder="simplejpeg")
 @given(
     wh=st.tuples(st.integers(24, 400), st.integers(24, 400)),
     preset=st.sampled_from(["detect", "letterbox"]),
     seed=st.integers(0, 999),
     gid=st.integers(0, 999),
+    decoder=st.sampled_from(["pil", "simplejpeg"]),
 )
-def test_the_window_pixels_follow_the_returned_box(wh, preset, seed, gid):
+def test_the_window_pixels_follow_the_returned_box(wh, preset, seed, gid, decoder):
     w, h = wh
     ex, ey = (3 * w) // 4, (3 * h) // 4  # inside the white halves' far quarters: clear of the other edge
-    dec = CropDecoder(ImageConfig(preset=preset, size=SIZE, decoder="pil"), seed)
+    dec = CropDecoder(ImageConfig(preset=preset, size=SIZE, decoder=decoder), seed)
     crops = dec.geometry(np.array([[w, h]]), 0, np.array([gid]))
     flip = bool(crops.flips[0])
     out = torch.full((3, SIZE, SIZE), 77, dtype=torch.uint8)
