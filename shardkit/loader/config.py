@@ -126,10 +126,6 @@ class ImageConfig:
         object.__setattr__(self, "decode_on", DecodeOn.parse(self.decode_on))
         if self.scale is None:
             object.__setattr__(self, "scale", PRESET_SCALE.get(self.preset, PRESET_SCALE[Preset.TRAIN]))
-        if self.decode_on is DecodeOn.DEVICE and self.preset in (Preset.DETECT, Preset.LETTERBOX) and not self.views:
-            raise ValueError(
-                f"preset={self.preset.value!r} needs decode_on='worker' (the device decoder only crops inside the image)"
-            )
         if self.decode_on is DecodeOn.DEVICE and (self.hook is not None or self.batch_hook is not None):
             raise ValueError("hook and batch_hook run on the CPU in the workers; use decode_on='worker' with them")
         if self.views != ():

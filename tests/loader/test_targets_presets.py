@@ -109,8 +109,13 @@ def test_every_dataset_loads_with_the_detection_presets(tmp_path, preset):
     assert (b["image"].permute(0, 2, 3, 1)[pad] == 0).all()
 
 
-def test_device_decode_refuses_the_detection_presets(tmp_path):
-    scenes = write_scenes(str(tmp_path / "scenes"), 4)
-    for preset in ("detect", "letterbox"):
-        with pytest.raises(ValueError, match="decode_on='worker'"):
-            shardkit.load(scenes, preset=preset, decode_on="device", num_workers=0)
+@pytest.mark.parametrize("preset", ["detect", "letterbox"])
+def test_device_decode_takes_the_detection_presets(tmp_path, preset):
+    """``decode_on="device"`` cuts the same windows (tests/loader/decode/test_device.py compares the pixels)."""
+    scenes = write_scenes(str(tmp_path / "scenes"), 6)
+    kw = dict(preset=preset, size=40, batch_size=3, seed=1, num_workers=0, decoder="torchvision", fields=("image",))
+    dev = [b["image"] for b in shardkit.load(scenes, decode_on="device", **kw)]
+    work = [b["image"] for b in shardkit.load(scenes, **kw)]
+    assert len(dev) == len(work) == 2
+    for a, b in zip(dev, work):
+        assert a.shape == b.shape and (a.int() - b.int()).abs().max() <= 2

@@ -120,7 +120,7 @@ def test_mixture_remaps_box_labels_and_masks_by_class_name(tmp_path, num_workers
     assert seen == 20
 
 
-@pytest.mark.parametrize("preset", ["train", "eval"])
+@pytest.mark.parametrize("preset", ["train", "eval", "detect", "letterbox"])
 def test_device_decode_moves_targets_with_the_crop_it_cuts(scenes, preset):
     """``decode_on="device"`` (here on the CPU): the worker moves the targets with the boxes the device cuts (full
     resolution); the oracle holds, and the targets equal the worker path's wherever both decode at full size."""

@@ -29,6 +29,7 @@ DCT = "tests/loader/decode/test_targets_dct.py::test_targets_follow_the_box_roun
 FAST = "tests/loader/test_targets_crops.py::test_the_fast_mask_warp_is_warp_masks"
 WINDOW = "tests/loader/decode/test_letterbox_window.py::test_the_window_pixels_follow_the_returned_box"
 SLOT = "tests/loader/test_target_planes_slot.py::"
+DEVICE_WINDOW = "tests/loader/decode/test_device.py::test_detection_presets_match_worker"
 PLANES_IN_SLOT = SLOT + "test_planes_travel_in_the_slot_and_equal_the_in_process_loader"
 ROW_SLOT = (
     "Targets: masks and instance maps travel from the workers in the batch's shared slot beside the images, the "
@@ -315,5 +316,29 @@ MUTANTS = [
         "old": "        g = torch.addcmul(shift + shear * _ZERO + (2.0 * TIE + 1.0) / n_in - 1.0, scale, pos)",
         "new": "        g = torch.addcmul(shift + shear * _ZERO + ((2.0 * TIE + 1.0) / n_in - 1.0), scale, pos)",
         "tests": [FAST],
+    },
+    {
+        "id": "device-window-pads-nothing",  # output pixels outside the window still get taps: no padding on the device
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/cropresize.py",
+        "old": "        & (o < o1)",
+        "new": "        & (o < o1 + 1e9)",
+        "tests": [DEVICE_WINDOW, DEVICE],
+    },
+    {
+        "id": "device-window-targets-by-the-crop-rule",  # the device's targets follow train's clamp rule, not the window
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/devicetargets.py",
+        "old": "        if window:",
+        "new": "        if False:",
+        "tests": [DEVICE],
+    },
+    {
+        "id": "device-window-planned-scale",  # the window resampled at the planned scale, not the rounded span's
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/cropresize.py",
+        "old": "    scale = (b - a) / np.maximum(o1 - o0, 1.0)",
+        "new": "    scale = per_out * per_stored",
+        "tests": [DEVICE_WINDOW, DEVICE],
     },
 ]

@@ -33,7 +33,9 @@ from torch import Tensor
 def axis_params(
     size: int, lengths: np.ndarray, decoded: np.ndarray, b0: np.ndarray, b1: np.ndarray, clamp_box: np.ndarray
 ) -> np.ndarray:
-    """Per-sample resampling parameters of one axis, ``[n, 6]`` float64: start, scale, lo, hi, window start, window end.
+    """Per-sample resampling parameters of one axis, ``[n, 8]`` float64: start, scale, lo, hi, window start, window
+    end, and the output pixels ``[o0, o1)`` the image covers (here all of them; :func:`letterbox_params`: the rest is
+    padding, 0).
 
     Output pixel ``o`` samples the decoded image around ``start + (o + 0.5) * scale``
     with taps clamped to ``[lo, hi)``: with ``clamp_box``, the integer crop the worker
@@ -50,26 +52,58 @@ def axis_params(
     """
     s = decoded / lengths
     # the worker's crops take a DCT-scaled axis as 1/r (worker.decoded_scale: ceil(L / r) decoded pixels)
-    dct = s
-    for r in (8, 4, 2):
-        dct = np.where((decoded != lengths) & (decoded == -(-lengths // r)), 1.0 / r, dct)
-    s = np.where(clamp_box, dct, s)
+    s = np.where(clamp_box, _decoded_scale(lengths, decoded), s)
     x0 = np.minimum(decoded - 1, np.round(b0 * s))
     x1 = np.maximum(x0 + 1, np.minimum(decoded, np.round(b1 * s)))
     start = np.where(clamp_box, x0, b0 * s)
     scale = np.where(clamp_box, (x1 - x0) / size, (b1 - b0) * s / size)
     lo = np.where(clamp_box, x0, 0.0)
     hi = np.where(clamp_box, x1, decoded)
+    return _with_window(size, start, scale, lo, hi, np.zeros_like(start), np.full_like(start, size))
+
+
+def letterbox_params(size: int, lengths: np.ndarray, decoded: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> np.ndarray:
+    """:func:`axis_params` rows of the ``detect`` and ``letterbox`` presets' windows (boxes that may reach past the
+    image): the output pixels the scaled image covers show the decoded region they see, rounded to whole decoded
+    pixels, and the rest is padding, exactly as the worker's
+    :func:`~shardkit.loader.decode.letterbox.letterboxed_crop` cuts it (its ``_source_span``, vectorised)."""
+    fx, per_out = size / (b1 - b0), (b1 - b0) / size  # output pixels per stored pixel, and back (the worker's floats)
+    scaled = np.maximum(1.0, np.round(lengths * fx))
+    first = np.round(b0 * fx)
+    o0, o1 = np.maximum(0.0, -first), np.minimum(float(size), scaled - first)
+    empty = o1 <= o0
+    per_stored = _decoded_scale(lengths, decoded)
+    a = np.minimum(decoded - 1, np.maximum(0.0, np.round((b0 + o0 * per_out) * per_stored)))
+    b = np.minimum(decoded, np.maximum(a + 1, np.round((b0 + o1 * per_out) * per_stored)))
+    o0, o1 = np.where(empty, 0.0, o0), np.where(empty, 0.0, o1)
+    scale = (b - a) / np.maximum(o1 - o0, 1.0)
+    return _with_window(size, a - o0 * scale, scale, a, b, o0, o1)
+
+
+def _decoded_scale(lengths: np.ndarray, decoded: np.ndarray) -> np.ndarray:
+    """Decoded pixels per stored pixel along one axis: ``1/r`` for a DCT-scaled decode (``ceil(L / r)`` pixels,
+    as :func:`shardkit.loader.decode.worker.decoded_scale`), else the ratio."""
+    s = decoded / lengths
+    for r in (8, 4, 2):
+        s = np.where((decoded != lengths) & (decoded == -(-lengths // r)), 1.0 / r, s)
+    return s
+
+
+def _with_window(
+    size: int, start: np.ndarray, scale: np.ndarray, lo: np.ndarray, hi: np.ndarray, o0: np.ndarray, o1: np.ndarray
+) -> np.ndarray:
+    """The rows ``[start, scale, lo, hi, window start, window end, o0, o1]``: the window is the part of the axis the
+    filter reads for output pixels ``[o0, o1)``."""
     support = np.maximum(scale, 1.0)
-    w_lo = np.maximum(lo, np.floor(start + 0.5 * scale - support + 0.5))
-    w_hi = np.minimum(hi, np.floor(start + (size - 0.5) * scale + support + 0.5))
-    return np.stack([start, scale, lo, hi, w_lo, np.maximum(w_hi, w_lo + 1)], axis=1)
+    w_lo = np.maximum(lo, np.floor(start + (o0 + 0.5) * scale - support + 0.5))
+    w_hi = np.minimum(hi, np.floor(start + (np.maximum(o1, o0 + 1) - 0.5) * scale + support + 0.5))
+    return np.stack([start, scale, lo, hi, w_lo, np.maximum(w_hi, w_lo + 1), o0, o1], axis=1)
 
 
 def _weights(p: Tensor, size: int, window: int, flip: Optional[Tensor]) -> Tensor:
     """``[n, size, window]`` float32 rows of torch's antialiased bilinear filter (see :func:`axis_params`);
     ``flip``: positions (int64, on ``p``'s device) whose rows are reversed (a horizontal flip)."""
-    start, scale, lo, hi, w_lo = (p[:, k, None, None] for k in range(5))
+    start, scale, lo, hi, w_lo, _, o0, o1 = (p[:, k, None, None] for k in range(8))
     o = torch.arange(size, device=p.device, dtype=p.dtype)[None, :, None]
     j = w_lo + torch.arange(window, device=p.device, dtype=p.dtype)[None, None, :]  # absolute source index
     center = start + (o + 0.5) * scale  # [n, size, 1]
@@ -79,6 +113,8 @@ def _weights(p: Tensor, size: int, window: int, flip: Optional[Tensor]) -> Tenso
     w.mul_(
         (j >= torch.maximum(lo, torch.floor(center - support + 0.5)))
         & (j < torch.minimum(hi, torch.floor(center + support + 0.5)))
+        & (o >= o0)  # output pixels outside [o0, o1) are padding: no taps, 0
+        & (o < o1)
     )
     w.div_(w.sum(-1, keepdim=True).clamp_(min=1e-12))
     if flip is not None and len(flip):

@@ -57,7 +57,7 @@ from shardkit.loader.decode.backend import (
     normalize_device,
     stream_barrier,
 )
-from shardkit.loader.decode.cropresize import axis_params, resized_crops
+from shardkit.loader.decode.cropresize import axis_params, letterbox_params, resized_crops
 from shardkit.loader.decode.worker import MAX_EVAL_ASPECT, CropDecoder, Crops, make_decoder
 
 Jpeg = Union[bytes, bytearray, memoryview, Tensor]
@@ -359,6 +359,14 @@ class DeviceDecoder:
             return out
         dims = np.array([img.shape[1:] for img in images], np.int64)
         boxes = np.asarray(crops.boxes, np.float64)
+        if self.cfg.preset in (Preset.DETECT, Preset.LETTERBOX):  # windows that may reach past the image: padded
+            px = letterbox_params(
+                s, sizes[:, 0].astype(np.float64), dims[:, 1].astype(np.float64), boxes[:, 0], boxes[:, 2]
+            )
+            py = letterbox_params(
+                s, sizes[:, 1].astype(np.float64), dims[:, 0].astype(np.float64), boxes[:, 1], boxes[:, 3]
+            )
+            return resized_crops(images, px, py, np.asarray(crops.flips, bool), out, self.max_canvas_pixels)
         if self.cfg.preset is Preset.EVAL:
             clamp_box = sizes.max(1) > MAX_EVAL_ASPECT * sizes.min(1)  # the worker crops panoramas first
         else:

@@ -17,7 +17,7 @@ import numpy as np
 
 from shardkit.format import RawSample
 from shardkit.loader.config import Preset
-from shardkit.loader.decode.cropresize import axis_params
+from shardkit.loader.decode.cropresize import axis_params, letterbox_params
 from shardkit.loader.decode.device import BatchGeometry
 from shardkit.loader.decode.worker import MAX_EVAL_ASPECT, Crops
 from shardkit.loader.fields import RowSpec
@@ -33,9 +33,13 @@ def device_boxes(sizes: np.ndarray, boxes: np.ndarray, preset: Preset, size: int
         clamp = sizes.max(1) > MAX_EVAL_ASPECT * sizes.min(1)
     else:
         clamp = np.ones(len(sizes), bool)
+    window = preset in (Preset.DETECT, Preset.LETTERBOX)
     out = np.empty_like(boxes)
     for axis, (lo, hi) in enumerate(((0, 2), (1, 3))):
-        p = axis_params(size, sizes[:, axis], sizes[:, axis], boxes[:, lo], boxes[:, hi], clamp)
+        if window:
+            p = letterbox_params(size, sizes[:, axis], sizes[:, axis], boxes[:, lo], boxes[:, hi])
+        else:
+            p = axis_params(size, sizes[:, axis], sizes[:, axis], boxes[:, lo], boxes[:, hi], clamp)
         out[:, lo], out[:, hi] = p[:, 0], p[:, 0] + p[:, 1] * size
     return out
 

@@ -93,6 +93,32 @@ def test_train_matches_worker(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("preset", ["detect", "letterbox"])
+@pytest.mark.parametrize("size", [24, 48, 90])
+def test_detection_presets_match_worker(device, preset, size):
+    """``detect``/``letterbox`` on the device: the window's pixels as the worker cuts them (whole decoded pixels,
+    full-resolution decode on both sides: no DCT scaling at these sizes), the padding exactly where the worker pads
+    (0), mirrored with the window."""
+    cfg = ImageConfig(preset=preset, size=size, fast_decode=False, decoder="torchvision")
+    gids = np.arange(200, 216)
+    jpegs = [encode(MIXED[i % 4], i) for i in range(16)]
+    ref, kept = worker_path(cfg, jpegs, gids)
+    got, _, _ = device_path(cfg, jpegs, gids, device)
+    assert got.kept.tolist() == kept == list(range(16))
+    a, b = got.images.cpu(), ref
+    pad_dev, pad_ref = (a == 0).all(1), (b == 0).all(1)  # [n, S, S]: every channel 0
+    inner = ~(pad_dev | pad_ref)
+    assert pad_ref.any(), "the examples must pad somewhere"
+    d = diff(a, b)
+    if device == "cpu":
+        assert d.max() <= 2, d.max()
+    else:
+        assert d.mean() <= 2, d.mean()
+    # where one side pads the other is black too (the image content is never black here: encode()'s gradients)
+    assert bool(inner.any()) and torch.equal(pad_dev, pad_ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("channels_last", [True, False])
 def test_output_dtype_layout_shape(device, channels_last):
     cfg = ImageConfig(preset="train", size=20, channels_last=channels_last)
