@@ -17,14 +17,14 @@ import hashlib
 import io
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any, Optional
 
 import numpy as np
 
 from shardkit.errors import ShardkitError
 from shardkit.format.fields import DEFAULT_FIELDS, IGNORE, INSTANCES_EXT, MASK_EXT, SampleRule
-from shardkit.format.index import INDEX_FORMAT, IndexDamage, build_index, index_url, load_index
+from shardkit.format.index import READABLE_INDEX_FORMATS, IndexDamage, build_index, index_url, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.masks import decode_instances, decode_mask
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_PIXELS, META_EXT, parse_meta
@@ -309,7 +309,7 @@ class _SplitCheck:
     def _index(self, index: int, walked: Optional[tuple[list[SampleSpan], list[str]]]) -> None:
         m, s = self.m, self.m.shards[index]
         iname = index_url(s.name)
-        if m.sample_index != INDEX_FORMAT:
+        if m.sample_index not in READABLE_INDEX_FORMATS:
             return self.add(
                 iname,
                 "",
@@ -318,12 +318,12 @@ class _SplitCheck:
         try:
             idx = load_index(m.shard_url(index), shard_bytes=s.bytes, shard_sha256=s.sha256, **self.so)
         except IndexDamage as exc:
-            return self.add(iname, "", f"sample index unusable, the loader falls back to the header walk ({exc})")
-        if walked is not None and idx != build_index(*walked, s.bytes, s.sha256):
+            return self.add(iname, "", f"sample index unusable, the loader withholds this shard's samples ({exc})")
+        if walked is not None and replace(idx, crc32c=None) != build_index(*walked, s.bytes, s.sha256):
             self.add(
                 iname,
                 "",
-                "sample index does not match the tar (the loader detects this and falls back to the header walk)",
+                "sample index does not match the tar (the loader withholds the samples it rejects)",
             )
 
     def finish(self) -> None:

@@ -268,7 +268,7 @@ def test_a_slowdown_on_a_sample_index_is_retried_not_walked(tmp_path, s3, s3_end
         keys = [k for _, _, ks in loader for k in ks]
         log = list(proxy.log)
     assert sorted(keys) == sorted(ds.keys)
-    assert loader.stats.index_fallbacks == 0 and loader.stats.slowdowns >= 1
+    assert loader.stats.shards_withheld == 0 and loader.stats.slowdowns >= 1
     idx_gets = [r for r in log if r.path.endswith("train-000001.idx") and r.method == "GET"]
     assert [r.outcome for r in idx_gets] == ["503"] * 6 + ["ok"]
     tar_gets = [r for r in log if r.path.endswith("train-000001.tar") and r.method == "GET"]
