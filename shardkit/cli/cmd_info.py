@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     from shardkit.cli import storage_options
     from shardkit.errors import ManifestError
+    from shardkit.format.index import INDEX_FORMAT
     from shardkit.format.verify import find_splits, split_info
 
     found = find_splits(args.url, **storage_options(args))
@@ -49,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     for s, m in zip(splits, found.manifests):
-        index = ", sample index" if s.sample_index else ""
+        index = {"": "", INDEX_FORMAT: ", sample index with checksums"}.get(
+            s.sample_index, ", sample index without checksums (`shardkit index` adds them)"
+        )
         print(
             f"split {s.split}: {s.samples} samples, {len(s.classes)} classes, {s.shards} shards{index}, "
             f"{s.bytes / 1e6:.1f} MB, mean {s.mean_sample_bytes / 1e3:.1f} kB per sample  ({s.url})"
