@@ -41,7 +41,7 @@ MUTANTS = [
         "id": "short-range-delivered-as-walk",  # a truncated shard's short read: samples silently dropped
         "row": ROW_CHECKED,
         "file": "shardkit/loader/blockreader.py",
-        "old": "                    out.extend(RawSample(key=idx.keys[x], gid=first + x, shard=url, index=x, error=why) for x in range(i, j))",
+        "old": "                    out.extend(\n                        RawSample(key=idx.keys[x], gid=first + x, shard=url, index=x, error=why) for x in range(i, j)\n                    )",
         "new": "                    pass",
         "tests": [CHANGED],
     },
