@@ -16,7 +16,9 @@ from __future__ import annotations
 import io
 import logging
 import numbers
+import os
 import time
+import weakref
 from dataclasses import dataclass, field, fields, replace
 from typing import IO, Any, Literal, Optional, Union
 
@@ -33,10 +35,14 @@ from shardkit.storage.budget import (
     is_slowdown,
     read_budget,
 )
-from shardkit.storage.cache import ShardCache, copy_stream
+from shardkit.storage.cache import HashingSink, ShardCache, copy_stream
 from shardkit.storage.retry import RetryingFile, RetryLog, backend_options, backoff_s, is_transient
+from shardkit.storage.trust import size_mismatch
 
 log = logging.getLogger("shardkit.loader")
+
+#: bytes per request of a cache download (a whole shard, read front to back)
+DOWNLOAD_BLOCK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -169,40 +175,89 @@ class ShardOpener:
         self.cache = ShardCache(cfg.cache_dir, cfg.cache_size) if cfg.cache_dir else None
         self.retries = 0  #: remote reads retried so far (all shards together)
         self.retry_log = RetryLog(log)
+        #: files served from the cache -> the cache file each reads
+        self._cached: weakref.WeakKeyDictionary[IO[bytes], str] = weakref.WeakKeyDictionary()
 
-    def open(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
-        """A binary file positioned at the start of shard ``url`` (``nbytes``: size from the manifest)."""
+    def open(self, url: str, nbytes: Optional[int] = None, sha256: Optional[str] = None) -> IO[bytes]:
+        """A binary file positioned at the start of shard ``url``.
+
+        ``nbytes`` and ``sha256``: the shard's size and digest from the manifest. The size is checked
+        at every open (local: ``fstat``; remote: the size the store reports; a cache hit: its file)
+        unless ``check_sizes=False``: a mismatch is a :class:`StorageError` naming the URL and both
+        sizes. With a ``cache_dir``, a shard whose ``sha256`` is known is served from the
+        content-addressed cache (downloaded once, kept only when its bytes hash to ``sha256``);
+        ``sha256=None`` streams it.
+        """
         check_url(url, self.cfg)
+        want = nbytes if self.cfg.check_sizes else None
         if storage.scheme(url) == "pipe":
             from webdataset.gopen import gopen
 
             return gopen(url, "rb")
         if storage.is_local(url):
-            return storage.open_read(url)
-        if self.cache is not None and nbytes is not None:
+            f = storage.open_read(url)
+            self._check_local(url, f, want)
+            return f
+        cached = self._open_cached(url, nbytes, sha256)
+        if cached is not None:
+            return cached
+        return self._open_remote(url, want)
 
-            def download(dst: IO[bytes]) -> None:
-                with self._open_remote(url) as src:
-                    copy_stream(src, dst)
-
-            path = self.cache.fetch(url, nbytes, download)
-            if path is not None:
-                return open(path, "rb", buffering=1 << 20)
-        return self._open_remote(url)
-
-    def open_ranges(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
+    def open_ranges(self, url: str, nbytes: Optional[int] = None, sha256: Optional[str] = None) -> IO[bytes]:
         """Like :meth:`open`, for a few large reads at known offsets (the sample index): on remote
         storage (no cache) ``seek(lo); read(n)`` is one range request for exactly ``n`` bytes (no
-        read-ahead buffer in between), retried from its offset like every remote read."""
+        read-ahead buffer in between), retried from its offset like every remote read; with a cache
+        and a known ``sha256`` the reads come from the cached file."""
         check_url(url, self.cfg)
+        want = nbytes if self.cfg.check_sizes else None
         if storage.scheme(url) != "pipe" and storage.is_local(url):
             try:
-                return open(storage.local_path(url), "rb", buffering=0)
+                f = open(storage.local_path(url), "rb", buffering=0)
             except FileNotFoundError:
                 raise StorageError(f"{url}: not found") from None
-        if storage.scheme(url) == "pipe" or self.cache is not None and nbytes is not None:
-            return self.open(url, nbytes)
-        return self._retrying(url)  # type: ignore[return-value]  # a RawIOBase: a binary file
+            self._check_local(url, f, want)
+            return f
+        if storage.scheme(url) == "pipe":
+            return self.open(url, nbytes, sha256)
+        cached = self._open_cached(url, nbytes, sha256)
+        if cached is not None:
+            return cached
+        return self._retrying(url, want)  # type: ignore[return-value]  # a RawIOBase: a binary file
+
+    def cache_path_of(self, f: IO[bytes]) -> Optional[str]:
+        """The cache file that ``f`` (returned by :meth:`open` or :meth:`open_ranges`) reads, or None
+        when it reads the store or a local dataset."""
+        return self._cached.get(f)
+
+    def drop_cached(self, url: str, nbytes: int, sha256: str, why: str) -> bool:
+        """Remove the cache entry of shard ``url`` (this size and digest), logging one warning that
+        names the cache file and ``why``; the next open downloads it again. False when there was
+        none (or no cache)."""
+        if self.cache is None:
+            return False
+        return self.cache.drop(sha256, nbytes, f"{url}: {why}")
+
+    def _check_local(self, url: str, f: IO[bytes], nbytes: Optional[int]) -> None:
+        if nbytes is None:
+            return
+        size = os.fstat(f.fileno()).st_size
+        if size != nbytes:
+            f.close()
+            raise size_mismatch(url, size, nbytes)
+
+    def _open_cached(self, url: str, nbytes: Optional[int], sha256: Optional[str]) -> Optional[IO[bytes]]:
+        """The shard from the cache (downloaded on a miss), or None: no cache, no content key, no room."""
+        if self.cache is None or nbytes is None or sha256 is None:
+            return None
+        f = self.cache.fetch(url, nbytes, sha256, lambda sink: self._download(url, nbytes, sink))
+        if f is not None:
+            self._cached[f] = f.name  # type: ignore[assignment]
+        return f
+
+    def _download(self, url: str, nbytes: int, sink: HashingSink) -> None:
+        """Write the whole shard ``url`` into ``sink`` (the cache checks size and digest)."""
+        with self._retrying(url, nbytes, block_size=DOWNLOAD_BLOCK) as src:
+            copy_stream(src, sink)  # type: ignore[arg-type]
 
     def fetch(self, url: str) -> bytes:
         """The whole of a small object (a sample index): one GET on remote storage, no size probe first."""
@@ -234,16 +289,17 @@ class ShardOpener:
                 self.retries += 1
                 time.sleep(backoff_s(url, attempt))
 
-    def _open_remote(self, url: str) -> IO[bytes]:
+    def _open_remote(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
         """A :class:`RetryingFile` (transient errors are retried from the failed read's byte offset)
         behind a C ``io.BufferedReader`` of ``block_size``: one range request per block, and the
         reader's many small header and member reads are served from memory without going
         through fsspec's Python read path (about 16 us each)."""
-        return io.BufferedReader(self._retrying(url), buffer_size=self.block_size)
+        return io.BufferedReader(self._retrying(url, nbytes), buffer_size=self.block_size)
 
-    def _retrying(self, url: str) -> RetryingFile:
+    def _retrying(self, url: str, nbytes: Optional[int] = None, block_size: Optional[int] = None) -> RetryingFile:
+        """A :class:`RetryingFile` of ``url`` (``nbytes``: the size its open must find; None: any)."""
         opts = backend_options(url, self.cfg.storage_options)
-        block_size = self.block_size
+        block_size = block_size or self.block_size
 
         def open_fn() -> IO[bytes]:
             return storage.open_read(url, block_size=block_size, raw_errors=True, cache_type="none", **opts)
@@ -256,6 +312,7 @@ class ShardOpener:
             on_retry=self._retried,
             log=self.retry_log,
             limiter=self.limiter,
+            expected_size=nbytes,
         )
 
     def _retried(self, url: str, offset: int, exc: BaseException) -> None:

@@ -52,6 +52,7 @@ from typing import IO, Any, Optional
 
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.storage.budget import RequestLimiter, is_slowdown
+from shardkit.storage.trust import changed_while_reading, check_size, identity, is_changed_object
 
 _FATAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 _NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http.client", "ssl", "asyncio")
@@ -62,8 +63,8 @@ _BACKOFF_MAX_S = 5.0
 
 def is_transient(exc: BaseException) -> bool:
     """True for errors worth retrying: I/O and network errors, not missing objects, denied access or bugs."""
-    if isinstance(exc, (ShardkitError, *_FATAL)) or not isinstance(exc, Exception):
-        return False
+    if isinstance(exc, (ShardkitError, *_FATAL)) or not isinstance(exc, Exception) or is_changed_object(exc):
+        return False  # an object that changed is not a network that failed
     if isinstance(exc, (OSError, EOFError, TimeoutError)):
         return True
     return any(
@@ -175,6 +176,11 @@ class RetryingFile(io.RawIOBase):
             :func:`is_slowdown`. None: no limit.
         open_sends: ``open_fn`` sends a request (fsspec's size probe); False for a file that sends
             its requests only when read.
+        expected_size: the size the first open must find (the manifest's): another is a
+            :class:`StorageError` ("the shard changed since conversion"); None: any. Every reopen
+            must find the object of the first open (its size, and its ETag where the backend gives
+            one): a changed object is a :class:`StorageError` ("changed while reading"), never read
+            at the old offsets; so is s3fs's ``FileExpired``.
     """
 
     def __init__(
@@ -189,8 +195,11 @@ class RetryingFile(io.RawIOBase):
         sleep: Callable[[float], None] = time.sleep,
         limiter: Optional[RequestLimiter] = None,
         open_sends: bool = True,
+        expected_size: Optional[int] = None,
     ):
         super().__init__()
+        self._expected_size = expected_size
+        self._identity: Optional[tuple[Optional[int], Optional[str]]] = None
         self.url, self._open_fn = url, open_fn
         self._limiter, self._open_sends = limiter, open_sends
         self.max_retries, self.retry_budget_s = max_retries, retry_budget_s
@@ -254,6 +263,15 @@ class RetryingFile(io.RawIOBase):
         size = getattr(f, "size", None)
         return isinstance(size, int) and self._pos >= size
 
+    def _check_identity(self, f: IO[bytes]) -> None:
+        """The first open finds the manifest's size; every reopen finds the object of the first open."""
+        ident = identity(f)
+        if self._identity is None:
+            check_size(self.url, ident[0], self._expected_size)
+            self._identity = ident
+        elif any(a is not None and b is not None and a != b for a, b in zip(ident, self._identity)):
+            raise changed_while_reading(self.url)
+
     def _call(self, op: Callable[[IO[bytes]], Any], sends: bool = False) -> Any:
         """Run ``op`` on the file positioned at ``self._pos``, reopening after transient errors
         (``sends``: ``op`` sends a request, so it waits for the limiter)."""
@@ -266,6 +284,7 @@ class RetryingFile(io.RawIOBase):
                     if self._limiter is not None and self._open_sends:
                         self._limiter.acquire()  # fsspec's size probe
                     self._f = self._open_fn()
+                    self._check_identity(self._f)
                 if self._f.tell() != self._pos:
                     self._f.seek(self._pos)
                 if sends and self._limiter is not None and not self._at_end(self._f):
@@ -275,6 +294,12 @@ class RetryingFile(io.RawIOBase):
                     self._log.recovered(self.url, failures, time.monotonic() - first)
                 return result
             except Exception as exc:  # noqa: BLE001 - classified just below
+                if is_changed_object(exc):
+                    self._drop()
+                    raise changed_while_reading(self.url) from None
+                if isinstance(exc, ShardkitError):
+                    self._drop()
+                    raise
                 if isinstance(exc, _FATAL):
                     raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc})") from None
                 if not is_transient(exc):
