@@ -251,7 +251,7 @@ class ShardOpener:
             return None
         f = self.cache.fetch(url, nbytes, sha256, lambda sink: self._download(url, nbytes, sink))
         if f is not None:
-            self._cached[f] = f.name  # type: ignore[assignment]
+            self._cached[f] = f.name
         return f
 
     def _download(self, url: str, nbytes: int, sink: HashingSink) -> None:
