@@ -169,6 +169,26 @@ def test_a_shard_evicted_after_the_lock_is_released_is_still_read(tmp_path, monk
             assert f.read() == data
 
 
+def test_a_download_is_fsynced_before_it_is_published(tmp_path, monkeypatch):
+    """A power loss after the rename must not leave a published entry whose bytes never reached the disk."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.fspath(src)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    _put(ShardCache(str(tmp_path)), "s3://b/s.tar", b"d" * 100)
+    [(_, tmp)] = [e for e in events if e[0] == "replace"]
+    assert ("fsync", tmp) in events and events.index(("fsync", tmp)) < events.index(("replace", tmp)), events
+
+
 def test_drop_removes_the_entry_and_names_it(tmp_path, caplog):
     cache = ShardCache(str(tmp_path))
     data = b"x" * 100
