@@ -37,6 +37,7 @@ from shardkit.storage.budget import (
 )
 from shardkit.storage.cache import HashingSink, ShardCache, copy_stream
 from shardkit.storage.retry import RetryingFile, RetryLog, backend_options, backoff_s, is_transient
+from shardkit.storage.timeouts import Timeouts, is_timeout, timeouts_for, with_timeouts
 from shardkit.storage.trust import size_mismatch
 
 log = logging.getLogger("shardkit.loader")
@@ -67,8 +68,14 @@ class StorageConfig:
         max_retries: retries of one failing remote read (reopened with a range request at the
             byte offset where it failed, after an exponential backoff) before giving up.
         retry_budget_s: seconds one remote read may keep failing before the loader gives up with
-            a :class:`shardkit.StorageError` naming the URL (the backend's own per-request timeout
-            can add one attempt: s3fs ``connect_timeout``/``read_timeout`` in ``config_kwargs``).
+            a :class:`shardkit.StorageError` naming the URL. A server that does not answer is given
+            up when the next attempt could not finish inside the budget (at most one attempt when
+            a single one is longer than the budget).
+        request_timeout_s: seconds a remote request waits to connect, or for the next bytes of an
+            answer, before it counts as failed (lowered so that one attempt fits ``retry_budget_s``,
+            not below 5 s unless set lower here; see :mod:`shardkit.storage.timeouts`). Timeouts the
+            user sets in ``storage_options`` (s3fs ``config_kwargs`` ``connect_timeout`` /
+            ``read_timeout``, HTTP ``client_kwargs`` ``timeout``) win.
         request_budget: remote GET/s per key prefix for the whole world (every rank and worker
             together); each reading process gets an even share over the dataset's prefixes and
             waits for it before every request; a ``503 SlowDown`` or ``429`` lowers its rate, which
@@ -87,11 +94,14 @@ class StorageConfig:
     check_sizes: bool = True
     max_retries: int = 30
     retry_budget_s: float = 120.0
+    request_timeout_s: float = 20.0
     request_budget: Optional[float] = REQUEST_BUDGET
     expected_img_per_s: float = EXPECTED_IMG_PER_S
 
     def __post_init__(self) -> None:
         check_types(self)
+        if not self.request_timeout_s > 0:
+            raise ValueError(f"loader option 'request_timeout_s' must be > 0 seconds, got {self.request_timeout_s}")
         if self.max_retries < 0 or self.retry_budget_s < 0:
             raise ValueError(
                 f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}"
@@ -265,7 +275,8 @@ class ShardOpener:
         if storage.is_local(url):
             with open(storage.local_path(url), "rb") as f:
                 return f.read()
-        fs, path = storage.get_fs(url, **backend_options(url, self.cfg.storage_options))
+        timeouts = self._timeouts(url)
+        fs, path = storage.get_fs(url, **self._options(url, timeouts))
         attempt, t0 = 0, time.monotonic()
         while True:
             if self.limiter is not None:
@@ -279,6 +290,12 @@ class ShardOpener:
                     self.limiter.slow_down()  # lower the rate first: the retry below waits for it
                 attempt += 1
                 spent = time.monotonic() - t0
+                if is_timeout(exc) and spent + backoff_s(url, attempt) + timeouts.attempt_s > self.cfg.retry_budget_s:
+                    raise StorageError(
+                        f"{url}: the server did not answer within {timeouts.request_s:g} s ({attempt} attempts "
+                        f"over {spent:.1f} s); check the endpoint and network (a larger retry_budget_s does not help "
+                        f"a server that does not answer)"
+                    ) from None
                 if attempt > self.cfg.max_retries or spent > self.cfg.retry_budget_s:
                     raise StorageError(
                         f"{url}: still failing after {attempt} attempts over {spent:.1f} s "
@@ -298,7 +315,8 @@ class ShardOpener:
 
     def _retrying(self, url: str, nbytes: Optional[int] = None, block_size: Optional[int] = None) -> RetryingFile:
         """A :class:`RetryingFile` of ``url`` (``nbytes``: the size its open must find; None: any)."""
-        opts = backend_options(url, self.cfg.storage_options)
+        timeouts = self._timeouts(url)
+        opts = self._options(url, timeouts)
         block_size = block_size or self.block_size
 
         def open_fn() -> IO[bytes]:
@@ -313,7 +331,15 @@ class ShardOpener:
             log=self.retry_log,
             limiter=self.limiter,
             expected_size=nbytes,
+            timeouts=timeouts,
         )
+
+    def _timeouts(self, url: str) -> Timeouts:
+        return timeouts_for(url, self.cfg.storage_options, self.cfg.request_timeout_s, self.cfg.retry_budget_s)
+
+    def _options(self, url: str, timeouts: Timeouts) -> dict[str, Any]:
+        """The backend's options for ``url``: its slow retries off, a timeout on every request."""
+        return with_timeouts(url, backend_options(url, self.cfg.storage_options), timeouts.request_s)
 
     def _retried(self, url: str, offset: int, exc: BaseException) -> None:
         self.retries += 1

@@ -52,6 +52,7 @@ from typing import IO, Any, Optional
 
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.storage.budget import RequestLimiter, is_slowdown
+from shardkit.storage.timeouts import Timeouts, is_timeout
 from shardkit.storage.trust import changed_while_reading, check_size, identity, is_changed_object
 
 _FATAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
@@ -181,6 +182,10 @@ class RetryingFile(io.RawIOBase):
             must find the object of the first open (its size, and its ETag where the backend gives
             one): a changed object is a :class:`StorageError` ("changed while reading"), never read
             at the old offsets; so is s3fs's ``FileExpired``.
+        timeouts: the backend's per-request timeout (already in ``open_fn``'s options) and the longest
+            one attempt can take: after an attempt that timed out, the read is given up when the next
+            could not finish inside ``retry_budget_s`` (counted from the read's start), with an error
+            that says the server did not answer. None: no such rule.
     """
 
     def __init__(
@@ -196,8 +201,10 @@ class RetryingFile(io.RawIOBase):
         limiter: Optional[RequestLimiter] = None,
         open_sends: bool = True,
         expected_size: Optional[int] = None,
+        timeouts: Optional[Timeouts] = None,
     ):
         super().__init__()
+        self._timeouts = timeouts
         self._expected_size = expected_size
         self._identity: Optional[tuple[Optional[int], Optional[str]]] = None
         self.url, self._open_fn = url, open_fn
@@ -272,12 +279,27 @@ class RetryingFile(io.RawIOBase):
         elif any(a is not None and b is not None and a != b for a, b in zip(ident, self._identity)):
             raise changed_while_reading(self.url)
 
+    def _silent_past_budget(self, exc: BaseException, elapsed: float, failures: int) -> bool:
+        """After a timed-out attempt: True when the next attempt could not finish inside the budget."""
+        t = self._timeouts
+        if t is None or not is_timeout(exc):
+            return False
+        return elapsed + backoff_s(self.url, failures) + t.attempt_s > self.retry_budget_s
+
+    def _no_answer(self, failures: int, elapsed: float) -> StorageError:
+        assert self._timeouts is not None
+        return StorageError(
+            f"{self.url}: the server did not answer within {self._timeouts.request_s:g} s (read at byte {self._pos}, "
+            f"{failures} {'attempt' if failures == 1 else 'attempts'} over {elapsed:.1f} s); check the endpoint and "
+            f"network (a larger retry_budget_s does not help a server that does not answer)"
+        )
+
     def _call(self, op: Callable[[IO[bytes]], Any], sends: bool = False) -> Any:
         """Run ``op`` on the file positioned at ``self._pos``, reopening after transient errors
         (``sends``: ``op`` sends a request, so it waits for the limiter)."""
         if self.closed:
             raise ValueError("I/O operation on closed file")
-        failures, first = 0, 0.0
+        failures, first, start = 0, 0.0, time.monotonic()
         while True:
             try:
                 if self._f is None:
@@ -315,6 +337,10 @@ class RetryingFile(io.RawIOBase):
                 first = first or now
                 failures += 1
                 spent = now - first
+                if self._silent_past_budget(exc, now - start, failures):
+                    if self._log is not None:
+                        self._log.gave_up(self.url)
+                    raise self._no_answer(failures, now - start) from None
                 if failures > self.max_retries or spent >= self.retry_budget_s:
                     if self._log is not None:
                         self._log.gave_up(self.url)

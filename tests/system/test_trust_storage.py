@@ -280,3 +280,55 @@ def test_the_index_fetch_keeps_to_the_retry_budget(s3, s3_endpoint, monkeypatch)
             opener.fetch(f"s3://{bucket}/idx/s.idx")
     assert clock[0] <= 3.0 + 5.0  # the budget, plus at most one capped backoff
     assert opener.retries < 100
+
+
+# ----------------------------------------------------------------------------- a server that never answers
+
+
+@pytest.fixture()
+def silent_server():
+    """A TCP server on 127.0.0.1 that accepts connections and never answers; yields (url, accepted count)."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    conns: list = []
+
+    def accept():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.getsockname()[1]}", conns
+    srv.close()
+    for c in conns:
+        c.close()
+    t.join(5)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("scheme", ["s3", "http"])
+def test_a_server_that_never_answers_is_bounded_and_named(silent_server, scheme):
+    """Every request has a read timeout; after a silent attempt the read stops when another could not
+    finish inside the budget, and the error says the server did not answer (not "raise the budget")."""
+    base, conns = silent_server
+    if scheme == "s3":
+        url = "s3://bkt/ds/s.tar"
+        opts = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": base, "region_name": "us-east-1"}}
+        per_attempt, attempt_s = 5, 5 * 0.5 + 2.0  # s3fs's own tries of one request, and its sleeps
+    else:
+        url = f"{base}/ds/s.tar"
+        opts, per_attempt, attempt_s = {}, 2, 2 * 0.5  # a size probe (HEAD), then a GET
+    cfg = StorageConfig(storage_options=opts, retry_budget_s=3.0, request_timeout_s=0.5, max_retries=1000)
+    with pytest.raises(StorageError, match=r"did not answer within 0.5 s") as err:
+        ShardOpener(cfg).open(url, 100)
+    assert "retry_budget_s does not help" in str(err.value)
+    fit = max(1, int(3.0 // attempt_s))  # the attempts that fit in the budget (at least one)
+    assert len(conns) <= per_attempt * fit, len(conns)
