@@ -180,3 +180,27 @@ MUTANTS = [
         "tests": [TS + "test_the_index_fetch_keeps_to_the_retry_budget"],
     },
 ]
+
+ROW_SILENT = (
+    "Object storage: a server that accepts and never answers: every request has a read timeout; the read ends "
+    "within retry_budget_s (or one attempt) saying the server did not answer"
+)
+SILENT = TS + "test_a_server_that_never_answers_is_bounded_and_named"
+MUTANTS += [
+    {
+        "id": "trust-no-read-timeout",
+        "row": ROW_SILENT,
+        "file": "shardkit/storage/timeouts.py",
+        "old": "    if timeout_s is None:\n        return storage_options\n",
+        "new": "    if True:\n        return storage_options\n",
+        "tests": [SILENT],
+    },
+    {
+        "id": "trust-silent-attempts-past-the-budget",
+        "row": ROW_SILENT,
+        "file": RETRY,
+        "old": "        return elapsed + backoff_s(self.url, failures) + t.attempt_s > self.retry_budget_s\n",
+        "new": "        return False\n",
+        "tests": [SILENT],
+    },
+]
