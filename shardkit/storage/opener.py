@@ -38,7 +38,7 @@ from shardkit.storage.budget import (
 from shardkit.storage.cache import HashingSink, ShardCache, copy_stream
 from shardkit.storage.retry import RetryingFile, RetryLog, backend_options, backoff_s, is_transient
 from shardkit.storage.timeouts import Timeouts, is_timeout, timeouts_for, with_timeouts
-from shardkit.storage.trust import size_mismatch
+from shardkit.storage.trust import RangeUnsupported, size_mismatch
 
 log = logging.getLogger("shardkit.loader")
 
@@ -266,8 +266,38 @@ class ShardOpener:
 
     def _download(self, url: str, nbytes: int, sink: HashingSink) -> None:
         """Write the whole shard ``url`` into ``sink`` (the cache checks size and digest)."""
-        with self._retrying(url, nbytes, block_size=DOWNLOAD_BLOCK) as src:
-            copy_stream(src, sink)  # type: ignore[arg-type]
+        try:
+            with self._retrying(url, nbytes, block_size=DOWNLOAD_BLOCK) as src:
+                copy_stream(src, sink)  # type: ignore[arg-type]
+        except RangeUnsupported:
+            self._stream_download(url, sink)
+
+    def _stream_download(self, url: str, sink: HashingSink) -> None:
+        """One plain GET of the whole of ``url`` into ``sink`` (a server without Range requests); a
+        transient failure restarts it from byte 0, within ``max_retries`` and ``retry_budget_s``."""
+        timeouts = self._timeouts(url)
+        opts = self._options(url, timeouts)
+        attempt, t0 = 0, time.monotonic()
+        while True:
+            sink.restart()
+            if self.limiter is not None:
+                self.limiter.acquire()
+            try:
+                with storage.open_read(url, block_size=0, raw_errors=True, **opts) as src:
+                    copy_stream(src, sink)
+                return
+            except Exception as exc:
+                if sink.full or not is_transient(exc):
+                    raise
+                attempt += 1
+                spent = time.monotonic() - t0
+                if attempt > self.cfg.max_retries or spent > self.cfg.retry_budget_s:
+                    raise StorageError(
+                        f"{url}: whole-shard download still failing after {attempt} attempts over {spent:.1f} s "
+                        f"({type(exc).__name__}: {exc}); check the endpoint and network"
+                    ) from None
+                self.retries += 1
+                time.sleep(backoff_s(url, attempt))
 
     def fetch(self, url: str) -> bytes:
         """The whole of a small object (a sample index): one GET on remote storage, no size probe first."""

@@ -53,7 +53,7 @@ from typing import IO, Any, Optional
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.storage.budget import RequestLimiter, is_slowdown
 from shardkit.storage.timeouts import Timeouts, is_timeout
-from shardkit.storage.trust import changed_while_reading, check_size, identity, is_changed_object
+from shardkit.storage.trust import changed_while_reading, check_size, identity, is_changed_object, is_no_range, no_range
 
 _FATAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 _NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http.client", "ssl", "asyncio")
@@ -324,6 +324,9 @@ class RetryingFile(io.RawIOBase):
                     raise
                 if isinstance(exc, _FATAL):
                     raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc})") from None
+                if is_no_range(exc):
+                    self._drop()
+                    raise no_range(self.url) from None
                 if not is_transient(exc):
                     if _raised_by_backend(exc):  # e.g. fsspec's HTTP file on a 404 page: "no range requests"
                         raise StorageError(

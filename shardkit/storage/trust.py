@@ -66,3 +66,20 @@ def check_size(url: str, size: Optional[int], nbytes: Optional[int]) -> None:
     """Raise :func:`size_mismatch` when both sizes are known and differ."""
     if size is not None and nbytes is not None and size != nbytes:
         raise size_mismatch(url, size, nbytes)
+
+
+class RangeUnsupported(StorageError):
+    """The server ignores Range requests: only whole-file reads (a cache download) work."""
+
+
+def no_range(url: str) -> RangeUnsupported:
+    """The error for a read past the start of a file on a server that ignores Range requests."""
+    return RangeUnsupported(
+        f"{url}: the server does not support Range requests (it answers every read with the whole file); "
+        "pass cache_dir= to read whole shards through the cache"
+    )
+
+
+def is_no_range(exc: BaseException) -> bool:
+    """True for fsspec's HTTP error on a server that answered a range request with the whole file."""
+    return isinstance(exc, ValueError) and "support range requests" in str(exc)

@@ -332,3 +332,26 @@ def test_a_server_that_never_answers_is_bounded_and_named(silent_server, scheme)
     assert "retry_budget_s does not help" in str(err.value)
     fit = max(1, int(3.0 // attempt_s))  # the attempts that fit in the budget (at least one)
     assert len(conns) <= per_attempt * fit, len(conns)
+
+
+# ----------------------------------------------------------------------------- HTTP without Range requests
+
+
+def test_a_server_without_range_requests_is_named_and_the_cache_works(http_root, tmp_path):
+    """``http.server`` ignores Range: a ranged read says so in one line; a cache download streams the
+    whole shard, restarting it after a connection cut mid-way, and holds exactly the manifest's bytes."""
+    base, directory = http_root
+    big = random.Random(3).randbytes(3 * (8 << 20) // 2)  # more than one download block
+    sha = hashlib.sha256(big).hexdigest()
+    with open(f"{directory}/s.tar", "wb") as f:
+        f.write(big)
+    url = f"{base}/s.tar"
+    plain = ShardOpener(StorageConfig(block_size=BLOCK, max_retries=2))
+    with pytest.raises(StorageError, match=r"^\S+: the server does not support Range requests .*cache_dir="):
+        _read_all(plain.open(url, len(big)))
+    with FaultProxy(base) as proxy:
+        proxy.fail("/s.tar", "cut", times=1, method="GET")
+        cached = ShardOpener(StorageConfig(block_size=BLOCK, cache_dir=str(tmp_path / "c"), max_retries=5))
+        f = cached.open(f"{proxy.url}/s.tar", len(big), sha)
+        assert cached.cache_path_of(f) is not None and _read_all(f) == big
+        assert "cut" in [r.outcome for r in proxy.log]
