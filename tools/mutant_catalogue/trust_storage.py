@@ -204,3 +204,27 @@ MUTANTS += [
         "tests": [SILENT],
     },
 ]
+
+ROW_NO_RANGE = (
+    "Object storage: an HTTP server without Range requests: one line says so and names cache_dir=; the cache "
+    "downloads whole shards (restarted after a failure)"
+)
+NO_RANGE = TS + "test_a_server_without_range_requests_is_named_and_the_cache_works"
+MUTANTS += [
+    {
+        "id": "trust-no-range-not-detected",
+        "row": ROW_NO_RANGE,
+        "file": RETRY,
+        "old": "                if is_no_range(exc):\n",
+        "new": "                if False:\n",
+        "tests": [NO_RANGE],
+    },
+    {
+        "id": "trust-no-range-stream-not-restarted",
+        "row": ROW_NO_RANGE,
+        "file": OPENER,
+        "old": "            sink.restart()\n",
+        "new": "            pass\n",
+        "tests": [NO_RANGE],
+    },
+]
