@@ -291,7 +291,7 @@ class ShardOpener:
                     raise
                 attempt += 1
                 spent = time.monotonic() - t0
-                if attempt > self.cfg.max_retries or spent > self.cfg.retry_budget_s:
+                if spent > self.cfg.retry_budget_s or attempt > self.cfg.max_retries:
                     raise StorageError(
                         f"{url}: whole-shard download still failing after {attempt} attempts over {spent:.1f} s "
                         f"({type(exc).__name__}: {exc}); check the endpoint and network"
