@@ -279,9 +279,9 @@ class ShardOpener:
         opts = self._options(url, timeouts)
         attempt, t0 = 0, time.monotonic()
         while True:
-            sink.restart()
             if self.limiter is not None:
                 self.limiter.acquire()
+            sink.restart()
             try:
                 with storage.open_read(url, block_size=0, raw_errors=True, **opts) as src:
                     copy_stream(src, sink)
