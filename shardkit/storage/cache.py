@@ -1,35 +1,85 @@
-"""A local cache of remote shards, safe to share between workers and processes.
+"""A content-addressed local cache of remote shards, safe to share between workers and processes.
 
-Layout: one file per shard, named from a hash of its URL plus its base name,
-in ``cache_dir``. Every change to the directory (reserving space, evicting,
-publishing a download) happens under an exclusive ``fcntl`` lock on
-``cache_dir/.lock``; downloads themselves run outside the lock into a
-temporary file that is first extended to the shard's full size (so its space
-counts against the limit while it downloads) and then renamed into place.
-Least recently used shards (by modification time, refreshed on every hit) are
-evicted to stay under ``cache_size``. Readers that still have an evicted
-shard open keep reading it (POSIX unlink semantics).
+Layout: one file per shard content in ``cache_dir``, named from the manifest's
+sha256 and size of the shard (``<sha256>-<bytes>.tar``), never from its URL: a
+dataset converted again at the same URL gets new entries, and one URL on two
+endpoints shares none. Every change to the directory (reserving space,
+evicting, publishing a download, dropping an entry) and every open of an entry
+happens under an exclusive ``fcntl`` lock on ``cache_dir/.lock``, so a shard
+evicted by another process is either opened before it goes or fetched again.
+Readers that still have an evicted shard open keep reading it (POSIX unlink
+semantics).
+
+A download runs outside the lock into a temporary file that is first extended
+to the shard's full size (so its space counts against the limit while it
+downloads), hashed as it streams, fsynced, and renamed into place only when its
+size and sha256 are the manifest's. Its downloader holds an ``fcntl.flock`` on
+it; the OS releases that claim when the downloader dies, so a sweeper that can
+take it removes the file (with or without a size limit). A hit is checked
+against the size (an entry cut short by a crash is dropped with a warning and
+fetched again). A full disk while downloading leaves nothing behind: the caller
+streams the shard without the cache. Least recently used shards (by
+modification time, refreshed on every hit) are evicted to stay under
+``cache_size``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
+import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
-from typing import IO, Optional
+from typing import IO, Any, Optional
 
 from shardkit.errors import StorageError
+from shardkit.storage.trust import digest_mismatch, size_mismatch
+
+log = logging.getLogger("shardkit.loader")
 
 _LOCK = ".lock"
 _TMP = ".tmp-"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class HashingSink:
+    """The file a download writes into: counts and hashes every byte, and notes a full disk.
+
+    ``restart()`` empties it (a download that must begin again from byte 0).
+    """
+
+    def __init__(self, f: IO[bytes]):
+        self._f = f
+        self.sha = hashlib.sha256()
+        self.written = 0  #: bytes written so far
+        self.full = False  #: a write failed for lack of space
+
+    def write(self, data: Any) -> int:
+        """Write ``data`` at the end of what was written so far."""
+        try:
+            n = self._f.write(data)
+        except OSError as exc:
+            self.full = self.full or exc.errno in _FULL
+            raise
+        self.sha.update(data)
+        self.written += len(data)
+        return n if n is not None else len(data)
+
+    def restart(self) -> None:
+        """Forget everything written: the next write lands at byte 0."""
+        self._f.seek(0)
+        self.sha = hashlib.sha256()
+        self.written = 0
 
 
 class ShardCache:
-    """LRU cache of shard files under ``cache_dir`` with at most ``cache_size`` bytes.
+    """Content-addressed LRU cache of shard files under ``cache_dir`` with at most ``cache_size`` bytes.
 
     Args:
         cache_dir: directory (created).
@@ -41,11 +91,11 @@ class ShardCache:
         self.limit = cache_size
         os.makedirs(cache_dir, exist_ok=True)
 
-    def path_for(self, url: str) -> str:
-        """Where ``url`` is cached."""
-        h = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
-        base = url.rstrip("/").rsplit("/", 1)[-1][-80:]
-        return os.path.join(self.dir, f"{h}-{base}")
+    def path_for(self, sha256: str, nbytes: int) -> str:
+        """Where the shard of this sha256 and size is cached."""
+        if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256.lower()):
+            raise StorageError(f"{sha256!r} is not a sha256 hex digest; the manifest is damaged")
+        return os.path.join(self.dir, f"{sha256.lower()}-{int(nbytes)}.tar")
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -57,6 +107,7 @@ class ShardCache:
                 fcntl.flock(lf.fileno(), fcntl.LOCK_UN)
 
     def _entries(self) -> list[tuple[float, int, str]]:
+        """Under the lock: ``(mtime, size, path)`` of every entry; temporary files of dead downloaders removed."""
         out = []
         with os.scandir(self.dir) as it:
             for e in it:
@@ -66,24 +117,25 @@ class ShardCache:
                     st = e.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                if e.name.startswith(_TMP) and not _owner_alive(e.name):
+                if e.name.startswith(_TMP) and not _claimed(e.path):
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(e.path)  # left behind by a killed process
+                        os.unlink(e.path)  # its downloader died
                     continue
                 out.append((st.st_mtime, st.st_size, e.path))
         return out
 
     def usage(self) -> int:
         """Bytes currently used (finished shards plus reserved downloads)."""
-        return sum(size for _, size, _ in self._entries())
+        with self._locked():
+            return sum(size for _, size, _ in self._entries())
 
     def _reserve(self, nbytes: int) -> bool:
         """Under the lock: evict LRU shards until ``nbytes`` more fit; False if they never can."""
+        entries = self._entries()  # also sweeps dead downloads when there is no limit
         if self.limit is None:
             return True
         if nbytes > self.limit:
             return False
-        entries = self._entries()
         used = sum(size for _, size, _ in entries)
         for _, size, path in sorted(e for e in entries if not os.path.basename(e[2]).startswith(_TMP)):
             if used + nbytes <= self.limit:
@@ -93,51 +145,113 @@ class ShardCache:
             used -= size
         return used + nbytes <= self.limit
 
-    def fetch(self, url: str, nbytes: int, download: Callable[[IO[bytes]], None]) -> Optional[str]:
-        """Local path of ``url``, downloading it with ``download(file)`` on a miss.
+    def _open_hit(self, path: str, nbytes: int) -> Optional[IO[bytes]]:
+        """Under the lock: the entry at ``path`` opened, or None (absent, or of the wrong size: dropped)."""
+        try:
+            f = open(path, "rb", buffering=1 << 20)
+        except FileNotFoundError:
+            return None
+        size = os.fstat(f.fileno()).st_size
+        if size != nbytes:
+            f.close()
+            os.unlink(path)
+            log.warning(
+                "shardkit: cache file %s has %d bytes, the manifest says %d (cut short by a crash?); "
+                "dropped, fetching the shard again",
+                path,
+                size,
+                nbytes,
+            )
+            return None
+        os.utime(path)  # LRU stamp
+        return f
 
-        Returns ``None`` when the shard cannot fit in the cache (the caller streams it).
+    def fetch(self, url: str, nbytes: int, sha256: str, download: Callable[[HashingSink], None]) -> Optional[IO[bytes]]:
+        """The cached shard ``url`` of ``nbytes`` bytes and digest ``sha256``, open for reading.
+
+        On a miss ``download(sink)`` writes the shard into ``sink`` (it may call ``sink.restart()``);
+        the result is kept only when its size and sha256 are the manifest's (a :class:`StorageError`
+        otherwise). Returns ``None`` when the shard cannot fit in the cache or the disk is full (the
+        caller streams it).
         """
-        path = self.path_for(url)
+        path = self.path_for(sha256, nbytes)
         with self._locked():
-            if os.path.exists(path):
-                os.utime(path)  # LRU stamp
-                return path
+            hit = self._open_hit(path, nbytes)
+            if hit is not None:
+                return hit
             if not self._reserve(nbytes):
                 return None
-            tmp = os.path.join(self.dir, f"{_TMP}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-            with open(tmp, "wb") as f:
-                f.truncate(nbytes)  # reserve the space so concurrent fetches see it
+            tmp = os.path.join(self.dir, f"{_TMP}{uuid.uuid4().hex}")
+            tf = open(tmp, "w+b")
+            fcntl.flock(tf.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # the downloader's claim, until it closes
+            tf.truncate(nbytes)  # reserve the space so concurrent fetches see it
+        sink = HashingSink(tf)
         try:
-            with open(tmp, "r+b") as f:
-                download(f)
-                written = f.tell()
-                f.truncate(written)
-            if written != nbytes:
-                raise StorageError(
-                    f"{url}: downloaded {written} bytes, manifest says {nbytes}; the shard changed since conversion"
+            try:
+                download(sink)
+                tf.truncate(sink.written)
+                if sink.written != nbytes:
+                    raise size_mismatch(url, sink.written, nbytes)
+                digest = sink.sha.hexdigest()
+                if digest != sha256.lower():
+                    raise digest_mismatch(url, digest, sha256.lower())
+                tf.flush()
+                os.fsync(tf.fileno())
+            except OSError as exc:
+                if not (sink.full or exc.errno in _FULL):
+                    raise
+                log.warning(
+                    "shardkit: cache folder %s is full (%s) while caching %s; streaming it without the cache "
+                    "(free space there or lower cache_size)",
+                    self.dir,
+                    os.strerror(exc.errno or errno.ENOSPC),
+                    url,
                 )
+                _remove(tmp)
+                return None
             with self._locked():
                 os.replace(tmp, path)
+                out = open(path, "rb", buffering=1 << 20)
                 os.utime(path)
+            return out
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            _remove(tmp)
             raise
-        return path
+        finally:
+            tf.close()  # releases the claim
 
-
-def _owner_alive(tmp_name: str) -> bool:
-    try:
-        pid = int(tmp_name[len(_TMP) :].split("-", 1)[0])
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
+    def drop(self, sha256: str, nbytes: int, why: str) -> bool:
+        """Remove the entry of this content (readers that have it open keep reading); True if there was one."""
+        path = self.path_for(sha256, nbytes)
+        with self._locked():
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                return False
+        log.warning("shardkit: dropped cache file %s (%s); the next open fetches the shard again", path, why)
         return True
-    return True
 
 
-def copy_stream(src: IO[bytes], dst: IO[bytes], chunk: int = 8 << 20) -> None:
+def _claimed(path: str) -> bool:
+    """True while a live downloader holds its ``flock`` on temporary file ``path``."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return True  # gone already: nothing to sweep
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing also releases the lock if it was taken
+    return False
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def copy_stream(src: IO[bytes], dst: Any, chunk: int = 8 << 20) -> None:
     """Copy ``src`` to ``dst`` in chunks."""
     shutil.copyfileobj(src, dst, chunk)

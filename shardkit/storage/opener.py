@@ -16,7 +16,9 @@ from __future__ import annotations
 import io
 import logging
 import numbers
+import os
 import time
+import weakref
 from dataclasses import dataclass, field, fields, replace
 from typing import IO, Any, Literal, Optional, Union
 
@@ -33,10 +35,15 @@ from shardkit.storage.budget import (
     is_slowdown,
     read_budget,
 )
-from shardkit.storage.cache import ShardCache, copy_stream
+from shardkit.storage.cache import HashingSink, ShardCache, copy_stream
 from shardkit.storage.retry import RetryingFile, RetryLog, backend_options, backoff_s, is_transient
+from shardkit.storage.timeouts import Timeouts, is_timeout, timeouts_for, with_timeouts
+from shardkit.storage.trust import RangeUnsupported, size_mismatch
 
 log = logging.getLogger("shardkit.loader")
+
+#: bytes per request of a cache download (a whole shard, read front to back)
+DOWNLOAD_BLOCK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -61,8 +68,14 @@ class StorageConfig:
         max_retries: retries of one failing remote read (reopened with a range request at the
             byte offset where it failed, after an exponential backoff) before giving up.
         retry_budget_s: seconds one remote read may keep failing before the loader gives up with
-            a :class:`shardkit.StorageError` naming the URL (the backend's own per-request timeout
-            can add one attempt: s3fs ``connect_timeout``/``read_timeout`` in ``config_kwargs``).
+            a :class:`shardkit.StorageError` naming the URL. A server that does not answer is given
+            up when the next attempt could not finish inside the budget (at most one attempt when
+            a single one is longer than the budget).
+        request_timeout_s: seconds a remote request waits to connect, or for the next bytes of an
+            answer, before it counts as failed (lowered so that one attempt fits ``retry_budget_s``,
+            not below 5 s unless set lower here; see :mod:`shardkit.storage.timeouts`). Timeouts the
+            user sets in ``storage_options`` (s3fs ``config_kwargs`` ``connect_timeout`` /
+            ``read_timeout``, HTTP ``client_kwargs`` ``timeout``) win.
         request_budget: remote GET/s per key prefix for the whole world (every rank and worker
             together); each reading process gets an even share over the dataset's prefixes and
             waits for it before every request; a ``503 SlowDown`` or ``429`` lowers its rate, which
@@ -81,11 +94,14 @@ class StorageConfig:
     check_sizes: bool = True
     max_retries: int = 30
     retry_budget_s: float = 120.0
+    request_timeout_s: float = 20.0
     request_budget: Optional[float] = REQUEST_BUDGET
     expected_img_per_s: float = EXPECTED_IMG_PER_S
 
     def __post_init__(self) -> None:
         check_types(self)
+        if not self.request_timeout_s > 0:
+            raise ValueError(f"loader option 'request_timeout_s' must be > 0 seconds, got {self.request_timeout_s}")
         if self.max_retries < 0 or self.retry_budget_s < 0:
             raise ValueError(
                 f"max_retries and retry_budget_s must be >= 0, got {self.max_retries}, {self.retry_budget_s}"
@@ -169,61 +185,119 @@ class ShardOpener:
         self.cache = ShardCache(cfg.cache_dir, cfg.cache_size) if cfg.cache_dir else None
         self.retries = 0  #: remote reads retried so far (all shards together)
         self.retry_log = RetryLog(log)
+        #: files served from the cache -> the cache file each reads
+        self._cached: weakref.WeakKeyDictionary[IO[bytes], str] = weakref.WeakKeyDictionary()
 
     def open(self, url: str, nbytes: Optional[int] = None, sha256: Optional[str] = None) -> IO[bytes]:
-        """A binary file positioned at the start of shard ``url`` (``nbytes``: size from the manifest)."""
+        """A binary file positioned at the start of shard ``url``.
+
+        ``nbytes`` and ``sha256``: the shard's size and digest from the manifest. The size is checked
+        at every open (local: ``fstat``; remote: the size the store reports; a cache hit: its file)
+        unless ``check_sizes=False``: a mismatch is a :class:`StorageError` naming the URL and both
+        sizes. With a ``cache_dir``, a shard whose ``sha256`` is known is served from the
+        content-addressed cache (downloaded once, kept only when its bytes hash to ``sha256``);
+        ``sha256=None`` streams it.
+        """
         check_url(url, self.cfg)
+        want = nbytes if self.cfg.check_sizes else None
         if storage.scheme(url) == "pipe":
             from webdataset.gopen import gopen
 
             return gopen(url, "rb")
         if storage.is_local(url):
-            return storage.open_read(url)
-        if self.cache is not None and nbytes is not None:
-
-            def download(dst: IO[bytes]) -> None:
-                with self._open_remote(url) as src:
-                    copy_stream(src, dst)
-
-            path = self.cache.fetch(url, nbytes, download)
-            if path is not None:
-                return open(path, "rb", buffering=1 << 20)
-        return self._open_remote(url)
+            f = storage.open_read(url)
+            self._check_local(url, f, want)
+            return f
+        cached = self._open_cached(url, nbytes, sha256)
+        if cached is not None:
+            return cached
+        return self._open_remote(url, want)
 
     def open_ranges(self, url: str, nbytes: Optional[int] = None, sha256: Optional[str] = None) -> IO[bytes]:
         """Like :meth:`open`, for a few large reads at known offsets (the sample index): on remote
         storage (no cache) ``seek(lo); read(n)`` is one range request for exactly ``n`` bytes (no
-        read-ahead buffer in between), retried from its offset like every remote read."""
+        read-ahead buffer in between), retried from its offset like every remote read; with a cache
+        and a known ``sha256`` the reads come from the cached file."""
         check_url(url, self.cfg)
+        want = nbytes if self.cfg.check_sizes else None
         if storage.scheme(url) != "pipe" and storage.is_local(url):
             try:
-                return open(storage.local_path(url), "rb", buffering=0)
+                f = open(storage.local_path(url), "rb", buffering=0)
             except FileNotFoundError:
                 raise StorageError(f"{url}: not found") from None
-        if storage.scheme(url) == "pipe" or self.cache is not None and nbytes is not None:
-            return self.open(url, nbytes)
-        return self._retrying(url)  # type: ignore[return-value]  # a RawIOBase: a binary file
+            self._check_local(url, f, want)
+            return f
+        if storage.scheme(url) == "pipe":
+            return self.open(url, nbytes, sha256)
+        cached = self._open_cached(url, nbytes, sha256)
+        if cached is not None:
+            return cached
+        return self._retrying(url, want)  # type: ignore[return-value]  # a RawIOBase: a binary file
 
     def cache_path_of(self, f: IO[bytes]) -> Optional[str]:
-        """The cache file ``f`` reads (None: the store or a local dataset)."""
-        name = getattr(f, "name", None)
-        if self.cache is None or not isinstance(name, str) or not name.startswith(self.cache.dir):
-            return None
-        return name
+        """The cache file that ``f`` (returned by :meth:`open` or :meth:`open_ranges`) reads, or None
+        when it reads the store or a local dataset."""
+        return self._cached.get(f)
 
-    def drop_cached(self, url: str, nbytes: Optional[int], sha256: Optional[str], why: str) -> bool:
-        """Remove the cache entry of ``url`` (logged with ``why``); True if there was one."""
+    def drop_cached(self, url: str, nbytes: int, sha256: str, why: str) -> bool:
+        """Remove the cache entry of shard ``url`` (this size and digest), logging one warning that
+        names the cache file and ``why``; the next open downloads it again. False when there was
+        none (or no cache)."""
         if self.cache is None:
             return False
-        import os
+        return self.cache.drop(sha256, nbytes, f"{url}: {why}")
 
-        path = self.cache.path_for(url)
+    def _check_local(self, url: str, f: IO[bytes], nbytes: Optional[int]) -> None:
+        if nbytes is None:
+            return
+        size = os.fstat(f.fileno()).st_size
+        if size != nbytes:
+            f.close()
+            raise size_mismatch(url, size, nbytes)
+
+    def _open_cached(self, url: str, nbytes: Optional[int], sha256: Optional[str]) -> Optional[IO[bytes]]:
+        """The shard from the cache (downloaded on a miss), or None: no cache, no content key, no room."""
+        if self.cache is None or nbytes is None or sha256 is None:
+            return None
+        f = self.cache.fetch(url, nbytes, sha256, lambda sink: self._download(url, nbytes, sink))
+        if f is not None:
+            self._cached[f] = f.name
+        return f
+
+    def _download(self, url: str, nbytes: int, sink: HashingSink) -> None:
+        """Write the whole shard ``url`` into ``sink`` (the cache checks size and digest)."""
         try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return False
-        log.warning("shardkit: cache file %s dropped (%s); fetching %s again", path, why, url)
-        return True
+            with self._retrying(url, nbytes, block_size=DOWNLOAD_BLOCK) as src:
+                copy_stream(src, sink)  # type: ignore[arg-type]
+        except RangeUnsupported:
+            self._stream_download(url, sink)
+
+    def _stream_download(self, url: str, sink: HashingSink) -> None:
+        """One plain GET of the whole of ``url`` into ``sink`` (a server without Range requests); a
+        transient failure restarts it from byte 0, within ``max_retries`` and ``retry_budget_s``."""
+        timeouts = self._timeouts(url)
+        opts = self._options(url, timeouts)
+        attempt, t0 = 0, time.monotonic()
+        while True:
+            if self.limiter is not None:
+                self.limiter.acquire()
+            sink.restart()
+            try:
+                with storage.open_read(url, block_size=0, raw_errors=True, **opts) as src:
+                    copy_stream(src, sink)
+                return
+            except Exception as exc:
+                if sink.full or not is_transient(exc):
+                    raise
+                attempt += 1
+                spent = time.monotonic() - t0
+                if spent > self.cfg.retry_budget_s or attempt > self.cfg.max_retries:
+                    raise StorageError(
+                        f"{url}: whole-shard download still failing after {attempt} attempts over {spent:.1f} s "
+                        f"({type(exc).__name__}: {exc}); check the endpoint and network"
+                    ) from None
+                self.retries += 1
+                time.sleep(backoff_s(url, attempt))
 
     def fetch(self, url: str) -> bytes:
         """The whole of a small object (a sample index): one GET on remote storage, no size probe first."""
@@ -231,7 +305,8 @@ class ShardOpener:
         if storage.is_local(url):
             with open(storage.local_path(url), "rb") as f:
                 return f.read()
-        fs, path = storage.get_fs(url, **backend_options(url, self.cfg.storage_options))
+        timeouts = self._timeouts(url)
+        fs, path = storage.get_fs(url, **self._options(url, timeouts))
         attempt, t0 = 0, time.monotonic()
         while True:
             if self.limiter is not None:
@@ -245,6 +320,12 @@ class ShardOpener:
                     self.limiter.slow_down()  # lower the rate first: the retry below waits for it
                 attempt += 1
                 spent = time.monotonic() - t0
+                if is_timeout(exc) and spent + backoff_s(url, attempt) + timeouts.attempt_s > self.cfg.retry_budget_s:
+                    raise StorageError(
+                        f"{url}: the server did not answer within {timeouts.request_s:g} s ({attempt} attempts "
+                        f"over {spent:.1f} s); check the endpoint and network (a larger retry_budget_s does not help "
+                        f"a server that does not answer)"
+                    ) from None
                 if attempt > self.cfg.max_retries or spent > self.cfg.retry_budget_s:
                     raise StorageError(
                         f"{url}: still failing after {attempt} attempts over {spent:.1f} s "
@@ -255,16 +336,18 @@ class ShardOpener:
                 self.retries += 1
                 time.sleep(backoff_s(url, attempt))
 
-    def _open_remote(self, url: str) -> IO[bytes]:
+    def _open_remote(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
         """A :class:`RetryingFile` (transient errors are retried from the failed read's byte offset)
         behind a C ``io.BufferedReader`` of ``block_size``: one range request per block, and the
         reader's many small header and member reads are served from memory without going
         through fsspec's Python read path (about 16 us each)."""
-        return io.BufferedReader(self._retrying(url), buffer_size=self.block_size)
+        return io.BufferedReader(self._retrying(url, nbytes), buffer_size=self.block_size)
 
-    def _retrying(self, url: str) -> RetryingFile:
-        opts = backend_options(url, self.cfg.storage_options)
-        block_size = self.block_size
+    def _retrying(self, url: str, nbytes: Optional[int] = None, block_size: Optional[int] = None) -> RetryingFile:
+        """A :class:`RetryingFile` of ``url`` (``nbytes``: the size its open must find; None: any)."""
+        timeouts = self._timeouts(url)
+        opts = self._options(url, timeouts)
+        block_size = block_size or self.block_size
 
         def open_fn() -> IO[bytes]:
             return storage.open_read(url, block_size=block_size, raw_errors=True, cache_type="none", **opts)
@@ -277,7 +360,16 @@ class ShardOpener:
             on_retry=self._retried,
             log=self.retry_log,
             limiter=self.limiter,
+            expected_size=nbytes,
+            timeouts=timeouts,
         )
+
+    def _timeouts(self, url: str) -> Timeouts:
+        return timeouts_for(url, self.cfg.storage_options, self.cfg.request_timeout_s, self.cfg.retry_budget_s)
+
+    def _options(self, url: str, timeouts: Timeouts) -> dict[str, Any]:
+        """The backend's options for ``url``: its slow retries off, a timeout on every request."""
+        return with_timeouts(url, backend_options(url, self.cfg.storage_options), timeouts.request_s)
 
     def _retried(self, url: str, offset: int, exc: BaseException) -> None:
         self.retries += 1

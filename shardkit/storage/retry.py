@@ -52,6 +52,8 @@ from typing import IO, Any, Optional
 
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.storage.budget import RequestLimiter, is_slowdown
+from shardkit.storage.timeouts import Timeouts, is_timeout
+from shardkit.storage.trust import changed_while_reading, check_size, identity, is_changed_object, is_no_range, no_range
 
 _FATAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 _NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http.client", "ssl", "asyncio")
@@ -62,8 +64,8 @@ _BACKOFF_MAX_S = 5.0
 
 def is_transient(exc: BaseException) -> bool:
     """True for errors worth retrying: I/O and network errors, not missing objects, denied access or bugs."""
-    if isinstance(exc, (ShardkitError, *_FATAL)) or not isinstance(exc, Exception):
-        return False
+    if isinstance(exc, (ShardkitError, *_FATAL)) or not isinstance(exc, Exception) or is_changed_object(exc):
+        return False  # an object that changed is not a network that failed
     if isinstance(exc, (OSError, EOFError, TimeoutError)):
         return True
     return any(
@@ -175,6 +177,15 @@ class RetryingFile(io.RawIOBase):
             :func:`is_slowdown`. None: no limit.
         open_sends: ``open_fn`` sends a request (fsspec's size probe); False for a file that sends
             its requests only when read.
+        expected_size: the size the first open must find (the manifest's): another is a
+            :class:`StorageError` ("the shard changed since conversion"); None: any. Every reopen
+            must find the object of the first open (its size, and its ETag where the backend gives
+            one): a changed object is a :class:`StorageError` ("changed while reading"), never read
+            at the old offsets; so is s3fs's ``FileExpired``.
+        timeouts: the backend's per-request timeout (already in ``open_fn``'s options) and the longest
+            one attempt can take: after an attempt that timed out, the read is given up when the next
+            could not finish inside ``retry_budget_s`` (counted from the read's start), with an error
+            that says the server did not answer. None: no such rule.
     """
 
     def __init__(
@@ -189,8 +200,13 @@ class RetryingFile(io.RawIOBase):
         sleep: Callable[[float], None] = time.sleep,
         limiter: Optional[RequestLimiter] = None,
         open_sends: bool = True,
+        expected_size: Optional[int] = None,
+        timeouts: Optional[Timeouts] = None,
     ):
         super().__init__()
+        self._timeouts = timeouts
+        self._expected_size = expected_size
+        self._identity: Optional[tuple[Optional[int], Optional[str]]] = None
         self.url, self._open_fn = url, open_fn
         self._limiter, self._open_sends = limiter, open_sends
         self.max_retries, self.retry_budget_s = max_retries, retry_budget_s
@@ -254,18 +270,43 @@ class RetryingFile(io.RawIOBase):
         size = getattr(f, "size", None)
         return isinstance(size, int) and self._pos >= size
 
+    def _check_identity(self, f: IO[bytes]) -> None:
+        """The first open finds the manifest's size; every reopen finds the object of the first open."""
+        ident = identity(f)
+        if self._identity is None:
+            check_size(self.url, ident[0], self._expected_size)
+            self._identity = ident
+        elif any(a is not None and b is not None and a != b for a, b in zip(ident, self._identity)):
+            raise changed_while_reading(self.url)
+
+    def _silent_past_budget(self, exc: BaseException, elapsed: float, failures: int) -> bool:
+        """After a timed-out attempt: True when the next attempt could not finish inside the budget."""
+        t = self._timeouts
+        if t is None or not is_timeout(exc):
+            return False
+        return elapsed + backoff_s(self.url, failures) + t.attempt_s > self.retry_budget_s
+
+    def _no_answer(self, failures: int, elapsed: float) -> StorageError:
+        assert self._timeouts is not None
+        return StorageError(
+            f"{self.url}: the server did not answer within {self._timeouts.request_s:g} s (read at byte {self._pos}, "
+            f"{failures} {'attempt' if failures == 1 else 'attempts'} over {elapsed:.1f} s); check the endpoint and "
+            f"network (a larger retry_budget_s does not help a server that does not answer)"
+        )
+
     def _call(self, op: Callable[[IO[bytes]], Any], sends: bool = False) -> Any:
         """Run ``op`` on the file positioned at ``self._pos``, reopening after transient errors
         (``sends``: ``op`` sends a request, so it waits for the limiter)."""
         if self.closed:
             raise ValueError("I/O operation on closed file")
-        failures, first = 0, 0.0
+        failures, first, start = 0, 0.0, time.monotonic()
         while True:
             try:
                 if self._f is None:
                     if self._limiter is not None and self._open_sends:
                         self._limiter.acquire()  # fsspec's size probe
                     self._f = self._open_fn()
+                    self._check_identity(self._f)
                 if self._f.tell() != self._pos:
                     self._f.seek(self._pos)
                 if sends and self._limiter is not None and not self._at_end(self._f):
@@ -275,8 +316,17 @@ class RetryingFile(io.RawIOBase):
                     self._log.recovered(self.url, failures, time.monotonic() - first)
                 return result
             except Exception as exc:  # noqa: BLE001 - classified just below
+                if is_changed_object(exc):
+                    self._drop()
+                    raise changed_while_reading(self.url) from None
+                if isinstance(exc, ShardkitError):
+                    self._drop()
+                    raise
                 if isinstance(exc, _FATAL):
                     raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc})") from None
+                if is_no_range(exc):
+                    self._drop()
+                    raise no_range(self.url) from None
                 if not is_transient(exc):
                     if _raised_by_backend(exc):  # e.g. fsspec's HTTP file on a 404 page: "no range requests"
                         raise StorageError(
@@ -290,6 +340,10 @@ class RetryingFile(io.RawIOBase):
                 first = first or now
                 failures += 1
                 spent = now - first
+                if self._silent_past_budget(exc, now - start, failures):
+                    if self._log is not None:
+                        self._log.gave_up(self.url)
+                    raise self._no_answer(failures, now - start) from None
                 if failures > self.max_retries or spent >= self.retry_budget_s:
                     if self._log is not None:
                         self._log.gave_up(self.url)

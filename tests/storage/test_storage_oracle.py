@@ -21,20 +21,35 @@ from shardkit.errors import StorageError
 # ----------------------------------------------------------------------------- the shard cache
 
 
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _put(cache, name: str, data: bytes):
+    """Cache ``data`` (a download that writes it) and return the cache file's path (or None)."""
+    f = cache.fetch(f"s3://b/{name}", len(data), _sha(data), lambda sink: sink.write(data))
+    if f is None:
+        return None
+    f.close()
+    return f.name
+
+
 def test_a_cache_hit_refreshes_the_lru_stamp(tmp_path):
     """LRU, not FIFO: a shard read again (through ``fetch``) outlives one fetched after it but not read since."""
     from shardkit.storage.cache import ShardCache
 
     cache = ShardCache(str(tmp_path), 3000)
-    p0 = cache.fetch("s3://b/0.tar", 1000, lambda f: f.write(b"a" * 1000))
+    p0 = _put(cache, "0.tar", b"a" * 1000)
     past = time.time() - 100
     os.utime(p0, (past, past))
-    p1 = cache.fetch("s3://b/1.tar", 1000, lambda f: f.write(b"b" * 1000))
+    p1 = _put(cache, "1.tar", b"b" * 1000)
     os.utime(p1, (past + 10, past + 10))
-    assert (
-        cache.fetch("s3://b/0.tar", 1000, lambda f: pytest.fail("a hit must not download")) == p0
-    )  # 0 is now the newest
-    cache.fetch("s3://b/2.tar", 1500, lambda f: f.write(b"c" * 1500))
+    hit = cache.fetch("s3://b/0.tar", 1000, _sha(b"a" * 1000), lambda f: pytest.fail("a hit must not download"))
+    assert hit is not None and hit.name == p0  # 0 is now the newest
+    hit.close()
+    _put(cache, "2.tar", b"c" * 1500)
     assert os.path.exists(p0) and not os.path.exists(p1)
 
 
@@ -43,8 +58,8 @@ def test_a_shard_too_large_for_the_cache_evicts_nothing(tmp_path):
     from shardkit.storage.cache import ShardCache
 
     cache = ShardCache(str(tmp_path), 3000)
-    kept = [cache.fetch(f"s3://b/{i}.tar", 1000, lambda f: f.write(b"k" * 1000)) for i in range(2)]
-    assert cache.fetch("s3://b/huge.tar", 5000, lambda f: pytest.fail("must not download")) is None
+    kept = [_put(cache, f"{i}.tar", bytes([i]) * 1000) for i in range(2)]
+    assert cache.fetch("s3://b/huge.tar", 5000, "0" * 64, lambda f: pytest.fail("must not download")) is None
     assert all(os.path.exists(p) for p in kept) and cache.usage() == 2000
 
 

@@ -111,7 +111,7 @@ MUTANTS = [
         "id": "cache-short-download-published",
         "row": ROW_CACHE,
         "file": "shardkit/storage/cache.py",
-        "old": "if written != nbytes:",
+        "old": "if sink.written != nbytes:",
         "new": "if False:",
         "tests": ["tests/storage/test_cache.py::test_download_size_mismatch_leaves_nothing"],
     },
