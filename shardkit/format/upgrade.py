@@ -174,7 +174,11 @@ def _checked_bytes(url: str, s: ShardInfo, so: dict[str, Any]) -> IO[bytes]:
                 spool.write(b)
                 n += len(b)
         if n != s.bytes:
-            what = f"size is {'more than ' if n > s.bytes else ''}{n} bytes, the manifest says {s.bytes}"
+            what = (
+                f"holds more than the {s.bytes} bytes the manifest says"
+                if n > s.bytes
+                else f"size is {n} bytes, the manifest says {s.bytes}"
+            )
         elif sha.hexdigest() != s.sha256:
             what = "sha256 differs from the manifest"
         else:
