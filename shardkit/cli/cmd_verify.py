@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 HELP = (
     "check that every shard is present, intact (size, sha256, sample index and its checksums) and decodes, and that "
@@ -53,17 +54,19 @@ def run(args: argparse.Namespace) -> int:
         strict=args.strict,
         **storage_options(args),
     )
-    for w in report.warnings:
-        print(f"{'error' if args.strict else 'warning'}: {w}")
+    for w in report.warnings:  # with --strict a problem line; else a warning on stderr, as `shardkit info` warns
+        if args.strict:
+            print(w)
+        else:
+            print(f"warning: {w}", file=sys.stderr)
     for p in report.problems:
         print(p)
     problems = len(report.problems) + (len(report.warnings) if args.strict else 0)
     status = "OK" if report.ok else f"{problems} problem(s)"
-    if report.warnings and not args.strict:
-        status += f" with {len(report.warnings)} warning(s)"
     if args.quick:
         what = f"checksums of {report.shards} shards ({report.samples} samples listed, not decoded)"
     else:
         what = f"samples in {report.shards} shards, {report.samples} samples"
-    print(f"{status}: {what}, {report.bytes / 1e6:.1f} MB in {report.splits} split(s)")
+    warned = f", {len(report.warnings)} warning(s)" if report.warnings and not args.strict else ""
+    print(f"{status}: {what}, {report.bytes / 1e6:.1f} MB in {report.splits} split(s){warned}")
     return 0 if report.ok else 1
