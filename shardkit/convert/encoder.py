@@ -12,6 +12,13 @@ pool conversion never imports torch. Workers ignore Ctrl-C (the main process sto
 the pool and keeps finished shards); a worker that dies is a :class:`ConvertError`
 saying how to resume.
 
+A main process killed outright (SIGKILL, out of memory) leaves no process behind: each
+worker watches a pipe whose only write end the main process holds, and exits when it
+reads end-of-file (:func:`_exit_when_main_dies`). A worker's parent is the forkserver,
+not the main process, so neither ``os.getppid()`` nor ``PR_SET_PDEATHSIG`` would see
+that death. Once the workers are gone, the forkserver and the resource tracker, whose
+last other clients they were, read end-of-file on their own pipes and exit too.
+
 Scripts: forkserver and spawn workers import the caller's ``__main__`` script, so a
 script that calls ``convert`` outside ``if __name__ == "__main__":`` would run the
 conversion again in every worker (multiprocessing then kills the worker, which used
@@ -24,9 +31,12 @@ from __future__ import annotations
 import collections
 import contextlib
 import multiprocessing
+import os
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from types import FrameType
 
@@ -123,11 +133,31 @@ def check_main_guard(api: str = "shardkit.convert.convert") -> None:
         )
 
 
-def _init_worker() -> None:
-    """Workers leave Ctrl-C to the main process (which stops the pool and keeps finished shards)."""
+#: exit status of a worker that ends because the main process died
+MAIN_DIED_EXIT = 70
+
+
+def _exit_when_main_dies(main_alive: Connection) -> None:
+    """Block until ``main_alive`` reads end-of-file (the main process, the one holder of its write end, is gone),
+    then end this worker at once: nothing it could still do would reach a shard."""
+    try:
+        while True:
+            main_alive.recv_bytes()  # nothing is ever sent: this returns only by raising
+    except (EOFError, OSError):
+        pass
+    os._exit(MAIN_DIED_EXIT)
+
+
+def _init_worker(main_alive: Connection | None = None) -> None:
+    """Workers leave Ctrl-C to the main process (which stops the pool and keeps finished shards), and, given
+    the read end ``main_alive`` of a pipe only the main process writes to, exit when the main process dies."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if main_alive is not None:
+        threading.Thread(
+            target=_exit_when_main_dies, args=(main_alive,), name="shardkit-main-watch", daemon=True
+        ).start()
 
 
 #: what the forkserver imports once, before forking workers (torch: ~1 s, so that no worker pays it)
@@ -141,7 +171,8 @@ def start_pool(workers: int) -> Iterator[Executor | None]:
     With forkserver the server process starts importing :data:`_PRELOAD` at once,
     so its ~1 s torch import overlaps whatever the caller does next (discovery);
     the main process itself never imports torch. Workers are forked on first use;
-    on exit, work not started yet is cancelled.
+    on exit, work not started yet is cancelled. Every worker exits when the main
+    process dies, however it dies (see the module docstring).
     """
     if workers <= 1:
         yield None
@@ -156,11 +187,16 @@ def start_pool(workers: int) -> Iterator[Executor | None]:
         forkserver.ensure_running()  # returns at once; the server imports in the background
     else:
         ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
+    main_alive, main_alive_w = ctx.Pipe(duplex=False)  # workers get the read end; only this process writes
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(main_alive,))
     try:
         yield pool
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            main_alive.close()
+            main_alive_w.close()
 
 
 _WORKER_DIED = (

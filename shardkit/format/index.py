@@ -12,6 +12,9 @@ the shard). The sidecar is little-endian binary:
 * ``starts``: uint64 ``[n + 1]``, sample ``i`` is bytes ``[starts[i], starts[i+1])``;
 * ``offsets``, ``sizes``: uint32 ``[n, k]``, member data offsets (relative to the
   sample's start) and sizes;
+* (format ``sidecar-2``, magic ``SKINDEX2``) ``crc32c``: uint32 ``[n]``, the CRC32C of each
+  sample's bytes ``[starts[i], starts[i+1])`` (its tar headers, data and padding:
+  :mod:`shardkit.format.checksum`); ``sidecar-1`` (magic ``SKINDEX1``) has none;
 * a CRC-32 of everything before it.
 
 Trust: :func:`load_index` reads only the size the header announces (refused when
@@ -21,12 +24,14 @@ rule, are unique and fit a tar header's name field, and that the samples lie bac
 to back from byte 0 (each member's one header right after the previous member's
 padded data, none larger than the walk loads): no byte of an indexed range is left
 unchecked, so no extended header or foreign member can hide in it.
-:meth:`SampleIndex.slice` checks, for every member it hands out, the tar header in
-front of it (checksum, name with no USTAR prefix, regular-file type, size), so a
-wrong index is detected (:class:`IndexMismatch`) instead of delivering wrong
-bytes: the caller then falls back to the header walk (:mod:`shardkit.format.tar`),
-which also serves datasets written before the index. ``shardkit verify`` checks
-each sidecar against the tar it describes.
+:meth:`SampleIndex.slice` checks every sample it hands out: its CRC32C (``sidecar-2``), and the
+tar header in front of each member (checksum, name with no USTAR prefix, regular-file type,
+size). A sample that fails is handed out with its ``error`` set (the loader withholds and
+counts it, or stops under ``strict``), never with other bytes, and never read again with the
+header walk: bytes the index rejects are not trusted by another reader either. The walk
+(:mod:`shardkit.format.tar`) is for shards without an index. ``shardkit verify`` checks each
+sidecar against the tar it describes; ``shardkit index`` adds checksums to a dataset written
+before them.
 
 Example (what the loader's block read does)::
 
@@ -37,8 +42,8 @@ Example (what the loader's block read does)::
     try:
         idx = load_index(m.shard_url(k), shard_bytes=info.bytes, shard_sha256=info.sha256)  # once per shard
         samples = idx.read(f, i, j, url=m.shard_url(k), first_gid=offset + i, num_classes=len(m.classes))
-    except IndexDamage:                            # IndexMismatch is one: no index, or it disagrees with the tar
-        ...                                        # read samples i .. j-1 with ShardReader instead
+    except IndexDamage:                            # no index, or it is damaged or for other bytes
+        ...                                        # samples i .. j-1 are withheld (the dataset is damaged)
 
 ``idx.read`` is ``idx.byte_range(i, j)`` (samples i .. j-1 are bytes ``[lo, hi)``),
 one ``f.seek(lo); f.read(hi - lo)``, and :meth:`SampleIndex.slice` of those bytes;
@@ -55,6 +60,7 @@ from typing import IO, Any, Optional
 
 import numpy as np
 
+from shardkit.format.checksum import crc32c
 from shardkit.format.fields import SampleRule
 from shardkit.format.members import UnsafeName, split_member
 from shardkit.format.sample import (
@@ -68,10 +74,15 @@ from shardkit.format.sample import (
 )
 from shardkit.format.tar import BLOCK, FILE_TYPES, NAME_FIELD, SampleSpan, ShardReader, header_ok, octal
 
-#: the manifest's ``sample_index`` value for shards with a sidecar in this format
-INDEX_FORMAT = "sidecar-1"
+#: the manifest's ``sample_index`` value for shards with a sidecar in the format written now (with checksums)
+INDEX_FORMAT = "sidecar-2"
+#: the format written before per-sample checksums (still read: samples are checked by their tar headers only)
+INDEX_FORMAT_V1 = "sidecar-1"
+#: the ``sample_index`` values this shardkit reads
+READABLE_INDEX_FORMATS = (INDEX_FORMAT_V1, INDEX_FORMAT)
 INDEX_SUFFIX = ".idx"
-_MAGIC = b"SKINDEX1"
+_MAGIC = b"SKINDEX2"
+_MAGIC_V1 = b"SKINDEX1"
 _HEAD = struct.Struct("<8sIIQ32sII")  # magic, n, k, shard bytes, shard sha256, exts blob, keys blob
 _U32 = (1 << 32) - 1
 #: largest sidecar accepted (a 100,000-sample shard needs about 5 MB)
@@ -83,7 +94,7 @@ class IndexDamage(Exception):
 
 
 class IndexMismatch(IndexDamage):
-    """The index and the tar bytes disagree (read the shard with the header walk instead)."""
+    """A range read returned another number of bytes than the index names."""
 
 
 def index_url(shard_url: str) -> str:
@@ -102,6 +113,30 @@ class SampleIndex:
     sizes: np.ndarray  #: uint32 [n, k]
     shard_bytes: int
     shard_sha256: str
+    crc32c: Optional[np.ndarray] = None  #: uint32 [n]: CRC32C of each sample's bytes (None: a sidecar-1 index)
+
+    @property
+    def has_checksums(self) -> bool:
+        """True when every sample's bytes carry a CRC32C (format ``sidecar-2``)."""
+        return self.crc32c is not None
+
+    def damaged(self, data: bytes, start: int, stop: int) -> list[int]:
+        """Samples of ``start .. stop-1`` whose bytes in ``data`` (the bytes :meth:`byte_range` names)
+        fail their CRC32C; ``[]`` for an index without checksums (its samples are checked by
+        :meth:`slice`'s tar header checks only)."""
+        if self.crc32c is None:
+            return []
+        lo, hi = self.byte_range(start, stop)
+        if len(data) != hi - lo:
+            raise IndexMismatch(f"range read returned {len(data)} bytes, index says {hi - lo}")
+        starts = (self.starts[start : stop + 1] - np.uint64(lo)).tolist()
+        want = self.crc32c[start:stop].tolist()
+        whole = len(starts) == 2 and isinstance(data, bytes)
+        return [
+            start + s
+            for s in range(stop - start)
+            if crc32c(data if whole else bytes(data[starts[s] : starts[s + 1]])) != want[s]
+        ]
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -131,11 +166,12 @@ class SampleIndex:
         Returns the same :class:`RawSample` objects the header walk returns (only the
         members of :data:`~shardkit.format.sample.LOADED_EXTS` are loaded; a member that breaks
         ``rule``, the dataset's :class:`~shardkit.format.fields.SampleRule` (default: single-label of
-        ``num_classes``), or a bad ``.json`` makes its sample's ``error``).
+        ``num_classes``), or a bad ``.json`` makes its sample's ``error``). A sample whose bytes
+        differ from the conversion (its CRC32C, or a member's tar header: checksum, name, type or
+        size) carries an ``error`` and no fields: it is withheld, never delivered.
 
         Raises:
-            IndexMismatch: ``data`` has the wrong length, or a member's tar header does not
-                match the index (checksum, name or size): read these samples with the walk.
+            IndexMismatch: ``data`` has the wrong length.
         """
         rule = rule if rule is not None else SampleRule(num_classes=num_classes)
         lo, hi = self.byte_range(start, stop)
@@ -143,6 +179,7 @@ class SampleIndex:
             raise IndexMismatch(f"{url}: range read returned {len(data)} bytes, index says {hi - lo}")
         starts = (self.starts[start:stop] - np.uint64(lo)).tolist()
         offs, sizes = self.offsets[start:stop].tolist(), self.sizes[start:stop].tolist()
+        bad = set(self.damaged(data, start, stop))
         names = [("." + e).encode("utf-8") for e in self.exts]
         limits = [FIELD_LIMITS[e] if e in LOADED_EXTS else -1 for e in self.exts]  # -1: not loaded
         out = []
@@ -151,6 +188,10 @@ class SampleIndex:
             kb = key.encode("utf-8")
             gid = first_gid + s if first_gid >= 0 else -1
             sample = RawSample(key=key, gid=gid, shard=url, index=start + s)
+            if start + s in bad:
+                sample.error = changed_error(url, start + s, key, "its CRC32C differs from the index")
+                out.append(sample)
+                continue
             base = starts[s]
             for c, ext in enumerate(self.exts):
                 at, size = base + offs[s][c], sizes[s][c]
@@ -166,14 +207,20 @@ class SampleIndex:
                     or _size(hdr) != size
                     or at + size > len(data)
                 ):
-                    raise IndexMismatch(
-                        f"{url}: sample {start + s} ({key}.{ext}): the tar header at byte {lo + at - BLOCK} does not match the index"
+                    sample = RawSample(key=key, gid=gid, shard=url, index=start + s)
+                    sample.error = changed_error(
+                        url,
+                        start + s,
+                        key,
+                        f"the tar header of .{ext} at byte {lo + at - BLOCK} differs from the index",
                     )
+                    break
                 if size <= limits[c]:
                     store_field(sample, ext, data[at : at + size])
                 elif limits[c] >= 0:  # as the walk: refused from its size, not read
                     sample.error = sample.error or size_error(key, ext, size)
-            check_sample(sample, rule)
+            else:
+                check_sample(sample, rule)
             out.append(sample)
         return out
 
@@ -202,7 +249,7 @@ class SampleIndex:
         body = b"".join(
             [
                 _HEAD.pack(
-                    _MAGIC,
+                    _MAGIC if self.crc32c is not None else _MAGIC_V1,
                     len(self.keys),
                     len(self.exts),
                     self.shard_bytes,
@@ -217,6 +264,8 @@ class SampleIndex:
                 self.sizes.astype("<u4").tobytes(),
             ]
         )
+        if self.crc32c is not None:
+            body += self.crc32c.astype("<u4").tobytes()
         return body + struct.pack("<I", zlib.crc32(body))
 
     @classmethod
@@ -229,12 +278,13 @@ class SampleIndex:
         if len(data) < _HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
             raise IndexDamage(f"{url}: not a sample index or damaged (CRC mismatch)")
         magic, n, k, nbytes, sha, le, lk = _HEAD.unpack_from(data)
-        if magic != _MAGIC:
+        if magic not in (_MAGIC, _MAGIC_V1):
             raise IndexDamage(f"{url}: not a shardkit sample index (magic {magic!r})")
+        checked = magic == _MAGIC
         if shard_bytes is not None and nbytes != shard_bytes or shard_sha256 is not None and sha.hex() != shard_sha256:
             raise IndexDamage(f"{url}: describes another shard (size or sha256 differ from the manifest)")
         pos = _HEAD.size
-        need = pos + le + lk + 8 * (n + 1) + 8 * n * k + 4
+        need = _needed(magic, n, k, le, lk)
         if need != len(data) or k == 0:
             raise IndexDamage(f"{url}: {len(data)} bytes where {n} samples of {k} fields need {need}")
         try:
@@ -246,7 +296,8 @@ class SampleIndex:
         starts = np.frombuffer(data, "<u8", n + 1, pos).astype(np.uint64)
         offsets = np.frombuffer(data, "<u4", n * k, pos + 8 * (n + 1)).reshape(n, k).astype(np.uint32)
         sizes = np.frombuffer(data, "<u4", n * k, pos + 8 * (n + 1) + 4 * n * k).reshape(n, k).astype(np.uint32)
-        idx = cls(keys, exts, starts, offsets, sizes, nbytes, sha.hex())
+        crcs = np.frombuffer(data, "<u4", n, pos + 8 * (n + 1) + 8 * n * k).astype(np.uint32) if checked else None
+        idx = cls(keys, exts, starts, offsets, sizes, nbytes, sha.hex(), crcs)
         idx._check(url)
         return idx
 
@@ -273,6 +324,19 @@ class SampleIndex:
         why = _layout_error(self.starts, self.offsets, self.sizes, self.shard_bytes)
         if why:
             raise IndexDamage(f"{url}: {why}")
+
+
+def changed_error(url: str, index: int, key: str, why: str) -> str:
+    """The ``error`` of sample ``index`` (``key``) of shard ``url`` whose bytes differ from the conversion."""
+    return (
+        f"{url}: sample {index} ({key}): {why}: the shard changed since conversion; "
+        f"withheld (find the damage with `shardkit verify`, then reconvert)"
+    )
+
+
+def _needed(magic: bytes, n: int, k: int, le: int, lk: int) -> int:
+    """Bytes of a sidecar with this header."""
+    return _HEAD.size + le + lk + 8 * (n + 1) + 8 * n * k + (4 * n if magic == _MAGIC else 0) + 4
 
 
 def _size(hdr: bytes) -> int:
@@ -309,9 +373,16 @@ def _layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, sh
 
 
 def build_index(
-    layouts: Sequence[SampleSpan], keys: Sequence[str], shard_bytes: int, shard_sha256: str
+    layouts: Sequence[SampleSpan],
+    keys: Sequence[str],
+    shard_bytes: int,
+    shard_sha256: str,
+    crcs: Optional[Sequence[int]] = None,
 ) -> Optional[SampleIndex]:
     """The index of a shard from its samples' layouts, or ``None`` if the shard cannot be indexed.
+
+    ``crcs``: the CRC32C of each sample's bytes (:mod:`shardkit.format.checksum`); None: an index
+    without checksums (format ``sidecar-1``).
 
     Indexable: every sample has the same fields in the same order, each member's data follows
     its one 512-byte header (no pax or long-name headers) right after the previous member,
@@ -342,15 +413,26 @@ def build_index(
         return None
     if max(len(x.encode("utf-8")) for x in keys) + 1 + max(len(e.encode("utf-8")) for e in exts) >= NAME_FIELD:
         return None
+    if crcs is not None and len(crcs) != n:
+        raise ValueError(f"{n} samples but {len(crcs)} checksums")
     return SampleIndex(
-        tuple(keys), exts, starts, offsets.astype(np.uint32), sizes.astype(np.uint32), shard_bytes, shard_sha256
+        tuple(keys),
+        exts,
+        starts,
+        offsets.astype(np.uint32),
+        sizes.astype(np.uint32),
+        shard_bytes,
+        shard_sha256,
+        None if crcs is None else np.asarray(crcs, dtype=np.uint32),
     )
 
 
 def index_from_walk(f: IO[bytes], url: str, shard_bytes: int, shard_sha256: str) -> Optional[SampleIndex]:
-    """Walk the headers of the shard open as ``f`` and build its index (``None``: not indexable).
+    """Walk the headers of the shard open as ``f`` (seekable) and build its index with checksums
+    (``None``: not indexable): the CRC32C of each sample is computed from its bytes, read again.
 
-    ``verify`` compares this with the sidecar; it also indexes shards written before the index.
+    ``verify`` compares this with the sidecar; ``shardkit index`` writes it for shards written
+    before the index or before its checksums.
     """
     r = ShardReader(f, url)
     layouts, keys = [], []
@@ -358,7 +440,11 @@ def index_from_walk(f: IO[bytes], url: str, shard_bytes: int, shard_sha256: str)
         assert r.layout is not None
         layouts.append(r.layout)
         keys.append(s.key)
-    return build_index(layouts, keys, shard_bytes, shard_sha256)
+    crcs = []
+    for lay in layouts:
+        f.seek(lay.start)
+        crcs.append(crc32c(f.read(lay.end - lay.start)))
+    return build_index(layouts, keys, shard_bytes, shard_sha256, crcs)
 
 
 def load_index(
@@ -402,8 +488,8 @@ def _announced(head: bytes, url: str, shard_bytes: Optional[int]) -> int:
     """
     if len(head) < _HEAD.size:
         raise IndexDamage(f"{url}: not a sample index or damaged (only {len(head)} bytes)")
-    _, n, k, _, _, le, lk = _HEAD.unpack_from(head)
-    need = _HEAD.size + le + lk + 8 * (n + 1) + 8 * n * k + 4
+    magic, n, k, _, _, le, lk = _HEAD.unpack_from(head)
+    need = _needed(magic, n, k, le, lk)
     limit = MAX_INDEX_BYTES if shard_bytes is None else min(MAX_INDEX_BYTES, shard_bytes)
     if (
         need > limit

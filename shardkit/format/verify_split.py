@@ -262,7 +262,7 @@ class SplitCheck:
         try:
             idx = load_index(m.shard_url(index), shard_bytes=s.bytes, shard_sha256=s.sha256, **self.so)
         except IndexDamage as exc:
-            return None, f"sample index unusable, the loader falls back to the header walk ({exc})"
+            return None, f"sample index unusable, the loader withholds this shard's samples ({exc})"
         if m.sample_index == INDEX_FORMAT and not idx.has_checksums:
             return idx, (
                 f"sample index holds no per-sample checksums, though the manifest says {INDEX_FORMAT!r}; "
@@ -278,7 +278,7 @@ class SplitCheck:
             self.add(
                 index_url(s.name),
                 "",
-                "sample index does not match the tar (the loader detects this and falls back to the header walk)",
+                "sample index does not match the tar (the loader withholds the samples it rejects)",
             )
 
     def _checksums(self, name: str, idx: SampleIndex, crcs: list[int]) -> None:

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any, Optional
 
+from shardkit.format.checksum import crc32c
 from shardkit.format.fields import (
     INSTANCES_EXT,
     LABELS_EXT,
@@ -185,6 +186,7 @@ def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
     hw = _HashingWriter(f)
     layouts: list[SampleSpan] = []
     keys: list[str] = []
+    crcs: list[int] = []
     offset = 0
     for s in samples:
         if not KEY_PATTERN.match(s.key):
@@ -201,14 +203,16 @@ def write_tar(samples: Iterable[EncodedSample], f: IO[bytes]) -> WrittenShard:
             members.append(Member(s.key, ext, len(data), offset + len(header), offset))
             parts += (header, data, bytes(pad(len(data)) - len(data)))
             offset += len(header) + pad(len(data))
-        hw.write(b"".join(parts))  # one write per sample
+        sample_bytes = b"".join(parts)
+        hw.write(sample_bytes)  # one write per sample
+        crcs.append(crc32c(sample_bytes))
         layouts.append(SampleSpan(start, offset, tuple(members)))
         keys.append(s.key)
     end = offset + 2 * BLOCK  # two zero blocks end the archive; tarfile then pads to whole records
     hw.write(bytes(2 * BLOCK + (-end) % tarfile.RECORDSIZE))
     hw.flush()
     sha = hw.sha.hexdigest()
-    return WrittenShard(len(keys), hw.nbytes, sha, build_index(layouts, keys, hw.nbytes, sha))
+    return WrittenShard(len(keys), hw.nbytes, sha, build_index(layouts, keys, hw.nbytes, sha, crcs))
 
 
 def write_shard(samples: Iterable[EncodedSample], f: IO[bytes]) -> tuple[int, int, str]:

@@ -3,15 +3,16 @@
 ``read(gids)`` gets the samples of one block (consecutive ids of one or more shards, in
 stored order), keeping one shard open across consecutive blocks. A shard with a sample
 index (:mod:`shardkit.format.index`) is read with one range request per block, members
-sliced out at their recorded offsets; without one (or when it is damaged or disagrees
-with the tar) the tar headers are walked (:class:`shardkit.format.tar.ShardReader`,
-skipping forward without reading data). The read stage that drives it is
-:mod:`shardkit.loader.read`.
+sliced out at their recorded offsets, every sample checked against its CRC32C and tar
+headers; a shard of a dataset written without an index is read with the tar header walk
+(:class:`shardkit.format.tar.ShardReader`, skipping forward without reading data). Bytes the
+index rejects are withheld (each such sample carries its ``error``), never walked: a shard
+that changed since conversion does not get a second, less careful reader. The read stage
+that drives it is :mod:`shardkit.loader.read`.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections.abc import Sequence
@@ -19,9 +20,10 @@ from typing import IO, Optional
 
 import numpy as np
 
+from shardkit.errors import StorageError
 from shardkit.format import RawSample, ShardReader, TarDamage
 from shardkit.format.fields import SampleRule
-from shardkit.format.index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url, load_index
+from shardkit.format.index import READABLE_INDEX_FORMATS, IndexDamage, IndexMismatch, SampleIndex, index_url
 from shardkit.format.manifest import Manifest
 from shardkit.loader import readplan
 from shardkit.loader.stats import Counters
@@ -35,16 +37,21 @@ class BlockReader:
     """Reads the samples of plan blocks, keeping one shard open across consecutive blocks.
 
     With ``sha256`` (the manifest's ``sample_index`` is set: every shard has a sidecar
-    index) each shard's index is loaded once, when the shard is first read, and a block's
-    samples of one shard are one range read (:meth:`SampleIndex.slice
-    <shardkit.format.index.SampleIndex.slice>` cuts the members out and checks each
-    member's tar header). Without an index, or when it is missing, damaged or disagrees
-    with the tar, the shard is read with the header walk (logged once per shard, counted
-    in :attr:`index_fallbacks`): the same samples, never other bytes.
+    index) each shard's index is loaded once, when the shard is first read (the last
+    :attr:`KEEP_INDEXES` are kept, least recently used dropped first), and a block's samples
+    of one shard are one range read (:meth:`SampleIndex.slice
+    <shardkit.format.index.SampleIndex.slice>` cuts the members out and checks each sample's
+    CRC32C and tar headers). A sample whose bytes fail is withheld (its ``error`` set; the
+    batcher skips and counts it, or raises under ``strict``). When the bytes came from the
+    node cache, its entry is dropped and the range read again from the store once first (a
+    damaged cache file is the cache's fault, not the dataset's). A shard whose index is
+    missing, damaged or for other bytes is withheld whole (logged once, counted in
+    :attr:`shards_withheld`), not walked. Without ``sha256`` (a dataset written without an
+    index) shards are read with the header walk.
 
     Args:
         urls: shard URLs (manifest order).
-        nbytes: shard sizes in bytes (for the cache).
+        nbytes: shard sizes in bytes (checked at every open; the cache's content key).
         shard_offsets: global id of each shard's first sample.
         opener: opens shard URLs.
         counters: where read time and bytes are counted.
@@ -54,6 +61,8 @@ class BlockReader:
             A dataset without ``label`` reads every sample's label as -1.
         sha256: the shards' sha256s from the manifest when the shards have sample indexes (None: walk only;
             a None entry: that shard is walked, e.g. a mixture's source written before the index).
+        content: the shards' sha256s from the manifest (the cache's content key), when ``sha256`` is None
+            (default: ``sha256``).
     """
 
     #: holes (consumed samples on resume) up to this many bytes are read through rather than split into two range reads
@@ -74,6 +83,7 @@ class BlockReader:
         *,
         sha256: Optional[Sequence[Optional[str]]] = None,
         rule: Optional[SampleRule] = None,
+        content: Optional[Sequence[Optional[str]]] = None,
     ):
         self.urls, self.nbytes, self.offsets = urls, nbytes, shard_offsets
         self.rule = rule if rule is not None else SampleRule(num_classes=num_classes)
@@ -81,15 +91,17 @@ class BlockReader:
         self._no_label = "label" not in self.rule.fields
         self.opener, self.counters = opener, counters
         self.sha256 = sha256
+        self.content = content if content is not None else sha256
         self._shard = -1
         self._reader: Optional[ShardReader] = None
         self._damaged: dict[int, str] = {}
         self._counted = 0  # bytes of the open reader already counted
         self._retries = 0  # opener retries already counted
         self._indexes: dict[int, SampleIndex] = {}  # recently used, oldest first
-        self._walk_only: set[int] = set()  # shards whose index is missing, damaged or wrong
+        self._withheld: dict[int, str] = {}  # shards whose index is missing, damaged or wrong: why
         self._ranged: tuple[int, Optional[IO[bytes]]] = (-1, None)  # the shard open for range reads
-        self.index_fallbacks = 0  #: shards read with the header walk although the manifest promised an index
+        self.shards_withheld = 0  #: shards withheld because their index is missing, damaged or for other bytes
+        self.cache_refetches = 0  #: ranges read again from the store after their cached bytes failed a checksum
         self.range_reads = 0  #: range reads made through the index
 
     def _count_bytes(self) -> None:
@@ -114,11 +126,16 @@ class BlockReader:
         if f is not None:
             f.close()
 
+    def _content(self, shard: int) -> Optional[str]:
+        return self.content[shard] if self.content is not None else None
+
     def _reader_for(self, shard: int, index: int) -> ShardReader:
         if self._reader is None or self._shard != shard or self._reader.index > index:
             self.close()
             self._reader = ShardReader(
-                self.opener.open(self.urls[shard], self.nbytes[shard]), self.urls[shard], rule=self.rule
+                self.opener.open(self.urls[shard], self.nbytes[shard], self._content(shard)),
+                self.urls[shard],
+                rule=self.rule,
             )
             self._shard = shard
         return self._reader
@@ -131,8 +148,8 @@ class BlockReader:
         cuts = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(gids)]
         for a, b in zip(cuts[:-1], cuts[1:]):  # the block's samples of one shard each
             shard = int(shards[a])
-            got = self._read_indexed(shard, gids[a:b]) if self.sha256 is not None else None
-            out.extend(self._walk(shard, gids[a:b]) if got is None else got)
+            indexed = self.sha256 is not None and self.sha256[shard] is not None
+            out.extend(self._read_indexed(shard, gids[a:b]) if indexed else self._walk(shard, gids[a:b]))
         if self._no_label:  # the batch's class label row of a dataset without one (never handed out)
             for s in out:
                 s.label = -1
@@ -165,80 +182,106 @@ class BlockReader:
 
     # ------------------------------------------------------------------ the sample index
 
-    def _fall_back(self, shard: int, why: object) -> None:
-        self._walk_only.add(shard)
+    def _withhold(self, shard: int, why: str) -> None:
+        """Withhold every sample of ``shard``: its index is missing, damaged or for other bytes."""
+        msg = (
+            f"{why}; the samples of {self.urls[shard]} are withheld (check the dataset with `shardkit verify`; "
+            f"`shardkit index` rebuilds sample indexes)"
+        )
+        self._withheld[shard] = msg
         self._indexes.pop(shard, None)
-        self.index_fallbacks += 1
-        self.counters.add("index_fallbacks", 1)
-        log.warning("shardkit: %s; reading %s with the tar header walk", why, self.urls[shard])
+        self.shards_withheld += 1
+        self.counters.add("shards_withheld", 1)
+        log.warning("shardkit: %s", msg)
 
     def _index(self, shard: int) -> Optional[SampleIndex]:
-        """The shard's sample index (loaded and checked once), None if the shard is read with the walk."""
+        """The shard's sample index (loaded and checked once), None if the shard is withheld."""
         sha = self.sha256[shard] if self.sha256 is not None else None
-        if shard in self._walk_only or sha is None:
+        if shard in self._withheld or sha is None:
             return None
         idx = self._indexes.pop(shard, None)
         if idx is None:
-            url = self.urls[shard]
+            url = index_url(self.urls[shard])
             try:
-                idx = load_index(
-                    url,
-                    shard_bytes=int(self.nbytes[shard]),
-                    shard_sha256=sha,
-                    open_fn=lambda u: io.BytesIO(self.opener.fetch(u)),
-                )
+                data = self.opener.fetch(url)  # a store that keeps failing raises here: not a damaged index
+            except (FileNotFoundError, StorageError) as exc:
+                if isinstance(exc, StorageError) and "not found" not in str(exc):
+                    raise
+                self._withhold(shard, f"{url}: sample index not found")
+                return None
+            try:
+                idx = SampleIndex.from_bytes(data, url, shard_bytes=int(self.nbytes[shard]), shard_sha256=sha)
             except IndexDamage as exc:
-                self._fall_back(shard, exc)
+                self._withhold(shard, str(exc))
                 return None
             samples = int(self.offsets[shard + 1] - self.offsets[shard]) if shard + 1 < len(self.offsets) else len(idx)
             if len(idx) != samples:
-                self._fall_back(shard, f"{index_url(url)}: the index lists {len(idx)} samples, the manifest {samples}")
+                self._withhold(shard, f"{url}: the index lists {len(idx)} samples, the manifest {samples}")
                 return None
             while len(self._indexes) >= self.KEEP_INDEXES:
-                self._indexes.pop(next(iter(self._indexes)))
+                self._indexes.pop(next(iter(self._indexes)))  # the least recently used
         self._indexes[shard] = idx  # most recently used last
         return idx
 
     def _ranged_file(self, shard: int) -> IO[bytes]:
         if self._ranged[0] != shard or self._ranged[1] is None:
             self.close()  # one shard open at a time (walk or ranges)
-            self._ranged = (shard, self.opener.open_ranges(self.urls[shard], self.nbytes[shard]))
+            self._ranged = (shard, self.opener.open_ranges(self.urls[shard], self.nbytes[shard], self._content(shard)))
         f = self._ranged[1]
         assert f is not None
         return f
 
-    def _read_indexed(self, shard: int, gids: np.ndarray) -> Optional[list[RawSample]]:
-        """The samples ``gids`` of ``shard`` through its index (None: read them with the walk).
+    def _read_indexed(self, shard: int, gids: np.ndarray) -> list[RawSample]:
+        """The samples ``gids`` of ``shard`` through its index (withheld ones carry ``error``).
 
         Consecutive samples are one range read (of at most :attr:`MAX_RANGE_BYTES`); a hole
         left by consumed samples (resume) is read through when it is small (:attr:`MAX_HOLE_BYTES`),
         else the block takes one range read per run (:func:`shardkit.loader.readplan.index_groups`).
         """
-        idx = self._index(shard) if shard not in self._damaged else None
-        if idx is None:
-            return None
         url, first = self.urls[shard], int(self.offsets[shard])
+        idx = self._index(shard)
         local = gids - first
-        if local[-1] >= len(idx):
-            self._fall_back(
+        if idx is not None and local[-1] >= len(idx):
+            self._withhold(
                 shard, f"{index_url(url)}: the index lists {len(idx)} samples, sample {int(local[-1])} was asked for"
             )
-            return None
+            idx = None
+        if idx is None:
+            why = self._withheld[shard]
+            return [RawSample(key=f"#{i}", gid=first + i, shard=url, index=i, error=why) for i in local.tolist()]
         groups = readplan.index_groups(idx.starts, local, max_range=self.MAX_RANGE_BYTES, max_hole=self.MAX_HOLE_BYTES)
         out: list[RawSample] = []
-        try:
-            for group in groups:
-                lo, hi = idx.byte_range(group[0][0], group[-1][1])
-                data = self._read_range(shard, lo, hi)
-                for i, j in group:
-                    a, b = idx.byte_range(i, j)
-                    piece = data if (a, b) == (lo, hi) else data[a - lo : b - lo]
+        for group in groups:
+            lo, hi = idx.byte_range(group[0][0], group[-1][1])
+            data = self._read_range(shard, lo, hi)
+            if len(data) == hi - lo and idx.damaged(data, group[0][0], group[-1][1]):
+                data = self._from_store_if_cached(shard, lo, hi, data)
+            for i, j in group:
+                a, b = idx.byte_range(i, j)
+                piece = data if (a, b) == (lo, hi) else data[a - lo : b - lo]
+                try:
                     out.extend(idx.slice(piece, i, j, url=url, first_gid=first + i, rule=self.rule))
-        except IndexMismatch as exc:
-            self._close_ranged()
-            self._fall_back(shard, exc)
-            return None
+                except IndexMismatch:  # the shard ends early: it changed since conversion
+                    why = f"{url}: bytes {a}..{b} could not be read in full: the shard changed since conversion"
+                    out.extend(
+                        RawSample(key=idx.keys[x], gid=first + x, shard=url, index=x, error=why) for x in range(i, j)
+                    )
         return out
+
+    def _from_store_if_cached(self, shard: int, lo: int, hi: int, data: bytes) -> bytes:
+        """``data`` failed a checksum: when it came from the node cache, drop the entry and read the
+        range again (a fresh download); the store's bytes are then what the index checks."""
+        f = self._ranged[1]
+        cached = self.opener.cache_path_of(f) if f is not None else None
+        if cached is None:
+            return data
+        self._close_ranged()
+        self.opener.drop_cached(
+            self.urls[shard], self.nbytes[shard], self._content(shard), "a sample's CRC32C does not match the index"
+        )
+        self.cache_refetches += 1
+        self.counters.add("cache_refetches", 1)
+        return self._read_range(shard, lo, hi)
 
     def _read_range(self, shard: int, lo: int, hi: int) -> bytes:
         f = self._ranged_file(shard)
@@ -258,6 +301,6 @@ class BlockReader:
 def indexed_shards(manifest: Manifest, urls: Sequence[str]) -> Optional[list[str]]:
     """The ``sha256`` argument of :class:`BlockReader` for ``manifest``'s shards: their sha256s when
     they have sample indexes this shardkit reads (and can be read by range), else None."""
-    if manifest.sample_index != INDEX_FORMAT or not urls or storage.scheme(urls[0]) == "pipe":
+    if manifest.sample_index not in READABLE_INDEX_FORMATS or not urls or storage.scheme(urls[0]) == "pipe":
         return None
     return [s.sha256 for s in manifest.shards]

@@ -66,8 +66,10 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
         urls = [u for k in rows.tolist() for u in ds.manifests[k].shard_urls()]
         nbytes = [s.bytes for k in rows.tolist() for s in ds.manifests[k].shards]
     sha: list[Optional[str]] = []
+    content: list[Optional[str]] = []  # every shard's sha256 (the node cache's content key)
     for m in (ds.manifests[k] for k in rows.tolist()):
         sha += indexed_shards(m, m.shard_urls()) or [None] * len(m.shards)
+        content += [s.sha256 for s in m.shards]
     sha256 = None if all(h is None for h in sha) else sha  # sample indexes, per shard (None: that shard is walked)
     openers = [_opener(ds, k, world, work.split.num_batches) for k in rows.tolist()]
     readers = [
@@ -79,6 +81,7 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
             counters,
             rule=SampleRule.of(ds.manifests[k]),
             sha256=sha256,
+            content=content,
         )
         for k, opener in zip(rows.tolist(), openers)
     ]

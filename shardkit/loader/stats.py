@@ -25,7 +25,8 @@ COUNTERS = (
     "collate_s",
     "batches",
     "retries",
-    "index_fallbacks",
+    "shards_withheld",
+    "cache_refetches",
     "boxes_dropped",
     "slowdowns",
     "throttled_s",
@@ -72,8 +73,10 @@ class LoaderStats:
     time of reads, which run on a thread that overlaps decoding);
     ``wait_s`` is wall time the training loop spent waiting for the next batch;
     ``retries`` counts remote reads that failed and were retried (from the byte offset where they broke);
-    ``index_fallbacks`` counts shards read with the tar header walk although the manifest promised a
-    sample index (the index was missing, damaged or wrong: each is logged once);
+    ``shards_withheld`` counts shards whose samples were all withheld because the sample index the
+    manifest promised was missing, damaged or for other bytes (each is logged once; their samples are
+    counted in ``skipped``); ``cache_refetches`` counts ranges read again from the store because their
+    bytes in the node cache failed a checksum (the cache entry was dropped; each is logged);
     ``slowdowns`` counts remote reads the store answered "slow down" (``503 SlowDown``, ``429``), each
     of which lowered that worker's request rate; ``throttled_s`` is the time workers waited for their
     request budget (summed over workers, like ``read_s``, of which it is a part).
@@ -90,7 +93,8 @@ class LoaderStats:
     decode_s: float = 0.0
     resize_s: float = 0.0
     collate_s: float = 0.0
-    index_fallbacks: int = 0
+    shards_withheld: int = 0
+    cache_refetches: int = 0
     #: boxes dropped because less than ``min_visible`` of their area stayed in the crop (target fields only)
     boxes_dropped: int = 0
     slowdowns: int = 0
@@ -141,7 +145,8 @@ def summarise(
         decode_s=d["decode_s"],
         resize_s=d["resize_s"],
         collate_s=d["collate_s"],
-        index_fallbacks=int(d["index_fallbacks"]),
+        shards_withheld=int(d["shards_withheld"]),
+        cache_refetches=int(d["cache_refetches"]),
         boxes_dropped=int(d["boxes_dropped"]),
         slowdowns=int(d["slowdowns"]),
         throttled_s=d["throttled_s"],

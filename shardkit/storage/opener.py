@@ -170,7 +170,7 @@ class ShardOpener:
         self.retries = 0  #: remote reads retried so far (all shards together)
         self.retry_log = RetryLog(log)
 
-    def open(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
+    def open(self, url: str, nbytes: Optional[int] = None, sha256: Optional[str] = None) -> IO[bytes]:
         """A binary file positioned at the start of shard ``url`` (``nbytes``: size from the manifest)."""
         check_url(url, self.cfg)
         if storage.scheme(url) == "pipe":
@@ -190,7 +190,7 @@ class ShardOpener:
                 return open(path, "rb", buffering=1 << 20)
         return self._open_remote(url)
 
-    def open_ranges(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
+    def open_ranges(self, url: str, nbytes: Optional[int] = None, sha256: Optional[str] = None) -> IO[bytes]:
         """Like :meth:`open`, for a few large reads at known offsets (the sample index): on remote
         storage (no cache) ``seek(lo); read(n)`` is one range request for exactly ``n`` bytes (no
         read-ahead buffer in between), retried from its offset like every remote read."""
@@ -203,6 +203,27 @@ class ShardOpener:
         if storage.scheme(url) == "pipe" or self.cache is not None and nbytes is not None:
             return self.open(url, nbytes)
         return self._retrying(url)  # type: ignore[return-value]  # a RawIOBase: a binary file
+
+    def cache_path_of(self, f: IO[bytes]) -> Optional[str]:
+        """The cache file ``f`` reads (None: the store or a local dataset)."""
+        name = getattr(f, "name", None)
+        if self.cache is None or not isinstance(name, str) or not name.startswith(self.cache.dir):
+            return None
+        return name
+
+    def drop_cached(self, url: str, nbytes: Optional[int], sha256: Optional[str], why: str) -> bool:
+        """Remove the cache entry of ``url`` (logged with ``why``); True if there was one."""
+        if self.cache is None:
+            return False
+        import os
+
+        path = self.cache.path_for(url)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        log.warning("shardkit: cache file %s dropped (%s); fetching %s again", path, why, url)
+        return True
 
     def fetch(self, url: str) -> bytes:
         """The whole of a small object (a sample index): one GET on remote storage, no size probe first."""

@@ -8,6 +8,7 @@ import os
 import shutil
 import struct
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -177,7 +178,7 @@ def ds(tmp_path, converted):
 
 def test_index_slices_equal_the_header_walk(converted):
     m = load_manifest(converted)
-    assert m.version == 3 and m.sample_index == "sidecar-1" and len(m.shards) == 4
+    assert m.version == 3 and m.sample_index == "sidecar-2" and len(m.shards) == 4
     rng = np.random.default_rng(0)
     for i, s in enumerate(m.shards):
         url = m.shard_url(i)
@@ -220,21 +221,23 @@ def test_damaged_or_wrong_index_is_detected(ds):
     # consistent (CRC fixed) but pointing at the wrong bytes: the slice checks each member's tar header
     open(ipath, "wb").write(good)
     idx = load_index(url0, shard_bytes=s0.bytes, shard_sha256=s0.sha256)
-    sizes_at = len(good) - 4 - idx.sizes.nbytes
+    sizes_at = len(good) - 4 - idx.crc32c.nbytes - idx.sizes.nbytes  # sizes, then the checksums, then the CRC-32
     _rewrite_index(
         ipath, lambda b: b.__setitem__(slice(sizes_at + 4, sizes_at + 8), struct.pack("<I", idx.sizes[0, 1] - 1))
     )
     wrong = load_index(url0, shard_bytes=s0.bytes, shard_sha256=s0.sha256)
     data = open(url0, "rb").read()
     lo, hi = wrong.byte_range(0, 2)
-    with pytest.raises(IndexMismatch, match="does not match the index"):
-        wrong.slice(data[lo:hi], 0, 2, url=url0)
+    got = wrong.slice(data[lo:hi], 0, 2, url=url0)  # sample 0 withheld, by its CRC32C and by its tar header alone
+    assert "changed since conversion" in got[0].error and got[0].jpeg is None and got[1].error is None
+    got = replace(wrong, crc32c=None).slice(data[lo:hi], 0, 2, url=url0)
+    assert "differs from the index" in got[0].error and got[0].jpeg is None and got[1].error is None
     with pytest.raises(IndexMismatch, match="range read returned"):
         idx.slice(data[lo : hi - 1], 0, 2, url=url0)
     # verify names each kind of damage
     msgs = [str(p) for p in verify(ds).problems]
     assert msgs == [
-        "train-000000.idx: sample index does not match the tar (the loader detects this and falls back to the header walk)"
+        "train-000000.idx: sample index does not match the tar (the loader withholds the samples it rejects)"
     ]
     os.remove(m.index_url(2))
     msgs = [str(p) for p in verify(ds, quick=True).problems]
@@ -370,11 +373,8 @@ def test_fuzz_index_damage_is_refused_or_detected(flips, span):
     if a == b or b > len(idx):
         return
     lo, hi = idx.byte_range(a, b)
-    try:
-        got = idx.slice(_DATA[lo:hi], a, b, url="s.tar", first_gid=a, num_classes=3)
-    except IndexMismatch:
-        return
-    assert got == _walk_bytes(_DATA)[a:b]  # accepted: then it is exactly what the header walk reads
+    got = idx.slice(_DATA[lo:hi], a, b, url="s.tar", first_gid=a, num_classes=3)
+    _withheld_or_walked(got, _walk_bytes(_DATA)[a:b])  # accepted: then it is exactly what the header walk reads
 
 
 @pytest.mark.timeout(120)
@@ -387,14 +387,41 @@ def test_fuzz_damaged_shard_bytes_never_differ_from_the_walk(flips):
     _slice_is_the_walk_or_refused(bytes(data))
 
 
+def _withheld_or_walked(got: list, walked: list) -> None:
+    """Each sample sliced is withheld (its error says the shard changed, no field delivered) or exactly
+    what the header walk of the converted bytes reads."""
+    assert len(got) == len(walked)
+    for g, w in zip(got, walked):
+        if g.error and "changed since conversion" in g.error:
+            assert g.jpeg is None and g.label is None and g.meta_bytes == b"" and not g.unparsed
+        else:
+            assert g == w
+
+
 def _slice_is_the_walk_or_refused(data: bytes) -> None:
+    """Damaged shard bytes: each sample is withheld or exactly the walk's of the *converted* bytes, by the
+    index's CRC32C and, for an index without checksums, by its tar header checks (then the walk of the
+    damaged bytes is the reference: a flip in a JPEG's data is only visible to a checksum)."""
     idx = _WRITTEN.index
     lo, hi = idx.byte_range(0, len(idx))
-    try:
-        got = idx.slice(data[lo:hi], 0, len(idx), url="s.tar", first_gid=0, num_classes=3)
-    except IndexMismatch:
-        return  # the loader then reads the shard with the walk
-    assert got == _walk_bytes(data)
+    got = idx.slice(data[lo:hi], 0, len(idx), url="s.tar", first_gid=0, num_classes=3)
+    _withheld_or_walked(got, _walk_bytes(_DATA))
+    if data[lo:hi] != _DATA[lo:hi]:
+        assert any(g.error for g in got), "a changed byte inside the samples is caught by their CRC32C"
+    got = replace(idx, crc32c=None).slice(data[lo:hi], 0, len(idx), url="s.tar", first_gid=0, num_classes=3)
+    _withheld_or_walked(got, [_walk_alone(data, idx, i) for i in range(len(idx))])
+
+
+def _walk_alone(data: bytes, idx, i: int):
+    """What the header walk reads of sample ``i``'s bytes alone (as the only sample of a tar), placed as
+    sample ``i``; None when the walk does not find exactly that one sample there."""
+    from dataclasses import replace as _replace
+
+    a, b = idx.byte_range(i, i + 1)
+    found = _walk_bytes(data[a:b] + bytes(1024))
+    if len(found) != 1:
+        return None
+    return _replace(found[0], gid=i, index=i)
 
 
 _HEADERS = [int(_WRITTEN.index.starts[i] + _WRITTEN.index.offsets[i, c]) - 512 for i in range(9) for c in range(3)]

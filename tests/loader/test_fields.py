@@ -199,7 +199,7 @@ def test_the_sample_index_reads_every_field_like_the_header_walk(rich_indexed, n
     loader = shardkit.load(rich_indexed, fields=names, batch_size=5, num_workers=num_workers, size=16, seed=7)
     seen = [i for batch in loader for i in check_batch(batch, names, 5)]
     assert sorted(seen) == sorted(set(range(N)) - {3, 9, 16, 22}) and loader.stats.skipped == 4
-    assert loader.stats.index_fallbacks == 0
+    assert loader.stats.shards_withheld == 0
 
 
 @pytest.mark.parametrize("batch_size", [1, 2])

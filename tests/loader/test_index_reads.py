@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 
 import shardkit
 from shardkit.format.index import index_url
@@ -86,7 +87,7 @@ def test_block_reader_index_equals_walk(pair):
         assert _named(got) == _named(want) and all(s.error is None for s in got)
     # one range read per shard a read touches (holes of consumed samples are read through, not walked)
     shards = sum(len(np.unique(np.searchsorted(shard_offsets([7, 7, 7, 7, 2]), g, side="right"))) for g in GIDS)
-    assert idx.range_reads == shards and idx.index_fallbacks == 0
+    assert idx.range_reads == shards and idx.shards_withheld == 0
     idx.close()
     walk.close()
 
@@ -118,10 +119,10 @@ def _rewrite_index(path: str, patch) -> None:
     open(path, "wb").write(bytes(body) + struct.pack("<I", zlib.crc32(bytes(body))))
 
 
-def test_damaged_or_wrong_index_falls_back_once_per_shard(pair, caplog):
+def test_damaged_or_wrong_index_withholds_its_shard_once(pair, caplog):
     walk_root, indexed_root, ds = pair
     m = load_manifest(indexed_root)
-    # shard 0: a flipped byte (CRC); shard 2: consistent but wrong sizes (found by the tar header check);
+    # shard 0: a flipped byte (CRC); shard 2: consistent but wrong sizes (samples no longer back to back);
     # shard 3: the index is gone
     p0 = index_url(m.shard_url(0))
     bad = bytearray(open(p0, "rb").read())
@@ -129,7 +130,7 @@ def test_damaged_or_wrong_index_falls_back_once_per_shard(pair, caplog):
     open(p0, "wb").write(bytes(bad))
     p2 = index_url(m.shard_url(2))
     n, k = m.shards[2].samples, 3
-    sizes_at = os.path.getsize(p2) - 4 - 4 * n * k
+    sizes_at = os.path.getsize(p2) - 4 - 4 * n - 4 * n * k  # sizes, then the checksums, then the CRC-32
     _rewrite_index(
         p2, lambda b: b.__setitem__(slice(sizes_at + 4 * (3 * 4 + 1), sizes_at + 4 * (3 * 4 + 2)), struct.pack("<I", 1))
     )
@@ -137,16 +138,21 @@ def test_damaged_or_wrong_index_falls_back_once_per_shard(pair, caplog):
     with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
         loader, got = _batches(indexed_root, num_workers=0)
     walker, want = _batches(walk_root, num_workers=0)
-    assert loader.stats.index_fallbacks == 3 and walker.stats.index_fallbacks == 0  # counted in the stats too
-    _same(want, got)
+    assert loader.stats.shards_withheld == 3 and walker.stats.shards_withheld == 0  # counted in the stats too
+    offsets = np.cumsum([0] + [s.samples for s in m.shards])
+    gone = {ds.keys[i] for k in (0, 2, 3) for i in range(offsets[k], offsets[k + 1])}
     keys = [k for _, ks in got for k in ks]
-    assert sorted(keys) == sorted(ds.keys) and len(set(keys)) == len(keys)
-    falls = [r.getMessage() for r in caplog.records if "header walk" in r.getMessage()]
-    assert len(falls) == 3, falls
-    assert any("train-000000.idx" in f and "CRC" in f for f in falls)
-    # wrong sizes: refused when the index is loaded (samples not back to back) or when a slice's tar header disagrees
-    assert any("train-000002" in f and ("does not match the index" in f or "back to back" in f) for f in falls)
-    assert any("train-000003.idx" in f and "cannot read" in f for f in falls)
+    assert sorted(keys) == sorted(set(ds.keys) - gone) and len(set(keys)) == len(keys)  # never walked
+    assert loader.stats.skipped == len(gone) and walker.stats.skipped == 0
+    held = {k: [im for im, ks in want for im, key in zip(im, ks) if key == k] for k in keys}
+    assert all(torch.equal(im, held[key][0]) for ims, ks in got for im, key in zip(ims, ks))
+    withheld = [m for m in (r.getMessage() for r in caplog.records) if "are withheld" in m and "skipped" not in m]
+    assert len(withheld) == 3, withheld
+    assert any("train-000000.idx" in f and "CRC" in f for f in withheld)
+    assert any("train-000002.idx" in f and "back to back" in f for f in withheld)
+    assert any("train-000003.idx" in f and "not found" in f for f in withheld)
+    with pytest.raises(shardkit.DataError, match="withheld"):
+        _batches(indexed_root, num_workers=0, strict=True)
 
 
 def _tar_gets(proxy: FaultProxy) -> list[str]:
@@ -193,7 +199,7 @@ def test_large_block_is_cut_into_bounded_range_reads(pair, monkeypatch):
     walk, idx = _reader(walk_root, indexed=False), _reader(indexed_root, indexed=True)
     got, want = idx.read(np.arange(0, 30)), walk.read(np.arange(0, 30))
     assert _named(got) == _named(want)
-    assert idx.range_reads > 5 and idx.index_fallbacks == 0
+    assert idx.range_reads > 5 and idx.shards_withheld == 0
 
 
 def test_http_with_index_equals_walk(pair, http_root):

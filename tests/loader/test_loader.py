@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from collections import Counter
 
@@ -17,6 +18,7 @@ from shardkit.errors import DataError, ManifestError, ShardkitError, StorageErro
 from shardkit.format import EncodedSample, write_shard
 from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 from tests.support.data import jpeg_bytes, write_dataset
+from tests.support.probes import wait_for
 from tests.support.resume import check_resume
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")
@@ -499,10 +501,12 @@ def test_read_ahead_emits_the_same_samples_and_stops_its_thread(datasets, shuffl
 
 
 class _FakeReader:
-    """Stands in for BlockReader: reads take ``delay`` seconds, block ``fail`` raises; records misuse."""
+    """Stands in for BlockReader: reads take ``delay`` seconds (or, with a ``gate``, wait until it is set),
+    block ``fail`` raises; records misuse."""
 
     def __init__(self, fail: int = -1, delay: float = 0.02):
         self.fail, self.delay, self.calls, self.active = fail, delay, [], 0
+        self.gate: threading.Event | None = None
         self.overlap = self.closed_during_read = False
 
     def read(self, gids):
@@ -511,7 +515,10 @@ class _FakeReader:
         try:
             block = int(gids[0]) // 10
             self.calls.append(block)
-            time.sleep(self.delay)
+            if self.gate is not None:
+                self.gate.wait(10)  # a stalled endpoint, until the test lets it answer
+            else:
+                time.sleep(self.delay)
             if block == self.fail:
                 raise ConnectionError(f"block {block} failed")
             return gids.tolist()
@@ -551,13 +558,12 @@ def test_closing_early_does_not_wait_for_a_slow_read():
     reader = _FakeReader(delay=0.0)
     gen = read_blocks(blocks, reader=reader, chunk=64)
     next(gen)  # block 0 emitting, block 1's read in flight
-    reader.delay = 2.0  # block 2's read (started at the end of block 0) is slow: a stalled endpoint
+    reader.gate = threading.Event()  # block 2's read (started at the end of block 0) stalls until set
     for _ in range(10):
         next(gen)
-    t = time.monotonic()
+    assert wait_for(lambda: reader.active == 1, 10)  # block 2's read is in flight
     gen.close()
-    assert time.monotonic() - t < 1.0
-    deadline = time.monotonic() + 5
-    while reader.active and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert reader.active == 1  # close returned while that read was still waiting: it did not wait for it
+    reader.gate.set()
+    assert wait_for(lambda: reader.active == 0, 10)
     assert not reader.overlap and not reader.closed_during_read

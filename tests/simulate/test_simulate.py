@@ -39,10 +39,10 @@ class RecordingOpener:
         raw.gets = _Logged(self.log, url)
         return raw
 
-    def open(self, url, nbytes=None):
+    def open(self, url, nbytes=None, sha256=None):
         return io.BufferedReader(self._raw(url), buffer_size=self.block_size)
 
-    def open_ranges(self, url, nbytes=None):
+    def open_ranges(self, url, nbytes=None, sha256=None):
         return self._raw(url)
 
     def fetch(self, url):

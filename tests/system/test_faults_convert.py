@@ -1,13 +1,15 @@
 """Conversion killed (SIGKILL, several times, at varying points) and conversion on a full disk.
 
 Guarantees: after any number of kills, a rerun gives shards and manifest byte-identical to an
-uninterrupted run, with every source file accounted for (converted or listed as skipped); a full
-disk is one clear error (exit status 2), leaves no incomplete shard visible, and a rerun after
-freeing space completes with the same bytes.
+uninterrupted run, with every source file accounted for (converted or listed as skipped); killing
+the main process alone of a ``--workers N`` conversion leaves none of its processes running
+(encoders, forkserver, resource tracker); a full disk is one clear error (exit status 2), leaves
+no incomplete shard visible, and a rerun after freeing space completes with the same bytes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -20,7 +22,7 @@ import pytest
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.format.manifest import load_manifest
 from tests.support.data import tree_digests
-from tests.support.probes import wait_for
+from tests.support.probes import children, wait_for
 
 ARGS = ["--short-side", "48", "--shard-size", "8", "--workers", "1", "--quiet", "--seed", "3"]
 
@@ -105,6 +107,77 @@ def test_killed_at_random_points_then_rerun_is_byte_identical(src, clean, tmp_pa
     m = load_manifest(split)
     assert m.num_samples + len(m.skipped) == _source_files(src) == 402
     assert sorted(s.path.rsplit("/", 1)[-1] for s in m.skipped) == ["zz_broken.jpg", "zz_empty.jpg"]
+
+
+def _stat(pid: int) -> tuple[str, str] | None:
+    """``(state, start time)`` of ``pid`` from ``/proc/<pid>/stat``; ``None`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": comm may hold spaces
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return fields[0], fields[19]
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Children and grandchildren of ``pid`` (resource tracker, forkserver, the encoders it forks): pid -> start time."""
+    out = {}
+    for child in children(pid):
+        for p in (child, *children(child)):
+            st = _stat(p)
+            if st is not None:
+                out[p] = st[1]
+    return out
+
+
+def _still_running(procs: dict[int, str]) -> dict[int, str]:
+    """Those of ``procs`` still running: same pid and start time (not a reused pid), not a zombie; pid -> command."""
+    out = {}
+    for pid, start in procs.items():
+        st = _stat(pid)
+        if st is not None and st[1] == start and st[0] not in "ZX":
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    out[pid] = f.read().replace(b"\0", b" ").decode(errors="replace")[:160]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_killing_the_main_process_of_a_pool_conversion_leaves_no_process_and_a_rerun_completes(src, clean, tmp_path):
+    dest = str(tmp_path / "dest")
+    split = os.path.join(dest, "train")
+    args = list(ARGS)
+    args[args.index("--workers") + 1] = "2"  # two encoder processes (with 1, the main process encodes)
+    cmd = [sys.executable, "-m", "shardkit", "convert", src, dest, *args]
+    seen: dict[int, str] = {}
+
+    def encoding() -> bool:
+        seen.update(_descendants(p.pid))
+        encoders = sum(len(children(c)) for c in children(p.pid))  # forked by the forkserver
+        return (encoders >= 2 and _tars(split) >= 2) or p.poll() is not None
+
+    with open(tmp_path / "stderr", "wb") as err:  # not a pipe: a leftover process would hold it open
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    try:
+        wait_for(encoding, 60, interval=0.002)
+        assert p.poll() is None, "the conversion finished before the kill: make the source bigger"
+        seen.update(_descendants(p.pid))
+        os.kill(p.pid, signal.SIGKILL)  # the main process only: its encoders must notice on their own
+        p.wait(timeout=30)
+        assert len(seen) >= 4, seen  # resource tracker, forkserver, two encoders
+        wait_for(lambda: not _still_running(seen), 20, interval=0.05)
+        assert not _still_running(seen), f"left running after the main process was killed: {_still_running(seen)}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)  # whatever is left of the job (its process group)
+    written = _tars(split)
+    assert 2 <= written < sum(1 for k in shards_and_manifest(clean) if k.endswith(".tar")), written
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert shards_and_manifest(split) == shards_and_manifest(clean)
 
 
 @pytest.fixture()

@@ -92,8 +92,8 @@ MUTANTS = [
         "id": "fields-walk-forgets-the-rule",
         "row": ROW_RULE,
         "file": "shardkit/loader/blockreader.py",
-        "old": "self.urls[shard], rule=self.rule",
-        "new": "self.urls[shard], num_classes=self.num_classes",
+        "old": "                self.urls[shard],\n                rule=self.rule,\n",
+        "new": "                self.urls[shard],\n                num_classes=self.num_classes,\n",
         "tests": [EVERY_ROW],
     },
     {

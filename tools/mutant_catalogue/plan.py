@@ -5,7 +5,7 @@ fallback and range reads (``shardkit/loader/read.py``, ``shardkit/format/index.p
 ROW_ONCE = "Every sample exactly once per epoch over ranks × workers"
 ROW_RESUME = "Mid-epoch checkpoint, resume: the resumed run starts at the next step and equals the uninterrupted run"
 ROW_ELASTIC = "Elastic: up to three topologies in one epoch (3 → 2 → 3 ranks), also after padding was emitted"
-ROW_INDEX = "The sample index yields exactly the header walk's samples; a wrong index falls back with every key once"
+ROW_INDEX = "The sample index yields exactly the header walk's samples; samples a wrong index rejects are withheld and counted, never walked"
 ROW_DEVICE = 'decode_on="device": the worker path\'s samples, crops and flips, also after a dropped sample'
 
 ORACLE = "tests/plan/test_epoch_oracle.py::test_single_dataset_plan_matches_the_reference"
@@ -19,8 +19,9 @@ PADDING_FIRST = "tests/plan/test_epoch_oracle.py::test_padding_emitted_before_it
 LOADER_CHAIN = (
     "tests/plan/test_epoch_oracle.py::test_loader_elastic_chain_delivers_every_key_once_plus_reported_padding"
 )
-FALLBACK = "tests/loader/test_index_fallback.py::test_index_wrong_at_slice_time_falls_back_with_every_key_once"
-GOING_BACK = "tests/loader/test_index_fallback.py::test_ids_going_back_in_a_shard_read_without_overflow"
+FALLBACK = "tests/loader/test_index_rejects.py::test_index_wrong_at_slice_time_withholds_those_samples_and_never_walks"
+WITHHELD = "tests/loader/test_index_reads.py::test_damaged_or_wrong_index_withholds_its_shard_once"
+GOING_BACK = "tests/loader/test_index_rejects.py::test_ids_going_back_in_a_shard_read_without_overflow"
 DEV = "tests/loader/decode/test_device_train.py::test_train_crops_and_flips_stay_with_their_samples_after_a_dropped_one"
 
 MUTANTS = [
@@ -134,19 +135,19 @@ MUTANTS = [
     },
     # ------------------------------------------------------------------ shardkit/loader/read.py, shardkit/format/index.py
     {
-        "id": "read-mismatch-returns-the-partial-block",
+        "id": "read-rejected-shard-walked",  # an unusable index: the shard read with the header walk instead
         "row": ROW_INDEX,
         "file": "shardkit/loader/blockreader.py",
-        "old": "            self._fall_back(shard, exc)\n            return None\n        return out",
-        "new": "            self._fall_back(shard, exc)\n            return out\n        return out",
-        "tests": [FALLBACK],
+        "old": "            why = self._withheld[shard]\n            return [",
+        "new": "            return self._walk(shard, gids)\n            return [",
+        "tests": [WITHHELD],
     },
     {
-        "id": "read-mismatch-walks-the-sliced-samples-again",
+        "id": "read-rejected-samples-walked",  # a slice's rejected samples read again with the walk
         "row": ROW_INDEX,
         "file": "shardkit/loader/blockreader.py",
-        "old": "            self._fall_back(shard, exc)\n            return None\n        return out",
-        "new": "            self._fall_back(shard, exc)\n            return out + self._walk(shard, gids)\n        return out",
+        "old": "out.extend(idx.slice(piece, i, j, url=url, first_gid=first + i, rule=self.rule))",
+        "new": "out.extend(x if not x.error else self._walk(shard, np.array([x.gid]))[0] for x in idx.slice(piece, i, j, url=url, first_gid=first + i, rule=self.rule))",
         "tests": [FALLBACK],
     },
     {
@@ -178,14 +179,6 @@ MUTANTS = [
         "row": ROW_INDEX,
         "file": "shardkit/format/index.py",
         "old": "                    or _size(hdr) != size\n",
-        "new": "",
-        "tests": [FALLBACK],
-    },
-    {
-        "id": "read-fallback-forgets-the-shard",
-        "row": ROW_INDEX,
-        "file": "shardkit/loader/blockreader.py",
-        "old": "        self._walk_only.add(shard)\n",
         "new": "",
         "tests": [FALLBACK],
     },

@@ -1,10 +1,10 @@
 """A sample index wrong only at slice time, and reads that go back inside a shard.
 
 * An index that passes every load-time check (CRC, shard size and sha256, unique keys, members
-  back to back) but names the wrong key for a member is found when the block is sliced (the tar
-  header in front of the member does not match). The fallback to the header walk must deliver
-  every key of that block exactly once with the walk's bytes: not a partial block (the samples
-  sliced before the mismatch dropped), not twice (sliced and walked).
+  back to back) but names the wrong key or size for a member is found when the block is sliced
+  (the tar header in front of the member does not match). Those samples are withheld (their
+  ``error`` set: skipped and counted, or ``DataError`` under ``strict``) and never read with the
+  header walk; every other id of the block is delivered once, with the walk's bytes.
 * A mixture source repeated in an epoch (``repeat=2``) makes a block whose ids of one shard go
   back (the second pass); the range arithmetic on the index's uint64 offsets must not wrap
   (``RuntimeWarning: overflow``) and the block must read back exactly as the walk reads it.
@@ -30,7 +30,7 @@ from shardkit.loader.read import BlockReader
 from shardkit.loader.stats import Counters
 from shardkit.plan.epoch import shard_offsets
 from shardkit.storage.opener import ShardOpener
-from tests.support.batches import assert_same_batches, keyed_batches
+from tests.support.batches import keyed_batches
 from tests.support.data import add_index, write_dataset
 
 KW = dict(batch_size=4, size=16, pin_memory=False, seed=4, with_keys=True, num_workers=0)
@@ -90,32 +90,36 @@ BLOCKS = [np.arange(3, 20), np.array([8, 9, 10, 12, 13]), np.array([11, 12, 13, 
 
 @pytest.mark.parametrize("pieces", ["one range per shard", "one range per sample"])
 @pytest.mark.parametrize("block", range(len(BLOCKS)))
-def test_index_wrong_at_slice_time_falls_back_with_every_key_once(trio, block, pieces):
+def test_index_wrong_at_slice_time_withholds_those_samples_and_never_walks(trio, block, pieces):
     walk_root, wrong_root, _, wrong_ids = trio
     gids = BLOCKS[block]
     walk, idx = reader(walk_root, indexed=False), reader(wrong_root, indexed=True)
-    if pieces == "one range per sample":  # the samples sliced before the mismatch are in hand when it is found
+    if pieces == "one range per sample":
         idx.MAX_RANGE_BYTES, idx.MAX_HOLE_BYTES = 1, 0
-    got, want = idx.read(gids), walk.read(gids)
-    assert [s.gid for s in got] == gids.tolist(), "not every id of the block exactly once, in order"
-    assert Counter(s.key for s in got) == Counter(s.key for s in want) and len({s.key for s in got}) == len(got)
-    assert named(got) == named(want) and all(s.error is None for s in got), "not the walk's samples"
-    assert idx.index_fallbacks == (1 if wrong_ids & set(gids.tolist()) else 0)
-    again = idx.read(np.arange(7, 14))  # the shard is read with the walk from now on
-    assert named(again) == named(walk.read(np.arange(7, 14))) and idx.index_fallbacks == 1
+    for _ in range(2):  # and again: the shard is never read with the walk later either
+        got, want = idx.read(gids), walk.read(gids)
+        assert [s.gid for s in got] == gids.tolist(), "not every id of the block exactly once, in order"
+        for g, w in zip(named(got), named(want)):
+            if g.gid in wrong_ids:
+                assert "changed since conversion" in (g.error or "") and g.jpeg is None, g
+            else:
+                assert g == w and g.error is None, "not the walk's sample"
+        assert idx.shards_withheld == 0 and walk.shards_withheld == 0
     idx.close()
     walk.close()
 
 
 @pytest.mark.parametrize("shuffle", [True, False])
-def test_loader_with_an_index_wrong_at_slice_time_equals_the_walk(trio, shuffle):
-    walk_root, wrong_root, ds, _ = trio
+def test_loader_with_an_index_wrong_at_slice_time_skips_and_counts_those_samples(trio, shuffle):
+    walk_root, wrong_root, ds, wrong_ids = trio
     walker, want = keyed_batches(walk_root, **KW, shuffle=shuffle, shuffle_buffer=9)
     loader, got = keyed_batches(wrong_root, **KW, shuffle=shuffle, shuffle_buffer=9)
-    assert_same_batches(want, got)
     keys = [k for _, ks in got for k in ks]
-    assert sorted(keys) == sorted(ds.keys) and len(set(keys)) == len(keys)
-    assert loader.stats.index_fallbacks == 1 and walker.stats.index_fallbacks == 0
+    wrong_keys = {ds.keys[i] for i in wrong_ids}
+    assert sorted(keys) == sorted(set(ds.keys) - wrong_keys) and len(set(keys)) == len(keys)
+    assert loader.stats.skipped == len(wrong_ids) and walker.stats.skipped == 0
+    with pytest.raises(shardkit.DataError, match="changed since conversion"):
+        keyed_batches(wrong_root, **KW, shuffle=shuffle, shuffle_buffer=9, strict=True)
 
 
 # --------------------------------------------------------------------------- going back inside a shard
@@ -140,7 +144,7 @@ def test_ids_going_back_in_a_shard_read_without_overflow(indexed_pair, gids, hol
         warnings.simplefilter("error", RuntimeWarning)
         got = idx.read(np.array(gids))
     assert named(got) == named(walk.read(np.array(gids))) and [s.gid for s in got] == gids
-    assert idx.index_fallbacks == 0, "a read going back must not be mistaken for a wrong index"
+    assert idx.shards_withheld == 0, "a read going back must not be mistaken for a wrong index"
     idx.close()
     walk.close()
 
@@ -157,7 +161,7 @@ def test_mixture_with_repeat_reads_without_overflow_warnings(tmp_path):
         warnings.simplefilter("error", RuntimeWarning)
         loader = shardkit.load(sources, **{**KW, "shuffle_buffer": 40})
         keys = [k for _, _, ks in loader for k in ks]
-    assert loader.stats.index_fallbacks == 0
+    assert loader.stats.shards_withheld == 0
     count = Counter(keys)
     assert len(keys) == 2 * 6 + 12 and {count[k] for k in count if k.startswith("0/")} == {2}
     assert {count[k] for k in count if k.startswith("1/")} == {1}
