@@ -40,12 +40,22 @@ def stray_files(m: Manifest, **storage_options: Any) -> list[str]:
     listed = {s.name for s in m.shards}
     listed |= {index_url(n) for n in listed}
     base = m.base_url
-    dirs, files = storage.list_dir(base, **storage_options)
+    dirs, files = _list(base, storage_options)
     found = list(files)
     for d in dirs:
         if is_prefix_dir(d):
-            found += [f"{d}/{f}" for f in storage.list_dir(storage.join(base, d), **storage_options)[1]]
+            found += [f"{d}/{f}" for f in _list(storage.join(base, d), storage_options)[1]]
     return sorted(f for f in found if f.endswith((SHARD_SUFFIX, INDEX_SUFFIX)) and f not in listed)
+
+
+def _list(url: str, storage_options: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """:func:`shardkit.storage.fs.list_dir`, leaving no listing in an object store client's cache: a cached
+    listing would answer later existence checks in this process with what was there now."""
+    out = storage.list_dir(url, **storage_options)
+    if not storage.is_local(url):
+        fs, path = storage.get_fs(url, **storage_options)
+        fs.invalidate_cache(path)
+    return out
 
 
 def stray_message(strays: list[str]) -> str:

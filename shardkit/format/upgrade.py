@@ -129,7 +129,6 @@ def add_checksums(url: str, *, storage_options: Optional[dict[str, Any]] = None,
 
 def _upgrade_split(m: Manifest, so: dict[str, Any], progress: Any) -> SplitUpgrade:
     out = SplitUpgrade(m.split, m.base_url, len(m.shards), before=m.sample_index, after=m.sample_index)
-    dirs: set[str] = set()
     for i, s in enumerate(m.shards):
         url = m.shard_url(i)
         if _has_checksums(url, s, so):
@@ -141,10 +140,9 @@ def _upgrade_split(m: Manifest, so: dict[str, Any], progress: Any) -> SplitUpgra
                 out.unindexable.append(s.name)
             else:
                 storage.put_bytes(index_url(url), idx.to_bytes(), **so)
-                dirs.add(prefix_of(s.name))
                 out.written += 1
         progress(s.bytes)
-    _tidy(m.base_url, dirs, so)
+    _tidy(m.base_url, {prefix_of(s.name) for s in m.shards}, so)  # a killed run's work folders too
     if not out.unindexable and m.sample_index != INDEX_FORMAT:
         _set_sample_index(m, so)
         out.after = INDEX_FORMAT
@@ -195,7 +193,8 @@ def _checked_bytes(url: str, s: ShardInfo, so: dict[str, Any]) -> IO[bytes]:
 
 
 def _tidy(base: str, dirs: set[str], so: dict[str, Any]) -> None:
-    """Remove the work folders that local atomic writes left empty in ``base`` and its prefix directories ``dirs``."""
+    """Remove the work folders that local atomic writes left empty in ``base`` and its prefix directories ``dirs``
+    (``""``: ``base`` itself)."""
     if not storage.is_local(base):
         return
     for d in sorted(dirs):

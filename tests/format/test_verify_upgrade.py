@@ -80,7 +80,7 @@ def _build(root: str, counts: list[int], *, prefixes: int, state: str, version: 
 
 
 def _loader_read(root: str) -> tuple[list, int, int]:
-    """Every sample as the loader's reader reads it, with its index fallbacks and range reads."""
+    """Every sample as the loader's reader reads it, with the shards it withheld and its range reads."""
     from shardkit.loader.blockreader import BlockReader, indexed_shards
     from shardkit.loader.config import SourceConfig
     from shardkit.loader.stats import Counters
@@ -99,7 +99,7 @@ def _loader_read(root: str) -> tuple[list, int, int]:
         sha256=indexed_shards(m, urls),
     )
     try:
-        return r.read(np.arange(m.num_samples)), r.index_fallbacks, r.range_reads
+        return r.read(np.arange(m.num_samples)), r.shards_withheld, r.range_reads
     finally:
         r.close()
 
@@ -142,8 +142,8 @@ def test_index_writes_what_a_fresh_conversion_writes(counts, prefixes, state, ve
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "train")
         b = _build(root, counts, prefixes=prefixes, state=state, version=version)
-        before, fallbacks, _ = _loader_read(root)
-        assert fallbacks == 0 and len(before) == sum(counts)
+        before, withheld, _ = _loader_read(root)
+        assert withheld == 0 and len(before) == sum(counts) and all(x.error is None for x in before)
         if kill_after is not None:
             with mock.patch.object(fs, "put_bytes", _killing_put_bytes(kill_after)):
                 try:
@@ -166,8 +166,8 @@ def test_index_writes_what_a_fresh_conversion_writes(counts, prefixes, state, ve
         assert list(new) == list(old) and new == {**old, "sample_index": INDEX_FORMAT, "version": max(version, 2)}
         assert text == json.dumps(new, indent=1, ensure_ascii=False) + "\n"
         # the loader reads the same samples, through the index
-        after, fallbacks, range_reads = _loader_read(root)
-        assert after == before and fallbacks == 0 and range_reads == len(counts)
+        after, withheld, range_reads = _loader_read(root)
+        assert after == before and withheld == 0 and range_reads == len(counts)
         # no litter; a rerun has nothing to do and changes no byte; verify finds nothing to say
         assert not [p for p in tree_snapshot(root) if fs.WORK_DIR in p or p.endswith(".part")]
         digests = tree_digests(root)
