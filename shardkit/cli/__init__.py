@@ -28,6 +28,7 @@ COMMANDS = {
     "merge": "cmd_merge",
     "info": "cmd_info",
     "verify": "cmd_verify",
+    "index": "cmd_index",
     "bench": "cmd_bench",
     "simulate": "cmd_simulate",
     "demo": "cmd_demo",

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-HELP = "check that every shard is present, intact (size, sha256, sample index) and decodes, and that no split is half-converted; exit 1 on any problem"
+HELP = (
+    "check that every shard is present, intact (size, sha256, sample index and its checksums) and decodes, and that "
+    "no split is half-converted; warn about files the manifest does not list; exit 1 on any problem"
+)
 
 
 def _pixels(text: str) -> int:
@@ -24,6 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="sizes and checksums only, no decoding")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
+        "--strict",
+        action="store_true",
+        help="warnings (files the manifest does not list, sample indexes without checksums) are problems: exit 1",
+    )
+    p.add_argument(
         "--max-pixels",
         type=_pixels,
         default=None,
@@ -37,13 +46,27 @@ def run(args: argparse.Namespace) -> int:
     from shardkit.cli import storage_options
     from shardkit.format.verify import verify
 
-    report = verify(args.url, quick=args.quick, quiet=args.quiet, max_pixels=args.max_pixels, **storage_options(args))
+    report = verify(
+        args.url,
+        quick=args.quick,
+        quiet=args.quiet,
+        max_pixels=args.max_pixels,
+        strict=args.strict,
+        **storage_options(args),
+    )
+    for w in report.warnings:  # with --strict a problem line; else a warning on stderr, as `shardkit info` warns
+        if args.strict:
+            print(w)
+        else:
+            print(f"warning: {w}", file=sys.stderr)
     for p in report.problems:
         print(p)
-    status = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+    problems = len(report.problems) + (len(report.warnings) if args.strict else 0)
+    status = "OK" if report.ok else f"{problems} problem(s)"
     if args.quick:
         what = f"checksums of {report.shards} shards ({report.samples} samples listed, not decoded)"
     else:
         what = f"samples in {report.shards} shards, {report.samples} samples"
-    print(f"{status}: {what}, {report.bytes / 1e6:.1f} MB in {report.splits} split(s)")
+    warned = f", {len(report.warnings)} warning(s)" if report.warnings and not args.strict else ""
+    print(f"{status}: {what}, {report.bytes / 1e6:.1f} MB in {report.splits} split(s){warned}")
     return 0 if report.ok else 1
