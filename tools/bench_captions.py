@@ -1,4 +1,4 @@
-"""Image + caption batches (issue #23): shardkit ``load(fields=("image", "text"))`` against plain webdataset.
+"""Image + caption batches: shardkit ``load(fields=("image", "text"))`` against plain webdataset.
 
     python tools/bench_captions.py --images 3000 --workers 2 --runs 5 --out /tmp/skcap
 

@@ -1,4 +1,4 @@
-"""Detection and segmentation input benchmark (issue #24): shardkit against ``torchvision.transforms.v2`` on
+"""Detection and segmentation input benchmark: shardkit against ``torchvision.transforms.v2`` on
 ``tv_tensors`` with a ``DataLoader``, ratios side by side in one run.
 
     python tools/bench_detection.py --images 1000 --workers 2 --runs 5 --out /tmp/skbench-det

@@ -25,7 +25,7 @@ and compute geometry; the prefetcher decodes on the device in its side stream).
 
 ``--compare-backends``: only the batched decode (one ``decode_jpeg(list, device=...)`` call per batch, as
 :class:`DeviceDecoder` makes it) through TorchCodec and through torchvision, interleaved (the order alternates
-every round), ``--rounds`` rounds over the batches; the median img/s of each (issue #26: the cost of the move)::
+every round), ``--rounds`` rounds over the batches; the median img/s of each (what choosing TorchCodec costs)::
 
     python tools/bench_devicedecode.py --compare-backends --images 256 --batch 256 --rounds 9
 """

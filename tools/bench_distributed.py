@@ -1,4 +1,4 @@
-"""Distributed benchmarks (issue 5): rank scaling and resume latency.
+"""Distributed benchmarks: rank scaling and resume latency.
 
 1. Scaling: per-rank images/s of a 2-rank ``torchrun`` job against a 1-rank
    job on the same shards (examples/train_ddp.py --no-train: the loader plus one

@@ -1,4 +1,4 @@
-"""What the fields (issue #23) cost the single-label path: the loader before any fields code against HEAD.
+"""What the fields beside the label cost the single-label path: the loader before any fields code against HEAD.
 
     python tools/bench_fields_cost.py --images 3000 --workers 2 0 --runs 5 --out /tmp/skfields
 

@@ -1,4 +1,4 @@
-"""Side-by-side loader benchmark (issue #3): seed ImageFolder pipeline, plain webdataset,
+"""Side-by-side loader benchmark: seed ImageFolder pipeline, plain webdataset,
 shardkit from disk and from S3 (moto on loopback), the in-process decode-only ceiling, and RSS over epochs.
 
     .venv/bin/python tools/bench_loader.py --images 3000 --workers 2 --runs 3 --out /tmp/skbench

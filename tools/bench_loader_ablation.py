@@ -1,4 +1,4 @@
-"""What each loader design choice buys: shardkit with one choice switched off at a time (issue #3).
+"""What each loader design choice buys: shardkit with one choice switched off at a time.
 
     .venv/bin/python tools/bench_loader_ablation.py --shards /tmp/shardkit-bench/shards --runs 5
 

@@ -1,4 +1,4 @@
-"""Mixture throughput (issue 16): two sources mixed 70/30 vs the same total samples from one source.
+"""Mixture throughput: two sources mixed 70/30 vs the same total samples from one source.
 
     python tools/bench_mixture.py --images 2000 --workers 2 --runs 3 --out /tmp/skmix
 

@@ -1,4 +1,4 @@
-"""img/s at several output sizes on the same shards (progressive resolution, issue #13 part 4).
+"""img/s at several output sizes on the same shards (progressive resolution).
 
 One loader with persistent workers; each round runs one epoch per size, the size set with
 ``loader.set_epoch(epoch, size=S)`` (the workers keep running), sizes interleaved round by

@@ -1,4 +1,4 @@
-"""DINO-style multi-crop benchmark (issue #23): shardkit ``views=`` against the torchvision pipeline, and 10 views
+"""DINO-style multi-crop benchmark: shardkit ``views=`` against the torchvision pipeline, and 10 views
 against 1 crop, with where the workers' time goes.
 
     python tools/bench_views.py --images 3000 --workers 2 --runs 5 --out /tmp/skbench-views

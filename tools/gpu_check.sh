@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for issue #26 Part B (and #14, #4, #3): the device path on a real GPU, and the CPU figures of its 16 cores.
+# GPU check: the device path (decode, augmentation, prefetch, the CUDA tests) on a real GPU, and the CPU figures of its 16 cores.
 #
 # Device-session plan (15 min of device time in all, machine start included; each call < 7 min):
 #   0. here, once (needs PyPI):  tools/gpu_wheels.sh          # ~18 MB of py3.12 wheels into build/gpu_wheels/

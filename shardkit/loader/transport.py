@@ -3,7 +3,7 @@
 A worker decodes each batch straight into shared memory, so the hand-off to the
 main process copies no pixels. Creating, zero-filling, mapping and unmapping a
 new ~10 MB segment per batch costs a worker about a fifth of its time
-(notes/issue-3.md), so :class:`ShardLoader <shardkit.loader.ShardLoader>` gives
+(a profile of two workers: 20 % of their time in the kernel), so :class:`ShardLoader <shardkit.loader.ShardLoader>` gives
 each set of worker processes a :class:`Ring`: a fixed number of *slots* per
 worker (one batch each), allocated in the main process before the workers start.
 

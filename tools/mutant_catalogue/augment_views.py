@@ -1,4 +1,4 @@
-"""Mutants of GPU augmentation per view group (issue 23): ``shardkit/augment/views.py`` (``ViewAugment``,
+"""Mutants of GPU augmentation per view group: ``shardkit/augment/views.py`` (``ViewAugment``,
 ``ViewGroup``, ``augment_views``), ``RandomSolarize`` in ``shardkit/augment/color.py`` and DINO's recipes in
 ``shardkit/augment/presets.py``. Tests: ``tests/augment/test_views.py``."""
 

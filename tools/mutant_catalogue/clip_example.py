@@ -1,4 +1,4 @@
-"""Mutants of ``examples/train_clip.py`` (issue 23: image + caption batches): the toy CLIP step on the captioned
+"""Mutants of ``examples/train_clip.py`` (image + caption batches): the toy CLIP step on the captioned
 sample data it makes itself. Tests: ``tests/integrations/test_clip_example.py``."""
 
 ROW_TRAINS = (

@@ -1,4 +1,4 @@
-"""Mutants of the JPEG backend (issue #26 Part A, Part C items 2 and 7): ``shardkit/loader/decode/backend.py``, the
+"""Mutants of the JPEG backend (TorchCodec or torchvision, data errors, the decoder key): ``shardkit/loader/decode/backend.py``, the
 batched decode and its fallbacks in ``shardkit/loader/decode/device.py``, ``decoder="torchvision"`` in
 ``shardkit/loader/decode/decoders.py`` and the device decoder cache and report in ``shardkit/loader/loader.py``.
 """

@@ -1,4 +1,4 @@
-"""Mutants of the detection sources (issue 24): ``coco:``, ``voc:``, ``yolo:`` scanners
+"""Mutants of the detection sources: ``coco:``, ``voc:``, ``yolo:`` scanners
 (``shardkit/convert/scan/{coco,voc,yolo,detection}.py``) and the COCO segmentation codec / rasteriser
 (``shardkit/convert/segments.py``). Tests: ``tests/convert/test_{coco,voc,yolo,segments}.py``."""
 

@@ -1,4 +1,4 @@
-"""Mutants of multi-crop views decoded on the device (issue 23): ``shardkit/loader/decode/deviceviews.py`` (the
+"""Mutants of multi-crop views decoded on the device: ``shardkit/loader/decode/deviceviews.py`` (the
 worker half sends each JPEG once with every view's geometry; the consumer half decodes each sample once on its
 device and cuts every view group in one batched call) and the ``DeviceViews`` choice in
 ``shardkit/loader/decode/strategies.py``. Tests: ``tests/loader/decode/test_device_views.py`` (run on CPU tensors)."""

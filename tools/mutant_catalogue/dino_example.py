@@ -1,4 +1,4 @@
-"""Mutants of the DINO example (issue 23): ``examples/train_dino.py`` (DINO's loss, centre, EMA teacher,
+"""Mutants of the DINO example: ``examples/train_dino.py`` (DINO's loss, centre, EMA teacher,
 multi-crop wrapper and step). Tests: ``tests/integrations/test_dino_example.py``."""
 
 ROW_LOSS = (

@@ -1,4 +1,4 @@
-"""Mutants of the fields beside the label through ``shardkit convert`` (issue 23, convert side): the value rules
+"""Mutants of the fields beside the label through ``shardkit convert``: the value rules
 (``shardkit/convert/scan/values.py``), the sources that use them, the members' writer and rules
 (``shardkit/format/fields.py``), the job's class counts, merge's overflow and ``verify``. Tests:
 ``tests/convert/test_fields_*.py`` and ``tests/format/test_fields_members.py``."""

@@ -1,5 +1,5 @@
 """Mutants that the end-to-end fields test must catch on its own: a CSV with tags, targets and captions through
-``shardkit convert`` and back out of ``shardkit.load(fields=...)`` (issue 23). Each bug here is also caught by its
+``shardkit convert`` and back out of ``shardkit.load(fields=...)``. Each bug here is also caught by its
 half's own oracle (fields_convert.py, fields_loader.py); these entries prove the end-to-end check can fail too.
 Test: ``tests/system/test_fields_end_to_end.py``."""
 

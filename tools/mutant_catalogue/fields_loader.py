@@ -1,4 +1,4 @@
-"""Mutants of ``fields=`` in the loader (issue 23): dict batches of image/views, label, labels, target, text, meta,
+"""Mutants of ``fields=`` in the loader: dict batches of image/views, label, labels, target, text, meta,
 key, source (``shardkit/loader/fields.py``, ``rows.py``, ``batching.with_rows``, ``strategies.deliver_fields`` and
 ``decode_on_device``, ``mixing.mixed_multi_hot``, ``batchtypes``), the reader's per-dataset rule
 (``blockreader.py``), and the shared slot of an empty batch (``transport.SlotWriter.claim``).

@@ -1,4 +1,4 @@
-"""Mutants of the device-side fixes of issue 26 Part C (area "gpufix"): the shared side stream per device
+"""Mutants of the device-side rules (area "gpufix"): the shared side stream per device
 (``shardkit/loader/prefetch.py``), ``compile=True`` with a dynamic batch dimension (``shardkit/augment/pipeline.py``,
 ``shardkit/compat.py``), resize and affine maths independent of the global matmul precision
 (``shardkit/loader/decode/cropresize.py``, ``shardkit/augment/geometry.py``), out-of-range MixUp/CutMix labels and empty batches
@@ -33,7 +33,7 @@ BARRIER = "tests/loader/decode/test_device.py::test_the_batched_decode_waits_for
 MUTANTS = [
     # ------------------------------------------------------------------ C3: shardkit/loader/prefetch.py
     {
-        "id": "prefetch-a-stream-per-prefetcher",  # the bug of issue 26 C3
+        "id": "prefetch-a-stream-per-prefetcher",  # a side stream per prefetcher strands memory
         "row": ROW_STREAM,
         "file": "shardkit/loader/prefetch.py",
         "old": "self._stream = side_streams.get(self.device)",
@@ -58,7 +58,7 @@ MUTANTS = [
     },
     # ------------------------------------------------------------------ C4: compile=True
     {
-        "id": "compile-batch-size-static",  # the bug of issue 26 C4
+        "id": "compile-batch-size-static",  # a graph per batch size
         "row": ROW_COMPILE,
         "file": "shardkit/augment/pipeline.py",
         "old": "                self._compiled = torch.compile(self.apply)\n            # one graph for every batch size (skips, drops, the last partial batch), not one per size\n            mark_batch_dynamic(",
@@ -84,7 +84,7 @@ MUTANTS = [
     },
     # ------------------------------------------------------------------ C6: matmul precision
     {
-        "id": "geometry-compose-by-float32-matmul",  # the bug of issue 26 C6 (affine)
+        "id": "geometry-compose-by-float32-matmul",  # TF32 under precision "high" (affine)
         "row": ROW_PRECISION,
         "file": "shardkit/augment/geometry.py",
         "old": "return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)",
@@ -92,7 +92,7 @@ MUTANTS = [
         "tests": [NO_MATMUL],
     },
     {
-        "id": "cropresize-float32-matmul",  # the bug of issue 26 C6 (resize)
+        "id": "cropresize-float32-matmul",  # TF32 under precision "high" (resize)
         "row": ROW_PRECISION,
         "file": "shardkit/loader/decode/cropresize.py",
         "old": "exact = torch.float64",
@@ -101,7 +101,7 @@ MUTANTS = [
     },
     # ------------------------------------------------------------------ C7: empty batches, labels
     {
-        "id": "blur-empty-batch-convolved",  # the bug of issue 26 C7 (GaussianBlur on B=0)
+        "id": "blur-empty-batch-convolved",  # GaussianBlur on an empty batch
         "row": ROW_EMPTY,
         "file": "shardkit/augment/blur.py",
         "old": "    if b == 0:",
@@ -109,7 +109,7 @@ MUTANTS = [
         "tests": [EMPTY],
     },
     {
-        "id": "mix-out-of-range-label-scattered",  # the bug of issue 26 C7 (labels): a device-side assert on CUDA
+        "id": "mix-out-of-range-label-scattered",  # labels out of range: a device-side assert on CUDA
         "row": ROW_LABELS,
         "file": "shardkit/augment/mixup.py",
         "old": "out.scatter_(1, idx.clamp(0, num_classes - 1).view(-1, 1), valid.view(-1, 1))",

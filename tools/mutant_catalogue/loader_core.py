@@ -189,7 +189,7 @@ MUTANTS = [
         "new": 'return [f"{pids.strip()} ({how})"]',
         "tests": [f"{T}::test_a_dead_worker_is_named_with_its_signal"],
     },
-    # ---------------------------------------------------------------- more decode (notes/issue-15.md)
+    # ---------------------------------------------------------------- more decode
     {
         "id": "decoders-simplejpeg-without-pil-fallback",
         "row": ROW_FUZZ,
@@ -214,7 +214,7 @@ MUTANTS = [
         "new": "if False and max(width, height) > MAX_EVAL_ASPECT * min(width, height):",
         "tests": ["tests/loader/decode/test_decode_promises.py::test_elongated_image_is_cropped_before_resizing"],
     },
-    # ---------------------------------------------------------------- augment (notes/issue-15.md)
+    # ---------------------------------------------------------------- augment
     {
         "id": "augment-mix-weight-read-on-the-host",
         "row": ROW_NO_SYNC,

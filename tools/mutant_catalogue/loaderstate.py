@@ -1,4 +1,4 @@
-"""Mutants of the loader's epoch length and position, its state checks, mixtures' labels and Lightning (issue 21)."""
+"""Mutants of the loader's epoch length and position, its state checks, mixtures' labels and Lightning."""
 
 ROW_LEN = "len() and epoch_info describe the pass the next iter() gives, also after a pass stopped at exactly len()"
 ROW_LIGHTNING = "Lightning over epochs of varying length: every batch of every epoch, also resumed mid-run"
@@ -17,7 +17,7 @@ T_LABELS = "tests/loader/test_mixture_labels.py"
 MUTANTS = [
     # ------------------------------------------------------------------ A2: len() / epoch_info
     {
-        "id": "len-stale-after-islice",  # the bug of issue 21 A2
+        "id": "len-stale-after-islice",  # len() must describe the pass the next iter() gives
         "row": ROW_LEN,
         "file": "shardkit/loader/loader.py",
         "old": "        return self.num_batches()\n",
@@ -124,7 +124,7 @@ MUTANTS = [
         "tests": [f"{T_STATE}::test_switching_labels_between_save_and_resume_is_refused"],
     },
     {
-        "id": "mixture-sources-not-fingerprinted",  # the per-source check of issue 21 B
+        "id": "mixture-sources-not-fingerprinted",  # each source of a mixture fingerprinted in the state
         "row": ROW_DATA,
         "file": "shardkit/loader/state.py",
         "old": "    if len(manifests) > 1 and isinstance(fps, list):",
@@ -198,7 +198,7 @@ MUTANTS = [
     },
     # ------------------------------------------------------------------ rough edges: options
     {
-        "id": "resize-size-equal-to-derived-rederived",  # the bug of issue 21 (rough edges)
+        "id": "resize-size-equal-to-derived-rederived",  # an explicit size equal to the derived one
         "row": ROW_OPTIONS,
         "file": "shardkit/loader/config.py",
         "old": "        for name in self.derived:\n            changes.setdefault(name, None)\n",
@@ -209,7 +209,7 @@ MUTANTS = [
         "tests": [f"{T_STATE}::test_an_explicit_resize_size_stays_explicit_when_the_size_changes"],
     },
     {
-        "id": "epoch-size-fraction-accepted",  # the bug of issue 21 (rough edges)
+        "id": "epoch-size-fraction-accepted",  # epoch_size must be an integer
         "row": ROW_OPTIONS,
         "file": "shardkit/plan/mixture.py",
         "old": "                isinstance(self.epoch_size, bool)\n                or not isinstance(self.epoch_size, numbers.Integral)\n                or self.epoch_size < 1\n",

@@ -1,6 +1,6 @@
 """Mutants of planning and elastic resume (``shardkit/plan/epoch.py``, ``shardkit/plan/split.py``), the sample-index
 fallback and range reads (``shardkit/loader/read.py``, ``shardkit/format/index.py``) and device decode
-(``shardkit/loader/decode/device.py``). Issue 21, area "plan"."""
+(``shardkit/loader/decode/device.py``). Area "plan"."""
 
 ROW_ONCE = "Every sample exactly once per epoch over ranks × workers"
 ROW_RESUME = "Mid-epoch checkpoint, resume: the resumed run starts at the next step and equals the uninterrupted run"

@@ -1,4 +1,4 @@
-"""Mutants of request budgets and backpressure (issue 25): ``shardkit/storage/budget.py`` (the rules),
+"""Mutants of request budgets and backpressure: ``shardkit/storage/budget.py`` (the rules),
 ``shardkit/storage/retry.py`` (the limiter before every request, "slow down" -> ``slow_down``),
 ``shardkit/loader/stages.py`` (each worker's share). Tests: ``tests/storage/test_budget.py`` (pure, virtual
 clock) and ``tests/system/test_budget_s3.py`` (moto behind the fault proxy, counted at the proxy)."""

@@ -1,4 +1,4 @@
-"""Mutants of prefix spreading at conversion (issue 25, ``shardkit convert --prefixes N``):
+"""Mutants of prefix spreading at conversion (``shardkit convert --prefixes N``):
 ``shardkit/format/prefixes.py`` (the names), the manifest's name rule, and the converter's writing, resuming,
 merging and clearing of spread shards. Tests: ``tests/convert/test_prefixes.py``."""
 

@@ -1,5 +1,5 @@
 """Mutants of the read schedule (``shardkit/loader/readplan.py``) and ``shardkit simulate``
-(``shardkit/simulate/``). Issue 25, area "scale_simulate". Tests: ``tests/simulate/``."""
+(``shardkit/simulate/``). Area "scale_simulate". Tests: ``tests/simulate/``."""
 
 ROW_READPLAN = (
     "Read plan: the index's range reads and the buffered header walk's GETs are exactly what BlockReader and "

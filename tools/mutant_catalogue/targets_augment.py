@@ -1,4 +1,4 @@
-"""Mutants of GpuAugment's target path (issue 24): ``shardkit/augment/target_moves.py`` (a fused run moves its
+"""Mutants of GpuAugment's target path: ``shardkit/augment/target_moves.py`` (a fused run moves its
 targets once, by the run's own map; cuts inside a run), ``shardkit/augment/pipeline.py`` (every geometric stage
 moves the targets, with the pipeline's ``min_visible`` and ``flip_pairs``; drops counted on the device). Tests:
 ``tests/augment/test_targets_scenes.py`` (the scenes oracle), ``tests/augment/test_targets_api.py``,

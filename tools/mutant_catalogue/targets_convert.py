@@ -1,4 +1,4 @@
-"""Mutants of the conversion of detection and segmentation targets (issue 24, convert side): the encode path
+"""Mutants of the conversion of detection and segmentation targets (the convert side): the encode path
 (``shardkit/convert/targets.py``: boxes, keypoints and masks moved by the resize's inverse map), the accounting
 of inputs and annotations (job, merge, sources), the segmentation folder pairs (``scan/maskdir.py``), Hugging
 Face objects/masks (``scan/hf_targets.py``), resume and merge. Tests: ``tests/convert/test_targets_*.py``."""

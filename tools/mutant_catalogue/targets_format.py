@@ -1,4 +1,4 @@
-"""Mutants of the detection/segmentation members (issue 24): ``.objects.json`` (``shardkit/format/objects.py``),
+"""Mutants of the detection/segmentation members: ``.objects.json`` (``shardkit/format/objects.py``),
 ``.mask.png`` (``shardkit/format/masks.py``), the manifest's keypoint entries. Tests:
 ``tests/format/test_targets_members.py``."""
 

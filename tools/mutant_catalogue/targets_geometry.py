@@ -1,4 +1,4 @@
-"""Mutants of the one geometry rule of every target (issue 24): ``shardkit/targets/geometry.py`` (boxes moved by the
+"""Mutants of the one geometry rule of every target: ``shardkit/targets/geometry.py`` (boxes moved by the
 forward of each inverse map, enclosing box of the four corners, clipping, ``min_visible``, flip pairs, keypoint
 visibility, nearest masks). Tests: ``tests/targets/test_geometry.py`` (per-box and per-pixel references) and the
 scenes oracle ``tests/augment/test_targets_scenes.py``."""
@@ -28,7 +28,7 @@ F = "shardkit/targets/geometry.py"
 
 MUTANTS = [
     {
-        "id": "targets-points-moved-by-float32-matmul",  # issue 26 C6: TF32 under precision "high" on a GPU
+        "id": "targets-points-moved-by-float32-matmul",  # TF32 under precision "high" on a GPU
         "row": ROW_PRECISION,
         "file": F,
         "old": "    nx = row[0] * x + row[1] * y + row[2] + 0.5\n    ny = row[3] * x + row[4] * y + row[5] + 0.5\n",

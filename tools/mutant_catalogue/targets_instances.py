@@ -1,4 +1,4 @@
-"""Mutants of instance maps (issue 24, instance masks): ``shardkit/targets/instances.py`` (rows relabelled after a
+"""Mutants of instance maps: ``shardkit/targets/instances.py`` (rows relabelled after a
 drop), ``targets/geometry.py`` (warped nearest), ``loader/targetrows.py`` (the worker's crops, crowd regions),
 ``augment/target_moves.py`` (GpuAugment's cut runs), ``convert/segments.py`` (painted smaller on top),
 ``format/masks.py`` (stored as row + 1), ``targets/torchvision.py`` (Mask R-CNN's ``"masks"``).

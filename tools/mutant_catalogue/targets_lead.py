@@ -1,4 +1,4 @@
-"""Mutants of the seams the lead joined at merge (issue 24): ``DevicePrefetcher`` hands a dict batch with targets
+"""Mutants of the seams the lead join: ``DevicePrefetcher`` hands a dict batch with targets
 whole to a ``GpuAugment`` (``shardkit/loader/prefetch.py``), and ``GpuAugment`` refuses keypoints without
 ``flip_pairs`` (``shardkit/augment/target_moves.py``). Tests: ``tests/loader/test_prefetch_targets.py``,
 ``tests/augment/test_targets_api.py``."""

@@ -1,4 +1,4 @@
-"""Mutants of the target fields in the loader (issue 24): boxes, box labels and counts, keypoints and masks moved
+"""Mutants of the target fields in the loader: boxes, box labels and counts, keypoints and masks moved
 with each sample's crop (``shardkit/targets/crops.py``, ``shardkit/loader/targetrows.py``, ``batching.decode_batch``,
 ``decode/worker.py``). Tests: ``tests/loader/test_targets_oracle.py``."""
 

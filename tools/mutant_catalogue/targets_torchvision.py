@@ -1,4 +1,4 @@
-"""Mutants of the torchvision bridge (issue 24): ``shardkit/targets/torchvision.py`` (``to_torchvision``,
+"""Mutants of the torchvision bridge: ``shardkit/targets/torchvision.py`` (``to_torchvision``,
 ``as_tv_tensors``, ``from_tv_tensors``);
 and of the benchmark's baseline (``tools/bench_detection.py``: the two sides must deliver the same batches).
 Tests: ``tests/targets/test_torchvision.py``, ``tests/integrations/test_detection_examples.py``."""

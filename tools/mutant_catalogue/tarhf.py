@@ -1,6 +1,6 @@
-"""Mutants of the tar and Hugging Face sources (``shardkit/convert/scan/tars.py``, ``shardkit/convert/scan/hf.py``), issue #21.
+"""Mutants of the tar and Hugging Face sources (``shardkit/convert/scan/tars.py``, ``shardkit/convert/scan/hf.py``).
 
-Each re-introduces a bug found in issue #21 (A1, A4, A7, A8, A10, B) or a near relative. The unit tests of
+Each re-introduces a bug these sources once had (labels, member rule, splits, class spaces) or a near relative. The unit tests of
 ``tests/convert/scan/test_tars.py`` / ``tests/convert/scan/test_hf.py`` are named first (fast); the ``-oracle`` mutants
 name only the differential oracle (``tests/convert/scan/test_tar_hf_oracle.py``), proving it catches that class of bug alone.
 """

@@ -1,4 +1,4 @@
-"""Mutants of multi-crop views (issue 23, first slice): ``shardkit/loader/decode/multicrop.py`` (one decode per
+"""Mutants of multi-crop views in the worker: ``shardkit/loader/decode/multicrop.py`` (one decode per
 sample, every view's crop cut from it), the ``ViewsDecode`` strategy's slot size in
 ``shardkit/loader/decode/strategies.py``. Tests: ``tests/loader/test_views.py``."""
 

@@ -1,4 +1,4 @@
-"""Mutants of progressive resolution with views (issue 23): ``set_epoch(epoch, size=S)`` scales every view by
+"""Mutants of progressive resolution with views: ``set_epoch(epoch, size=S)`` scales every view by
 ``S / views[0].size`` (``shardkit/loader/view.py``, ``ImageConfig.at_size``), the size saved in the state, crops
 independent of the size, the device path cutting at the epoch's sizes. Tests: ``tests/loader/test_views_resolution.py``."""
 

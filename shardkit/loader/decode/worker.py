@@ -161,7 +161,7 @@ class CropDecoder:
         ``used`` (``[n, 4]``, optional): row ``r`` gets the box row ``r``'s pixels really came from
         (what :meth:`decode_into` returns; the targets follow it).
         Flips are applied per row, as part of the resize: one flip per image costs ~14 us,
-        a batched (fancy-indexed) flip of the same rows ~15x more on CPU (notes/issue-10.md).
+        a batched (fancy-indexed) flip of the same rows ~15x more on CPU (64 channels-last 224 px rows, one thread).
 
         Returns:
             The indices into ``datas`` of the rows written, in order.

@@ -1,6 +1,6 @@
-"""Listings, label rule, path identity, class index bounds, dead URLs, empty splits, --val-fraction, symlinks (issue #21).
+"""Listings, label rule, path identity, class index bounds, dead URLs, empty splits, --val-fraction, symlinks.
 
-Each test failed on the code before its fix (see notes/issue-21-sources.md).
+Each test pins a rule a planted bug breaks (``tools/mutant_catalogue/sources.py``).
 """
 
 from __future__ import annotations
