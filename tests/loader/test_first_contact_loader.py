@@ -3,12 +3,17 @@ an empty split, and a script without a ``__main__`` guard iterating a loader wit
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+from hypothesis import Phase, example, given, settings
+from hypothesis import strategies as st
 
+import shardkit
+from shardkit import Source
 from shardkit.cli import main
 from shardkit.demo.scenes import write_scenes
 from shardkit.errors import ShardkitError
@@ -123,3 +128,72 @@ def test_script_with_the_loop_under_the_guard_runs_with_spawned_workers(tmp_path
     url = write_dataset(str(tmp_path / "ds"), num_samples=8).url
     p = _run(tmp_path, url, "spawn", 'if __name__ == "__main__":\n    ' + _LOOP.replace("\n", "\n    "))
     assert p.returncode == 0 and "samples 8" in p.stdout, p.stderr
+
+
+# --- mixtures: a source that takes nothing, sources given in another order ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mix")
+    return write_dataset(str(root / "a"), num_samples=40, shard_size=8).url, write_dataset(
+        str(root / "b"), num_samples=12, shard_size=5
+    ).url
+
+
+_SPEC = st.one_of(
+    st.builds(lambda v: {"weight": v}, st.sampled_from([0, 0.0, 0.5, 1, 3])),
+    st.builds(lambda v: {"repeat": v}, st.sampled_from([0, 0.0, 0.5, 1, 2])),
+    st.builds(lambda v: {"choose": v}, st.integers(1, 9)),
+)
+
+
+@settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=60)
+@given(specs=st.lists(_SPEC, min_size=2, max_size=4))
+@example(specs=[{"weight": 1}, {"weight": 0}])
+@example(specs=[{"weight": 1}, {"repeat": 0}])
+def test_a_source_of_several_that_takes_no_samples_is_refused_in_one_line(specs):
+    """What a user means by ``weight=0``: no samples from it, so no share of the epoch size and no classes. A source
+    of several with weight or repeat 0 is refused, naming it and the fix; every other list is accepted."""
+    from shardkit.plan import as_sources
+
+    sources = [Source(f"s{i}", **spec) for i, spec in enumerate(specs)]
+    zero = [i for i, spec in enumerate(specs) if next(iter(spec.values())) == 0 and "choose" not in spec]
+    takes = [i for i in range(len(specs)) if i not in zero]
+    if not zero:
+        assert as_sources(sources) == tuple(sources)
+        return
+    with pytest.raises(ValueError) as e:
+        as_sources(sources)
+    line = str(e.value)
+    assert "\n" not in line
+    weights = [s["weight"] for s in specs if "weight" in s]
+    if weights and not any(weights):
+        assert "all weights are 0" in line
+    elif not takes:
+        assert "the epoch would be empty" in line
+    else:
+        assert f"source {zero[0]} ('s{zero[0]}')" in line and "leave it out of the list" in line, line
+
+
+def test_weight_zero_leaves_nothing_to_the_epoch_in_the_real_loader(two):
+    a, b = two
+    with pytest.raises(ValueError, match=r"source 1 \(.*\): weight=0 takes no samples.*leave it out of the list"):
+        shardkit.load([Source(a, weight=1), Source(b, weight=0)], batch_size=4, size=16, num_workers=0)
+    assert len(shardkit.load([Source(a, weight=1)], batch_size=4, size=16, num_workers=0)) == 10  # without it: 40
+
+
+def test_resume_with_the_sources_reordered_names_the_checkpoints_order(two):
+    a, b = two
+    opts = dict(batch_size=4, size=16, num_workers=0, seed=3, pin_memory=False)
+    loader = shardkit.load([Source(a, weight=0.5), Source(b, weight=0.5)], **opts)
+    it = iter(loader)
+    next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    del it
+    with pytest.raises(ShardkitError) as e:
+        shardkit.load([Source(b, weight=0.5), Source(a, weight=0.5)], **opts).load_state_dict(state)
+    line = str(e.value)
+    assert "\n" not in line and "same sources in another order" in line and f"[{a}, {b}]" in line, line
+    assert "other data" not in line
+    shardkit.load([Source(a, weight=0.5), Source(b, weight=0.5)], **opts).load_state_dict(state)  # its order resumes
