@@ -24,6 +24,13 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
+def _names(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated field names like image,boxes, got {text!r}")
+    return names
+
+
 _LOADER_DEFAULT = object()  # --request-budget not given: the loader's default applies
 
 
@@ -83,6 +90,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--preset", choices=["train", "eval", "detect", "letterbox"], default="train")
     p.add_argument("--size", type=int, default=224, help="output image size (default 224)")
+    p.add_argument(
+        "--fields",
+        type=_names,
+        default=None,
+        metavar="F1,F2",
+        help="the batch fields to load, as load(fields=...) takes them, e.g. image,boxes,box_labels,box_count "
+        "(default: every field the dataset stores; an image + class dataset: (images, labels) tuples)",
+    )
     p.add_argument("--plot", metavar="PNG", help="also save a plot (needs matplotlib)")
     add_storage_arguments(p)
     p.add_argument(
@@ -96,7 +111,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardkit.loader.bench import bench, plot
+    from shardkit.loader.bench import plot
 
     so = storage_options(args)
     opts: dict = {"storage_options": so} if so else {}
@@ -122,19 +137,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"shardkit: error: --model {args.model}: {exc}", file=sys.stderr)
             return 2
         source = f"{args.model} step on {device}: {step_ms:.1f} ms"
-    report = bench(
-        args.url,
-        workers=args.workers,
-        batches=args.batches,
-        batch_size=args.batch_size,
-        preset=args.preset,
-        size=args.size,
-        window=args.window,
-        max_s=args.max_seconds,
-        step_ms=step_ms,
-        step_source=source,
-        **opts,
-    )
+    try:
+        report = _bench(args, step_ms, source, opts)
+    except ValueError as exc:  # a field the dataset does not have, an unknown field: one line naming the fix
+        print(f"shardkit bench: error: {exc}", file=sys.stderr)
+        return 2
     print(report.format())
     _print_storage(args.url, so, opts, report)
     if args.plot:
@@ -148,6 +155,25 @@ def run(args: argparse.Namespace) -> int:
             )
             return 1
     return 0
+
+
+def _bench(args: argparse.Namespace, step_ms: "float | None", source: str, opts: dict) -> "BenchReport":
+    from shardkit.loader.bench import bench
+
+    return bench(
+        args.url,
+        workers=args.workers,
+        batches=args.batches,
+        batch_size=args.batch_size,
+        preset=args.preset,
+        size=args.size,
+        window=args.window,
+        max_s=args.max_seconds,
+        step_ms=step_ms,
+        step_source=source,
+        fields=args.fields,
+        **opts,
+    )
 
 
 def _print_storage(url: str, so: dict, opts: dict, report: "BenchReport") -> None:

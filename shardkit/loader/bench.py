@@ -12,11 +12,13 @@ from typing import Any, Optional
 import torch
 
 from shardkit.compat import one_thread
+from shardkit.errors import ShardkitError
 from shardkit.loader.api import load
 from shardkit.loader.batching import BatchSpec, decode_batch
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.doctor import measure, verdict
+from shardkit.loader.fields import ALWAYS, RowSpec, available, check_fields, parse_fields
 from shardkit.loader.stats import Counters, LoaderStats
 
 
@@ -46,6 +48,7 @@ class BenchReport:
     step_source: str = ""  #: where ``step_ms`` came from
     cpus: int = 1
     gpu: bool = False
+    fields: tuple[str, ...] = ()  #: the fields each measured batch held (empty: ``(images, labels)`` tuples)
 
     @property
     def best(self) -> Optional[SweepPoint]:
@@ -68,7 +71,8 @@ class BenchReport:
 
     def format(self) -> str:
         """A human-readable report (the first two columns, workers and img/s, are for scripts)."""
-        lines = [f"shardkit bench {self.url}  (batch {self.batch_size}, decoder {self.decoder})", ""]
+        shown = f", fields {', '.join(self.fields)}" if self.fields else ""
+        lines = [f"shardkit bench {self.url}  (batch {self.batch_size}, decoder {self.decoder}{shown})", ""]
         lines.append(
             f"{'workers':>7}  {'img/s':>8}  {'1st batch':>9}  {'MB/s':>7}  {'read':>6}  {'decode':>6}  {'resize':>6}  "
             f"{'collate':>7}  {'wait/batch':>10}  steady"
@@ -115,18 +119,33 @@ class BenchReport:
 
 
 def decode_ceiling(
-    url: str, *, image: ImageConfig, seed: int = 0, samples: int = 256, **options: Any
+    url: str,
+    *,
+    image: ImageConfig,
+    seed: int = 0,
+    samples: int = 256,
+    fields: Sequence[str] = (),
+    **options: Any,
 ) -> tuple[float, str]:
     """img/s of the decode stage alone on the first ``samples`` samples (one core, bytes in memory).
 
     The same code as a worker's (:func:`shardkit.loader.batching.decode_batch`: headers, batch
-    geometry, decode + crop/resize into one batch tensor), without reading or the hand-off.
+    geometry, decode + crop/resize into one batch tensor, and the target ``fields`` moved with each
+    crop), without reading or the hand-off.
+
+    Raises:
+        ValueError: the dataset has no samples (nothing to decode).
     """
     raw = load(url, batch_size=64, num_workers=0, raw=True, shuffle=False, pin_memory=False, **options)
-    batches = [batch for batch in itertools.islice(raw, -(-samples // 64))]
+    batches = [batch for batch in itertools.islice(raw, -(-samples // 64)) if len(batch)]
+    if not batches:
+        raise ShardkitError(f"{url} has no samples to decode: bench a split that holds samples")
     n = sum(len(b) for b in batches)
     dec = CropDecoder(image, seed)
-    spec = BatchSpec(batch_size=64, num_batches=len(batches), epoch=0)
+    rows = RowSpec()
+    if fields:
+        rows = check_fields(tuple(fields), [raw.dataset.manifest], [url], min_visible=options.get("min_visible"))
+    spec = BatchSpec(batch_size=64, num_batches=len(batches), epoch=0, rows=rows)
     with one_thread():
         decode_batch(batches[0][:16], spec=spec, decoder=dec, counters=Counters())  # warm up
         t = time.perf_counter()
@@ -150,6 +169,7 @@ def bench(
     step_ms: Optional[float] = None,
     step_source: str = "",
     clock: Callable[[], float] = time.perf_counter,
+    fields: Optional[Sequence[str]] = None,
     **options: Any,
 ) -> BenchReport:
     """Measure the loader on ``url`` at each worker count, in steady state (:func:`shardkit.loader.doctor.measure`).
@@ -159,9 +179,25 @@ def bench(
     batches are timed, then windows of ``window`` batches until two agree within 5 %, or ``max_s``.
     A dataset with fewer batches per epoch than the warm-up and two windows is never called steady
     (``stop`` says it is too small): each window would span an epoch start.
+
+    ``fields``: the batch fields to load, as training would ask ``load(fields=...)`` (default
+    :func:`bench_fields`: every field the dataset stores, or ``(images, labels)`` tuples where that is
+    an image and a class); target fields are moved with each crop of the ``preset``, as in training.
+
+    Raises:
+        ShardkitError: the split has no samples.
+        ValueError: a field the dataset does not have (one line naming those it has), bad counts.
     """
     if batches < 1 or window < 1:
         raise ValueError(f"batches and window must be >= 1, got {batches}, {window}")
+    from shardkit.format.manifest import load_manifest
+
+    manifest = load_manifest(url, **(options.get("storage_options") or {}))
+    if manifest.num_samples == 0:
+        raise ShardkitError(f"{url} has no samples ({len(manifest.shards)} shards): there is nothing to measure")
+    names = bench_fields(manifest) if fields is None else parse_fields(fields)
+    if names:
+        options = {**options, "fields": names}
     image = ImageConfig(preset=preset, size=size, decoder=options.get("decoder", "auto"))  # type: ignore[arg-type]
     device = options.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     on_device = options.get("decode_on", "worker") == "device"
@@ -172,6 +208,7 @@ def bench(
         step_source=step_source,
         cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
         gpu=torch.cuda.is_available(),
+        fields=names,
     )
     backend = ""
     for nw in workers:
@@ -182,7 +219,7 @@ def bench(
         try:
             passes = _passes((lambda: loader.iter_on(device)) if on_device else (lambda: iter(loader)))  # noqa: B023 - used inside this iteration
             r = measure(
-                (len(images) for images, _ in passes),
+                (_batch_len(b) for b in passes),
                 warm=max(1, nw),
                 window=window,
                 min_batches=batches,
@@ -205,11 +242,27 @@ def bench(
         mb_per_s = r.images_per_s * per_sample / 1e6
         report.points.append(SweepPoint(nw, r.images_per_s, mb_per_s, st, r.first_batch_s, r.stable, r.stop))
     report.decode_ceiling, report.decoder = decode_ceiling(
-        url, image=image, **{k: v for k, v in options.items() if k != "decode_on"}
+        url, image=image, fields=names, **{k: v for k, v in options.items() if k not in ("decode_on", "fields")}
     )
     if on_device:
         report.decoder += f", decoded on {device} by {backend}"
     return report
+
+
+def bench_fields(manifest: Any) -> tuple[str, ...]:
+    """The fields :func:`bench` loads by default: ``()`` (``(images, labels)`` tuples) for a dataset of an image and a
+    class, else ``image`` and every field the dataset stores (its targets, captions, multi-labels), as training
+    would ask for them; ``meta``, ``key`` and ``source`` (every dataset's) are left out."""
+    stored = tuple(f for f in available(manifest) if f not in ALWAYS)
+    if set(stored) <= {"label"} and "label" in stored:
+        return ()
+    return ("image", *stored)
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in a batch: a dict batch's ``image`` (or first view), a tuple's first element."""
+    images = batch["image"] if isinstance(batch, dict) else batch[0]
+    return len(images[0]) if isinstance(images, list) else len(images)
 
 
 def _passes(epoch: Callable[[], Iterator[Any]]) -> Iterator[Any]:

@@ -273,6 +273,24 @@ def _saved_mixture(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _check_order(saved: dict[str, Any], current: Any) -> None:
+    """One line when ``current`` has the saved mixture's sources (by their shard sizes) in another order."""
+    theirs = [d.get("fingerprint") for d in saved.get("sources", []) if isinstance(d, dict)]
+    mine = [d["fingerprint"] for d in current.describe()["sources"]]
+    if len(theirs) < 2 or theirs == mine or sorted(map(str, theirs)) != sorted(map(str, mine)):
+        return
+    left = list(enumerate(mine))
+    order = []
+    for fp in theirs:  # the current source each saved one is (the first unmatched one with its shard sizes)
+        j = next(k for k, (i, f) in enumerate(left) if f == fp)
+        order.append(left.pop(j)[0])
+    urls = [current.sources[i].url for i in order]
+    raise ShardkitError(
+        f"loader state was saved with the same sources in another order: the checkpoint had them as "
+        f"[{', '.join(urls)}] (now sources {order} in that order); pass the sources in the checkpoint's order"
+    )
+
+
 def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) -> tuple[Schedule, bool]:
     """Check ``state``'s mixture against ``ident``'s: ``(the schedule to plan with, whether every source's data
     was checked here)``; when not, :func:`_position` checks the (first source's) dataset fingerprint.
@@ -305,6 +323,8 @@ def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) ->
         and dataset_differences(state["dataset"], manifests[0])
     ):
         return unchanged  # the same shape, other data: _position's message names what differs
+    if not allow_remix:
+        _check_order(saved, current)
     mid = bool(state.get("batches_done") or state.get("history"))
     nxt = state.get("next_mixture")
     now, later = resume_mixtures(

@@ -82,7 +82,8 @@ def as_sources(
 
 
 def check_specs(sources: Sequence[Source]) -> None:
-    """Errors that need the whole list but no data: count, missing spec, all-zero weights."""
+    """Errors that need the whole list but no data: count, missing spec, all-zero weights, a source of several with
+    ``weight=0`` or ``repeat=0`` (it would take no samples, yet count toward the epoch size and add its classes)."""
     if not sources:
         raise ValueError("a mixture needs at least one source")
     if len(sources) > 1:
@@ -96,6 +97,13 @@ def check_specs(sources: Sequence[Source]) -> None:
         raise ValueError("all weights are 0: give at least one source a positive weight")
     if any(s.given for s in sources) and not any(s.weight or s.repeat or s.choose for s in sources):
         raise ValueError("every source's weight or repeat is 0: the epoch would be empty")
+    for i, s in enumerate(sources):
+        zero = next((n for n in ("weight", "repeat") if getattr(s, n) == 0), None)
+        if zero is not None and len(sources) > 1:
+            raise ValueError(
+                f"source {i} ({s.url!r}): {zero}=0 takes no samples, yet it would count toward the default epoch size "
+                "and add its classes; leave it out of the list (a later mixture without it continues the others' streams)"
+            )
 
 
 @dataclass(frozen=True)

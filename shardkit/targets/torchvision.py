@@ -37,6 +37,19 @@ from shardkit.targets.instances import binary_masks, instance_map
 
 #: the key under which the per-sample dicts carry the keypoints' visibility (``KeyPoints`` hold x, y only)
 VISIBILITY = "keypoints_visibility"
+#: the key under which the per-sample dicts carry a batch's multi-hot ``labels`` (``"labels"`` are the boxes' classes)
+MULTI_HOT = "multi_hot"
+#: the batch fields that are no target and no image, each carried per sample (a row, or a list's item) by
+#: :func:`as_tv_tensors` under the name given here and batched back by :func:`from_tv_tensors`
+PASSED = {
+    "label": "label",
+    "labels": MULTI_HOT,
+    "target": "target",
+    "text": "text",
+    "meta": "meta",
+    "key": "key",
+    "source": "source",
+}
 
 
 def _per_sample(batch: Mapping[str, Any]) -> tuple[Tensor, list[int], Any]:
@@ -103,7 +116,9 @@ def as_tv_tensors(batch: Mapping[str, Any]) -> list[dict[str, Any]]:
     default), ``"keypoints"`` (``tv_tensors.KeyPoints`` ``[n, K, 2]``) with
     ``"keypoints_visibility"`` (float32 ``[n, K]``: ``KeyPoints`` hold x, y only), ``"mask"``
     (``tv_tensors.Mask`` ``[H, W]``, semantic) and ``"masks"`` (``tv_tensors.Mask`` uint8 ``[n, H, W]``, one per
-    box, from ``instances``). All but ``"masks"`` are views of the batch's tensors.
+    box, from ``instances``). The batch's other fields go along per sample (:data:`PASSED`: ``"key"``, ``"text"``,
+    ``"meta"`` items, ``"label"``, ``"target"``, ``"source"`` rows, the multi-hot ``labels`` as ``"multi_hot"``).
+    All but ``"masks"`` are views of the batch's tensors.
 
     Note: ``SanitizeBoundingBoxes`` removes boxes with their labels (and instance masks) but not
     the keypoints; pass ``labels_getter=lambda s: (s["labels"], s["keypoints"], s["keypoints_visibility"])``
@@ -127,6 +142,9 @@ def as_tv_tensors(batch: Mapping[str, Any]) -> list[dict[str, Any]]:
             d["mask"] = tv_tensors.Mask(t.mask[i])
         if t.instances is not None:
             d["masks"] = tv_tensors.Mask(binary_masks(t.instances[i], n))
+        for field, name in PASSED.items():
+            if field in batch:
+                d[name] = batch[field][i]
         out.append(d)
     return out
 
@@ -138,7 +156,7 @@ def _size_of(sample: Mapping[str, Any], i: int) -> tuple[int, int]:
     return int(image.shape[-2]), int(image.shape[-1])
 
 
-def from_tv_tensors(samples: Sequence[Mapping[str, Any]], width: Optional[int] = None) -> dict[str, Tensor]:
+def from_tv_tensors(samples: Sequence[Mapping[str, Any]], width: Optional[int] = None) -> dict[str, Any]:
     """Per-sample dicts as :func:`as_tv_tensors` makes them (after any v2 transforms) as one dict batch.
 
     The images must share one size (transform them to it: a crop, a resize, a letterbox); boxes are
@@ -146,7 +164,8 @@ def from_tv_tensors(samples: Sequence[Mapping[str, Any]], width: Optional[int] =
     The batch has ``image``, and ``boxes``/``box_labels``/``box_count``, ``keypoints`` (x, y and the
     ``"keypoints_visibility"``, 2 where a sample has none), ``mask``, and ``instances`` (from ``"masks"``: each
     pixel the row of the box whose mask holds it, -1 none; where masks overlap, which the loader's never do
-    but a v2 transform's or your own may, the later row wins) when the samples have them.
+    but a v2 transform's or your own may, the later row wins) when the samples have them, and the fields of
+    :data:`PASSED` (``key``, ``text``, ``meta`` as lists; ``label``, ``target``, ``source``, ``labels`` stacked).
     """
     if not samples:
         raise ValueError("no samples to batch")
@@ -162,7 +181,7 @@ def from_tv_tensors(samples: Sequence[Mapping[str, Any]], width: Optional[int] =
                 raise ValueError(f"sample {i}: {key} have canvas_size {tuple(canvas)}, the image is {size} (H, W)")
     first = samples[0]
     image = torch.stack([s["image"].as_subclass(Tensor) for s in samples])
-    out: dict[str, Tensor] = {"image": image}
+    out: dict[str, Any] = {"image": image}
     n = len(samples)
     if "boxes" in first:
         counts = [len(s["boxes"]) for s in samples]
@@ -199,7 +218,11 @@ def from_tv_tensors(samples: Sequence[Mapping[str, Any]], width: Optional[int] =
                     f"{[len(s['boxes']), *size]}"
                 )
         out["instances"] = torch.stack([instance_map(s["masks"].as_subclass(Tensor)) for s in samples])
+    for field, name in PASSED.items():
+        if name in first:
+            items = [s[name] for s in samples]
+            out[field] = torch.stack(items) if isinstance(items[0], Tensor) else items
     return out
 
 
-__all__ = ["VISIBILITY", "as_tv_tensors", "from_tv_tensors", "to_torchvision"]
+__all__ = ["MULTI_HOT", "PASSED", "VISIBILITY", "as_tv_tensors", "from_tv_tensors", "to_torchvision"]
