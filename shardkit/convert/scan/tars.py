@@ -169,6 +169,7 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
         listed = pool.map(lambda u: _members(u, small, **storage_options), urls)
         scanned = list(zip(urls, listed))
     ignored = 0
+    text_skips: dict[str, tuple[SkipReason, str]] = {}  # samples with a usable image and label but not text
     for url, (members, groups, n_ignored) in scanned:
         name = url[len(base) :]
         ignored += n_ignored
@@ -215,7 +216,9 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
             text, text_bad, text_why = None, None, ""
             if text_ext is not None:
                 data = fields[text_ext][2] if text_ext in fields else None
-                if text_ext in fields and data is None:
+                if text_ext not in fields:
+                    text_bad, text_why = SkipReason.NO_TEXT, f"the sample has no .{text_ext} member (--text-key)"
+                elif data is None:
                     text_bad, text_why = SkipReason.BAD_TEXT, f"its .{text_ext} member has {fields[text_ext][1]} bytes"
                 else:
                     text, text_bad, text_why = text_value(data)
@@ -232,10 +235,13 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
             elif bad is not None:
                 what = "a list of class names or indices" if multi else "a class name or index (a list, number or bool)"
                 out.skipped.append((ident, bad, f"{str(raw)[:80]!r} ({where}) is not {what}"))
-            elif text_bad is not None:
-                out.skipped.append((ident, text_bad, text_why))
-            else:
+            else:  # a sample skipped for its text still counts for the classes: they never hinge on which has text
+                if text_bad is not None:
+                    text_skips[ident] = (text_bad, text_why)
                 found.append((ident, url, fields[image][0], fields[image][1], label, extra, meta.get("class"), text))
+    if found and len(found) == len(text_skips):
+        ident, (_, why) = next(iter(sorted(text_skips.items())))
+        raise ConvertError(f"{src}: no sample has usable text (--text-key {opts.text_key}); e.g. {ident}: {why}")
     if not found:
         raise ConvertError(
             f"{src}: no sample with both an image ({opts.image_key}) and a usable label ({len(out.skipped)} skipped)"
@@ -273,7 +279,9 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
             classes, indices = order, [None if i is None else pos[classes[i]] for i in indices]
         what = f"{'class names' if kind.value == 'name' else 'class indices'} (--label-type {kind.value})"
     for (ident, url, offset, size, label, extra, _, text), index in zip(found, indices):
-        if index is None and opts.labelled:
+        if ident in text_skips:
+            out.skipped.append((ident, *text_skips[ident]))
+        elif index is None and opts.labelled:
             out.skipped.append(
                 (ident, SkipReason.BAD_LABEL, f"{label!r} is not a class index (0 .. {len(classes) - 1})")
             )
