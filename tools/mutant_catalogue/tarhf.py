@@ -87,8 +87,8 @@ MUTANTS = [
         "id": "tars-bad-index-vanishes",
         "row": ROW_TARS,
         "file": TARS,
-        "old": "        elif index is None and opts.labelled:\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
-        "new": "        elif index is None and opts.labelled:\n            continue\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
+        "old": "        if index is None and opts.labelled:\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
+        "new": "        if index is None and opts.labelled:\n            continue\n            out.skipped.append(\n                (ident, SkipReason.BAD_LABEL,",
         "tests": [T + "test_shardkit_manifest_with_an_index_beyond_its_classes_is_bad_label"],
     },
     # --- A4: the label-value rule (tars, and HF string columns through the same function)

@@ -235,12 +235,13 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
             elif bad is not None:
                 what = "a list of class names or indices" if multi else "a class name or index (a list, number or bool)"
                 out.skipped.append((ident, bad, f"{str(raw)[:80]!r} ({where}) is not {what}"))
-            else:  # a sample skipped for its text still counts for the classes: they never hinge on which has text
-                if text_bad is not None:
-                    text_skips[ident] = (text_bad, text_why)
+            elif text_bad is not None:
+                out.skipped.append((ident, text_bad, text_why))
+                text_skips[ident] = (text_bad, text_why)
+            else:
                 found.append((ident, url, fields[image][0], fields[image][1], label, extra, meta.get("class"), text))
-    if found and len(found) == len(text_skips):
-        ident, (_, why) = next(iter(sorted(text_skips.items())))
+    if not found and text_skips:
+        ident, (_, why) = min(text_skips.items())
         raise ConvertError(f"{src}: no sample has usable text (--text-key {opts.text_key}); e.g. {ident}: {why}")
     if not found:
         raise ConvertError(
@@ -272,16 +273,23 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
         indices = [pos[f[6]] for f in found]
         what = 'the .json "class" names of shardkit shards, ordered by their .cls index'
     else:
-        classes, indices, kind = read_labels(src, [(f"sample {f[0]}", f[4]) for f in found], opts.label_type)
+        try:
+            classes, indices, kind = read_labels(src, [(f"sample {f[0]}", f[4]) for f in found], opts.label_type)
+        except ConvertError as exc:
+            if not text_skips:
+                raise
+            ident, (_, why) = min(text_skips.items())
+            raise ConvertError(
+                f"{exc} (the labels read are those of the samples with text: {len(text_skips)} samples were "
+                f"skipped for their text first, e.g. {ident}: {why})"
+            ) from None
         if known is not None and kind.value == "name":  # names also keep the manifest's order
             order = known + sorted(set(classes) - set(known))
             pos = {c: i for i, c in enumerate(order)}
             classes, indices = order, [None if i is None else pos[classes[i]] for i in indices]
         what = f"{'class names' if kind.value == 'name' else 'class indices'} (--label-type {kind.value})"
     for (ident, url, offset, size, label, extra, _, text), index in zip(found, indices):
-        if ident in text_skips:
-            out.skipped.append((ident, *text_skips[ident]))
-        elif index is None and opts.labelled:
+        if index is None and opts.labelled:
             out.skipped.append(
                 (ident, SkipReason.BAD_LABEL, f"{label!r} is not a class index (0 .. {len(classes) - 1})")
             )
