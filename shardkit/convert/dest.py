@@ -33,6 +33,7 @@ import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from shardkit.convert.imageproc import SkipReason
 from shardkit.convert.options import ConvertConfig, SplitResult
 from shardkit.errors import ConvertError
 from shardkit.format.index import INDEX_SUFFIX
@@ -249,3 +250,20 @@ def empty_split_result(s: SplitSource, dest: str, options: ConvertConfig) -> Spl
     else:
         res.empty = "no input"
     return res
+
+
+def emptied_split_result(split: str, url: str, skipped: list[SkippedFile], root: str) -> SplitResult:
+    """The result of ``split`` (folder ``url``), whose every item was skipped (``skipped``) when read: not written;
+    why it is empty names the first skipped file and, for missing files, the folder they were looked for in (``root``)."""
+    out = SplitResult(split=split, url=url, written=False)
+    out.skipped_files = sorted(skipped, key=lambda f: f.path)
+    out.add_skipped(out.skipped_files)
+    reasons = ", ".join(f"{n} {r}" for r, n in sorted(out.skipped_reasons.items()))
+    out.empty = f"{out.skipped} skipped: {reasons}" if out.skipped else "no input"
+    first = next((f for f in out.skipped_files if f.reason == SkipReason.MISSING_FILE.value), None)
+    if first is not None:
+        out.empty += f"; e.g. {first.detail or first.path} (relative paths are read below {root}: is --root right?)"
+    elif out.skipped_files:
+        f = out.skipped_files[0]
+        out.empty += f"; e.g. {f.path}: {f.detail}"
+    return out

@@ -52,6 +52,7 @@ from shardkit.convert.dest import (
     check_overlap,
     clear_split,
     dest_lock,
+    emptied_split_result,
     empty_split_result,
     split_outputs,
 )
@@ -131,11 +132,14 @@ class SplitJob:
         targets: Sequence[str] = (),
         keypoint_names: Sequence[str] = (),
         flip_pairs: Sequence[Sequence[int]] = (),
+        src_name: str = "",
     ):
         self.src, self.classes, self.url, self.options = src, classes, url, options
         self.so = storage_options
         self.items = plan.order(src.files, options.seed, options.shuffle)
         self.cache: dict[int, Outcome] = {}  # pilot outcomes by key index, reused when their shard is encoded
+        self.samples = 0  # samples in the shards :meth:`run` wrote or kept
+        self.skipped: list[SkippedFile] = []  # the files :meth:`run` found skipped (discovery, its shards)
         listing = [_listed(f) for f in src.files]
         skipped = [SkippedFile(p, r.value, d) for p, r, d in src.skipped]
         self.plan = journal.Plan(
@@ -154,6 +158,8 @@ class SplitJob:
             keypoint_names=list(keypoint_names),
             flip_pairs=[list(p) for p in flip_pairs],
             annotations=dict(sorted(src.annotations.items())),
+            src=src_name,
+            overlap=journal.OVERLAP_RULE if "mask" in fields and any(f.segments is not None for f in src.files) else "",
         )
 
     def check_dest(self, overwrite: bool) -> None:
@@ -176,6 +182,7 @@ class SplitJob:
                 targets=list(m.targets),
                 keypoint_names=list(m.keypoint_names),
                 flip_pairs=[list(p) for p in m.flip_pairs],
+                overlap=m.options.get("overlap", ""),
             )
             if m.options.get("fingerprint") == self.plan.fingerprint:
                 old, ours = None, True
@@ -203,6 +210,34 @@ class SplitJob:
 
     def _clear(self) -> None:
         clear_split(self.url, self.src.name, self.so)
+
+    def check_owner(self, wrote: int) -> None:
+        """:class:`ConvertError` if DEST's plan is no longer this conversion's (another conversion, started at the
+        same time with other sources or options, wrote its own): the shards this task wrote (``wrote``) would never
+        be merged. The message names the conversion that owns DEST and what to rerun."""
+        now = journal.read_plan(self.url, **self.so)
+        if now is not None and now.fingerprint == self.plan.fingerprint:
+            return
+        owner = (
+            "no conversion plan is there now"
+            if now is None
+            else f"it now holds conversion {now.fingerprint[:12]} of SRC {now.src or '(not recorded)'}, which differs: "
+            + "; ".join(journal.differences(self.plan, now))
+        )
+        raise ConvertError(
+            f"{self.url}: another conversion took DEST while this task ran ({owner}); this task's "
+            f"{wrote} shards (conversion {self.plan.fingerprint[:12]} of SRC {self.plan.src}) will not be merged: "
+            "run the tasks of one conversion only: rerun every task of the one you want with --overwrite, "
+            "or convert into another DEST"
+        )
+
+    def drop(self, result: SplitResult, root: str) -> SplitResult:
+        """Remove what :meth:`run` wrote for a split none of whose items could be read (relative paths read below
+        ``root``); its result, not written."""
+        clear_split(self.url, self.src.name, self.so)
+        if storage.is_local(self.url) and storage.list_dir(self.url, **self.so) == ([], []):
+            storage.remove(self.url, recursive=True, **self.so)
+        return emptied_split_result(result.split, result.url, self.skipped, root)
 
     def ensure_plan(self, encoder: Encoder, task_index: int) -> None:
         """Run the pilot (if the plan is new) and write ``plan.json``."""
@@ -305,6 +340,7 @@ class SplitJob:
         ranges = plan.shard_ranges(len(self.items), self.plan.samples_per_shard)
         result = SplitResult(split=self.src.name, url=self.url)
         result.add_skipped(self.plan.skipped)
+        self.skipped = list(self.plan.skipped)
         todo = []
         for j in owned:
             rec = self.finished(j)
@@ -313,6 +349,8 @@ class SplitJob:
             else:
                 result.shards_resumed += 1
                 result.add_skipped(rec.skipped)
+                self.skipped += rec.skipped
+                self.samples += rec.samples
         total = sum(ranges[j][1] - ranges[j][0] for j in owned)
         done = total - sum(ranges[j][1] - ranges[j][0] for j in todo)
         needs = {j: [it for it in self.items[slice(*ranges[j])] if it.index not in self.cache] for j in todo}
@@ -343,7 +381,9 @@ class SplitJob:
                 rec = self.finish_shard(j, items, outcomes(items))
                 result.shards_written += 1
                 result.converted += rec.samples
+                self.samples += rec.samples
                 result.add_skipped(rec.skipped)
+                self.skipped += rec.skipped
                 result.bytes_in += rec.bytes_in
                 result.bytes_out += (rec.shard.bytes if rec.shard else 0) + (rec.overflow.bytes if rec.overflow else 0)
         return result
@@ -423,11 +463,13 @@ def convert(
                 source.targets,
                 source.keypoint_names,
                 source.flip_pairs,
+                src if isinstance(src, str) else str(source.root),
             )
             for s in source.splits
             if s.files
         ]
         results = list(empty)
+        fresh_dest = storage.is_local(dest) and not storage.exists(dest, **so)
         with dest_lock(dest, task_index):
             check_flat(dest, overwrite, so)
             for e in empty:
@@ -437,11 +479,23 @@ def convert(
             for job in jobs:  # every split's plan.json before any shard: `shardkit verify` then sees splits not begun
                 job.ensure_plan(encoder, task_index)
             for job in jobs:
+                job.check_owner(0)
                 owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
                 res = job.run(encoder, owned, quiet)
-                if num_tasks == 1:
+                job.check_owner(res.shards_written)
+                if num_tasks == 1 and not job.samples:  # every item skipped while read: the split is not written
+                    res = job.drop(res, source.reader.root or str(source.root))
+                elif num_tasks == 1:
                     res.manifest = finalize_split(job.url, **so)
                 results.append(res)
+    if num_tasks == 1 and not any(r.written for r in results):
+        if fresh_dest and storage.list_dir(dest, **so) == ([], []):  # DEST was made by this run and holds nothing
+            storage.remove(dest, recursive=True, **so)
+        raise ConvertError(
+            f"{source.root}: no split has a sample to convert: "
+            + "; ".join(f"{r.split} ({r.empty})" for r in sorted(results, key=lambda r: r.split))
+            + "; nothing written"
+        )
     results.sort(key=lambda r: r.split)
     return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
 

@@ -32,6 +32,9 @@ JOURNAL_DIR = storage.WORK_DIR
 PLAN_NAME = "plan.json"
 PLAN_FORMAT = "shardkit-convert-plan"
 PLAN_VERSION = 1
+#: :attr:`Plan.overlap` of a split whose mask is painted from segmentations: the smaller object on top
+#: (:func:`shardkit.convert.segments.semantic_mask`), as in its instance map
+OVERLAP_RULE = "smaller-on-top"
 
 
 def shard_name(split: str, index: int) -> str:
@@ -76,6 +79,11 @@ class Plan:
     flip_pairs: list[list[int]] = field(default_factory=list)  #: keypoints a horizontal flip swaps
     #: what the source made of its annotations (detection sources), before the encode-time moves of the records
     annotations: dict[str, int] = field(default_factory=dict)
+    #: the SRC the conversion was started with, as given (shown in messages; not part of the fingerprint)
+    src: str = ""
+    #: how overlapping objects are painted into a mask made of segmentations (:data:`OVERLAP_RULE`); ``""``: no
+    #: such mask. Part of the fingerprint when set, so a conversion painted by another rule is never resumed into.
+    overlap: str = ""
 
     @property
     def prefixes(self) -> int:
@@ -94,6 +102,7 @@ class Plan:
         )
         more += [self.keypoint_names, self.flip_pairs] if self.keypoint_names or self.flip_pairs else []
         more += [self.annotations] if self.annotations else []
+        more += [{"overlap": self.overlap}] if self.overlap else []
         return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256, *more])
 
     def to_json(self) -> bytes:
@@ -115,6 +124,9 @@ class Plan:
 
 #: manifest option fields that are derived or identities, not options (not compared by :func:`differences`)
 _DERIVED = frozenset({"samples_per_shard", "encoder", "input_sha256", "fingerprint"})
+
+
+_OVERLAP_WORDS = {"": "in annotation order (the later on top)", OVERLAP_RULE: "smaller on top"}
 
 
 def differences(old: Plan, new: Plan) -> list[str]:
@@ -152,6 +164,11 @@ def differences(old: Plan, new: Plan) -> list[str]:
         out.append(f"the keypoints were {old.keypoint_names}, now {new.keypoint_names}")
     if old.annotations != new.annotations:
         out.append(f"the source's annotations were {old.annotations}, now {new.annotations}")
+    if old.overlap != new.overlap:
+        out.append(
+            f"overlapping objects were painted {_OVERLAP_WORDS.get(old.overlap, old.overlap)}, "
+            f"now {_OVERLAP_WORDS.get(new.overlap, new.overlap)}"
+        )
     if old.encoder != new.encoder:
         out.append(f"the encoder was {old.encoder!r}, now {new.encoder!r}")
     return out or ["an unknown conversion format"]

@@ -82,11 +82,22 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
             f"{split_url}: planned shard {other.index} stores keypoints {other.keypoint_names} but the plan says "
             f"{p.keypoint_names}; every task must run with the same options: rerun that task"
         )
-    missing = [
+    foreign = [
         journal.shard_path(p.split, j, p.prefixes)
         for j, r in enumerate(records)
-        if r is None or r.fingerprint != p.fingerprint
+        if r and r.fingerprint != p.fingerprint
     ]
+    if foreign:
+        others = sorted({r.fingerprint[:12] for r in records if r and r.fingerprint != p.fingerprint})
+        raise ConvertError(
+            _missing_message(
+                split_url, f"of {p.num_planned} planned shards were written by another conversion", foreign
+            )
+            + f" ({', '.join(others)}), not by the one that owns DEST ({p.fingerprint[:12]}, SRC {p.src or '(not recorded)'}, "
+            "whose plan this folder holds): two conversions ran into one DEST; rerun every task of the one you want "
+            "with --overwrite (or into another DEST), then merge again"
+        )
+    missing = [journal.shard_path(p.split, j, p.prefixes) for j, r in enumerate(records) if r is None]
     if missing:
         raise ConvertError(
             _missing_message(split_url, f"of {p.num_planned} planned shards are not converted yet", missing)
@@ -106,6 +117,14 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         raise ConvertError(
             _missing_message(split_url, "shard files are missing or have the wrong size", lost)
             + "; rerun the conversion (it redoes exactly these)"
+        )
+    if not any(r.samples for r in records if r):
+        files = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
+        first = next((f for f in files if f.reason == "missing_file"), files[0] if files else None)
+        raise ConvertError(
+            f"{split_url}: split {p.split} has no sample: its {len(files)} items were all skipped"
+            + (f" (e.g. {first.path}: {first.detail})" if first else "")
+            + "; nothing merged: fix the source (is --root right?) and convert again with --overwrite"
         )
     shards = [r.shard_info() for r in records if r and r.shard]
     overflow: list[EncodedSample] = []
@@ -132,6 +151,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         "encoder": p.encoder,
         "input_sha256": p.input_sha256,
         "fingerprint": p.fingerprint,
+        **({"overlap": p.overlap} if p.overlap else {}),
     }
     listed = _listed(split_url, {prefix_of(s.name) for s in shards if s is not None}, storage_options)
     indexed = all(index_url(s.name) in listed for s in shards if s is not None)  # an older shardkit's have none

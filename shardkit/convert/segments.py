@@ -3,9 +3,9 @@
 A :class:`Segment` is one object's segmentation in the source image's pixels (edges at
 integers): its class index, whether it is a crowd region, and either polygons (COCO's
 ``[[x0, y0, x1, y1, ...], ...]``) or an RLE (COCO's ``{"size": [h, w], "counts": [...] | "..."}``,
-column-major runs starting with background). :func:`semantic_mask` paints the segments in order
-(a later one covers an earlier one) on the background class 0; crowd regions are painted
-:data:`~shardkit.format.fields.IGNORE`. A pixel belongs to a polygon when its centre lies inside
+column-major runs starting with background). :func:`semantic_mask` paints the segments on the background
+class 0, the smaller on top where they overlap (the rule of :func:`instance_map`, so the mask and the instance
+map of one image agree on every pixel); crowd regions are painted :data:`~shardkit.format.fields.IGNORE`. A pixel belongs to a polygon when its centre lies inside
 it (:func:`polygon_mask`), which is what pycocotools' ``annToMask`` gives up to the pixels along the outline.
 
 :func:`instance_map` paints the same regions as object rows (one object per pixel, -1 none: Mask R-CNN's
@@ -158,15 +158,16 @@ def segment_region(seg: Segment, width: int, height: int) -> np.ndarray:
 
 
 def semantic_mask(segments: Sequence[Segment], width: int, height: int) -> np.ndarray:
-    """uint8 ``[height, width]``: 0 (background) painted with each segment's class in order, crowds IGNORE.
+    """uint8 ``[height, width]``: 0 (background) painted with each segment's class (crowds IGNORE), the smaller
+    segment on top where they overlap, by the rule of :func:`paint_instances` (so a pixel's class is that of the
+    object the instance map names there).
 
     Raises:
         ValueError: an RLE whose size is not the image's, or whose runs do not fit it.
     """
-    out = np.zeros((height, width), np.uint8)
-    for seg in segments:
-        out[segment_region(seg, width, height)] = IGNORE if seg.crowd else seg.label
-    return out
+    values = np.array([IGNORE if s.crowd else s.label for s in segments] + [0], np.uint8)
+    rows = instance_map(segments, width, height)
+    return values[rows]  # row -1 (no segment) picks the trailing background
 
 
 def paint_instances(regions: Sequence[np.ndarray], width: int, height: int) -> np.ndarray:

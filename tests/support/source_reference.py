@@ -143,7 +143,7 @@ def reference_listing(
     header, rows = parse_listing(kind, text)
     real_root = os.path.realpath(root)
     paths_seen: dict[str, int] = {}
-    files_seen: set[str] = set()
+    files_seen: dict[str, str] = {}  # real path -> the plain absolute path that first named it
     pending: list[tuple[str, Any, str, str]] = []  # identity, label, split, real file
     exp = Expected()
     bad_rows: list[str] = []
@@ -170,10 +170,12 @@ def reference_listing(
             continue
         paths_seen[ident] = n
         real = os.path.realpath(os.path.join(real_root, ident))
-        if real in files_seen:
-            exp.skipped.append((f"{ident} ({name}:{n})", "duplicate_file", split))
+        plain = os.path.normpath(os.path.join(os.path.abspath(root), ident))  # symlinks not resolved
+        if real in files_seen:  # the same path written another way (absolute, relative), or through a symlink
+            same = files_seen[real] == plain
+            exp.skipped.append((f"{ident} ({name}:{n})", "duplicate_path" if same else "duplicate_file", split))
             continue
-        files_seen.add(real)
+        files_seen[real] = plain
         label = row.get("label")
         if label is None or label == [] or (isinstance(label, str) and label.strip() == ""):
             exp.skipped.append((ident, "no_label", split))

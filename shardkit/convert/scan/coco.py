@@ -10,7 +10,8 @@ categories declare ``keypoints`` (their names; every such category must declare 
 each object gets ``K`` ``(x, y, v)`` (all zero for an object of a category without keypoints; ``v``
 set to 0 for a point outside the image), and the flip pairs are found by the names (``left_eye`` /
 ``right_eye``). With ``--masks``, each kept annotation's ``segmentation`` (polygons or RLE) is
-painted into the sample's semantic mask in annotation order, crowd regions as ``255`` (ignore). With
+painted into the sample's semantic mask, the smaller on top where they overlap (as in the instance map),
+crowd regions as ``255`` (ignore). With
 ``--instances`` (either or both), each stored object's segmentation is painted into the sample's instance map
 (one object per pixel, the smaller on top where they overlap, crowd regions included; an object without a
 segmentation has an empty mask): :func:`shardkit.convert.segments.instance_map`.

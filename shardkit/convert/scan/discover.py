@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from shardkit.convert.imageproc import IMAGE_EXTENSIONS, SkipReason
@@ -389,6 +389,8 @@ def discover(src: Any, options: "ConvertConfig", **storage_options: Any) -> Scan
         from shardkit.convert.scan.maskdir import scan_mask_pairs
 
         source = scan_mask_pairs(src, so, options.layout, options.split)
+    elif not so.labelled and so.label_regex is not None:
+        raise ConvertError("--no-label and --label-regex contradict each other (the regex gives labels); pick one")
     elif so.label_regex is not None:
         if options.layout != Layout.AUTO:
             raise ConvertError("--layout does not apply with --label-regex (the regex gives the classes); leave it out")
@@ -402,4 +404,17 @@ def discover(src: Any, options: "ConvertConfig", **storage_options: Any) -> Scan
             carve_val(source, options.val_fraction, options.seed)
         except ValueError as exc:
             raise ConvertError(f"{source.root}: {exc}") from None
+    if kind == "folder" and so.mask_dir is None and not so.labelled:
+        _drop_labels(source)
     return source
+
+
+def _drop_labels(source: ScannedSource) -> None:
+    """``--no-label`` on class folders: the images of every class folder, stored without a label (only ``image``;
+    the folders still group the images, and ``--val-fraction`` still draws from each)."""
+    for s in source.splits:
+        s.files = [replace(f, label=None) for f in s.files]
+        s.class_names = []
+    source.classes = []
+    source.fields = ("image",)
+    source.notes.append("--no-label: the class folders are not stored as labels (field image only)")

@@ -12,8 +12,8 @@ row is accounted for: it becomes a sample, or it is skipped with a reason:
 * ``missing_file``: an empty path, or no such file (found when the file is
   read, so that a listing gives the same keys on local disk and on object storage);
 * ``duplicate_path``: the same path again (after normalising ``./``, ``a/../``
-  and ``//``); ``duplicate_file``: another path to a file an earlier row listed
-  (relative and absolute, through a symlink: real paths for local files,
+  and ``//``, and written once relative to the root and once absolute); ``duplicate_file``:
+  another path to a file an earlier row listed through a symlink (real paths for local files,
   normalised URLs for remote ones). The first row naming a file decides it;
 * ``no_label`` / ``bad_label``: see :func:`~shardkit.convert.scan.source.label_value`
   (empty; a list, float or bool) and :func:`~shardkit.convert.scan.source.read_labels`
@@ -143,6 +143,12 @@ class _Where:
         except OSError:
             return full
 
+    def plain(self, where: str) -> str:
+        """The absolute, normalised path (symlinks not resolved) or normal URL of a read location."""
+        if "://" in where or not self.local:
+            return _normal_url(where) if "://" in where else where
+        return os.path.normpath(os.path.abspath(storage.local_path(where)))
+
     def locate(self, n: int, path: str) -> tuple[str, str, str]:
         """``(identity, where to read, the file)`` of the path on line ``n``; a relative path climbing above the root is refused."""
         if "://" in path:
@@ -201,7 +207,7 @@ def scan_listing(url: str, opts: ScanConfig, split: str = "train", **storage_opt
     skipped: dict[str, list[tuple[str, SkipReason, str]]] = {}
     bad_rows: list[tuple[str, SkipReason, str]] = []  # malformed rows: their split is not known
     seen: dict[str, int] = {}  # identity -> line
-    files: dict[str, tuple[int, str]] = {}  # the file (real path, normal URL) -> (line, identity)
+    files: dict[str, tuple[int, str, str]] = {}  # the file (real path, normal URL) -> (line, identity, plain path)
     for n, row in rows:
         if isinstance(row, str):
             bad_rows.append((f"{name}:{n}", SkipReason.BAD_ROW, f"line {n}: {row}"))
@@ -225,17 +231,21 @@ def scan_listing(url: str, opts: ScanConfig, split: str = "train", **storage_opt
             )
             continue
         seen[ident] = n
+        plain = places.plain(where)
         if real in files:
-            first_line, other = files[real]
+            first_line, other, other_plain = files[real]
+            same_path = plain == other_plain  # the same path written twice (absolute and relative), no symlink
             skipped.setdefault(s, []).append(
                 (
                     f"{ident} ({name}:{n})",
-                    SkipReason.DUPLICATE_FILE,
-                    f"line {n}: the same file as {other}, listed on line {first_line}",
+                    SkipReason.DUPLICATE_PATH if same_path else SkipReason.DUPLICATE_FILE,
+                    f"line {n}: the same path as {other} (line {first_line}), written another way"
+                    if same_path
+                    else f"line {n}: the same file as {other}, listed on line {first_line} (through a symlink)",
                 )
             )
             continue
-        files[real] = (n, ident)
+        files[real] = (n, ident, plain)
         skip, values = _row_fields(row, opts)
         if skip is not None:
             skipped.setdefault(s, []).append((ident, skip[0], f"line {n}: {skip[1]}"))

@@ -169,6 +169,7 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
         listed = pool.map(lambda u: _members(u, small, **storage_options), urls)
         scanned = list(zip(urls, listed))
     ignored = 0
+    text_skips: dict[str, tuple[SkipReason, str]] = {}  # samples with a usable image and label but not text
     for url, (members, groups, n_ignored) in scanned:
         name = url[len(base) :]
         ignored += n_ignored
@@ -215,7 +216,9 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
             text, text_bad, text_why = None, None, ""
             if text_ext is not None:
                 data = fields[text_ext][2] if text_ext in fields else None
-                if text_ext in fields and data is None:
+                if text_ext not in fields:
+                    text_bad, text_why = SkipReason.NO_TEXT, f"the sample has no .{text_ext} member (--text-key)"
+                elif data is None:
                     text_bad, text_why = SkipReason.BAD_TEXT, f"its .{text_ext} member has {fields[text_ext][1]} bytes"
                 else:
                     text, text_bad, text_why = text_value(data)
@@ -234,8 +237,12 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
                 out.skipped.append((ident, bad, f"{str(raw)[:80]!r} ({where}) is not {what}"))
             elif text_bad is not None:
                 out.skipped.append((ident, text_bad, text_why))
+                text_skips[ident] = (text_bad, text_why)
             else:
                 found.append((ident, url, fields[image][0], fields[image][1], label, extra, meta.get("class"), text))
+    if not found and text_skips:
+        ident, (_, why) = min(text_skips.items())
+        raise ConvertError(f"{src}: no sample has usable text (--text-key {opts.text_key}); e.g. {ident}: {why}")
     if not found:
         raise ConvertError(
             f"{src}: no sample with both an image ({opts.image_key}) and a usable label ({len(out.skipped)} skipped)"
@@ -266,7 +273,16 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
         indices = [pos[f[6]] for f in found]
         what = 'the .json "class" names of shardkit shards, ordered by their .cls index'
     else:
-        classes, indices, kind = read_labels(src, [(f"sample {f[0]}", f[4]) for f in found], opts.label_type)
+        try:
+            classes, indices, kind = read_labels(src, [(f"sample {f[0]}", f[4]) for f in found], opts.label_type)
+        except ConvertError as exc:
+            if not text_skips:
+                raise
+            ident, (_, why) = min(text_skips.items())
+            raise ConvertError(
+                f"{exc} (the labels read are those of the samples with text: {len(text_skips)} samples were "
+                f"skipped for their text first, e.g. {ident}: {why})"
+            ) from None
         if known is not None and kind.value == "name":  # names also keep the manifest's order
             order = known + sorted(set(classes) - set(known))
             pos = {c: i for i, c in enumerate(order)}

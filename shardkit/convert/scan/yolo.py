@@ -206,25 +206,56 @@ def _walk(top: str) -> list[str]:
     return sorted(out)
 
 
+def printed_precision(tokens: list[str]) -> float:
+    """One unit in the last printed decimal of the finest of ``tokens`` (``0.902954``: ``1e-6``; ``1.5e-3``:
+    ``1e-4``; ``1``: ``1.0``): how far apart two values printed like these can be."""
+    places = 0
+    for t in tokens:
+        mantissa, _, exp = t.lower().partition("e")
+        decimals = len(mantissa.partition(".")[2])
+        try:
+            places = max(places, decimals - (int(exp) if exp else 0))
+        except ValueError:
+            continue
+    return 10.0 ** -min(places, 30)
+
+
+def _snap(lo: float, hi: float, tol: float) -> tuple[float, float]:
+    """``(lo, hi)`` (normalised) with an edge within ``tol`` outside ``[0, 1]`` moved onto the border."""
+    return (0.0 if -tol <= lo < 0.0 else lo), (1.0 if 1.0 < hi <= 1.0 + tol else hi)
+
+
 def _line_box(tokens: list[str], k: int) -> tuple[str, int, tuple[float, float, float, float]] | tuple[str, None, None]:
-    """``(outcome, class, (cx, cy, w, h))`` of a label line's tokens (normalised), or ``(reason, None, None)``."""
+    """``(outcome, class, (x0, y0, x1, y1))`` of a label line's tokens (normalised), or ``(reason, None, None)``.
+
+    An edge outside the image by no more than the rounding of the line's printed values is on the border: a value
+    printed with ``d`` decimals is within half a unit ``u = 10**-d`` of the true one, so an edge ``cx +- w / 2`` is
+    within ``0.75 u`` and a polygon vertex within ``0.5 u``; ``0.902954 + 0.194093 / 2 = 1.0000005`` is the border.
+    """
     try:
         nums = [float(t) for t in tokens]
     except ValueError:
         return BAD_LINE, None, None
     if not all(math.isfinite(x) for x in nums) or nums[0] != int(nums[0]):
         return BAD_LINE, None, None
+    u = printed_precision(tokens[1:])
     if len(nums) == 5:
-        box = (nums[1], nums[2], nums[3], nums[4])
+        cx, cy, w, h = nums[1:]
+        x0, x1, y0, y1 = cx - w / 2, cx + w / 2, cy - h / 2, cy + h / 2
+        tol = 0.75 * u * (1 + 1e-9)
     elif len(nums) >= 7 and len(nums) % 2:
         xs, ys = nums[1::2], nums[2::2]
-        box = ((min(xs) + max(xs)) / 2, (min(ys) + max(ys)) / 2, max(xs) - min(xs), max(ys) - min(ys))
+        x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)  # the box around the points: their extent
+        tol = 0.5 * u * (1 + 1e-9)
     else:
         return BAD_LINE, None, None
     cls = int(nums[0])
     if not 0 <= cls < k:
         return BAD_CATEGORY, None, None
-    return "", cls, box
+    if x1 <= x0 or y1 <= y0:
+        return DEGENERATE_BOX, None, None
+    (x0, x1), (y0, y1) = _snap(x0, x1, tol), _snap(y0, y1, tol)
+    return "", cls, (x0, y0, x1, y1)
 
 
 def parse_label_file(text: str, k: int, width: int, height: int, tally: Tally) -> tuple[list[list[float]], list[int]]:
@@ -238,13 +269,8 @@ def parse_label_file(text: str, k: int, width: int, height: int, tally: Tally) -
         if cls is None or nbox is None:
             tally.add(reason)
             continue
-        cx, cy, w, h = nbox
-        if w <= 0 or h <= 0:
-            tally.add(DEGENERATE_BOX)
-            continue
-        outcome, box = place_box(
-            (cx - w / 2) * width, (cy - h / 2) * height, (cx + w / 2) * width, (cy + h / 2) * height, width, height
-        )
+        x0, y0, x1, y1 = nbox
+        outcome, box = place_box(x0 * width, y0 * height, x1 * width, y1 * height, width, height)
         tally.add(outcome)
         if box is not None:
             boxes.append(box)

@@ -192,12 +192,12 @@ def test_one_file_listed_by_several_paths_is_one_sample(tmp_path):
             ("x.png (l.csv:3)", "duplicate_path"),
             ("x.png (l.csv:4)", "duplicate_path"),
             ("x.png (l.csv:5)", "duplicate_path"),
-            (f"{a} (l.csv:6)", "duplicate_file"),
+            (f"{a} (l.csv:6)", "duplicate_path"),  # the same path, absolute: no symlink involved
             (f"{a} (l.csv:7)", "duplicate_path"),
             ("link.png (l.csv:8)", "duplicate_file"),
             ("sub/y.png (l.csv:10)", "duplicate_path"),
             ("z.png", "no_label"),
-            (f"{os.path.join(root, 'z.png')} (l.csv:12)", "duplicate_file"),
+            (f"{os.path.join(root, 'z.png')} (l.csv:12)", "duplicate_path"),
         ]
     )
     r = convert(
@@ -217,7 +217,7 @@ def test_remote_paths_to_one_object_are_one_sample(tmp_path):
     )
     src = scan_listing(listing, SourceOptions(root="s3://b/data"))
     assert [f.relpath for f in src.splits[0].files] == ["a.png", "http://h/x/../y.png"]
-    assert sorted(r for _, r in _skips(src)["train"]) == ["duplicate_file"] * 3
+    assert sorted(r for _, r in _skips(src)["train"]) == ["duplicate_path"] * 3  # no symlink in a URL
 
 
 def test_a_relative_path_leaving_the_root_is_refused_in_one_line(tmp_path, capsys):

@@ -318,6 +318,12 @@ def test_listing_oracle(images, tmp_path):
             if any(not exp.samples.get(s) for s in exp.splits()) and not JOB_CONVERTS_EMPTY_SPLITS:
                 STATS["scan level only (a split left empty)"] += 1
                 return
+            if not any(exp.samples.get(s) for s in exp.splits()):  # no split has a sample: one line, nothing written
+                with pytest.raises(ConvertError, match="no split has a sample") as err:
+                    convert(listing, os.path.join(work, "out"), opts, workers=1, quiet=True)
+                assert "\n" not in str(err.value) and not os.path.exists(os.path.join(work, "out"))
+                STATS["refused: no split has a sample"] += 1
+                return
             result = convert(listing, os.path.join(work, "out"), opts, workers=1, quiet=True)
             _check_converted(result, exp)
             STATS["converted and read back"] += 1
