@@ -273,11 +273,12 @@ class BlockReader:
         range again (a fresh download); the store's bytes are then what the index checks."""
         f = self._ranged[1]
         cached = self.opener.cache_path_of(f) if f is not None else None
-        if cached is None:
+        sha = self._content(shard)
+        if cached is None or sha is None:  # a cache entry always has its content key
             return data
         self._close_ranged()
         self.opener.drop_cached(
-            self.urls[shard], self.nbytes[shard], self._content(shard), "a sample's CRC32C does not match the index"
+            self.urls[shard], int(self.nbytes[shard]), sha, "a sample's CRC32C does not match the index"
         )
         self.cache_refetches += 1
         self.counters.add("cache_refetches", 1)
