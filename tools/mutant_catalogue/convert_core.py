@@ -123,7 +123,7 @@ MUTANTS = [
     {
         "id": "imageproc-16-bit-not-scaled",
         "row": ROW_PIXELS,
-        "file": "shardkit/convert/imageproc.py",
+        "file": "shardkit/convert/colour.py",
         "old": "arr = np.clip(arr, 0, 65535) >> 8",
         "new": "arr = np.clip(arr, 0, 255)",
         "tests": [f"{T_UNITS}::test_mode_conversions"],
@@ -131,17 +131,17 @@ MUTANTS = [
     {
         "id": "imageproc-transparency-pasted-without-mask",
         "row": ROW_PIXELS,
-        "file": "shardkit/convert/imageproc.py",
-        "old": 'bg.paste(im, mask=im.getchannel("A"))',
-        "new": 'bg.paste(im.convert("RGB"))',
+        "file": "shardkit/convert/colour.py",
+        "old": "bg.paste(rgb, mask=alpha)",
+        "new": "bg.paste(rgb)",
         "tests": [f"{T_UNITS}::test_mode_conversions"],
     },
     {
         "id": "imageproc-copy-keeps-rotated-jpegs",
         "row": ROW_PIXELS,
         "file": "shardkit/convert/imageproc.py",
-        "old": 'if opts.copy and im.format == "JPEG" and im.mode in ("RGB", "L") and orientation == 1:',
-        "new": 'if opts.copy and im.format == "JPEG" and im.mode in ("RGB", "L"):',
+        "old": 'im.mode in ("RGB", "L") and orientation == 1 and not convert_icc:',
+        "new": 'im.mode in ("RGB", "L") and not convert_icc:',
         "tests": [f"{T}::test_copy_keeps_only_upright_rgb_jpegs_within_the_pixel_limit"],
     },
     {
