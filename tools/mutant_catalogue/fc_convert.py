@@ -170,7 +170,7 @@ MUTANTS = [
     },
     {
         "id": "sample-data-quality-up-to-100",
-        "row": "CLI: bad options are one-line errors",
+        "row": "sample-data writes the classes, counts and sizes it says, the same bytes for the same seed",
         "file": "shardkit/cli/cmd_sample_data.py",
         "old": "        low, high = QUALITY_RANGE",
         "new": "        low, high = 1, 100",
