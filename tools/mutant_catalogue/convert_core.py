@@ -124,8 +124,8 @@ MUTANTS = [
         "id": "imageproc-16-bit-not-scaled",
         "row": ROW_PIXELS,
         "file": "shardkit/convert/colour.py",
-        "old": "arr = np.clip(arr, 0, 65535) >> 8",
-        "new": "arr = np.clip(arr, 0, 255)",
+        "old": "arr = np.clip(raw, 0, 65535) >> 8",
+        "new": "arr = np.clip(raw, 0, 255)",
         "tests": [f"{T_UNITS}::test_mode_conversions"],
     },
     {
