@@ -17,6 +17,15 @@ HELP = (
     "(class labels, multi-label sets, float targets, text, boxes, keypoints, masks)"
 )
 
+
+def quality_help() -> str:
+    """``--help`` of ``--quality`` in ``convert`` and ``sample-data``: one range, :data:`~shardkit.convert.imageproc.QUALITY_RANGE`."""
+    from shardkit.convert.imageproc import QUALITY_RANGE
+
+    low, high = QUALITY_RANGE
+    return f"JPEG quality, {low}-{high} (default 90); above 95 is refused: files grow about 2x for little visible gain"
+
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 
 
@@ -33,6 +42,7 @@ def parse_size(text: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from shardkit.convert import DEFAULT_SHARD_BYTES, LabelType, Layout, Resample
+    from shardkit.convert.colour import Colour
 
     p.add_argument(
         "src",
@@ -49,7 +59,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--short-side", type=int, default=256, help="resize so the shorter side is this (never upscale; default 256)"
     )
     size.add_argument("--max-side", type=int, default=None, help="instead: resize so the longer side is this")
-    g.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
+    g.add_argument("--quality", type=int, default=90, help=quality_help())
+    g.add_argument(
+        "--colour",
+        "--color",
+        dest="colour",
+        choices=[v.value for v in Colour],
+        default=Colour.SRGB.value,
+        help="srgb (default): convert images with an ICC profile (Display P3, Adobe RGB, ...) to sRGB; "
+        "raw: keep the stored values and drop the profile",
+    )
     g.add_argument(
         "--resample",
         choices=[v.value for v in Resample],
@@ -65,7 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--copy",
         action="store_true",
-        help="keep upright RGB/grayscale JPEGs byte for byte (no decode, resize or re-encode); others are converted",
+        help="keep upright sRGB RGB/grayscale JPEGs byte for byte once they decode (no resize or re-encode); "
+        "others are converted",
     )
     g = p.add_argument_group("shards")
     g.add_argument("--shard-size", type=int, default=None, help="at most this many samples per shard")
@@ -225,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
             max_pixels=args.max_pixels,
             resample=args.resample,
             copy=args.copy,
+            colour=args.colour,
         )
         source = ScanConfig(
             path_col=args.path_col,

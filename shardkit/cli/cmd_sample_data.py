@@ -44,10 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--imagenet-like", action="store_true", help="ImageNet-like sizes: median 500x375, a tail past 1000 px"
     )
     p.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes (default 0)")
-    p.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
+    from shardkit.cli.cmd_convert import quality_help
+
+    p.add_argument("--quality", type=int, default=90, help=quality_help())
 
 
 def run(args: argparse.Namespace) -> int:
+    from shardkit.convert.imageproc import QUALITY_RANGE
     from shardkit.demo.sampledata import IMAGENET_LIKE, SMALL, SizeSpread, class_names, make_imagefolder
     from shardkit.errors import ShardkitError
 
@@ -56,8 +59,11 @@ def run(args: argparse.Namespace) -> int:
         spread = SizeSpread.fixed(*args.size) if args.size else IMAGENET_LIKE if args.imagenet_like else SMALL
         if args.val_per_class < 0:
             raise ValueError(f"--val-per-class must be at least 0, not {args.val_per_class}")
-        if not 1 <= args.quality <= 100:
-            raise ValueError(f"--quality must be between 1 and 100, not {args.quality}")
+        low, high = QUALITY_RANGE
+        if not low <= args.quality <= high:
+            raise ValueError(
+                f"--quality must be between {low} and {high}, not {args.quality} (above 95 files grow ~2x for little gain)"
+            )
     except ValueError as exc:
         raise ShardkitError(str(exc).replace("num_classes", "--classes")) from None
     if os.path.exists(args.dir) and (not os.path.isdir(args.dir) or os.listdir(args.dir)):

@@ -9,25 +9,30 @@ Pipeline for one file:
 1. Read the bytes. Zero bytes -> ``empty``; an ``OSError`` -> ``unreadable``.
 2. ``Image.open`` (header only). Not recognised -> ``not_an_image``; more than
    ``max_pixels`` pixels -> ``too_many_pixels``, before any pixel buffer is
-   allocated.
+   allocated; a stored side over JPEG's limit (:data:`JPEG_MAX_SIDE`) ->
+   ``too_large_for_jpeg``.
 3. For JPEGs that shrink at least 2x, ``Image.draft`` lets libjpeg decode at
    1/2, 1/4 or 1/8 scale (DCT scaling): far less work than a full decode
    followed by a resize. The draft size is never smaller than the target.
 4. Load (truncated or broken data -> ``corrupt``), apply the EXIF orientation,
    take the first frame of multi-frame files.
-5. Convert to RGB: palette, grayscale and 1-bit via Pillow; CMYK via Pillow's
-   conversion (ICC profiles are ignored); 16-bit and 32-bit integer images are
-   scaled to 8 bits (``>> 8``), not clipped; images with transparency are
-   composited onto **white** (:data:`BACKGROUND`).
+5. Convert to 8-bit sRGB (:func:`shardkit.convert.colour.to_rgb`): every Pillow
+   mode, transparency (alpha, palette, ``tRNS`` colour keys) composited onto
+   **white** (:data:`~shardkit.convert.colour.BACKGROUND`), an embedded ICC profile converted to sRGB
+   unless ``colour`` is :attr:`Colour.RAW`.
 6. Resize so the shorter side is ``short_side`` (or the longer side is
    ``max_side``) with an antialiasing filter (:class:`Resample`; default
-   bilinear, like ``torchvision.transforms.Resize``) and ``reducing_gap``;
-   never upscale.
+   bilinear, like ``torchvision.transforms.Resize``); never upscale. A large
+   shrink is first box-reduced by the largest whole factor that divides the
+   size (:func:`resize_pil`), so every source pixel weighs the same.
 7. Encode a baseline (non-progressive) JPEG at ``quality`` with 4:2:0 chroma
    subsampling, no optimisation pass and no metadata.
 
-With ``copy``, an upright RGB or grayscale JPEG skips steps 3-7: its bytes
-are kept as they are (the header is still checked).
+With ``copy``, an upright RGB or grayscale JPEG in sRGB (no profile, an sRGB
+profile, or ``colour`` :attr:`Colour.RAW`) skips steps 3-7: its bytes are kept
+as they are, once a decode at 1/8 scale (libjpeg-turbo's DCT scaling: every
+coefficient is still read, so truncated or damaged data fails) proves they
+decode (:func:`check_decodes`); an undecodable one is ``corrupt``.
 
 Fast path (when torch and simplejpeg import; otherwise everything is Pillow):
 
@@ -62,48 +67,20 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from shardkit.compat import one_thread, renamed
+from shardkit.convert.colour import Colour, needs_conversion
+from shardkit.convert.colour import to_rgb as _to_rgb
+from shardkit.convert.skips import SkipImage as SkipImage
+from shardkit.convert.skips import SkipReason as SkipReason
 from shardkit.format.members import MAX_PIXELS
 
-#: colour that transparent pixels are composited onto
-BACKGROUND = (255, 255, 255)
+#: the longest side libjpeg(-turbo) writes or reads (``JPEG_MAX_DIMENSION``)
+JPEG_MAX_SIDE = 65_500
+#: the JPEG qualities ``convert`` and ``sample-data`` accept: above 95 files grow about 2x for little gain
+QUALITY_RANGE = (1, 95)
 #: file name extensions treated as images (compared lower-case), as in torchvision
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm")
 _REDUCING_GAP = 3.0
 _SUBSAMPLING_420 = 2
-
-
-class SkipReason(str, enum.Enum):
-    """Why a source file is not in any shard (the ``reason`` code in the manifest)."""
-
-    NOT_AN_IMAGE = "not_an_image"
-    CORRUPT = "corrupt"
-    EMPTY = "empty"
-    TOO_MANY_PIXELS = "too_many_pixels"
-    UNREADABLE = "unreadable"
-    NOT_IN_CLASS_FOLDER = "not_in_class_folder"
-    BAD_NAME = "bad_name"
-    DUPLICATE_FILE = "duplicate_file"
-    MISSING_FILE = "missing_file"
-    NO_LABEL = "no_label"
-    BAD_LABEL = "bad_label"
-    DUPLICATE_PATH = "duplicate_path"
-    BAD_METADATA = "bad_metadata"
-    BAD_ROW = "bad_row"
-    BAD_TARGET = "bad_target"
-    NO_TEXT = "no_text"
-    BAD_TEXT = "bad_text"
-    MISSING_MASK = "missing_mask"
-    BAD_MASK = "bad_mask"
-    SIZE_MISMATCH = "size_mismatch"
-
-
-class SkipImage(Exception):
-    """Raised for a source file that cannot become a sample."""
-
-    def __init__(self, reason: SkipReason, detail: str = ""):
-        super().__init__(f"{reason.value}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 class Resample(str, enum.Enum):
@@ -129,12 +106,14 @@ class EncodeConfig:
     Attributes:
         short_side: resize so the shorter side is this many pixels (``None``: use ``max_side``).
         max_side: resize so the longer side is this many pixels (alternative to ``short_side``).
-        quality: JPEG quality, 1-95.
+        quality: JPEG quality, 1-95 (:data:`QUALITY_RANGE`).
         max_pixels: larger images (width x height) are skipped as ``too_many_pixels``.
         resample: resize filter.
-        copy: keep a source JPEG's bytes as they are (no decode, no resize, no re-encode) when it
-            is an upright (no EXIF rotation) RGB or grayscale JPEG within ``max_pixels``; other
+        copy: keep a source JPEG's bytes as they are (no resize, no re-encode) when it is an upright
+            (no EXIF rotation) RGB or grayscale JPEG in sRGB within ``max_pixels`` that decodes; other
             images are converted as usual.
+        colour: what an embedded ICC profile does (:class:`Colour`): ``srgb`` (default) converts the
+            pixels to sRGB, ``raw`` keeps the stored values.
     """
 
     short_side: int | None = 256
@@ -143,8 +122,10 @@ class EncodeConfig:
     max_pixels: int = MAX_PIXELS
     resample: Resample = Resample.BILINEAR
     copy: bool = False
+    colour: Colour = Colour.SRGB
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "colour", Colour.parse(self.colour))
         try:
             object.__setattr__(self, "resample", Resample(self.resample))
         except ValueError:
@@ -156,8 +137,13 @@ class EncodeConfig:
         side = self.short_side if self.short_side is not None else self.max_side
         if not isinstance(side, int) or side < 1:
             raise ValueError(f"short_side/max_side must be a positive integer, not {side!r}")
-        if not 1 <= self.quality <= 95:
-            raise ValueError(f"quality must be between 1 and 95, not {self.quality}")
+        if side > JPEG_MAX_SIDE:
+            raise ValueError(f"short_side/max_side must be at most {JPEG_MAX_SIDE} (JPEG's limit), not {side}")
+        low, high = QUALITY_RANGE
+        if not low <= self.quality <= high:
+            raise ValueError(
+                f"quality must be between {low} and {high}, not {self.quality} (above 95 files grow ~2x for little gain)"
+            )
         if self.max_pixels < 1:
             raise ValueError("max_pixels must be positive")
 
@@ -190,28 +176,6 @@ def target_size(width: int, height: int, opts: EncodeConfig) -> tuple[int, int]:
     if width <= height if opts.short_side is not None else width >= height:
         return target, max(1, round(height * scale))
     return max(1, round(width * scale)), target
-
-
-def _to_rgb(im: Image.Image) -> Image.Image:
-    mode = im.mode
-    if mode == "RGB":
-        return im
-    if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
-        arr = np.asarray(im).astype(np.int64)
-        arr = np.clip(arr, 0, 65535) >> 8
-        return Image.fromarray(arr.astype(np.uint8)).convert("RGB")
-    if mode == "F":
-        arr = np.nan_to_num(np.asarray(im, dtype=np.float64))
-        return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).convert("RGB")
-    if mode == "P" and "transparency" in im.info:
-        im = im.convert("RGBA")
-    elif mode in ("LA", "La", "PA", "RGBa"):
-        im = im.convert("RGBA")
-    if im.mode == "RGBA":
-        bg = Image.new("RGB", im.size, BACKGROUND)
-        bg.paste(im, mask=im.getchannel("A"))
-        return bg
-    return im.convert("RGB")
 
 
 def process(data: bytes, opts: EncodeConfig) -> Encoded:
@@ -248,14 +212,19 @@ def _process_open(im: Image.Image, data: bytes, opts: EncodeConfig) -> Encoded:
         raise SkipImage(SkipReason.CORRUPT, f"impossible size {w}x{h}")
     if w * h > opts.max_pixels:
         raise SkipImage(SkipReason.TOO_MANY_PIXELS, f"{w}x{h} = {w * h} pixels > max_pixels {opts.max_pixels}")
+    check_jpeg_side(w, h, *target_size(w, h, opts))  # from the header: a rotation swaps the sides, not their lengths
     orientation = im.getexif().get(0x0112, 1)
-    if opts.copy and im.format == "JPEG" and im.mode in ("RGB", "L") and orientation == 1:
+    convert_icc = opts.colour is Colour.SRGB and needs_conversion(im.info.get("icc_profile"), im.mode)
+    if opts.copy and im.format == "JPEG" and im.mode in ("RGB", "L") and orientation == 1 and not convert_icc:
+        check_jpeg_side(w, h, w, h)
+        check_decodes(im, data)
         return Encoded(data, w, h, w, h)
     ow, oh = (h, w) if orientation in (5, 6, 7, 8) else (w, h)
+    fw, fh = target_size(ow, oh, opts)
     tw, th = target_size(w, h, opts)  # in stored orientation: the scale factor does not depend on rotation
     fast = _fast()
     arr: np.ndarray | None = None  # the RGB pixels, once they are an array rather than `im`
-    sj = fast is not None and im.format == "JPEG" and im.mode == "RGB" and orientation == 1
+    sj = fast is not None and im.format == "JPEG" and im.mode == "RGB" and orientation == 1 and not convert_icc
     if im.format == "JPEG" and tw * 2 <= w and th * 2 <= h:
         im.draft("RGB", (tw, th))  # now im.size is the reduced size libjpeg will decode to
     if sj:
@@ -265,8 +234,7 @@ def _process_open(im: Image.Image, data: bytes, opts: EncodeConfig) -> Encoded:
             im.seek(0)
         im.load()
         im = ImageOps.exif_transpose(im) or im
-        im = _to_rgb(im)
-    fw, fh = target_size(ow, oh, opts)
+        im = _to_rgb(im, opts.colour)
     cw, ch = (arr.shape[1], arr.shape[0]) if arr is not None else im.size
     if (cw, ch) != (fw, fh):
         if fast is not None and _torch_resizes(cw, ch, fw, fh, opts.resample):
@@ -274,7 +242,7 @@ def _process_open(im: Image.Image, data: bytes, opts: EncodeConfig) -> Encoded:
         else:
             if arr is not None:
                 im = Image.fromarray(arr)
-            im = im.resize((fw, fh), opts.resample.pil, reducing_gap=_REDUCING_GAP)
+            im = resize_pil(im, fw, fh, opts.resample)
             arr = None
     if fast is not None:
         jpeg = fast.simplejpeg.encode_jpeg(
@@ -290,6 +258,59 @@ def _process_open(im: Image.Image, data: bytes, opts: EncodeConfig) -> Encoded:
     buf = io.BytesIO()
     im.save(buf, format="JPEG", quality=opts.quality, progressive=False, optimize=False, subsampling=_SUBSAMPLING_420)
     return Encoded(buf.getvalue(), ow, oh, fw, fh)
+
+
+def check_jpeg_side(width: int, height: int, out_width: int, out_height: int) -> None:
+    """Raise ``too_large_for_jpeg`` when the stored ``out_width`` x ``out_height`` has a side over :data:`JPEG_MAX_SIDE`."""
+    if max(out_width, out_height) > JPEG_MAX_SIDE:
+        raise SkipImage(
+            SkipReason.TOO_LARGE_FOR_JPEG,
+            f"{width}x{height} would be stored as {out_width}x{out_height}, over JPEG's limit of {JPEG_MAX_SIDE:,} "
+            f"pixels per side; convert such images with --max-side N (N <= {JPEG_MAX_SIDE}) to bound the longer side",
+        )
+
+
+def check_decodes(im: Image.Image, data: bytes) -> None:
+    """Prove that the JPEG ``data`` (opened as ``im``, not loaded) decodes, as the loader will decode it: simplejpeg
+    (strict: libjpeg-turbo's warnings are errors) at 1/8 scale, else Pillow at 1/8 scale (``draft``).
+
+    DCT scaling skips most of the inverse transform but still reads every coefficient, so truncated or
+    damaged entropy-coded data is found. Raises Pillow's error (``OSError``) when neither decodes.
+    """
+    fast = _fast()
+    if fast is not None:
+        try:
+            fast.simplejpeg.decode_jpeg(
+                data, colorspace="GRAY" if im.mode == "L" else "RGB", min_width=1, min_height=1, strict=True
+            )
+            return
+        except (ValueError, RuntimeError):
+            pass  # Pillow decides: it accepts some files libjpeg-turbo only warns about, as the loader does
+    im.draft(im.mode, (1, 1))
+    im.load()
+
+
+def resize_pil(im: Image.Image, width: int, height: int, resample: Resample) -> Image.Image:
+    """Pillow's antialiased resize of ``im`` to ``width`` x ``height``, exact for large shrinks.
+
+    A shrink of at least ``2 * reducing_gap`` on an axis is first box-reduced (``Image.reduce``) by the largest
+    factor up to ``size / target / reducing_gap`` that divides that side, so that every reduced pixel
+    averages a full block (Pillow's own ``reducing_gap`` averages a partial last block and weighs it as a full
+    one: a 200x70000 gradient shrunk to 1x256 came out 12 levels too bright). A side with no such factor
+    is resized from its full resolution.
+    """
+    fx, fy = _dividing_factor(im.width, width), _dividing_factor(im.height, height)
+    if fx > 1 or fy > 1:
+        im = im.reduce((fx, fy))
+    return im.resize((width, height), resample.pil)
+
+
+def _dividing_factor(size: int, target: int) -> int:
+    """The largest whole factor up to ``size / target / reducing_gap`` that divides ``size`` (1: none)."""
+    factor = int(size / target / _REDUCING_GAP)
+    while factor > 1 and size % factor:
+        factor -= 1
+    return max(factor, 1)
 
 
 @dataclass(frozen=True)

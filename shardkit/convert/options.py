@@ -203,6 +203,7 @@ class ConvertConfig:
             "max_pixels": self.image.max_pixels,
             "resample": self.image.resample.value,
             **({"copy": True} if self.image.copy else {}),
+            "colour": self.image.colour.value,  # ICC handling decides pixels: never mix two in one conversion
             "seed": self.seed,
             "shuffle": self.shuffle,
             "shard_size": self.shard_size,
