@@ -9,15 +9,17 @@ the rest of the augmentation on the device for the whole batch, batches
 prefetched to the device::
 
     python examples/train_catdog.py --src path/to/catdog   # an ImageFolder: cat/, dog/ (or train/ val/ splits)
+        # shards go to catdog-example/shards (--workdir, --shards); sample images to catdog-example/images
     python examples/train_catdog.py --demo-data --arch small --epochs 2 --image-size 64 --batch-size 16 --workers 1
         # sample data, no download: about 20 s on 2 CPU cores (densenet121 at 224 px takes minutes there)
 
-It prints per-epoch loss, accuracy and images/s.
+It prints per-epoch loss, accuracy and images/s, then where it wrote its files and what to run next.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -50,13 +52,19 @@ def build_model(num_classes: int, pretrained: bool) -> nn.Module:
     return model
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The example's options; ``shards`` defaults to ``WORKDIR/shards``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--src", help="ImageFolder root (class folders, or train/ and val/ split folders)")
     p.add_argument(
         "--demo-data", action="store_true", help="use a small sample ImageFolder that shardkit makes (2 classes)"
     )
-    p.add_argument("--shards", default="catdog-shards", help="where to write the shards (path or s3://...)")
+    p.add_argument(
+        "--workdir", default="catdog-example", help="this example's folder: sample images (--demo-data) and shards"
+    )
+    p.add_argument(
+        "--shards", default=None, help="where to write the shards (path or s3://...; default WORKDIR/shards)"
+    )
     p.add_argument(
         "--arch",
         choices=["densenet121", "small"],
@@ -70,13 +78,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=True)
     args = p.parse_args(argv)
+    if not args.src and not args.demo_data:
+        p.error("pass --src IMAGEFOLDER or --demo-data")
+    args.shards = args.shards or os.path.join(args.workdir, "shards")
+    return args
 
+
+def main(argv: list[str] | None = None) -> None:
+    """Convert (once), then train and evaluate, printing one line per epoch and where the files went."""
+    args = parse_args(argv)
     if args.demo_data:
         from shardkit.demo.sampledata import SMALL, make_imagefolder
 
-        args.src = make_imagefolder("catdog-sample", num_classes=2, spread=SMALL, splits={"train": 64, "val": 16})
-    if not args.src:
-        p.error("pass --src IMAGEFOLDER or --demo-data")
+        args.src = make_imagefolder(
+            os.path.join(args.workdir, "images"), num_classes=2, spread=SMALL, splits={"train": 64, "val": 16}
+        )
 
     # 1. convert once (resumable; re-running skips finished shards)
     # every split lands in SHARDS/<split>/: a plain ImageFolder in SHARDS/train, train/ val/ folders in SHARDS/train and SHARDS/val
@@ -134,6 +150,16 @@ def main(argv: list[str] | None = None) -> None:
                     vn += len(labels)
             msg += f" val acc {vc / max(1, vn):.3f}"
         print(msg, flush=True)
+    print(
+        f"wrote: shards in {args.shards} ("
+        + ", ".join(sorted(urls))
+        + ")"
+        + (f", sample images in {args.src}" if args.demo_data else "")
+    )
+    print(
+        f"next: shardkit info {args.shards}"
+        + ("; your own photos: python examples/train_catdog.py --src IMAGEFOLDER" if args.demo_data else "")
+    )
 
 
 if __name__ == "__main__":

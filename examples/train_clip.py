@@ -188,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         epoch += 1
     loader.close()
     print(f"done: {step} steps, loss {loss_val:.4f}, {seen / (time.perf_counter() - t0):.1f} img/s", flush=True)
+    print(
+        f"data: {url}"
+        + ("" if args.data else f" (sample data made in {args.workdir}); next: --data URL trains on yours")
+    )
     return 0
 
 

@@ -258,6 +258,10 @@ def main(argv: list[str] | None = None) -> None:
         f"loss {first:.4f} -> {loss:.4f}",
         flush=True,
     )
+    print(
+        f"data: {url}"
+        + ("" if args.data else f" (sample data made in {args.workdir}); next: --data URL trains on yours")
+    )
 
 
 if __name__ == "__main__":

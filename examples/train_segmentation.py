@@ -135,6 +135,10 @@ def main(argv: "list[str] | None" = None) -> None:
                 break
         epoch += 1
     print(f"done: {step} steps, {seen} images, loss {first:.4f} -> {last:.4f}, pixel accuracy {acc:.3f}", flush=True)
+    print(
+        f"data: {url}"
+        + ("" if args.data else f" (sample data made in {args.workdir}); next: --data URL trains on yours")
+    )
 
 
 if __name__ == "__main__":

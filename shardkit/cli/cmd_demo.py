@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP = "run the whole workflow on sample data shardkit makes itself (no download)"
 
@@ -43,4 +44,18 @@ def run(args: argparse.Namespace) -> int:
         f"done on {result.device}: val accuracy {first.val_acc:.2f} -> {last.val_acc:.2f} over {len(result.epochs)} epochs; "
         f"input pipeline {result.shardkit_images_per_s / max(1e-9, result.imagefolder_images_per_s):.1f}x ImageFolder+DataLoader"
     )
+    for line in next_steps(args.workdir):
+        print(line)
     return 0
+
+
+def next_steps(workdir: str) -> list[str]:
+    """The lines the demo ends with: where its files are and what to run next."""
+    images, shards = os.path.join(workdir, "images"), os.path.join(workdir, "shards")
+    return [
+        f"wrote: sample images in {images} (train/, val/), shards in {shards} (train/, val/)",
+        f"next: shardkit info {shards}",
+        f"next: torchrun --nproc-per-node 2 examples/train_ddp.py --data {os.path.join(shards, 'train')} "
+        "--checkpoint ckpt.pt  (from the clone: train on these shards, resumable)",
+        "next: your own data: shardkit sample-data --help, shardkit convert, shardkit bench (the README's Quick start)",
+    ]

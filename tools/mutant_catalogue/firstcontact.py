@@ -182,7 +182,7 @@ MUTANTS = [
         "id": "sample-data-writes-into-a-full-folder",
         "row": ROW_SAMPLE,
         "file": "shardkit/cli/cmd_sample_data.py",
-        "old": "if os.path.exists(args.dir) and (not os.path.isdir(args.dir) or os.listdir(args.dir)):",
+        "old": "if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):",
         "new": "if False:",
         "tests": [T + "test_sample_data_splits_and_bad_arguments"],
     },
