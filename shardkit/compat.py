@@ -20,6 +20,10 @@ that a torch upgrade that moves it breaks one small function, not the library.
   :mod:`shardkit.loader.pool` and :mod:`shardkit.loader.worker_death`.
 * :func:`watchdog_killed`: the pids and signal in the text of the error torch's SIGCHLD
   watchdog raises when it reaps a killed worker (a message, not an API).
+* :func:`unguarded_main_line`: where the ``__main__`` script runs the caller outside
+  ``if __name__ == "__main__":`` (multiprocessing's spawn and forkserver start methods
+  import that script in every worker, which would run the call again): the one rule the
+  converter's pool and the loader's workers check before starting processes.
 * :func:`alias_moved_modules`: the module paths of shardkit 0.1 before its layers
   became folders keep importing, with a DeprecationWarning.
 
@@ -38,6 +42,41 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
+
+
+def _outside_main_guard(path: str, line: int) -> bool:
+    """True if ``line`` of the script ``path`` lies in a top-level statement that is not ``if __name__ ...``."""
+    import ast
+
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return False  # cannot tell: leave it to multiprocessing
+    for node in tree.body:
+        if node.lineno <= line <= (node.end_lineno or node.lineno):
+            guarded = isinstance(node, ast.If) and any(
+                isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test)
+            )
+            return not guarded
+    return False
+
+
+def unguarded_main_line(depth: int = 1) -> Optional[tuple[str, int]]:
+    """``(script, line)`` when the frame ``depth`` levels above this call runs, through a statement at the
+    top level of the ``__main__`` script, outside ``if __name__ == "__main__":``; None when it does not (or
+    when there is no such script: interactive, ``-c``, a package's ``__main__``, which workers do not re-run)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    name = getattr(getattr(main, "__spec__", None), "name", "") or ""
+    if main is None or not path or name == "__main__" or name.endswith(".__main__"):
+        return None
+    frame = sys._getframe(depth + 1)
+    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is not None and _outside_main_guard(path, frame.f_lineno):
+        return path, frame.f_lineno
+    return None
 
 
 def mark_batch_dynamic(tensors: Iterable[Any]) -> None:

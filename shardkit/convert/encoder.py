@@ -38,8 +38,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
-from types import FrameType
 
+from shardkit.compat import unguarded_main_line
 from shardkit.convert import shards as plan
 from shardkit.convert.imageproc import EncodeConfig, Encoded, SkipImage, SkipReason, encoder_version, one_core, process
 from shardkit.convert.scan.source import MissingFile, Reader
@@ -89,45 +89,20 @@ def encode_chunk(
     return out
 
 
-def _unguarded_call(path: str, line: int) -> bool:
-    """True if ``line`` of the script ``path`` lies in a top-level statement that is not ``if __name__ ...``."""
-    import ast
-
-    try:
-        with open(path, "rb") as f:
-            tree = ast.parse(f.read(), path)
-    except (OSError, SyntaxError, ValueError):
-        return False  # cannot tell: leave it to multiprocessing
-    for node in tree.body:
-        if node.lineno <= line <= (node.end_lineno or node.lineno):
-            guarded = isinstance(node, ast.If) and any(
-                isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test)
-            )
-            return not guarded
-    return False
-
-
 def check_main_guard(api: str = "shardkit.convert.convert") -> None:
     """:class:`ConvertError` if worker processes would re-run the caller: a ``__main__`` script calling ``api``
     at its top level outside ``if __name__ == "__main__":`` (see module docstring)."""
-    import sys
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):  # this is a worker importing that script
         raise ConvertError(
             f"{api} called while a worker process imports the main script; "
             'put the call under if __name__ == "__main__": (or pass workers=1)'
         )
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    name = getattr(getattr(main, "__spec__", None), "name", "") or ""
-    if main is None or not path or name == "__main__" or name.endswith(".__main__"):
-        return  # interactive, -c, or a package's __main__: multiprocessing does not re-run it
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
-        frame = frame.f_back
-    if frame is not None and _unguarded_call(path, frame.f_lineno):
+    where = unguarded_main_line()
+    if where is not None:
+        path, line = where
         raise ConvertError(
-            f"{path}: line {frame.f_lineno} runs {api} with worker processes outside "
+            f"{path}: line {line} runs {api} with worker processes outside "
             f'if __name__ == "__main__": (each worker imports the script and would run it again); '
             "put the call under that guard, or pass workers=1"
         )

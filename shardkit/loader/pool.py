@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import sys
 from collections.abc import Iterator
 from typing import Any, Optional
 
 import torch
 from torch.utils.data import DataLoader
 
-from shardkit.compat import dataloader_iterator, shutdown_dataloader
+from shardkit.compat import dataloader_iterator, shutdown_dataloader, unguarded_main_line
 from shardkit.errors import ShardkitError
 from shardkit.loader.dataset import ShardDataset
 from shardkit.loader.transport import Envelope, Ring, WorkerFailure, ring_slots
@@ -31,24 +30,16 @@ def check_main_guard(method: Optional[str] = None) -> None:
     """:class:`ShardkitError` if worker processes started with ``method`` (None: multiprocessing's default) would
     re-run the caller: ``spawn`` and ``forkserver`` workers import the ``__main__`` script, so a script iterating a
     loader at its top level outside ``if __name__ == "__main__":`` would iterate it again in every worker, which
-    multiprocessing refuses there (the worker dies). The rule that finds the script's current top-level statement
-    is conversion's (:func:`shardkit.convert.encoder.check_main_guard`)."""
+    multiprocessing refuses there (the worker dies). The rule is the converter's too
+    (:func:`shardkit.compat.unguarded_main_line`)."""
     method = method or multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
     if method == "fork":
         return  # forked workers do not import the script
-    from shardkit.convert.encoder import _unguarded_call
-
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    name = getattr(getattr(main, "__spec__", None), "name", "") or ""
-    if main is None or not path or name == "__main__" or name.endswith(".__main__"):
-        return  # interactive, -c, or a package's __main__: multiprocessing does not re-run it
-    frame = sys._getframe(1)
-    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
-        frame = frame.f_back  # type: ignore[assignment]
-    if frame is not None and _unguarded_call(path, frame.f_lineno):
+    where = unguarded_main_line()
+    if where is not None:
+        path, line = where
         raise ShardkitError(
-            f"{path}: line {frame.f_lineno} iterates a shardkit loader with {method} worker processes outside "
+            f"{path}: line {line} iterates a shardkit loader with {method} worker processes outside "
             f'if __name__ == "__main__": (each worker imports the script and would run it again); put the loop '
             "under that guard, or pass num_workers=0"
         )

@@ -291,7 +291,11 @@ def test_coco_convert_end_to_end(tmp_path: Any) -> None:
     write_scene_images(
         str(tmp_path / "src" / "annotations" / "img"), 3, 3, size, [f"{i:03d}.jpg" for i in range(3)] + ["empty.jpg"]
     )
-    convert("coco:" + path, str(tmp_path / "out"), ConvertConfig(source=ScanConfig(masks=True)), quiet=True, workers=1)
+    res = convert(
+        "coco:" + path, str(tmp_path / "out"), ConvertConfig(source=ScanConfig(masks=True)), quiet=True, workers=1
+    )
+    img = tmp_path / "src" / "annotations" / "img"
+    assert res.bytes_in == sum(os.path.getsize(img / f) for f in os.listdir(img))  # the summary's "MB in"
     got = read_shards(
         str(tmp_path / "out"), 3, size, True, lambda m: None if "empty" in m["path"] else int(m["path"][4:7])
     )

@@ -471,7 +471,7 @@ def test_index_over_http_through_the_loaders_opener(converted, http_root, tmp_pa
     opener = ShardOpener(SourceConfig(cache_dir=str(tmp_path / "cache")))  # the test server has no range requests
     s, url = m.shards[1], m.shard_url(1)
     idx = load_index(url, shard_bytes=s.bytes, shard_sha256=s.sha256, open_fn=opener.open)
-    with opener.open(url, s.bytes) as f:
+    with opener.open(url, s.bytes, s.sha256) as f:  # the cache's content key
         got = idx.read(f, 1, s.samples, url=url, first_gid=7, num_classes=3)
     walked = _walk(os.path.join(converted, s.name))[1:]
     assert [(x.key, x.label, x.jpeg, x.meta_bytes) for x in got] == [

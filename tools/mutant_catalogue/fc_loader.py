@@ -64,8 +64,8 @@ MUTANTS = [
         "id": "fc-main-guard-never-checked",  # 200 lines ending in "worker died mid-epoch"
         "row": ROW_GUARD,
         "file": "shardkit/loader/pool.py",
-        "old": "    if frame is not None and _unguarded_call(path, frame.f_lineno):\n",
-        "new": "    if False:\n",
+        "old": "    where = unguarded_main_line()\n    if where is not None:\n        path, line = where\n        raise ShardkitError(",
+        "new": "    where = unguarded_main_line()\n    if False:\n        path, line = where\n        raise ShardkitError(",
         "tests": [L + "test_script_without_main_guard_gets_one_line_saying_what_to_do"],
     },
     {

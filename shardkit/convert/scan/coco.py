@@ -252,11 +252,17 @@ def scan_coco(path: str, options: ScanConfig, split: str, **storage_options: Any
     for im in sorted(images.values(), key=lambda im: im["file"]):
         objs = im["objs"]
         present.update(o[1] for o in objs)
+        size = 0  # a remote root: the bytes are counted as the conversion reads them
+        if storage.is_local(root):
+            try:
+                size = os.stat(os.path.join(storage.local_path(root), *im["file"].split("/"))).st_size
+            except OSError:
+                pass  # the conversion skips it as missing_file
         files.append(
             SourceFile(
                 im["file"],
                 None,
-                0,
+                size,
                 meta={"image_id": im["id"]},
                 declared_size=(int(im["width"]), int(im["height"])),
                 objects=objects_of(
