@@ -254,8 +254,8 @@ class BlockReader:
         for group in groups:
             lo, hi = idx.byte_range(group[0][0], group[-1][1])
             data = self._read_range(shard, lo, hi)
-            if len(data) == hi - lo and idx.damaged(data, group[0][0], group[-1][1]):
-                data = self._from_store_if_cached(shard, lo, hi, data)
+            if self._from_cache() and len(data) == hi - lo and idx.damaged(data, group[0][0], group[-1][1]):
+                data = self._from_store(shard, lo, hi)
             for i, j in group:
                 a, b = idx.byte_range(i, j)
                 piece = data if (a, b) == (lo, hi) else data[a - lo : b - lo]
@@ -268,14 +268,16 @@ class BlockReader:
                     )
         return out
 
-    def _from_store_if_cached(self, shard: int, lo: int, hi: int, data: bytes) -> bytes:
-        """``data`` failed a checksum: when it came from the node cache, drop the entry and read the
-        range again (a fresh download); the store's bytes are then what the index checks."""
+    def _from_cache(self) -> bool:
+        """The shard open for range reads is read from the node cache."""
         f = self._ranged[1]
-        cached = self.opener.cache_path_of(f) if f is not None else None
+        return f is not None and self.opener.cache_path_of(f) is not None
+
+    def _from_store(self, shard: int, lo: int, hi: int) -> bytes:
+        """The cached bytes of ``[lo, hi)`` failed a checksum: drop the cache entry and read the range again (a
+        fresh download); the store's bytes are then what the index checks."""
         sha = self._content(shard)
-        if cached is None or sha is None:  # a cache entry always has its content key
-            return data
+        assert sha is not None  # a cache entry always has its content key
         self._close_ranged()
         self.opener.drop_cached(
             self.urls[shard], int(self.nbytes[shard]), sha, "a sample's CRC32C does not match the index"

@@ -69,4 +69,14 @@ MUTANTS = [
         "new": "        if need > len(data) or k == 0:",
         "tests": ["tests/loader/test_checked_reads.py::test_a_sidecar_with_trailing_bytes_is_refused"],
     },
+    {
+        "id": "cached-range-not-read-again",  # a damaged cache entry's samples skipped instead of refetched
+        "row": ROW_CHECKED,
+        "file": "shardkit/loader/blockreader.py",
+        "old": "                data = self._from_store(shard, lo, hi)",
+        "new": "                pass",
+        "tests": [
+            "tests/system/test_checked_cache.py::test_a_damaged_cache_entry_is_dropped_and_read_again_from_the_store"
+        ],
+    },
 ]
