@@ -17,7 +17,7 @@ from shardkit.loader.api import load
 from shardkit.loader.batching import BatchSpec, decode_batch
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
-from shardkit.loader.doctor import measure, verdict
+from shardkit.loader.doctor import measure, slowest_stage, verdict
 from shardkit.loader.fields import ALWAYS, RowSpec, available, check_fields, parse_fields
 from shardkit.loader.stats import Counters, LoaderStats
 
@@ -33,6 +33,8 @@ class SweepPoint:
     first_batch_s: float = 0.0
     stable: bool = False
     stop: str = ""
+    #: img/s: half the difference between the last two timed windows (the figure's uncertainty)
+    spread: float = 0.0
 
 
 @dataclass
@@ -101,8 +103,11 @@ class BenchReport:
         best = self.best
         if best is not None and best.images_per_s > 0:
             per_batch = self.batch_size / best.images_per_s
+            stage, share = slowest_stage(best.stats)
             lines.append(
-                f"best: {best.images_per_s:.0f} img/s with {best.num_workers} workers = {1000 * per_batch:.1f} ms per batch of {self.batch_size}"
+                f"best: {best.images_per_s:.0f} ± {best.spread:.0f} img/s with {best.num_workers} workers = "
+                f"{1000 * per_batch:.1f} ms per batch of {self.batch_size}; the stage that limits it: {stage} "
+                f"({share:.0%} of worker time)"
             )
             v = self.verdict()
             if v is not None:
@@ -240,7 +245,7 @@ def bench(
         finally:
             loader.close()  # its workers must not compete with the next measurement
         mb_per_s = r.images_per_s * per_sample / 1e6
-        report.points.append(SweepPoint(nw, r.images_per_s, mb_per_s, st, r.first_batch_s, r.stable, r.stop))
+        report.points.append(SweepPoint(nw, r.images_per_s, mb_per_s, st, r.first_batch_s, r.stable, r.stop, r.spread))
     report.decode_ceiling, report.decoder = decode_ceiling(
         url, image=image, fields=names, **{k: v for k, v in options.items() if k not in ("decode_on", "fields")}
     )

@@ -46,6 +46,11 @@ class SteadyRate:
     seconds: float  #: seconds timed (after the warm-up)
     stop: str  #: why it stopped: "stable", "time limit", "batch limit", "end of data"
 
+    @property
+    def spread(self) -> float:
+        """img/s: half the difference between the last two windows (the uncertainty of ``images_per_s``)."""
+        return abs(self.windows[-1] - self.windows[-2]) / 2 if len(self.windows) >= 2 else 0.0
+
 
 def measure(
     batch_sizes: Iterable[int],

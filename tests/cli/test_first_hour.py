@@ -177,7 +177,7 @@ def test_quick_start_as_written_ends_with_a_bench_result(tmp_path: Any) -> None:
         out = r.stdout
     assert lines[-2][1] == "bench", lines[-2]
     assert "too small" not in out, out
-    assert re.search(r"^best: \d+ img/s with \d+ workers", out, re.M), out
+    assert re.search(r"^best: \d+ ± \d+ img/s with \d+ workers", out, re.M), out
     assert re.search(r"^verdict \(--(step-ms|model)", out, re.M), out
     train = lines[-1]
     script = os.path.join(ROOT, train[train.index("--nproc-per-node") + 2])

@@ -188,7 +188,11 @@ def test_bench_cli_verdict_follows_the_step_time(small_ds, capsys):
     ]
     assert main(args + ["--step-ms", "0.001"]) == 0
     out = capsys.readouterr().out
-    best = float(re.search(r"^best: \d+ img/s with 0 workers = ([\d.]+) ms per batch of 4$", out, re.M)[1])
+    best = float(
+        re.search(
+            r"^best: \d+ ± \d+ img/s with 0 workers = ([\d.]+) ms per batch of 4; the stage that limits it: ", out, re.M
+        )[1]
+    )
     m = re.search(
         r"^verdict \(--step-ms\): input-bound: the loader gives a batch of 4 every ([\d.]+) ms, your step takes 0.0 ms",
         out,

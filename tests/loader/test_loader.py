@@ -442,7 +442,7 @@ def test_bench_cli(datasets, capsys):
     for row in rows.values():
         assert int(row[1]) > 0 and 96 <= sum(int(x) for x in row[3:7]) <= 104, row  # the time shares add up (rounded)
     best_w = max(rows, key=lambda w: int(rows[w][1]))
-    best = re.search(r"^best: (\d+) img/s with (\d+) workers = ([\d.]+) ms per batch of 4$", out, re.M)
+    best = re.search(r"^best: (\d+) ± \d+ img/s with (\d+) workers = ([\d.]+) ms per batch of 4; ", out, re.M)
     assert best and (int(best[1]), int(best[2])) == (int(rows[best_w][1]), best_w), out
     assert abs(float(best[3]) - 4 / int(best[1]) * 1000) <= 0.05 + 0.01 * float(best[3]), out
     assert re.search(r"^decode-only ceiling .*: (\d+) img/s$", out, re.M), out

@@ -79,4 +79,12 @@ MUTANTS = [
             "tests/system/test_checked_cache.py::test_a_damaged_cache_entry_is_dropped_and_read_again_from_the_store"
         ],
     },
+    {
+        "id": "bench-spread-of-one-window",  # the uncertainty taken from one window instead of the last two
+        "row": "shardkit bench: the best figure carries its spread (the last two windows) and names the limiting stage",
+        "file": "shardkit/loader/doctor.py",
+        "old": "        return abs(self.windows[-1] - self.windows[-2]) / 2 if len(self.windows) >= 2 else 0.0",
+        "new": "        return abs(self.windows[-1] - self.windows[0]) / 2 if len(self.windows) >= 2 else 0.0",
+        "tests": ["tests/loader/test_bench_report.py::test_the_spread_is_half_the_last_two_windows_difference"],
+    },
 ]
