@@ -27,7 +27,7 @@ MUTANTS = [
         "file": "shardkit/format/writer.py",
         "old": "crcs.append(crc32c(sample_bytes))",
         "new": "crcs.append(crc32c(sample_bytes[512:]))",
-        "tests": [CHANGED],
+        "tests": ["tests/cli/test_info_verify.py::test_verify_clean_and_corrupted"],
     },
     {
         "id": "checksum-first-sample-only",  # a block's checksums compared for its first sample alone
