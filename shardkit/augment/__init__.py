@@ -54,7 +54,8 @@ from shardkit.augment.presets import (
     imagenet_eval_ops,
     imagenet_train_ops,
 )
-from shardkit.augment.views import ViewAugment, ViewGroup, augment_views
+from shardkit.augment.viewgroups import ViewGroup, augment_views
+from shardkit.augment.views import ViewAugment
 
 __all__ = [
     "CenterCrop",

@@ -18,7 +18,7 @@ from ``seed``. Same seed, same device type, same batches -> same output.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -27,13 +27,12 @@ from shardkit.augment.base import GeometricOp, MixOp, Op, Params, PixelOp, Size
 from shardkit.augment.geometry import warp
 from shardkit.augment.mixup import invalid_labels, soft_labels
 from shardkit.augment.params import make_generator
+from shardkit.augment.presets import imagenet_eval_ops, imagenet_train_ops
 from shardkit.augment.program import GeometricStage, Program, build_program
 from shardkit.augment.target_moves import augment_dict, check_flip_pairs, check_targets, move_crop, move_run
+from shardkit.augment.viewgroups import augment_views
 from shardkit.compat import mark_batch_dynamic
 from shardkit.targets.geometry import MIN_VISIBLE, Targets
-
-if TYPE_CHECKING:
-    from shardkit.augment.views import ViewAugment
 
 MemoryFormat = Literal["contiguous", "channels_last"]
 _FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
@@ -311,7 +310,7 @@ class GpuAugment(nn.Module):
         """Augment ``images``; returns ``images`` or ``(images, labels)`` if labels were given.
 
         ``images`` may be the list of views of ``load(views=...)``: every view goes through these
-        ops (:func:`~shardkit.augment.views.augment_views`; one op list per view group:
+        ops (:func:`~shardkit.augment.viewgroups.augment_views`; one op list per view group:
         :class:`~shardkit.augment.ViewAugment`).
 
         With ``targets`` (:class:`~shardkit.targets.geometry.Targets`) returns ``(images, targets)``
@@ -328,8 +327,6 @@ class GpuAugment(nn.Module):
             self._count(self._dropped, dropped.sum())
             return (out, moved) if labels is None else (out, labels, moved)
         if isinstance(images, (list, tuple)):
-            from shardkit.augment.views import augment_views
-
             if self.needs_labels:
                 raise ValueError("MixUp/CutMix is not supported on the views list of load(views=...)")
             augmented = augment_views(self, images)
@@ -381,27 +378,15 @@ class GpuAugment(nn.Module):
 
     # --- presets --------------------------------------------------------------
 
-    @staticmethod
-    def views(groups: Sequence[Any], **kwargs: Any) -> ViewAugment:
-        """A :class:`~shardkit.augment.ViewAugment` for the views list of ``load(views=...)``:
-        ``GpuAugment.views([(2, global_ops), (8, local_ops)], seed=0)``."""
-        from shardkit.augment.views import ViewAugment
-
-        return ViewAugment(groups, **kwargs)
-
     @classmethod
     def imagenet_train(cls, size: int = 224, **kwargs: Any) -> "GpuAugment":
         """timm-style ImageNet training: random resized crop to ``size``,
         horizontal flip, colour jitter 0.4, ImageNet normalisation.
         ``kwargs`` go to the constructor (e.g. ``output_dtype``)."""
-        from shardkit.augment.presets import imagenet_train_ops
-
         return cls(imagenet_train_ops(size), **kwargs)
 
     @classmethod
     def imagenet_eval(cls, size: int = 224, **kwargs: Any) -> "GpuAugment":
         """ImageNet evaluation: centre crop to ``size`` (ship ``size / 0.875``
         from the loader, e.g. 256 for 224), ImageNet normalisation."""
-        from shardkit.augment.presets import imagenet_eval_ops
-
         return cls(imagenet_eval_ops(size), **kwargs)

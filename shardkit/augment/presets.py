@@ -8,7 +8,7 @@ from shardkit.augment.base import Op
 from shardkit.augment.blur import GaussianBlur
 from shardkit.augment.color import ColorJitter, ColorOrder, Normalize, RandomGrayscale, RandomSolarize
 from shardkit.augment.geometric_ops import CenterCrop, HorizontalFlip, RandomResizedCrop
-from shardkit.augment.views import ViewGroup
+from shardkit.augment.viewgroups import ViewGroup
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -38,7 +38,7 @@ from shardkit.augment import (
     ViewGroup,
     dino_groups,
 )
-from shardkit.augment.views import derive_seed
+from shardkit.augment.viewgroups import derive_seed
 
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=12)
 

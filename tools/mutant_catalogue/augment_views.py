@@ -29,6 +29,7 @@ SOLARIZE = T + "test_solarize_matches_pil"
 COUNTS = T + "test_counts_that_do_not_add_up_are_one_line"
 
 V = "shardkit/augment/views.py"
+VG = "shardkit/augment/viewgroups.py"
 PRESETS = "shardkit/augment/presets.py"
 
 MUTANTS = [
@@ -51,7 +52,7 @@ MUTANTS = [
     {
         "id": "views-aug-second-global-gets-the-first-recipe",  # overrides ignored: DINO's view 2 never solarizes
         "row": ROW_GROUPS,
-        "file": V,
+        "file": VG,
         "old": "return tuple(self.overrides.get(j, self.ops))",
         "new": "return tuple(self.ops)",
         "tests": [REFERENCE, DINO],
@@ -59,7 +60,7 @@ MUTANTS = [
     {
         "id": "views-aug-all-views-share-one-draw",  # B rows drawn and repeated for each concatenated view
         "row": ROW_DRAWS,
-        "file": V,
+        "file": VG,
         "old": "        params = aug.sample_params(len(idx) * b, size, views[idx[0]].device)\n",
         "new": (
             "        params = [{k: v.repeat(len(idx), *(1,) * (v.ndim - 1)) for k, v in p.items()}"
@@ -70,7 +71,7 @@ MUTANTS = [
     {
         "id": "views-aug-split-back-in-reverse-order",  # the concatenated result split back in the wrong order
         "row": ROW_BATCHED,
-        "file": V,
+        "file": VG,
         "old": "                out[i] = y[j * b : (j + 1) * b]\n",
         "new": "                out[i] = y[(len(idx) - 1 - j) * b : (len(idx) - j) * b]\n",
         "tests": [BATCHED, CONCAT],
@@ -78,7 +79,7 @@ MUTANTS = [
     {
         "id": "views-aug-one-at-a-time-reuses-the-first-rows",  # the per-view path gives every view view 0's draw
         "row": ROW_BATCHED,
-        "file": V,
+        "file": VG,
         "old": "    return [{k: v[start:stop] for k, v in p.items()} for p in params]\n",
         "new": "    return [{k: v[: stop - start] for k, v in p.items()} for p in params]\n",
         "tests": [BATCHED],
@@ -86,7 +87,7 @@ MUTANTS = [
     {
         "id": "views-aug-compile-bypassed",  # compile=True silently ignored for the views list
         "row": ROW_COMPILE,
-        "file": V,
+        "file": VG,
         "old": "            y, _ = aug.step(x, params)\n",
         "new": "            y, _ = aug.apply(x, params)\n",
         "tests": [COMPILE],
@@ -118,7 +119,7 @@ MUTANTS = [
     {
         "id": "views-aug-count-not-checked",  # extra views silently left out, too few an IndexError
         "row": ROW_ERRORS,
-        "file": V,
+        "file": VG,
         "old": "    if expected is not None and len(views) != expected:\n",
         "new": "    if expected is not None and len(views) < expected:\n",
         "tests": [COUNTS],
