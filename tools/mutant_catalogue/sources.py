@@ -15,6 +15,7 @@ ORACLE = "tests/convert/scan/test_listing_folder_oracle.py::"
 LISTING = "shardkit/convert/scan/listing.py"
 SOURCE = "shardkit/convert/scan/source.py"
 DISCOVER = "shardkit/convert/scan/discover.py"
+FOLDERS = "shardkit/convert/scan/folders.py"
 
 MUTANTS = [
     # --- A3: row shape
@@ -215,7 +216,7 @@ MUTANTS = [
     {
         "id": "symlink-walk-in-listing-order",
         "row": ROW_FOLDERS,
-        "file": DISCOVER,
+        "file": FOLDERS,
         "old": "    for dirpath, dirnames, filenames in os.walk(top):  # not following symlinks: the real folders\n"
         "        seen.add(os.path.realpath(dirpath))\n",
         "new": "    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):  # the old walk: the first path wins\n"
@@ -229,15 +230,15 @@ MUTANTS = [
     {
         "id": "symlink-alias-wins-by-sort-order",
         "row": ROW_FOLDERS,
-        "file": DISCOVER,
-        "old": "key=lambda i: (not _is_real(root_real, group[i][0]), group[i][0].split, group[i][0].rel)",
+        "file": FOLDERS,
+        "old": "key=lambda i: (not is_real(root_real, group[i][0]), group[i][0].split, group[i][0].rel)",
         "new": "key=lambda i: (group[i][0].split, group[i][0].rel)",
         "tests": [T + "test_the_real_path_wins_for_an_aliased_class_folder"],
     },
     {
         "id": "folder-loose-file-reason",
         "row": ROW_FOLDERS,
-        "file": DISCOVER,
+        "file": FOLDERS,
         "old": 'SkipReason.NOT_IN_CLASS_FOLDER,\n                "file outside any class folder"',
         "new": 'SkipReason.NOT_AN_IMAGE,\n                "file outside any class folder"',
         "tests": [ORACLE + "test_folder_oracle"],
@@ -245,7 +246,7 @@ MUTANTS = [
     {
         "id": "regex-whole-match-as-class",
         "row": ROW_FOLDERS,
-        "file": DISCOVER,
+        "file": FOLDERS,
         "old": "named.append((rel, path, m.group(1)))",
         "new": "named.append((rel, path, m.group(0)))",
         "tests": [ORACLE + "test_folder_oracle"],
@@ -279,15 +280,15 @@ MUTANTS = [
     {
         "id": "oracle-folder-alias-wins-by-sort-order",
         "row": ROW_FOLDERS,
-        "file": DISCOVER,
-        "old": "key=lambda i: (not _is_real(root_real, group[i][0]), group[i][0].split, group[i][0].rel)",
+        "file": FOLDERS,
+        "old": "key=lambda i: (not is_real(root_real, group[i][0]), group[i][0].split, group[i][0].rel)",
         "new": "key=lambda i: (group[i][0].split, group[i][0].rel)",
         "tests": [ORACLE + "test_folder_oracle"],
     },
     {
         "id": "oracle-folder-symlinked-files-not-deduplicated",
         "row": ROW_FOLDERS,
-        "file": DISCOVER,
+        "file": FOLDERS,
         "old": "        if len(group) == 1:\n            by_path.append(group)",
         "new": "        if True:\n            by_path.extend([g] for g in group)",
         "tests": [ORACLE + "test_folder_oracle"],

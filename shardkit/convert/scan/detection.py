@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.convert.options import ScanConfig
 from shardkit.convert.scan.source import ScannedSource, SplitSource
 from shardkit.errors import ConvertError
 from shardkit.format.fields import Objects
@@ -186,32 +185,6 @@ def finish(
     return source
 
 
-def scan_detection(kind: str, path: str, options: ScanConfig, split: str, **storage_options: Any) -> ScannedSource:
-    """The :class:`ScannedSource` of a detection SRC (``kind`` in coco, voc, yolo; ``path`` after the prefix).
-
-    Raises:
-        ConvertError: an unknown kind, a missing source, or a malformed annotation file (one line
-            naming the file and the key).
-    """
-    if not path:
-        raise ConvertError(
-            f"{kind}:: no path after '{kind}:' (e.g. {kind}:{'instances.json' if kind == 'coco' else 'DIR'})"
-        )
-    if kind == "coco":
-        from shardkit.convert.scan.coco import scan_coco
-
-        return scan_coco(path, options, split, **storage_options)
-    if kind == "voc":
-        from shardkit.convert.scan.voc import scan_voc
-
-        return scan_voc(path, options, split)
-    if kind == "yolo":
-        from shardkit.convert.scan.yolo import scan_yolo
-
-        return scan_yolo(path, options, split)
-    raise ConvertError(f"{kind}:{path}: unknown detection source kind {kind!r} (coco, voc or yolo)")
-
-
 __all__ = [
     "BAD_CATEGORY",
     "BAD_LINE",
@@ -228,5 +201,4 @@ __all__ = [
     "image_size",
     "objects_of",
     "place_box",
-    "scan_detection",
 ]

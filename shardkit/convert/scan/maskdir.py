@@ -24,16 +24,16 @@ from typing import Any
 
 from shardkit.convert.imageproc import IMAGE_EXTENSIONS, SkipReason
 from shardkit.convert.options import Layout, ScanConfig
-from shardkit.convert.scan.discover import (
-    _add_files,
-    _bad_name,
-    _Candidate,
-    _rel,
-    _subdirs,
-    _top_files,
-    _walk_files,
+from shardkit.convert.scan.folders import (
+    Candidate,
+    add_files,
+    bad_name,
     json_safe,
+    relative_path,
     resolve_layout,
+    subdirs,
+    top_files,
+    walk_files,
 )
 from shardkit.convert.scan.source import Reader, ScannedSource, SplitSource
 from shardkit.errors import ConvertError
@@ -113,21 +113,21 @@ def scan_mask_pairs(
     if opts.label_regex is not None:
         raise ConvertError("--label-regex does not apply with --mask-dir (the masks give the classes); leave it out")
     resolved = resolve_layout(src, Layout(layout))
-    split_dirs = [(s, os.path.join(src, s)) for s in _subdirs(src)] if resolved == Layout.SPLITS else [(split, src)]
+    split_dirs = [(s, os.path.join(src, s)) for s in subdirs(src)] if resolved == Layout.SPLITS else [(split, src)]
     masks_real = os.path.realpath(mask_dir)
     splits: list[SplitSource] = []
-    candidates: list[_Candidate] = []
+    candidates: list[Candidate] = []
     mask_of: dict[str, tuple[str, int]] = {}
     try:
         for n, (name, directory) in enumerate(split_dirs):
             s = SplitSource(name=name, directory=directory, files=[])
             splits.append(s)
-            for path in _walk_files(directory):
+            for path in walk_files(directory):
                 real = os.path.realpath(path)
                 if real == masks_real or real.startswith(masks_real + os.sep):
                     continue  # MASKS_DIR inside IMAGES_DIR: its PNGs are masks, not images
-                rel = _rel(src, path)
-                if _bad_name(rel):
+                rel = relative_path(src, path)
+                if bad_name(rel):
                     s.skipped.append((json_safe(rel), SkipReason.BAD_NAME, "file name is not valid UTF-8; rename it"))
                 elif not path.lower().endswith(IMAGE_EXTENSIONS):
                     s.skipped.append((rel, SkipReason.NOT_AN_IMAGE, "file name extension is not an image type"))
@@ -142,10 +142,10 @@ def scan_mask_pairs(
                         s.skipped.append((rel, SkipReason.MISSING_MASK, f"no mask {mpath} for this image"))
                         continue
                     mask_of[rel] = (mrel, msize)
-                    candidates.append(_Candidate(n, rel, path, 0))
-        _add_files(src, splits, candidates)
+                    candidates.append(Candidate(n, rel, path, 0))
+        add_files(src, splits, candidates)
         if resolved == Layout.SPLITS:  # files beside the split folders are no split's: reported, not lost
-            for f in _top_files(src):
+            for f in top_files(src):
                 splits[0].skipped.append(
                     (json_safe(f), SkipReason.NOT_IN_CLASS_FOLDER, "file outside any split folder")
                 )
@@ -164,7 +164,9 @@ def scan_mask_pairs(
         if r in (SkipReason.DUPLICATE_FILE, SkipReason.UNREADABLE)
     }
     orphans = sorted(
-        r for r in (_rel(mask_dir, p) for p in _walk_files(mask_dir)) if r.lower().endswith(".png") and r not in used
+        r
+        for r in (relative_path(mask_dir, p) for p in walk_files(mask_dir))
+        if r.lower().endswith(".png") and r not in used
     )
     if not any(s.files for s in splits):
         raise ConvertError(

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from shardkit.cli import main
 from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
-from shardkit.convert.scan.discover import scan, scan_regex
+from shardkit.convert.scan.folders import scan, scan_regex
 from shardkit.convert.scan.listing import scan_listing
 from shardkit.convert.scan.source import Reader, Source, SourceFile, SplitSource, carve_val, label_value, read_labels
 from shardkit.errors import ConvertError
