@@ -30,6 +30,10 @@ from shardkit.plan.stream import Sizes, Stream, seeded_rng, shard_offsets
 _ORDER_KEY = 0xAFF0  #: seeds the stable order of a source's shards
 _PASS_KEY = 0xAFF1  #: seeds a node's permutation of its pieces in one pass
 
+#: fewer shards per node than this: the loader warns (each epoch shuffles a node's share among too few shards;
+#: docs/design/node-affinity.md measures the batches' class mix against a global shuffle)
+MIN_SHARDS_PER_NODE = 8
+
 #: runs ``(shard, lo, hi)``: samples ``[lo, hi)`` of each ``shard``
 Runs = tuple[np.ndarray, np.ndarray, np.ndarray]
 
