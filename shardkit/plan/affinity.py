@@ -69,11 +69,8 @@ def assign_shards(shard_sizes: Sizes, nodes: int, seed: int) -> np.ndarray:
         base = np.concatenate([[0], np.cumsum(load)[:-1]])
         before = np.cumsum(sz) - sz - base[on]  # samples given ahead of this shard by its node
         # give while the giver stays nearest to its share total / (k + 1): before + sz / 2 <= load - share
+        # (before + size / 2 only grows along a group, so each node gives a prefix of its group)
         give = 2 * (k + 1) * before + (k + 1) * sz <= 2 * ((k + 1) * load[on] - total)
-        stop = np.cumsum(~give)
-        start = np.concatenate([[0], np.cumsum(np.bincount(on, minlength=k))[:-1]])
-        first = np.concatenate([[0], stop])[start]  # refusals before each node's group
-        give &= stop - first[on] == 0  # a prefix of each node's group: the first refusal ends its giving
         taken = order[give]
         node[taken] = k
         order = np.concatenate([order[~give], taken[np.argsort(-rank[taken], kind="stable")]])
