@@ -61,6 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"GET/s per prefix for the whole world (default {REQUEST_BUDGET:,.0f}; none: no limiter)",
     )
     c.add_argument("--cache", action="store_true", help="a node-local shard cache across epochs")
+    c.add_argument(
+        "--node-affinity", action="store_true", help="each node reads the same share of the shards every epoch"
+    )
     c.add_argument("--latency-ms", type=float, default=d.latency_s * 1e3, help="model: ms to a request's first byte")
     c.add_argument(
         "--mb-per-s-per-process", type=float, default=d.bytes_per_s_per_process / 1e6, help="model: MB/s per process"
@@ -101,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             request_budget=args.request_budget,
             index=not args.no_index,
             cache=args.cache,
+            node_affinity=args.node_affinity,
             latency_s=args.latency_ms / 1e3,
             bytes_per_s_per_process=args.mb_per_s_per_process * 1e6,
         )

@@ -32,6 +32,8 @@ def load(
     decode_on: "DecodeOn | str | None" = None,
     rank: Optional[int] = None,
     world_size: Optional[int] = None,
+    nodes: Optional[int] = None,
+    node_affinity: Optional[bool] = None,
     with_keys: bool = False,
     with_source: bool = False,
     epoch_size: Optional[int] = None,
@@ -59,6 +61,10 @@ def load(
         decode_on: ``"worker"`` (workers decode) or ``"device"`` (the consumer decodes, e.g. on the GPU).
         rank: this process's rank (with ``world_size``); default from ``torch.distributed``.
         world_size: number of ranks.
+        nodes: machines the ranks run on (``world_size // nodes`` ranks each, rank-major); default from
+            ``torchrun``'s environment (``LOCAL_WORLD_SIZE``), else 1.
+        node_affinity: each node reads the same share of the shards every epoch, shuffled within the share
+            (:class:`~shardkit.plan.ordering.PlanConfig`; docs/design/node-affinity.md).
         with_keys: yield ``(images, labels, keys)``; a mixture's keys read ``"1/00000042"``.
         with_source: also yield each sample's source index (int64 ``[B]``), last in the tuple.
         epoch_size: a weighted mixture's samples per epoch (default: the sum of the sources' sizes).
@@ -98,6 +104,7 @@ def load(
         "shuffle": shuffle,
         "drop_last": drop_last,
         "decode_on": decode_on,
+        "node_affinity": node_affinity,
     }
     if views is not None:
         given = [k for k in ("preset", "size", "scale", "ratio", "flip") if common.get(k, options.get(k)) is not None]
@@ -111,5 +118,5 @@ def load(
     if min_visible is not None:
         options = {**options, "min_visible": min_visible}
     cfg = build_config(config, {**{k: v for k, v in common.items() if v is not None}, **options})
-    ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, epoch_size=epoch_size, labels=labels)
+    ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, nodes=nodes, epoch_size=epoch_size, labels=labels)
     return ShardLoader(ds, with_keys=with_keys, with_source=with_source)

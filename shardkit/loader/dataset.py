@@ -61,6 +61,7 @@ class ShardDataset(IterableDataset):
         config: loader options.
         rank: this process's rank; with ``world_size``. Default: from ``torch.distributed`` (else 0 of 1).
         world_size: number of ranks.
+        nodes: machines the ranks run on; default from ``torchrun``'s environment, else 1 (node affinity).
         epoch_size: a weighted mixture's samples per epoch (default: the sum of the sources' sizes).
         labels: a mixture's classes merged by name (``"merged"``) or kept apart (``"per_source"``).
 
@@ -80,6 +81,7 @@ class ShardDataset(IterableDataset):
         *,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        nodes: Optional[int] = None,
         epoch_size: Optional[int] = None,
         labels: "LabelMode | str" = LabelMode.MERGED,
     ):
@@ -139,8 +141,10 @@ class ShardDataset(IterableDataset):
         self.shard_sizes = [n for m in manifests for n in m.shard_sizes]
         self.shard_bytes = [s.bytes for m in manifests for s in m.shards]
         self.shard_offsets = self.mixture.shard_offsets
-        world = detect(rank, world_size)
-        self.rank, self.world_size = world.rank, world.world_size
+        world = detect(rank, world_size, nodes)
+        self.rank, self.world_size, self.nodes = world.rank, world.world_size, world.nodes
+        if self.config.plan.node_affinity:
+            warn_few_shards(self.mixture, self.nodes)
         self._position = PositionBox()  # shared with (persistent) workers
         self._envelopes = False  # yield transport envelopes (ShardLoader's private copy only)
         self.ring: Optional[Ring] = None  #: shared batch slots of the current worker processes (private copy only)
@@ -249,7 +253,14 @@ class ShardDataset(IterableDataset):
     def stream(self, position: Optional[Position] = None) -> MixedStream:
         """The epoch's stream after the elastic history (every rank's samples, in stream order)."""
         pos = self.position if position is None else position
-        return mix.epoch_stream(self.mixture_for(pos.epoch), self.config.plan, pos.epoch, pos.history)
+        return mix.epoch_stream(
+            self.mixture_for(pos.epoch),
+            self.config.plan,
+            pos.epoch,
+            pos.history,
+            world_size=self.world_size,
+            nodes=self.nodes,
+        )
 
     def rank_split(self, position: Optional[Position] = None) -> RankSplit:
         """How the epoch's stream is split over ranks (padded / dropped counts)."""
@@ -267,14 +278,31 @@ class ShardDataset(IterableDataset):
         """This process's :class:`World` (call inside a worker to get the worker too)."""
         info = get_worker_info()
         if info is None:
-            return World(self.rank, self.world_size, 0, 1)
-        return World(self.rank, self.world_size, info.id, info.num_workers)
+            return World(self.rank, self.world_size, 0, 1, self.nodes)
+        return World(self.rank, self.world_size, info.id, info.num_workers, self.nodes)
 
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[Any]:
         """This worker's batches of the published position (:func:`~shardkit.loader.stages.worker_pipeline`)."""
         return worker_pipeline(self)
+
+
+def warn_few_shards(mixture: Mixture, nodes: int) -> None:
+    """Warn when a source has fewer than :data:`shardkit.plan.affinity.MIN_SHARDS_PER_NODE` shards per node
+    (node affinity then shuffles each epoch among too few shards: docs/design/node-affinity.md)."""
+    import warnings
+
+    from shardkit.plan.affinity import MIN_SHARDS_PER_NODE
+
+    for s, sizes in zip(mixture.sources, mixture.shard_sizes):
+        if nodes > 1 and len(sizes) < MIN_SHARDS_PER_NODE * nodes:
+            warnings.warn(
+                f"{s.url}: {len(sizes)} shards over {nodes} nodes is fewer than {MIN_SHARDS_PER_NODE} per node; node "
+                "affinity shuffles each node's share among too few shards (convert with smaller shards, or leave "
+                "node_affinity off)",
+                stacklevel=3,
+            )
 
 
 def check_local_shards(manifest: Manifest, urls: Sequence[str]) -> None:

@@ -320,14 +320,14 @@ class ShardLoader:
 
     # ------------------------------------------------------------------ state
 
-    def _topology(self) -> tuple[int, int]:
-        return self.dataset.world_size, max(1, self.config.num_workers or 0)
+    def _topology(self) -> tuple[int, int, int]:
+        return self.dataset.world_size, max(1, self.config.num_workers or 0), self.dataset.nodes
 
     def state_dict(self) -> dict[str, Any]:
         """A plain dict with everything needed to continue this epoch exactly (put it in your checkpoint)."""
-        ws, nw = self._topology()
+        ws, nw, nodes = self._topology()
         pos = self._upcoming()  # a finished epoch is saved as the next one's start
-        return state_of(pos, self.dataset.identity, world_size=ws, num_workers=nw)
+        return state_of(pos, self.dataset.identity, world_size=ws, num_workers=nw, nodes=nodes)
 
     def load_state_dict(self, state: dict[str, Any], *, allow_remix: bool = False) -> None:
         """Continue from ``state``: exactly on the same topology, re-planned (elastic) on another one.
@@ -342,8 +342,10 @@ class ShardLoader:
                 another mixture (every difference named), other ordering options, an unknown format, or a
                 field has the wrong type or range (named).
         """
-        ws, nw = self._topology()
-        resumed = resume_state(state, self.dataset.identity, world_size=ws, num_workers=nw, allow_remix=allow_remix)
+        ws, nw, nodes = self._topology()
+        resumed = resume_state(
+            state, self.dataset.identity, world_size=ws, num_workers=nw, nodes=nodes, allow_remix=allow_remix
+        )
         if self.dataset.replan(resumed.schedule, resumed.position.epoch):
             self.close()  # the workers hold a copy of the dataset: new ones plan with the new mixtures
         self._position = resumed.position

@@ -6,7 +6,7 @@ continue from and the :class:`~shardkit.plan.remix.Schedule` of mixtures that pl
 
 Keys: ``format``, ``version``, ``dataset`` (fingerprints of the shard sizes, the shards' sha256s and the
 class names, from the (first source's) manifest), ``plan`` (the ordering options), ``epoch``, ``history``
-(segments of the epoch read with other topologies), ``world_size``, ``num_workers``, ``batches_done``,
+(segments of the epoch read with other topologies), ``world_size``, ``num_workers``, ``nodes``, ``batches_done``,
 ``size`` (the output image size set with ``set_epoch(..., size=)``, with ``views=`` the first view's, 0: the configured one; states saved
 before it existed load at the configured size), ``mixture`` (:meth:`shardkit.plan.Mixture.describe` of
 the mixture planning the epoch), ``labels`` (``merged`` or ``per_source``: a resume with the other is
@@ -92,24 +92,32 @@ def classes_digest(classes: "tuple[str, ...] | list[str]") -> str:
 # --------------------------------------------------------------------------- writing
 
 
-def state_of(position: Position, ident: DatasetIdentity, *, world_size: int, num_workers: int) -> dict[str, Any]:
+def state_of(
+    position: Position, ident: DatasetIdentity, *, world_size: int, num_workers: int, nodes: int = 1
+) -> dict[str, Any]:
     """The state dict of ``position`` (what ``ShardLoader.state_dict()`` returns)."""
     return {
-        **_plan_keys(position, ident, world_size=world_size, num_workers=num_workers),
+        **_plan_keys(position, ident, world_size=world_size, num_workers=num_workers, nodes=nodes),
         **_mixture_keys(ident, position.epoch),
     }
 
 
-def _plan_keys(position: Position, ident: DatasetIdentity, *, world_size: int, num_workers: int) -> dict[str, Any]:
+def _plan_keys(
+    position: Position, ident: DatasetIdentity, *, world_size: int, num_workers: int, nodes: int
+) -> dict[str, Any]:
     return {
         "format": STATE_FORMAT,
         "version": STATE_VERSION,
         "dataset": dataset_fingerprint(ident.manifests[0]),
         "plan": plan_to_dict(ident.plan),
         "epoch": position.epoch,
-        "history": [[s.world_size, s.num_workers, s.batches_done] for s in position.history],
+        "history": [
+            [s.world_size, s.num_workers, s.batches_done, *([s.nodes] if s.nodes != 1 else [])]
+            for s in position.history
+        ],
         "world_size": world_size,
         "num_workers": num_workers,
+        "nodes": nodes,
         "batches_done": position.batches_done,
         "size": position.size,
     }
@@ -134,9 +142,15 @@ def _mixture_keys(ident: DatasetIdentity, epoch: int) -> dict[str, Any]:
 
 
 def resume_state(
-    state: Any, ident: DatasetIdentity, *, world_size: int, num_workers: int, allow_remix: bool = False
+    state: Any,
+    ident: DatasetIdentity,
+    *,
+    world_size: int,
+    num_workers: int,
+    nodes: int = 1,
+    allow_remix: bool = False,
 ) -> Resumed:
-    """Where ``state`` continues on ``world_size`` x ``num_workers`` readers, and with which mixtures.
+    """Where ``state`` continues on ``world_size`` x ``num_workers`` readers on ``nodes`` nodes, and with which mixtures.
 
     On the saved topology the position is the saved one (exact resume); on another one, what was
     consumed becomes a finished segment of the history (elastic resume). The mixtures: the saved one
@@ -150,7 +164,7 @@ def resume_state(
     """
     schedule, checked = _resume_mixture(state, ident, allow_remix=allow_remix)
     position = _position(
-        state, ident, schedule, world_size=world_size, num_workers=num_workers, dataset_checked=checked
+        state, ident, schedule, world_size=world_size, num_workers=num_workers, nodes=nodes, dataset_checked=checked
     )
     return Resumed(position, schedule)
 
@@ -199,6 +213,7 @@ def _check_plan(state: dict[str, Any], plan: PlanConfig) -> None:
     mine, saved = plan_to_dict(plan), state.get("plan")
     if not isinstance(saved, dict):
         raise ShardkitError(f"loader state field 'plan' must be a dict, got {type(saved).__name__}")
+    saved = {"node_affinity": False, **saved}  # a state from before the option read it as off
     for k, v in mine.items():
         if k in saved and type(saved[k]) is not type(v):
             raise ShardkitError(
@@ -212,7 +227,14 @@ def _check_plan(state: dict[str, Any], plan: PlanConfig) -> None:
 
 
 def _position(
-    state: Any, ident: DatasetIdentity, schedule: Schedule, *, world_size: int, num_workers: int, dataset_checked: bool
+    state: Any,
+    ident: DatasetIdentity,
+    schedule: Schedule,
+    *,
+    world_size: int,
+    num_workers: int,
+    nodes: int,
+    dataset_checked: bool,
 ) -> Position:
     """The state's :class:`Position` on ``world_size`` x ``num_workers`` readers (``dataset_checked``: the
     mixture checks compared every source's fingerprints already)."""
@@ -229,6 +251,7 @@ def _position(
     _check_plan(state, ident.plan)
     epoch = _int(state, "epoch", 0)
     saved_ws, saved_nw = _int(state, "world_size", 1), _int(state, "num_workers", 1)
+    saved_nodes = _int(state, "nodes", 1) if "nodes" in state else 1
     done = _int(state, "batches_done", 0)
     hist = state.get("history")
     if not isinstance(hist, list):
@@ -237,16 +260,19 @@ def _position(
     for i, seg in enumerate(hist):
         if (
             not isinstance(seg, (list, tuple))
-            or len(seg) != 3
+            or len(seg) not in (3, 4)
             or any(type(v) is not int for v in seg)
-            or min(seg[0], seg[1]) < 1
+            or min(seg[0], seg[1], *seg[3:]) < 1
             or seg[2] < 0
         ):
             raise ShardkitError(
-                f"loader state field 'history[{i}]' must be [world_size >= 1, num_workers >= 1, batches_done >= 0], got {seg!r}"
+                f"loader state field 'history[{i}]' must be [world_size >= 1, num_workers >= 1, batches_done >= 0] "
+                f"and optionally nodes >= 1, got {seg!r}"
             )
         history.append(Segment(*seg))
-    stream = epoch_stream(schedule.mixture_for(epoch), ident.plan, epoch, history)
+    stream = epoch_stream(
+        schedule.mixture_for(epoch), ident.plan, epoch, history, world_size=saved_ws, nodes=saved_nodes
+    )
     total = rank_split(len(stream), saved_ws, ident.plan).num_batches
     if done > total:
         raise ShardkitError(
@@ -254,8 +280,8 @@ def _position(
         )
     size = _int(state, "size", 0) if "size" in state else 0
     pos = Position(epoch, done, tuple(history), size)
-    if (saved_ws, saved_nw) != (world_size, num_workers):
-        pos = pos.replanned(saved_ws, saved_nw)
+    if (saved_ws, saved_nw, saved_nodes) != (world_size, num_workers, nodes):
+        pos = pos.replanned(saved_ws, saved_nw, saved_nodes)
     return pos
 
 

@@ -68,13 +68,13 @@ _ids = itertools.count()
 class PositionBox:
     """The epoch position, handed one way from the main process to the workers.
 
-    Layout: ``[epoch, batches_done, size, len(history), (world_size, num_workers, batches_done) * len(history)]``.
+    Layout: ``[epoch, batches_done, size, len(history), (world_size, num_workers, batches_done, nodes) * len(history)]``.
     """
 
     MAX_HISTORY = 64  #: topology changes within one epoch
 
     def __init__(self) -> None:
-        self.box = torch.zeros(4 + 3 * self.MAX_HISTORY, dtype=torch.int64).share_memory_()
+        self.box = torch.zeros(4 + 4 * self.MAX_HISTORY, dtype=torch.int64).share_memory_()
 
     def write(self, pos: Position) -> None:
         """Publish ``pos`` (main process; workers read it when their next iteration starts)."""
@@ -83,14 +83,14 @@ class PositionBox:
                 f"more than {self.MAX_HISTORY} topology changes within epoch {pos.epoch}; finish the epoch on one topology"
             )
         flat = [pos.epoch, pos.batches_done, pos.size, len(pos.history)]
-        flat += [v for s in pos.history for v in (s.world_size, s.num_workers, s.batches_done)]
+        flat += [v for s in pos.history for v in (s.world_size, s.num_workers, s.batches_done, s.nodes)]
         self.box[: len(flat)] = torch.tensor(flat, dtype=torch.int64)
 
     def read(self) -> Position:
         """The published position."""
         v = self.box.tolist()
         n = v[3]
-        return Position(v[0], v[1], tuple(Segment(*v[4 + 3 * i : 7 + 3 * i]) for i in range(n)), v[2])
+        return Position(v[0], v[1], tuple(Segment(*v[4 + 4 * i : 8 + 4 * i]) for i in range(n)), v[2])
 
 
 def ring_slots(prefetch_factor: int) -> int:

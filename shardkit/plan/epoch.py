@@ -68,9 +68,12 @@ __all__ = [  # the planner, and what its callers name with it (imported from her
 ]
 
 
-def mixed_epoch(mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = True) -> MixedEpoch:
-    """Epoch ``epoch`` of ``mixture`` (same on every rank and worker)."""
-    streams = source_epochs(mixture, seed=seed, epoch=epoch, shuffle=shuffle)
+def mixed_epoch(
+    mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = True, nodes: int = 1, per_node: int = 0
+) -> MixedEpoch:
+    """Epoch ``epoch`` of ``mixture`` (same on every rank and worker); ``nodes > 1``: node affinity, node ``n``
+    reading positions ``[n * per_node, (n + 1) * per_node)`` (:func:`~shardkit.plan.mixture.source_epochs`)."""
+    streams = source_epochs(mixture, seed=seed, epoch=epoch, shuffle=shuffle, nodes=nodes, per_node=per_node)
     counts = mixture.counts(epoch)
     return MixedEpoch(counts, streams, repeats=bool(np.any(counts > mixture.sizes)), mixed=len(counts) > 1)
 
@@ -219,6 +222,26 @@ def replanned(stream: MixedStream, cfg: PlanConfig, epoch: int, history: Sequenc
     return stream
 
 
-def epoch_stream(mixture: Mixture, cfg: PlanConfig, epoch: int, history: Sequence[Segment] = ()) -> MixedStream:
-    """The stream still to read in ``epoch`` of ``mixture`` (one source: a single dataset) after the finished segments in ``history``."""
-    return replanned(mixed_epoch(mixture, seed=cfg.seed, epoch=epoch, shuffle=cfg.shuffle), cfg, epoch, history)
+def epoch_stream(
+    mixture: Mixture,
+    cfg: PlanConfig,
+    epoch: int,
+    history: Sequence[Segment] = (),
+    *,
+    world_size: int = 1,
+    nodes: int = 1,
+) -> MixedStream:
+    """The stream still to read in ``epoch`` of ``mixture`` (one source: a single dataset) after the finished
+    segments in ``history``; ``world_size`` ranks on ``nodes`` nodes read it now.
+
+    With ``cfg.node_affinity`` the epoch's stream is the nodes' shares in node order for the topology that
+    started the epoch (the first segment of ``history``, else ``world_size`` on ``nodes``), so an elastic
+    resume re-plans the same samples (:mod:`shardkit.plan.affinity`)."""
+    if history:
+        world_size, nodes = history[0].world_size, history[0].nodes
+    nodes = nodes if cfg.node_affinity else 1
+    per_node = 0
+    if nodes > 1:
+        per_node = rank_split(int(np.sum(mixture.sizes)), world_size, cfg).per_rank * (world_size // nodes)
+    fresh = mixed_epoch(mixture, seed=cfg.seed, epoch=epoch, shuffle=cfg.shuffle, nodes=nodes, per_node=per_node)
+    return replanned(fresh, cfg, epoch, history)

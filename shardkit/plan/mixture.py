@@ -46,6 +46,7 @@ from typing import Any, Optional
 import numpy as np
 
 from shardkit.errors import ShardkitError
+from shardkit.plan.affinity import NodeLayout, node_layout, node_targets
 from shardkit.plan.member import Source, check_specs, exact
 from shardkit.plan.stream import Sizes, Stream, sizes_fingerprint
 
@@ -241,9 +242,12 @@ def source_seed(seed: int, source: int) -> int:
     return seed + source * _SOURCE_STRIDE
 
 
-def selection(shard_sizes: Sizes, *, seed: int, start: int, count: int, shuffle: bool = True) -> Stream:
+def selection(
+    shard_sizes: Sizes, *, seed: int, start: int, count: int, shuffle: bool = True, layout: Optional[NodeLayout] = None
+) -> Stream:
     """Samples ``[start, start + count)`` of a source's infinite stream (pass after pass, shards in a
-    per-pass seeded order) as a :class:`~shardkit.plan.stream.Stream` in the source's own sample ids."""
+    per-pass seeded order; with a ``layout``, the nodes' shares in node order, each shuffled within itself,
+    :mod:`shardkit.plan.affinity`) as a :class:`~shardkit.plan.stream.Stream` in the source's own sample ids."""
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     n = int(sizes.sum())
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
@@ -251,7 +255,12 @@ def selection(shard_sizes: Sizes, *, seed: int, start: int, count: int, shuffle:
         z = np.zeros(0, np.int64)
         return Stream(z, z, z, offsets)
     first, last = start // n, (start + count - 1) // n
-    passes = [Stream.full_epoch(sizes, seed=seed, epoch=p, shuffle=shuffle) for p in range(first, last + 1)]
+    passes = [
+        Stream.full_epoch(sizes, seed=seed, epoch=p, shuffle=shuffle)
+        if layout is None
+        else layout.pass_order(seed, p, shuffle)
+        for p in range(first, last + 1)
+    ]
     shard = np.concatenate([p.run_shard for p in passes])
     lo = np.concatenate([p.run_start for p in passes])
     hi = np.concatenate([p.run_stop for p in passes])
@@ -264,9 +273,16 @@ def selection(shard_sizes: Sizes, *, seed: int, start: int, count: int, shuffle:
     return Stream(shard[keep], lo, hi, offsets)
 
 
-def source_epochs(mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = True) -> tuple[Stream, ...]:
-    """Each source's samples of ``epoch``, in its stream order, as mixture sample ids."""
+def source_epochs(
+    mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = True, nodes: int = 1, per_node: int = 0
+) -> tuple[Stream, ...]:
+    """Each source's samples of ``epoch``, in its stream order, as mixture sample ids.
+
+    With ``nodes > 1`` (node affinity) each source's passes are its nodes' shares in node order, node ``n``'s
+    share cut to the source's samples at mixed positions ``[n * per_node, (n + 1) * per_node)`` of an epoch
+    that takes every source's size (:func:`shardkit.plan.affinity.node_targets`)."""
     starts, counts = mixture.starts(epoch), mixture.counts(epoch)
+    targets = node_targets(mixture.sizes, nodes, per_node) if nodes > 1 else None
     out = []
     for i, key in enumerate(mixture.seed_keys):  # type: ignore[arg-type]
         local = selection(
@@ -275,6 +291,7 @@ def source_epochs(mixture: Mixture, *, seed: int, epoch: int, shuffle: bool = Tr
             start=int(starts[i]),
             count=int(counts[i]),
             shuffle=shuffle,
+            layout=None if targets is None else node_layout(mixture.shard_sizes[i], targets[i], source_seed(seed, key)),
         )
         out.append(
             Stream(local.run_shard + mixture.shard_base[i], local.run_start, local.run_stop, mixture.shard_offsets)

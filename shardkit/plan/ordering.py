@@ -36,6 +36,9 @@ class PlanConfig:
         drop_last: drop each rank's last partial batch (reported in :class:`~shardkit.plan.split.RankSplit`);
             implies ``DROP`` for the rank split, since padding a batch that is dropped is pointless.
         policy: how uneven epochs are made even across ranks: ``"pad"`` (repeat a few samples) or ``"drop"``.
+        node_affinity: each node reads the same share of the shards every epoch, shuffled within the share
+            (:mod:`shardkit.plan.affinity`): with a node cache, epochs after the first read a share that fits
+            from the cache. Needs the node count (``torchrun``'s environment, or ``nodes=``).
     """
 
     batch_size: int = 64
@@ -45,6 +48,7 @@ class PlanConfig:
     shuffle_initial: Optional[int] = None
     drop_last: bool = False
     policy: EpochPolicy = EpochPolicy.PAD
+    node_affinity: bool = False
 
     def __post_init__(self) -> None:
         check_types(self)

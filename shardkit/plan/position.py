@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Segment:
-    """A stretch of an epoch read with one topology: ``batches_done`` batches on each rank."""
+    """A stretch of an epoch read with one topology: ``batches_done`` batches on each rank (``nodes``: the
+    nodes its ranks ran on, which lays out the epoch with node affinity)."""
 
     world_size: int
     num_workers: int
     batches_done: int
+    nodes: int = 1
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,10 @@ class Position:
         """The same point of the epoch with output image size ``size`` (0: the configured size)."""
         return Position(self.epoch, self.batches_done, self.history, size)
 
-    def replanned(self, world_size: int, num_workers: int) -> "Position":
+    def replanned(self, world_size: int, num_workers: int, nodes: int = 1) -> "Position":
         """The same point of the epoch for another topology: what ``world_size`` x ``num_workers``
-        readers consumed becomes a finished :class:`Segment` of the history."""
+        readers on ``nodes`` nodes consumed becomes a finished :class:`Segment` of the history."""
         if not self.batches_done:
             return self
-        return Position(self.epoch, 0, (*self.history, Segment(world_size, num_workers, self.batches_done)), self.size)
+        seg = Segment(world_size, num_workers, self.batches_done, nodes)
+        return Position(self.epoch, 0, (*self.history, seg), self.size)

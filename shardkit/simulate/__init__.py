@@ -49,7 +49,7 @@ def batches_per_rank(data: "Dataset", s: SimSettings) -> int:
     from shardkit.plan import PlanConfig
     from shardkit.plan.split import rank_split
 
-    cfg = PlanConfig(batch_size=s.batch_size, seed=s.seed)
+    cfg = PlanConfig(batch_size=s.batch_size, seed=s.seed, node_affinity=s.node_affinity)
     return rank_split(int(np.sum(data.samples)), s.world_size, cfg).num_batches
 
 
@@ -85,7 +85,7 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
     s = settings
     budget = read_budget_for(data, s)
     block, rate = budget.block_size, budget.rate
-    cfg = PlanConfig(batch_size=s.batch_size, seed=s.seed)
+    cfg = PlanConfig(batch_size=s.batch_size, seed=s.seed, node_affinity=s.node_affinity)
     cache: Optional[list[set[int]]] = [set() for _ in range(s.nodes)] if s.cache else None
     times, prefix, kinds, nbytes = [], [], [], []
     epochs, first = [], None

@@ -161,7 +161,7 @@ def epoch_schedule(
     """
     workers = max(1, num_workers)
     mixture = Mixture((Source("simulated"),), (data.samples,))
-    stream = epoch_stream(mixture, cfg, epoch)
+    stream = epoch_stream(mixture, cfg, epoch, world_size=world_size, nodes=world_size // max(1, ranks_per_node))
     runs = stream.streams[0]  # type: ignore[attr-defined]  # one source: its runs in stream order
     n = len(stream)
     starts, stops = partition_ranges(n, world_size, workers, cfg)

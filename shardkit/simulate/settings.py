@@ -31,6 +31,7 @@ class SimSettings:
         expected_img_per_s: the rate the auto block size is sized for (None: ``img_per_s_per_rank``).
         index: read through sample indexes where the dataset has them (False: the header walk, as ``--no-index``).
         cache: a node-local shard cache (``cache_dir``), kept across epochs.
+        node_affinity: each node reads the same share of the shards every epoch (``load(..., node_affinity=True)``).
         latency_s: seconds to the first byte of each request (model constant).
         bytes_per_s_per_process: a process's transfer rate (model constant).
     """
@@ -47,6 +48,7 @@ class SimSettings:
     expected_img_per_s: Optional[float] = None
     index: bool = True
     cache: bool = False
+    node_affinity: bool = False
     latency_s: float = 0.03
     bytes_per_s_per_process: float = 100e6
 
