@@ -45,6 +45,9 @@ class RecordingOpener:
     def open_ranges(self, url, nbytes=None, sha256=None):
         return self._raw(url)
 
+    def cache_path_of(self, f):
+        return None  # no node cache: every range is the store's
+
     def fetch(self, url):
         self.log.append(("GET index", url, 0, 0))
         return self.files[url]
