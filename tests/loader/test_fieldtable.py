@@ -16,8 +16,8 @@ import torch
 import shardkit
 import shardkit.loader.fields as loader_fields
 from shardkit.format import fieldtable
-from shardkit.format.fieldtable import Batching, Delivery, Field, Geometry, Home, Layout
 from shardkit.format.fields import MEMBER_OF, STORED_FIELDS
+from shardkit.format.fieldtable import Batching, Delivery, Field, Geometry, Home, Layout
 from shardkit.loader.bench import bench_fields
 from shardkit.loader.decode.strategies import _HOMES
 from shardkit.loader.rows import PLANES, ROW_CODECS, FieldRows
