@@ -18,7 +18,7 @@ from shardkit.loader.batching import BatchSpec, decode_batch
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.doctor import measure, slowest_stage, verdict
-from shardkit.loader.fields import ALWAYS, RowSpec, available, check_fields, parse_fields
+from shardkit.loader.fields import ALWAYS, OPT_IN, RowSpec, available, check_fields, parse_fields
 from shardkit.loader.stats import Counters, LoaderStats
 
 
@@ -257,8 +257,9 @@ def bench(
 def bench_fields(manifest: Any) -> tuple[str, ...]:
     """The fields :func:`bench` loads by default: ``()`` (``(images, labels)`` tuples) for a dataset of an image and a
     class, else ``image`` and every field the dataset stores (its targets, captions, multi-labels), as training
-    would ask for them; ``meta``, ``key`` and ``source`` (every dataset's) are left out."""
-    stored = tuple(f for f in available(manifest) if f not in ALWAYS)
+    would ask for them; ``meta``, ``key`` and ``source`` (every dataset's) and the fields asked for by name only
+    (``box_crowd``) are left out."""
+    stored = tuple(f for f in available(manifest) if f not in ALWAYS and f not in OPT_IN)
     if set(stored) <= {"label"} and "label" in stored:
         return ()
     return ("image", *stored)

@@ -1,29 +1,15 @@
 """``fields=``: the named fields a batch is a dict of, checked against the datasets once, at ``load()``.
 
-============== =================================================== =================================
-field          the batch holds                                     available
-============== =================================================== =================================
-``image``      uint8 ``[B, 3, S, S]`` (with ``views=``: the views) always
-``label``      int64 ``[B]`` class index                           datasets that store ``label``
-``labels``     multi-hot uint8 ``[B, C]``                          datasets that store ``labels``
-``target``     float32 ``[B, D]``                                  datasets that store ``target``
-``text``       list of ``B`` str                                   datasets that store ``text``
-``meta``       list of ``B`` dict (the ``.json`` metadata)         always
-``key``        list of ``B`` str (a mixture's: ``"1/00000042"``)   always
-``source``     int64 ``[B]``, the source of each sample            always (one dataset: all 0)
-``boxes``      float32 ``[B, M, 4]`` xyxy in output pixels         datasets that store ``boxes``
-``box_labels`` int64 ``[B, M]``, -1 beyond each sample's count     datasets that store ``boxes``
-``box_count``  int64 ``[B]`` objects per sample                    datasets that store ``boxes``
-``keypoints``  float32 ``[B, M, K, 3]`` (x, y, visibility)         datasets that store ``keypoints``
-``mask``       uint8 ``[B, S, S]`` class per pixel, 255: none      datasets that store ``mask``
-``instances``  int16 ``[B, S, S]`` box row per pixel, -1: none     datasets that store ``instances``
-============== =================================================== =================================
+The fields are the entries of :data:`shardkit.format.fieldtable.FIELDS` (what follows is made from it):
+
+{table}
 
 ``M`` is the most objects any sample of that batch keeps after the crop (boxes less than ``min_visible``
 of whose area stays in the output are dropped and counted: ``LoaderStats.boxes_dropped``). The targets
 move with the pixels: :mod:`shardkit.loader.targetrows`. An ``instances`` pixel holds the row of its object in
 that sample's ``boxes`` (``0 .. box_count - 1``): a dropped box's pixels and a crowd region's become -1
-(crowd regions are not yielded as boxes).
+(crowd regions are not yielded as boxes, unless ``box_crowd`` is asked for: then they are rows like any other
+object, marked in ``box_crowd``, moved and dropped by the same rule, and their pixels hold their row).
 
 What a dataset stores is its manifest's ``fields`` (:mod:`shardkit.format.fields`).
 """
@@ -34,38 +20,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from shardkit.format import fieldtable
 from shardkit.targets.geometry import MIN_VISIBLE
 
-#: every field ``fields=`` may name
-FIELD_KINDS = (
-    "image",
-    "label",
-    "labels",
-    "target",
-    "text",
-    "meta",
-    "key",
-    "source",
-    "boxes",
-    "box_labels",
-    "box_count",
-    "keypoints",
-    "mask",
-    "instances",
-)
+#: every field ``fields=`` may name (the table's names)
+FIELD_KINDS = fieldtable.names()
 #: the target fields (moved with the pixels by every crop) and the stored field each needs
-TARGET_KINDS = {
-    "boxes": "boxes",
-    "box_labels": "boxes",
-    "box_count": "boxes",
-    "keypoints": "keypoints",
-    "mask": "mask",
-    "instances": "instances",
-}
+TARGET_KINDS = fieldtable.target_fields()
 #: the fields built per row in the worker (image, class label, key and source are every batch's own)
-ROW_FIELDS = ("labels", "target", "text", "meta")
+ROW_FIELDS = fieldtable.row_fields()
 #: the fields every dataset has, whatever it stores
-ALWAYS = ("image", "meta", "key", "source")
+ALWAYS = fieldtable.always()
+#: the fields asked for by ``fields=`` only, never part of a default selection
+OPT_IN = tuple(f.name for f in fieldtable.FIELDS if f.opt_in)
 
 
 @dataclass(frozen=True)
@@ -98,9 +65,10 @@ def parse_fields(value: "Sequence[str] | None") -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise ValueError(f"fields must be a sequence of field names such as ('image', 'label'), got {value!r}")
     names = tuple(value)
-    bad = [f for f in names if f not in FIELD_KINDS]
+    known = fieldtable.by_name()
+    bad = [f for f in names if f not in known]
     if bad:
-        raise ValueError(f"unknown field {bad[0]!r} in fields=; valid fields: {', '.join(FIELD_KINDS)}")
+        raise ValueError(f"unknown field {bad[0]!r} in fields=; valid fields: {', '.join(known)}")
     if len(set(names)) != len(names):
         twice = next(f for f in names if names.count(f) > 1)
         raise ValueError(f"field {twice!r} is listed twice in fields={list(names)}")
@@ -109,8 +77,8 @@ def parse_fields(value: "Sequence[str] | None") -> tuple[str, ...]:
 
 def available(manifest: Any) -> tuple[str, ...]:
     """The fields ``fields=`` may name for a dataset (what it stores, plus :data:`ALWAYS`), in :data:`FIELD_KINDS` order."""
-    stored = set(getattr(manifest, "fields", ("image", "label")))
-    return tuple(f for f in FIELD_KINDS if f in stored or f in ALWAYS or TARGET_KINDS.get(f) in stored)
+    stored = {"image", *getattr(manifest, "fields", ("image", "label"))}
+    return tuple(f.name for f in fieldtable.FIELDS if f.stored is None or f.stored in stored)
 
 
 def check_fields(
@@ -159,7 +127,7 @@ def check_fields(
                 raise ValueError(
                     f"{who(i)} names its targets {list(m.targets)}, source 0 {first}: sources must agree on 'target'"
                 )
-    targets = tuple(f for f in TARGET_KINDS if f in names)
+    targets = tuple(f for f in fieldtable.target_fields() if f in names)
     kp = len(getattr(manifests[0], "keypoint_names", [])) if "keypoints" in names else 0
     if kp:
         for i, m in enumerate(manifests[1:], 1):
@@ -181,7 +149,7 @@ def check_fields(
             raise ValueError(f"flip_pairs name keypoint {min(twice)} twice: each keypoint is in one pair at most")
         checked.append((int(p[0]), int(p[1])))
     return RowSpec(
-        tuple(f for f in ROW_FIELDS if f in names),
+        tuple(f for f in fieldtable.row_fields() if f in names),
         max((len(m.classes) for m in manifests), default=0) if "labels" in names else 0,
         len(manifests[0].targets) if "target" in names else 0,
         targets,
@@ -189,3 +157,22 @@ def check_fields(
         visible,
         tuple(checked),
     )
+
+
+def _table() -> str:
+    """The fields as a reStructuredText table (this module's docstring)."""
+    rows = [(f"``{f.name}``", f"{f.dtype} ``{f.shape}`` {f.doc}".strip(), _where(f)) for f in fieldtable.FIELDS]
+    widths = [max(len(r[i]) for r in rows + [("field", "the batch holds", "available")]) for i in range(3)]
+    rule = " ".join("=" * w for w in widths)
+    head = " ".join(t.ljust(w) for t, w in zip(("field", "the batch holds", "available"), widths))
+    body = [" ".join(t.ljust(w) for t, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join([rule, head.rstrip(), rule, *body, rule])
+
+
+def _where(f: fieldtable.Field) -> str:
+    if f.stored is None or f.stored == "image":
+        return "always"
+    return f"datasets that store ``{f.stored}``" + (" (asked for by name only)" if f.opt_in else "")
+
+
+__doc__ = (__doc__ or "").replace("{table}", _table())

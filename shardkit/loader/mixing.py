@@ -76,7 +76,7 @@ def mixed_targets(rows: FieldRows, src: np.ndarray, space: LabelSpace) -> FieldR
         luts = mask_tables(space)
         flat = mask.reshape(len(mask), -1).long()
         mask = luts[torch.from_numpy(src).long()].gather(1, flat).reshape(mask.shape)
-    return replace(rows, box_labels=box_labels, mask=mask)
+    return rows.updated(box_labels=box_labels, mask=mask)
 
 
 def mask_tables(space: LabelSpace) -> torch.Tensor:

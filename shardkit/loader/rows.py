@@ -9,152 +9,101 @@ every step that drops rows keeps it aligned (:meth:`FieldRows.take`).
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
 import torch
 
-from shardkit.format import RawSample
+from shardkit.format import RawSample, fieldtable
 from shardkit.loader.fields import RowSpec
 
 #: the fields of :class:`FieldRows` that are pixel planes ``[n, S, S]`` (a class mask, an instance map): made in a
 #: worker's batch slot beside the images and handed over by it (:mod:`shardkit.loader.transport`)
-PLANES = ("mask", "instances")
+PLANES = fieldtable.planes()
+#: not a field: int64 ``[n]``, the boxes each row lost below ``min_visible`` (the consumer uncounts those of a row
+#: it cannot decode)
+BOX_DROPPED = "box_dropped"
 
 
-@dataclass(frozen=True, eq=False)
 class FieldRows:
-    """One batch's rows of the fields beside image and label (``None``: not asked for).
+    """One batch's rows of the fields beside image and label: a value per :data:`~shardkit.format.fieldtable.FIELDS`
+    entry kept in the rows (``rows.boxes``; ``None``: not asked for), plus ``box_dropped``.
 
-    Attributes:
-        labels: multi-hot uint8 ``[n, C]``.
-        target: float32 ``[n, D]``.
-        text: ``n`` strings.
-        meta: ``n`` dicts (each sample's ``.json`` metadata, ``{}`` without one).
-        boxes: float32 ``[n, M, 4]`` (x0, y0, x1, y1) in output pixels; zeros beyond each sample's count.
-        box_labels: int64 ``[n, M]``, -1 beyond each sample's count.
-        box_count: int64 ``[n]``.
-        keypoints: float32 ``[n, M, K, 3]``.
-        mask: uint8 ``[n, S, S]``.
-        instances: int16 ``[n, S, S]``, each pixel its object's row in ``boxes`` (-1: none).
-        box_dropped: int64 ``[n]``, the boxes each row lost below ``min_visible`` (not a field: the consumer
-            uncounts those of a row it cannot decode).
+    What each value is (dtype, shape, padding) is the table's; :meth:`take`, :meth:`copied`, :meth:`with_targets`
+    and pickling follow it. Built with keywords: ``FieldRows(labels=..., boxes=...)``.
     """
 
-    labels: Optional[torch.Tensor] = None
-    target: Optional[torch.Tensor] = None
-    text: Optional[list[str]] = None
-    meta: Optional[list[dict[str, Any]]] = None
-    boxes: Optional[torch.Tensor] = None
-    box_labels: Optional[torch.Tensor] = None
-    box_count: Optional[torch.Tensor] = None
-    keypoints: Optional[torch.Tensor] = None
-    mask: Optional[torch.Tensor] = None
-    box_dropped: Optional[torch.Tensor] = None
-    instances: Optional[torch.Tensor] = None
+    __slots__ = ("_v",)
+    _v: dict[str, Any]
+
+    def __init__(self, **values: Any):
+        known = fieldtable.by_name()
+        for name in values:
+            if name != BOX_DROPPED and name not in known:
+                raise TypeError(f"{name!r} is not a batch field (shardkit.format.fieldtable.FIELDS)")
+        object.__setattr__(self, "_v", {k: v for k, v in values.items() if v is not None})
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._v:
+            return self._v[name]
+        if name == BOX_DROPPED or name in fieldtable.by_name():
+            return None
+        raise AttributeError(f"{name!r} is not a batch field")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("FieldRows is immutable: use updated()")
+
+    def values(self) -> dict[str, Any]:
+        """The fields present (not ``None``), by name."""
+        return dict(self._v)
+
+    def updated(self, **changes: Any) -> "FieldRows":
+        """These rows with the fields ``changes`` replaced (``None``: removed)."""
+        return FieldRows(**{**self._v, **changes})
 
     def take(self, rows: Sequence[int]) -> "FieldRows":
         """The rows ``rows`` (positions, in order) of every field (the object axis ``M`` shrinks to the most
         objects a kept row has)."""
         idx = torch.as_tensor(np.asarray(rows, np.int64))
-
-        def sel(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-            return None if t is None else t[idx]
-
-        out = FieldRows(
-            sel(self.labels),
-            sel(self.target),
-            None if self.text is None else [self.text[i] for i in rows],
-            None if self.meta is None else [self.meta[i] for i in rows],
-            sel(self.boxes),
-            sel(self.box_labels),
-            sel(self.box_count),
-            sel(self.keypoints),
-            sel(self.mask),
-            sel(self.box_dropped),
-            sel(self.instances),
-        )
-        if out.box_labels is not None:
-            m = int((out.box_labels >= 0).sum(1).max()) if len(rows) else 0
-            out = replace(
-                out,
-                boxes=None if out.boxes is None else out.boxes[:, :m],
-                box_labels=out.box_labels[:, :m],
-                keypoints=None if out.keypoints is None else out.keypoints[:, :m],
-            )
-        return out
+        out: dict[str, Any] = {k: ([v[i] for i in rows] if isinstance(v, list) else v[idx]) for k, v in self._v.items()}
+        labels = out.get("box_labels")
+        if labels is not None:
+            m = int((labels >= 0).sum(1).max()) if len(rows) else 0
+            table = fieldtable.by_name()
+            for k, v in out.items():
+                if k in table and table[k].per_object:
+                    out[k] = v[:, :m]
+        return FieldRows(**out)
 
     def copied(self, copy: Callable[[torch.Tensor], torch.Tensor]) -> "FieldRows":
         """The rows with their tensors replaced by ``copy(tensor)`` (pinned, or moved)."""
-
-        def cp(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-            return None if t is None else copy(t)
-
-        return replace(
-            self,
-            labels=cp(self.labels),
-            target=cp(self.target),
-            boxes=cp(self.boxes),
-            box_labels=cp(self.box_labels),
-            box_count=cp(self.box_count),
-            keypoints=cp(self.keypoints),
-            mask=cp(self.mask),
-            instances=cp(self.instances),
+        return FieldRows(
+            **{k: copy(v) if isinstance(v, torch.Tensor) and k != BOX_DROPPED else v for k, v in self._v.items()}
         )
 
     def with_targets(self, other: "Optional[FieldRows]") -> "FieldRows":
         """These rows with the target fields of ``other`` (the worker's decode built them; ``None``: unchanged)."""
         if other is None:
             return self
-        return replace(
-            self,
-            boxes=other.boxes,
-            box_labels=other.box_labels,
-            box_count=other.box_count,
-            keypoints=other.keypoints,
-            mask=other.mask,
-            box_dropped=other.box_dropped,
-            instances=other.instances,
-        )
+        moved = {k: v for k, v in other._v.items() if k == BOX_DROPPED or fieldtable.by_name()[k].is_target}
+        return FieldRows(**{**self._v, **moved})
 
     def with_labels(self, labels: torch.Tensor) -> "FieldRows":
         """The rows with other multi-hot labels (a mixture's class space)."""
-        return replace(self, labels=labels)
+        return self.updated(labels=labels)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # inline numpy arrays, not torch's shared-memory reducer (a file and a mapping per tensor per batch)
-        def arr(t: Optional[torch.Tensor]) -> Optional[np.ndarray]:
-            return None if t is None else t.numpy()
-
-        return _rebuild_rows, (
-            arr(self.labels),
-            arr(self.target),
-            self.text,
-            self.meta,
-            arr(self.boxes),
-            arr(self.box_labels),
-            arr(self.box_count),
-            arr(self.keypoints),
-            arr(self.mask),
-            arr(self.box_dropped),
-            arr(self.instances),
-        )
+        return _rebuild_rows, ({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in self._v.items()},)
 
 
-def _rebuild_rows(
-    labels: Optional[np.ndarray],
-    target: Optional[np.ndarray],
-    text: Optional[list[str]],
-    meta: Optional[list[dict]],
-    *targets: Optional[np.ndarray],
-) -> FieldRows:
-    def ten(a: Optional[np.ndarray]) -> Optional[torch.Tensor]:
-        return None if a is None else torch.from_numpy(a)
-
-    return FieldRows(ten(labels), ten(target), text, meta, *(ten(a) for a in targets))
+def _rebuild_rows(values: dict[str, Any]) -> FieldRows:
+    return FieldRows(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in values.items()})
 
 
 def multi_hot(class_lists: Sequence[Sequence[int]], num_classes: int) -> torch.Tensor:
@@ -167,16 +116,33 @@ def multi_hot(class_lists: Sequence[Sequence[int]], num_classes: int) -> torch.T
     return out
 
 
+def _multi_hot(samples: Sequence[RawSample], spec: RowSpec, field: fieldtable.Field) -> torch.Tensor:
+    return multi_hot([getattr(s, field.attr) or () for s in samples], spec.num_classes)
+
+
+def _vector(samples: Sequence[RawSample], spec: RowSpec, field: fieldtable.Field) -> torch.Tensor:
+    values = np.fromiter(
+        itertools.chain.from_iterable(getattr(s, field.attr) or () for s in samples),
+        np.float32,
+        len(samples) * spec.num_targets,
+    )
+    return torch.from_numpy(values.reshape(len(samples), spec.num_targets))
+
+
+def _list(samples: Sequence[RawSample], spec: RowSpec, field: fieldtable.Field) -> list[Any]:
+    fill = field.fill
+    return [copy.copy(fill) if v is None else v for v in (getattr(s, field.attr) for s in samples)]
+
+
+#: a row field's ``codec`` -> how a batch's samples become its value: ``(samples, spec, field) -> value``
+ROW_CODECS: dict[str, Callable[[Sequence[RawSample], RowSpec, fieldtable.Field], Any]] = {
+    "multi_hot": _multi_hot,
+    "vector": _vector,
+    "list": _list,
+}
+
+
 def field_rows(samples: Sequence[RawSample], spec: RowSpec) -> FieldRows:
     """The rows of ``spec.fields`` of ``samples`` (each already checked by its dataset's rule)."""
-    want = spec.fields
-    labels = multi_hot([s.labels or () for s in samples], spec.num_classes) if "labels" in want else None
-    target = None
-    if "target" in want:
-        values = np.fromiter(
-            itertools.chain.from_iterable(s.target or () for s in samples), np.float32, len(samples) * spec.num_targets
-        )
-        target = torch.from_numpy(values.reshape(len(samples), spec.num_targets))
-    text = [s.text or "" for s in samples] if "text" in want else None
-    meta = [s.meta for s in samples] if "meta" in want else None
-    return FieldRows(labels, target, text, meta)
+    table = fieldtable.by_name()
+    return FieldRows(**{name: ROW_CODECS[table[name].codec](samples, spec, table[name]) for name in spec.fields})

@@ -12,7 +12,11 @@ decoded first (:func:`decode_masks`): a mask that cannot be read fails its sampl
 map (``instances``) is decoded likewise, warped per sample by the same rule (-1 outside) and relabelled in one
 :func:`~shardkit.targets.instances.relabel` of the batch: stored object ``k`` -> its row among the non-crowd
 objects -> its row after the crop's drops (:func:`~shardkit.targets.instances.kept_rows` twice, composed), -1
-for a crowd region's or a dropped box's pixels.
+for a crowd region's or a dropped box's pixels. With ``box_crowd`` asked for, crowd regions are objects like the
+others (moved, dropped below ``min_visible``, their pixels their row), marked in ``box_crowd``.
+
+Which target fields there are, and which of the moved objects' attributes each one is, is the field table's
+(:mod:`shardkit.format.fieldtable`).
 """
 
 from __future__ import annotations
@@ -23,11 +27,11 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-from shardkit.format import RawSample
+from shardkit.format import RawSample, fieldtable
 from shardkit.format.fields import Objects
 from shardkit.format.masks import decode_instances, decode_mask
 from shardkit.loader.fields import RowSpec
-from shardkit.loader.rows import PLANES, FieldRows
+from shardkit.loader.rows import BOX_DROPPED, PLANES, FieldRows
 from shardkit.targets.crops import crop_maps, warp_crop_mask
 from shardkit.targets.geometry import compact, moved_rows, pad_objects
 from shardkit.targets.instances import NO_OBJECT, kept_rows, relabel
@@ -35,7 +39,7 @@ from shardkit.targets.instances import NO_OBJECT, kept_rows, relabel
 #: the target fields stored as images, decoded before the batch (:func:`decode_masks`)
 PIXEL_TARGETS = PLANES
 #: bytes per output pixel of each pixel target (uint8 class mask, int16 instance map)
-PLANE_BYTES = {"mask": 1, "instances": 2}
+PLANE_BYTES = {name: fieldtable.by_name()[name].plane_bytes for name in PLANES}
 
 
 class Pixels(NamedTuple):
@@ -96,10 +100,13 @@ def target_rows(
     k = spec.num_keypoints if "keypoints" in want else 0
     objects = [s.objects if s.objects is not None else Objects.empty(k) for s in samples]
     # crowd regions (COCO iscrowd, VOC difficult) are not objects to detect (torchvision's COCO reference drops
-    # them too; their pixels are 255 in a converted mask): not yielded, counted with the dropped boxes
-    crowds = np.fromiter((int(o.iscrowd.sum()) for o in objects), np.int64, n)
+    # them too; their pixels are 255 in a converted mask): not yielded, counted with the dropped boxes, unless
+    # box_crowd is asked for (then they are rows like any other object, marked)
+    keep_crowds = "box_crowd" in want
+    crowds = np.zeros(n, np.int64) if keep_crowds else np.fromiter((int(o.iscrowd.sum()) for o in objects), np.int64, n)
     as_stored = pad_objects(objects) if "instances" in want else None
-    objects = [o.take(~o.iscrowd) if o.iscrowd.any() else o for o in objects]
+    if not keep_crowds:
+        objects = [o.take(~o.iscrowd) if o.iscrowd.any() else o for o in objects]
     inv = crop_maps(boxes, flips, size)
     stepped, keep = moved_rows(
         pad_objects(objects, k), inv, (size, size), min_visible=spec.min_visible, flip_pairs=spec.flip_pairs
@@ -122,24 +129,23 @@ def target_rows(
             assert px is not None and px.instances is not None
             ids = torch.from_numpy(np.require(px.instances, requirements="W"))
             inst[i] = warp_crop_mask(ids, inv[i], (size, size), NO_OBJECT)
-        non_crowd = (as_stored.labels >= 0) & ~as_stored.crowd  # [n, M stored]
-        # stored row -> row among the non-crowd objects -> row after the crop's drops; -1 for crowds and drops
-        table = relabel(kept_rows(non_crowd), kept_rows(keep))
+        yielded = as_stored.labels >= 0
+        if not keep_crowds:
+            yielded = yielded & ~as_stored.crowd
+        # stored row -> row among the yielded objects -> row after the crop's drops; -1 for crowds and drops
+        table = relabel(kept_rows(yielded), kept_rows(keep))
         same = (table == torch.arange(table.shape[1])) | (as_stored.labels < 0)  # no crowd, no drop: rows stay
         if not bool(same.all()):  # the worker's host tensors: a cheap test that skips the map's pass
             inst.copy_(relabel(inst, table))  # in place: the map may be the batch slot's
     # M: the most objects a sample keeps (dropped boxes leave padding at the end of each row)
     m_kept = int(moved.count.max()) if n else 0
-    rows = FieldRows(
-        boxes=moved.boxes[:, :m_kept].contiguous() if "boxes" in want else None,
-        box_labels=moved.labels[:, :m_kept].contiguous() if "box_labels" in want else None,
-        box_count=moved.count if "box_count" in want else None,
-        keypoints=moved.keypoints[:, :m_kept].contiguous() if k else None,  # type: ignore[index]
-        mask=mask,
-        box_dropped=dropped,
-        instances=inst,
-    )
-    return rows, int(dropped.sum())
+    values = {"mask": mask, "instances": inst}
+    for name in want:  # the per-object and per-sample target fields: the moved objects' attribute the table names
+        field = fieldtable.by_name()[name]
+        if field.codec == "objects" and (name != "keypoints" or k):
+            v = getattr(moved, field.attr)
+            values[name] = v[:, :m_kept].contiguous() if field.per_object else v
+    return FieldRows(**{BOX_DROPPED: dropped}, **{f: values.get(f) for f in want}), int(dropped.sum())
 
 
 def _plane(

@@ -292,7 +292,7 @@ def _slotted_planes(
             continue  # not asked for, or in memory of its own: pickled with the rows
         u = t.view(torch.uint8)
         planes.append((name, tuple(u.shape), u.stride(), u.storage_offset() - slot_start, str(t.dtype)))
-        extra = replace(extra, **{name: None})
+        extra = extra.updated(**{name: None})
     return extra, tuple(planes)
 
 
@@ -331,7 +331,7 @@ def _receive_slotted(
             name: memory.as_strided(shape, stride, offset).view(getattr(torch, dtype.removeprefix("torch.")))
             for name, shape, stride, offset, dtype in planes
         }
-        extra = replace(extra, **views)
+        extra = extra.updated(**views)
     batch = cls.from_pixels(pixels, torch.from_numpy(labels), torch.from_numpy(gids), keys, extra)
     return Envelope(batch, worker, counters)
 

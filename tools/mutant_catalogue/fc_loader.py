@@ -40,7 +40,7 @@ MUTANTS = [
         "id": "fc-bench-fields-drop-the-targets",  # detection benches without its targets: a rosier figure
         "row": ROW_BENCH,
         "file": "shardkit/loader/bench.py",
-        "old": "    stored = tuple(f for f in available(manifest) if f not in ALWAYS)\n",
+        "old": "    stored = tuple(f for f in available(manifest) if f not in ALWAYS and f not in OPT_IN)\n",
         "new": "    stored = tuple(f for f in available(manifest) if f not in ALWAYS and f in ('label', 'text'))\n",
         "tests": [L + "test_bench_measures_the_fields_each_dataset_stores"],
     },

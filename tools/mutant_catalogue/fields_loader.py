@@ -76,8 +76,8 @@ MUTANTS = [
         "id": "fields-order-ignored",
         "row": ROW_ORDER,
         "file": "shardkit/loader/decode/strategies.py",
-        "old": '        for name in names:\n            if name == "image":',
-        "new": '        for name in sorted(names):\n            if name == "image":',
+        "old": "        for name in names:\n            home = table[name].home",
+        "new": "        for name in sorted(names):\n            home = table[name].home",
         "tests": [EVERY_ROW],
     },
     {

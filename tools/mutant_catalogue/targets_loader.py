@@ -225,8 +225,8 @@ MUTANTS = [
         "id": "device-drop-forgets-the-masks",  # a sample the device cannot decode leaves its mask in the batch
         "row": ROW_ALIGN,
         "file": "shardkit/loader/rows.py",
-        "old": "            sel(self.mask),\n",
-        "new": "            self.mask if self.mask is None else self.mask[: len(rows)],\n",
+        "old": "else v[idx]) for k, v in self._v.items()}",
+        "new": "else v[: len(rows)] if k in PLANES else v[idx]) for k, v in self._v.items()}",
         "tests": [DEVICE_DROP],
     },
     {

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from shardkit.compat import one_thread
-from shardkit.format import RawSample
+from shardkit.format import RawSample, fieldtable
+from shardkit.format.fieldtable import Home
 from shardkit.loader.batching import BatchSpec, batch_layout, decode_batch, drop_undecoded, skip
 from shardkit.loader.batchtypes import Batch, JpegBatch, Jpegs, PixelBatch, RawBatch, ViewBatch
 from shardkit.loader.config import DecodeOn, ImageConfig, LoaderConfig
@@ -140,20 +141,42 @@ class DecodeStrategy:
     def deliver_fields(
         self, batch: Batch, names: tuple[str, ...], sources: Callable[[Batch], torch.Tensor]
     ) -> dict[str, Any]:
-        """What the user gets with ``fields=names``: a dict of exactly those fields, in that order."""
+        """What the user gets with ``fields=names``: a dict of exactly those fields, in that order, each taken from
+        where the field table says the batch keeps it (:class:`~shardkit.format.fieldtable.Home`)."""
+        table = fieldtable.by_name()
         out: dict[str, Any] = {}
         for name in names:
-            if name == "image":
-                out[name] = self.image_of(batch)
-            elif name == "label":
-                out[name] = batch.labels
-            elif name == "key":
-                out[name] = batch.keys
-            elif name == "source":
-                out[name] = sources(batch)
-            else:  # a row field the worker built
+            home = table[name].home
+            if home is Home.ROWS:  # a row field the worker built
                 out[name] = getattr(batch.extra, name)
+            else:
+                out[name] = _HOMES[home](self, batch, sources)
         return out
+
+
+#: where a batch keeps each field that is not one of its rows (:class:`~shardkit.format.fieldtable.Home`)
+def _images(strategy: DecodeStrategy, batch: Batch, sources: Callable[[Batch], torch.Tensor]) -> Any:
+    return strategy.image_of(batch)
+
+
+def _labels(strategy: DecodeStrategy, batch: Batch, sources: Callable[[Batch], torch.Tensor]) -> Any:
+    return batch.labels
+
+
+def _keys(strategy: DecodeStrategy, batch: Batch, sources: Callable[[Batch], torch.Tensor]) -> Any:
+    return batch.keys
+
+
+def _sources(strategy: DecodeStrategy, batch: Batch, sources: Callable[[Batch], torch.Tensor]) -> Any:
+    return sources(batch)
+
+
+_HOMES: dict[Home, Callable[[DecodeStrategy, Batch, Callable[[Batch], torch.Tensor]], Any]] = {
+    Home.IMAGES: _images,
+    Home.LABELS: _labels,
+    Home.KEYS: _keys,
+    Home.SOURCES: _sources,
+}
 
 
 class WorkerDecode(DecodeStrategy):
