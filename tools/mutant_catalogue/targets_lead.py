@@ -12,7 +12,7 @@ NOPAIRS = P + "test_keypoints_without_flip_pairs_are_refused"
 API = "tests/augment/test_targets_api.py::test_refusals_are_one_line"
 
 
-ROW_CROWD = "Targets: crowd regions (COCO iscrowd, VOC difficult) are stored, never yielded as boxes, and counted"
+ROW_CROWD = "Targets: crowd regions (COCO iscrowd, VOC difficult) are stored, never yielded as boxes unless box_crowd is asked for, and counted"
 ROW_VERIFY = "Stored targets: verify counts the classes of boxes and mask pixels (as conversion does)"
 ROW_SIZE = "Conversion targets: every input and every annotation is accounted for (written, clipped or skipped)"
 
