@@ -3,7 +3,8 @@
 ``ds[i]`` finds sample ``i``'s shard from the manifest's shard sizes, that shard's sample index (loaded once,
 kept in an LRU of :attr:`OpenDataset.max_indexes`), and reads exactly the sample's bytes with one ranged read
 (:meth:`~shardkit.format.index.SampleIndex.byte_range`), through the storage layer's opener and its retries
-(:meth:`~shardkit.storage.opener.ShardOpener.open_ranges`). :meth:`~shardkit.format.index.SampleIndex.slice`
+(:meth:`~shardkit.storage.opener.ShardOpener.open_ranges`; a remote shard's file stays open, in an LRU like the
+indexes, so only its first item pays the open's size probe). :meth:`~shardkit.format.index.SampleIndex.slice`
 checks them (CRC32C, tar headers) before anything is decoded: a sample whose bytes changed is a
 :class:`~shardkit.errors.DataError` naming the shard and key, never other bytes. With a ``cache_dir``, a
 shard already in the cache is read there (bytes that fail their check there are read again from the store);
@@ -24,7 +25,7 @@ import operator
 import os
 import threading
 from dataclasses import replace
-from typing import Any, Optional, Union
+from typing import IO, Any, Optional, Union
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -34,6 +35,7 @@ from shardkit.format.index import READABLE_INDEX_FORMATS, IndexDamage, SampleInd
 from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.format.sample import RawSample
 from shardkit.format.tables import BUILD_COMMAND, TABLES_FORMAT, KeyTable, TableError, checked
+from shardkit.storage import fs as storage
 from shardkit.storage.cache import ShardCache
 from shardkit.storage.opener import ShardOpener, StorageConfig
 
@@ -81,10 +83,11 @@ class OpenDataset(Dataset):
         self._opener: Optional[ShardOpener] = None
         self._cache: Optional[ShardCache] = None
         self._decoder: Any = None
+        self._files: collections.OrderedDict[int, tuple[IO[bytes], threading.Lock]] = collections.OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for k in ("_lock", "_indexes", "_keys", "_opener", "_cache", "_decoder", "_pid"):
+        for k in ("_lock", "_indexes", "_keys", "_opener", "_cache", "_decoder", "_pid", "_files"):
             state.pop(k)
         return state
 
@@ -167,8 +170,6 @@ class OpenDataset(Dataset):
             )
         if t.get("format") != TABLES_FORMAT:
             raise TableError(f"{base}: tables format {t.get('format')!r} is unknown to this shardkit; upgrade shardkit")
-        from shardkit.storage import fs as storage
-
         url = storage.join(base, t["keys"]["name"])
         try:
             data = opener.fetch(url)
@@ -263,7 +264,21 @@ class OpenDataset(Dataset):
                 f.seek(lo)
                 return f.read(hi - lo)
         info = self.manifest.shards[shard]
-        with opener.open_ranges(self.urls[shard], info.bytes, None) as f:
+        if storage.is_local(self.urls[shard]):
+            with opener.open_ranges(self.urls[shard], info.bytes, None) as f:
+                f.seek(lo)
+                return f.read(hi - lo)
+        with self._lock:  # a remote shard stays open (its open probes the size): one request per item after it
+            entry = self._files.pop(shard, None)
+            if entry is None:
+                entry = (opener.open_ranges(self.urls[shard], info.bytes, None), threading.Lock())
+            self._files[shard] = entry  # most recently used last
+            while len(self._files) > self.max_indexes:
+                old = self._files.popitem(last=False)[1]
+                with old[1]:
+                    old[0].close()
+        f, lock = entry
+        with lock:  # one file position per open shard
             f.seek(lo)
             return f.read(hi - lo)
 
