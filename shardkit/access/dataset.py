@@ -260,9 +260,9 @@ class OpenDataset(Dataset):
         opener, _, _ = self._state()
         path = self._cached_path(shard) if cached else None
         if path is not None:
-            with open(path, "rb", buffering=0) as f:
-                f.seek(lo)
-                return f.read(hi - lo)
+            with open(path, "rb", buffering=0) as cf:
+                cf.seek(lo)
+                return cf.read(hi - lo)
         info = self.manifest.shards[shard]
         if storage.is_local(self.urls[shard]):
             with opener.open_ranges(self.urls[shard], info.bytes, None) as f:
@@ -277,10 +277,10 @@ class OpenDataset(Dataset):
                 old = self._files.popitem(last=False)[1]
                 with old[1]:
                     old[0].close()
-        f, lock = entry
+        rf, lock = entry
         with lock:  # one file position per open shard
-            f.seek(lo)
-            return f.read(hi - lo)
+            rf.seek(lo)
+            return rf.read(hi - lo)
 
     def __repr__(self) -> str:
         return f"OpenDataset({self.manifest.base_url!r}, {len(self)} samples, fields={list(self.spec.fields)})"
