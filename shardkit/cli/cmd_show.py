@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 HELP = (
     "draw a grid of samples (boxes with class names, masks, keypoints, labels, captions) into a PNG; with "
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise SystemExit("shardkit show: --n must be at least 1")
     so = storage_options(args)
+    data: Any
     if args.preset:
         data, classes = batch_of(args.url, args.n, args.preset, args.size, args.seed, so)
     else:

@@ -13,8 +13,8 @@ def spread_items(url: str, n: int, storage_options: dict[str, Any]) -> tuple[lis
     from shardkit.access import open_dataset
 
     ds = open_dataset(url, storage_options=storage_options)
-    at = np.unique(np.linspace(0, len(ds) - 1, min(n, len(ds))).round().astype(np.int64)) if len(ds) else []
-    return [ds[int(i)] for i in at], ds.classes
+    at: list[int] = np.unique(np.linspace(0, len(ds) - 1, min(n, len(ds))).round()).astype(int).tolist()
+    return [ds[i] for i in at], ds.classes
 
 
 def batch_of(
