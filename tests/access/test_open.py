@@ -323,3 +323,26 @@ def test_convert_fills_the_per_sample_table(coco_ds):
         with open(os.path.join(src, r["path"]), "rb") as f:
             assert r["source_sha256"] == hashlib.sha256(f.read()).hexdigest()
         assert (r["width"], r["height"]) == SIZE and r["class"] is None and "image_id" in r["meta"]
+
+
+def test_crowd_regions_are_not_boxes_and_their_pixels_leave_the_instance_map(coco_ds):
+    """As the loader: a crowd region is no box, its instance pixels are -1, the other objects' rows close up."""
+    from dataclasses import replace
+
+    from shardkit.access.items import ItemSpec, decode_item
+    from shardkit.loader.decode.decoders import make_decoder
+
+    ds = shardkit.open(coco_ds[1])
+    j = next(j for j in range(len(ds)) if len(ds.raw(j).objects) >= 2)
+    s = ds.raw(j)
+    before = decode_item(s, ItemSpec.of(ds.manifest), make_decoder("pil"))
+    crowd = np.zeros(len(s.objects), bool)
+    crowd[0] = True
+    s2 = replace(s, objects=replace(s.objects, iscrowd=crowd))
+    after = decode_item(s2, ItemSpec.of(ds.manifest), make_decoder("pil"))
+    assert torch.equal(after["boxes"], before["boxes"][1:]) and torch.equal(
+        after["box_labels"], before["box_labels"][1:]
+    )
+    inst = before["instances"].numpy()
+    want = np.where(inst == 0, -1, np.where(inst > 0, inst - 1, inst))  # row 0 gone, the others one up
+    assert np.array_equal(after["instances"].numpy(), want)
