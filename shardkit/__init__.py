@@ -16,6 +16,8 @@ from shardkit.compat import alias_moved_modules
 from shardkit.errors import ConvertError, DataError, ManifestError, ShardkitError, StorageError
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__ below
+    from shardkit.access import OpenDataset
+    from shardkit.access import open_dataset as open  # noqa: A004 - shardkit.open, as tarfile.open
     from shardkit.augment import GpuAugment
     from shardkit.format.manifest import Manifest, ShardInfo, SkippedFile, load_manifest, save_manifest
     from shardkit.loader import LoaderConfig, ShardDataset, ShardLoader, load
@@ -33,6 +35,7 @@ _LAZY = {
     "load": "loader",
     "Source": "plan",
     "GpuAugment": "augment",
+    "OpenDataset": "access",
     "Manifest": "format.manifest",
     "ShardInfo": "format.manifest",
     "SkippedFile": "format.manifest",
@@ -43,10 +46,18 @@ _LAZY = {
     "View": "loader.view",
 }
 
+#: names served lazily under another name than in their module (name -> (submodule, attribute))
+_LAZY_AS = {"open": ("access", "open_dataset"), "show": ("viz", "show")}
+
 alias_moved_modules()
 
 
 def __getattr__(name: str):  # PEP 562
+    if name in _LAZY_AS:
+        import importlib
+
+        module, attr = _LAZY_AS[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
     if name in _LAZY:
         import importlib
 
@@ -60,6 +71,7 @@ __all__ = [
     "DataError",
     "Manifest",
     "ManifestError",
+    "OpenDataset",
     "ShardInfo",
     "ShardkitError",
     "SkippedFile",
@@ -74,5 +86,7 @@ __all__ = [
     "World",
     "load",
     "load_manifest",
+    "open",
     "save_manifest",
+    "show",
 ]

@@ -1,13 +1,14 @@
-"""``shardkit index DATASET``: add per-sample checksums to a dataset's sample indexes
-(maps to :func:`shardkit.format.upgrade.add_checksums`)."""
+"""``shardkit index DATASET``: add per-sample checksums to a dataset's sample indexes, and its key table and
+per-sample table (maps to :func:`shardkit.format.upgrade.add_checksums`)."""
 
 from __future__ import annotations
 
 import argparse
 
 HELP = (
-    "give every shard a sample index with per-sample checksums (datasets converted before them); checks each "
-    "shard against its manifest first, then rewrites the manifest; safe to rerun"
+    "give every shard a sample index with per-sample checksums and every split its key table and per-sample "
+    "table (datasets converted before them); checks each shard against its manifest first, then rewrites the "
+    "manifest; safe to rerun"
 )
 
 
@@ -26,13 +27,15 @@ def run(args: argparse.Namespace) -> int:
     report = add_checksums(args.url, storage_options=storage_options(args), quiet=args.quiet)
     for s in report.splits:
         if not s.changed and not s.unindexable:
-            print(f"{s.split}: nothing to do (every shard's sample index holds checksums)")
+            print(f"{s.split}: nothing to do (every shard's sample index holds checksums; the tables are there)")
             continue
         done = f"{s.split}: {s.written} sample index(es) written with checksums"
         if s.kept:
             done += f", {s.kept} already had them"
         if s.before != s.after:
             done += f"; manifest sample_index {s.before!r} -> {s.after!r}"
+        if s.tables_written:
+            done += "; key table and per-sample table written (no source hash: the sources are not at hand)"
         print(done)
         if s.unindexable:
             print(

@@ -39,6 +39,7 @@ from shardkit.errors import ConvertError
 from shardkit.format.index import INDEX_SUFFIX
 from shardkit.format.manifest import SkippedFile
 from shardkit.format.prefixes import is_prefix_dir
+from shardkit.format.tables import is_table_name
 from shardkit.storage import fs as storage
 
 if TYPE_CHECKING:
@@ -89,8 +90,8 @@ def check_flat(dest: str, overwrite: bool, storage_options: dict) -> None:
 
 def is_split_output(split: str, name: str) -> bool:
     """Whether file ``name`` in the folder of ``split`` (or in one of its prefix directories) is named like its
-    output: a shard or its sample index."""
-    return name.startswith(f"{split}-") and name.endswith((".tar", INDEX_SUFFIX))
+    output: a shard, its sample index, or a key or per-sample table."""
+    return (name.startswith(f"{split}-") and name.endswith((".tar", INDEX_SUFFIX))) or is_table_name(split, name)
 
 
 def split_outputs(url: str, split: str, storage_options: dict, *, temporary: bool = False) -> list[str]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import multiprocessing
 import os
 import threading
@@ -60,6 +61,7 @@ class Outcome:
     reason: str = ""
     detail: str = ""
     targets: TargetOutcome | None = None
+    source_sha256: str = ""  #: sha256 of the source file's bytes (the per-sample table's ``source_sha256``)
 
 
 def encode_chunk(
@@ -83,7 +85,7 @@ def encode_chunk(
                 moved = None
                 if targets is not None:
                     moved = encode_targets(it, reader, (enc.width, enc.height), enc.out_size, targets)
-                out.append(Outcome(enc, targets=moved))
+                out.append(Outcome(enc, targets=moved, source_sha256=hashlib.sha256(data).hexdigest()))
             except SkipImage as exc:
                 out.append(Outcome(None, exc.reason.value, exc.detail))
     return out

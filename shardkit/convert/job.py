@@ -62,6 +62,7 @@ from shardkit.convert.merge import finalize_split
 from shardkit.convert.options import ConvertConfig, ConvertResult, SplitResult
 from shardkit.convert.scan.discover import NOT_CANDIDATES, ScannedSource, discover
 from shardkit.convert.scan.source import SourceFile, SplitSource
+from shardkit.convert.tablesout import write_rows
 from shardkit.convert.targets import (
     IMAGE_SKIPPED,
     TargetOutcome,
@@ -74,6 +75,7 @@ from shardkit.errors import ConvertError
 from shardkit.format import EncodedSample, index_url, write_tar
 from shardkit.format.fields import DEFAULT_FIELDS
 from shardkit.format.manifest import MANIFEST_NAME, SkippedFile, load_manifest
+from shardkit.format.tables import sample_row
 from shardkit.storage import fs as storage
 
 
@@ -285,6 +287,8 @@ class SplitJob:
         counts = [0] * len(self.classes)
         moved: dict[str, int] = {}  # annotations moved out of "kept" while encoding
         cap = plan.CapSplit(self.options.shard_bytes)
+        rows: list[dict] = []  # the per-sample table's rows of the shard's samples, then of its overflow's
+        over_rows: list[dict] = []
 
         def fitting() -> Iterator[EncodedSample]:
             for it, out in zip(items, outcomes):
@@ -296,14 +300,17 @@ class SplitJob:
                         raise ConvertError(f"{it.relpath}: skipped ({out.reason}: {out.detail}) and --strict is set")
                     continue
                 s = _sample(it, out.encoded, self.classes, self.plan.key_width, out.targets)
+                row = sample_row(s.key, s.meta, out.source_sha256)
                 if out.targets is not None:
                     for r, n in out.targets.moved.items():
                         moved[r] = moved.get(r, 0) + n
                 for c in sample_classes(it, out.targets):
                     counts[c] += 1
                 if cap.fits(plan.tar_size(s)):
+                    rows.append(row)
                     yield s
                 else:
+                    over_rows.append(row)
                     over.append(s)
 
         name, oname = journal.shard_path(self.src.name, j, self.plan.prefixes), journal.overflow_name(self.src.name, j)
@@ -315,6 +322,7 @@ class SplitJob:
             else None
         )
         overflow = _write_part(journal.journal_url(self.url, oname), oname, over, self.so) if over else None
+        write_rows(self.url, self.src.name, j, rows, over_rows, self.so)  # before the record that vouches for it
         rec = journal.ShardRecord(
             fingerprint=self.plan.fingerprint,
             index=j,

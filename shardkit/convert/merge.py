@@ -6,7 +6,8 @@ done. Finalising checks that every planned shard has a record and that every
 recorded shard is present with its recorded size, packs the overflow samples
 (see :mod:`shardkit.convert.shards`) into the shards numbered after the planned
 ones (spread over the prefix directories by their number, like planned shards),
-and writes ``manifest.json`` last. It is idempotent: running it again rewrites
+writes the split's key table and per-sample table (:mod:`shardkit.format.tables`, from the rows the journal
+kept: :mod:`shardkit.convert.tablesout`) and writes ``manifest.json`` last. It is idempotent: running it again rewrites
 the same bytes.
 """
 
@@ -21,11 +22,13 @@ from shardkit import __version__
 from shardkit.convert import journal
 from shardkit.convert import shards as plan
 from shardkit.convert.dest import tidy_prefix_dirs
+from shardkit.convert.tablesout import split_rows
 from shardkit.errors import ConvertError
 from shardkit.format import INDEX_FORMAT, EncodedSample, index_url, write_tar
 from shardkit.format.fields import SampleRule
 from shardkit.format.manifest import Manifest, ShardInfo, manifest_url
 from shardkit.format.prefixes import prefix_of
+from shardkit.format.tablebuild import write_tables
 from shardkit.storage import fs as storage
 
 _SHOW = 10
@@ -134,11 +137,13 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
             overflow += read_samples(
                 storage.read_bytes(journal.journal_url(split_url, r.overflow.name), **storage_options), rule
             )
+    overflow_keys: list[list[str]] = []
     sizes = [plan.tar_size(s) for s in overflow]
     shard_size, shard_bytes = p.options.get("shard_size"), p.options.get("shard_bytes")
     for g, (a, b) in enumerate(plan.pack(sizes, shard_size, shard_bytes)):
         name = journal.shard_path(p.split, p.num_planned + g, p.prefixes)  # spread by its index, like a planned one
         batch = overflow[a:b]
+        overflow_keys.append([s.key for s in batch])
         w = storage.publish(storage.join(split_url, name), functools.partial(write_tar, batch), **storage_options)
         if w.index is not None:
             storage.put_bytes(index_url(storage.join(split_url, name)), w.index.to_bytes(), **storage_options)
@@ -155,6 +160,8 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     }
     listed = _listed(split_url, {prefix_of(s.name) for s in shards if s is not None}, storage_options)
     indexed = all(index_url(s.name) in listed for s in shards if s is not None)  # an older shardkit's have none
+    rows = split_rows(split_url, p.split, [r for r in records if r], overflow, overflow_keys, storage_options)
+    tables = write_tables(split_url, p.split, rows, **storage_options)  # before the manifest that names them
     m = Manifest(
         split=p.split,
         classes=list(p.classes),
@@ -169,6 +176,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         keypoint_names=list(p.keypoint_names),
         flip_pairs=[list(x) for x in p.flip_pairs],
         annotations=annotations_of(p, records),
+        tables=tables,
     )
     m.validate()
     m.url = manifest_url(split_url)

@@ -13,7 +13,9 @@ sample index) stay readable as datasets without an index. Version 3 adds ``field
 stored fields beside the image: :mod:`shardkit.format.fields`) and ``targets`` (the names of
 the ``target`` values), and for datasets with ``keypoints`` the ``keypoint_names`` and the
 ``flip_pairs`` a horizontal flip swaps (written only when not empty); versions 1 and 2 read as
-``fields = ["image", "label"]``. Shard names are
+``fields = ["image", "label"]``. The optional ``tables`` (written only when present, in any version: a
+reader that does not know it loses nothing, as the tables only speed up lookups) names the split's key
+table and per-sample table with their sizes and sha256s (:mod:`shardkit.format.tables`). Shard names are
 validated so that a manifest cannot point outside its own directory unless the
 caller opts in: a name is a plain ``.tar`` file name, or one inside a prefix directory
 (``<4 hex digits>/<file>.tar``, as ``shardkit convert --prefixes N`` writes them:
@@ -30,6 +32,7 @@ from typing import Any
 from shardkit.errors import ManifestError, ShardkitError
 from shardkit.format.fields import DEFAULT_FIELDS, fields_error
 from shardkit.format.prefixes import PREFIX_DIR
+from shardkit.format.tables import tables_error
 from shardkit.storage import fs as storage
 
 FORMAT = "shardkit-manifest"
@@ -85,6 +88,8 @@ class Manifest:
     flip_pairs: list[list[int]] = field(default_factory=list)  #: keypoints a horizontal flip swaps, by index
     #: what became of the source's annotations (detection sources): ``{"kept": n, "clipped": n, <reason>: n}``
     annotations: dict[str, int] = field(default_factory=dict)
+    #: the split's key table and per-sample table (:func:`shardkit.format.tables.table_entry`); ``{}``: none
+    tables: dict[str, Any] = field(default_factory=dict)
     version: int = VERSION
     url: str = field(default="", compare=False, repr=False)
 
@@ -138,7 +143,7 @@ class Manifest:
         """Serialise (stable key order, one shard per line for readable diffs)."""
         d = asdict(self)
         d.pop("url")
-        for key in ("keypoint_names", "flip_pairs", "annotations"):  # written only by datasets that have them
+        for key in ("keypoint_names", "flip_pairs", "annotations", "tables"):  # written only by datasets that have them
             if not d[key]:
                 d.pop(key)
         d = {"format": FORMAT, **d}
@@ -187,6 +192,7 @@ class Manifest:
                 keypoint_names=[_text(t) for t in _list(d.get("keypoint_names", []))] if version >= 3 else [],
                 flip_pairs=[list(_list(p)) for p in _list(d.get("flip_pairs", []))] if version >= 3 else [],
                 annotations={_text(k): _count(v) for k, v in _dict(d.get("annotations", {})).items()},
+                tables=dict(_dict(d.get("tables", {}))),
                 version=version,
                 url=url,
             )
@@ -229,6 +235,9 @@ class Manifest:
         problem = fields_error(
             self.fields, len(self.classes), len(self.targets), len(self.keypoint_names), self.flip_pairs
         )
+        if problem:
+            raise ManifestError(f"{where}: {problem}")
+        problem = tables_error(self.tables)
         if problem:
             raise ManifestError(f"{where}: {problem}")
         if self.num_samples >= _MAX_COUNT:

@@ -1,4 +1,4 @@
-"""Add per-sample checksums to a dataset written before them (``shardkit index``).
+"""Add per-sample checksums, the key table and the per-sample table to a dataset written before them (``shardkit index``).
 
 A dataset converted before the sample index had checksums (manifest ``sample_index`` ``"sidecar-1"``)
 or before it existed at all (``""``) gets a :data:`~shardkit.format.index.INDEX_FORMAT` sidecar per
@@ -16,6 +16,11 @@ shard and then a manifest that says so. :func:`add_checksums` does it split by s
    version 2, the first that reads it). A shard that cannot be indexed (its samples do not all have
    the same members, or a member needs an extended tar header) is reported, and the manifest keeps
    the ``sample_index`` it had: it cannot promise an index for every shard.
+
+Tables: a split whose manifest names no key table and per-sample table in the format written now (or
+whose files differ from the sizes and sha256s it records) gets both, built from its shards' keys and
+``.json`` members (checked against the manifest like the index's bytes; no source hash: the source files
+are not at hand) and written before the manifest that names them (:mod:`shardkit.format.tablebuild`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from shardkit.format.index import (
 from shardkit.format.manifest import Manifest, ShardInfo
 from shardkit.format.prefixes import prefix_of
 from shardkit.format.splits import find_splits
+from shardkit.format.tablebuild import rows_from_shard, write_tables
+from shardkit.format.tables import TABLES_FORMAT, checked
 from shardkit.storage import fs as storage
 
 #: a shard up to this size is held in memory while it is indexed; a larger one in a local temporary file
@@ -60,6 +67,8 @@ class SplitUpgrade:
         kept: sample indexes that already held checksums (left as they were).
         unindexable: shards that cannot be indexed (names as in the manifest).
         before, after: the manifest's ``sample_index`` before and after.
+        tables: the split has its key table and per-sample table now.
+        tables_written: they were built (from the shards: no source hash) and written.
     """
 
     split: str
@@ -70,11 +79,13 @@ class SplitUpgrade:
     unindexable: list[str] = field(default_factory=list)
     before: str = ""
     after: str = ""
+    tables: bool = False
+    tables_written: bool = False
 
     @property
     def changed(self) -> bool:
-        """True when a sidecar or the manifest was written."""
-        return bool(self.written) or self.before != self.after
+        """True when a sidecar, a table or the manifest was written."""
+        return bool(self.written) or self.before != self.after or self.tables_written
 
 
 @dataclass
@@ -85,8 +96,8 @@ class UpgradeReport:
 
     @property
     def complete(self) -> bool:
-        """True when every split's manifest now says :data:`~shardkit.format.index.INDEX_FORMAT`."""
-        return all(s.after == INDEX_FORMAT for s in self.splits)
+        """True when every split's manifest now says :data:`~shardkit.format.index.INDEX_FORMAT` and names its tables."""
+        return all(s.after == INDEX_FORMAT and s.tables for s in self.splits)
 
 
 def add_checksums(url: str, *, storage_options: Optional[dict[str, Any]] = None, quiet: bool = True) -> UpgradeReport:
@@ -129,24 +140,50 @@ def add_checksums(url: str, *, storage_options: Optional[dict[str, Any]] = None,
 
 def _upgrade_split(m: Manifest, so: dict[str, Any], progress: Any) -> SplitUpgrade:
     out = SplitUpgrade(m.split, m.base_url, len(m.shards), before=m.sample_index, after=m.sample_index)
+    out.tables = tables_ok(m, so)
+    rows: list[list[dict[str, Any]]] = []
     for i, s in enumerate(m.shards):
         url = m.shard_url(i)
-        if _has_checksums(url, s, so):
+        indexed = _has_checksums(url, s, so)
+        if indexed:
             out.kept += 1
-        else:
+        if not indexed or not out.tables:
             with _checked_bytes(url, s, so) as f:
-                idx = index_from_walk(f, url, s.bytes, s.sha256)
-            if idx is None:
-                out.unindexable.append(s.name)
-            else:
-                storage.put_bytes(index_url(url), idx.to_bytes(), **so)
-                out.written += 1
+                if not indexed:
+                    idx = index_from_walk(f, url, s.bytes, s.sha256)
+                    if idx is None:
+                        out.unindexable.append(s.name)
+                    else:
+                        storage.put_bytes(index_url(url), idx.to_bytes(), **so)
+                        out.written += 1
+                if not out.tables:
+                    f.seek(0)
+                    rows.append(rows_from_shard(f, url))
         progress(s.bytes)
+    tables = m.tables
+    if not out.tables:
+        tables = write_tables(m.base_url, m.split, rows, **so)  # before the manifest that names them
+        out.tables = out.tables_written = True
     _tidy(m.base_url, {prefix_of(s.name) for s in m.shards}, so)  # a killed run's work folders too
-    if not out.unindexable and m.sample_index != INDEX_FORMAT:
-        _set_sample_index(m, so)
-        out.after = INDEX_FORMAT
+    index = INDEX_FORMAT if not out.unindexable else m.sample_index
+    if index != m.sample_index or tables != m.tables:
+        _set_manifest(m, so, index, tables)
+        out.after = index
     return out
+
+
+def tables_ok(m: Manifest, so: dict[str, Any]) -> bool:
+    """Whether ``m`` names tables in the format written now whose files have the recorded size and sha256."""
+    t = m.tables
+    if not t or t.get("format") != TABLES_FORMAT:
+        return False
+    try:
+        for part in ("keys", "samples"):
+            url = storage.join(m.base_url, t[part]["name"])
+            checked(storage.read_bytes(url, **so), t[part], url)
+    except ShardkitError:
+        return False
+    return True
 
 
 def _has_checksums(url: str, s: ShardInfo, so: dict[str, Any]) -> bool:
@@ -203,8 +240,8 @@ def _tidy(base: str, dirs: set[str], so: dict[str, Any]) -> None:
             storage.remove(work, recursive=True, **so)
 
 
-def _set_sample_index(m: Manifest, so: dict[str, Any]) -> None:
-    """Rewrite ``m``'s manifest with ``sample_index`` = :data:`INDEX_FORMAT`, every other key and its order kept.
+def _set_manifest(m: Manifest, so: dict[str, Any], index: str, tables: dict[str, Any]) -> None:
+    """Rewrite ``m``'s manifest with ``sample_index`` = ``index`` and ``tables``, every other key and its order kept.
 
     Raises:
         UpgradeError: the manifest changed since it was loaded.
@@ -213,14 +250,22 @@ def _set_sample_index(m: Manifest, so: dict[str, Any]) -> None:
     if Manifest.from_json(text, m.url) != m:
         raise UpgradeError(f"{m.url}: the manifest changed while its shards were indexed; rerun")
     d = json.loads(text)
-    d["sample_index"] = INDEX_FORMAT
-    d["version"] = max(d["version"], 2)  # version 1 predates sample_index: its readers ignore the key
+    if index:
+        d["sample_index"] = index
+        d["version"] = max(d["version"], 2)  # version 1 predates sample_index: its readers ignore the key
+    d["tables"] = tables  # any version: a reader that does not know the key ignores it
     new = json.dumps(d, indent=1, sort_keys=False, ensure_ascii=False) + "\n"  # as Manifest.to_json
     check = Manifest.from_json(new, m.url)
-    if check.sample_index != INDEX_FORMAT or replace(check, sample_index=m.sample_index, version=m.version) != m:
-        raise UpgradeError(f"{m.url}: the rewritten manifest would differ in more than sample_index; not written")
+    if (
+        check.sample_index != index
+        or check.tables != tables
+        or replace(check, sample_index=m.sample_index, version=m.version, tables=m.tables) != m
+    ):
+        raise UpgradeError(
+            f"{m.url}: the rewritten manifest would differ in more than sample_index and tables; not written"
+        )
     storage.put_bytes(m.url, new.encode("utf-8"), **so)
     _tidy(m.base_url, {""}, so)
 
 
-__all__ = ["SPOOL_BYTES", "SplitUpgrade", "UpgradeError", "UpgradeReport", "add_checksums"]
+__all__ = ["SPOOL_BYTES", "SplitUpgrade", "UpgradeError", "UpgradeReport", "add_checksums", "tables_ok"]

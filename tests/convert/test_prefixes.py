@@ -183,7 +183,8 @@ def _files(split_dir: str) -> set[str]:
 
 
 def _expected_files(m: Manifest) -> set[str]:
-    return {"manifest.json"} | {s.name for s in m.shards} | {index_url(s.name) for s in m.shards}
+    tables = {m.tables[p]["name"] for p in ("keys", "samples")}  # beside the manifest, not in prefix directories
+    return {"manifest.json"} | tables | {s.name for s in m.shards} | {index_url(s.name) for s in m.shards}
 
 
 def _stream(url: str, **storage_options) -> list[tuple[str, int, str]]:

@@ -223,7 +223,9 @@ def test_a_foreign_sample_index_is_refused_and_cleared_by_overwrite(tmp_path, ca
     rc, _, err = _cli(capsys, src, os.path.dirname(dest), "--overwrite")
     assert rc == 0, err
     assert not os.path.exists(stale) and load_manifest(dest).num_samples == 6
-    assert sorted(f for f in os.listdir(dest) if f.startswith("train-")) == ["train-000000.idx", "train-000000.tar"]
+    assert sorted(f for f in os.listdir(dest) if f.startswith("train-")) == [
+        "train-000000.idx", "train-000000.tar", "train-g000000.keys", "train-g000000.samples.jsonl.gz",
+    ]  # fmt: skip
 
 
 def test_bench_uses_the_storage_option_convention_and_refuses_zero_batches(capsys):

@@ -163,7 +163,11 @@ def test_index_writes_what_a_fresh_conversion_writes(counts, prefixes, state, ve
         with open(os.path.join(root, "manifest.json"), encoding="utf-8") as f:
             text = f.read()
         old, new = json.loads(b.manifest_text), json.loads(text)
-        assert list(new) == list(old) and new == {**old, "sample_index": INDEX_FORMAT, "version": max(version, 2)}
+        tables = new[
+            "tables"
+        ]  # the key table and per-sample table, built from the shards (tests/format/test_tables.py)
+        assert list(new) == [*old, "tables"]
+        assert new == {**old, "sample_index": INDEX_FORMAT, "version": max(version, 2), "tables": tables}
         assert text == json.dumps(new, indent=1, ensure_ascii=False) + "\n"
         # the loader reads the same samples, through the index
         after, withheld, range_reads = _loader_read(root)

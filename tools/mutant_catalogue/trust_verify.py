@@ -160,8 +160,8 @@ MUTANTS = [
         "id": "upgrade-checksummed-sidecars-rebuilt",
         "row": ROW_INDEX,
         "file": "shardkit/format/upgrade.py",
-        "old": "        if _has_checksums(url, s, so):",
-        "new": "        if False:",
+        "old": "indexed = _has_checksums(url, s, so)",
+        "new": "indexed = False",
         "tests": [T_ORACLE],
     },
     {
@@ -176,8 +176,8 @@ MUTANTS = [
         "id": "upgrade-manifest-promises-an-index-despite-unindexable",
         "row": ROW_INDEX,
         "file": "shardkit/format/upgrade.py",
-        "old": "if not out.unindexable and m.sample_index != INDEX_FORMAT:",
-        "new": "if m.sample_index != INDEX_FORMAT:",
+        "old": "index = INDEX_FORMAT if not out.unindexable else m.sample_index",
+        "new": "index = INDEX_FORMAT",
         "tests": [T_UNINDEXABLE],
     },
     {
