@@ -8,7 +8,9 @@ against what the manifest promises:
   is a changed shard (:func:`~shardkit.storage.trust.size_mismatch`, naming the URL, the expected
   and the received size), before a byte of it is handed out;
 * a range the object does not have (``416``, or fewer bytes than asked for) is a changed shard too
-  (its real size is asked for then, on that error path only, to name it);
+  (its real size is asked for then, on that error path only, to name it); an answer without a total
+  (HTTP requires one in every ``206``) cannot show a longer object: its first bytes are read, and the
+  sample checksums (or the cache's sha256) judge them;
 * the first answer's ``ETag`` is pinned (:class:`ObjectPin`, shared by every reopen of one read):
   later requests send ``If-Match`` and compare the answer's, so an object replaced mid-read is
   :func:`~shardkit.storage.trust.changed_while_reading`, never spliced.

@@ -5,6 +5,7 @@ killed mid-download is taken over. Real processes, moto's S3 server behind the c
 from __future__ import annotations
 
 import hashlib
+import io
 import multiprocessing as mp
 import os
 import random
@@ -118,3 +119,53 @@ def test_a_downloader_killed_mid_download_is_taken_over(s3, s3_endpoint, tmp_pat
     assert second.exitcode == 0 and ok and cached
     assert waits == 1 and len(gets) == 2, (waits, gets)
     assert not [n for n in os.listdir(cache_dir) if n.startswith(".tmp-")]
+
+
+@pytest.mark.timeout(120)
+def test_a_sample_index_is_fetched_once_per_node_and_checked_on_every_hit(s3, s3_endpoint, tmp_path, caplog):
+    """Two openers sharing a cache folder (two processes of a node) read a shard's index: one GET at the proxy.
+    A cached index damaged on disk fails its own CRC-32: dropped (a warning names it) and fetched again; an
+    index of other bytes from the store (it names another shard digest) is an error and never cached."""
+    import logging
+
+    import s3fs
+
+    from shardkit.format.index import IndexDamage, SampleIndex, index_from_walk, index_url
+    from tests.support.data import write_dataset
+
+    opts, bucket = s3
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=6, shard_size=6, size=(16, 12))
+    info = ds.manifest.shards[0]
+    shard = (tmp_path / "ds" / info.name).read_bytes()
+    idx = index_from_walk(io.BytesIO(shard), info.name, len(shard), info.sha256).to_bytes()
+    fs = s3fs.S3FileSystem(**opts)
+    url = f"s3://{bucket}/idx/{info.name}"
+    fs.pipe_file(index_url(url), idx)
+
+    def check(data: bytes) -> SampleIndex:
+        return SampleIndex.from_bytes(data, index_url(url), shard_bytes=info.bytes, shard_sha256=info.sha256)
+
+    cache_dir = str(tmp_path / "c")
+    with FaultProxy(s3_endpoint) as proxy:
+        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        a, b = (ShardOpener(StorageConfig(storage_options=via, cache_dir=cache_dir)) for _ in range(2))
+        assert len(a.fetch_sidecar(index_url(url), info.sha256, check)) == 6
+        assert len(b.fetch_sidecar(index_url(url), info.sha256, check)) == 6
+        assert len([r for r in proxy.log if r.path.endswith(".idx")]) == 1
+        entry = os.path.join(cache_dir, f"{info.sha256}.idx")
+        raw = bytearray(open(entry, "rb").read())
+        raw[-3] ^= 0xFF
+        open(entry, "wb").write(bytes(raw))
+        with caplog.at_level(logging.WARNING, logger="shardkit.loader"):
+            assert len(b.fetch_sidecar(index_url(url), info.sha256, check)) == 6
+        assert entry in caplog.text
+        assert len([r for r in proxy.log if r.path.endswith(".idx")]) == 2
+        assert open(entry, "rb").read() == idx  # fetched again, checked, kept
+        other = "0" * 64  # an index that names other shard bytes: the store's copy is rejected, not cached
+        with pytest.raises(IndexDamage):
+            a.fetch_sidecar(
+                index_url(url),
+                other,
+                lambda d: SampleIndex.from_bytes(d, index_url(url), shard_bytes=info.bytes, shard_sha256=other),
+            )
+        assert not os.path.exists(os.path.join(cache_dir, f"{other}.idx"))
