@@ -97,6 +97,7 @@ class BlockReader:
         self._damaged: dict[int, str] = {}
         self._counted = 0  # bytes of the open reader already counted
         self._retries = 0  # opener retries already counted
+        self._waits = 0  # opener cache waits already counted
         self._indexes: dict[int, SampleIndex] = {}  # recently used, oldest first
         self._withheld: dict[int, str] = {}  # shards whose index is missing, damaged or wrong: why
         self._ranged: tuple[int, Optional[IO[bytes]]] = (-1, None)  # the shard open for range reads
@@ -111,6 +112,10 @@ class BlockReader:
         if self.opener.retries != self._retries:
             self.counters.add("retries", self.opener.retries - self._retries)
             self._retries = self.opener.retries
+        waits = getattr(self.opener, "cache_waits", 0)
+        if waits != self._waits:
+            self.counters.add("cache_waits", waits - self._waits)
+            self._waits = waits
 
     def close(self) -> None:
         if self._reader is not None:
@@ -202,15 +207,18 @@ class BlockReader:
         idx = self._indexes.pop(shard, None)
         if idx is None:
             url = index_url(self.urls[shard])
-            try:
-                data = self.opener.fetch(url)  # a store that keeps failing raises here: not a damaged index
-            except (FileNotFoundError, StorageError) as exc:
+            nbytes = int(self.nbytes[shard])
+
+            def check(data: bytes) -> SampleIndex:  # its own CRC-32 and the shard it names: the cache's check too
+                return SampleIndex.from_bytes(data, url, shard_bytes=nbytes, shard_sha256=sha)
+
+            try:  # through the node cache when there is one: once per node
+                idx = self.opener.fetch_sidecar(url, sha, check)
+            except (FileNotFoundError, StorageError) as exc:  # a store that keeps failing raises: not a damaged index
                 if isinstance(exc, StorageError) and "not found" not in str(exc):
                     raise
                 self._withhold(shard, f"{url}: sample index not found")
                 return None
-            try:
-                idx = SampleIndex.from_bytes(data, url, shard_bytes=int(self.nbytes[shard]), shard_sha256=sha)
             except IndexDamage as exc:
                 self._withhold(shard, str(exc))
                 return None

@@ -30,6 +30,7 @@ COUNTERS = (
     "boxes_dropped",
     "slowdowns",
     "throttled_s",
+    "cache_waits",
 )
 _INDEX = {name: i for i, name in enumerate(COUNTERS)}
 #: per-source counters of a mixture, after :data:`COUNTERS` in the same vector (one row per source)
@@ -79,7 +80,9 @@ class LoaderStats:
     bytes in the node cache failed a checksum (the cache entry was dropped; each is logged);
     ``slowdowns`` counts remote reads the store answered "slow down" (``503 SlowDown``, ``429``), each
     of which lowered that worker's request rate; ``throttled_s`` is the time workers waited for their
-    request budget (summed over workers, like ``read_s``, of which it is a part).
+    request budget (summed over workers, like ``read_s``, of which it is a part); ``cache_waits`` counts
+    node-cache misses that waited for another process of the node (sharing ``cache_dir``) to finish
+    downloading the same shard or sample index, instead of downloading it again.
     """
 
     batches: int = 0
@@ -99,6 +102,7 @@ class LoaderStats:
     boxes_dropped: int = 0
     slowdowns: int = 0
     throttled_s: float = 0.0
+    cache_waits: int = 0
     #: per source of a mixture (one entry for a single dataset: the totals)
     sources: tuple[SourceStats, ...] = ()
 
@@ -150,6 +154,7 @@ def summarise(
         boxes_dropped=int(d["boxes_dropped"]),
         slowdowns=int(d["slowdowns"]),
         throttled_s=d["throttled_s"],
+        cache_waits=int(d["cache_waits"]),
         sources=sources,
     )
 

@@ -11,7 +11,8 @@ phases) are :mod:`shardkit.storage.budget`'s, never a copy.
 Assumptions (also on the "Scaling out" page): one source, fresh epochs, every sample of a shard the same
 size (its bytes / samples), ranks stepping together, decoding free, requests sequential per process with a
 fixed latency and bandwidth, the store never answering ``503 SlowDown``, a node cache of unlimited size
-filled by the first process (in rank-major order) that opens a shard.
+filled by the first process (in rank-major order) that opens a shard (the node's other processes wait for that
+one download), sample indexes through the node cache when there is one.
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
     block, rate = budget.block_size, budget.rate
     cfg = PlanConfig(batch_size=s.batch_size, seed=s.seed, node_affinity=s.node_affinity)
     cache: Optional[list[set[int]]] = [set() for _ in range(s.nodes)] if s.cache else None
+    index_cache: Optional[list[set[int]]] = [set() for _ in range(s.nodes)] if s.cache else None
     times, prefix, kinds, nbytes = [], [], [], []
-    epochs, first = [], None
-    start, waited, opens, hits = 0.0, 0.0, 0, 0
+    epochs, first, per_epoch = [], None, []
+    start, waited, opens, hits, waits = 0.0, 0.0, 0, 0, 0
     for e in range(s.epochs):
         sched = epoch_schedule(
             data,
@@ -101,6 +103,7 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
             index=s.index,
             cache=cache,
             ranks_per_node=s.ranks_per_node,
+            index_cache=index_cache,
         )
         tm = epoch_timing(
             sched,
@@ -119,6 +122,8 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
         prefix.append(data.shard_prefix[sched.shard[real]])
         kinds.append(sched.kind[real])
         nbytes.append(np.where(sched.kind[real] == HEAD, 0, (sched.hi - sched.lo)[real]))
+        per_epoch.append(int(nbytes[-1].sum()))
+        waits += sched.cache_waits
         epochs.append(tm.end - start)
         if first is None:
             first = tm.first_batch
@@ -136,6 +141,7 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
     total_bytes = int(nb.sum())
     assert first is not None
     samples = int(np.sum(data.samples))
+    startup = s.world_size  # the manifest: one GET per rank (no size probe)
     used = {
         **asdict(s),
         "block_size": block,
@@ -158,11 +164,13 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
         duration_s=duration,
         bytes=total_bytes,
         bytes_per_s_per_node=total_bytes / duration / s.nodes,
-        requests_per_gib=len(t) / max(total_bytes / 2**30, 1e-12),
+        requests_per_gib=(len(t) + startup) / max(total_bytes / 2**30, 1e-12),
+        store_bytes_per_epoch=tuple(per_epoch),
+        cache_waits=waits if s.cache else None,
         first_batch_s=(float(first.min()), float(np.median(first)), float(first.max())),
         epoch_s=tuple(epochs),
         img_per_s_per_rank=samples / s.world_size / (sum(epochs) / len(epochs)),
         cache_hit_rate=(hits / opens if opens else None) if s.cache else None,
-        startup_requests=2 * s.world_size,
+        startup_requests=startup,
         waited_s=waited,
     )

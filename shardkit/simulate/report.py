@@ -39,20 +39,26 @@ class SimReport:
     Attributes:
         settings: the settings it assumed (block size, prefixes, budget, topology, model constants).
         prefixes: per prefix (GET and HEAD requests for shards and their indexes; the manifest apart).
-        requests: all of them; ``by_kind``: per kind (``HEAD``, ``GET index``, ``GET``).
+        requests: all of them; ``by_kind``: per kind as the loader sends them (``HEAD``: a size probe, none
+            on S3 or HTTP, whose sizes come from the manifest; ``GET index``: a sample index; ``GET``: a
+            range of a shard, or a chunk of a cache download).
         peak_get_per_s: the most requests in any 1 s window, all prefixes together.
         mean_get_per_s: requests / duration (above the peak when everything happens within a second).
         duration_s: from the first epoch's start until the last batch was consumed.
         bytes_per_s_per_node: bytes read / duration / nodes.
-        requests_per_gib: requests per GiB read.
+        requests_per_gib: requests per GiB read from the store, the start-up requests included.
+        store_bytes_per_epoch: bytes read from the object store in each epoch (shards, their indexes and
+            cache downloads; a node cache's hits read none).
         first_batch_s: seconds until each rank's first batch (min, median, max), first epoch.
         epoch_s: each epoch's duration.
         img_per_s_per_rank: samples per rank and epoch / mean epoch duration.
         cache_hit_rate: shards a process opened that its node's cache held, over the epochs after the
             first (None without a cache, or with one epoch).
-        startup_requests: the manifest's ``HEAD`` and ``GET`` of every rank, sent when the ranks start
-            (not under the limiter; not in the rows above).
+        startup_requests: the manifest's ``GET`` of every rank, sent when the ranks start (not under the
+            limiter; not in the rows above, in ``requests_per_gib``).
         waited_s: seconds all processes together waited for the limiter.
+        cache_waits: shard opens that found another process of the node downloading (or done downloading)
+            the shard in the same epoch: one download per node, the others wait (None without a cache).
     """
 
     settings: dict[str, Any]
@@ -71,6 +77,8 @@ class SimReport:
     cache_hit_rate: Optional[float]
     startup_requests: int
     waited_s: float
+    store_bytes_per_epoch: tuple[int, ...] = ()
+    cache_waits: Optional[int] = None
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -117,16 +125,18 @@ class SimReport:
             f"{self.bytes / 2**30:>10,.1f}",
             "",
             "requests: " + ", ".join(f"{k} {v:,}" for k, v in self.by_kind.items()),
-            f"bytes/s per node {self.bytes_per_s_per_node / 1e6:,.1f} MB/s; {self.requests_per_gib:,.1f} requests per GiB",
+            f"bytes/s per node {self.bytes_per_s_per_node / 1e6:,.1f} MB/s; {self.requests_per_gib:,.1f} requests per GiB "
+            "(start-up included)",
+            "store bytes per epoch (GiB): " + ", ".join(f"{b / 2**30:,.2f}" for b in self.store_bytes_per_epoch),
             "time to first batch (s): min {:.3g}, median {:.3g}, max {:.3g}".format(*self.first_batch_s),
             "epoch (s): "
             + ", ".join(f"{e:.3g}" for e in self.epoch_s)
             + f"; achieved {self.img_per_s_per_rank:,.0f} img/s per rank",
             f"limiter waits: {self.waited_s:,.0f} s over all processes",
             "cache hit rate after the first epoch: "
-            + ("-" if self.cache_hit_rate is None else f"{100 * self.cache_hit_rate:.1f} %"),
-            f"startup: {self.startup_requests:,} manifest requests (HEAD + GET per rank) when the ranks start, "
-            "not limited",
+            + ("-" if self.cache_hit_rate is None else f"{100 * self.cache_hit_rate:.1f} %")
+            + ("" if self.cache_waits is None else f"; {self.cache_waits:,} opens waited for a node's one download"),
+            f"startup: {self.startup_requests:,} manifest requests (a GET per rank) when the ranks start, not limited",
         ]
         return "\n".join(lines + list(self.notes))
 

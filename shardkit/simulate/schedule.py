@@ -4,8 +4,11 @@ The samples come from the real planner (:func:`shardkit.plan.epoch_stream`, :fun
 :func:`shardkit.plan.block_bounds`: one source, a fresh epoch), the byte ranges from
 :mod:`shardkit.loader.readplan` (what :class:`~shardkit.loader.blockreader.BlockReader` sends). A worker reads
 its chunk block by block (a shuffled block at once; unshuffled, a batch at a time), each block's samples of one
-shard together; a shard it opens costs a size probe (``HEAD``, s3fs opening the file) and, with a sample index,
-first the index (one ``GET``, kept for the worker's next shards). The only reads the model does not know
+shard together; a shard it opens costs no request of its own (the manifest gives its size: no ``HEAD``) but,
+with a sample index, first the index (one ``GET``, kept for the worker's next shards; with a node cache, one per
+node: the others read it from the cache). With a node cache the first process of a node that opens a shard
+downloads it; the node's other processes that open it in the same epoch wait for that download or find it done
+(counted as ``cache_waits``) and send nothing. The only reads the model does not know
 are a sample's bytes: every sample of a shard has the shard's bytes / samples (uniform; the test datasets
 make every sample the same size, so there it is exact).
 
@@ -115,6 +118,8 @@ class EpochSchedule:
     chunk_len: np.ndarray  #: samples of each process's chunk
     opens: int = 0  #: shards opened (a worker's first read of a shard)
     cache_hits: int = 0  #: of those, served by the node cache
+    #: of those, shards another process of the node downloaded in this epoch (it waited for it, or found it done)
+    cache_waits: int = 0
 
     def requests_of(self, p: int) -> list[tuple[str, int, int, int]]:
         """Process ``p``'s requests: ``(kind, shard, lo, hi)`` in order (NOOP entries left out)."""
@@ -146,6 +151,7 @@ def epoch_schedule(
     max_range: int = readplan.MAX_RANGE_BYTES,
     cache: Optional[Sequence[set[int]]] = None,
     ranks_per_node: int = 1,
+    index_cache: Optional[Sequence[set[int]]] = None,
 ) -> EpochSchedule:
     """Every request of ``epoch`` (see the module docstring).
 
@@ -158,6 +164,8 @@ def epoch_schedule(
         max_range: largest range read through the index.
         cache: per node, the shards its cache holds (updated in place); None: no cache.
         ranks_per_node: ranks sharing one node's cache.
+        index_cache: per node, the shards whose sample index its cache holds (updated in place); None: each
+            process fetches the indexes it needs (no cache).
     """
     workers = max(1, num_workers)
     mixture = Mixture((Source("simulated"),), (data.samples,))
@@ -201,7 +209,8 @@ def epoch_schedule(
 
     indexed = index and data.indexed
     memo: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    opens = hits = 0
+    opens = hits = waits = 0
+    fetched: dict[tuple[int, int], int] = {}  # (node, shard) -> the process that downloaded it this epoch
     last_p, last_shard, last_read = -1, -1, -1
     walk: Optional[readplan.WalkState] = None
     indexes: list[int] = []
@@ -220,20 +229,24 @@ def epoch_schedule(
         if fresh:
             opens += 1
             if indexed and s not in indexes:
-                add(p, r, INDEX, s, 0, 64 + INDEX_BYTES_PER_SAMPLE * int(data.samples[s]))
+                if index_cache is None or s not in index_cache[node]:
+                    add(p, r, INDEX, s, 0, 64 + INDEX_BYTES_PER_SAMPLE * int(data.samples[s]))
+                    if index_cache is not None:
+                        index_cache[node].add(s)
                 indexes = [*indexes[-(KEEP_INDEXES - 1) :], s] if KEEP_INDEXES > 1 else [s]
             elif indexed:
                 indexes = [*(i for i in indexes if i != s), s]
             cached = cache is not None and s in cache[node]
             if cached:
                 hits += 1
-            else:
-                add(p, r, HEAD, s, 0, 0)
-                if cache is not None:
-                    for lo, hi in readplan.download_gets(size, block_size=block_size):
-                        add(p, r, GET, s, lo, hi)
-                    cache[node].add(s)
-                    cached = True
+                if fetched.get((node, s), p) != p:
+                    waits += 1
+            elif cache is not None:
+                for lo, hi in readplan.download_gets(size, block_size=block_size):
+                    add(p, r, GET, s, lo, hi)
+                cache[node].add(s)
+                fetched[(node, s)] = p
+                cached = True
             walk = None
         if not cached:
             if indexed:
@@ -266,4 +279,5 @@ def epoch_schedule(
         chunk_len=lengths,
         opens=opens,
         cache_hits=hits,
+        cache_waits=waits,
     )

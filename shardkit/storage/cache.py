@@ -29,13 +29,13 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import io
 import logging
 import os
 import re
 import shutil
-import uuid
 from collections.abc import Callable, Iterator
-from typing import IO, Any, Optional
+from typing import IO, Any, Optional, TypeVar
 
 from shardkit.errors import StorageError
 from shardkit.storage.trust import digest_mismatch, size_mismatch
@@ -46,6 +46,9 @@ _LOCK = ".lock"
 _TMP = ".tmp-"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+#: claims one fetch waits for before it gives up (each is a whole download by another process)
+_MAX_WAITS = 1000
+T = TypeVar("T")
 
 
 class HashingSink:
@@ -89,6 +92,7 @@ class ShardCache:
     def __init__(self, cache_dir: str, cache_size: Optional[int] = None):
         self.dir = cache_dir
         self.limit = cache_size
+        self.waits = 0  #: misses that waited for another process's download of the same entry
         os.makedirs(cache_dir, exist_ok=True)
 
     def path_for(self, sha256: str, nbytes: int) -> str:
@@ -166,25 +170,53 @@ class ShardCache:
         os.utime(path)  # LRU stamp
         return f
 
+    def _claim(self, path: str, nbytes: int, open_hit: Callable[[str], Optional[IO[bytes]]]) -> tuple[Any, Any]:
+        """``(hit, None)``, ``(None, claimed temporary file)`` or ``(None, None)`` (no room) for entry ``path``.
+
+        The temporary file of an entry has one name (``.tmp-`` and the entry's), so a process that misses
+        an entry another one is downloading finds its claim: it waits for that claim's ``flock`` (held
+        until the downloader publishes the entry or dies; counted in :attr:`waits`), then looks again: a
+        hit, or the claim of a dead downloader, which it takes over (its file is replaced).
+        """
+        tmp = os.path.join(self.dir, _TMP + os.path.basename(path))
+        waited = False
+        for _ in range(_MAX_WAITS):
+            with self._locked():
+                hit = open_hit(path)
+                if hit is not None:
+                    return hit, None
+                claim = _open_claim(tmp)
+                if claim is None:  # nobody downloads it: this process does
+                    _remove(tmp)  # a dead downloader's (if any): taken over
+                    if not self._reserve(nbytes):
+                        return None, None
+                    tf = open(tmp, "w+b")
+                    fcntl.flock(tf.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # the claim, until it closes
+                    tf.truncate(nbytes)  # reserve the space so concurrent fetches see it
+                    return None, tf
+            if not waited:
+                self.waits += 1
+                waited = True
+            try:
+                fcntl.flock(claim, fcntl.LOCK_SH)  # returns when the downloader publishes, fails or dies
+            finally:
+                os.close(claim)
+        raise StorageError(f"{path}: still claimed after {_MAX_WAITS} downloads by other processes; clear {self.dir}")
+
     def fetch(self, url: str, nbytes: int, sha256: str, download: Callable[[HashingSink], None]) -> Optional[IO[bytes]]:
         """The cached shard ``url`` of ``nbytes`` bytes and digest ``sha256``, open for reading.
 
         On a miss ``download(sink)`` writes the shard into ``sink`` (it may call ``sink.restart()``);
         the result is kept only when its size and sha256 are the manifest's (a :class:`StorageError`
-        otherwise). Returns ``None`` when the shard cannot fit in the cache or the disk is full (the
-        caller streams it).
+        otherwise). Processes sharing ``cache_dir`` that miss the same shard at once download it once:
+        the others wait for the downloader's claim (:meth:`_claim`). Returns ``None`` when the shard
+        cannot fit in the cache or the disk is full (the caller streams it).
         """
         path = self.path_for(sha256, nbytes)
-        with self._locked():
-            hit = self._open_hit(path, nbytes)
-            if hit is not None:
-                return hit
-            if not self._reserve(nbytes):
-                return None
-            tmp = os.path.join(self.dir, f"{_TMP}{uuid.uuid4().hex}")
-            tf = open(tmp, "w+b")
-            fcntl.flock(tf.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # the downloader's claim, until it closes
-            tf.truncate(nbytes)  # reserve the space so concurrent fetches see it
+        hit, tf = self._claim(path, nbytes, lambda p: self._open_hit(p, nbytes))
+        if hit is not None or tf is None:
+            return hit
+        tmp = tf.name
         sink = HashingSink(tf)
         try:
             try:
@@ -218,7 +250,59 @@ class ShardCache:
             _remove(tmp)
             raise
         finally:
-            tf.close()  # releases the claim
+            tf.close()  # releases the claim: the waiters look again
+
+    def fetch_sidecar(self, sha256: str, tag: str, load: Callable[[], bytes], check: Callable[[bytes], T]) -> T:
+        """``check(bytes)`` of the small file ``tag`` of the shard with content ``sha256`` (its sample index).
+
+        The entry is ``<sha256>.<tag>`` (the manifest has no digest of a sidecar: ``check`` verifies it, e.g.
+        its own CRC-32 and the shard digest it names). A hit that fails ``check`` is dropped (a warning) and
+        loaded again; a miss runs ``load()`` once per node (others wait, as :meth:`fetch`) and keeps the bytes
+        only when ``check`` accepts them (its error propagates otherwise).
+        """
+        path = self.path_for(sha256, 0)[: -len("-0.tar")] + f".{tag}"
+        checked: list[T] = []
+
+        def open_hit(p: str) -> Optional[IO[bytes]]:
+            try:
+                with open(p, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                return None
+            try:
+                checked.append(check(data))
+            except Exception as exc:  # noqa: BLE001 - whatever check rejects: the entry is not trusted
+                _remove(p)
+                log.warning("shardkit: dropped cache file %s (%s); loading it again", p, exc)
+                return None
+            os.utime(p)
+            return io.BytesIO()
+
+        hit, tf = self._claim(path, 0, open_hit)
+        if hit is not None:
+            return checked[-1]
+        if tf is None:
+            return check(load())
+        published = False
+        try:
+            data = load()
+            value = check(data)
+            try:
+                tf.write(data)
+                tf.flush()
+                os.fsync(tf.fileno())
+                with self._locked():
+                    if self._reserve(len(data)):
+                        os.replace(tf.name, path)
+                        published = True
+            except OSError as exc:
+                if exc.errno not in _FULL:
+                    raise
+            return value
+        finally:
+            if not published:
+                _remove(tf.name)
+            tf.close()  # releases the claim: the waiters look again
 
     def drop(self, sha256: str, nbytes: int, why: str) -> bool:
         """Remove the entry of this content (readers that have it open keep reading); True if there was one."""
@@ -230,6 +314,20 @@ class ShardCache:
                 return False
         log.warning("shardkit: dropped cache file %s (%s); the next open fetches the shard again", path, why)
         return True
+
+
+def _open_claim(path: str) -> Optional[int]:
+    """A descriptor of temporary file ``path`` while a live downloader holds its claim, else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return fd  # claimed: the caller waits on it
+    os.close(fd)  # closing also releases the lock just taken
+    return None
 
 
 def _claimed(path: str) -> bool:

@@ -84,7 +84,12 @@ def read_bytes(url: str, **storage_options: Any) -> bytes:
                 return f.read()
         fs, path = get_fs(url, **storage_options)
         try:
-            return bytes(fs.cat_file(path))
+            try:  # a range from 0: s3fs probes the size first without one
+                return bytes(fs.cat_file(path, start=0))
+            except OSError as exc:
+                if not _past_end(exc):
+                    raise
+                return bytes(fs.cat_file(path))  # an empty object has no byte 0
         except (FileNotFoundError, StorageError):
             raise
         except Exception as exc:  # noqa: BLE001 - backends raise their own types (aiohttp, botocore...)
@@ -99,12 +104,20 @@ def read_bytes(url: str, **storage_options: Any) -> bytes:
         raise StorageError(f"{url}: cannot read ({exc})") from None
 
 
+def _past_end(exc: BaseException) -> bool:
+    """True for a store's "range not satisfiable" answer (``416``, S3's ``InvalidRange``)."""
+    resp = getattr(exc.__cause__, "response", None)
+    code = resp.get("Error", {}).get("Code") if isinstance(resp, dict) else None
+    return code in ("InvalidRange", "416") or getattr(exc, "status", None) == 416
+
+
 def open_read(
     url: str,
     block_size: int = 8 << 20,
     *,
     raw_errors: bool = False,
     cache_type: str = "readahead",
+    size: int | None = None,
     **storage_options: Any,
 ) -> IO[bytes]:
     """A binary file object for sequential reading with read-ahead.
@@ -113,12 +126,14 @@ def open_read(
     ``cache_type`` (default ``readahead``) with ``block_size`` bytes per request. With
     ``raw_errors`` the backend's I/O errors propagate unchanged (for a caller
     that retries transient ones); a missing file is always a :class:`StorageError`.
+    ``size``: the file's size when known (the manifest's): fsspec then skips its size probe.
     """
     try:
         if is_local(url):
             return open(local_path(url), "rb", buffering=1 << 20)
         fs, path = get_fs(url, **storage_options)
-        return fs.open(path, "rb", block_size=block_size, cache_type=cache_type)
+        extra = {"size": size} if size is not None else {}
+        return fs.open(path, "rb", block_size=block_size, cache_type=cache_type, **extra)
     except FileNotFoundError as exc:
         cause = exc.__cause__
         if raw_errors and cause is not None and getattr(cause, "status", None) != 404:

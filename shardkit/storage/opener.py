@@ -19,8 +19,9 @@ import numbers
 import os
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import IO, Any, Literal, Optional, Union
+from typing import IO, Any, Literal, Optional, TypeVar, Union
 
 from shardkit.choices import check_types
 from shardkit.errors import StorageError
@@ -36,11 +37,13 @@ from shardkit.storage.budget import (
     read_budget,
 )
 from shardkit.storage.cache import HashingSink, ShardCache, copy_stream
+from shardkit.storage.ranged import ObjectPin, RangeFile, getter_for, ranged_backend
 from shardkit.storage.retry import RetryingFile, RetryLog, backend_options, backoff_s, is_transient
 from shardkit.storage.timeouts import Timeouts, is_timeout, timeouts_for, with_timeouts
 from shardkit.storage.trust import RangeUnsupported, size_mismatch
 
 log = logging.getLogger("shardkit.loader")
+T = TypeVar("T")
 
 #: bytes per request of a cache download (a whole shard, read front to back)
 DOWNLOAD_BLOCK = 8 << 20
@@ -161,7 +164,8 @@ def check_url(url: str, cfg: StorageConfig) -> None:
 class ShardOpener:
     """Opens shards for one worker; owns the optional :class:`ShardCache` and the worker's request limiter.
 
-    Every remote request it sends (the size probe of an open, each read-ahead fill or range read,
+    Every remote request it sends (each read-ahead fill or range read, the size probe of an open on a
+    backend other than S3 and HTTP(S),
     an index :meth:`fetch`, the reads of a cache download) first waits for ``budget``'s
     :class:`~shardkit.storage.budget.RequestLimiter`; local files and ``pipe:`` URLs never do.
 
@@ -270,9 +274,9 @@ class ShardOpener:
             with self._retrying(url, nbytes, block_size=DOWNLOAD_BLOCK) as src:
                 copy_stream(src, sink)  # type: ignore[arg-type]
         except RangeUnsupported:
-            self._stream_download(url, sink)
+            self._stream_download(url, nbytes, sink)
 
-    def _stream_download(self, url: str, sink: HashingSink) -> None:
+    def _stream_download(self, url: str, nbytes: int, sink: HashingSink) -> None:
         """One plain GET of the whole of ``url`` into ``sink`` (a server without Range requests); a
         transient failure restarts it from byte 0, within ``max_retries`` and ``retry_budget_s``."""
         timeouts = self._timeouts(url)
@@ -283,7 +287,7 @@ class ShardOpener:
                 self.limiter.acquire()
             sink.restart()
             try:
-                with storage.open_read(url, block_size=0, raw_errors=True, **opts) as src:
+                with storage.open_read(url, block_size=0, raw_errors=True, size=nbytes, **opts) as src:
                     copy_stream(src, sink)
                 return
             except Exception as exc:
@@ -298,6 +302,20 @@ class ShardOpener:
                     ) from None
                 self.retries += 1
                 time.sleep(backoff_s(url, attempt))
+
+    @property
+    def cache_waits(self) -> int:
+        """Shard (and sidecar) misses that waited for another process's download of the same entry."""
+        return self.cache.waits if self.cache is not None else 0
+
+    def fetch_sidecar(self, url: str, sha256: Optional[str], check: Callable[[bytes], T], tag: str = "idx") -> T:
+        """``check(bytes)`` of the small file ``url`` that belongs to the shard of content ``sha256`` (its
+        sample index): through the node cache when there is one and ``sha256`` is known (entry
+        ``<sha256>.<tag>``, loaded once per node, checked by ``check`` on every hit), else :meth:`fetch`.
+        ``check`` raises for bytes it rejects."""
+        if self.cache is None or sha256 is None or storage.is_local(url) or storage.scheme(url) == "pipe":
+            return check(self.fetch(url))
+        return self.cache.fetch_sidecar(sha256, tag, lambda: self.fetch(url), check)
 
     def fetch(self, url: str) -> bytes:
         """The whole of a small object (a sample index): one GET on remote storage, no size probe first."""
@@ -344,13 +362,26 @@ class ShardOpener:
         return io.BufferedReader(self._retrying(url, nbytes), buffer_size=self.block_size)
 
     def _retrying(self, url: str, nbytes: Optional[int] = None, block_size: Optional[int] = None) -> RetryingFile:
-        """A :class:`RetryingFile` of ``url`` (``nbytes``: the size its open must find; None: any)."""
+        """A :class:`RetryingFile` of ``url`` (``nbytes``: the size its reads must confirm; None: any).
+
+        S3 and HTTP(S) are read by ranged GETs of the known size (:class:`~shardkit.storage.ranged.RangeFile`:
+        no size probe; every answer's ``Content-Range`` total checked against ``nbytes``); other backends
+        open through fsspec, whose open reports the size."""
         timeouts = self._timeouts(url)
         opts = self._options(url, timeouts)
         block_size = block_size or self.block_size
+        ranged = ranged_backend(url)
+        if ranged:
+            get, pin = getter_for(url, opts), ObjectPin()
 
-        def open_fn() -> IO[bytes]:
-            return storage.open_read(url, block_size=block_size, raw_errors=True, cache_type="none", **opts)
+            def open_fn() -> IO[bytes]:
+                return RangeFile(  # type: ignore[return-value]  # a RawIOBase: a binary file
+                    url, get, size=nbytes, expected=nbytes, pin=pin, real_size=lambda: storage.size_of(url, **opts)
+                )
+        else:
+
+            def open_fn() -> IO[bytes]:
+                return storage.open_read(url, block_size=block_size, raw_errors=True, cache_type="none", **opts)
 
         return RetryingFile(
             url,
@@ -360,6 +391,7 @@ class ShardOpener:
             on_retry=self._retried,
             log=self.retry_log,
             limiter=self.limiter,
+            open_sends=not ranged,
             expected_size=nbytes,
             timeouts=timeouts,
         )

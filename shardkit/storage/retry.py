@@ -322,6 +322,8 @@ class RetryingFile(io.RawIOBase):
                 if isinstance(exc, ShardkitError):
                     self._drop()
                     raise
+                if isinstance(exc, FileNotFoundError):
+                    raise StorageError(f"{self.url}: not found") from None
                 if isinstance(exc, _FATAL):
                     raise StorageError(f"{self.url}: cannot read ({type(exc).__name__}: {exc})") from None
                 if is_no_range(exc):

@@ -36,11 +36,12 @@ def _scheme(url: str) -> str:
 
 
 def _tries(url: str, storage_options: dict[str, Any]) -> int:
-    """Requests one attempt may send before the error reaches shardkit (s3fs retries; HTTP probes, then GETs)."""
+    """Requests one attempt may send before the error reaches shardkit (s3fs retries; HTTP: one ranged GET,
+    other backends: a size probe, then a GET)."""
     scheme = _scheme(url)
     if scheme in ("s3", "s3a"):
         return max(1, int(storage_options.get("retries", 5)))
-    return 2
+    return 1 if scheme in ("http", "https") else 2
 
 
 def timeouts_for(

@@ -57,12 +57,12 @@ def test_read_ahead_starts_two_batches_per_worker_ahead_of_the_consumer(workers,
         latency_s=lat,
         bytes_per_s_per_process=1e15,
     )
-    t0 = 3 * lat  # worker 0: the sample index, the shard's HEAD, its first sample's GET
+    t0 = 2 * lat  # worker 0: the sample index, its first sample's GET (no size probe)
     for p in range(workers):
         mine = [i for i in range(len(sched.proc)) if sched.proc[i] == p]
         gets = [i for i in mine if sched.kind[i] == GET]
-        assert sorted(int(sched.kind[i]) for i in mine[:2]) == [HEAD, INDEX] and mine.index(gets[0]) == 2
-        t = 2 * lat  # after the index GET and the shard's HEAD
+        assert int(sched.kind[mine[0]]) == INDEX and mine.index(gets[0]) == 1 and HEAD not in sched.kind[mine]
+        t = lat  # after the index GET
         for j, i in enumerate(gets):
             asked = workers * (j - 1) + p - 2 * workers
             send = max(t, t0 + asked * dt) if j >= 1 and asked > 0 else t

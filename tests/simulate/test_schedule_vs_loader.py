@@ -93,7 +93,7 @@ def _simulated(data: Dataset, root: str, world_size: int, workers: int, rank: in
         data, PlanConfig(**PLAN), world_size=world_size, num_workers=workers, epoch=0, block_size=BLOCK, index=True
     )
     w = max(1, workers)
-    out = [("HEAD", root + "manifest.json", ""), ("GET", root + "manifest.json", "")]
+    out = [("GET", root + "manifest.json", "bytes=0-")]  # the manifest: one GET, no size probe
     for i in range(len(sched.proc)):
         if sched.proc[i] // w != rank or sched.kind[i] == NOOP:
             continue
@@ -152,3 +152,46 @@ def test_workers_send_the_simulated_requests(remote, s3_endpoint, indexed, sprea
     log, keys = _logged(s3_endpoint, opts, _url(bucket, root), num_workers=2, rank=rank, world_size=world_size)
     assert len(keys) == 42 // world_size
     assert Counter(log) == Counter(_simulated(data, root, world_size, 2, rank))
+
+
+def _simulated_cached(data: Dataset, root: str, world_size: int, workers: int) -> list[tuple[str, str, str]]:
+    """Every rank of one node sharing a cache folder: the manifest per rank, each index and shard once."""
+    sched = epoch_schedule(
+        data,
+        PlanConfig(**PLAN),
+        world_size=world_size,
+        num_workers=workers,
+        epoch=0,
+        block_size=BLOCK,
+        index=True,
+        cache=[set()],
+        index_cache=[set()],
+        ranks_per_node=world_size,
+    )
+    out = [("GET", root + "manifest.json", "bytes=0-")] * world_size
+    for i in np.flatnonzero(sched.kind != NOOP).tolist():
+        path = root + data.names[int(sched.shard[i])]
+        if int(sched.kind[i]) == INDEX:
+            out.append(("GET", index_url(path), "bytes=0-"))
+        else:
+            out.append(("GET", path, f"bytes={int(sched.lo[i])}-{int(sched.hi[i]) - 1}"))
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_ranks_sharing_a_cache_send_the_simulated_requests(remote, s3_endpoint, tmp_path):
+    """Two ranks of one node (one cache folder), two workers each: each sample index and each shard is fetched
+    once for the node (the loader's GETs at the proxy are the simulated ones, as a multiset), no HEAD; the
+    simulator's cache waits are the opens that found a shard another process of the node downloaded."""
+    make, opts, bucket = remote
+    root, data = make(True, False)
+    logged: list[tuple[str, str, str]] = []
+    for rank in range(2):
+        log, keys = _logged(
+            s3_endpoint, opts, _url(bucket, root), num_workers=2, rank=rank, world_size=2, cache_dir=str(tmp_path / "c")
+        )
+        assert len(keys) == 21
+        logged += log
+    assert Counter(logged) == Counter(_simulated_cached(data, root, 2, 2))
+    shard_gets = [p for m, p, _ in logged if p.endswith(".tar")]
+    assert len(shard_gets) == len(set(shard_gets)) == len(data.names)  # one download per shard for the node

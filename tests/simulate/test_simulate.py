@@ -27,14 +27,13 @@ ORACLE = settings(derandomize=True, deadline=None, max_examples=25, phases=[Phas
 
 
 class RecordingOpener:
-    """A ShardOpener over in-memory shards that logs what the remote opener sends: a HEAD per open, a GET per
-    raw read, one GET per index fetch."""
+    """A ShardOpener over in-memory shards that logs what the remote opener sends: nothing for an open (the
+    manifest gives the size), a GET per raw read, one GET per index fetch."""
 
     def __init__(self, files: dict[str, bytes], block_size: int):
         self.files, self.block_size, self.log, self.retries = files, block_size, [], 0
 
     def _raw(self, url: str) -> RecordingRaw:
-        self.log.append(("HEAD", url, 0, 0))
         raw = RecordingRaw(self.files[url])
         raw.gets = _Logged(self.log, url)
         return raw
@@ -51,6 +50,9 @@ class RecordingOpener:
     def fetch(self, url):
         self.log.append(("GET index", url, 0, 0))
         return self.files[url]
+
+    def fetch_sidecar(self, url, sha256, check):
+        return check(self.fetch(url))
 
 
 class _Logged(list):

@@ -54,7 +54,7 @@ class FaultProxy:
     so the faults do not depend on how concurrent workers interleave. ``down()`` makes every
     connection fail (reset on accept) until ``up()``. ``fail(path_part, outcome, times)`` scripts
     a fault instead of drawing one: the next ``times`` requests (all, with ``None``) whose path
-    contains ``path_part`` get ``outcome``. A ``503`` answers S3's ``<Code>SlowDown</Code>`` (its body, as S3
+    contains ``path_part`` get ``outcome`` (``"slow"``: forwarded late). A ``503`` answers S3's ``<Code>SlowDown</Code>`` (its body, as S3
     sends it), a ``429`` ``TooManyRequests``. Every :class:`ProxyRequest` carries its arrival time, so a
     test can count requests per second at the proxy (:func:`per_window`). Every response says
     ``Connection: close``.
@@ -69,7 +69,8 @@ class FaultProxy:
         self._seen: dict[tuple[str, str, str], int] = {}
         self._lock = threading.Lock()
         self._down = threading.Event()
-        self._rules: list[list] = []  # [path_part, outcome, remaining or None, method or ""]
+        self._rules: list[list] = []  # [path_part, outcome, remaining or None, method or "", delay_s]
+        self._delay = 0.0  # of the last "slow" rule that hit
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -97,13 +98,16 @@ class FaultProxy:
     def up(self) -> None:
         self._down.clear()
 
-    def fail(self, path_part: str, outcome: str, times: "int | None" = None, method: str = "") -> None:
+    def fail(
+        self, path_part: str, outcome: str, times: "int | None" = None, method: str = "", delay_s: float = 0.0
+    ) -> None:
         """Answer the next ``times`` requests (every one with ``None``) whose path contains ``path_part``
-        (and whose method is ``method``, if given) with ``outcome``."""
-        if outcome not in ("403", "429", "500", "503", "reset", "cut"):
-            raise ValueError(f"outcome {outcome!r}: use one of 403, 429, 500, 503, reset, cut")
+        (and whose method is ``method``, if given) with ``outcome``; ``"slow"`` forwards them after
+        ``delay_s`` seconds (a download that takes a while)."""
+        if outcome not in ("403", "429", "500", "503", "reset", "cut", "slow"):
+            raise ValueError(f"outcome {outcome!r}: use one of 403, 429, 500, 503, reset, cut, slow")
         with self._lock:
-            self._rules.append([path_part, outcome, times, method])
+            self._rules.append([path_part, outcome, times, method, delay_s])
 
     def _scripted(self, method: str, path: str) -> "str | None":
         with self._lock:
@@ -111,6 +115,8 @@ class FaultProxy:
                 if rule[0] in path and rule[3] in ("", method) and (rule[2] is None or rule[2] > 0):
                     if rule[2] is not None:
                         rule[2] -= 1
+                    if rule[1] == "slow":
+                        self._delay = rule[4]
                     return rule[1]
         return None
 
@@ -175,6 +181,8 @@ class FaultProxy:
         elif method == "GET" and x < self.error_rate + self.reset_rate + self.cut_rate:
             outcome = "cut"
         self.log.append(ProxyRequest(method, path, rng, outcome, t))
+        if outcome == "slow":
+            time.sleep(self._delay)
         if outcome == "reset":
             return self._reset(h)
         if outcome in ("403", "429", "500", "503"):

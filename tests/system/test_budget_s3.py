@@ -76,6 +76,10 @@ def _shard_requests(proxy: FaultProxy) -> list:
     return [r for r in list(proxy.log) if "/ds/train-" in r.path]
 
 
+#: s3fs's own attempts of one request that the store answers ``503 SlowDown``
+S3FS_TRIES = 5
+
+
 class CountingLimiter(RequestLimiter):
     """A limiter that lets everything through and counts the requests it was asked for."""
 
@@ -91,7 +95,7 @@ class CountingLimiter(RequestLimiter):
 @pytest.mark.timeout(60)
 def test_every_request_an_opener_sends_waits_for_its_limiter(tmp_path, s3, s3_endpoint):
     """Counted at the proxy: the opener's limiter is asked exactly once per request that reaches the store, for
-    streamed reads (size probe + read-ahead fills), range reads, whole-object fetches and retries after a 503."""
+    streamed reads (read-ahead fills; no size probe), range reads, whole-object fetches and retries after a 503."""
     ds, bucket, opts = _remote(tmp_path, s3, 20)
     names = [s.name for s in ds.manifest.shards]
     with FaultProxy(s3_endpoint) as proxy:
@@ -100,7 +104,9 @@ def test_every_request_an_opener_sends_waits_for_its_limiter(tmp_path, s3, s3_en
         url = f"s3://{bucket}/ds/"
         with opener.open(url + names[0]) as f:
             walked = f.read()
-        proxy.fail("/ds/" + names[1], "503", times=1, method="HEAD")  # a retried open
+        # a first read retried: s3fs retries a SlowDown itself (its attempts of one request, not asked of the
+        # limiter), then the opener slows down and retries
+        proxy.fail("/ds/" + names[1], "503", times=S3FS_TRIES, method="GET")
         with opener.open_ranges(url + names[1]) as f:
             f.seek(1000)
             ranged = f.read(5000)
@@ -111,7 +117,10 @@ def test_every_request_an_opener_sends_waits_for_its_limiter(tmp_path, s3, s3_en
     local = tmp_path / "ds"
     assert walked == (local / names[0]).read_bytes() and fetched == (local / "manifest.json").read_bytes()
     assert ranged == (local / names[1]).read_bytes()[1000:6000] and ranged0 == (local / names[1]).read_bytes()[:512]
-    assert lim.asked == len(sent), (lim.asked, [(r.method, r.path, r.range, r.outcome) for r in sent])
+    assert lim.asked == len(sent) - (S3FS_TRIES - 1), (
+        lim.asked,
+        [(r.method, r.path, r.range, r.outcome) for r in sent],
+    )
     assert lim.slowdowns == 1 and any(r.outcome == "503" for r in sent)
 
 

@@ -328,7 +328,7 @@ def test_a_server_that_never_answers_is_bounded_and_named(silent_server, scheme)
         opts, per_attempt, attempt_s = {}, 2, 2 * 0.5  # a size probe (HEAD), then a GET
     cfg = StorageConfig(storage_options=opts, retry_budget_s=3.0, request_timeout_s=0.5, max_retries=1000)
     with pytest.raises(StorageError, match=r"did not answer within 0.5 s") as err:
-        ShardOpener(cfg).open(url, 100)
+        ShardOpener(cfg).open(url, 100).read(1)  # the open sends nothing: the first read is the first request
     assert "retry_budget_s does not help" in str(err.value)
     fit = max(1, int(3.0 // attempt_s))  # the attempts that fit in the budget (at least one)
     assert len(conns) <= per_attempt * fit, len(conns)
@@ -355,3 +355,44 @@ def test_a_server_without_range_requests_is_named_and_the_cache_works(http_root,
         f = cached.open(f"{proxy.url}/s.tar", len(big), sha)
         assert cached.cache_path_of(f) is not None and _read_all(f) == big
         assert "cut" in [r.outcome for r in proxy.log]
+
+
+# ----------------------------------------------------------------------------- no size probe
+
+
+@pytest.mark.parametrize("how", ["stream", "ranges", "cache"])
+@pytest.mark.parametrize("kind", ["same", "truncate", "append", "zero"])
+def test_an_open_sends_no_size_probe_and_a_changed_size_is_caught_at_the_first_read(
+    s3, s3_endpoint, tmp_path, kind, how
+):
+    """The manifest's size is trusted for the open (no HEAD at the proxy); the first ranged GET's
+    ``Content-Range`` total (or a range past the end) tells a changed size at once: one line naming the
+    URL, the received and the expected size, after one GET (never retried, never served)."""
+    opts, bucket = s3
+    served = _changed(DATA, kind, 0.5)
+    url = f"s3://{bucket}/probe-{kind}-{how}/s.tar"
+    if served:
+        _fs(opts).pipe_file(url, served)
+    else:
+        _fs(opts).touch(url)
+    with FaultProxy(s3_endpoint) as proxy:
+        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        cfg = StorageConfig(
+            storage_options=via, block_size=BLOCK, cache_dir=str(tmp_path / "c") if how == "cache" else None
+        )
+        opener = ShardOpener(cfg)
+        open_fn = opener.open_ranges if how == "ranges" else opener.open
+        if kind == "same":
+            assert _read_all(open_fn(url, len(DATA), SHA)) == DATA
+        else:
+            with pytest.raises(StorageError) as err:
+                _read_all(open_fn(url, len(DATA), SHA))
+            assert str(err.value) == (
+                f"{url}: has {len(served)} bytes, the manifest says {len(DATA)}; the shard changed since "
+                f"conversion: reconvert, or check with `shardkit verify s3://{bucket}/probe-{kind}-{how}`"
+            )
+        shard = [r for r in proxy.log if f"/probe-{kind}-{how}/s.tar" in r.path]
+    assert [r for r in shard if r.method != "GET"] == [], shard
+    if kind != "same":
+        assert len(shard) == 1, shard  # the first GET (S3 names the real size of a range past the end)
+    assert opener.retries == 0

@@ -32,9 +32,9 @@ MUTANTS = [
         "id": "trust-cache-keyed-by-url",  # a dataset converted again at the same URL: the stale shard served
         "row": ROW_CONTENT,
         "file": CACHE,
-        "old": "        path = self.path_for(sha256, nbytes)\n        with self._locked():\n            hit",
+        "old": "        path = self.path_for(sha256, nbytes)\n        hit, tf = self._claim(",
         "new": "        path = self.path_for(hashlib.sha256(url.encode()).hexdigest(), nbytes)\n"
-        "        with self._locked():\n            hit",
+        "        hit, tf = self._claim(",
         "tests": [TC + "test_entries_are_keyed_by_content_not_url"],
     },
     {
@@ -60,17 +60,17 @@ MUTANTS = [
         "id": "trust-cache-not-fsynced",
         "row": ROW_CONTENT,
         "file": CACHE,
-        "old": "                os.fsync(tf.fileno())\n",
-        "new": "                pass\n",
+        "old": "                os.fsync(tf.fileno())\n            except OSError as exc:\n                if not (sink.full",
+        "new": "                pass\n            except OSError as exc:\n                if not (sink.full",
         "tests": [TC + "test_a_download_is_fsynced_before_it_is_published"],
     },
     {
         "id": "trust-cache-opened-after-the-lock",  # evicted between the lock and the open: FileNotFoundError
         "row": ROW_SHARED,
         "file": CACHE,
-        "old": "            hit = self._open_hit(path, nbytes)\n            if hit is not None:\n                return hit\n",
-        "new": "            hit = self._open_hit(path, nbytes)\n        if hit is not None:\n            hit.close()\n"
-        "            return open(path, 'rb')\n        with self._locked():\n",
+        "old": "                hit = open_hit(path)\n                if hit is not None:\n                    return hit, None\n",
+        "new": "                hit = open_hit(path)\n            if hit is not None:\n                hit.close()\n"
+        "                return open(path, 'rb'), None\n            with self._locked():\n",
         "tests": [TC + "test_a_shard_evicted_after_the_lock_is_released_is_still_read"],
     },
     {
