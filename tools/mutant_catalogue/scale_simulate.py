@@ -67,14 +67,6 @@ MUTANTS = [
         "tests": [WALK],
     },
     {
-        "id": "sim-schedule-no-size-probe",  # s3fs's HEAD when a shard is opened left out
-        "row": ROW_SCHEDULE,
-        "file": SCHED,
-        "old": "                add(p, r, HEAD, s, 0, 0)\n",
-        "new": "                pass\n",
-        "tests": [READER],
-    },
-    {
         "id": "sim-schedule-walk-state-kept-across-shards",
         "row": ROW_SCHEDULE,
         "file": SCHED,
@@ -126,7 +118,7 @@ MUTANTS = [
         "id": "sim-cache-never-filled",
         "row": ROW_BUDGET,
         "file": SCHED,
-        "old": "                    cache[node].add(s)\n",
+        "old": "                cache[node].add(s)\n",
         "new": "                    pass\n",
         "tests": [CACHE],
     },
