@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import re
 import threading
-import time
 import types
 
 import pytest
@@ -298,22 +297,20 @@ def test_endpoint_down_longer_than_budget_raises_naming_url(remote_ds, s3_endpoi
             retry_budget_s=1.5,
             **KW,
         )
-        t = time.monotonic()
         it = iter(loader)
         next(it)
-        start_s = time.monotonic() - t  # starting the workers and a first read: this machine's unit of time
         proxy.down()
-        t = time.monotonic()
         with pytest.raises(
             StorageError,
             match=rf"s3://{bucket}/ds/train-\d+\.tar: read at byte \d+ still failing .*raise max_retries / retry_budget_s",
         ) as info:
             for _ in it:
                 pass
-        # not a hang: the budget plus a few times what the start took here (the exact bound, on a clock the
-        # retries advance: test_outage_longer_than_budget_is_a_bounded_error)
-        outage_s = time.monotonic() - t
-        assert outage_s < 1.5 + 5 * start_s, (outage_s, start_s)
+    # not a hang (the test's timeout) and not a retry storm: the backoff doubles from 0.05 s, so a 1.5 s budget
+    # holds a handful of retries per read, whatever the machine's speed (the exact schedule, on a clock the
+    # retries advance: test_outage_longer_than_budget_is_a_bounded_error)
+    retries = int(re.search(r"still failing after (\d+) retries", str(info.value)).group(1))
+    assert 1 <= retries <= 12, str(info.value)
     spent = float(re.search(r"over ([\d.]+) s", str(info.value)).group(1))
     assert spent >= 1.5 - 0.05, str(info.value)  # given up by the budget, not early
 
