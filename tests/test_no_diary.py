@@ -94,7 +94,7 @@ def all_hits(root: Path = ROOT) -> list[tuple[str, int, str, str]]:
         ("measured in session 10", ["session 10"]),
         ("measured (Session 9)", ["(Session 9)"]),
         ("details in notes/issue-3.md", ["notes/"]),
-        ("SourceConfig: the old name", ["the old name"]),
+        ("XConfig: the old name", ["the old name"]),
         ("re-exported (their home until the split)", ["until the split"]),
         ("the command is not in this checkout yet", ["not in this checkout yet"]),
         ("Lightning-AI/pytorch-lightning#20550, still open", []),

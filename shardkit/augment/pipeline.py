@@ -29,7 +29,7 @@ from shardkit.augment.mixup import invalid_labels, soft_labels
 from shardkit.augment.params import make_generator
 from shardkit.augment.program import GeometricStage, Program, build_program
 from shardkit.augment.target_moves import augment_dict, check_flip_pairs, check_targets, move_crop, move_run
-from shardkit.compat import mark_batch_dynamic
+from shardkit.private_apis import mark_batch_dynamic
 from shardkit.targets.geometry import MIN_VISIBLE, Targets
 
 if TYPE_CHECKING:

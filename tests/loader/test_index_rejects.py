@@ -25,7 +25,7 @@ import pytest
 
 import shardkit
 from shardkit.format.manifest import load_manifest
-from shardkit.loader.config import SourceConfig
+from shardkit.loader.config import StorageConfig
 from shardkit.loader.read import BlockReader
 from shardkit.loader.stats import Counters
 from shardkit.plan.epoch import shard_offsets
@@ -72,7 +72,7 @@ def reader(root: str, *, indexed: bool) -> BlockReader:
         m.shard_urls(),
         [s.bytes for s in m.shards],
         shard_offsets(m.shard_sizes),
-        ShardOpener(SourceConfig()),
+        ShardOpener(StorageConfig()),
         Counters(),
         num_classes=len(m.classes),
         sha256=[s.sha256 for s in m.shards] if indexed else None,

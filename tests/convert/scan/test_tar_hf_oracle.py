@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 from shardkit.convert.scan.hf import scan_hf
 from shardkit.errors import ConvertError
 
@@ -49,7 +49,7 @@ PALETTE = [((i % 4) * 70 + 20, ((i // 4) % 4) * 70 + 20, ((i // 16) % 4) * 70 + 
 TOLERANCE = 20
 #: what the oracles compared, over a run (``pytest -s`` prints it: the input counts in the notes)
 TALLY: Counter = Counter()
-IMG = ImageOptions(short_side=8)
+IMG = EncodeConfig(short_side=8)
 _HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 #: no shrinking unless asked (SHARDKIT_ORACLE_SHRINK=1): the inputs are small enough to read unshrunk, and the mutant
 #: gate (tools/mutants.py) needs the first failure fast, not minimal
@@ -420,9 +420,7 @@ def test_tar_source_matches_the_reference(tmp_path_factory, data):
     event(
         "tars: refused" if ref.get("error") else "tars: no image decodes" if not ref["samples"] else "tars: converted"
     )
-    opts = ConvertOptions(
-        image=IMG, shard_size=3, source=SourceOptions(label_json_field=None if mode == "cls" else mode)
-    )
+    opts = ConvertConfig(image=IMG, shard_size=3, source=ScanConfig(label_json_field=None if mode == "cls" else mode))
     if ref.get("error"):  # refused by the source itself, in one line, before anything is written
         from shardkit.convert.scan.tars import scan_tars
 
@@ -621,16 +619,16 @@ def test_hf_source_matches_the_reference(tmp_path_factory, data):
         }
     )
     dest = str(tmp_path_factory.mktemp("hf") / "out")
-    opts = ConvertOptions(image=IMG, shard_size=3)
+    opts = ConvertConfig(image=IMG, shard_size=3)
     if ref.get("error"):
         event("hf: refused")
         with pytest.raises(ConvertError) as e:  # by the source itself, in one line, before anything is written
-            scan_hf(ds, SourceOptions())
+            scan_hf(ds, ScanConfig())
         assert "\n" not in str(e.value)
         return
 
     try:
-        source = scan_hf(ds, SourceOptions())
+        source = scan_hf(ds, ScanConfig())
     except ConvertError as exc:
         assert ref["one_based"] and "not 0" in str(exc) and "\n" not in str(exc), exc
         return  # the scan level holds every split, an empty one too (issue #21 A7)
