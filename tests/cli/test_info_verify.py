@@ -91,7 +91,7 @@ def test_s3_convert_info_verify(s3, s3_endpoint, src, capsys):
 
 
 def _s3_incomplete_split_is_a_problem_exit_1(url, opts, s3_endpoint, capsys):
-    """Bug 3 of issue #11 on object storage: a split without its manifest is named, with the command that finishes it."""
+    """On object storage too: a split without its manifest is named, with the command that finishes it."""
     import s3fs
 
     fs = s3fs.S3FileSystem(**opts)

@@ -129,7 +129,7 @@ def test_state_from_other_dataset_or_options_refused(datasets):
 
 
 def test_state_from_a_dataset_of_the_same_shape_is_refused(tmp_path):
-    """Issue 11 bug 4: the fingerprint identifies the data (shard sha256s, classes), not only its layout."""
+    """The fingerprint identifies the data (shard sha256s, classes), not only its layout."""
     a = write_dataset(str(tmp_path / "a"), num_samples=20, shard_size=10, size=(24, 20))
     b = write_dataset(str(tmp_path / "b"), num_samples=20, shard_size=10, size=(20, 24))  # same counts per shard
     c = write_dataset(str(tmp_path / "c"), num_samples=20, shard_size=10, size=(24, 20), num_classes=4)

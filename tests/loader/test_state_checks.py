@@ -1,4 +1,4 @@
-"""Loading a state checks everything that decides the order and meaning of the rest of the run (issue 21, B).
+"""Loading a state checks everything that decides the order and meaning of the rest of the run.
 
 Written as oracles over the config dataclasses: every field of :class:`shardkit.plan.epoch.PlanConfig`
 and every spec field of :class:`shardkit.Source` (plus ``epoch_size``) is enumerated

@@ -1,4 +1,4 @@
-"""``load(views=...)``: multi-crop views decoded once per sample in the worker (issue 23, first slice).
+"""``load(views=...)``: multi-crop views decoded once per sample in the worker.
 
 Oracles: solid-colour images (one colour per sample, keyed), so every view of a sample must show that
 sample's colour; a smooth gradient image, whose views are checked against an independent crop-and-resize of

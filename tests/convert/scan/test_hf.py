@@ -1,4 +1,4 @@
-"""A Hugging Face dataset as SRC (issue #21 A4, A7, A8, B): label feature types, empty splits, one class space, per-split skips.
+"""A Hugging Face dataset as SRC: label feature types, empty splits, one class space, per-split skips.
 
 Datasets are built with ``datasets`` itself in memory; most checks are on the scanned :class:`ScannedSource`
 (:func:`shardkit.convert.scan.hf.scan_hf`), the per-split skips also through a conversion read back with plain ``tarfile``.

@@ -1,4 +1,4 @@
-"""Sources other than class folders: CSV/TSV/JSONL listings, --label-regex, --val-fraction (issue #12).
+"""Sources other than class folders: CSV/TSV/JSONL listings, --label-regex, --val-fraction.
 
 Each round trip: every row or file accounted (a sample, or skipped with its reason), labels right, keys unique,
 the same bytes whatever workers and tasks.

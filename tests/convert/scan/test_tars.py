@@ -1,4 +1,4 @@
-"""Existing WebDataset tars as SRC (issue #21 A1, A4, A10): the one member rule, the label rule, shardkit's own shards.
+"""Existing WebDataset tars as SRC: the one member rule, the label rule, shardkit's own shards.
 
 Each test builds its tars in tmp_path and checks the scanned :class:`ScannedSource` (which sample holds which image
 bytes and which class name, what is skipped and why) or the converted shards read back with plain ``tarfile``.
