@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-from shardkit.compat import alias_moved_modules
 from shardkit.errors import ConvertError, DataError, ManifestError, ShardkitError, StorageError
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__ below
@@ -48,8 +47,6 @@ _LAZY = {
 
 #: names served lazily under another name than in their module (name -> (submodule, attribute))
 _LAZY_AS = {"open": ("access", "open_dataset"), "show": ("viz", "show")}
-
-alias_moved_modules()
 
 
 def __getattr__(name: str):  # PEP 562

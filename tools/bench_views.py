@@ -184,12 +184,12 @@ def ceiling(opts: dict) -> dict:
     import itertools
 
     import shardkit
-    from shardkit.compat import one_thread
     from shardkit.loader.batching import BatchSpec, decode_batch
     from shardkit.loader.config import ImageConfig
     from shardkit.loader.decode.multicrop import ViewDecoder, views_batch
     from shardkit.loader.decode.worker import CropDecoder
     from shardkit.loader.stats import COUNTERS, Counters
+    from shardkit.private_apis import one_thread
 
     raw = shardkit.load(opts["shards"], batch_size=BATCH, num_workers=0, raw=True, shuffle=False, pin_memory=False)
     batches = list(itertools.islice(raw, -(-opts["samples"] // BATCH)))

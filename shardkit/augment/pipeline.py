@@ -31,7 +31,7 @@ from shardkit.augment.presets import imagenet_eval_ops, imagenet_train_ops
 from shardkit.augment.program import GeometricStage, Program, build_program
 from shardkit.augment.target_moves import augment_dict, check_flip_pairs, check_targets, move_crop, move_run
 from shardkit.augment.viewgroups import augment_views
-from shardkit.compat import mark_batch_dynamic
+from shardkit.private_apis import mark_batch_dynamic
 from shardkit.targets.geometry import MIN_VISIBLE, Targets
 
 MemoryFormat = Literal["contiguous", "channels_last"]

@@ -11,7 +11,6 @@ the conversion, the function its entry point; there is no second name for it), c
 
 from __future__ import annotations
 
-from shardkit.compat import renamed
 from shardkit.convert.imageproc import EncodeConfig, Resample, SkipReason
 from shardkit.convert.job import convert
 from shardkit.convert.merge import merge
@@ -39,11 +38,3 @@ __all__ = [
     "convert",
     "merge",
 ]
-
-
-#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
-__getattr__ = renamed(
-    __name__,
-    {"ConvertOptions": "ConvertConfig", "ImageOptions": "EncodeConfig", "SourceOptions": "ScanConfig"},
-    globals(),
-)

@@ -40,12 +40,12 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
-from shardkit.compat import unguarded_main_line
 from shardkit.convert import shards as plan
 from shardkit.convert.imageproc import EncodeConfig, Encoded, SkipImage, SkipReason, encoder_version, one_core, process
 from shardkit.convert.scan.source import MissingFile, Reader
 from shardkit.convert.targets import TargetOutcome, TargetSpec, encode_targets
 from shardkit.errors import ConvertError
+from shardkit.private_apis import unguarded_main_line
 
 #: images per unit of work sent to a worker process
 CHUNK = 16

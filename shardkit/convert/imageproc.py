@@ -66,12 +66,12 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from shardkit.compat import one_thread, renamed
 from shardkit.convert.colour import Colour, needs_conversion
 from shardkit.convert.colour import to_rgb as _to_rgb
 from shardkit.convert.skips import SkipImage as SkipImage
 from shardkit.convert.skips import SkipReason as SkipReason
 from shardkit.format.members import MAX_PIXELS
+from shardkit.private_apis import one_thread
 
 #: the longest side libjpeg(-turbo) writes or reads (``JPEG_MAX_DIMENSION``)
 JPEG_MAX_SIDE = 65_500
@@ -380,7 +380,7 @@ def resize_bilinear(arr: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 def one_core() -> contextlib.AbstractContextManager[None]:
-    """:func:`shardkit.compat.one_thread` when the fast path (torch) is in use; nothing to limit otherwise."""
+    """:func:`shardkit.private_apis.one_thread` when the fast path (torch) is in use; nothing to limit otherwise."""
     return one_thread() if _fast() is not None else contextlib.nullcontext()
 
 
@@ -398,7 +398,3 @@ def encoder_version() -> str:
         else ""
     )
     return f"pillow {PIL.__version__}, {jpeg}{extra}"
-
-
-#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
-__getattr__ = renamed(__name__, {"ImageOptions": "EncodeConfig"}, globals())

@@ -7,7 +7,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardkit.compat import renamed
 from shardkit.convert.imageproc import EncodeConfig
 from shardkit.format.manifest import Manifest, SkippedFile
 from shardkit.format.prefixes import DEFAULT_PREFIXES, check_prefixes
@@ -304,7 +303,3 @@ class ConvertResult:
     def complete(self) -> bool:
         """True when every written split has its manifest (single task, or the merge is done)."""
         return all(s.manifest is not None for s in self.splits if s.written)
-
-
-#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
-__getattr__ = renamed(__name__, {"ConvertOptions": "ConvertConfig", "SourceOptions": "ScanConfig"}, globals())

@@ -20,7 +20,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from shardkit.compat import renamed
 from shardkit.demo.spec import DemoConfig, DemoResult, EpochLog
 
 
@@ -164,7 +163,3 @@ def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda
         f"({result.shardkit_images_per_s / max(1e-9, result.imagefolder_images_per_s):.1f}x)"
     )
     return result
-
-
-#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
-__getattr__ = renamed(__name__, {"DemoOptions": "DemoConfig"}, globals())

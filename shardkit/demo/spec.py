@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardkit.compat import renamed
-
 
 @dataclass(frozen=True)
 class DemoConfig:
@@ -39,7 +37,3 @@ class DemoResult:
     imagefolder_images_per_s: float = 0.0
     convert_seconds: float = 0.0
     device: str = "cpu"
-
-
-#: names before issue 22 -> their names now: still importable, with a DeprecationWarning
-__getattr__ = renamed(__name__, {"DemoOptions": "DemoConfig"}, globals())

@@ -17,7 +17,6 @@ from shardkit.loader.config import (
     LoaderConfig,
     MultiprocessingContext,
     Preset,
-    SourceConfig,
     StorageConfig,
 )
 from shardkit.loader.dataset import ShardDataset
@@ -45,7 +44,6 @@ __all__ = [
     "RawSample",
     "ShardDataset",
     "ShardLoader",
-    "SourceConfig",
     "StorageConfig",
     "View",
     "ViewBatch",

@@ -11,7 +11,6 @@ from typing import Any, Optional
 
 import torch
 
-from shardkit.compat import one_thread
 from shardkit.errors import ShardkitError
 from shardkit.loader.api import load
 from shardkit.loader.batching import BatchSpec, decode_batch
@@ -20,6 +19,7 @@ from shardkit.loader.decode.worker import CropDecoder
 from shardkit.loader.doctor import measure, slowest_stage, verdict
 from shardkit.loader.fields import ALWAYS, OPT_IN, RowSpec, available, check_fields, parse_fields
 from shardkit.loader.stats import Counters, LoaderStats
+from shardkit.private_apis import one_thread
 
 
 @dataclass(frozen=True)

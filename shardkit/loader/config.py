@@ -19,7 +19,7 @@ from shardkit.loader.fields import TARGET_KINDS, parse_fields
 from shardkit.loader.view import View, parse_views, scaled_views
 from shardkit.loader.workerconfig import MultiprocessingContext, WorkerConfig, default_num_workers  # noqa: F401
 from shardkit.plan.ordering import EpochPolicy, PlanConfig
-from shardkit.storage.opener import SourceConfig, StorageConfig  # noqa: F401 - SourceConfig: the old name
+from shardkit.storage.opener import StorageConfig
 
 
 class Preset(Choice):

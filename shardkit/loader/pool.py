@@ -4,7 +4,7 @@ It starts the worker processes (``DataLoader(batch_size=None)`` over a private c
 dataset, so no other DataLoader's workers take a slot), sizes the shared batch slots for them
 (:class:`~shardkit.loader.transport.Ring`, only where the decode strategy sends pixels),
 receives their envelopes, turns a dead worker or a worker's error into one line, and stops
-them. Every use of torch's DataLoader internals goes through :mod:`shardkit.compat`.
+them. Every use of torch's DataLoader internals goes through :mod:`shardkit.private_apis`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any, Optional
 import torch
 from torch.utils.data import DataLoader
 
-from shardkit.compat import dataloader_iterator, shutdown_dataloader, unguarded_main_line
 from shardkit.errors import ShardkitError
 from shardkit.loader.dataset import ShardDataset
 from shardkit.loader.transport import Envelope, Ring, WorkerFailure, ring_slots
 from shardkit.loader.worker_death import dead_workers, death_message, reported_dead
+from shardkit.private_apis import dataloader_iterator, shutdown_dataloader, unguarded_main_line
 
 log = logging.getLogger("shardkit.loader")
 
@@ -31,7 +31,7 @@ def check_main_guard(method: Optional[str] = None) -> None:
     re-run the caller: ``spawn`` and ``forkserver`` workers import the ``__main__`` script, so a script iterating a
     loader at its top level outside ``if __name__ == "__main__":`` would iterate it again in every worker, which
     multiprocessing refuses there (the worker dies). The rule is the converter's too
-    (:func:`shardkit.compat.unguarded_main_line`)."""
+    (:func:`shardkit.private_apis.unguarded_main_line`)."""
     method = method or multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
     if method == "fork":
         return  # forked workers do not import the script

@@ -4,7 +4,7 @@ Two places can notice: the main process's ``next()`` fails (then :func:`dead_wor
 exit status of the iterator's worker processes), or torch's SIGCHLD watchdog raises its own
 "... is killed by signal" at any point of the main thread (then :func:`reported_dead` reads it,
 because the watchdog has already reaped the process). Both read torch's internals through
-:mod:`shardkit.compat`. Either way :func:`death_message` is what the
+:mod:`shardkit.private_apis`. Either way :func:`death_message` is what the
 user sees.
 """
 
@@ -14,7 +14,7 @@ import signal
 import time
 from typing import Any
 
-from shardkit.compat import watchdog_killed, worker_processes
+from shardkit.private_apis import watchdog_killed, worker_processes
 
 
 def dead_workers(it: Any, wait_s: float = 1.0) -> list[str]:

@@ -422,7 +422,3 @@ def register_with_webdataset(*schemes: str) -> None:
 
     for s in schemes or ("s3", "gs", "gcs", "abfs", "az"):
         gopen.gopen_schemes[s] = _gopen_fsspec
-
-
-#: the name before issue 22 (``LoaderConfig.source`` is one); the loader and ``shardkit.loader`` still serve it
-SourceConfig = StorageConfig

@@ -20,7 +20,7 @@ retries of its own. Not retried: missing objects, denied access, and any
 error that is not an I/O or network error (a bug must not look like a flaky
 network).
 
-Backpressure (issue 25): a :class:`RetryingFile` given a
+Backpressure: a :class:`RetryingFile` given a
 :class:`~shardkit.storage.budget.RequestLimiter` waits for it before every request it sends (the
 open's size probe, each read), and a failure that says "slow down" (:func:`is_slowdown`: S3's
 ``SlowDown``, any ``503`` or ``429``) calls :meth:`~shardkit.storage.budget.RequestLimiter.slow_down`

@@ -116,7 +116,7 @@ def test_a_whole_call_draws_and_applies_without_host_reads():
 
 
 def test_view_augment_draws_and_applies_without_host_reads():
-    """The same for the views list (issue 23): DINO's recipes, batched per recipe and size, and GpuAugment on a list."""
+    """The same for the views list: DINO's recipes, batched per recipe and size, and GpuAugment on a list."""
     from shardkit.augment import ViewAugment
 
     views = [_images(4, 24), _images(4, 24)] + [_images(4, 12) for _ in range(4)]

@@ -281,7 +281,7 @@ class Matmuls(TorchFunctionMode):
 
 
 def test_no_matmul_in_the_target_path():
-    """Issue 26 C6: the targets' maths is elementwise, so ``torch.set_float32_matmul_precision("high")`` (TF32 on
+    """The targets' maths is elementwise, so ``torch.set_float32_matmul_precision("high")`` (TF32 on
     a GPU) cannot shift a box, a keypoint or a mask pixel."""
     images, targets = scene_batch(8, 4, (48, 40))
     aug = GpuAugment([RandomResizedCrop(32), HorizontalFlip(), RandomRotation(30)], seed=0, flip_pairs=FLIP_PAIRS)

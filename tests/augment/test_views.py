@@ -1,4 +1,4 @@
-"""ViewAugment: a pipeline per view group over the views list of ``load(views=...)`` (issue 23), on CPU.
+"""ViewAugment: a pipeline per view group over the views list of ``load(views=...)``, on CPU.
 
 Oracles: (1) every view against an independent per-sample reference (torchvision's functional ops, applied one view
 and one sample at a time with the parameters the pipeline drew, recorded and replayed; which recipe and which rows of

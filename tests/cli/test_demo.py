@@ -9,13 +9,13 @@ import sys
 import pytest
 
 from shardkit.cli import main
-from shardkit.demo.run import DemoOptions, run_demo
+from shardkit.demo.run import DemoConfig, run_demo
 from tests.support.repo import ROOT
 
 
 @pytest.mark.slow
 def test_demo_runs_and_learns(tmp_path):
-    opts = DemoOptions(
+    opts = DemoConfig(
         workdir=str(tmp_path / "demo"),
         num_classes=2,
         train_per_class=48,

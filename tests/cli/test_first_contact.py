@@ -11,14 +11,14 @@ import pytest
 
 import shardkit
 from shardkit.cli import main
-from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
+from shardkit.convert import ConvertConfig, EncodeConfig, convert, merge
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.errors import ShardkitError
 from shardkit.format.manifest import load_manifest
 from tests.support.data import split_samples, tree_digests, write_dataset
 from tests.support.repo import ROOT
 
-OPTS = ConvertOptions(image=ImageOptions(short_side=16), shard_size=4, seed=1)
+OPTS = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=4, seed=1)
 
 
 def _src(path, per_class: int = 3, **kw) -> str:
@@ -44,9 +44,9 @@ def test_every_source_kind_lands_in_dest_split(tmp_path):
     splits = _src(tmp_path / "splits", splits={"train": 3, "val": 2})
     for name, src, opts, want in (
         ("a", plain, OPTS, ["train"]),
-        ("b", plain, ConvertOptions(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.4), ["train", "val"]),
+        ("b", plain, ConvertConfig(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.4), ["train", "val"]),
         ("c", splits, OPTS, ["train", "val"]),
-        ("d", plain, ConvertOptions(image=OPTS.image, shard_size=4, seed=1, split="all"), ["all"]),
+        ("d", plain, ConvertConfig(image=OPTS.image, shard_size=4, seed=1, split="all"), ["all"]),
     ):
         dest = str(tmp_path / name)
         r = convert(src, dest, opts, workers=1, quiet=True)
@@ -65,7 +65,7 @@ def test_adding_a_val_split_does_not_move_the_train_data(tmp_path):
     b = convert(
         src,
         str(tmp_path / "b"),
-        ConvertOptions(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.4),
+        ConvertConfig(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.4),
         workers=1,
         quiet=True,
     )
@@ -140,7 +140,7 @@ def test_converting_into_an_old_flat_dataset_is_refused_or_replaced_with_overwri
 def two_splits(tmp_path_factory):
     src = _src(tmp_path_factory.mktemp("src") / "if", per_class=4)
     dest = str(tmp_path_factory.mktemp("out") / "ds")
-    convert(src, dest, ConvertOptions(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.25), workers=1, quiet=True)
+    convert(src, dest, ConvertConfig(image=OPTS.image, shard_size=4, seed=1, val_fraction=0.25), workers=1, quiet=True)
     return dest
 
 
@@ -234,8 +234,8 @@ def _last_counts(stderr: str) -> dict[str, tuple[int, int]]:
 @pytest.mark.parametrize(
     "opts",
     [
-        ConvertOptions(image=ImageOptions(short_side=16), shard_size=3, shard_bytes=None),
-        ConvertOptions(image=ImageOptions(short_side=16), shard_size=4),  # byte cap on: the pilot encodes a few first
+        ConvertConfig(image=EncodeConfig(short_side=16), shard_size=3, shard_bytes=None),
+        ConvertConfig(image=EncodeConfig(short_side=16), shard_size=4),  # byte cap on: the pilot encodes a few first
     ],
     ids=["count-cap", "byte-cap-pilot"],
 )

@@ -11,12 +11,12 @@ import sys
 import pytest
 
 from shardkit.cli import main
-from shardkit.convert import ConvertOptions, ImageOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, convert
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.format.manifest import load_manifest
 from shardkit.format.verify import info, verify
 
-OPTS = ConvertOptions(image=ImageOptions(short_side=40), shard_size=7, seed=1)
+OPTS = ConvertConfig(image=EncodeConfig(short_side=40), shard_size=7, seed=1)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_s3_convert_info_verify(s3, s3_endpoint, src, capsys):
 
 
 def _s3_incomplete_split_is_a_problem_exit_1(url, opts, s3_endpoint, capsys):
-    """Bug 3 of issue #11 on object storage: a split without its manifest is named, with the command that finishes it."""
+    """On object storage too: a split without its manifest is named, with the command that finishes it."""
     import s3fs
 
     fs = s3fs.S3FileSystem(**opts)
@@ -265,7 +265,7 @@ def test_verify_reports_images_the_loader_skips_for_their_pixel_count(ds, capsys
         os.path.join(ds, "val"), batch_size=4, num_workers=0, max_pixels=100, pin_memory=False, size=16
     )
     assert sum(len(b[1]) for b in loader) == 0 and loader.stats.skipped == 6  # what verify said
-    assert verify(ds).ok and ImageConfig.max_pixels == ImageOptions.max_pixels  # one default: what converts also loads
+    assert verify(ds).ok and ImageConfig.max_pixels == EncodeConfig.max_pixels  # one default: what converts also loads
     assert main(["verify", os.path.join(ds, "val"), "--quiet", "--max-pixels", "100"]) == 1
     assert "6 problem(s)" in capsys.readouterr().out
     with pytest.raises(SystemExit):

@@ -113,7 +113,7 @@ def test_copy_keeps_only_upright_rgb_jpegs_within_the_pixel_limit():
     """``--copy`` keeps the source bytes of an upright RGB JPEG; a rotated one (EXIF), a PNG and one over
     ``max_pixels`` are converted (or skipped) as usual, so what the loader shows is upright."""
     upright = jpeg_bytes(1, 2, (40, 30))
-    opts = ip.ImageOptions(short_side=16, copy=True)
+    opts = ip.EncodeConfig(short_side=16, copy=True)
     assert ip.process(upright, opts).jpeg == upright
     ex = Image.Exif()
     ex[0x0112] = 6  # rotate 90

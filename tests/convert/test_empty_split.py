@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from shardkit.cli import main
-from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
+from shardkit.convert import ConvertConfig, EncodeConfig, convert, merge
 from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError
 from shardkit.format.verify import verify
@@ -21,7 +21,7 @@ from tests.support.data import split_samples
 
 datasets = pytest.importorskip("datasets")
 
-IMG = ImageOptions(short_side=16)
+IMG = EncodeConfig(short_side=16)
 NAMES = ["ant", "bee"]
 
 
@@ -48,7 +48,7 @@ def test_hf_test_split_of_all_minus_one_is_reported_and_the_others_converted(tmp
     r = convert(
         _dd(train=[0, 1, 0, 1, 1], test=[-1, -1, -1]),
         dest,
-        ConvertOptions(image=IMG, shard_size=2),
+        ConvertConfig(image=IMG, shard_size=2),
         workers=1,
         quiet=True,
     )
@@ -79,7 +79,7 @@ def test_cli_summary_names_the_empty_split_and_its_skips(tmp_path, capsys, monke
 def test_every_split_empty_is_one_line_and_writes_nothing(tmp_path, capsys):
     dest = str(tmp_path / "out")
     with pytest.raises(ConvertError) as e:
-        convert(_dd(train=[-1, -1], test=[-1]), dest, ConvertOptions(image=IMG), workers=1, quiet=True)
+        convert(_dd(train=[-1, -1], test=[-1]), dest, ConvertConfig(image=IMG), workers=1, quiet=True)
     msg = str(e.value)
     assert "\n" not in msg and "no split has a sample" in msg
     assert "test (1 skipped: 1 no_label)" in msg and "train (2 skipped: 2 no_label)" in msg
@@ -90,9 +90,9 @@ def test_a_source_whose_every_split_is_empty_is_refused_by_the_job_too(tmp_path,
     """The sources refuse first today; the job's own check stays for any source that returns only empty splits."""
     from shardkit.convert import job
     from shardkit.convert.imageproc import SkipReason
-    from shardkit.convert.scan.source import Reader, Source, SplitSource
+    from shardkit.convert.scan.source import Reader, ScannedSource, SplitSource
 
-    src = Source(
+    src = ScannedSource(
         root="made-up",
         classes=["a"],
         nested=True,
@@ -105,7 +105,7 @@ def test_a_source_whose_every_split_is_empty_is_refused_by_the_job_too(tmp_path,
     monkeypatch.setattr(job, "_discover", lambda *a, **k: src)
     dest = str(tmp_path / "out")
     with pytest.raises(ConvertError) as e:
-        convert("made-up", dest, ConvertOptions(image=IMG), workers=1, quiet=True)
+        convert("made-up", dest, ConvertConfig(image=IMG), workers=1, quiet=True)
     msg = str(e.value)
     assert (
         "\n" not in msg
@@ -119,7 +119,7 @@ def test_a_source_whose_every_split_is_empty_is_refused_by_the_job_too(tmp_path,
 def test_val_fraction_rounding_val_to_zero_converts_train_and_reports_val(tmp_path):
     src = make_imagefolder(str(tmp_path / "src"), num_classes=2, per_class=3)
     dest = str(tmp_path / "out")
-    r = convert(src, dest, ConvertOptions(image=IMG, val_fraction=0.1), workers=1, quiet=True)
+    r = convert(src, dest, ConvertConfig(image=IMG, val_fraction=0.1), workers=1, quiet=True)
     by = {s.split: s for s in r.splits}
     assert by["train"].written and by["train"].manifest.num_samples == 6
     assert not by["val"].written and by["val"].skipped == 0 and "--val-fraction" in by["val"].empty
@@ -130,19 +130,17 @@ def test_multi_task_conversion_with_an_empty_split_merges(tmp_path):
     dd = _dd(train=[0, 1, 0, 1, 1, 0], test=[-1, -1])
     dest = str(tmp_path / "out")
     for i in (1, 0):
-        r = convert(dd, dest, ConvertOptions(image=IMG, shard_size=2), workers=1, quiet=True, num_tasks=2, task_index=i)
+        r = convert(dd, dest, ConvertConfig(image=IMG, shard_size=2), workers=1, quiet=True, num_tasks=2, task_index=i)
         assert not r.complete and [s.split for s in r.splits if not s.written] == ["test"]
     assert [m.split for m in merge(dest)] == ["train"]
 
 
 def test_an_earlier_conversion_of_a_split_that_is_empty_now_is_not_left_behind_silently(tmp_path):
     dest = str(tmp_path / "out")
-    convert(_dd(train=[0, 1], test=[0, 1]), dest, ConvertOptions(image=IMG), workers=1, quiet=True)
+    convert(_dd(train=[0, 1], test=[0, 1]), dest, ConvertConfig(image=IMG), workers=1, quiet=True)
     with pytest.raises(ConvertError, match=r"test.*earlier conversion.*--overwrite"):
-        convert(_dd(train=[0, 1], test=[-1, -1]), dest, ConvertOptions(image=IMG), workers=1, quiet=True)
-    r = convert(
-        _dd(train=[0, 1], test=[-1, -1]), dest, ConvertOptions(image=IMG), workers=1, quiet=True, overwrite=True
-    )
+        convert(_dd(train=[0, 1], test=[-1, -1]), dest, ConvertConfig(image=IMG), workers=1, quiet=True)
+    r = convert(_dd(train=[0, 1], test=[-1, -1]), dest, ConvertConfig(image=IMG), workers=1, quiet=True, overwrite=True)
     assert r.complete and not os.path.exists(os.path.join(dest, "test", "manifest.json"))
     assert verify(dest, quiet=True).ok and verify(dest, quiet=True).splits == 1
 
@@ -161,10 +159,10 @@ def test_oracle_every_row_is_a_sample_or_a_skip_and_empty_splits_write_nothing(t
     want = {name: [(f"row-{i:08d}", y) for i, y in enumerate(labels) if y >= 0] for name, labels in splits.items()}
     if not any(want.values()):
         with pytest.raises(ConvertError, match="no split has a sample"):
-            convert(_dd(**splits), dest, ConvertOptions(image=IMG), workers=1, quiet=True)
+            convert(_dd(**splits), dest, ConvertConfig(image=IMG), workers=1, quiet=True)
         assert not os.path.exists(dest)
         return
-    r = convert(_dd(**splits), dest, ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
+    r = convert(_dd(**splits), dest, ConvertConfig(image=IMG, shard_size=3), workers=1, quiet=True)
     by = {s.split: s for s in r.splits}
     assert sorted(by) == sorted(splits) and r.complete
     for name, labels in splits.items():

@@ -1,4 +1,4 @@
-"""Differential oracle: multi-label sets, float targets and text from CSV/TSV/JSONL listings (issue 23, convert side).
+"""Differential oracle: multi-label sets, float targets and text from CSV/TSV/JSONL listings (the convert side).
 
 Hypothesis writes a listing whose rows each name a distinct solid-colour image, with label cells full of stray,
 doubled and trailing separators, quotes, unicode, empty cells and repeated classes, JSONL values of every type,

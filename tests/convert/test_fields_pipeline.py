@@ -1,4 +1,4 @@
-"""The conversion pipeline with fields beside the label (issue 23): tasks, overflow shards and merge keep every
+"""The conversion pipeline with fields beside the label: tasks, overflow shards and merge keep every
 field byte for byte; resume, val carving, the CLI flags, ``info`` and the one-line refusals."""
 
 from __future__ import annotations

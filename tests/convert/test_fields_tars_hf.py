@@ -1,5 +1,5 @@
 """Differential oracles: multi-label sets and text from existing tars, multi-label sets, targets and text from
-Hugging Face datasets (built with ``datasets`` itself) (issue 23, convert side).
+Hugging Face datasets (built with ``datasets`` itself) (the convert side).
 
 Hypothesis builds the source; a reference written here from the documented rules (plain ``json``, no shardkit
 parsing code) decides per sample "these class names, targets, text" or "skipped (reason)"; the converted split is

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardkit.convert import ConvertOptions, ImageOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, convert
 from shardkit.demo.sampledata import make_image
 from shardkit.format import KEY_PATTERN
 from shardkit.format.manifest import load_manifest
@@ -84,7 +84,7 @@ def odd(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("odd") / "src")
     classes, skips = make_odd_imagefolder(root)
     dest = str(tmp_path_factory.mktemp("out") / "ds")
-    opts = ConvertOptions(image=ImageOptions(short_side=SHORT, max_pixels=MAX_PIXELS), shard_size=16, seed=3)
+    opts = ConvertConfig(image=EncodeConfig(short_side=SHORT, max_pixels=MAX_PIXELS), shard_size=16, seed=3)
     result = convert(root, dest, opts, workers=1, quiet=True)
     return root, result.splits[0].url, classes, skips, result
 
@@ -188,13 +188,13 @@ def test_strict_refuses_any_skip(tmp_path, odd):
 
     root = odd[0]
     with pytest.raises(ConvertError, match="--strict"):
-        convert(root, str(tmp_path / "strict"), ConvertOptions(strict=True, shard_size=16), workers=1, quiet=True)
+        convert(root, str(tmp_path / "strict"), ConvertConfig(strict=True, shard_size=16), workers=1, quiet=True)
     assert not os.path.exists(tmp_path / "strict" / "train" / "manifest.json")
 
 
 def test_no_shuffle_keeps_sorted_order_and_keys(tmp_path, odd):
     root = odd[0]
-    opts = ConvertOptions(image=ImageOptions(short_side=16, max_pixels=MAX_PIXELS), shuffle=False, shard_size=1000)
+    opts = ConvertConfig(image=EncodeConfig(short_side=16, max_pixels=MAX_PIXELS), shuffle=False, shard_size=1000)
     m = convert(root, str(tmp_path / "ordered"), opts, workers=1, quiet=True).splits[0].manifest
     samples = _read_tar(m.shard_url(0))
     keys = list(samples)
@@ -211,8 +211,8 @@ def test_main_process_of_a_pool_conversion_never_imports_torch(tmp_path):
     src = make_imagefolder(str(tmp_path / "src"), num_classes=2, per_class=3)
     code = (
         "import json, sys\n"
-        "from shardkit.convert import ConvertOptions, ImageOptions, convert\n"
-        "r = convert(sys.argv[1], sys.argv[2], ConvertOptions(image=ImageOptions(short_side=16)), workers=2, quiet=True)\n"
+        "from shardkit.convert import ConvertConfig, EncodeConfig, convert\n"
+        "r = convert(sys.argv[1], sys.argv[2], ConvertConfig(image=EncodeConfig(short_side=16)), workers=2, quiet=True)\n"
         "print(json.dumps({'torch': 'torch' in sys.modules, 'n': r.splits[0].converted, 'enc': r.splits[0].manifest.options['encoder']}))\n"
     )
     out = run_fresh(code, src, str(tmp_path / "out"))

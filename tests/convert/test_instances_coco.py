@@ -1,4 +1,4 @@
-"""``coco:`` ``--instances`` against pycocotools (issue 24, instance masks).
+"""``coco:`` ``--instances`` against pycocotools (instance masks).
 
 Generated COCO files (Hypothesis: overlapping polygons, RLE as strings and lists, crowd regions, annotations
 without a segmentation, and annotations skipped at the scan: no image, bad category, degenerate box) are scanned

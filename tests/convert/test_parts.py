@@ -25,13 +25,13 @@ def _jpeg(size, **kw) -> bytes:
 @pytest.mark.parametrize(
     "size, opts, expected",
     [
-        ((500, 375), ip.ImageOptions(), (341, 256)),
-        ((375, 500), ip.ImageOptions(), (256, 341)),
-        ((300, 300), ip.ImageOptions(), (256, 256)),
-        ((200, 100), ip.ImageOptions(), (200, 100)),  # never upscale
-        ((1000, 500), ip.ImageOptions(short_side=None, max_side=400), (400, 200)),
-        ((500, 1000), ip.ImageOptions(short_side=None, max_side=400), (200, 400)),
-        ((300, 200), ip.ImageOptions(short_side=None, max_side=400), (300, 200)),
+        ((500, 375), ip.EncodeConfig(), (341, 256)),
+        ((375, 500), ip.EncodeConfig(), (256, 341)),
+        ((300, 300), ip.EncodeConfig(), (256, 256)),
+        ((200, 100), ip.EncodeConfig(), (200, 100)),  # never upscale
+        ((1000, 500), ip.EncodeConfig(short_side=None, max_side=400), (400, 200)),
+        ((500, 1000), ip.EncodeConfig(short_side=None, max_side=400), (200, 400)),
+        ((300, 200), ip.EncodeConfig(short_side=None, max_side=400), (300, 200)),
     ],
 )
 def test_target_size(size, opts, expected):
@@ -40,9 +40,9 @@ def test_target_size(size, opts, expected):
 
 def test_options_validation():
     with pytest.raises(ValueError, match="exactly one"):
-        ip.ImageOptions(short_side=256, max_side=512)
+        ip.EncodeConfig(short_side=256, max_side=512)
     with pytest.raises(ValueError, match="quality"):
-        ip.ImageOptions(quality=100)
+        ip.EncodeConfig(quality=100)
 
 
 def test_draft_used_when_shrinking_a_jpeg(monkeypatch):
@@ -54,11 +54,11 @@ def test_draft_used_when_shrinking_a_jpeg(monkeypatch):
         return orig(self, *a)
 
     monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", spy)
-    out = ip.process(_jpeg((1200, 900)), ip.ImageOptions(short_side=100))
+    out = ip.process(_jpeg((1200, 900)), ip.EncodeConfig(short_side=100))
     assert calls == [("RGB", (133, 100))]
     assert Image.open(io.BytesIO(out.jpeg)).size == (133, 100) and (out.width, out.height) == (1200, 900)
     calls.clear()
-    ip.process(_jpeg((300, 200)), ip.ImageOptions(short_side=150))  # less than 2x: full decode
+    ip.process(_jpeg((300, 200)), ip.EncodeConfig(short_side=150))  # less than 2x: full decode
     assert calls == []
 
 
@@ -67,7 +67,7 @@ def test_draft_scale_decode_by_simplejpeg_equals_pillows_draft(monkeypatch, size
     """simplejpeg decodes a shrinking JPEG at the scale Pillow's draft chose: the same pixels, so the same bytes."""
     if ip._fast() is None:
         pytest.skip("simplejpeg/torch not installed: Pillow decodes every image")
-    data, opts = _jpeg(size), ip.ImageOptions(short_side=short)
+    data, opts = _jpeg(size), ip.EncodeConfig(short_side=short)
     decoded = []
     real = ip._sj_decode
     monkeypatch.setattr(ip, "_sj_decode", lambda *a: decoded.append(a[2:]) or real(*a))
@@ -81,8 +81,8 @@ def test_draft_scale_decode_by_simplejpeg_equals_pillows_draft(monkeypatch, size
 
 def test_output_is_baseline_and_deterministic():
     data = _jpeg((320, 240), progressive=True)
-    a = ip.process(data, ip.ImageOptions(short_side=120, quality=80))
-    b = ip.process(data, ip.ImageOptions(short_side=120, quality=80))
+    a = ip.process(data, ip.EncodeConfig(short_side=120, quality=80))
+    b = ip.process(data, ip.EncodeConfig(short_side=120, quality=80))
     assert a == b
     im = Image.open(io.BytesIO(a.jpeg))
     assert im.mode == "RGB" and not im.info.get("progressive") and not im.info.get("exif")
@@ -110,7 +110,7 @@ def _png_claiming(width: int, height: int) -> bytes:
 )
 def test_skip_reasons(data, reason):
     with pytest.raises(ip.SkipImage) as exc:
-        ip.process(data, ip.ImageOptions(max_pixels=10_000_000))
+        ip.process(data, ip.EncodeConfig(max_pixels=10_000_000))
     assert exc.value.reason.value == reason
 
 
@@ -197,7 +197,7 @@ def test_torch_resize_matches_pil_bilinear(size, target):
 
 def test_fast_path_close_to_pillow_path_and_deterministic(monkeypatch):
     data = _jpeg((500, 375))
-    opts = ip.ImageOptions()
+    opts = ip.EncodeConfig()
     fast = ip.process(data, opts)
     assert fast == ip.process(data, opts)
     if ip._fast() is not None:
@@ -217,10 +217,10 @@ def test_fast_path_close_to_pillow_path_and_deterministic(monkeypatch):
 def test_fast_path_keeps_exif_rotation_and_falls_back_on_truncated_jpeg():
     ex = Image.Exif()
     ex[0x0112] = 6  # rotate 90
-    out = ip.process(_jpeg((400, 300), exif=ex.tobytes()), ip.ImageOptions(short_side=150))
+    out = ip.process(_jpeg((400, 300), exif=ex.tobytes()), ip.EncodeConfig(short_side=150))
     assert Image.open(io.BytesIO(out.jpeg)).size == (150, 200) and (out.width, out.height) == (300, 400)
     with pytest.raises(ip.SkipImage) as exc:
-        ip.process(_jpeg((400, 300))[:-400], ip.ImageOptions(short_side=150))
+        ip.process(_jpeg((400, 300))[:-400], ip.EncodeConfig(short_side=150))
     assert exc.value.reason is ip.SkipReason.CORRUPT
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardkit.convert import ConvertOptions, ImageOptions, convert, merge
+from shardkit.convert import ConvertConfig, EncodeConfig, convert, merge
 from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError, StorageError
 from shardkit.format.manifest import load_manifest
@@ -38,7 +38,7 @@ def small_src(tmp_path_factory):
     return make_imagefolder(str(tmp_path_factory.mktemp("src") / "if"), num_classes=4, per_class=12, seed=1)
 
 
-OPTS = ConvertOptions(image=ImageOptions(short_side=48), shard_bytes=40_000, seed=7)
+OPTS = ConvertConfig(image=EncodeConfig(short_side=48), shard_bytes=40_000, seed=7)
 
 
 @pytest.mark.slow
@@ -53,7 +53,7 @@ def test_same_bytes_whatever_workers(tmp_path, small_src):
 
 def test_byte_cap_exact_with_overflow(tmp_path):
     src = make_mixed_sizes(str(tmp_path / "src"))
-    opts = ConvertOptions(image=ImageOptions(short_side=72), shuffle=False, shard_bytes=120_000)
+    opts = ConvertConfig(image=EncodeConfig(short_side=72), shuffle=False, shard_bytes=120_000)
     convert(src, str(tmp_path / "out"), opts, workers=1, quiet=True)
     m = load_manifest(str(tmp_path / "out" / "train"))
     spp = m.options["samples_per_shard"]
@@ -79,7 +79,7 @@ def test_rerun_resumes_and_refuses_other_options(tmp_path, small_src):
         f.write(b"\x00\xff")
     redo = convert(small_src, dest, OPTS, workers=1, quiet=True)
     assert redo.splits[0].shards_written == 1 and tree_digests(dest) == clean
-    other = ConvertOptions(image=ImageOptions(short_side=48, quality=70), shard_bytes=40_000, seed=7)
+    other = ConvertConfig(image=EncodeConfig(short_side=48, quality=70), shard_bytes=40_000, seed=7)
     with pytest.raises(ConvertError, match="different conversion.*--overwrite"):
         convert(small_src, dest, other, workers=1, quiet=True)
     assert tree_digests(dest) == clean
@@ -119,7 +119,7 @@ def test_write_error_keeps_work_resumable(tmp_path, small_src, monkeypatch):
 
 def test_multitask_merge_equals_single_task(tmp_path):
     src = make_imagefolder(str(tmp_path / "src"), num_classes=3, per_class=6, splits={"train": 6, "val": 2})
-    opts = ConvertOptions(image=ImageOptions(short_side=32), shard_size=5, seed=2)
+    opts = ConvertConfig(image=EncodeConfig(short_side=32), shard_size=5, seed=2)
     single = str(tmp_path / "single")
     convert(src, single, opts, workers=1, quiet=True)
     multi = str(tmp_path / "multi")
@@ -147,7 +147,7 @@ def test_kill9_then_rerun_gives_identical_bytes(tmp_path):
             Image.fromarray(noisy).save(f"{src}/class{c}/{i:03d}.jpg", quality=90)
     args = ["--short-side", "128", "--shard-size", "8", "--workers", "1", "--quiet"]
     clean = str(tmp_path / "clean")  # the same options through the library
-    convert(src, clean, ConvertOptions(image=ImageOptions(short_side=128), shard_size=8), workers=1, quiet=True)
+    convert(src, clean, ConvertConfig(image=EncodeConfig(short_side=128), shard_size=8), workers=1, quiet=True)
     dest = str(tmp_path / "dest")
     proc = subprocess.Popen(
         [sys.executable, "-m", "shardkit", "convert", src, dest, *args],

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from shardkit.convert import ConvertOptions, ImageOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, convert
 from shardkit.demo.sampledata import make_imagefolder
 from tests.support.data import tree_digests
 from tests.support.repo import ROOT as REPO
 
 EXAMPLES = os.path.join(REPO, "examples")
-OPTS = ConvertOptions(image=ImageOptions(short_side=16), shard_size=3, seed=1)
+OPTS = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=3, seed=1)
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,13 @@ import os
 import pytest
 
 from shardkit.cli import build_parser, main
-from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
 from tests.support.data import split_samples
 
-OPTS = ConvertOptions(image=ImageOptions(short_side=16), shard_size=8, seed=7)
+OPTS = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=8, seed=7)
 
 
 def _src(path, **kw) -> str:
@@ -146,7 +146,7 @@ def test_refusal_of_a_different_conversion_says_what_differs(tmp_path):
     src, dest = _src(tmp_path / "src"), str(tmp_path / "out")
     convert(src, dest, OPTS, workers=1, quiet=True)
     with pytest.raises(ConvertError, match=r"different conversion \(--seed was 7, now 8\); pass --overwrite"):
-        convert(src, dest, ConvertOptions(image=OPTS.image, shard_size=8, seed=8), workers=1, quiet=True)
+        convert(src, dest, ConvertConfig(image=OPTS.image, shard_size=8, seed=8), workers=1, quiet=True)
     with pytest.raises(
         ConvertError,
         match=r"\(--copy was the default, now True; --label-regex was the default, now '\(\.\)'; classes differ",
@@ -154,11 +154,11 @@ def test_refusal_of_a_different_conversion_says_what_differs(tmp_path):
         convert(
             src,
             dest,
-            ConvertOptions(
-                image=ImageOptions(short_side=16, copy=True),
+            ConvertConfig(
+                image=EncodeConfig(short_side=16, copy=True),
                 shard_size=8,
                 seed=7,
-                source=SourceOptions(label_regex="(.)"),
+                source=ScanConfig(label_regex="(.)"),
             ),
             workers=1,
             quiet=True,
@@ -183,7 +183,7 @@ def test_strict_ignores_files_that_are_not_images_but_fails_on_broken_images(tmp
         f.write("not an image, ImageFolder ignores it")
     with open(os.path.join(src, "README.md"), "w") as f:
         f.write("about")
-    strict = ConvertOptions(image=OPTS.image, shard_size=8, strict=True)
+    strict = ConvertConfig(image=OPTS.image, shard_size=8, strict=True)
     r = convert(src, str(tmp_path / "ok"), strict, workers=1, quiet=True)
     assert r.converted == 6 and r.skipped_reasons == {"not_an_image": 1, "not_in_class_folder": 1}
     with open(os.path.join(src, cls, "broken.jpg"), "wb") as f:

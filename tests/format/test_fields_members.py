@@ -1,4 +1,4 @@
-"""The stored fields' members and rules (issue 23): ``.labels.json``, ``.target.json``, ``.txt``, ``SampleRule``,
+"""The stored fields' members and rules: ``.labels.json``, ``.target.json``, ``.txt``, ``SampleRule``,
 manifest version 3, the writer and ``verify`` on them, each against a deliberately simple reference written here."""
 
 from __future__ import annotations

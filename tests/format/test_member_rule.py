@@ -15,7 +15,7 @@ import pytest
 
 import shardkit
 from shardkit.cli import main
-from shardkit.convert import ConvertOptions, ImageOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, convert
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.errors import DataError
 from shardkit.format import IndexDamage, IndexMismatch, RawSample, ShardReader, load_index, split_member
@@ -159,7 +159,7 @@ def test_deep_json_is_a_bad_sample_not_a_crash(tmp_path, capsys):
 
 # --- the sample index -------------------------------------------------------------------------------------------
 
-OPTS = ConvertOptions(image=ImageOptions(short_side=32), shard_size=6, seed=3)
+OPTS = ConvertConfig(image=EncodeConfig(short_side=32), shard_size=6, seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +297,7 @@ def test_verify_reports_incomplete_splits(tmp_path, capsys):
     from shardkit.errors import ConvertError
 
     with pytest.raises(ConvertError, match="broken.jpg: skipped .*--strict"):
-        convert(src, dest2, ConvertOptions(image=OPTS.image, shard_size=6, seed=3, strict=True), workers=1, quiet=True)
+        convert(src, dest2, ConvertConfig(image=OPTS.image, shard_size=6, seed=3, strict=True), workers=1, quiet=True)
     msgs = sorted(str(p) for p in verify(dest2).problems)
     assert [m.split(":")[0] for m in msgs] == ["train/", "val/"]
     assert (
@@ -462,13 +462,13 @@ def test_rerun_over_shards_without_index_does_not_claim_one(tmp_path):
 
 
 def test_index_over_http_through_the_loaders_opener(converted, http_root, tmp_path):
-    from shardkit.loader.config import SourceConfig
+    from shardkit.loader.config import StorageConfig
     from shardkit.storage.opener import ShardOpener
 
     base, directory = http_root
     shutil.copytree(converted, os.path.join(directory, "ds"))
     m = load_manifest(f"{base}/ds")
-    opener = ShardOpener(SourceConfig(cache_dir=str(tmp_path / "cache")))  # the test server has no range requests
+    opener = ShardOpener(StorageConfig(cache_dir=str(tmp_path / "cache")))  # the test server has no range requests
     s, url = m.shards[1], m.shard_url(1)
     idx = load_index(url, shard_bytes=s.bytes, shard_sha256=s.sha256, open_fn=opener.open)
     with opener.open(url, s.bytes, s.sha256) as f:  # the cache's content key

@@ -1,4 +1,4 @@
-"""The detection/segmentation members (issue 24): ``.objects.json``, ``.mask.png``, the manifest's
+"""The detection/segmentation members: ``.objects.json``, ``.mask.png``, the manifest's
 ``keypoint_names``/``flip_pairs``/``annotations``, and the demo scenes, each against a deliberately simple
 reference written here."""
 

@@ -82,7 +82,7 @@ def _build(root: str, counts: list[int], *, prefixes: int, state: str, version: 
 def _loader_read(root: str) -> tuple[list, int, int]:
     """Every sample as the loader's reader reads it, with the shards it withheld and its range reads."""
     from shardkit.loader.blockreader import BlockReader, indexed_shards
-    from shardkit.loader.config import SourceConfig
+    from shardkit.loader.config import StorageConfig
     from shardkit.loader.stats import Counters
     from shardkit.plan.epoch import shard_offsets
     from shardkit.storage.opener import ShardOpener
@@ -93,7 +93,7 @@ def _loader_read(root: str) -> tuple[list, int, int]:
         urls,
         [s.bytes for s in m.shards],
         shard_offsets(m.shard_sizes),
-        ShardOpener(SourceConfig()),
+        ShardOpener(StorageConfig()),
         Counters(),
         num_classes=len(m.classes),
         sha256=indexed_shards(m, urls),

@@ -28,26 +28,6 @@ BENCH = os.path.join(ROOT, "tools", "bench_detection.py")
 TIMEOUT = 240
 
 
-def _loader_takes_targets() -> bool:
-    """Whether this checkout's loader yields boxes and masks (issue #24's loader)."""
-    from shardkit.loader.fields import FIELD_KINDS
-
-    return {"boxes", "box_labels", "box_count", "mask"} <= set(FIELD_KINDS)
-
-
-def _detect_preset() -> str:
-    """``"detect"`` where this checkout's loader has it, else ``"train"`` (the crop + flip every loader has)."""
-    from shardkit.loader.config import Preset
-
-    return "detect" if "detect" in {p.value for p in Preset} else "train"
-
-
-needs_loader = pytest.mark.skipif(
-    not _loader_takes_targets(),
-    reason="the loader's target fields (issue #24, helper 'load') are not in this checkout yet",
-)
-
-
 def _module(path: str, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
@@ -66,11 +46,10 @@ def _run(cmd: list[str], cwd: str) -> subprocess.CompletedProcess:
 # ----------------------------------------------------------------------------- the examples run and train
 
 
-@needs_loader
 @pytest.mark.timeout(TIMEOUT)
 def test_detection_example_trains_on_demo_scenes(tmp_path):
     args = ["--workdir", str(tmp_path / "demo"), "--demo-images", "16", "--steps", "3", "--batch-size", "2"]
-    args += ["--workers", "1", "--size", "96", "--log-every", "1", "--preset", _detect_preset()]
+    args += ["--workers", "1", "--size", "96", "--log-every", "1", "--preset", "detect"]
     proc = _run([sys.executable, DETECTION, *args], str(tmp_path))
     logged = [(int(s), float(x)) for s, x in re.findall(r"step (\d+)/3 \(epoch \d+\): loss (\S+) \(", proc.stdout)]
     assert [s for s, _ in logged] == [1, 2, 3], proc.stdout
@@ -82,7 +61,6 @@ def test_detection_example_trains_on_demo_scenes(tmp_path):
     assert all(math.isfinite(x) for _, x in logged) and float(m.group(5)) == logged[-1][1]
 
 
-@needs_loader
 @pytest.mark.timeout(TIMEOUT)
 def test_segmentation_example_trains_on_demo_scenes(tmp_path):
     args = ["--workdir", str(tmp_path / "demo"), "--demo-images", "16", "--steps", "4", "--batch-size", "2"]
@@ -121,14 +99,13 @@ def _interior(region: torch.Tensor, margin: int) -> torch.Tensor:
     return (-torch.nn.functional.max_pool2d(-r, k, stride=1, padding=margin))[0, 0] > 0.5
 
 
-@needs_loader
 @pytest.mark.timeout(TIMEOUT)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_detection_batches_put_every_box_on_its_colour(tmp_path, seed):
     ex = _module(DETECTION, "train_detection_example")
     url = write_scenes(str(tmp_path / "scenes"), 24, size=(120, 90), shard_size=8, seed=seed)
     # min_visible=0: every box with a visible pixel stays (the default drops slivers the crop leaves, pixels and all)
-    loader = ex.build_loader(url, size=96, batch_size=4, workers=1, seed=seed, preset=_detect_preset(), min_visible=0.0)
+    loader = ex.build_loader(url, size=96, batch_size=4, workers=1, seed=seed, preset="detect", min_visible=0.0)
     checked = 0
     for batch in loader:
         images, targets = to_torchvision(batch)
@@ -151,7 +128,6 @@ def test_detection_batches_put_every_box_on_its_colour(tmp_path, seed):
     assert checked > 0
 
 
-@needs_loader
 @pytest.mark.timeout(TIMEOUT)
 def test_segmentation_batches_put_every_mask_pixel_on_its_colour(tmp_path):
     ex = _module(SEGMENTATION, "train_segmentation_example")
@@ -178,8 +154,6 @@ def test_bench_detection_quick(tmp_path):
     res = json.loads(out.read_text())["summary"]
     for kind in ("det torchvision-pil", "det torchvision", "seg torchvision-pil", "seg torchvision"):
         assert res[kind]["img_s"] and res[kind]["img_s"] > 0, res
-    if _loader_takes_targets():
-        tasks = ("det", "seg") if _detect_preset() == "detect" else ("seg",)
-        for task in tasks:
-            assert res[f"{task} shardkit"]["img_s"] and res[f"{task} shardkit"]["img_s"] > 0, res
-            assert res[f"{task} ratio torchvision"] > 0 and res[f"{task} ratio torchvision-pil"] > 0, res
+    for task in ("det", "seg"):
+        assert res[f"{task} shardkit"]["img_s"] and res[f"{task} shardkit"]["img_s"] > 0, res
+        assert res[f"{task} ratio torchvision"] > 0 and res[f"{task} ratio torchvision-pil"] > 0, res

@@ -252,7 +252,7 @@ def test_killed_mid_epoch_resumes_from_lightning_checkpoint(tmp_path, data):
     assert [s["keys"] for s in read_keys(logs, "val")[0]] == val_pass * 2
 
 
-# --------------------------------------------------------------------------- epochs of varying length (issue 21, A2)
+# --------------------------------------------------------------------------- epochs of varying length
 
 
 def _varying(root: str, train) -> list:

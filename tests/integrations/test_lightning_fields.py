@@ -1,4 +1,4 @@
-"""``ShardDataModule(fields=...)``: a real Lightning ``Trainer`` over dict batches (issue 23).
+"""``ShardDataModule(fields=...)``: a real Lightning ``Trainer`` over dict batches.
 
 Two epochs on CPU (2 DataLoader workers): every sample of the keyed dataset reaches ``training_step`` exactly
 once per epoch, each row's multi-hot labels and text are its key's, and the augmentation got the image.

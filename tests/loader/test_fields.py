@@ -1,4 +1,4 @@
-"""``load(fields=...)``: dict batches of image/views, label, labels, target, text, meta, key, source (issue 23).
+"""``load(fields=...)``: dict batches of image/views, label, labels, target, text, meta, key, source.
 
 The oracle: datasets built from raw tar bytes whose every field is a known function of the sample's key
 (:func:`label_of`, :func:`labels_of`, :func:`target_of`, :func:`text_of`, a solid colour per key); every yielded

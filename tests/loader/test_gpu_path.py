@@ -1,4 +1,4 @@
-"""Issue 26 Part C, the CPU-testable items: what a careful read of the device code found.
+"""The device path's rules that a CPU can check.
 
 * C3 one side stream per device, shared by every DevicePrefetcher (a fake stream factory on CPU);
 * C4 ``GpuAugment(compile=True)`` compiles a bounded number of graphs over any batch sizes;

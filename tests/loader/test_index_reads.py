@@ -18,7 +18,7 @@ import torch
 import shardkit
 from shardkit.format.index import index_url
 from shardkit.format.manifest import load_manifest
-from shardkit.loader.config import SourceConfig
+from shardkit.loader.config import StorageConfig
 from shardkit.loader.read import BlockReader
 from shardkit.loader.stats import Counters
 from shardkit.plan.epoch import shard_offsets
@@ -55,7 +55,7 @@ def _reader(root: str, *, indexed: bool, **source) -> BlockReader:
         urls,
         [s.bytes for s in m.shards],
         shard_offsets(m.shard_sizes),
-        ShardOpener(SourceConfig(**source)),
+        ShardOpener(StorageConfig(**source)),
         Counters(),
         num_classes=len(m.classes),
         sha256=[s.sha256 for s in m.shards] if indexed else None,

@@ -25,7 +25,7 @@ import pytest
 
 import shardkit
 from shardkit.format.manifest import load_manifest
-from shardkit.loader.config import SourceConfig
+from shardkit.loader.config import StorageConfig
 from shardkit.loader.read import BlockReader
 from shardkit.loader.stats import Counters
 from shardkit.plan.epoch import shard_offsets
@@ -72,7 +72,7 @@ def reader(root: str, *, indexed: bool) -> BlockReader:
         m.shard_urls(),
         [s.bytes for s in m.shards],
         shard_offsets(m.shard_sizes),
-        ShardOpener(SourceConfig()),
+        ShardOpener(StorageConfig()),
         Counters(),
         num_classes=len(m.classes),
         sha256=[s.sha256 for s in m.shards] if indexed else None,
@@ -150,7 +150,7 @@ def test_ids_going_back_in_a_shard_read_without_overflow(indexed_pair, gids, hol
 
 
 def test_mixture_with_repeat_reads_without_overflow_warnings(tmp_path):
-    """The rough edge of issue 21: ``repeat=2`` gave ``RuntimeWarning: overflow in scalar subtract`` from the reader."""
+    """``repeat=2`` reads without ``RuntimeWarning: overflow in scalar subtract`` from the reader."""
     roots = []
     for name, n in (("a", 6), ("b", 12)):  # a: one shard, so its two passes meet inside a block of that shard
         ds = write_dataset(str(tmp_path / name), num_samples=n, shard_size=6, size=(24, 20), distinct_images=3)

@@ -1,4 +1,4 @@
-"""``fields=(..., "instances")`` through the loader's crops (issue 24, instance masks): the pixel oracle.
+"""``fields=(..., "instances")`` through the loader's crops (instance masks): the pixel oracle.
 
 Demo scenes with instance maps (:func:`shardkit.demo.scenes.write_scenes` ``instances=True``) under every worker
 preset (``train``: RandomResizedCrop, ``eval``, ``detect``, ``letterbox``) and ``min_visible`` drops:

@@ -1,4 +1,4 @@
-"""``len(loader)`` and ``loader.epoch_info`` describe the pass the next ``iter()`` gives (issue 21, A2).
+"""``len(loader)`` and ``loader.epoch_info`` describe the pass the next ``iter()`` gives.
 
 Oracle: for generated small mixtures (fractional ``repeat`` makes epochs differ by a batch),
 batch sizes and ways of driving a pass (whole, ``islice(len)``, ``zip(range(len), L)``, a

@@ -129,7 +129,7 @@ def test_state_from_other_dataset_or_options_refused(datasets):
 
 
 def test_state_from_a_dataset_of_the_same_shape_is_refused(tmp_path):
-    """Issue 11 bug 4: the fingerprint identifies the data (shard sha256s, classes), not only its layout."""
+    """The fingerprint identifies the data (shard sha256s, classes), not only its layout."""
     a = write_dataset(str(tmp_path / "a"), num_samples=20, shard_size=10, size=(24, 20))
     b = write_dataset(str(tmp_path / "b"), num_samples=20, shard_size=10, size=(20, 24))  # same counts per shard
     c = write_dataset(str(tmp_path / "c"), num_samples=20, shard_size=10, size=(24, 20), num_classes=4)
@@ -261,7 +261,8 @@ def test_eval_geometry_boxes_are_vectorised_and_skipped_by_the_cpu_decode():
     import numpy as np
 
     from shardkit.loader.config import ImageConfig
-    from shardkit.loader.decode.worker import CropDecoder, center_box
+    from shardkit.loader.decode.cropgeometry import center_box
+    from shardkit.loader.decode.worker import CropDecoder
 
     dec = CropDecoder(ImageConfig(preset="eval", size=16, resize_size=19), 0)
     sizes = np.array([[40, 30], [30, 40], [17, 17], [1000, 3], [3, 1000], [101, 57]])
@@ -346,7 +347,7 @@ def test_hostile_manifest_refused(tmp_path, name):
 
 
 def test_pipe_urls_refused_unless_opted_in(tmp_path, datasets):
-    from shardkit.loader.config import SourceConfig
+    from shardkit.loader.config import StorageConfig
     from shardkit.storage.opener import ShardOpener
 
     with pytest.raises(StorageError, match="pipe:"):
@@ -354,9 +355,9 @@ def test_pipe_urls_refused_unless_opted_in(tmp_path, datasets):
     shard = datasets["few_shards"].manifest.shard_url(0)
     marker = tmp_path / "pwned"
     with pytest.raises(StorageError, match="allow_pipe"):
-        ShardOpener(SourceConfig()).open(f"pipe:touch {marker}; cat {shard}")
+        ShardOpener(StorageConfig()).open(f"pipe:touch {marker}; cat {shard}")
     assert not marker.exists()
-    with ShardOpener(SourceConfig(allow_pipe=True)).open(f"pipe:cat {shard}") as f:  # explicit opt-in
+    with ShardOpener(StorageConfig(allow_pipe=True)).open(f"pipe:cat {shard}") as f:  # explicit opt-in
         assert f.read(512)[257:262] == b"ustar"
 
 
@@ -396,7 +397,7 @@ def test_derived_image_defaults_follow_the_options():
 
 
 def test_config_defaults_live_in_one_place():
-    from shardkit.loader.config import SourceConfig, default_num_workers
+    from shardkit.loader.config import StorageConfig, default_num_workers
     from shardkit.plan.epoch import PlanConfig
 
     cfg = shardkit.LoaderConfig()
@@ -404,7 +405,7 @@ def test_config_defaults_live_in_one_place():
     assert cfg.plan == plan and (plan.shuffle_buffer, plan.shuffle_initial) == (1024, 256)
     assert shardkit.LoaderConfig(shuffle_buffer=100).plan.shuffle_initial == 100  # the first block is never the larger
     assert cfg.num_workers == default_num_workers() and cfg.prefetch_factor == 4
-    a, b = SourceConfig(storage_options={"anon": True}), SourceConfig(storage_options={"anon": True})
+    a, b = StorageConfig(storage_options={"anon": True}), StorageConfig(storage_options={"anon": True})
     assert a == b and hash(a) == hash(b) and len({a, b}) == 1
 
 
@@ -465,7 +466,7 @@ def test_read_ahead_emits_the_same_samples_and_stops_its_thread(datasets, shuffl
 
     import numpy as np
 
-    from shardkit.loader.config import SourceConfig
+    from shardkit.loader.config import StorageConfig
     from shardkit.loader.read import BlockReader, read_blocks
     from shardkit.loader.stats import Counters
     from shardkit.plan.epoch import Block
@@ -479,7 +480,7 @@ def test_read_ahead_emits_the_same_samples_and_stops_its_thread(datasets, shuffl
         blocks.append(Block(gids, rng.permutation(12) if shuffled else np.arange(12)))
 
     def keys(read_ahead, stop=None):
-        reader = BlockReader(ds.urls, ds.shard_bytes, ds.shard_offsets, ShardOpener(SourceConfig()), Counters())
+        reader = BlockReader(ds.urls, ds.shard_bytes, ds.shard_offsets, ShardOpener(StorageConfig()), Counters())
         out = []
         gen = read_blocks(blocks, reader=reader, chunk=5, read_ahead=read_ahead)
         for s in gen:

@@ -208,7 +208,7 @@ def _reference_rrc(
 def test_rrc_boxes_equal_a_per_sample_reference(sizes, seed, scale):
     """The vectorised crop boxes equal torchvision's algorithm run per sample on the same uniforms,
     small images (boxes that fill a side exactly) and the centre fallback included."""
-    from shardkit.loader.decode.worker import rrc_boxes
+    from shardkit.loader.decode.cropgeometry import rrc_boxes
 
     wh = np.array(sizes, np.int64)
     u = np.random.default_rng(seed).random((len(sizes), 23))

@@ -1,4 +1,4 @@
-"""A mixture's labels name the right class (issue 21, B): an oracle from the pixels.
+"""A mixture's labels name the right class: an oracle from the pixels.
 
 Each generated source lists its own classes (overlapping, permuted, disjoint, the same set in
 another order); every sample is a solid colour that encodes its true class *name*, and its

@@ -1,4 +1,4 @@
-"""Mixtures through the real loader (issue 16): exact counts, exactly once over ranks x workers, resume,
+"""Mixtures through the real loader: exact counts, exactly once over ranks x workers, resume,
 elastic resume, remix, S3 + disk in one mixture, bad input, and ``load(url)`` unchanged."""
 
 from __future__ import annotations

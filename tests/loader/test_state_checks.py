@@ -1,4 +1,4 @@
-"""Loading a state checks everything that decides the order and meaning of the rest of the run (issue 21, B).
+"""Loading a state checks everything that decides the order and meaning of the rest of the run.
 
 Written as oracles over the config dataclasses: every field of :class:`shardkit.plan.epoch.PlanConfig`
 and every spec field of :class:`shardkit.Source` (plus ``epoch_size``) is enumerated
@@ -22,7 +22,7 @@ import torch
 import shardkit
 from shardkit import ShardkitError, Source
 from shardkit.format.manifest import load_manifest, save_manifest
-from shardkit.loader.config import ImageConfig, LoaderConfig, SourceConfig, WorkerConfig
+from shardkit.loader.config import ImageConfig, LoaderConfig, StorageConfig, WorkerConfig
 from shardkit.plan.ordering import PlanConfig
 from tests.support.data import write_dataset
 
@@ -159,7 +159,7 @@ def _typed_fields(cls, kind):
 
 @pytest.mark.parametrize(
     "name",
-    [n for c in (LoaderConfig, PlanConfig, WorkerConfig, ImageConfig, SourceConfig) for n in _typed_fields(c, "int")],
+    [n for c in (LoaderConfig, PlanConfig, WorkerConfig, ImageConfig, StorageConfig) for n in _typed_fields(c, "int")],
 )
 def test_an_integer_option_given_a_fraction_is_refused_naming_it(ds, name):
     with pytest.raises(ValueError, match=rf"loader option '{name}' must be an integer.*got float 2\.5"):
@@ -168,7 +168,7 @@ def test_an_integer_option_given_a_fraction_is_refused_naming_it(ds, name):
 
 @pytest.mark.parametrize(
     "name",
-    [n for c in (LoaderConfig, PlanConfig, WorkerConfig, ImageConfig, SourceConfig) for n in _typed_fields(c, "bool")],
+    [n for c in (LoaderConfig, PlanConfig, WorkerConfig, ImageConfig, StorageConfig) for n in _typed_fields(c, "bool")],
 )
 def test_a_flag_given_a_string_is_refused_naming_it(ds, name):
     with pytest.raises(ValueError, match=rf"loader option '{name}' must be True or False.*got str 'no'"):

@@ -1,4 +1,4 @@
-"""Masks and instance maps travel from the workers in the batch's shared slot, beside the images (issue 24).
+"""Masks and instance maps travel from the workers in the batch's shared slot, beside the images.
 
 A worker decodes a batch's images and writes its ``mask`` (uint8) and ``instances`` (int16) planes into one slot of
 the transport's ring; the main process views all three in that slot (no new shared segment per batch, which cost it

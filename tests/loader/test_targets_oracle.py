@@ -1,4 +1,4 @@
-"""Boxes, keypoints and masks through the loader's crops (issue 24, "Loader"): oracles that cannot be fooled.
+"""Boxes, keypoints and masks through the loader's crops: oracles that cannot be fooled.
 
 The data are demo scenes (:mod:`shardkit.demo.scenes`): solid rectangles, one colour per class, on grey, so
 every returned target can be checked against the returned pixels themselves:

@@ -1,4 +1,4 @@
-"""The aspect-preserving presets' geometry (issue 24): ``detect`` (scale jitter, crop or pad, flip) and ``letterbox``.
+"""The aspect-preserving presets' geometry: ``detect`` (scale jitter, crop or pad, flip) and ``letterbox``.
 
 Checked against the definitions, by plain arithmetic on each sample: the image keeps its aspect (to the pixel),
 its longer side becomes ``s * size`` with ``s`` in ``scale`` (``letterbox``: exactly ``size``), the window is

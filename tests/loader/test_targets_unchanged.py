@@ -1,4 +1,4 @@
-"""What stays unchanged with target fields (issue 24, "Loader"): exactly once and resume, progressive resolution,
+"""What stays unchanged with target fields: exactly once and resume, progressive resolution,
 mixtures (box labels and masks remapped by class name, ``"background"`` first), ``DevicePrefetcher``.
 
 Each check compares with an independent run: the uninterrupted epoch, the scenes' own objects and the oracle of

@@ -1,4 +1,4 @@
-"""``load(views=...)``: multi-crop views decoded once per sample in the worker (issue 23, first slice).
+"""``load(views=...)``: multi-crop views decoded once per sample in the worker.
 
 Oracles: solid-colour images (one colour per sample, keyed), so every view of a sample must show that
 sample's colour; a smooth gradient image, whose views are checked against an independent crop-and-resize of
@@ -25,7 +25,7 @@ from shardkit.format import EncodedSample, write_shard
 from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 from shardkit.loader import View, ViewBatch
 from shardkit.loader.decode import worker as worker_decode
-from shardkit.loader.decode.worker import CROP_UNIFORMS, rrc_boxes, sample_uniforms
+from shardkit.loader.decode.cropgeometry import CROP_UNIFORMS, rrc_boxes, sample_uniforms
 from shardkit.loader.prefetch import DevicePrefetcher
 from tests.support.data import jpeg_bytes
 from tests.support.resume import check_resume

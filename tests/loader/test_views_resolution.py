@@ -28,8 +28,8 @@ from shardkit.format import EncodedSample, write_shard
 from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 from shardkit.loader import View
 from shardkit.loader.config import ImageConfig
+from shardkit.loader.decode.cropgeometry import CROP_UNIFORMS, rrc_boxes, sample_uniforms
 from shardkit.loader.decode.multicrop import ViewDecoder
-from shardkit.loader.decode.worker import CROP_UNIFORMS, rrc_boxes, sample_uniforms
 from tests.support.resume import check_resume
 from tests.support.source_reference import colour, image_id
 

@@ -228,7 +228,7 @@ def reference_val_count(fraction: float, n: int) -> int:
 
 
 # -------------------------------------------------------------------------------------------------
-# The reference of the fields beside a class label (issue 23): multi-label sets, targets, text
+# The reference of the fields beside a class label: multi-label sets, targets, text
 # -------------------------------------------------------------------------------------------------
 
 _DECIMAL_CHARS = set("0123456789+-.eE")

@@ -1,5 +1,5 @@
 """End to end: a CSV listing with multi-label tags, float targets and captions, through ``shardkit convert`` and back
-out of ``shardkit.load(fields=...)`` (issue 23).
+out of ``shardkit.load(fields=...)``.
 
 The convert side and the loader side each have their own oracle; this one checks that the two halves agree. Each row
 names a distinct solid-colour image, so a yielded row is tied to its source row by its colour alone (not by a key the

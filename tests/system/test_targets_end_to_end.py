@@ -1,5 +1,5 @@
 """End to end: demo scenes (boxes, keypoints, masks) through two ranks x two workers over two epochs with the
-``detect`` preset, and through a Lightning ``Trainer`` (issue 24).
+``detect`` preset, and through a Lightning ``Trainer``.
 
 Each rank's every batch passes the pixel oracle of ``tests/loader/test_targets_oracle.py`` (boxes on their colour,
 no colour outside its class's boxes, masks on their colour and on the reference, padding black and 255, keypoints

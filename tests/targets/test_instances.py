@@ -1,4 +1,4 @@
-"""Instance maps (``instances``: an object row per pixel) move and follow their objects (issue 24, instance masks).
+"""Instance maps (``instances``: an object row per pixel) move and follow their objects (instance masks).
 
 Oracles, each against a deliberately simple reference:
 

@@ -122,7 +122,7 @@ MUTANTS = [
     {
         "id": "guard-any-if-counts-as-the-guard",
         "row": ROW_GUARD,
-        "file": "shardkit/compat.py",
+        "file": "shardkit/private_apis.py",
         "old": 'guarded = isinstance(node, ast.If) and any(\n                isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test)\n            )',
         "new": "guarded = isinstance(node, ast.If)",
         "tests": [T + "test_script_without_main_guard_gets_one_line_saying_what_to_do"],
@@ -130,7 +130,7 @@ MUTANTS = [
     {
         "id": "guard-refuses-a-guarded-script",
         "row": ROW_GUARD,
-        "file": "shardkit/compat.py",
+        "file": "shardkit/private_apis.py",
         "old": "            return not guarded",
         "new": "            return True",
         "tests": [T + "test_script_with_main_guard_converts_with_a_pool"],

@@ -1,6 +1,6 @@
 """Mutants of the device-side rules (area "gpufix"): the shared side stream per device
 (``shardkit/loader/prefetch.py``), ``compile=True`` with a dynamic batch dimension (``shardkit/augment/pipeline.py``,
-``shardkit/compat.py``), resize and affine maths independent of the global matmul precision
+``shardkit/private_apis.py``), resize and affine maths independent of the global matmul precision
 (``shardkit/loader/decode/cropresize.py``, ``shardkit/augment/geometry.py``), out-of-range MixUp/CutMix labels and empty batches
 (``shardkit/augment/mixup.py``, ``shardkit/augment/blur.py``). Tests: ``tests/loader/test_gpu_path.py``.
 
@@ -77,7 +77,7 @@ MUTANTS = [
     {
         "id": "compile-batch-dim-not-marked",
         "row": ROW_COMPILE,
-        "file": "shardkit/compat.py",
+        "file": "shardkit/private_apis.py",
         "old": "            mark(t, 0)",
         "new": "            pass",
         "tests": [COMPILE],

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from shardkit.compat import renamed
 from shardkit.convert.imageproc import SkipReason
 from shardkit.convert.segments import Segment
 from shardkit.errors import ConvertError, StorageError
@@ -392,7 +391,3 @@ def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str =
         v.annotations = {"kept": moved}
     source.splits = sorted([train, v], key=lambda s: s.name)
     source.nested = True
-
-
-#: the name before issue 22 (``shardkit.Source`` is a mixture member): still importable, with a DeprecationWarning
-__getattr__ = renamed(__name__, {"Source": "ScannedSource"}, globals())

@@ -4,8 +4,6 @@
   sample's crop does not depend on ranks, workers or the rest of its batch;
 * :func:`rrc_boxes`: torchvision's ``RandomResizedCrop.get_params`` for a batch of image sizes;
 * :func:`center_box`, :func:`center_boxes`: torchvision's ``Resize`` + ``CenterCrop`` as a box in the image.
-
-(Split out of :mod:`shardkit.loader.decode.worker`, which re-exports every name.)
 """
 
 from __future__ import annotations

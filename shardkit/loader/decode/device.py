@@ -58,7 +58,8 @@ from shardkit.loader.decode.backend import (
     stream_barrier,
 )
 from shardkit.loader.decode.cropresize import axis_params, letterbox_params, resized_crops
-from shardkit.loader.decode.worker import MAX_EVAL_ASPECT, CropDecoder, Crops, make_decoder
+from shardkit.loader.decode.decoders import make_decoder
+from shardkit.loader.decode.worker import MAX_EVAL_ASPECT, CropDecoder, Crops
 
 Jpeg = Union[bytes, bytearray, memoryview, Tensor]
 

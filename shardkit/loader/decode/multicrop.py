@@ -23,16 +23,8 @@ from shardkit.format import RawSample
 from shardkit.loader.batching import Alloc, BatchSpec, read_headers, skip
 from shardkit.loader.batchtypes import ViewBatch
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode.worker import (
-    CROP_UNIFORMS,
-    CropDecoder,
-    Crops,
-    _dct_size,
-    _resize_into,
-    decoded_scale,
-    rrc_boxes,
-    sample_uniforms,
-)
+from shardkit.loader.decode.cropgeometry import CROP_UNIFORMS, rrc_boxes, sample_uniforms
+from shardkit.loader.decode.worker import CropDecoder, Crops, _dct_size, _resize_into, decoded_scale
 from shardkit.loader.stats import Counters
 from shardkit.loader.view import expanded, sample_bytes
 

@@ -26,7 +26,6 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 import torch
 
-from shardkit.compat import one_thread
 from shardkit.format import RawSample, fieldtable
 from shardkit.format.fieldtable import Home
 from shardkit.loader.batching import BatchSpec, batch_layout, decode_batch, drop_undecoded, skip
@@ -41,6 +40,7 @@ from shardkit.loader.decode.worker import CropDecoder, Crops
 from shardkit.loader.stats import Counters
 from shardkit.loader.targetrows import PIXEL_TARGETS
 from shardkit.loader.view import sample_bytes
+from shardkit.private_apis import one_thread
 
 
 class Consumer:

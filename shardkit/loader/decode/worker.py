@@ -35,22 +35,8 @@ if TYPE_CHECKING:
     import torch
 
 from shardkit.loader.config import ImageConfig, Preset
-from shardkit.loader.decode.cropgeometry import (  # noqa: F401 - re-exported (their home until the split)
-    CROP_UNIFORMS,
-    Box,
-    center_box,
-    center_boxes,
-    rrc_boxes,
-    sample_uniforms,
-)
-from shardkit.loader.decode.decoders import (  # noqa: F401 - re-exported
-    DECODERS,
-    JpegDecoder,
-    PilDecoder,
-    SimplejpegDecoder,
-    TorchvisionDecoder,
-    make_decoder,
-)
+from shardkit.loader.decode.cropgeometry import Box, center_box, center_boxes, rrc_boxes, sample_uniforms
+from shardkit.loader.decode.decoders import JpegDecoder, make_decoder
 from shardkit.loader.decode.letterbox import DETECT_UNIFORMS, detect_boxes, letterbox_boxes, letterboxed_crop
 
 #: eval images more elongated than this are cropped before resizing (bounded memory; borders may differ by a level)

@@ -1,6 +1,6 @@
-"""A Hugging Face dataset as SRC (issue #21 A4, A7, A8, B): label feature types, empty splits, one class space, per-split skips.
+"""A Hugging Face dataset as SRC: label feature types, empty splits, one class space, per-split skips.
 
-Datasets are built with ``datasets`` itself in memory; most checks are on the scanned :class:`Source`
+Datasets are built with ``datasets`` itself in memory; most checks are on the scanned :class:`ScannedSource`
 (:func:`shardkit.convert.scan.hf.scan_hf`), the per-split skips also through a conversion read back with plain ``tarfile``.
 """
 
@@ -14,13 +14,13 @@ import tarfile
 import pytest
 from PIL import Image
 
-from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 from shardkit.errors import ConvertError
 
 datasets = pytest.importorskip("datasets")
 from shardkit.convert.scan.hf import scan_hf  # noqa: E402
 
-IMG = ImageOptions(short_side=16)
+IMG = EncodeConfig(short_side=16)
 
 
 def _png(i: int) -> bytes:
@@ -65,7 +65,7 @@ def _row(i: int) -> str:
 )
 def test_label_column_of_floats_bools_or_lists_is_refused_in_one_line(feature, values):
     with pytest.raises(ConvertError) as e:
-        scan_hf(_ds(values, feature), SourceOptions())
+        scan_hf(_ds(values, feature), ScanConfig())
     msg = str(e.value)
     assert "\n" not in msg and "'label'" in msg and repr(feature) in msg and "not a class label" in msg
 
@@ -80,7 +80,7 @@ def test_empty_list_labels_are_no_label_and_odd_string_labels_bad_label():
             "other": _ds(["a", "[0, 1]", "2.5", "True", "[]", "", None, "b"], datasets.Value("string")),
         }
     )
-    t = _table(scan_hf(dd, SourceOptions()))
+    t = _table(scan_hf(dd, ScanConfig()))
     assert t["extra"] == {_row(i): "no_label" for i in range(3)}
     assert t["other"] == {
         _row(0): "a",
@@ -101,7 +101,7 @@ def test_a_split_whose_every_label_is_minus_one_is_returned_with_no_files_and_it
             "test": _ds([-1, -1], datasets.ClassLabel(names=["x", "y"])),
         }
     )
-    source = scan_hf(dd, SourceOptions())
+    source = scan_hf(dd, ScanConfig())
     assert [s.name for s in source.splits] == ["test", "train"]
     test = source.splits[0]
     assert test.files == [] and [(p, r.value) for p, r, _ in test.skipped] == [
@@ -113,13 +113,13 @@ def test_a_split_whose_every_label_is_minus_one_is_returned_with_no_files_and_it
     dd = datasets.DatasetDict(
         {"train": _ds([0, 1], datasets.Value("int64")), "test": _ds([None, None], datasets.Value("int64"))}
     )
-    assert _table(scan_hf(dd, SourceOptions())) == {
+    assert _table(scan_hf(dd, ScanConfig())) == {
         "train": {_row(0): "0", _row(1): "1"},
         "test": {_row(0): "no_label", _row(1): "no_label"},
     }
     # no split with any file: one line
     with pytest.raises(ConvertError, match="no split has a sample to convert") as e:
-        scan_hf(datasets.DatasetDict({"test": _ds([-1, -1], datasets.ClassLabel(names=["x"]))}), SourceOptions())
+        scan_hf(datasets.DatasetDict({"test": _ds([-1, -1], datasets.ClassLabel(names=["x"]))}), ScanConfig())
     assert "\n" not in str(e.value)
 
 
@@ -131,7 +131,7 @@ def test_classlabel_and_string_splits_share_one_class_space():
             "validation": _ds(["ant", "zebra", "bee", None], datasets.Value("string")),
         }
     )
-    source = scan_hf(dd, SourceOptions())
+    source = scan_hf(dd, ScanConfig())
     assert source.classes == ["zebra", "ant", "moth", "bee"]
     assert _table(source) == {
         "train": {_row(0): "zebra", _row(1): "ant", _row(2): "moth"},
@@ -151,7 +151,7 @@ def test_classlabel_split_with_an_incompatible_split_is_refused_naming_both(othe
     values = names or ([0, 1] if not isinstance(other, datasets.ClassLabel) else [0, 1])
     dd = datasets.DatasetDict({"train": _ds([0, 1], datasets.ClassLabel(names=["a", "b"])), "test": _ds(values, other)})
     with pytest.raises(ConvertError) as e:
-        scan_hf(dd, SourceOptions())
+        scan_hf(dd, ScanConfig())
     msg = str(e.value)
     assert "\n" not in msg and "'train'" in msg and "'test'" in msg
 
@@ -181,7 +181,7 @@ def test_each_split_of_a_datasetdict_keeps_its_own_skips(tmp_path):
             "validation": _ds([1, 0, -1], cl, images=[_png(5), None, _png(7)]),
         }
     )
-    r = convert(dd, str(tmp_path / "out"), ConvertOptions(image=IMG, shard_size=2), workers=1, quiet=True)
+    r = convert(dd, str(tmp_path / "out"), ConvertConfig(image=IMG, shard_size=2), workers=1, quiet=True)
     urls = {s.split: s.url for s in r.splits}
     assert _split_skips(urls["train"]) == {
         _row(1): "no_label",

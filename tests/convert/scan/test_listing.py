@@ -18,15 +18,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.cli import main
-from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 from shardkit.convert.scan.folders import scan, scan_regex
 from shardkit.convert.scan.listing import scan_listing
-from shardkit.convert.scan.source import Reader, Source, SourceFile, SplitSource, carve_val, label_value, read_labels
+from shardkit.convert.scan.source import (
+    Reader,
+    ScannedSource,
+    SourceFile,
+    SplitSource,
+    carve_val,
+    label_value,
+    read_labels,
+)
 from shardkit.errors import ConvertError
 from tests.support.source_reference import read_split, reference_val_count, write_image
 
-IMG = ImageOptions(short_side=8)
-OPTS = SourceOptions()
+IMG = EncodeConfig(short_side=8)
+OPTS = ScanConfig()
 
 
 def _images(root: str, names: list[str]) -> str:
@@ -41,11 +49,11 @@ def _write(path: str, text: str) -> str:
     return path
 
 
-def _skips(src: Source) -> dict[str, list[tuple[str, str]]]:
+def _skips(src: ScannedSource) -> dict[str, list[tuple[str, str]]]:
     return {s.name: [(p, r.value) for p, r, _ in s.skipped] for s in src.splits}
 
 
-def _files(src: Source) -> dict[str, list[tuple[str, str]]]:
+def _files(src: ScannedSource) -> dict[str, list[tuple[str, str]]]:
     return {s.name: [(f.relpath, src.classes[f.label]) for f in s.files] for s in src.splits}
 
 
@@ -103,7 +111,7 @@ def test_ragged_rows_are_converted_as_skips_and_counted(tmp_path):
     r = convert(
         listing,
         str(tmp_path / "out"),
-        ConvertOptions(image=IMG, source=SourceOptions(root=str(tmp_path / "im"))),
+        ConvertConfig(image=IMG, source=ScanConfig(root=str(tmp_path / "im"))),
         workers=1,
         quiet=True,
     )
@@ -184,7 +192,7 @@ def test_one_file_listed_by_several_paths_is_one_sample(tmp_path):
         (os.path.join(root, "z.png"), "dog"),
     ]
     listing = _write(str(tmp_path / "l.csv"), "path,label\n" + "".join(f"{p},{lab}\n" for p, lab in rows))
-    src = scan_listing(listing, SourceOptions(root=root))
+    src = scan_listing(listing, ScanConfig(root=root))
     assert _files(src) == {"train": [("sub/y.png", "cat"), ("x.png", "cat")]}
     a = os.path.join(root, "x.png")
     assert sorted(_skips(src)["train"]) == sorted(
@@ -203,7 +211,7 @@ def test_one_file_listed_by_several_paths_is_one_sample(tmp_path):
     r = convert(
         listing,
         str(tmp_path / "out"),
-        ConvertOptions(image=IMG, source=SourceOptions(root=root)),
+        ConvertConfig(image=IMG, source=ScanConfig(root=root)),
         workers=1,
         quiet=True,
     )
@@ -215,7 +223,7 @@ def test_remote_paths_to_one_object_are_one_sample(tmp_path):
         str(tmp_path / "l.csv"),
         "path,label\na.png,cat\ns3://b/data/./a.png,dog\nS3://b/data//a.png,dog\nhttp://h/x/../y.png,cat\nhttp://h/y.png,dog\n",
     )
-    src = scan_listing(listing, SourceOptions(root="s3://b/data"))
+    src = scan_listing(listing, ScanConfig(root="s3://b/data"))
     assert [f.relpath for f in src.splits[0].files] == ["a.png", "http://h/x/../y.png"]
     assert sorted(r for _, r in _skips(src)["train"]) == ["duplicate_path"] * 3  # no symlink in a URL
 
@@ -227,7 +235,7 @@ def test_a_relative_path_leaving_the_root_is_refused_in_one_line(tmp_path, capsy
     err = _one_line_error(capsys, listing, str(tmp_path / "out"))
     assert "line 3: path '../b.png' leads outside the root" in err and "--root" in err
     with pytest.raises(ConvertError, match="leads outside the root"):
-        scan_listing(listing, SourceOptions(root=root))
+        scan_listing(listing, ScanConfig(root=root))
 
 
 # ------------------------------------------------------------------------------------------ A6 + 1-based: class indices
@@ -273,8 +281,8 @@ def test_one_based_labels_are_refused_under_auto(tmp_path, capsys):
         and "--label-type index" in err
         and "--label-type name" in err
     )
-    assert scan_listing(listing, SourceOptions(label_type="index")).classes == ["0", "1", "2", "3"]  # knowingly
-    assert scan_listing(listing, SourceOptions(label_type="name")).classes == ["1", "2", "3"]
+    assert scan_listing(listing, ScanConfig(label_type="index")).classes == ["0", "1", "2", "3"]  # knowingly
+    assert scan_listing(listing, ScanConfig(label_type="name")).classes == ["1", "2", "3"]
     with pytest.raises(
         ConvertError, match=r"start at 5 \(sample 0\), not 0: as class indices, classes '0', '1', '2', \.\.\."
     ):
@@ -325,7 +333,7 @@ def test_a_dead_url_is_skipped_as_unreadable_and_a_rerun_finishes(tmp_path, http
         str(tmp_path / "l.csv"),
         f"path,label\n{base}/a.png,cat\n{base}/dead.png,dog\n{base}/b.png,dog\n{base}/gone.png,cat\n",
     )
-    opts = ConvertOptions(image=IMG)
+    opts = ConvertConfig(image=IMG)
     for _attempt in range(2):  # a rerun gives the same answer (and resumes)
         r = convert(listing, str(tmp_path / "out"), opts, workers=1, quiet=True)
         (split,) = r.splits
@@ -343,7 +351,7 @@ def test_a_split_whose_every_row_is_bad_is_returned_with_its_skips(tmp_path):
     _images(str(tmp_path), ["a.png", "b.png"])
     rows = "path,label,part\na.png,cat,train\nb.png,dog,train\nc.png,,val\n,dog,val\nd.png,cat,val,x\n"
     listing = _write(str(tmp_path / "l.csv"), rows)
-    src = scan_listing(listing, SourceOptions(split_col="part"))
+    src = scan_listing(listing, ScanConfig(split_col="part"))
     assert [s.name for s in src.splits] == ["train", "val"]
     val = src.splits[1]
     assert val.files == [] and val.class_names == []
@@ -352,13 +360,13 @@ def test_a_split_whose_every_row_is_bad_is_returned_with_its_skips(tmp_path):
     assert _files(src)["train"] == [("a.png", "cat"), ("b.png", "dog")]
     only_bad = _write(str(tmp_path / "bad.csv"), "path,label,part\nc.png,,val\n,dog,test\n")
     with pytest.raises(ConvertError, match="no row with a usable path and label"):
-        scan_listing(only_bad, SourceOptions(split_col="part"))
+        scan_listing(only_bad, ScanConfig(split_col="part"))
 
 
-def _source(counts: dict[str, int]) -> Source:
+def _source(counts: dict[str, int]) -> ScannedSource:
     classes = sorted(counts)
     files = [SourceFile(f"{c}/{i:03d}.jpg", classes.index(c), 1) for c in classes for i in range(counts[c])]
-    return Source(
+    return ScannedSource(
         root="mem", classes=classes, splits=[SplitSource("train", "mem", files)], nested=False, reader=Reader("")
     )
 
@@ -390,11 +398,11 @@ def test_val_fraction_takes_f_times_n_rounded_half_up_per_class(counts, fraction
 
 _CARVE = """
 import json, sys
-from shardkit.convert.scan.source import Reader, Source, SourceFile, SplitSource, carve_val
+from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource, carve_val
 counts = {"cat": 7, "dog": 5, "x y": 3, "ü": 9}
 classes = sorted(counts)
 files = [SourceFile(f"{c}/{i}.jpg", classes.index(c), 1) for c in classes for i in range(counts[c])]
-src = Source("mem", classes, [SplitSource("train", "mem", list(reversed(files)))], False, Reader(""))
+src = ScannedSource("mem", classes, [SplitSource("train", "mem", list(reversed(files)))], False, Reader(""))
 carve_val(src, 0.5, seed=11)
 print(json.dumps(sorted(f.relpath for f in src.splits[1].files)))
 """

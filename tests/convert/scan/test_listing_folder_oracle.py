@@ -1,4 +1,4 @@
-"""Differential oracles for listings (CSV/TSV/JSONL) and folders (ImageFolder, --label-regex) (issue #21, C).
+"""Differential oracles for listings (CSV/TSV/JSONL) and folders (ImageFolder, --label-regex).
 
 Hypothesis writes a source; a deliberately simple reference (``tests/support/source_reference.py`` for
 listings, the generator's own ground truth for folders) decides per row or file "one sample of
@@ -27,15 +27,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 from shardkit.convert.scan.discover import discover
 from shardkit.errors import ConvertError
 from tests.support.source_reference import Expected, Refused, read_split, reference_listing, write_image
 
-IMG = ImageOptions(short_side=8)
-#: the conversion job converts a split left with no samples and reports it (another part of issue #21);
-#: until then an example whose reference has such a split is checked at the scan level only
-JOB_CONVERTS_EMPTY_SPLITS = True
+IMG = EncodeConfig(short_side=8)
 #: the same examples every run (the mutant gate's verdicts do not depend on luck), no shrinking (examples are small;
 #: a failure is reported at once, within the gate's time per mutant)
 _SETTINGS = {"derandomize": True, "database": None, "phases": [Phase.explicit, Phase.generate]}
@@ -297,8 +294,8 @@ def test_listing_oracle(images, tmp_path):
             listing = os.path.join(work, f"list.{kind}")
             with open(listing, "w", encoding="utf-8", newline="") as f:
                 f.write(text)
-            so = SourceOptions(root=root, split_col="part" if split_col else None, label_type=label_type)
-            opts = ConvertOptions(image=IMG, shard_size=3, seed=1, source=so)
+            so = ScanConfig(root=root, split_col="part" if split_col else None, label_type=label_type)
+            opts = ConvertConfig(image=IMG, shard_size=3, seed=1, source=so)
             STATS["listings"] += 1
             STATS["rows"] += len(rows)
             try:
@@ -315,9 +312,6 @@ def test_listing_oracle(images, tmp_path):
             for _, r, _ in exp.skipped:
                 STATS[f"skipped: {r}"] += 1
             STATS["samples"] += sum(len(v) for v in exp.samples.values())
-            if any(not exp.samples.get(s) for s in exp.splits()) and not JOB_CONVERTS_EMPTY_SPLITS:
-                STATS["scan level only (a split left empty)"] += 1
-                return
             if not any(exp.samples.get(s) for s in exp.splits()):  # no split has a sample: one line, nothing written
                 with pytest.raises(ConvertError, match="no split has a sample") as err:
                     convert(listing, os.path.join(work, "out"), opts, workers=1, quiet=True)
@@ -436,8 +430,8 @@ def test_folder_oracle(tmp_path):
             ids = _build(src, files, aliases, links)
             regex = re.compile(r"^([a-z]+)/") if use_regex else None
             samples, skipped = _folder_reference(files, aliases, links, ids, regex)
-            opts = ConvertOptions(
-                image=IMG, shard_size=3, seed=2, source=SourceOptions(label_regex=regex.pattern if regex else None)
+            opts = ConvertConfig(
+                image=IMG, shard_size=3, seed=2, source=ScanConfig(label_regex=regex.pattern if regex else None)
             )
             STATS["regex" if regex else "imagefolder"] += 1
             STATS["paths"] += len(samples) + len(skipped)

@@ -1,4 +1,4 @@
-"""Sources other than class folders: CSV/TSV/JSONL listings, --label-regex, --val-fraction (issue #12).
+"""Sources other than class folders: CSV/TSV/JSONL listings, --label-regex, --val-fraction.
 
 Each round trip: every row or file accounted (a sample, or skipped with its reason), labels right, keys unique,
 the same bytes whatever workers and tasks.
@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from shardkit.cli import main
-from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert, merge
+from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert, merge
 from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
@@ -23,7 +23,7 @@ from tests.support.data import split_samples, tree_digests
 from tests.support.data import write_tar_file as _tar
 from tests.support.probes import kill_when
 
-IMG = ImageOptions(short_side=16)
+IMG = EncodeConfig(short_side=16)
 
 
 def _shards(dest: str) -> dict[str, str]:
@@ -48,12 +48,12 @@ def test_imagefolder_and_equivalent_csv_convert_to_identicalsplit_samples(tmp_pa
     src = make_imagefolder(str(tmp_path / "src"), num_classes=3, per_class=4, seed=2)
     rows = [[f"{c}/{f}", c] for c in sorted(os.listdir(src)) for f in sorted(os.listdir(os.path.join(src, c)))]
     listing = _write_csv(str(tmp_path / "train.csv"), ["path", "label"], rows)
-    opts = ConvertOptions(image=IMG, shard_size=5, seed=1)
+    opts = ConvertConfig(image=IMG, shard_size=5, seed=1)
     convert(src, str(tmp_path / "a"), opts, workers=1, quiet=True)
     r = convert(
         listing,
         str(tmp_path / "b"),
-        ConvertOptions(image=IMG, shard_size=5, seed=1, source=SourceOptions(root=src)),
+        ConvertConfig(image=IMG, shard_size=5, seed=1, source=ScanConfig(root=src)),
         workers=1,
         quiet=True,
     )
@@ -114,7 +114,7 @@ def test_listing_with_odd_rows_every_row_accounted(tmp_path, kind):
         _write_csv(listing, header, rows, "\t" if kind == "tsv" else ",")
     first = 1 if kind == "jsonl" else 2
     skips = {k.replace("list:", f"list.{kind}:").format(*range(first, first + len(rows))): v for k, v in skips.items()}
-    opts = ConvertOptions(image=IMG, shard_size=3, seed=4, source=SourceOptions(split_col="part", root=root))
+    opts = ConvertConfig(image=IMG, shard_size=3, seed=4, source=ScanConfig(split_col="part", root=root))
     dest = str(tmp_path / "out")
     r = convert(listing, dest, opts, workers=1, quiet=True)
     assert r.complete and sorted(s.split for s in r.splits) == ["train", "val"]
@@ -133,7 +133,7 @@ def test_listing_with_odd_rows_every_row_accounted(tmp_path, kind):
     skipped = {s.path: s.reason for split in ("train", "val") for s in load_manifest(os.path.join(dest, split)).skipped}
     assert skipped == skips
     assert len(got) + len(skipped) == len(rows)  # every row accounted
-    strict = ConvertOptions(image=IMG, shard_size=3, seed=4, source=opts.source, strict=True)
+    strict = ConvertConfig(image=IMG, shard_size=3, seed=4, source=opts.source, strict=True)
     with pytest.raises(ConvertError, match=r"--strict"):
         convert(listing, str(tmp_path / "strict"), strict, workers=1, quiet=True)
     for s in samples.values():
@@ -236,7 +236,7 @@ def test_val_fraction_is_stratified_exact_and_deterministic(tmp_path):
         os.makedirs(os.path.join(src, c))
         for i in range(n):
             Image.fromarray(make_image(ord(c), i, (20, 16))).save(os.path.join(src, c, f"{i}.jpg"), quality=90)
-    opts = ConvertOptions(image=IMG, shard_size=4, seed=5, val_fraction=0.3)
+    opts = ConvertConfig(image=IMG, shard_size=4, seed=5, val_fraction=0.3)
     r = convert(src, str(tmp_path / "o1"), opts, workers=1, quiet=True)
     assert sorted(s.split for s in r.splits) == ["train", "val"]
     val = load_manifest(str(tmp_path / "o1" / "val"))
@@ -249,7 +249,7 @@ def test_val_fraction_is_stratified_exact_and_deterministic(tmp_path):
     other = convert(
         src,
         str(tmp_path / "o3"),
-        ConvertOptions(image=IMG, shard_size=4, seed=6, val_fraction=0.3),
+        ConvertConfig(image=IMG, shard_size=4, seed=6, val_fraction=0.3),
         workers=1,
         quiet=True,
     )
@@ -273,7 +273,7 @@ def test_listing_and_images_on_s3(tmp_path, s3):
     listing = _write_csv(str(tmp_path / "list.csv"), ["path", "label"], rows)
     fs.put(src, f"{bucket}/data", recursive=True)
     fs.put(listing, f"{bucket}/data/list.csv")
-    opts = ConvertOptions(image=IMG, shard_size=4, seed=1)
+    opts = ConvertConfig(image=IMG, shard_size=4, seed=1)
     dest = str(tmp_path / "out")
     r = convert(f"s3://{bucket}/data/list.csv", dest, opts, workers=1, quiet=True, storage_options=so)
     assert r.converted == 6
@@ -284,7 +284,7 @@ def test_listing_and_images_on_s3(tmp_path, s3):
     convert(
         os.path.join(src, "..", "list2.csv"),
         local,
-        ConvertOptions(image=IMG, shard_size=4, seed=1, source=SourceOptions(root=src)),
+        ConvertConfig(image=IMG, shard_size=4, seed=1, source=ScanConfig(root=src)),
         workers=1,
         quiet=True,
     )
@@ -351,7 +351,7 @@ def _make_tars(folder: str) -> tuple[str, dict[str, tuple[int, bytes]], dict[str
 
 def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
     pattern, good, skips = _make_tars(str(tmp_path / "in"))
-    opts = ConvertOptions(image=IMG, shard_size=4, seed=3)
+    opts = ConvertConfig(image=IMG, shard_size=4, seed=3)
     dest = str(tmp_path / "out")
     r = convert(pattern, dest, opts, workers=1, quiet=True)
     assert r.notes == ["2 tars; labels read as class indices (--label-type index): 2 classes"]
@@ -376,7 +376,7 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
         convert(pattern, str(tmp_path / "in"), opts, workers=1, quiet=True, overwrite=True)
     assert sorted(f for f in os.listdir(tmp_path / "in") if f.endswith(".tar")) == ["part-0.tar", "part-1.tar"]
     # --copy keeps JPEG bytes as they are; the PNG is converted
-    copy = ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=4, seed=3)
+    copy = ConvertConfig(image=EncodeConfig(short_side=16, copy=True), shard_size=4, seed=3)
     convert(pattern, str(tmp_path / "copy"), copy, workers=1, quiet=True)
     for g in split_samples(str(tmp_path / "copy" / "train")).values():
         src = good[g["json"]["path"]][1]
@@ -396,7 +396,7 @@ def test_webdataset_tars_resharded_every_sample_accounted(tmp_path, capsys):
     r = convert(
         str(tmp_path / "named.tar"),
         str(tmp_path / "named"),
-        ConvertOptions(image=IMG, shard_size=4, source=SourceOptions(label_json_field="animal")),
+        ConvertConfig(image=IMG, shard_size=4, source=ScanConfig(label_json_field="animal")),
         workers=1,
         quiet=True,
     )
@@ -416,7 +416,7 @@ def test_webdataset_tars_on_s3(tmp_path, s3):
     so, bucket = s3
     pattern, good, skips = _make_tars(str(tmp_path / "in"))
     s3fs.S3FileSystem(**so).put(str(tmp_path / "in"), f"{bucket}/in", recursive=True)
-    opts = ConvertOptions(image=IMG, shard_size=4, seed=3)
+    opts = ConvertConfig(image=IMG, shard_size=4, seed=3)
     convert(pattern, str(tmp_path / "local"), opts, workers=1, quiet=True)
     convert(
         f"s3://{bucket}/in/part-{{0..1}}.tar", str(tmp_path / "remote"), opts, workers=1, quiet=True, storage_options=so
@@ -463,10 +463,10 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys, monk
         f"row-{i:08d}": (i % 3, f"c{i}") for i in range(7)
     }
     # the object API and a DatasetDict (two splits), same samples for the same rows
-    convert(ds, str(tmp_path / "obj"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
+    convert(ds, str(tmp_path / "obj"), ConvertConfig(image=IMG, shard_size=3), workers=1, quiet=True)
     assert split_samples(str(tmp_path / "obj" / "train")) == samples
     dd = datasets.DatasetDict({"train": ds.select(range(5)), "validation": ds.select(range(5, 9))})
-    r = convert(dd, str(tmp_path / "dd"), ConvertOptions(image=IMG, shard_size=3), workers=1, quiet=True)
+    r = convert(dd, str(tmp_path / "dd"), ConvertConfig(image=IMG, shard_size=3), workers=1, quiet=True)
     assert sorted(s.split for s in r.splits) == ["train", "validation"]
     assert load_manifest(str(tmp_path / "dd" / "validation")).num_samples == 2
     rc, _, err = _cli(capsys, f"hf:{path}", str(tmp_path / "x"), "--image-col", "img")
@@ -496,7 +496,7 @@ def test_info_and_verify_accept_every_source_kind(tmp_path):
     convert(
         pattern,
         str(tmp_path / "copy"),
-        ConvertOptions(image=ImageOptions(short_side=16, copy=True), shard_size=4),
+        ConvertConfig(image=EncodeConfig(short_side=16, copy=True), shard_size=4),
         workers=1,
         quiet=True,
     )
@@ -505,7 +505,7 @@ def test_info_and_verify_accept_every_source_kind(tmp_path):
     convert(
         listing,
         str(tmp_path / "list"),
-        ConvertOptions(image=IMG, shard_size=4, source=SourceOptions(root=root, split_col="part")),
+        ConvertConfig(image=IMG, shard_size=4, source=ScanConfig(root=root, split_col="part")),
         workers=1,
         quiet=True,
     )
@@ -536,17 +536,17 @@ def test_conversion_of_a_listing_or_tars_killed_then_rerun_is_byte_identical(tmp
         members += [(f"{i:03d}.jpg", open(f"{root}/{i:03d}.jpg", "rb").read()), (f"{i:03d}.cls", str(i % 3).encode())]
     if kind == "listing":
         src = _write_csv(str(tmp_path / "l.csv"), ["path", "label", "note"], rows)
-        args, source = ["--root", root], SourceOptions(root=root)
+        args, source = ["--root", root], ScanConfig(root=root)
     else:
         _tar(str(tmp_path / "a.tar"), members[:80])
         _tar(str(tmp_path / "b.tar"), members[80:])
-        src, args, source = str(tmp_path / "{a,b}.tar"), [], SourceOptions()
+        src, args, source = str(tmp_path / "{a,b}.tar"), [], ScanConfig()
     args += ["--short-side", "128", "--shard-size", "6", "--workers", "1", "--quiet"]
     clean = str(tmp_path / "clean")
     convert(
         src,
         clean,
-        ConvertOptions(image=ImageOptions(short_side=128), shard_size=6, source=source),
+        ConvertConfig(image=EncodeConfig(short_side=128), shard_size=6, source=source),
         workers=1,
         quiet=True,
     )

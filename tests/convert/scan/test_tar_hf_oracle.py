@@ -1,4 +1,4 @@
-"""Differential oracles for the tar and Hugging Face sources (issue #21 C).
+"""Differential oracles for the tar and Hugging Face sources.
 
 Hypothesis generates inputs; a deliberately simple reference written here (a plain ``tarfile`` loop, a plain
 loop over a dataset's rows) decides, per input, "one sample of class NAME with colour C" or "skipped (reason)",
@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 from shardkit.convert.scan.hf import scan_hf
 from shardkit.errors import ConvertError
 
@@ -49,7 +49,7 @@ PALETTE = [((i % 4) * 70 + 20, ((i // 4) % 4) * 70 + 20, ((i // 16) % 4) * 70 + 
 TOLERANCE = 20
 #: what the oracles compared, over a run (``pytest -s`` prints it: the input counts in the notes)
 TALLY: Counter = Counter()
-IMG = ImageOptions(short_side=8)
+IMG = EncodeConfig(short_side=8)
 _HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 #: no shrinking unless asked (SHARDKIT_ORACLE_SHRINK=1): the inputs are small enough to read unshrunk, and the mutant
 #: gate (tools/mutants.py) needs the first failure fast, not minimal
@@ -98,7 +98,7 @@ def _read_converted(result) -> dict[str, dict[str, Any]]:
     with plain json and tarfile from the split folders the result names."""
     out = {}
     for s in result.splits:
-        if not s.written:  # a split with no sample: not written, reported with its skips (issue #21 A7)
+        if not s.written:  # a split with no sample: not written, reported with its skips
             assert s.converted == 0 and not os.path.exists(s.url), s.url
             out[s.split] = {"classes": None, "samples": {}, "skipped": {f.path: f.reason for f in s.skipped_files}}
             continue
@@ -165,8 +165,8 @@ def _ref_value(v: Any) -> Any:
 
 
 def _one_based(labelled: list[tuple]) -> bool:
-    """Only integer labels, none of them 0: issue #21 lets ``--label-type auto`` refuse these (1-based labels would
-    add an empty class ``"0"``), the source helper's ``read_labels`` does; before that lands they convert as indices."""
+    """Only integer labels, none of them 0 (1-based labels would add an empty class ``"0"``): ``--label-type auto``
+    refuses these in one line (the source helper's ``read_labels``), which :func:`_convert_or_one_based_refusal` accepts."""
     return bool(labelled) and all(t[0] == "index" for t in labelled) and min(t[1] for t in labelled) > 0
 
 
@@ -365,7 +365,7 @@ def reference_tars(folder: str, mode: str) -> dict[str, Any]:
 
 @TAR_SETTINGS
 @given(data=tar_inputs())
-# issue #21 A1 as written: x.jpg(red) x.cls(0) x.jpg(blue); and a garbage image, a -1 among names, a .json "class" label
+# a repeated field starts a new sample: x.jpg(red) x.cls(0) x.jpg(blue); and a garbage image, a -1 among names, a .json "class" label
 @example(
     data=(
         "cls",
@@ -420,9 +420,7 @@ def test_tar_source_matches_the_reference(tmp_path_factory, data):
     event(
         "tars: refused" if ref.get("error") else "tars: no image decodes" if not ref["samples"] else "tars: converted"
     )
-    opts = ConvertOptions(
-        image=IMG, shard_size=3, source=SourceOptions(label_json_field=None if mode == "cls" else mode)
-    )
+    opts = ConvertConfig(image=IMG, shard_size=3, source=ScanConfig(label_json_field=None if mode == "cls" else mode))
     if ref.get("error"):  # refused by the source itself, in one line, before anything is written
         from shardkit.convert.scan.tars import scan_tars
 
@@ -621,19 +619,19 @@ def test_hf_source_matches_the_reference(tmp_path_factory, data):
         }
     )
     dest = str(tmp_path_factory.mktemp("hf") / "out")
-    opts = ConvertOptions(image=IMG, shard_size=3)
+    opts = ConvertConfig(image=IMG, shard_size=3)
     if ref.get("error"):
         event("hf: refused")
         with pytest.raises(ConvertError) as e:  # by the source itself, in one line, before anything is written
-            scan_hf(ds, SourceOptions())
+            scan_hf(ds, ScanConfig())
         assert "\n" not in str(e.value)
         return
 
     try:
-        source = scan_hf(ds, SourceOptions())
+        source = scan_hf(ds, ScanConfig())
     except ConvertError as exc:
         assert ref["one_based"] and "not 0" in str(exc) and "\n" not in str(exc), exc
-        return  # the scan level holds every split, an empty one too (issue #21 A7)
+        return  # the scan level holds every split, an empty one too
     assert source.classes == ref["classes"]
     for s in source.splits:
         want = ref["splits"][s.name]

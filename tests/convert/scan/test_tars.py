@@ -1,6 +1,6 @@
-"""Existing WebDataset tars as SRC (issue #21 A1, A4, A10): the one member rule, the label rule, shardkit's own shards.
+"""Existing WebDataset tars as SRC: the one member rule, the label rule, shardkit's own shards.
 
-Each test builds its tars in tmp_path and checks the scanned :class:`Source` (which sample holds which image
+Each test builds its tars in tmp_path and checks the scanned :class:`ScannedSource` (which sample holds which image
 bytes and which class name, what is skipped and why) or the converted shards read back with plain ``tarfile``.
 """
 
@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardkit.convert import ConvertOptions, ImageOptions, SourceOptions, convert
+from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 from shardkit.convert.scan.tars import scan_tars
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.errors import ConvertError
 from tests.support.data import write_tar_file as _tar
 
-IMG = ImageOptions(short_side=16)
+IMG = EncodeConfig(short_side=16)
 
 
 def _solid(rgb: tuple[int, int, int], fmt: str = "JPEG") -> bytes:
@@ -35,7 +35,7 @@ RED, BLUE, GREEN = _solid((250, 0, 0)), _solid((0, 0, 250)), _solid((0, 250, 0))
 
 def _scan(path: str, **kw):
     """``({identity: (class name, image bytes)}, {identity: reason}, classes)`` of the tars at ``path``."""
-    src = scan_tars(path, SourceOptions(**kw))
+    src = scan_tars(path, ScanConfig(**kw))
     (split,) = src.splits
     files = {}
     for f in split.files:
@@ -97,7 +97,7 @@ def test_members_outside_the_member_rule(tmp_path):
             ("../evil.cls", b"0"),
         ],
     )
-    src = scan_tars(path, SourceOptions())
+    src = scan_tars(path, ScanConfig())
     assert [f.relpath for f in src.splits[0].files] == ["t.tar/a"]
     assert [(p, r.value) for p, r, _ in src.splits[0].skipped] == [("t.tar/../evil", "bad_name")]
     assert any("2 tar members belong to no sample" in n for n in src.notes)
@@ -149,7 +149,7 @@ def test_label_json_field_may_be_a_reserved_field(tmp_path):
             ("b.json", b'{"class": "cat"}'),
         ],
     )
-    src = scan_tars(path, SourceOptions(label_json_field="class"))
+    src = scan_tars(path, ScanConfig(label_json_field="class"))
     assert src.classes == ["cat", "dog"]
     assert {f.relpath: (src.classes[f.label], f.meta) for f in src.splits[0].files} == {
         "t.tar/a": ("dog", {"k": 1}),
@@ -184,12 +184,12 @@ def test_reconverting_shardkit_shards_keeps_class_names_order_labels_and_pixels(
     os.rename(
         os.path.join(src, sorted(os.listdir(src))[0]), os.path.join(src, "zz_last")
     )  # class order != any sort of indices
-    first = convert(src, str(tmp_path / "a"), ConvertOptions(image=IMG, shard_size=4), workers=1, quiet=True)
+    first = convert(src, str(tmp_path / "a"), ConvertConfig(image=IMG, shard_size=4), workers=1, quiet=True)
     (a,) = [s.url for s in first.splits]
     shards = sorted(f for f in os.listdir(a) if f.endswith(".tar"))
     pattern = os.path.join(a, f"train-{{000000..{len(shards) - 1:06d}}}.tar") if shards[0].startswith("train") else None
     pattern = pattern or os.path.join(a, "{" + ",".join(shards) + "}")
-    opts = ConvertOptions(image=ImageOptions(short_side=16, copy=copy), shard_size=5)
+    opts = ConvertConfig(image=EncodeConfig(short_side=16, copy=copy), shard_size=5)
     second = convert(pattern, str(tmp_path / "b"), opts, workers=1, quiet=True)
     (b,) = [s.url for s in second.splits]
     before, after = _read_split(a), _read_split(b)
@@ -229,7 +229,7 @@ def test_class_field_names_keep_their_cls_order_without_a_manifest(tmp_path):
             ("000002.json", b'{"class": "moth"}'),
         ],
     )
-    src = scan_tars(path, SourceOptions())
+    src = scan_tars(path, ScanConfig())
     assert src.classes == ["zebra", "ant", "moth"]
     assert {f.relpath: f.label for f in src.splits[0].files} == {
         "t.tar/000000": 1,
@@ -248,7 +248,7 @@ def test_class_field_names_keep_their_cls_order_without_a_manifest(tmp_path):
             ("b.json", b'{"class": "zebra"}'),
         ],
     )
-    assert scan_tars(path, SourceOptions()).classes == ["0"]
+    assert scan_tars(path, ScanConfig()).classes == ["0"]
 
 
 def test_shardkit_manifest_with_an_index_beyond_its_classes_is_bad_label(tmp_path):
@@ -278,5 +278,5 @@ def test_shardkit_manifest_with_an_index_beyond_its_classes_is_bad_label(tmp_pat
 def test_no_usable_sample_is_one_line_error(tmp_path):
     path = _tar(str(tmp_path / "t.tar"), [("a.jpg", RED), ("a.cls", b"2.5")])
     with pytest.raises(ConvertError, match="no sample with both an image") as e:
-        scan_tars(path, SourceOptions())
+        scan_tars(path, ScanConfig())
     assert "\n" not in str(e.value)

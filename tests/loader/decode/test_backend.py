@@ -1,5 +1,5 @@
 """The JPEG backend of decode_on="device" and decoder="torchvision": TorchCodec when installed, torchvision's
-(deprecated) decoder otherwise (issue #26 Part A; Part C items 2 and 7's device normalisation).
+(deprecated) decoder otherwise, and how a device name is normalised.
 
 Every promise is checked through both backends (TorchCodec's tests skip where it is not installed; torchvision
 is forced through the injectable choice) against the same oracle: the worker path's pixels and skip counts.

@@ -37,8 +37,8 @@ from shardkit.format import EncodedSample, RawSample, write_shard
 from shardkit.loader import View, ViewBatch
 from shardkit.loader.batching import BatchSpec
 from shardkit.loader.config import ImageConfig
+from shardkit.loader.decode.cropgeometry import CROP_UNIFORMS, rrc_boxes, sample_uniforms
 from shardkit.loader.decode.multicrop import ViewDecoder
-from shardkit.loader.decode.worker import CROP_UNIFORMS, rrc_boxes, sample_uniforms
 from shardkit.loader.prefetch import DevicePrefetcher
 from shardkit.loader.stats import COUNTERS, Counters
 from tests.support.data import write_raw_dataset

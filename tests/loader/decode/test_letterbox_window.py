@@ -1,4 +1,4 @@
-"""The ``detect`` and ``letterbox`` presets resize only the window's part of the image (issue 24): the output pixels
+"""The ``detect`` and ``letterbox`` presets resize only the window's part of the image: the output pixels
 the scaled image covers show the decoded region they see, rounded to whole decoded pixels, and
 :meth:`CropDecoder.decode_into` returns the box that map really is, which the targets follow.
 

@@ -1,6 +1,6 @@
 """The targets follow the box the pixels really came from: the worker decodes at a DCT scale (1/2, 1/4, 1/8) and
 cuts its crop box rounded to that decoded pixel grid (up to half a decoded pixel, a quarter of an output pixel),
-and :meth:`CropDecoder.decode_into` returns that box for the targets (issue 24).
+and :meth:`CropDecoder.decode_into` returns that box for the targets.
 
 The oracle is the pixels: a sharp vertical edge at a known stored column, cut by crops whose left edge the DCT grid
 rounds by up to 4 stored pixels; the edge's position in the output (where the row profile crosses half way, by

@@ -10,7 +10,9 @@ import torch
 from PIL import Image
 
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode.worker import CropDecoder, PilDecoder, make_decoder, rrc_boxes, sample_uniforms
+from shardkit.loader.decode.cropgeometry import rrc_boxes, sample_uniforms
+from shardkit.loader.decode.decoders import PilDecoder, make_decoder
+from shardkit.loader.decode.worker import CropDecoder
 from tests.support.data import jpeg_bytes
 
 

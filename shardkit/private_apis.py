@@ -24,8 +24,6 @@ that a torch upgrade that moves it breaks one small function, not the library.
   ``if __name__ == "__main__":`` (multiprocessing's spawn and forkserver start methods
   import that script in every worker, which would run the call again): the one rule the
   converter's pool and the loader's workers check before starting processes.
-* :func:`alias_moved_modules`: the module paths of shardkit 0.1 before its layers
-  became folders keep importing, with a DeprecationWarning.
 
 Importing this module does not import torch; the functions that need it import it.
 """
@@ -33,14 +31,9 @@ Importing this module does not import torch; the functions that need it import i
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import re
 import sys
-import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Optional
 
 
@@ -87,7 +80,7 @@ def mark_batch_dynamic(tensors: Iterable[Any]) -> None:
     import torch
 
     try:
-        mark = torch._dynamo.maybe_mark_dynamic  # the one compat shim
+        mark = torch._dynamo.maybe_mark_dynamic  # private: see the module docstring
     except AttributeError:  # pragma: no cover - an older or newer torch
         return
     for t in tensors:
@@ -136,60 +129,3 @@ def watchdog_killed(exc: BaseException) -> Optional[tuple[str, str]]:
     ("DataLoader worker (pid(s) 21, 22) is killed by signal: Killed."); ``None`` for any other error."""
     m = re.search(r"DataLoader worker \(pids?\(?s?\)? ([\d, ]+)\) is killed by signal: (.+?)\.", str(exc))
     return None if m is None else (m.group(1), m.group(2).strip())
-
-
-#: module paths of shardkit 0.1 -> where the module lives now
-MOVED_MODULES = {
-    "shardkit.cropresize": "shardkit.loader.decode.cropresize",
-    "shardkit.demo_options": "shardkit.demo.spec",
-    "shardkit.devicedecode": "shardkit.loader.decode.device",
-    "shardkit.doctor": "shardkit.loader.doctor",
-    "shardkit.inspect": "shardkit.format.verify",
-    "shardkit.jpegbackend": "shardkit.loader.decode.backend",
-    "shardkit.lightning": "shardkit.integrations.lightning",
-    "shardkit.manifest": "shardkit.format.manifest",
-    "shardkit.mix": "shardkit.plan",
-    "shardkit.position": "shardkit.plan.position",
-    "shardkit.prefetch": "shardkit.loader.prefetch",
-    "shardkit.sampledata": "shardkit.demo.sampledata",
-    "shardkit.threads": "shardkit.compat",
-    "shardkit.world": "shardkit.plan.world",
-}
-
-
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves an old module path as the module that now holds its code (the same module object)."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in MOVED_MODULES:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, self)
-
-    def create_module(self, spec: Any) -> Any:
-        new = MOVED_MODULES[spec.name]
-        warnings.warn(f"{spec.name} moved to {new}; import it from there", DeprecationWarning, stacklevel=3)
-        module = importlib.import_module(new)
-        spec.loader_state = module.__spec__  # the import system sets __spec__ to the alias's: put it back below
-        return module
-
-    def exec_module(self, module: Any) -> None:
-        module.__spec__ = module.__spec__.loader_state  # already executed under its new name
-
-
-def alias_moved_modules() -> None:
-    """Let ``import shardkit.<old path>`` keep working (once per process; the package's ``__init__`` calls it)."""
-    if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
-        sys.meta_path.append(_MovedModules())
-
-
-def renamed(module: str, names: dict[str, str], namespace: dict[str, Any]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` (PEP 562) serving each old name in ``names`` as the object now called ``names[old]``
-    in ``namespace`` (the module's ``globals()``), with a DeprecationWarning; other names raise AttributeError."""
-
-    def __getattr__(name: str) -> Any:
-        if name in names:
-            warnings.warn(f"{module}.{name} is now {names[name]}", DeprecationWarning, stacklevel=2)
-            return namespace[names[name]]
-        raise AttributeError(f"module {module!r} has no attribute {name!r}")
-
-    return __getattr__
