@@ -1,4 +1,4 @@
-"""The per-sample table's rows of each planned shard, kept in the conversion's journal until the split is finished.
+"""The per-sample table's rows of each planned shard, kept in the conversion's journal while the split is converted.
 
 :meth:`~shardkit.convert.job.SplitJob.finish_shard` knows each sample's key, metadata and the sha256 of its
 source file's bytes while it writes the shard; it keeps them in ``_shardkit/<split>-NNNNNN.rows.json.gz``

@@ -3,7 +3,7 @@
 
 ROW_NO_DIARY = (
     "The product holds no diary: no work-log words (issue or session numbers, references to notes) in the package, "
-    "the docs, the examples or the tools"
+    "the docs, the examples, the tools or the tests"
 )
 
 T = "tests/test_no_diary.py::"

@@ -194,6 +194,9 @@ def test_one_file_listed_by_several_paths_is_one_sample(tmp_path):
     listing = _write(str(tmp_path / "l.csv"), "path,label\n" + "".join(f"{p},{lab}\n" for p, lab in rows))
     src = scan_listing(listing, ScanConfig(root=root))
     assert _files(src) == {"train": [("sub/y.png", "cat"), ("x.png", "cat")]}
+    details = {p: d for p, _, d in src.splits[0].skipped}
+    assert details["x.png (l.csv:3)"] == "line 3: already listed on line 2"  # the same path text once normalised
+    assert "written another way" in details[f"{os.path.join(root, 'x.png')} (l.csv:6)"]
     a = os.path.join(root, "x.png")
     assert sorted(_skips(src)["train"]) == sorted(
         [
