@@ -4,7 +4,7 @@
 kept in an LRU of :attr:`OpenDataset.max_indexes`), and reads exactly the sample's bytes with one ranged read
 (:meth:`~shardkit.format.index.SampleIndex.byte_range`), through the storage layer's opener and its retries
 (:meth:`~shardkit.storage.opener.ShardOpener.open_ranges`; a remote shard's file stays open, in an LRU like the
-indexes, so only its first item pays the open's size probe). :meth:`~shardkit.format.index.SampleIndex.slice`
+indexes, and its size comes from the manifest: no probe). :meth:`~shardkit.format.index.SampleIndex.slice`
 checks them (CRC32C, tar headers) before anything is decoded: a sample whose bytes changed is a
 :class:`~shardkit.errors.DataError` naming the shard and key, never other bytes. With a ``cache_dir``, a
 shard already in the cache is read there (bytes that fail their check there are read again from the store);

@@ -94,7 +94,9 @@ def test_the_window_pixels_follow_the_returned_box(wh, preset, seed, gid, decode
             continue  # the window does not show this edge clearly
         profile = img[first:last].mean(0) if axis == 0 else img[:, first:last].mean(1)
         seen = crossing(profile)
-        assert abs(seen - want) <= 0.1, f"edge seen at {seen:.3f}, the returned box puts it at {want:.3f}"
+        # 1/8 output pixel: the half-crossing of a JPEG edge after an antialiased resize wanders by about 0.1 px; a
+        # window or scale off by a decoded pixel's fraction moves it by several tenths
+        assert abs(seen - want) <= 0.125, f"edge seen at {seen:.3f}, the returned box puts it at {want:.3f}"
 
 
 def test_the_returned_box_is_not_the_planned_one():
