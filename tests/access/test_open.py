@@ -253,8 +253,18 @@ def test_a_changed_key_table_is_refused(fields_ds, tmp_path):
         shardkit.open(root).keys()
 
 
-def test_one_ranged_request_per_item_on_s3(fields_ds, s3, s3_endpoint):
+def test_one_ranged_request_per_item_on_s3(fields_ds, s3, s3_endpoint, monkeypatch):
+    from shardkit.storage.opener import ShardOpener
     from tests.support.faults import FaultProxy
+
+    opened: list[str] = []
+    open_ranges = ShardOpener.open_ranges
+
+    def counted(self, url, *args, **kwargs):
+        opened.append(url)
+        return open_ranges(self, url, *args, **kwargs)
+
+    monkeypatch.setattr(ShardOpener, "open_ranges", counted)
 
     opts, bucket = s3
     import s3fs
@@ -278,6 +288,7 @@ def test_one_ranged_request_per_item_on_s3(fields_ds, s3, s3_endpoint):
             assert [r.range for r in tar] == [f"bytes={lo}-{hi - 1}"], proxy.log
             assert len(idx) == (0 if known else 1)  # a shard's first item: its index
             assert [r for r in proxy.log if r.method != "GET"] == []  # no size probe: the manifest knows the size
+        assert len(opened) == len(set(opened)), opened  # a remote shard stays open across its items (an LRU)
         proxy.log.clear()
         assert ds.keys() == ref  # one GET of the key table, no shard and no index
         assert [r.path.rsplit("/", 1)[1] for r in proxy.log] == [os.path.basename(ds.manifest.tables["keys"]["name"])]
