@@ -115,8 +115,9 @@ def test_file_expired_is_not_transient():
 @given(
     kind=st.sampled_from(["same", "truncate", "zero", "flip", "append", "replace"]),
     where=st.floats(0, 1),
-    how=st.sampled_from(["stream", "ranges", "cache", "cache-ranges", "local"]),
+    how=st.sampled_from(["stream", "ranges", "cache", "cache-ranges", "local", "memory"]),
 )
+@example(kind="truncate", where=0.5, how="memory")  # a backend read through fsspec's own file (not S3 or HTTP)
 @example(kind="truncate", where=0.5, how="stream")
 @example(kind="append", where=0.5, how="ranges")
 @example(kind="truncate", where=0.5, how="local")
@@ -135,6 +136,11 @@ def test_what_an_open_delivers_is_the_manifests_or_a_clear_error(s3, tmp_path_fa
         url = str(tmp / "s.tar")
         with open(url, "wb") as f:
             f.write(served)
+    elif how == "memory":
+        import fsspec
+
+        url = f"memory://{tmp.name}/s.tar"
+        fsspec.filesystem("memory").pipe_file(url, served)
     else:
         url = f"s3://{bucket}/{tmp.name}/s.tar"
         _fs(opts).pipe_file(url, served)

@@ -71,14 +71,6 @@ MUTANTS = [
         "tests": [E + "test_hf_test_split_of_all_minus_one_is_reported_and_the_others_converted"],
     },
     {
-        "id": "empty-every-split-not-refused",
-        "row": ROW_EMPTY,
-        "file": "shardkit/convert/job.py",
-        "old": "if len(empty) == len(source.splits):",
-        "new": "if not source.splits:",
-        "tests": [E + "test_a_source_whose_every_split_is_empty_is_refused_by_the_job_too"],
-    },
-    {
         "id": "empty-split-skips-not-counted",
         "row": ROW_EMPTY,
         "file": "shardkit/convert/dest.py",
