@@ -61,7 +61,8 @@ from shardkit.augment import (  # noqa: E402
 )
 from shardkit.loader.config import ImageConfig  # noqa: E402
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry  # noqa: E402
-from shardkit.loader.decode.worker import CropDecoder, channels_last_empty  # noqa: E402
+from shardkit.loader.decode.resample import channels_last_empty
+from shardkit.loader.decode.worker import CropDecoder  # noqa: E402
 from shardkit.loader.prefetch import DevicePrefetcher  # noqa: E402
 from tests.support.data import write_dataset  # noqa: E402
 

@@ -223,9 +223,9 @@ def test_rrc_boxes_equal_a_per_sample_reference(sizes, seed, scale):
 def test_dct_scaled_crop_keeps_at_least_the_output_size(width, height, reduce):
     """Decoding at a reduced DCT scale never leaves a crop fewer pixels than the output (no upscaling blur), and
     a crop at least 4x the output is not decoded at full size (the point of DCT scaling)."""
-    from shardkit.loader.decode.worker import _dct_size
+    from shardkit.loader.decode.resample import dct_size
 
-    dw, dh = _dct_size(width, height, reduce)
+    dw, dh = dct_size(width, height, reduce)
     assert (dw, dh) == (width, height) or (dw * reduce >= width * (1 - 1e-9) and dh * reduce >= height * (1 - 1e-9))
     if reduce >= 4 and min(width, height) >= 16:
         assert dw < width and dh < height

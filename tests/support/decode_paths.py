@@ -13,7 +13,8 @@ import shardkit.loader.decode.device as dd
 from shardkit.demo.sampledata import make_image
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
-from shardkit.loader.decode.worker import CropDecoder, channels_last_empty
+from shardkit.loader.decode.resample import channels_last_empty
+from shardkit.loader.decode.worker import CropDecoder
 
 SEED, EPOCH = 7, 3
 

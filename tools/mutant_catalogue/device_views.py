@@ -113,7 +113,7 @@ MUTANTS = [
         "id": "dviews-fallback-decodes-at-full-size",  # a perf bug: the CPU fallback ignores the DCT scale
         "row": ROW_ONCE,
         "file": F,
-        "old": "    ask = np.array([_dct_size(w, h, r) for (w, h), r in zip(sizes.tolist(), reduce)], np.int64)",
+        "old": "    ask = np.array([dct_size(w, h, r) for (w, h), r in zip(sizes.tolist(), reduce)], np.int64)",
         "new": "    ask = np.array(sizes.tolist(), np.int64)",
         "tests": [ONCE],
     },

@@ -118,7 +118,7 @@ MUTANTS = [
     {
         "id": "decode-dct-scale-below-the-output-size",
         "row": ROW_CROPS,
-        "file": "shardkit/loader/decode/worker.py",
+        "file": "shardkit/loader/decode/resample.py",
         "old": "while r < 8 and 2 * r <= reduce:",
         "new": "while r < 8 and r <= 2 * reduce:",
         "tests": [f"{T}::test_dct_scaled_crop_keeps_at_least_the_output_size"],

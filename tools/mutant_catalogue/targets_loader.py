@@ -176,7 +176,7 @@ MUTANTS = [
     {
         "id": "dct-scale-taken-as-the-size-ratio",  # a stored edge up to (r-1)/r decoded pixel off
         "row": ROW_PRESET,
-        "file": "shardkit/loader/decode/worker.py",
+        "file": "shardkit/loader/decode/resample.py",
         "old": "                return 1.0 / r, 1.0 / r",
         "new": "                return dw / width, dh / height",
         "tests": [WINDOW],

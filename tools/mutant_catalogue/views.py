@@ -61,7 +61,7 @@ MUTANTS = [
         "old": "                for j, out in enumerate(outs):\n                    cut_into(",
         "new": (
             "                for j, out in enumerate(outs):\n"
-            "                    arr = self.decoder.decode(data, *_dct_size(width, height, reduce[i]), self.fast)\n"
+            "                    arr = self.decoder.decode(data, *dct_size(width, height, reduce[i]), self.fast)\n"
             "                    chw = torch.from_numpy(arr).permute(2, 0, 1)\n"
             "                    cut_into("
         ),

@@ -39,7 +39,7 @@ from shardkit.loader.batchtypes import Batch, ViewBatch
 from shardkit.loader.decode.cropresize import axis_params, resized_crops
 from shardkit.loader.decode.device import DeviceDecoder, Jpeg, jpeg_route
 from shardkit.loader.decode.multicrop import ViewDecoder, view_reductions
-from shardkit.loader.decode.worker import _dct_size
+from shardkit.loader.decode.resample import dct_size
 from shardkit.loader.rows import FieldRows
 from shardkit.loader.stats import Counters
 from shardkit.loader.view import View, expanded, sample_bytes
@@ -228,7 +228,7 @@ def device_views(
     flips = np.asarray(flips, bool).reshape(n, len(views))
     reduce = view_reductions(boxes, [v.size for v in views]).tolist()
     # the size the CPU fallback asks for: the DCT scale the most demanding view allows (the batched call: full size)
-    ask = np.array([_dct_size(w, h, r) for (w, h), r in zip(sizes.tolist(), reduce)], np.int64).reshape(-1, 2)
+    ask = np.array([dct_size(w, h, r) for (w, h), r in zip(sizes.tolist(), reduce)], np.int64).reshape(-1, 2)
     decoded, errors = decoder.decode(jpegs, ask, routes)
     kept = np.array([i for i, img in enumerate(decoded) if img is not None], np.int64)
     images = [decoded[i] for i in kept.tolist()]

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
+from shardkit.loader.decode.resample import channels_last_empty, dct_size, decoded_scale, resize_into
+
 if TYPE_CHECKING:
     import torch
 
@@ -99,8 +101,6 @@ def letterboxed_crop(
     """
     import torch
 
-    from shardkit.loader.decode.worker import _dct_size, _resize_into, channels_last_empty, decoded_scale
-
     t0 = time.perf_counter()
     bw, bh = box[2] - box[0], box[3] - box[1]
     fx, fy = size / bw, size / bh
@@ -109,7 +109,7 @@ def letterboxed_crop(
     # the output pixels the scaled image covers: [ox0, ox1) x [oy0, oy1), whole pixels
     ox0, oy0 = max(0, -left), max(0, -top)
     ox1, oy1 = min(size, sw - left), min(size, sh - top)
-    arr = decoder.decode(data, *_dct_size(width, height, min(width / sw, height / sh)), fast)  # always: a bad
+    arr = decoder.decode(data, *dct_size(width, height, min(width / sw, height / sh)), fast)  # always: a bad
     t1 = time.perf_counter()  # image is skipped whether or not the window shows it
     hwc = out.permute(1, 2, 0)  # the row's own bytes, [H, W, 3]: zeroing them is a memset
     if ox1 <= ox0 or oy1 <= oy0:
@@ -120,7 +120,7 @@ def letterboxed_crop(
     c, d = _source_span(box[1], bh / size, oy0, oy1, ay, arr.shape[0])
     # torch's kernel writes a whole tensor (a strided window of ``out`` would be written as if it were dense)
     window = channels_last_empty((3, oy1 - oy0, ox1 - ox0))
-    _resize_into(torch.from_numpy(arr).permute(2, 0, 1)[:, c:d, a:b], window)
+    resize_into(torch.from_numpy(arr).permute(2, 0, 1)[:, c:d, a:b], window)
     y0, y1, x0, x1 = oy0, oy1, ox0, ox1
     if flip:  # the mirrored window lands at the mirrored columns
         x0, x1, window = size - x1, size - x0, window.flip(-1)

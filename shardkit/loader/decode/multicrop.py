@@ -24,7 +24,8 @@ from shardkit.loader.batching import Alloc, BatchSpec, read_headers, skip
 from shardkit.loader.batchtypes import ViewBatch
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.cropgeometry import CROP_UNIFORMS, rrc_boxes, sample_uniforms
-from shardkit.loader.decode.worker import CropDecoder, Crops, _dct_size, _resize_into, decoded_scale
+from shardkit.loader.decode.resample import dct_size, decoded_scale, resize_into
+from shardkit.loader.decode.worker import CropDecoder, Crops
 from shardkit.loader.stats import Counters
 from shardkit.loader.view import expanded, sample_bytes
 
@@ -98,7 +99,7 @@ class ViewDecoder(CropDecoder):
             try:
                 t0 = time.perf_counter()
                 width, height = sizes[i]
-                arr = self.decoder.decode(data, *_dct_size(width, height, reduce[i]), self.fast)
+                arr = self.decoder.decode(data, *dct_size(width, height, reduce[i]), self.fast)
                 t1 = time.perf_counter()
                 chw = torch.from_numpy(arr).permute(2, 0, 1)
                 sx, sy = decoded_scale(width, height, arr.shape[1], arr.shape[0])
@@ -131,7 +132,7 @@ def cut_into(chw: torch.Tensor, box: Sequence[float], sx: float, sy: float, flip
     dh, dw = chw.shape[1], chw.shape[2]
     x0, y0 = min(dw - 1, int(round(box[0] * sx))), min(dh - 1, int(round(box[1] * sy)))
     x1, y1 = max(x0 + 1, min(dw, int(round(box[2] * sx)))), max(y0 + 1, min(dh, int(round(box[3] * sy))))
-    _resize_into(chw[:, y0:y1, x0:x1], out)
+    resize_into(chw[:, y0:y1, x0:x1], out)
     if flip:
         out.copy_(out.flip(-1))
 

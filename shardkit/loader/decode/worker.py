@@ -23,8 +23,6 @@ a baseline RGB/gray JPEG, and when simplejpeg is not installed), and
 
 from __future__ import annotations
 
-import functools
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Optional
@@ -38,6 +36,7 @@ from shardkit.loader.config import ImageConfig, Preset
 from shardkit.loader.decode.cropgeometry import Box, center_box, center_boxes, rrc_boxes, sample_uniforms
 from shardkit.loader.decode.decoders import JpegDecoder, make_decoder
 from shardkit.loader.decode.letterbox import DETECT_UNIFORMS, detect_boxes, letterbox_boxes, letterboxed_crop
+from shardkit.loader.decode.resample import channels_last_empty, dct_size, decoded_scale, resize_into
 
 #: eval images more elongated than this are cropped before resizing (bounded memory; borders may differ by a level)
 MAX_EVAL_ASPECT = 4
@@ -178,50 +177,6 @@ class CropDecoder:
         self.decode_into(data, width, height, box, bool(crops.flips[0]), out)
 
 
-def channels_last_empty(shape: tuple[int, ...]) -> "torch.Tensor":
-    """An uninitialised uint8 ``[..., 3, H, W]`` tensor whose bytes are laid out ``[..., H, W, 3]``."""
-    import torch
-
-    *lead, c, h, w = shape
-    t = torch.empty((*lead, h, w, c), dtype=torch.uint8)
-    return t.movedim(-1, -3)
-
-
-@functools.cache
-def _aa_kernel() -> Optional[Callable]:
-    """torch's uint8 antialiased bilinear kernel with an ``out=`` argument, or None where this torch lacks it.
-
-    It is the kernel ``F.interpolate(mode="bilinear", antialias=True)`` dispatches to, called
-    directly because only it can write into a batch row: through ``F.interpolate`` (a new tensor,
-    then a copy; crop views take its slower route) decode + crop/resize measured 6 % (train) and
-    10 % (eval) slower. ``tests/loader/decode/test_worker.py::test_resize_kernel_equals_public_interpolate``
-    checks it against ``F.interpolate`` byte for byte, and the fallback is that public call.
-    """
-    import torch
-
-    return getattr(getattr(torch._C, "_nn", None), "_upsample_bilinear2d_aa", None)
-
-
-def _resize_into(chw: "torch.Tensor", out: "torch.Tensor") -> None:
-    """Antialiased bilinear resize of a uint8 ``3 x h x w`` view into ``out`` (``3 x H x W``).
-
-    torch's vectorised uint8 kernel writes its result straight into ``out``; it is
-    fastest when ``out`` is channels-last (NHWC bytes), its native layout.
-    """
-    if chw.shape[1:] == out.shape[1:]:
-        out.copy_(chw)
-        return
-    kernel = _aa_kernel()
-    if kernel is not None:
-        kernel(chw[None], tuple(out.shape[1:]), False, None, None, out=out[None])
-        return
-    import torch
-    import torch.nn.functional as F
-
-    x = chw[None].contiguous(memory_format=torch.channels_last)
-    out.copy_(F.interpolate(x, size=tuple(out.shape[1:]), mode="bilinear", antialias=True, align_corners=False)[0])
-
-
 def resized_crop(
     decoder: JpegDecoder,
     data: bytes,
@@ -245,46 +200,19 @@ def resized_crop(
 
     t0 = time.perf_counter()
     bw, bh = box[2] - box[0], box[3] - box[1]
-    arr = decoder.decode(data, *_dct_size(width, height, min(bw / size, bh / size)), fast)
+    arr = decoder.decode(data, *dct_size(width, height, min(bw / size, bh / size)), fast)
     t1 = time.perf_counter()
     dh, dw = arr.shape[0], arr.shape[1]
     sx, sy = decoded_scale(width, height, dw, dh)
     x0, y0 = min(dw - 1, int(round(box[0] * sx))), min(dh - 1, int(round(box[1] * sy)))
     x1, y1 = max(x0 + 1, min(dw, int(round(box[2] * sx)))), max(y0 + 1, min(dh, int(round(box[3] * sy))))
-    _resize_into(torch.from_numpy(arr).permute(2, 0, 1)[:, y0:y1, x0:x1], out)
+    resize_into(torch.from_numpy(arr).permute(2, 0, 1)[:, y0:y1, x0:x1], out)
     if flip:
         out.copy_(out.flip(-1))
     if times is not None:
         times[0] += t1 - t0
         times[1] += time.perf_counter() - t1
     return x0 / sx, y0 / sy, x1 / sx, y1 / sy
-
-
-def decoded_scale(width: int, height: int, dw: int, dh: int) -> tuple[float, float]:
-    """Decoded pixels per stored pixel ``(x, y)`` of a ``width x height`` image decoded to ``dw x dh``.
-
-    A JPEG decoded at DCT scale ``1/r`` has ``ceil(width / r)`` columns, decoded column ``i`` covering stored
-    columns ``[r i, r i + r)`` (the last one partly): the factor is ``1/r``, not ``dw / width`` (which puts a
-    stored edge up to ``(r - 1) / r`` of a decoded pixel off when ``width`` is not a multiple of ``r``).
-    """
-    if (dw, dh) != (width, height):
-        for r in (2, 4, 8):
-            if (dw, dh) == (-(-width // r), -(-height // r)):
-                return 1.0 / r, 1.0 / r
-    return dw / width, dh / height
-
-
-def _dct_size(width: int, height: int, reduce: float) -> tuple[int, int]:
-    """The smallest decode size to ask for: the image scaled by 1/2, 1/4 or 1/8, as far as ``reduce``
-    (how much smaller than the image the result may be) allows, else full size.
-
-    libjpeg-turbo also scales by 3/8, 5/8, 6/8 and 7/8, but those IDCTs have no SIMD code and
-    cost more than decoding at full size (at 160 px the train preset decoded 12 % slower
-    than at 224 px, because more crops allowed a 6/8 or 7/8 decode)."""
-    r = 1
-    while r < 8 and 2 * r <= reduce:
-        r *= 2
-    return max(1, math.ceil(width / r)), max(1, math.ceil(height / r))
 
 
 def resize_center_crop(
@@ -316,10 +244,10 @@ def resize_center_crop(
         new_w, new_h = resize_size, int(resize_size * height / width)
     else:
         new_w, new_h = int(resize_size * width / height), resize_size
-    arr = decoder.decode(data, *_dct_size(width, height, min(width / new_w, height / new_h)), fast)
+    arr = decoder.decode(data, *dct_size(width, height, min(width / new_w, height / new_h)), fast)
     t1 = time.perf_counter()
     full = channels_last_empty((3, new_h, new_w))
-    _resize_into(torch.from_numpy(arr).permute(2, 0, 1), full)
+    resize_into(torch.from_numpy(arr).permute(2, 0, 1), full)
     top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
     out.copy_(full[:, top : top + size, left : left + size])
     if times is not None:

@@ -186,18 +186,18 @@ def test_resize_kernel_equals_public_interpolate(monkeypatch):
     """The direct kernel call (it writes into the batch row) gives F.interpolate's bytes; so does the fallback."""
     import torch.nn.functional as F
 
-    from shardkit.loader.decode import worker as D
+    from shardkit.loader.decode import resample as D
 
     arr = np.random.default_rng(0).integers(0, 256, (256, 341, 3), dtype=np.uint8)
     src = torch.from_numpy(arr).permute(2, 0, 1)
     cases = [((10, 210, 20, 240), 224), ((0, 256, 0, 341), 160), ((30, 90, 40, 100), 224), ((0, 256, 0, 341), 300)]
     for use_kernel in (True, False):
         if not use_kernel:
-            monkeypatch.setattr(D, "_aa_kernel", lambda: None)
+            monkeypatch.setattr(D, "upsample_bilinear_aa_kernel", lambda: None)
         for (y0, y1, x0, x1), s in cases:
             view = src[:, y0:y1, x0:x1]
             out = D.channels_last_empty((3, s, s))
-            D._resize_into(view, out)
+            D.resize_into(view, out)
             want = F.interpolate(view[None].float(), size=(s, s), mode="bilinear", antialias=True, align_corners=False)
             ref = F.interpolate(
                 view[None].contiguous(), size=(s, s), mode="bilinear", antialias=True, align_corners=False
