@@ -141,15 +141,27 @@ def test_targets_equal_the_stream(n, shard_size, width, height, batch_size, deco
         assert_equal_items(url, side, decoder, stream(url, side, batch_size, decoder))
 
 
-def test_a_coco_conversion_equals_the_stream_from_worker_processes(tmp_path):
+def test_a_coco_conversion_with_crowd_regions_equals_the_stream_from_worker_processes(tmp_path):
+    """Crowd regions are no boxes in either, their mask pixels 255 and their instance pixels -1 in both."""
+    import json
+
     from shardkit.convert import ConvertConfig, convert
     from shardkit.convert.options import ScanConfig
     from shardkit.demo.sources import write_source
 
     src, dest = str(tmp_path / "src"), str(tmp_path / "ds")
     write_source(src, "coco", images=10, size=(56, 42))
+    with open(os.path.join(src, "annotations.json"), encoding="utf-8") as f:
+        doc = json.load(f)
+    for a in doc["annotations"][::3]:
+        a["iscrowd"] = 1
+    with open(os.path.join(src, "annotations.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f)
     opts = ConvertConfig(shard_size=3, source=ScanConfig(masks=True, instances=True))
     convert(f"coco:{os.path.join(src, 'annotations.json')}", dest, opts, workers=1, quiet=True)
     url = os.path.join(dest, "train")
-    assert {"boxes", "mask", "instances"} <= set(shardkit.open(url).manifest.fields)
+    ds = shardkit.open(url)
+    assert {"boxes", "mask", "instances"} <= set(ds.manifest.fields)
+    crowded = [int(ds.raw(j).objects.iscrowd.sum()) for j in range(len(ds))]  # type: ignore[union-attr]
+    assert sum(crowded) == len(doc["annotations"][::3]) and 0 in crowded
     assert_equal_items(url, 56, "auto", stream(url, 56, 4, "auto", num_workers=2))

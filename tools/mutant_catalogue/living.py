@@ -134,4 +134,12 @@ MUTANTS = [
         "new": "return self._item(min(len(self) - 1, int(self.offsets[at[0]]) + at[1] + 1))",
         "tests": [f"{V}::test_row_fields_equal_the_stream"],
     },
+    {
+        "id": "open-crowd-instance-rows-not-closed-up",
+        "row": ROW_STREAM,
+        "file": "shardkit/access/items.py",
+        "old": 'out["instances"] = relabel(ids, table)[0] if len(keep) else ids[0]',
+        "new": 'out["instances"] = ids[0]',
+        "tests": [f"{V}::test_a_coco_conversion_with_crowd_regions_equals_the_stream_from_worker_processes"],
+    },
 ]
