@@ -7,9 +7,11 @@ ROW_KEYS = "Random access: keys() and get() come from the key table and equal ev
 ROW_TRUST = "Random access: a changed sample or key table is refused, never served"
 ROW_TABLE = "Tables: convert records each sample's path, size and source sha256"
 ROW_SHOW = "show: a box is drawn in its class's colour where the box is"
+ROW_STREAM = "Random access: get(key) equals the sample the loader streams at stored size, field by field"
 
 T = "tests/access/test_open.py"
 S = "tests/access/test_show.py"
+V = "tests/access/test_open_vs_stream.py"
 
 MUTANTS = [
     {
@@ -115,5 +117,29 @@ MUTANTS = [
         "old": 'keep = out["box_labels"] >= 0',
         "new": 'keep = out["box_labels"] >= -1',
         "tests": [f"{S}::test_masks_are_blended_and_padding_rows_are_not_boxes"],
+    },
+    {
+        "id": "open-decodes-with-the-fast-idct",
+        "row": ROW_STREAM,
+        "file": "shardkit/access/items.py",
+        "old": "pixels = np.ascontiguousarray(decoder.decode(s.jpeg, w, h))",
+        "new": "pixels = np.ascontiguousarray(decoder.decode(s.jpeg, w, h, fast=True))",
+        "tests": [f"{V}::test_targets_equal_the_stream"],
+    },
+    {
+        "id": "open-get-serves-the-next-position",
+        "row": ROW_STREAM,
+        "file": "shardkit/access/dataset.py",
+        "old": "return self._item(int(self.offsets[at[0]]) + at[1])",
+        "new": "return self._item(min(len(self) - 1, int(self.offsets[at[0]]) + at[1] + 1))",
+        "tests": [f"{V}::test_row_fields_equal_the_stream"],
+    },
+    {
+        "id": "open-crowd-instance-rows-not-closed-up",
+        "row": ROW_STREAM,
+        "file": "shardkit/access/items.py",
+        "old": 'out["instances"] = relabel(ids, table)[0] if len(keep) else ids[0]',
+        "new": 'out["instances"] = ids[0]',
+        "tests": [f"{V}::test_a_coco_conversion_with_crowd_regions_equals_the_stream_from_worker_processes"],
     },
 ]
