@@ -23,6 +23,7 @@ from PIL import Image
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
 from shardkit.loader.decode.worker import CropDecoder
+from tests.support.decode_paths import bad_huffman, cut_scan, mean_diff
 
 SEED, EPOCH, SIZE = 11, 2, 24
 #: mean absolute difference allowed from the reference (measured: under 0.01 on CPU, where both decode with libjpeg-turbo)
@@ -49,17 +50,6 @@ def jpeg(i: int) -> bytes:
     return buf.getvalue()
 
 
-def cut_scan(data: bytes) -> bytes:
-    """Header intact, scan cut short: routed to the CPU by its header, which cannot decode it."""
-    return data[: len(data) * 2 // 3]
-
-
-def bad_huffman(data: bytes) -> bytes:
-    """A Huffman table libjpeg rejects: the batched call fails, bisection isolates it, the CPU fails too."""
-    i = data.index(b"\xff\xc4")
-    return data[: i + 5] + b"\xff" * 16 + data[i + 21 :]
-
-
 def reference(data: bytes, cfg: ImageConfig, gid: int) -> torch.Tensor:
     """``3 x SIZE x SIZE`` uint8: PIL decode, crop the sample's own box, antialiased bilinear resize, its own flip."""
     img = torch.from_numpy(np.array(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1).float()
@@ -75,10 +65,6 @@ def reference(data: bytes, cfg: ImageConfig, gid: int) -> torch.Tensor:
     if crops.flips[0]:
         out = out.flip(-1)
     return out.round().clamp(0, 255).to(torch.uint8)
-
-
-def mean_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.cpu().float() - b.cpu().float()).abs().mean())
 
 
 #: (bad positions in a batch of 10, how each is damaged)

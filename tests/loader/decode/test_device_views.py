@@ -42,6 +42,7 @@ from shardkit.loader.decode.multicrop import ViewDecoder
 from shardkit.loader.prefetch import DevicePrefetcher
 from shardkit.loader.stats import COUNTERS, Counters
 from tests.support.data import write_raw_dataset
+from tests.support.decode_paths import bad_huffman, cut_scan, mean_diff
 from tests.support.resume import check_resume
 from tests.support.source_reference import colour, image_id
 from tests.support.views import Flat, N, check_colours, solid_image, to_jpeg, views_by_key
@@ -78,17 +79,6 @@ def id_image(i: int) -> Image.Image:
 
 def id_jpeg(i: int, progressive: bool = False) -> bytes:
     return to_jpeg(id_image(i), subsampling=0, progressive=progressive)
-
-
-def cut_scan(data: bytes) -> bytes:
-    """Header intact, scan cut short: routed to the CPU by its header, which cannot decode it."""
-    return data[: len(data) * 2 // 3]
-
-
-def bad_huffman(data: bytes) -> bytes:
-    """A Huffman table libjpeg rejects: the batched call fails, bisection isolates it, the CPU fails too."""
-    i = data.index(b"\xff\xc4")
-    return data[: i + 5] + b"\xff" * 16 + data[i + 21 :]
 
 
 def write(root: str, jpeg, n: int = N, shard_size: int = 7) -> str:
@@ -164,10 +154,6 @@ def reference(data: bytes, gid: int) -> list[torch.Tensor]:
         r = F.interpolate(crop, size=(v.size, v.size), mode="bilinear", antialias=True, align_corners=False)[0]
         out.append((r.flip(-1) if flip else r).round().clamp(0, 255).to(torch.uint8))
     return out
-
-
-def mean_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.cpu().float() - b.cpu().float()).abs().mean())
 
 
 def check_against_reference(views_of: dict[str, list[torch.Tensor]], jpeg, tolerance: float = TOLERANCE) -> None:
