@@ -149,6 +149,19 @@ def write_raw_dataset(
     return root
 
 
+def manifest_json(**over: object) -> str:
+    """A version-1 manifest's JSON text (split train, class a, one shard of one sample), ``over`` replacing keys."""
+    d: dict[str, object] = {
+        "format": "shardkit-manifest",
+        "version": 1,
+        "split": "train",
+        "classes": ["a"],
+        "shards": [{"name": "train-000000.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}],
+    }
+    d.update(over)
+    return json.dumps(d)
+
+
 def tree_digests(root: str) -> dict[str, str]:
     """relative path -> sha256 of every file below ``root`` (byte-identical output checks)."""
     out = {}
