@@ -9,7 +9,9 @@ import json
 import os
 import tarfile
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 from PIL import Image
 
 from shardkit.demo.sampledata import make_image
@@ -18,11 +20,16 @@ from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 from tests.support.source_reference import colour
 
 
+def image_bytes(img: "Image.Image | np.ndarray", fmt: str = "JPEG", **save_kw: Any) -> bytes:
+    """``img`` (a PIL image or an ``H x W x 3`` uint8 array) encoded as ``fmt`` with PIL's ``save_kw``."""
+    buf = io.BytesIO()
+    (img if isinstance(img, Image.Image) else Image.fromarray(img)).save(buf, format=fmt, **save_kw)
+    return buf.getvalue()
+
+
 def jpeg_bytes(label: int, seed: int = 0, size: tuple[int, int] = (64, 48), quality: int = 90, **save_kw) -> bytes:
     """A small photo-like JPEG of class ``label``."""
-    buf = io.BytesIO()
-    Image.fromarray(make_image(label, seed, size)).save(buf, format="JPEG", quality=quality, **save_kw)
-    return buf.getvalue()
+    return image_bytes(make_image(label, seed, size), quality=quality, **save_kw)
 
 
 @dataclass

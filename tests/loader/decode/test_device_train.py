@@ -23,6 +23,7 @@ from PIL import Image
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
 from shardkit.loader.decode.worker import CropDecoder
+from tests.support.data import image_bytes
 from tests.support.decode_paths import bad_huffman, cut_scan, mean_diff
 
 SEED, EPOCH, SIZE = 11, 2, 24
@@ -45,9 +46,7 @@ def id_image(i: int) -> np.ndarray:
 
 
 def jpeg(i: int) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(id_image(i)).save(buf, format="JPEG", quality=95, subsampling=0)
-    return buf.getvalue()
+    return image_bytes(id_image(i), quality=95, subsampling=0)
 
 
 def reference(data: bytes, cfg: ImageConfig, gid: int) -> torch.Tensor:
