@@ -6,7 +6,6 @@ so every view of a row tells which sample it was cut from.
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -17,6 +16,7 @@ from PIL import Image
 
 from shardkit.format import EncodedSample, write_shard
 from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
+from tests.support.data import image_bytes
 from tests.support.source_reference import colour, image_id
 
 #: samples in a views dataset
@@ -25,9 +25,7 @@ N = 30
 
 def to_jpeg(img: Image.Image, **kw: Any) -> bytes:
     """``img`` as a quality-95 JPEG (``kw``: more PIL save options, e.g. ``subsampling``, ``progressive``)."""
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=95, **kw)
-    return buf.getvalue()
+    return image_bytes(img, quality=95, **kw)
 
 
 def gradient(i: int, size: tuple[int, int] = (96, 72)) -> Image.Image:
