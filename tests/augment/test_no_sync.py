@@ -12,7 +12,6 @@ boolean-mask indexing...), which covers the generator draws that cannot be trace
 from __future__ import annotations
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from shardkit.augment import (
     IMAGENET_MEAN,
@@ -30,6 +29,7 @@ from shardkit.augment import (
     RandomResizedCrop,
     RandomRotation,
 )
+from tests.support.augment import HostReads, uint8_images
 
 
 def _ops(per_sample: bool = False) -> list:
@@ -48,54 +48,6 @@ def _ops(per_sample: bool = False) -> list:
     ]
 
 
-def _images(n: int = 8, size: int = 24) -> torch.Tensor:
-    return torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
-
-
-_HOST_READS = {
-    "item",
-    "tolist",
-    "numpy",
-    "cpu",
-    "nonzero",
-    "argwhere",
-    "masked_select",
-    "unique",
-    "unique_consecutive",
-    "bincount",
-    "__bool__",
-    "__int__",
-    "__float__",
-    "__index__",
-}
-
-
-class HostReads(TorchFunctionMode):
-    """Records every torch call that reads tensor values to the host (a device sync on a GPU)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", str(func))
-        if name in _HOST_READS:
-            self.calls.append(name)
-        elif (
-            name == "repeat_interleave"
-            and len(args) > 1
-            and isinstance(args[1], torch.Tensor)
-            and "output_size" not in kwargs
-        ):
-            self.calls.append(name)  # tensor repeats: the output size is read back
-        elif name in ("__getitem__", "__setitem__") and len(args) > 1:
-            idx = args[1] if isinstance(args[1], tuple) else (args[1],)
-            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in idx):
-                self.calls.append(f"{name}[bool mask]")
-        return func(*args, **kwargs)
-
-
 def test_host_read_detector_sees_a_sync():
     x = torch.rand(4)
     with HostReads() as reads:
@@ -106,7 +58,7 @@ def test_host_read_detector_sees_a_sync():
 def test_a_whole_call_draws_and_applies_without_host_reads():
     for per_sample in (False, True):
         aug = GpuAugment(_ops(per_sample), seed=0, output_dtype=torch.bfloat16, memory_format="channels_last")
-        x, labels = _images(), torch.arange(8) % 4
+        x, labels = uint8_images(8, seed=1), torch.arange(8) % 4
         aug(x, labels)  # the first call creates the generator and cached constants (as on CUDA)
         with HostReads() as reads:
             for _ in range(3):
@@ -119,7 +71,7 @@ def test_view_augment_draws_and_applies_without_host_reads():
     """The same for the views list: DINO's recipes, batched per recipe and size, and GpuAugment on a list."""
     from shardkit.augment import ViewAugment
 
-    views = [_images(4, 24), _images(4, 24)] + [_images(4, 12) for _ in range(4)]
+    views = [uint8_images(4, 24, seed=1), uint8_images(4, 24, seed=1)] + [uint8_images(4, 12, seed=1) for _ in range(4)]
     aug = ViewAugment.dino(4, seed=0, output_dtype=torch.bfloat16)
     plain = GpuAugment(_ops()[:8], seed=0)
     aug(views), plain(views)  # generators and cached constants created

@@ -31,6 +31,7 @@ from shardkit.augment import (
     Resize,
     VerticalFlip,
 )
+from tests.support.augment import uint8_images
 
 BILINEAR = InterpolationMode.BILINEAR
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
@@ -53,8 +54,7 @@ def smooth_images(b: int, h: int, w: int, seed: int = 0, freq: float = 1.0) -> t
 
 
 def noise_images(b: int, h: int, w: int, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, 256, (b, 3, h, w), dtype=torch.uint8, generator=g)
+    x = uint8_images(b, (h, w), seed)
     x[0, :, :4] = 77  # grey pixels
     x[-1, 1] = x[-1, 0]  # channel ties
     return x

@@ -3,7 +3,7 @@
 Oracles: a dict batch gives exactly what ``aug(images, targets=...)`` gives for the same draw; colour ops and
 RandomErasing leave targets bit-identical; a run split by a pixel op moves each target by its own run's map
 (equal to the two runs applied by hand with ``move``); ``apply_targets`` traces with ``fullgraph=True`` and
-a whole call reads nothing back to the host (``tests/augment/test_no_sync.py``'s detector; on CUDA
+a whole call reads nothing back to the host (``tests/support/augment.py``'s HostReads; on CUDA
 ``set_sync_debug_mode("error")``); CPU and CUDA give the same targets.
 """
 
@@ -13,7 +13,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 from shardkit.augment import (
     IMAGENET_MEAN,
@@ -37,7 +36,7 @@ from shardkit.augment import (
 )
 from shardkit.demo.scenes import FLIP_PAIRS
 from shardkit.targets.geometry import move
-from tests.augment.test_no_sync import HostReads
+from tests.support.augment import HostReads, MatmulCalls
 from tests.targets.oracle import scene_batch
 
 GEOMETRIC = [
@@ -251,42 +250,13 @@ def test_cuda_moves_targets_like_cpu():
     assert (cpu.mask != gpu.mask).float().mean() < 1e-3  # float32 ties may round either way
 
 
-class Matmuls(TorchFunctionMode):
-    """Records matmul-family calls (rounded to TF32/bf16 under a lower global matmul precision on a GPU)."""
-
-    NAMES = {
-        "matmul",
-        "mm",
-        "bmm",
-        "baddbmm",
-        "addmm",
-        "addbmm",
-        "addmv",
-        "mv",
-        "dot",
-        "einsum",
-        "linear",
-        "__matmul__",
-    }
-
-    def __init__(self):
-        super().__init__()
-        self.calls: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", str(func))
-        if name in self.NAMES:
-            self.calls.append(name)
-        return func(*args, **(kwargs or {}))
-
-
 def test_no_matmul_in_the_target_path():
     """The targets' maths is elementwise, so ``torch.set_float32_matmul_precision("high")`` (TF32 on
     a GPU) cannot shift a box, a keypoint or a mask pixel."""
     images, targets = scene_batch(8, 4, (48, 40))
     aug = GpuAugment([RandomResizedCrop(32), HorizontalFlip(), RandomRotation(30)], seed=0, flip_pairs=FLIP_PAIRS)
     aug(images, targets=targets)
-    with Matmuls() as mm:
+    with MatmulCalls() as mm:
         aug(images, targets=targets)
         move(targets, torch.eye(3)[None], (40, 48), flip_pairs=FLIP_PAIRS)
     assert mm.calls == []

@@ -26,6 +26,7 @@ from PIL import Image
 
 from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 from shardkit.errors import ConvertError
+from tests.support.data import image_bytes
 from tests.support.source_reference import colour, read_fields_split, reference_text
 
 SETTINGS = settings(
@@ -41,9 +42,7 @@ STATS: Counter = Counter()
 
 
 def _jpeg(i: int) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (12, 10), colour(i)).save(buf, "JPEG", quality=95)
-    return buf.getvalue()
+    return image_bytes(Image.new("RGB", (12, 10), colour(i)), quality=95)
 
 
 # ------------------------------------------------------------------------------------------------ tars

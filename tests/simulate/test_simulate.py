@@ -21,7 +21,7 @@ from shardkit.plan import Mixture, PlanConfig, Source, World, epoch_stream, shar
 from shardkit.simulate import Dataset, SimSettings, peak_rate, simulate
 from shardkit.simulate.schedule import HEAD, NOOP, epoch_schedule
 from shardkit.storage.budget import RequestLimiter
-from tests.simulate.test_readplan import RecordingRaw, uniform_shard
+from tests.support.shard_reads import RecordingRaw, uniform_shard
 
 ORACLE = settings(derandomize=True, deadline=None, max_examples=25, phases=[Phase.explicit, Phase.generate])
 

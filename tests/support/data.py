@@ -9,7 +9,9 @@ import json
 import os
 import tarfile
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 from PIL import Image
 
 from shardkit.demo.sampledata import make_image
@@ -18,11 +20,16 @@ from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 from tests.support.source_reference import colour
 
 
+def image_bytes(img: "Image.Image | np.ndarray", fmt: str = "JPEG", **save_kw: Any) -> bytes:
+    """``img`` (a PIL image or an ``H x W x 3`` uint8 array) encoded as ``fmt`` with PIL's ``save_kw``."""
+    buf = io.BytesIO()
+    (img if isinstance(img, Image.Image) else Image.fromarray(img)).save(buf, format=fmt, **save_kw)
+    return buf.getvalue()
+
+
 def jpeg_bytes(label: int, seed: int = 0, size: tuple[int, int] = (64, 48), quality: int = 90, **save_kw) -> bytes:
     """A small photo-like JPEG of class ``label``."""
-    buf = io.BytesIO()
-    Image.fromarray(make_image(label, seed, size)).save(buf, format="JPEG", quality=quality, **save_kw)
-    return buf.getvalue()
+    return image_bytes(make_image(label, seed, size), quality=quality, **save_kw)
 
 
 @dataclass
@@ -147,6 +154,19 @@ def write_raw_dataset(
     extra = {} if fields is None else {"fields": list(fields)}
     save_manifest(Manifest(split, classes, infos, targets=list(targets or []), **extra), root)
     return root
+
+
+def manifest_json(**over: object) -> str:
+    """A version-1 manifest's JSON text (split train, class a, one shard of one sample), ``over`` replacing keys."""
+    d: dict[str, object] = {
+        "format": "shardkit-manifest",
+        "version": 1,
+        "split": "train",
+        "classes": ["a"],
+        "shards": [{"name": "train-000000.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}],
+    }
+    d.update(over)
+    return json.dumps(d)
 
 
 def tree_digests(root: str) -> dict[str, str]:

@@ -1,5 +1,6 @@
 """The two decode paths side by side, for the device-decode and JPEG-backend tests: what the loader's worker
-makes of a batch of encoded images (decoded one by one) and what the device decoder makes of it (batched)."""
+makes of a batch of encoded images (decoded one by one) and what the device decoder makes of it (batched); JPEGs
+damaged in the two ways that route a sample to the CPU fallback, and the mean difference the tests compare by."""
 
 from __future__ import annotations
 
@@ -51,3 +52,19 @@ def device_path(
 
 def diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.cpu().int() - b.cpu().int()).abs().float()
+
+
+def cut_scan(data: bytes) -> bytes:
+    """Header intact, scan cut short: routed to the CPU by its header, which cannot decode it."""
+    return data[: len(data) * 2 // 3]
+
+
+def bad_huffman(data: bytes) -> bytes:
+    """A Huffman table libjpeg rejects: the batched call fails, bisection isolates it, the CPU fails too."""
+    i = data.index(b"\xff\xc4")
+    return data[: i + 5] + b"\xff" * 16 + data[i + 21 :]
+
+
+def mean_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Mean absolute difference of two images, as float32 on the CPU."""
+    return float((a.cpu().float() - b.cpu().float()).abs().mean())

@@ -226,8 +226,8 @@ def test_a_cut_run_drops_boxes_and_their_pixels_follow(seed):
 
 def test_instances_move_without_host_reads():
     """Relabelling is a gather on the device: a GpuAugment call with instance maps (a cut run, a dict batch) reads
-    nothing back to the host (``tests/augment/test_no_sync.py``'s detector, the CPU stand-in for CUDA's)."""
-    from tests.augment.test_no_sync import HostReads
+    nothing back to the host (``tests/support/augment.py``'s HostReads, the CPU stand-in for CUDA's)."""
+    from tests.support.augment import HostReads
 
     images, targets = scene_batch_instances(4, 6, (48, 40))
     aug = GpuAugment([RandomResizedCrop(32), RandomRotation(30, fill=FILL)], seed=0, flip_pairs=FLIP_PAIRS)

@@ -19,7 +19,7 @@ from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert, m
 from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
-from tests.support.data import split_samples, tree_digests
+from tests.support.data import image_bytes, split_samples, tree_digests
 from tests.support.data import write_tar_file as _tar
 from tests.support.probes import kill_when
 
@@ -292,11 +292,7 @@ def test_listing_and_images_on_s3(tmp_path, s3):
 
 
 def _jpeg(label: int, seed: int, fmt: str = "JPEG") -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    Image.fromarray(make_image(label, seed, (40, 30))).save(buf, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
-    return buf.getvalue()
+    return image_bytes(make_image(label, seed, (40, 30)), fmt, **({"quality": 90} if fmt == "JPEG" else {}))
 
 
 def _make_tars(folder: str) -> tuple[str, dict[str, tuple[int, bytes]], dict[str, str]]:

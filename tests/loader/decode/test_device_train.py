@@ -23,6 +23,8 @@ from PIL import Image
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
 from shardkit.loader.decode.worker import CropDecoder
+from tests.support.data import image_bytes
+from tests.support.decode_paths import bad_huffman, cut_scan, mean_diff
 
 SEED, EPOCH, SIZE = 11, 2, 24
 #: mean absolute difference allowed from the reference (measured: under 0.01 on CPU, where both decode with libjpeg-turbo)
@@ -44,20 +46,7 @@ def id_image(i: int) -> np.ndarray:
 
 
 def jpeg(i: int) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(id_image(i)).save(buf, format="JPEG", quality=95, subsampling=0)
-    return buf.getvalue()
-
-
-def cut_scan(data: bytes) -> bytes:
-    """Header intact, scan cut short: routed to the CPU by its header, which cannot decode it."""
-    return data[: len(data) * 2 // 3]
-
-
-def bad_huffman(data: bytes) -> bytes:
-    """A Huffman table libjpeg rejects: the batched call fails, bisection isolates it, the CPU fails too."""
-    i = data.index(b"\xff\xc4")
-    return data[: i + 5] + b"\xff" * 16 + data[i + 21 :]
+    return image_bytes(id_image(i), quality=95, subsampling=0)
 
 
 def reference(data: bytes, cfg: ImageConfig, gid: int) -> torch.Tensor:
@@ -75,10 +64,6 @@ def reference(data: bytes, cfg: ImageConfig, gid: int) -> torch.Tensor:
     if crops.flips[0]:
         out = out.flip(-1)
     return out.round().clamp(0, 255).to(torch.uint8)
-
-
-def mean_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.cpu().float() - b.cpu().float()).abs().mean())
 
 
 #: (bad positions in a batch of 10, how each is damaged)

@@ -42,8 +42,10 @@ from shardkit.loader.decode.multicrop import ViewDecoder
 from shardkit.loader.prefetch import DevicePrefetcher
 from shardkit.loader.stats import COUNTERS, Counters
 from tests.support.data import write_raw_dataset
+from tests.support.decode_paths import bad_huffman, cut_scan, mean_diff
 from tests.support.resume import check_resume
 from tests.support.source_reference import colour, image_id
+from tests.support.views import Flat, N, check_colours, solid_image, to_jpeg, views_by_key
 
 SEED, EPOCH = 5, 2
 #: three groups: two globals, three locals, one without flips and with other ratios
@@ -56,16 +58,9 @@ EXPANDED = [v for v in VIEWS for _ in range(v.count)]
 SHAPES = [v.size for v in EXPANDED]
 #: mean absolute difference from the reference (CPU: both decode with libjpeg-turbo at full size; measured < 0.5)
 TOLERANCE = 1.0
-N = 30
 
 
 # ------------------------------------------------------------------ images and datasets
-
-
-def to_jpeg(img: Image.Image, **kw) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=95, **kw)
-    return buf.getvalue()
 
 
 def shape(i: int) -> tuple[int, int]:
@@ -86,17 +81,6 @@ def id_jpeg(i: int, progressive: bool = False) -> bytes:
     return to_jpeg(id_image(i), subsampling=0, progressive=progressive)
 
 
-def cut_scan(data: bytes) -> bytes:
-    """Header intact, scan cut short: routed to the CPU by its header, which cannot decode it."""
-    return data[: len(data) * 2 // 3]
-
-
-def bad_huffman(data: bytes) -> bytes:
-    """A Huffman table libjpeg rejects: the batched call fails, bisection isolates it, the CPU fails too."""
-    i = data.index(b"\xff\xc4")
-    return data[: i + 5] + b"\xff" * 16 + data[i + 21 :]
-
-
 def write(root: str, jpeg, n: int = N, shard_size: int = 7) -> str:
     """``n`` samples ``k{i:06d}`` (label ``i % 3``, id ``i``) whose bytes are ``jpeg(i)``."""
     shards = []
@@ -110,7 +94,7 @@ def write(root: str, jpeg, n: int = N, shard_size: int = 7) -> str:
 
 @pytest.fixture(scope="module")
 def solid(tmp_path_factory) -> str:
-    return write(str(tmp_path_factory.mktemp("solid")), lambda i: to_jpeg(Image.new("RGB", (80, 60), colour(i))))
+    return write(str(tmp_path_factory.mktemp("solid")), lambda i: to_jpeg(solid_image(i)))
 
 
 @pytest.fixture(scope="module")
@@ -136,14 +120,15 @@ def load(url, **kw):
 
 def by_key(loader, it=None) -> dict[str, list[torch.Tensor]]:
     """Key -> that sample's views (cloned), over one epoch; a key twice fails."""
-    out: dict[str, list[torch.Tensor]] = {}
-    for views, labels, keys in it if it is not None else loader:
+    return views_by_key(checked_layout(it if it is not None else loader))
+
+
+def checked_layout(batches):
+    """The batches, each checked for its views' shapes and its labels on the way."""
+    for views, labels, keys in batches:
         assert [tuple(v.shape) for v in views] == [(len(keys), 3, s, s) for s in SHAPES]
         assert labels.tolist() == [int(k[1:]) % 3 for k in keys]
-        for row, key in enumerate(keys):
-            assert key not in out, f"{key} delivered twice"
-            out[key] = [v[row].clone() for v in views]
-    return out
+        yield views, labels, keys
 
 
 # ------------------------------------------------------------------ the reference
@@ -171,23 +156,12 @@ def reference(data: bytes, gid: int) -> list[torch.Tensor]:
     return out
 
 
-def mean_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.cpu().float() - b.cpu().float()).abs().mean())
-
-
 def check_against_reference(views_of: dict[str, list[torch.Tensor]], jpeg, tolerance: float = TOLERANCE) -> None:
     for key, views in views_of.items():
         i = int(key[1:])
         for j, (got, want) in enumerate(zip(views, reference(jpeg(i), i))):
             d = mean_diff(got, want)
             assert d <= tolerance, f"{key} view {j}: not its own crop and flip (mean diff {d:.1f})"
-
-
-def check_colours(views: list[torch.Tensor], keys: list[str]) -> None:
-    for j, v in enumerate(views):
-        for row, key in enumerate(keys):
-            rgb = v[row].float().mean(dim=(1, 2)).tolist()
-            assert image_id(rgb) == int(key[1:]), f"view {j} row {row} shows {rgb}, not the colour of {key}"
 
 
 # ------------------------------------------------------------------ colours, layout, geometry
@@ -406,20 +380,6 @@ def test_exactly_once_over_ranks_and_workers(solid):
             check_colours(views, ks)
             keys += ks
     assert sorted(keys) == [f"k{i:06d}" for i in range(N)]
-
-
-class Flat:
-    """A views loader as ``(images, labels, keys)`` for check_resume: a sample's views flattened into one row."""
-
-    def __init__(self, loader):
-        self.loader = loader
-
-    def __iter__(self):
-        for views, labels, keys in self.loader:
-            yield torch.cat([v.reshape(len(keys), -1) for v in views], 1), labels, keys
-
-    def __getattr__(self, name):
-        return getattr(self.loader, name)
 
 
 def test_mid_epoch_resume_with_device_views(ids):

@@ -13,7 +13,6 @@ the tolerance somewhere, so that the test can tell them apart.
 from __future__ import annotations
 
 import functools
-import io
 
 import numpy as np
 import torch
@@ -22,6 +21,7 @@ from hypothesis import strategies as st
 
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
+from tests.support.data import image_bytes
 
 SIZE = 48
 GREY = 64
@@ -32,14 +32,10 @@ HALF = (GREY + 255) / 2
 def jpeg(w: int, h: int, ex: int, ey: int) -> bytes:
     """Grey (:data:`GREY`: image pixels never read as padding), with white right of stored column ``ex`` in the top
     half and white below stored row ``ey`` in the left half (two edges, each measured away from the other)."""
-    from PIL import Image
-
     img = np.full((h, w, 3), GREY, np.uint8)
     img[: h // 2, ex:] = 255
     img[ey:, : w // 2] = 255
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="JPEG", quality=100, subsampling=0)
-    return buf.getvalue()
+    return image_bytes(img, quality=100, subsampling=0)
 
 
 def crossing(p: np.ndarray) -> float:

@@ -11,7 +11,6 @@ output pixel, while the requested box would put it at least 0.15 pixel off (so t
 from __future__ import annotations
 
 import functools
-import io
 
 import numpy as np
 import torch
@@ -22,19 +21,16 @@ from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
 from shardkit.targets.crops import crop_maps
 from shardkit.targets.geometry import move_points
+from tests.support.data import image_bytes
 
 W, H, EDGE, S = 1024, 768, 512, 32  #: stored size, the edge's stored column (on the 8 x 8 grid), output size
 
 
 @functools.cache
 def jpeg() -> bytes:
-    from PIL import Image
-
     img = np.zeros((H, W, 3), np.uint8)
     img[:, EDGE:] = 255
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="JPEG", quality=100, subsampling=0)
-    return buf.getvalue()
+    return image_bytes(img, quality=100, subsampling=0)
 
 
 def edge_in_output(out: torch.Tensor) -> float:
