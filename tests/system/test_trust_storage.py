@@ -103,6 +103,50 @@ def test_file_expired_is_not_transient():
     assert not is_transient(exc) and is_transient(ConnectionResetError())
 
 
+class _Raising(io.BytesIO):
+    """A remote file whose reads raise ``exc`` (counted in ``calls``)."""
+
+    def __init__(self, exc: BaseException, calls: list):
+        super().__init__(DATA)
+        self.size, self.details, self._exc, self._calls = len(DATA), {"ETag": '"a"'}, exc, calls
+
+    def read(self, n=-1):
+        self._calls.append(n)
+        raise self._exc
+
+
+def test_an_object_that_expired_during_a_read_is_one_error_never_retried():
+    """A backend read through fsspec's own file (not S3's or HTTP's ranged reads): ``FileExpired`` is the
+    "changed while reading" error at once, without a retry."""
+    from s3fs.utils import FileExpired
+
+    calls: list = []
+    f = RetryingFile(
+        "gs://b/x.tar",
+        lambda: _Raising(FileExpired(filename="b/x.tar", e_tag='"a"'), calls),
+        max_retries=5,
+        retry_budget_s=60,
+        sleep=lambda s: None,
+    )
+    with pytest.raises(StorageError, match=r"^gs://b/x.tar: changed while reading; was the dataset rewritten\?$"):
+        f.read(10)
+    assert len(calls) == 1 and f.retries == 0
+
+
+def test_a_server_without_range_requests_is_named_through_fsspecs_file():
+    """fsspec's error for a server that answers a range request with the whole file: one line naming the cure."""
+    calls: list = []
+    exc = ValueError(
+        "The HTTP server doesn't appear to support range requests. Only reading this file from the beginning"
+    )
+    f = RetryingFile(
+        "https://h/x.tar", lambda: _Raising(exc, calls), max_retries=5, retry_budget_s=60, sleep=lambda s: None
+    )
+    with pytest.raises(StorageError, match=r"does not support Range requests.*cache_dir="):
+        f.read(10)
+    assert len(calls) == 1
+
+
 # ----------------------------------------------------------------------------- through moto
 
 

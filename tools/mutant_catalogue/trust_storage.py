@@ -141,6 +141,7 @@ MUTANTS = [
         "tests": [
             TS + "test_an_object_replaced_mid_read_is_an_error_not_a_splice",
             TS + "test_file_expired_is_not_transient",
+            TS + "test_an_object_that_expired_during_a_read_is_one_error_never_retried",
         ],
     },
     {
@@ -217,7 +218,7 @@ MUTANTS += [
         "file": RETRY,
         "old": "                if is_no_range(exc):\n",
         "new": "                if False:\n",
-        "tests": [NO_RANGE],
+        "tests": [NO_RANGE, TS + "test_a_server_without_range_requests_is_named_through_fsspecs_file"],
     },
     {
         "id": "trust-no-range-stream-not-restarted",
