@@ -83,7 +83,7 @@ def all_hits(root: Path = ROOT) -> list[tuple[str, int, str, str]]:
         ("see " + "i" + "ssue #21 for why", ["i" + "ssue #21"]),
         ("the bug of " + "I" + "ssue 21 A2", ["I" + "ssue 21"]),
         ("measured in " + "s" + "ession 10", ["s" + "ession 10"]),
-        ("measured (Session 9)", ["(Session 9)"]),
+        ("measured (" + "S" + "ession 9)", ["(" + "S" + "ession 9)"]),
         ("details in notes/issue-3.md", ["notes/"]),
         ("XConfig: the old name", ["the old name"]),
         ("re-exported (their home until the split)", ["until the split"]),
@@ -100,9 +100,11 @@ def test_the_patterns_find_diary_words_and_allow_other_trackers(line: str, expec
 
 def test_a_planted_diary_word_is_named_by_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "page.md").write_text("# Page\n\nAll true.\nFixed in session 12.\n", encoding="utf-8")
+    (tmp_path / "docs" / "page.md").write_text(
+        "# Page\n\nAll true.\nFixed in " + "s" + "ession 12.\n", encoding="utf-8"
+    )
     (tmp_path / "README.md").write_text("See pytorch/vision#1234.\n", encoding="utf-8")
-    assert all_hits(tmp_path) == [("docs/page.md", 4, r"\bsession \d+\b", "session 12")]
+    assert all_hits(tmp_path) == [("docs/page.md", 4, r"\bsession \d+\b", "s" + "ession 12")]
 
 
 def test_the_known_hits_are_pairs_of_a_scanned_file_and_a_diary_pattern() -> None:
