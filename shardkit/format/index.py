@@ -54,9 +54,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Optional
+from typing import IO, Optional
 
 import numpy as np
 
@@ -72,7 +71,7 @@ from shardkit.format.sample import (
     size_error,
     store_field,
 )
-from shardkit.format.tar import BLOCK, FILE_TYPES, NAME_FIELD, SampleSpan, ShardReader, header_ok, octal
+from shardkit.format.tar import BLOCK, FILE_TYPES, NAME_FIELD, header_ok, octal
 
 #: the manifest's ``sample_index`` value for shards with a sidecar in the format written now (with checksums)
 INDEX_FORMAT = "sidecar-2"
@@ -83,8 +82,7 @@ READABLE_INDEX_FORMATS = (INDEX_FORMAT_V1, INDEX_FORMAT)
 INDEX_SUFFIX = ".idx"
 _MAGIC = b"SKINDEX2"
 _MAGIC_V1 = b"SKINDEX1"
-_HEAD = struct.Struct("<8sIIQ32sII")  # magic, n, k, shard bytes, shard sha256, exts blob, keys blob
-_U32 = (1 << 32) - 1
+HEAD = struct.Struct("<8sIIQ32sII")  # magic, n, k, shard bytes, shard sha256, exts blob, keys blob
 #: largest sidecar accepted (a 100,000-sample shard needs about 5 MB)
 MAX_INDEX_BYTES = 1 << 28
 
@@ -248,7 +246,7 @@ class SampleIndex:
         keys = "\n".join(self.keys).encode("utf-8")
         body = b"".join(
             [
-                _HEAD.pack(
+                HEAD.pack(
                     _MAGIC if self.crc32c is not None else _MAGIC_V1,
                     len(self.keys),
                     len(self.exts),
@@ -275,16 +273,16 @@ class SampleIndex:
         """Parse and check a sidecar (see the module docstring); :class:`IndexDamage` naming ``url`` if it is unusable."""
         if len(data) > MAX_INDEX_BYTES:
             raise IndexDamage(f"{url}: sample index larger than {MAX_INDEX_BYTES} bytes")
-        if len(data) < _HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
+        if len(data) < HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
             raise IndexDamage(f"{url}: not a sample index or damaged (CRC mismatch)")
-        magic, n, k, nbytes, sha, le, lk = _HEAD.unpack_from(data)
+        magic, n, k, nbytes, sha, le, lk = HEAD.unpack_from(data)
         if magic not in (_MAGIC, _MAGIC_V1):
             raise IndexDamage(f"{url}: not a shardkit sample index (magic {magic!r})")
         checked = magic == _MAGIC
         if shard_bytes is not None and nbytes != shard_bytes or shard_sha256 is not None and sha.hex() != shard_sha256:
             raise IndexDamage(f"{url}: describes another shard (size or sha256 differ from the manifest)")
-        pos = _HEAD.size
-        need = _needed(magic, n, k, le, lk)
+        pos = HEAD.size
+        need = needed(magic, n, k, le, lk)
         if need != len(data) or k == 0:
             raise IndexDamage(f"{url}: {len(data)} bytes where {n} samples of {k} fields need {need}")
         try:
@@ -321,7 +319,7 @@ class SampleIndex:
             >= NAME_FIELD
         ):
             raise IndexDamage(f"{url}: a member name does not fit a tar header's {NAME_FIELD}-byte name field")
-        why = _layout_error(self.starts, self.offsets, self.sizes, self.shard_bytes)
+        why = layout_error(self.starts, self.offsets, self.sizes, self.shard_bytes)
         if why:
             raise IndexDamage(f"{url}: {why}")
 
@@ -334,9 +332,9 @@ def changed_error(url: str, index: int, key: str, why: str) -> str:
     )
 
 
-def _needed(magic: bytes, n: int, k: int, le: int, lk: int) -> int:
+def needed(magic: bytes, n: int, k: int, le: int, lk: int) -> int:
     """Bytes of a sidecar with this header."""
-    return _HEAD.size + le + lk + 8 * (n + 1) + 8 * n * k + (4 * n if magic == _MAGIC else 0) + 4
+    return HEAD.size + le + lk + 8 * (n + 1) + 8 * n * k + (4 * n if magic == _MAGIC else 0) + 4
 
 
 def _size(hdr: bytes) -> int:
@@ -347,7 +345,7 @@ def _size(hdr: bytes) -> int:
         return -1
 
 
-def _layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, shard_bytes: int) -> Optional[str]:
+def layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, shard_bytes: int) -> Optional[str]:
     """Why these ranges are not a shard's samples laid out back to back, or ``None``.
 
     Indexed samples start at byte 0 and follow each other, each member's one 512-byte header right
@@ -370,135 +368,3 @@ def _layout_error(starts: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, sh
     ):
         return "members or samples not back to back (a gap between them)"
     return None
-
-
-def build_index(
-    layouts: Sequence[SampleSpan],
-    keys: Sequence[str],
-    shard_bytes: int,
-    shard_sha256: str,
-    crcs: Optional[Sequence[int]] = None,
-) -> Optional[SampleIndex]:
-    """The index of a shard from its samples' layouts, or ``None`` if the shard cannot be indexed.
-
-    ``crcs``: the CRC32C of each sample's bytes (:mod:`shardkit.format.checksum`); None: an index
-    without checksums (format ``sidecar-1``).
-
-    Indexable: every sample has the same fields in the same order, each member's data follows
-    its one 512-byte header (no pax or long-name headers) right after the previous member,
-    samples are contiguous from byte 0, names fit a header's name field, and no member is
-    larger than the walk loads.
-    """
-    if not layouts:
-        return None
-    exts = tuple(m.ext for m in layouts[0].members)
-    n, k = len(layouts), len(exts)
-    starts = np.empty(n + 1, np.uint64)
-    offsets = np.empty((n, k), np.int64)
-    sizes = np.empty((n, k), np.int64)
-    for i, lay in enumerate(layouts):
-        if tuple(m.ext for m in lay.members) != exts or (i and lay.start != starts[i]):
-            return None
-        if any(m.data_offset != m.start + BLOCK or m.unsafe for m in lay.members):
-            return None
-        starts[i], starts[i + 1] = lay.start, lay.end
-        offsets[i] = [m.data_offset - lay.start for m in lay.members]
-        sizes[i] = [m.size for m in lay.members]
-    if (
-        offsets.max() > _U32
-        or sizes.max() > _U32
-        or len(set(keys)) != n
-        or _layout_error(starts, offsets, sizes, shard_bytes)
-    ):
-        return None
-    if max(len(x.encode("utf-8")) for x in keys) + 1 + max(len(e.encode("utf-8")) for e in exts) >= NAME_FIELD:
-        return None
-    if crcs is not None and len(crcs) != n:
-        raise ValueError(f"{n} samples but {len(crcs)} checksums")
-    return SampleIndex(
-        tuple(keys),
-        exts,
-        starts,
-        offsets.astype(np.uint32),
-        sizes.astype(np.uint32),
-        shard_bytes,
-        shard_sha256,
-        None if crcs is None else np.asarray(crcs, dtype=np.uint32),
-    )
-
-
-def index_from_walk(f: IO[bytes], url: str, shard_bytes: int, shard_sha256: str) -> Optional[SampleIndex]:
-    """Walk the headers of the shard open as ``f`` (seekable) and build its index with checksums
-    (``None``: not indexable): the CRC32C of each sample is computed from its bytes, read again.
-
-    ``verify`` compares this with the sidecar; ``shardkit index`` writes it for shards written
-    before the index or before its checksums.
-    """
-    r = ShardReader(f, url)
-    layouts, keys = [], []
-    while (s := r.read(r.index)) is not None:
-        assert r.layout is not None
-        layouts.append(r.layout)
-        keys.append(s.key)
-    crcs = []
-    for lay in layouts:
-        f.seek(lay.start)
-        crcs.append(crc32c(f.read(lay.end - lay.start)))
-    return build_index(layouts, keys, shard_bytes, shard_sha256, crcs)
-
-
-def load_index(
-    shard_url: str,
-    *,
-    shard_bytes: int,
-    shard_sha256: str,
-    open_fn: Optional[Callable[[str], IO[bytes]]] = None,
-    **storage_options: Any,
-) -> SampleIndex:
-    """Load and check the sidecar index of ``shard_url`` (local path or any fsspec URL).
-
-    Args:
-        shard_url: the shard (its sidecar is :func:`index_url`).
-        shard_bytes, shard_sha256: the shard's size and sha256 from the manifest.
-        open_fn: opens a URL for reading (the loader's opener); default :func:`shardkit.storage.fs.open_read`.
-        storage_options: fsspec options for the default opener.
-
-    Raises:
-        IndexDamage: missing, unreadable, corrupt or for another shard (read the shard with the walk).
-    """
-    from shardkit.errors import ShardkitError
-    from shardkit.storage import fs as storage
-
-    url = index_url(shard_url)
-    try:
-        with open_fn(url) if open_fn is not None else storage.open_read(url, **storage_options) as f:
-            head = f.read(_HEAD.size)
-            need = _announced(head, url, shard_bytes)  # read what the header announces (bounded), not a fixed maximum
-            data = head + f.read(need - len(head) + 1)
-    except (ShardkitError, OSError) as exc:
-        raise IndexDamage(f"{url}: cannot read the sample index ({exc})") from None
-    return SampleIndex.from_bytes(data, url, shard_bytes=shard_bytes, shard_sha256=shard_sha256)
-
-
-def _announced(head: bytes, url: str, shard_bytes: Optional[int]) -> int:
-    """The sidecar size its header announces; :class:`IndexDamage` unless it is plausible for a shard of ``shard_bytes``.
-
-    Each indexed member takes at least one 512-byte header in the shard, and each member name fits a
-    header's name field: a header announcing more is refused before anything that size is read.
-    """
-    if len(head) < _HEAD.size:
-        raise IndexDamage(f"{url}: not a sample index or damaged (only {len(head)} bytes)")
-    magic, n, k, _, _, le, lk = _HEAD.unpack_from(head)
-    need = _needed(magic, n, k, le, lk)
-    limit = MAX_INDEX_BYTES if shard_bytes is None else min(MAX_INDEX_BYTES, shard_bytes)
-    if (
-        need > limit
-        or (shard_bytes is not None and n * k * BLOCK > shard_bytes)
-        or le >= k * NAME_FIELD
-        or lk >= (n + 1) * NAME_FIELD
-    ):
-        raise IndexDamage(
-            f"{url}: its header announces {n} samples of {k} fields ({need} bytes), impossible for a shard of "
-            f"{shard_bytes} bytes"
-        )
-    return need

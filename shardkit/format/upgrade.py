@@ -9,7 +9,7 @@ shard and then a manifest that says so. :func:`add_checksums` does it split by s
 2. every other shard is read once, and its size and sha256 are checked against the manifest before
    anything is built from those bytes: a shard that differs is refused (:class:`UpgradeError` naming it),
    because an index with checksums vouches for the bytes it describes;
-3. its index is built from those same bytes (:func:`~shardkit.format.index.index_from_walk`) and
+3. its index is built from those same bytes (:func:`~shardkit.format.indexio.index_from_walk`) and
    written next to the shard atomically (:func:`shardkit.storage.fs.put_bytes`);
 4. last, when every shard has an index, the manifest is rewritten atomically with ``sample_index``
    set and nothing else changed (a version 1 manifest, which predates ``sample_index``, becomes
@@ -32,14 +32,8 @@ from dataclasses import dataclass, field, replace
 from typing import IO, Any, Optional
 
 from shardkit.errors import ManifestError, ShardkitError
-from shardkit.format.index import (
-    INDEX_FORMAT,
-    READABLE_INDEX_FORMATS,
-    IndexDamage,
-    index_from_walk,
-    index_url,
-    load_index,
-)
+from shardkit.format.index import INDEX_FORMAT, READABLE_INDEX_FORMATS, IndexDamage, index_url
+from shardkit.format.indexio import index_from_walk, load_index
 from shardkit.format.manifest import Manifest, ShardInfo
 from shardkit.format.prefixes import prefix_of
 from shardkit.format.splits import find_splits

@@ -19,15 +19,8 @@ import numpy as np
 
 from shardkit.format.checksum import crc32c
 from shardkit.format.fields import IGNORE, INSTANCES_EXT, MASK_EXT, SampleRule
-from shardkit.format.index import (
-    INDEX_FORMAT,
-    READABLE_INDEX_FORMATS,
-    IndexDamage,
-    SampleIndex,
-    build_index,
-    index_url,
-    load_index,
-)
+from shardkit.format.index import INDEX_FORMAT, READABLE_INDEX_FORMATS, IndexDamage, SampleIndex, index_url
+from shardkit.format.indexio import build_index, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.masks import decode_instances, decode_mask
 from shardkit.format.members import META_EXT, parse_meta

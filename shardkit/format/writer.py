@@ -49,7 +49,8 @@ from shardkit.format.fields import (
     target_bytes,
     text_bytes,
 )
-from shardkit.format.index import SampleIndex, build_index
+from shardkit.format.index import SampleIndex
+from shardkit.format.indexio import build_index
 from shardkit.format.members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, split_member
 from shardkit.format.tar import BLOCK, Member, SampleSpan, pad
 

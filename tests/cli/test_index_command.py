@@ -15,7 +15,8 @@ import pytest
 from shardkit.cli import main
 from shardkit.convert import ConvertConfig, EncodeConfig, convert
 from shardkit.demo.sampledata import make_imagefolder
-from shardkit.format.index import INDEX_FORMAT, load_index
+from shardkit.format.index import INDEX_FORMAT
+from shardkit.format.indexio import load_index
 from shardkit.format.manifest import load_manifest, save_manifest
 from shardkit.format.verify import verify
 from tests.support.batches import assert_same_batches, keyed_batches

@@ -19,7 +19,8 @@ import pytest
 
 import shardkit
 from shardkit.format import IndexDamage, ShardReader, TarDamage, load_index, write_tar
-from shardkit.format.index import SampleIndex, build_index
+from shardkit.format.index import SampleIndex
+from shardkit.format.indexio import build_index
 from shardkit.format.verify import verify
 from shardkit.format.writer import EncodedSample
 from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
@@ -371,7 +372,7 @@ def test_oversized_label_and_metadata_members_are_bad_samples_read_by_neither_wa
     """A 1 MiB ``.cls`` or a 2 MiB ``.json`` is refused from its header's size (up to 256 MiB were read first)."""
     import hashlib
 
-    from shardkit.format.index import index_from_walk
+    from shardkit.format.indexio import index_from_walk
 
     members = [
         ("a.cls", b"0" + b" " * (1 << 20)),

@@ -10,7 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from shardkit.format.index import INDEX_FORMAT, index_url, load_index
+from shardkit.format.index import INDEX_FORMAT, index_url
+from shardkit.format.indexio import load_index
 from shardkit.format.manifest import load_manifest, save_manifest
 from shardkit.format.verify import verify
 from shardkit.format.verify_split import SHOWN_MISMATCHES

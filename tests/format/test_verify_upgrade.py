@@ -24,7 +24,8 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.format import EncodedSample, write_tar
-from shardkit.format.index import INDEX_FORMAT, index_url, load_index
+from shardkit.format.index import INDEX_FORMAT, index_url
+from shardkit.format.indexio import load_index
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, save_manifest
 from shardkit.format.prefixes import spread_name
 from shardkit.format.upgrade import UpgradeError, add_checksums

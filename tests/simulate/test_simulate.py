@@ -13,7 +13,8 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.cli import main
-from shardkit.format.index import index_from_walk, index_url
+from shardkit.format.index import index_url
+from shardkit.format.indexio import index_from_walk
 from shardkit.loader.blockreader import BlockReader
 from shardkit.loader.read import _pieces
 from shardkit.loader.stats import Counters

@@ -216,7 +216,8 @@ def add_index(root: str, damage=None, shard: int = 1) -> None:
     and sha256) but is wrong for the tar headers."""
     from dataclasses import replace
 
-    from shardkit.format.index import INDEX_FORMAT, index_from_walk, index_url, load_index
+    from shardkit.format.index import INDEX_FORMAT, index_url
+    from shardkit.format.indexio import index_from_walk, load_index
     from shardkit.format.manifest import load_manifest
 
     m = load_manifest(root)

@@ -130,7 +130,8 @@ def test_a_sample_index_is_fetched_once_per_node_and_checked_on_every_hit(s3, s3
 
     import s3fs
 
-    from shardkit.format.index import IndexDamage, SampleIndex, index_from_walk, index_url
+    from shardkit.format.index import IndexDamage, SampleIndex, index_url
+    from shardkit.format.indexio import index_from_walk
     from tests.support.data import write_dataset
 
     opts, bucket = s3
