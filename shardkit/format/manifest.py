@@ -15,7 +15,10 @@ the ``target`` values), and for datasets with ``keypoints`` the ``keypoint_names
 ``flip_pairs`` a horizontal flip swaps (written only when not empty); versions 1 and 2 read as
 ``fields = ["image", "label"]``. The optional ``tables`` (written only when present, in any version: a
 reader that does not know it loses nothing, as the tables only speed up lookups) names the split's key
-table and per-sample table with their sizes and sha256s (:mod:`shardkit.format.tables`). Shard names are
+table and per-sample table with their sizes and sha256s (:mod:`shardkit.format.tables`). The optional
+``generations`` (written once a split was appended to) records what each conversion run added and corrected
+(:mod:`shardkit.format.generations`); a manifest with corrections is version 4, which releases that would ignore
+them refuse. Shard names are
 validated so that a manifest cannot point outside its own directory unless the
 caller opts in: a name is a plain ``.tar`` file name, or one inside a prefix directory
 (``<4 hex digits>/<file>.tar``, as ``shardkit convert --prefixes N`` writes them:
@@ -31,14 +34,15 @@ from typing import Any
 
 from shardkit.errors import ManifestError, ShardkitError
 from shardkit.format.fields import DEFAULT_FIELDS, fields_error
+from shardkit.format.generations import CORRECTED_VERSION, Generation, generations_error, has_corrections
 from shardkit.format.prefixes import PREFIX_DIR
 from shardkit.format.tables import tables_error
 from shardkit.storage import fs as storage
 
 FORMAT = "shardkit-manifest"
 VERSION = 3
-#: manifest versions this shardkit reads (1: before the sample index; 2: before ``fields``)
-READABLE_VERSIONS = (1, 2, 3)
+#: manifest versions this shardkit reads (1: before the sample index; 2: before ``fields``; 4: with corrections)
+READABLE_VERSIONS = (1, 2, 3, CORRECTED_VERSION)
 MANIFEST_NAME = "manifest.json"
 _MAX_COUNT = 1 << 40
 #: a shard name: a plain ``.tar`` file name, optionally in a prefix directory (:func:`~shardkit.format.prefixes.spread_name`)
@@ -90,6 +94,8 @@ class Manifest:
     annotations: dict[str, int] = field(default_factory=dict)
     #: the split's key table and per-sample table (:func:`shardkit.format.tables.table_entry`); ``{}``: none
     tables: dict[str, Any] = field(default_factory=dict)
+    #: what each conversion run added and corrected (:mod:`shardkit.format.generations`); ``[]``: one generation
+    generations: list[Generation] = field(default_factory=list)
     version: int = VERSION
     url: str = field(default="", compare=False, repr=False)
 
@@ -143,7 +149,15 @@ class Manifest:
         """Serialise (stable key order, one shard per line for readable diffs)."""
         d = asdict(self)
         d.pop("url")
-        for key in ("keypoint_names", "flip_pairs", "annotations", "tables"):  # written only by datasets that have them
+        d["generations"] = [g.to_dict() for g in self.generations]
+        d["version"] = CORRECTED_VERSION if has_corrections(self) else min(self.version, VERSION)
+        for key in (
+            "keypoint_names",
+            "flip_pairs",
+            "annotations",
+            "tables",
+            "generations",
+        ):  # written only by datasets that have them
             if not d[key]:
                 d.pop(key)
         d = {"format": FORMAT, **d}
@@ -193,12 +207,19 @@ class Manifest:
                 flip_pairs=[list(_list(p)) for p in _list(d.get("flip_pairs", []))] if version >= 3 else [],
                 annotations={_text(k): _count(v) for k, v in _dict(d.get("annotations", {})).items()},
                 tables=dict(_dict(d.get("tables", {}))),
+                generations=[Generation.from_dict(g) for g in _list(d.get("generations", []))],
                 version=version,
                 url=url,
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ManifestError(f"{where}: malformed manifest ({type(exc).__name__}: {exc})") from None
         m.validate(allow_unsafe_names=allow_unsafe_names)
+        if has_corrections(m) != (version == CORRECTED_VERSION):
+            raise ManifestError(
+                f"{where}: manifest version {version} "
+                + ("with corrections: corrected splits are version 4" if version < 4 else "without corrections")
+                + "; the manifest was edited or damaged"
+            )
         declared = d.get("num_samples")
         if declared is not None and declared != m.num_samples:
             raise ManifestError(
@@ -238,6 +259,9 @@ class Manifest:
         if problem:
             raise ManifestError(f"{where}: {problem}")
         problem = tables_error(self.tables)
+        if problem:
+            raise ManifestError(f"{where}: {problem}")
+        problem = generations_error(self)
         if problem:
             raise ManifestError(f"{where}: {problem}")
         if self.num_samples >= _MAX_COUNT:

@@ -1,0 +1,341 @@
+"""A split's generations: what each ``convert`` / ``convert --append`` run added and corrected.
+
+A split's manifest lists every shard of every generation in one ``shards`` list, generation 0's first, and
+(written once the split has more than one generation) a ``generations`` list, one :class:`Generation` per run:
+the shards and samples it added (its shards follow the earlier generations' in ``shards``), how many class
+names the split had after it (a prefix of ``classes``: classes only ever grow at the end), the class counts of
+what it added, its key and per-sample tables, when, its options, the source images skipped as already present,
+and its :class:`Corrections` (a small file of removed keys and relabelled keys, applied on read, never by
+rewriting a shard).
+
+Compatibility: ``generations`` is optional in manifest version 3, so a release that does not know it reads an
+appended split as one dataset of all its shards -- which it is. Corrections change what a reader must deliver
+(removed samples, new labels), so a manifest with any is written as version :data:`CORRECTED_VERSION`, which
+a release without corrections refuses in one line instead of delivering removed samples and old labels.
+
+:func:`pin` gives the manifest as of one generation (its shards, classes and counts), which is what a loader,
+``shardkit.open`` and a selection read; :func:`corrections_of` reads and checks one generation's corrections file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Optional
+
+from shardkit.errors import ManifestError
+
+if TYPE_CHECKING:
+    from shardkit.format.manifest import Manifest
+
+#: the manifest version of a split with corrections (readers without corrections refuse it)
+CORRECTED_VERSION = 4
+CORRECTIONS_FORMAT = "shardkit-corrections"
+CORRECTIONS_VERSION = 1
+CORRECTIONS_SUFFIX = ".corrections.json"
+
+
+def corrections_name(split: str, generation: int) -> str:
+    """File name of ``split``'s ``generation``'s corrections, beside the manifest."""
+    return f"{split}-g{generation:06d}{CORRECTIONS_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class Corrections:
+    """A generation's corrections file, as the manifest records it.
+
+    Attributes:
+        name: the file beside the manifest (:func:`corrections_name`).
+        bytes: its size.
+        sha256: its checksum (checked before use).
+        removed: keys it removes.
+        relabeled: keys whose class it changes.
+    """
+
+    name: str
+    bytes: int
+    sha256: str
+    removed: int = 0
+    relabeled: int = 0
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What one conversion run added to a split.
+
+    Attributes:
+        number: 0 for the first conversion, then 1, 2, ... in order.
+        shards: shards it added (they follow the earlier generations' in the manifest's ``shards``).
+        samples: samples those shards hold.
+        classes: class names the split had after it (the first ``classes`` of the manifest's ``classes``).
+        class_counts: samples it added per class index (``classes`` entries; ``[]`` without a single label).
+        created: when it was written (UTC, ISO 8601).
+        duplicates: source images skipped because their bytes were already in the split.
+        options: the run's conversion options (the image options are the split's own).
+        tables: its key table and per-sample table (:func:`shardkit.format.tables.table_entry`), ``{}``: none.
+        corrections: its removals and relabels, or ``None``.
+    """
+
+    number: int
+    shards: int
+    samples: int
+    classes: int
+    class_counts: list[int] = field(default_factory=list)
+    created: str = ""
+    duplicates: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, Any] = field(default_factory=dict)
+    corrections: Optional[Corrections] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly (``corrections`` and ``tables`` left out when absent)."""
+        d: dict[str, Any] = {
+            "number": self.number,
+            "shards": self.shards,
+            "samples": self.samples,
+            "classes": self.classes,
+            "class_counts": list(self.class_counts),
+            "created": self.created,
+            "duplicates": self.duplicates,
+            "options": dict(self.options),
+        }
+        if self.tables:
+            d["tables"] = dict(self.tables)
+        if self.corrections is not None:
+            d["corrections"] = {
+                "name": self.corrections.name,
+                "bytes": self.corrections.bytes,
+                "sha256": self.corrections.sha256,
+                "removed": self.corrections.removed,
+                "relabeled": self.corrections.relabeled,
+            }
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Generation":
+        """Parse one record (``TypeError``/``KeyError``/``ValueError`` on a malformed one)."""
+        if not isinstance(d, dict):
+            raise TypeError(f"generation {d!r} is not an object")
+        c = d.get("corrections")
+        corr = None
+        if c is not None:
+            if not isinstance(c, dict):
+                raise TypeError(f"corrections {c!r} is not an object")
+            corr = Corrections(
+                name=_str(c["name"]),
+                bytes=_int(c["bytes"]),
+                sha256=_str(c["sha256"]),
+                removed=_int(c.get("removed", 0)),
+                relabeled=_int(c.get("relabeled", 0)),
+            )
+        tables = d.get("tables", {})
+        if not isinstance(tables, dict):
+            raise TypeError("generation tables is not an object")
+        options = d.get("options", {})
+        if not isinstance(options, dict):
+            raise TypeError("generation options is not an object")
+        counts = d.get("class_counts", [])
+        if not isinstance(counts, list):
+            raise TypeError("generation class_counts is not a list")
+        return cls(
+            number=_int(d["number"]),
+            shards=_int(d["shards"]),
+            samples=_int(d["samples"]),
+            classes=_int(d["classes"]),
+            class_counts=[_int(x) for x in counts],
+            created=_str(d.get("created", "")),
+            duplicates=_int(d.get("duplicates", 0)),
+            options=dict(options),
+            tables=dict(tables),
+            corrections=corr,
+        )
+
+
+def _int(x: Any) -> int:
+    if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+        raise ValueError(f"{x!r} is not a count")
+    return x
+
+
+def _str(x: Any) -> str:
+    if not isinstance(x, str):
+        raise TypeError(f"{x!r} is not a string")
+    return x
+
+
+def generations_error(m: "Manifest") -> Optional[str]:
+    """Why ``m.generations`` does not describe ``m`` (``[]``: one implicit generation), or ``None``."""
+    gens = m.generations
+    if not gens:
+        return None
+    from shardkit.format.tables import tables_error
+
+    for i, g in enumerate(gens):
+        if g.number != i:
+            return f"generation {i} is numbered {g.number}"
+        if i and g.classes < gens[i - 1].classes:
+            return f"generation {i} has fewer classes ({g.classes}) than generation {i - 1} ({gens[i - 1].classes})"
+        if g.class_counts and len(g.class_counts) != g.classes:
+            return f"generation {i}'s class_counts has {len(g.class_counts)} entries for {g.classes} classes"
+        if g.corrections is not None and g.corrections.name != corrections_name(m.split, i):
+            return f"generation {i}'s corrections file is {g.corrections.name!r}, not {corrections_name(m.split, i)!r}"
+        problem = tables_error(g.tables)
+        if problem:
+            return f"generation {i}: {problem}"
+    if sum(g.shards for g in gens) != len(m.shards):
+        return f"the generations add {sum(g.shards for g in gens)} shards but the manifest lists {len(m.shards)}"
+    if sum(g.samples for g in gens) != m.num_samples:
+        return f"the generations add {sum(g.samples for g in gens)} samples but the shards hold {m.num_samples}"
+    if gens[-1].classes != len(m.classes):
+        return f"the last generation has {gens[-1].classes} classes but the manifest lists {len(m.classes)}"
+    first = 0
+    for g in gens:
+        if sum(s.samples for s in m.shards[first : first + g.shards]) != g.samples:
+            return f"generation {g.number}'s shards do not hold its {g.samples} samples"
+        first += g.shards
+    return None
+
+
+def has_corrections(m: "Manifest") -> bool:
+    """Whether any generation of ``m`` removes or relabels samples."""
+    return any(g.corrections is not None for g in m.generations)
+
+
+def generations_of(m: "Manifest") -> list[Generation]:
+    """``m``'s generations (a split written once: its one generation 0, built from the manifest)."""
+    if m.generations:
+        return list(m.generations)
+    return [
+        Generation(
+            number=0,
+            shards=len(m.shards),
+            samples=m.num_samples,
+            classes=len(m.classes),
+            class_counts=list(m.class_counts),
+            tables=dict(m.tables),
+        )
+    ]
+
+
+def latest(m: "Manifest") -> int:
+    """The newest generation's number."""
+    return max(0, len(m.generations) - 1)
+
+
+def shard_span(m: "Manifest", generation: int) -> tuple[int, int]:
+    """``(first, stop)``: the manifest shard indexes ``generation`` added."""
+    gens = generations_of(m)
+    first = sum(g.shards for g in gens[:generation])
+    return first, first + gens[generation].shards
+
+
+def pin(m: "Manifest", generation: Optional[int] = None) -> "Manifest":
+    """``m`` as of ``generation`` (``None``: the newest): its shards, classes and counts, nothing added later.
+
+    Raises:
+        ManifestError: no such generation (naming the ones there are).
+    """
+    gens = generations_of(m)
+    if generation is None:
+        return m
+    if isinstance(generation, bool) or not isinstance(generation, int) or not 0 <= generation < len(gens):
+        raise ManifestError(
+            f"{m.url or '<manifest>'}: no generation {generation!r}; it has generations 0..{len(gens) - 1}"
+        )
+    if generation == len(gens) - 1:
+        return m
+    kept = gens[: generation + 1]
+    shards = m.shards[: sum(g.shards for g in kept)]
+    classes = m.classes[: kept[-1].classes]
+    counts = [0] * len(classes)
+    for g in kept:
+        for i, c in enumerate(g.class_counts):
+            counts[i] += c
+    corrected = any(g.corrections is not None for g in kept)
+    return replace(
+        m,
+        shards=list(shards),
+        classes=list(classes),
+        class_counts=counts if any(g.class_counts for g in kept) else [],
+        generations=kept,
+        version=CORRECTED_VERSION if corrected else min(m.version, 3),
+    )
+
+
+def fingerprint(m: "Manifest") -> str:
+    """What a split is as read: its shards (names, sizes, checksums), classes and every corrections file."""
+    sha = hashlib.sha256()
+    for s in m.shards:
+        sha.update(f"{s.name}\0{s.samples}\0{s.bytes}\0{s.sha256}\n".encode())
+    sha.update(json.dumps(list(m.classes), ensure_ascii=False).encode())
+    for g in m.generations:
+        if g.corrections is not None:
+            sha.update(f"\n{g.number}:{g.corrections.sha256}".encode())
+    return sha.hexdigest()
+
+
+@dataclass(frozen=True)
+class CorrectionRows:
+    """One corrections file's content: keys removed and ``(key, class name)`` relabels, in file order."""
+
+    removed: tuple[str, ...]
+    relabeled: tuple[tuple[str, str], ...]
+
+    def to_bytes(self, split: str, generation: int) -> bytes:
+        """The file's bytes (sorted keys, one JSON object)."""
+        d = {
+            "format": CORRECTIONS_FORMAT,
+            "version": CORRECTIONS_VERSION,
+            "split": split,
+            "generation": generation,
+            "removed": sorted(self.removed),
+            "relabeled": sorted([list(r) for r in self.relabeled]),
+        }
+        return (json.dumps(d, ensure_ascii=False, indent=0) + "\n").encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, url: str) -> "CorrectionRows":
+        """Parse; :class:`ManifestError` naming ``url`` when it is not a corrections file of a known version."""
+        try:
+            d = json.loads(data)
+            if d.get("format") != CORRECTIONS_FORMAT or d.get("version") != CORRECTIONS_VERSION:
+                raise ValueError(f"not a {CORRECTIONS_FORMAT} file of version {CORRECTIONS_VERSION}")
+            removed = tuple(_str(k) for k in d["removed"])
+            relabeled = tuple((_str(k), _str(c)) for k, c in d["relabeled"])
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ManifestError(f"{url}: unusable corrections file ({exc}); restore it or convert again") from None
+        return cls(removed, relabeled)
+
+
+def corrections_of(m: "Manifest", generation: int, data: bytes) -> CorrectionRows:
+    """Generation ``generation``'s corrections, given its file's bytes (checked against the manifest's record)."""
+    from shardkit.storage import fs as storage
+
+    c = generations_of(m)[generation].corrections
+    if c is None:
+        return CorrectionRows((), ())
+    url = storage.join(m.base_url, c.name)
+    if len(data) != c.bytes or hashlib.sha256(data).hexdigest() != c.sha256:
+        raise ManifestError(
+            f"{url}: size or sha256 differs from the manifest (the corrections changed or are damaged); "
+            "restore it from the conversion, or convert again"
+        )
+    return CorrectionRows.from_bytes(data, url)
+
+
+__all__ = [
+    "CORRECTED_VERSION",
+    "CorrectionRows",
+    "Corrections",
+    "Generation",
+    "corrections_name",
+    "corrections_of",
+    "fingerprint",
+    "generations_error",
+    "generations_of",
+    "has_corrections",
+    "latest",
+    "pin",
+    "shard_span",
+]
