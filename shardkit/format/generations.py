@@ -185,8 +185,6 @@ def generations_error(m: "Manifest") -> Optional[str]:
             return f"generation {i}: {problem}"
     if sum(g.shards for g in gens) != len(m.shards):
         return f"the generations add {sum(g.shards for g in gens)} shards but the manifest lists {len(m.shards)}"
-    if sum(g.samples for g in gens) != m.num_samples:
-        return f"the generations add {sum(g.samples for g in gens)} samples but the shards hold {m.num_samples}"
     if gens[-1].classes != len(m.classes):
         return f"the last generation has {gens[-1].classes} classes but the manifest lists {len(m.classes)}"
     first = 0
