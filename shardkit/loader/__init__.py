@@ -25,7 +25,7 @@ from shardkit.loader.loader import ShardLoader
 from shardkit.loader.rows import FieldRows
 from shardkit.loader.stats import LoaderStats
 from shardkit.loader.view import View
-from shardkit.storage.opener import register_with_webdataset
+from shardkit.storage.webdataset_hook import register_with_webdataset
 
 __all__ = [
     "Batch",

@@ -4,11 +4,6 @@ Shard URLs come only from :meth:`shardkit.Manifest.shard_url`, whose names the
 manifest validated (no ``..``, absolute paths or other hosts unless
 ``allow_unsafe_names``). ``pipe:`` URLs run a shell command and are refused
 unless ``allow_pipe=True``.
-
-webdataset 1.0.2 opens URLs through its ``gopen`` table, which has no ``s3://``
-or generic fsspec support; :func:`register_with_webdataset` plugs fsspec in
-there for users who run plain webdataset pipelines on shardkit datasets (an
-explicit call: shardkit's own loader never changes webdataset's globals).
 """
 
 from __future__ import annotations
@@ -278,30 +273,15 @@ class ShardOpener:
 
     def _stream_download(self, url: str, nbytes: int, sink: HashingSink) -> None:
         """One plain GET of the whole of ``url`` into ``sink`` (a server without Range requests); a
-        transient failure restarts it from byte 0, within ``max_retries`` and ``retry_budget_s``."""
-        timeouts = self._timeouts(url)
-        opts = self._options(url, timeouts)
-        attempt, t0 = 0, time.monotonic()
-        while True:
-            if self.limiter is not None:
-                self.limiter.acquire()
+        transient failure restarts it from byte 0."""
+        opts = self._options(url, self._timeouts(url))
+
+        def attempt() -> None:
             sink.restart()
-            try:
-                with storage.open_read(url, block_size=0, raw_errors=True, size=nbytes, **opts) as src:
-                    copy_stream(src, sink)
-                return
-            except Exception as exc:
-                if sink.full or not is_transient(exc):
-                    raise
-                attempt += 1
-                spent = time.monotonic() - t0
-                if spent > self.cfg.retry_budget_s or attempt > self.cfg.max_retries:
-                    raise StorageError(
-                        f"{url}: whole-shard download still failing after {attempt} attempts over {spent:.1f} s "
-                        f"({type(exc).__name__}: {exc}); check the endpoint and network"
-                    ) from None
-                self.retries += 1
-                time.sleep(backoff_s(url, attempt))
+            with storage.open_read(url, block_size=0, raw_errors=True, size=nbytes, **opts) as src:
+                copy_stream(src, sink)
+
+        self._whole(url, attempt, what="whole-shard download", final=lambda: sink.full)
 
     @property
     def cache_waits(self) -> int:
@@ -323,36 +303,44 @@ class ShardOpener:
         if storage.is_local(url):
             with open(storage.local_path(url), "rb") as f:
                 return f.read()
+        fs, path = storage.get_fs(url, **self._options(url, self._timeouts(url)))
+        # a range from 0: s3fs probes the size first without one. Retried, not given up: a sample index that
+        # falls back to the header walk would send far more requests exactly while the store asks for fewer
+        return self._whole(url, lambda: bytes(fs.cat_file(path, start=0)), what="read")
+
+    def _whole(self, url: str, attempt: Callable[[], T], *, what: str, final: Callable[[], bool] = bool) -> T:
+        """``attempt()``, a request for a whole object, sent again after a transient failure (``final()``: the
+        failure came too late to retry), within ``max_retries`` and ``retry_budget_s``: each send waits for the
+        limiter, a ``SlowDown`` lowers its rate, and a server that does not answer is given up when the next
+        attempt could not finish inside the budget."""
         timeouts = self._timeouts(url)
-        fs, path = storage.get_fs(url, **self._options(url, timeouts))
-        attempt, t0 = 0, time.monotonic()
+        failures, t0 = 0, time.monotonic()
         while True:
             if self.limiter is not None:
                 self.limiter.acquire()
             try:
-                return bytes(fs.cat_file(path, start=0))  # a range from 0: s3fs probes the size first without one
+                return attempt()
             except Exception as exc:
-                if not is_transient(exc):
+                if final() or not is_transient(exc):
                     raise
                 if self.limiter is not None and is_slowdown(exc):
                     self.limiter.slow_down()  # lower the rate first: the retry below waits for it
-                attempt += 1
+                failures += 1
                 spent = time.monotonic() - t0
-                if is_timeout(exc) and spent + backoff_s(url, attempt) + timeouts.attempt_s > self.cfg.retry_budget_s:
+                if is_timeout(exc) and spent + backoff_s(url, failures) + timeouts.attempt_s > self.cfg.retry_budget_s:
                     raise StorageError(
-                        f"{url}: the server did not answer within {timeouts.request_s:g} s ({attempt} attempts "
+                        f"{url}: the server did not answer within {timeouts.request_s:g} s ({failures} attempts "
                         f"over {spent:.1f} s); check the endpoint and network (a larger retry_budget_s does not help "
                         f"a server that does not answer)"
                     ) from None
-                if attempt > self.cfg.max_retries or spent > self.cfg.retry_budget_s:
+                if failures > self.cfg.max_retries or spent > self.cfg.retry_budget_s:
                     raise StorageError(
-                        f"{url}: still failing after {attempt} attempts over {spent:.1f} s "
-                        f"({type(exc).__name__}: {exc}); raise max_retries / retry_budget_s"
+                        f"{url}: {what} still failing after {failures} attempts over {spent:.1f} s "
+                        f"({type(exc).__name__}: {exc}); check the endpoint and network, or raise max_retries / "
+                        "retry_budget_s"
                     ) from None
-                # retried, not given up: a sample index that falls back to the header walk would send far more
-                # requests exactly while the store asks for fewer
                 self.retries += 1
-                time.sleep(backoff_s(url, attempt))
+                time.sleep(backoff_s(url, failures))
 
     def _open_remote(self, url: str, nbytes: Optional[int] = None) -> IO[bytes]:
         """A :class:`RetryingFile` (transient errors are retried from the failed read's byte offset)
@@ -405,20 +393,3 @@ class ShardOpener:
 
     def _retried(self, url: str, offset: int, exc: BaseException) -> None:
         self.retries += 1
-
-
-def _gopen_fsspec(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> IO[bytes]:
-    if mode != "rb":
-        raise StorageError(f"{url}: shardkit's fsspec hook only reads")
-    return storage.open_read(url, **kw)
-
-
-def register_with_webdataset(*schemes: str) -> None:
-    """Let plain ``webdataset`` open ``s3://``, ``gs://`` (or the given schemes) through fsspec.
-
-    Storage options come from the environment (e.g. ``AWS_*``) as fsspec reads them.
-    """
-    from webdataset import gopen
-
-    for s in schemes or ("s3", "gs", "gcs", "abfs", "az"):
-        gopen.gopen_schemes[s] = _gopen_fsspec

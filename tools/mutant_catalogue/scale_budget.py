@@ -162,8 +162,8 @@ MUTANTS = [
         "id": "budget-index-slowdown-falls-back-to-the-walk",  # the index given up at once: the walk multiplies GETs
         "row": ROW_SLOW,
         "file": "shardkit/storage/opener.py",
-        "old": "                if not is_transient(exc):\n                    raise\n                if self.limiter",
-        "new": "                if True:\n                    raise\n                if self.limiter",
+        "old": "                if final() or not is_transient(exc):\n                    raise\n",
+        "new": "                if True:\n                    raise\n",
         "tests": [S + "test_a_slowdown_on_a_sample_index_is_retried_not_walked"],
     },
 ]

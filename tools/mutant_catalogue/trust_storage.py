@@ -176,8 +176,8 @@ MUTANTS = [
         "id": "trust-index-fetch-ignores-the-budget",
         "row": ROW_REQUESTS,
         "file": OPENER,
-        "old": "if attempt > self.cfg.max_retries or spent > self.cfg.retry_budget_s:",
-        "new": "if attempt > self.cfg.max_retries:",
+        "old": "if failures > self.cfg.max_retries or spent > self.cfg.retry_budget_s:",
+        "new": "if failures > self.cfg.max_retries:",
         "tests": [TS + "test_the_index_fetch_keeps_to_the_retry_budget"],
     },
 ]
