@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from shardkit.storage import fs as storage
+from shardkit.storage.rawfile import PositionedReader
 from shardkit.storage.trust import RangeUnsupported, changed_while_reading, no_range, size_mismatch
 
 #: schemes read by :class:`RangeFile` (the others open through fsspec)
@@ -175,7 +176,7 @@ class _PastEnd(Exception):
         self.total = total
 
 
-class RangeFile(io.RawIOBase):
+class RangeFile(PositionedReader):
     """A read-only, seekable remote file of ``size`` bytes read by ranged GETs (see the module docstring).
 
     Args:
@@ -210,15 +211,6 @@ class RangeFile(io.RawIOBase):
         """What the read found: the pinned ETag (as fsspec files say it)."""
         return {"ETag": self.pin.etag} if self.pin.etag is not None else {}
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if whence == io.SEEK_END:
             if self.size is None:
@@ -232,14 +224,6 @@ class RangeFile(io.RawIOBase):
             raise ValueError(f"negative seek position {offset}")
         self._pos = offset
         return offset
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-    def readall(self) -> bytes:
-        return self.read(-1)
 
     def read(self, size: Optional[int] = -1) -> bytes:
         n = -1 if size is None else size

@@ -52,6 +52,7 @@ from typing import IO, Any, Optional
 
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.storage.budget import RequestLimiter, is_slowdown
+from shardkit.storage.rawfile import PositionedReader
 from shardkit.storage.timeouts import Timeouts, is_timeout
 from shardkit.storage.trust import changed_while_reading, check_size, identity, is_changed_object, is_no_range, no_range
 
@@ -161,7 +162,7 @@ class RetryLog:
         self._last.pop(url, None)
 
 
-class RetryingFile(io.RawIOBase):
+class RetryingFile(PositionedReader):
     """A read-only, seekable view of ``url`` that reopens at the current offset after transient errors.
 
     Args:
@@ -216,16 +217,7 @@ class RetryingFile(io.RawIOBase):
         self.retries = 0  #: retries made so far (all reads together)
         self._call(lambda f: None)  # open now: a missing shard fails here, with its name
 
-    # -- io.RawIOBase
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
+    # -- the file protocol
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if whence == io.SEEK_SET:
             pos = offset
@@ -243,14 +235,6 @@ class RetryingFile(io.RawIOBase):
         data: bytes = self._call(lambda f: f.read(n), sends=n != 0)
         self._pos += len(data)
         return data
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
 
     def close(self) -> None:
         self._drop()
