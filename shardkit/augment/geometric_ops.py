@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from shardkit.augment import params as P
+from shardkit.augment.affine import affine_matrix, constant_matrix, flip_matrix, resized_crop_matrix, rotation_matrix
 from shardkit.augment.base import GeometricOp, Params, Size, as_fill, as_range, as_size, check_prob
-from shardkit.augment.geometry import affine_matrix, constant_matrix, flip_matrix, resized_crop_matrix, rotation_matrix
 
 
 @dataclass(frozen=True)

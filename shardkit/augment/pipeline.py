@@ -23,8 +23,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from shardkit.augment.affine import warp
 from shardkit.augment.base import GeometricOp, MixOp, Op, Params, PixelOp, Size
-from shardkit.augment.geometry import warp
 from shardkit.augment.mixup import invalid_labels, soft_labels
 from shardkit.augment.params import make_generator
 from shardkit.augment.presets import imagenet_eval_ops, imagenet_train_ops
@@ -315,7 +315,7 @@ class GpuAugment(nn.Module):
 
         With ``targets`` (:class:`~shardkit.targets.geometry.Targets`) returns ``(images, targets)``
         (``(images, labels, targets)`` with labels, which pass through); a dict batch (``image``
-        and target fields, :mod:`shardkit.targets.fields`) returns the dict, augmented."""
+        and target fields, :mod:`shardkit.targets.batchdict`) returns the dict, augmented."""
         if isinstance(images, Mapping):
             return augment_dict(self, images)
         if targets is not None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from shardkit.augment.affine import FillStage
 from shardkit.augment.base import GeometricOp, Op, Size
-from shardkit.augment.geometry import FillStage
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """How :class:`~shardkit.augment.GpuAugment`'s geometric runs move boxes, keypoints and masks.
 
 A fused geometric run resamples the image once, through the product of its ops' inverse maps
-(:func:`~shardkit.augment.geometry.chain`); its targets move by that same product with the one
+(:func:`~shardkit.augment.affine.chain`); its targets move by that same product with the one
 geometry rule of every target, :func:`shardkit.targets.geometry.move` (enclosing boxes, clipping,
 ``min_visible``, flip pairs, nearest masks). Nothing here computes a box or a mask pixel itself.
 
@@ -24,10 +24,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from shardkit.augment.affine import chain, constant_matrix
 from shardkit.augment.base import Size
-from shardkit.augment.geometry import chain, constant_matrix
 from shardkit.format.fields import IGNORE
-from shardkit.targets.fields import targets_of, with_targets
+from shardkit.targets.batchdict import targets_of, with_targets
 from shardkit.targets.geometry import Targets, compact, move, moved_rows, outside, warp_masks
 from shardkit.targets.instances import NO_OBJECT, kept_rows, relabel
 
@@ -48,7 +48,7 @@ def check_flip_pairs(flip_pairs: Sequence[Sequence[int]]) -> tuple[tuple[int, in
 
 def augment_dict(aug: Any, batch: Mapping[str, Any]) -> dict[str, Any]:
     """``aug`` (a :class:`~shardkit.augment.GpuAugment`) on a loader dict batch: ``image`` augmented, the
-    target fields it has (:data:`~shardkit.targets.fields.TARGET_FIELDS`) moved with it, ``label`` mixed
+    target fields it has (:data:`~shardkit.targets.batchdict.TARGET_FIELDS`) moved with it, ``label`` mixed
     by MixUp/CutMix when the batch has no targets; every other field passes through."""
     if "image" not in batch:
         raise ValueError(f"a dict batch needs an 'image' field (load(fields=('image', ...))), got {sorted(batch)}")

@@ -2,7 +2,7 @@
 
 Every other description of a batch's fields is derived from :data:`FIELDS`: the names ``fields=`` accepts and
 their order (:data:`shardkit.loader.fields.FIELD_KINDS`), which stored field each needs, which are moved with the
-pixels (:data:`shardkit.targets.fields.TARGET_FIELDS`), which a worker builds per row and which are pixel planes
+pixels (:data:`shardkit.targets.batchdict.TARGET_FIELDS`), which a worker builds per row and which are pixel planes
 beside the images in a batch slot (with their bytes per pixel), the attributes of the rows a batch carries
 (:class:`shardkit.loader.rows.FieldRows`), how those rows are cut, copied and pickled, and where the delivered
 dict takes each value from (:meth:`shardkit.loader.decode.strategies.DecodeStrategy.deliver_fields`).

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from shardkit.targets.fields import TARGET_FIELDS
+from shardkit.targets.batchdict import TARGET_FIELDS
 
 Batch = Any
 _END = object()

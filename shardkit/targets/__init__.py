@@ -2,7 +2,7 @@
 
 * :mod:`shardkit.targets.geometry`: the one rule every geometric step applies to every target
   (:func:`~shardkit.targets.geometry.move`), and :class:`~shardkit.targets.geometry.Targets`;
-* :mod:`shardkit.targets.fields`: a dict batch's target fields as :class:`Targets` and back;
+* :mod:`shardkit.targets.batchdict`: a dict batch's target fields as :class:`Targets` and back;
 * :mod:`shardkit.targets.instances`: instance maps (an object row per pixel) relabelled when boxes drop, and as
   one binary mask per box;
 * :mod:`shardkit.targets.torchvision`: a dict batch as torchvision's detection models take it
@@ -13,7 +13,7 @@ This layer sits above :mod:`shardkit.format` (whose :class:`~shardkit.format.fie
 pads into batches) and below :mod:`shardkit.augment` and :mod:`shardkit.loader`, which both call it.
 """
 
-from shardkit.targets.fields import TARGET_FIELDS, targets_of, with_targets
+from shardkit.targets.batchdict import TARGET_FIELDS, targets_of, with_targets
 from shardkit.targets.geometry import Targets, move, pad_objects, warp_masks
 from shardkit.targets.torchvision import as_tv_tensors, from_tv_tensors, to_torchvision
 

@@ -6,8 +6,8 @@ to the ``out_h x out_w`` output (torch's ``interpolate``: output pixel centre ``
 ``x0 + (o + 0.5) * (x1 - x0) / out_w``, the half-pixel convention of ``F.resized_crop``) and mirrors
 the result where the sample is flipped. :func:`crop_maps` is that step as one inverse map per sample
 (``[N, 3, 3]``, output pixel centre -> stored pixel centre, centres at integers), the same matrices
-as :func:`shardkit.augment.geometry.resized_crop_matrix` times
-:func:`shardkit.augment.geometry.flip_matrix` (written here in closed form: this layer sits below
+as :func:`shardkit.augment.affine.resized_crop_matrix` times
+:func:`shardkit.augment.affine.flip_matrix` (written here in closed form: this layer sits below
 :mod:`shardkit.augment`), so :func:`shardkit.targets.geometry.move` moves a batch's boxes, keypoints
 and masks exactly as the pixels moved.
 

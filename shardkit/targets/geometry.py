@@ -4,7 +4,7 @@ Every geometric step shardkit applies (the worker's crop + resize + flip, the ``
 scale + crop + letterbox, :class:`~shardkit.augment.GpuAugment`'s flips, rotations, affines and
 crops) is, per sample, an **inverse map** ``inv`` ``[N, 3, 3]``: it sends an output pixel centre to
 the input point the pixel samples, in pixel coordinates with pixel centres at integers (the
-convention of :mod:`shardkit.augment.geometry`, whose matrices are exactly these). A target moves
+convention of :mod:`shardkit.augment.affine`, whose matrices are exactly these). A target moves
 by the same map, so a crop can never move the pixels and forget the boxes:
 
 * boxes and keypoints are in pixel-*edge* coordinates (pixel ``i`` spans ``[i, i + 1]``): a point

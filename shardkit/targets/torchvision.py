@@ -32,7 +32,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from shardkit.targets.fields import targets_of
+from shardkit.targets.batchdict import targets_of
 from shardkit.targets.instances import binary_masks, instance_map
 
 #: the key under which the per-sample dicts carry the keypoints' visibility (``KeyPoints`` hold x, y only)

@@ -102,7 +102,7 @@ def test_each_run_moves_targets_by_its_own_map():
     aug = GpuAugment(ops, seed=1, flip_pairs=FLIP_PAIRS)
     params = aug.sample_params(4, (48, 64), "cpu")
     _, got, dropped = aug.apply_targets(images, params, targets)
-    from shardkit.augment.geometry import chain
+    from shardkit.augment.affine import chain
 
     size = (48, 64)
     want = targets

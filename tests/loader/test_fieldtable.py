@@ -22,7 +22,7 @@ from shardkit.loader.bench import bench_fields
 from shardkit.loader.decode.strategies import _HOMES
 from shardkit.loader.rows import PLANES, ROW_CODECS, FieldRows
 from shardkit.loader.targetrows import PIXEL_TARGETS, PLANE_BYTES
-from shardkit.targets.fields import TARGET_FIELDS, targets_of, with_targets
+from shardkit.targets.batchdict import TARGET_FIELDS, targets_of, with_targets
 from shardkit.targets.geometry import Targets
 from tests.support.data import write_fields_dataset
 

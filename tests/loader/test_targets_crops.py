@@ -9,7 +9,7 @@ import torch
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
-from shardkit.augment.geometry import flip_matrix, resized_crop_matrix
+from shardkit.augment.affine import flip_matrix, resized_crop_matrix
 from shardkit.targets.crops import crop_maps, warp_crop_mask
 from shardkit.targets.geometry import warp_masks
 

@@ -5,7 +5,7 @@ the reference (``tests/targets/oracle.py``) inverts each map with ``np.linalg.in
 corners of each box in a Python loop, clips, drops below ``min_visible``, keeps survivors in order, swaps flip
 pairs exactly when the map mirrors and hides keypoints outside; masks are resampled pixel by pixel (nearest,
 ties up, 255 outside). The convention check ties the rule to the pixels: a crop + resize + flip map of
-``shardkit.augment.geometry`` moves a scene's boxes onto what ``warp`` draws.
+``shardkit.augment.affine`` moves a scene's boxes onto what ``warp`` draws.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 
-from shardkit.augment.geometry import compose, flip_matrix, resized_crop_matrix, warp
+from shardkit.augment.affine import compose, flip_matrix, resized_crop_matrix, warp
 from shardkit.targets.geometry import MIN_VISIBLE, Targets, move, outside, warp_masks
 from tests.targets.oracle import check_scene, ref_move_sample, ref_warp_mask, scene_batch
 
@@ -161,7 +161,7 @@ def test_a_mirroring_map_swaps_pairs_exactly_when_it_mirrors():
     st.booleans(),
 )
 def test_augment_maps_move_scene_boxes_onto_the_warped_pixels(seed, w, h, out, frac, fx, fy, flip):
-    """The convention check: ``augment.geometry``'s crop + resize + flip map, the one ``warp`` samples the image
+    """The convention check: ``augment.affine``'s crop + resize + flip map, the one ``warp`` samples the image
     through, moves the scene's boxes, keypoints and mask onto the pixels ``warp`` draws, and tightly so."""
     images, targets = scene_batch(seed, 1, (w, h))
     ch, cw = max(8, round(h * frac)), max(8, round(w * frac))

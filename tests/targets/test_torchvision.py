@@ -19,7 +19,7 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
-from shardkit.augment.geometry import affine_matrix, compose, flip_matrix, resized_crop_matrix
+from shardkit.augment.affine import affine_matrix, compose, flip_matrix, resized_crop_matrix
 from shardkit.demo.scenes import COLOURS, scene
 from shardkit.targets import as_tv_tensors, from_tv_tensors, move, targets_of, to_torchvision
 from shardkit.targets.geometry import move_points, warp_masks

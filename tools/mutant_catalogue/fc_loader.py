@@ -95,7 +95,7 @@ MUTANTS = [
     {
         "id": "fc-targets-of-counts-positive-labels",  # class 0 objects vanish from the count
         "row": ROW_TARGETS,
-        "file": "shardkit/targets/fields.py",
+        "file": "shardkit/targets/batchdict.py",
         "old": "count = (labels >= 0).sum(1)",
         "new": "count = (labels > 0).sum(1)",
         "tests": [T + "test_targets_of_counts_every_labelled_row_when_box_count_is_not_asked"],

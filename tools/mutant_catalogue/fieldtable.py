@@ -74,7 +74,7 @@ MUTANTS = [
     {
         "id": "crowd-not-read-by-the-augmentation",  # GpuAugment's targets forget the flags: zeros come back
         "row": ROW_CROWD,
-        "file": "shardkit/targets/fields.py",
+        "file": "shardkit/targets/batchdict.py",
         "old": '    crowd = batch.get("box_crowd")\n',
         "new": "    crowd = None\n",
         "tests": [AUGMENT, T + "test_box_crowd_round_trips_through_targets"],

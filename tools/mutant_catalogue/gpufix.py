@@ -1,7 +1,7 @@
 """Mutants of the device-side rules (area "gpufix"): the shared side stream per device
 (``shardkit/loader/prefetch.py``), ``compile=True`` with a dynamic batch dimension (``shardkit/augment/pipeline.py``,
 ``shardkit/private_apis.py``), resize and affine maths independent of the global matmul precision
-(``shardkit/loader/decode/cropresize.py``, ``shardkit/augment/geometry.py``), out-of-range MixUp/CutMix labels and empty batches
+(``shardkit/loader/decode/cropresize.py``, ``shardkit/augment/affine.py``), out-of-range MixUp/CutMix labels and empty batches
 (``shardkit/augment/mixup.py``, ``shardkit/augment/blur.py``). Tests: ``tests/loader/test_gpu_path.py``.
 
 Not here (CPU cannot catch them; the CUDA tests do): the pinned, non-blocking copies of ``cropresize.to_device``
@@ -86,7 +86,7 @@ MUTANTS = [
     {
         "id": "geometry-compose-by-float32-matmul",  # TF32 under precision "high" (affine)
         "row": ROW_PRECISION,
-        "file": "shardkit/augment/geometry.py",
+        "file": "shardkit/augment/affine.py",
         "old": "return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)",
         "new": "return torch.matmul(a, b)",
         "tests": [NO_MATMUL],

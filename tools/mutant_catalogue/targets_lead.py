@@ -55,7 +55,7 @@ MUTANTS = [
     {
         "id": "targets-without-boxes-emptied",
         "row": ROW_REVIEW,
-        "file": "shardkit/targets/fields.py",
+        "file": "shardkit/targets/batchdict.py",
         "old": "    if orphans:\n",
         "new": "    if False:\n",
         "tests": [R + "test_target_fields_without_boxes_are_refused_not_emptied"],
