@@ -14,7 +14,7 @@ Ops (torchvision's parameter meaning): :class:`RandomResizedCrop`,
 :class:`RandomSolarize`, :class:`Normalize`, :class:`RandomErasing`, :class:`MixUp`, :class:`CutMix`.
 
 Multi-crop views (``load(url, views=[...])`` yields a list of view tensors): :class:`ViewAugment`
-runs a pipeline per :class:`ViewGroup`; :meth:`ViewAugment.dino` is DINO's colour recipe
+runs a pipeline per :class:`ViewOps`; :meth:`ViewAugment.dino` is DINO's colour recipe
 (:func:`dino_groups`, :func:`dino_global_1_ops`, :func:`dino_global_2_ops`, :func:`dino_local_ops`).
 
 Example::
@@ -54,7 +54,7 @@ from shardkit.augment.presets import (
     imagenet_eval_ops,
     imagenet_train_ops,
 )
-from shardkit.augment.viewgroups import ViewGroup, augment_views
+from shardkit.augment.viewops import ViewOps, augment_views
 from shardkit.augment.views import ViewAugment
 
 __all__ = [
@@ -83,7 +83,7 @@ __all__ = [
     "Resize",
     "VerticalFlip",
     "ViewAugment",
-    "ViewGroup",
+    "ViewOps",
     "augment_views",
     "dino_global_1_ops",
     "dino_global_2_ops",

@@ -30,7 +30,7 @@ from shardkit.augment.params import make_generator
 from shardkit.augment.presets import imagenet_eval_ops, imagenet_train_ops
 from shardkit.augment.program import GeometricStage, Program, build_program
 from shardkit.augment.target_moves import augment_dict, check_flip_pairs, check_targets, move_crop, move_run
-from shardkit.augment.viewgroups import augment_views
+from shardkit.augment.viewops import augment_views
 from shardkit.private_apis import mark_batch_dynamic
 from shardkit.targets.geometry import MIN_VISIBLE, Targets
 
@@ -310,7 +310,7 @@ class GpuAugment(nn.Module):
         """Augment ``images``; returns ``images`` or ``(images, labels)`` if labels were given.
 
         ``images`` may be the list of views of ``load(views=...)``: every view goes through these
-        ops (:func:`~shardkit.augment.viewgroups.augment_views`; one op list per view group:
+        ops (:func:`~shardkit.augment.viewops.augment_views`; one op list per view group:
         :class:`~shardkit.augment.ViewAugment`).
 
         With ``targets`` (:class:`~shardkit.targets.geometry.Targets`) returns ``(images, targets)``

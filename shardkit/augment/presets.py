@@ -8,7 +8,7 @@ from shardkit.augment.base import Op
 from shardkit.augment.blur import GaussianBlur
 from shardkit.augment.color import ColorJitter, ColorOrder, Normalize, RandomGrayscale, RandomSolarize
 from shardkit.augment.geometric_ops import CenterCrop, HorizontalFlip, RandomResizedCrop
-from shardkit.augment.viewgroups import ViewGroup
+from shardkit.augment.viewops import ViewOps
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -76,7 +76,7 @@ def _dino_norm() -> Op:
 
 def dino_groups(
     local_crops_number: int = 8, *, blur_kernel: int = DINO_BLUR_KERNEL, jitter_order: ColorOrder = "random"
-) -> list[ViewGroup]:
+) -> list[ViewOps]:
     """DINO's whole multi-crop colour recipe as view groups, for the views list of
     ``load(url, views=[View(224, (0.4, 1), count=2), View(96, (0.05, 0.4), count=local_crops_number)])``
     (DINO's crops, ``--global_crops_scale 0.4 1 --local_crops_scale 0.05 0.4``; the loader cuts the
@@ -88,6 +88,6 @@ def dino_groups(
     """
     kw: dict[str, Any] = {"blur_kernel": blur_kernel, "jitter_order": jitter_order}
     return [
-        ViewGroup(2, dino_global_1_ops(**kw), overrides={1: dino_global_2_ops(**kw)}),
-        ViewGroup(local_crops_number, dino_local_ops(**kw)),
+        ViewOps(2, dino_global_1_ops(**kw), overrides={1: dino_global_2_ops(**kw)}),
+        ViewOps(local_crops_number, dino_local_ops(**kw)),
     ]

@@ -1,7 +1,7 @@
 """Augmentation of multi-crop views (``shardkit.load(url, views=[...])``), a pipeline per view group.
 
 A loader given ``views`` yields a list of uint8 ``[B, 3, S_v, S_v]`` tensors, ``count`` copies per
-``View``, in order. :class:`ViewAugment` splits that list into :class:`ViewGroup`\\ s (consecutive
+``View``, in order. :class:`ViewAugment` splits that list into :class:`ViewOps`\\ s (consecutive
 runs of ``count`` views each) and runs each view through its group's ops, or through the ops of a
 per-view override (DINO's second global view blurs less and solarizes).
 
@@ -24,14 +24,14 @@ from torch import Tensor, nn
 from shardkit.augment.base import Op
 from shardkit.augment.pipeline import GpuAugment
 from shardkit.augment.presets import dino_groups
-from shardkit.augment.viewgroups import ViewGroup, as_group, augment_views, check_views, derive_seed
+from shardkit.augment.viewops import ViewOps, as_group, augment_views, check_views, derive_seed
 
 
 class ViewAugment(nn.Module):
     """Per-sample random augmentation of the views list, a pipeline per view group.
 
     Args:
-        groups: :class:`ViewGroup`\\ s or ``(count, ops)`` pairs, in the order of the views list;
+        groups: :class:`ViewOps`\\ s or ``(count, ops)`` pairs, in the order of the views list;
             their counts add up to its length (e.g. ``[(2, global_ops), (8, local_ops)]`` for
             ``views=[View(224, count=2), View(96, count=8)]``).
         seed: base seed; recipe ``r`` (the ``r``-th distinct op list, in order) seeds its generators
@@ -47,16 +47,16 @@ class ViewAugment(nn.Module):
 
     def __init__(
         self,
-        groups: Sequence[ViewGroup | tuple[int, Sequence[Op]]],
+        groups: Sequence[ViewOps | tuple[int, Sequence[Op]]],
         *,
         seed: int | None = None,
         batched: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__()
-        if isinstance(groups, ViewGroup) or not isinstance(groups, Sequence) or not groups:
-            raise ValueError(f"groups must be a non-empty list of ViewGroup or (count, ops), got {groups!r}")
-        self.groups: tuple[ViewGroup, ...] = tuple(as_group(g) for g in groups)
+        if isinstance(groups, ViewOps) or not isinstance(groups, Sequence) or not groups:
+            raise ValueError(f"groups must be a non-empty list of ViewOps or (count, ops), got {groups!r}")
+        self.groups: tuple[ViewOps, ...] = tuple(as_group(g) for g in groups)
         self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
         self.batched = bool(batched)
         recipes: list[tuple[Op, ...]] = []

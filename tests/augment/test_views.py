@@ -35,10 +35,10 @@ from shardkit.augment import (
     RandomResizedCrop,
     RandomSolarize,
     ViewAugment,
-    ViewGroup,
+    ViewOps,
     dino_groups,
 )
-from shardkit.augment.viewgroups import derive_seed
+from shardkit.augment.viewops import derive_seed
 
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=12)
 
@@ -80,7 +80,7 @@ def structures(draw, pool: list[list] = POOL):
 
 def build(groups, pool: list[list] = POOL, **kw) -> ViewAugment:
     return ViewAugment(
-        [ViewGroup(c, pool[o], overrides={j: pool[r] for j, r in over.items()}) for c, o, over in groups], **kw
+        [ViewOps(c, pool[o], overrides={j: pool[r] for j, r in over.items()}) for c, o, over in groups], **kw
     )
 
 
@@ -222,7 +222,7 @@ def test_every_view_of_every_sample_draws_its_own_parameters():
     b = 5
     views = [torch.full((b, 3, s, s), 100, dtype=torch.uint8) for s in [16, 16] + [8] * 6]
     jitter = [ColorJitter(brightness=0.4)]
-    aug = ViewAugment([ViewGroup(2, jitter, overrides={1: [*jitter, RandomSolarize(p=0.0)]}), (6, jitter)], seed=3)
+    aug = ViewAugment([ViewOps(2, jitter, overrides={1: [*jitter, RandomSolarize(p=0.0)]}), (6, jitter)], seed=3)
     out = aug(views)
     values = torch.stack([o[:, 0, 0, 0] for o in out])  # [views, samples]
     assert values.unique().numel() == values.numel(), values
@@ -362,10 +362,10 @@ def test_bad_views_and_groups_are_one_line_errors():
     one_line_error(lambda: aug([*good[:3], good[3].int()]), "view 3", "torch.int32")
     one_line_error(lambda: aug([*good[:3], good[3][:1]]), "view 3", "batch size 1")
     one_line_error(lambda: aug([*good[:3], "x"]), "view 3", "str")
-    one_line_error(lambda: ViewGroup(0, []), "count")
-    one_line_error(lambda: ViewGroup(2, [], overrides={2: []}), "override index", "[0, 2)")
-    one_line_error(lambda: ViewGroup(2, [MixUp(3)]), "MixUp")
-    one_line_error(lambda: ViewGroup(2, ["blur"]), "ops")
+    one_line_error(lambda: ViewOps(0, []), "count")
+    one_line_error(lambda: ViewOps(2, [], overrides={2: []}), "override index", "[0, 2)")
+    one_line_error(lambda: ViewOps(2, [MixUp(3)]), "MixUp")
+    one_line_error(lambda: ViewOps(2, ["blur"]), "ops")
     one_line_error(lambda: ViewAugment([]), "non-empty")
     one_line_error(lambda: ViewAugment([(2, [], 3)]), "(count, ops)")
     one_line_error(lambda: GpuAugment([MixUp(3)])(good, torch.tensor([0, 1])), "MixUp")
@@ -401,7 +401,7 @@ def test_compile_reaches_the_views(monkeypatch):
     torch._dynamo.reset()
     try:
         views = views_of([8, 8, 8], 3)
-        groups = [ViewGroup(3, [ColorJitter(0.4, 0.4), RandomSolarize(p=0.5)], overrides={2: [RandomGrayscale(0.5)]})]
+        groups = [ViewOps(3, [ColorJitter(0.4, 0.4), RandomSolarize(p=0.5)], overrides={2: [RandomGrayscale(0.5)]})]
         aug = ViewAugment(groups, seed=2, compile=True)
         got = aug(views)
         exp = ViewAugment(groups, seed=2)(views)

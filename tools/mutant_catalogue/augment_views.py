@@ -1,5 +1,5 @@
 """Mutants of GPU augmentation per view group: ``shardkit/augment/views.py`` (``ViewAugment``,
-``ViewGroup``, ``augment_views``), ``RandomSolarize`` in ``shardkit/augment/color.py`` and DINO's recipes in
+``ViewOps``, ``augment_views``), ``RandomSolarize`` in ``shardkit/augment/color.py`` and DINO's recipes in
 ``shardkit/augment/presets.py``. Tests: ``tests/augment/test_views.py``."""
 
 ROW_GROUPS = (
@@ -29,7 +29,7 @@ SOLARIZE = T + "test_solarize_matches_pil"
 COUNTS = T + "test_counts_that_do_not_add_up_are_one_line"
 
 V = "shardkit/augment/views.py"
-VG = "shardkit/augment/viewgroups.py"
+VG = "shardkit/augment/viewops.py"
 PRESETS = "shardkit/augment/presets.py"
 
 MUTANTS = [

@@ -51,14 +51,14 @@ def _ops(where: str, ops: Any) -> tuple[Op, ...]:
 
 
 @dataclass(frozen=True)
-class ViewGroup:
+class ViewOps:
     """``count`` consecutive views of the list and the ops they go through.
 
     Args:
         count: how many views of the list this group covers (>= 1), e.g. a ``View``'s ``count``.
         ops: the ops of every view of the group (no MixUp/CutMix).
         overrides: ``{j: ops}``: view ``j`` of the group (``0 <= j < count``) goes through these
-            ops instead (DINO: ``ViewGroup(2, global_1, overrides={1: global_2})``).
+            ops instead (DINO: ``ViewOps(2, global_1, overrides={1: global_2})``).
     """
 
     count: int
@@ -67,15 +67,15 @@ class ViewGroup:
 
     def __post_init__(self) -> None:
         if type(self.count) is not int or self.count < 1:
-            raise ValueError(f"ViewGroup count must be an int >= 1, got {self.count!r}")
-        object.__setattr__(self, "ops", _ops("ViewGroup ops", self.ops))
+            raise ValueError(f"ViewOps count must be an int >= 1, got {self.count!r}")
+        object.__setattr__(self, "ops", _ops("ViewOps ops", self.ops))
         if not isinstance(self.overrides, Mapping):
-            raise TypeError(f"ViewGroup overrides must be a dict {{view index: ops}}, got {self.overrides!r}")
+            raise TypeError(f"ViewOps overrides must be a dict {{view index: ops}}, got {self.overrides!r}")
         over = {}
         for j, ops in self.overrides.items():
             if type(j) is not int or not 0 <= j < self.count:
-                raise ValueError(f"ViewGroup override index must be an int in [0, {self.count}), got {j!r}")
-            over[j] = _ops(f"ViewGroup override {j}", ops)
+                raise ValueError(f"ViewOps override index must be an int in [0, {self.count}), got {j!r}")
+            over[j] = _ops(f"ViewOps override {j}", ops)
         object.__setattr__(self, "overrides", over)
 
     def recipe(self, j: int) -> tuple[Op, ...]:
@@ -83,12 +83,12 @@ class ViewGroup:
         return tuple(self.overrides.get(j, self.ops))
 
 
-def as_group(g: Any) -> ViewGroup:
-    if isinstance(g, ViewGroup):
+def as_group(g: Any) -> ViewOps:
+    if isinstance(g, ViewOps):
         return g
     if isinstance(g, tuple) and len(g) == 2:
-        return ViewGroup(g[0], g[1])
-    raise TypeError(f"a view group must be a ViewGroup or a (count, ops) pair, got {g!r}")
+        return ViewOps(g[0], g[1])
+    raise TypeError(f"a view group must be a ViewOps or a (count, ops) pair, got {g!r}")
 
 
 def check_views(views: Any, expected: int | None = None, where: str = "ViewAugment") -> list[Tensor]:
