@@ -16,11 +16,14 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
-from shardkit.errors import ManifestError
+from shardkit import __version__
+from shardkit.errors import ManifestError, ShardkitError
+from shardkit.format.generations import fingerprint, latest, pin
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest, manifest_url
 from shardkit.storage import fs as storage
 
 SELECTION_FORMAT = "shardkit-selection"
@@ -124,6 +127,22 @@ class Selection:
         return mask
 
 
+def read_manifest(url: str, *, allow_unsafe_names: bool = False, **storage_options: Any) -> Union[Manifest, Selection]:
+    """The manifest at ``url`` (a split directory, a selection folder, or the ``manifest.json`` of either)."""
+    murl = manifest_url(url)
+    try:
+        text = storage.read_bytes(murl, **storage_options)
+    except ShardkitError:
+        return load_manifest(url, allow_unsafe_names=allow_unsafe_names, **storage_options)  # its messages
+    try:
+        d = json.loads(text)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        d = None
+    if isinstance(d, dict) and d.get("format") == SELECTION_FORMAT:
+        return Selection.from_json(d, murl)
+    return Manifest.from_json(text, url=murl, allow_unsafe_names=allow_unsafe_names)
+
+
 def _str(x: Any) -> str:
     if not isinstance(x, str):
         raise TypeError(f"{x!r} is not a string")
@@ -156,10 +175,6 @@ def write_selection(
     Raises:
         ManifestError: the parent is itself a selection, or the mask does not cover its samples.
     """
-    from shardkit import __version__
-    from shardkit.format.generations import fingerprint, latest, pin
-    from shardkit.format.manifest import MANIFEST_NAME, manifest_url
-    from shardkit.format.snapshot import read_manifest
 
     parent = read_manifest(parent_url, **storage_options)
     if isinstance(parent, Selection):
@@ -192,4 +207,4 @@ def write_selection(
     return sel
 
 
-__all__ = ["BITS_NAME", "SELECTION_FORMAT", "Selection", "selection_bytes", "write_selection"]
+__all__ = ["BITS_NAME", "SELECTION_FORMAT", "Selection", "read_manifest", "selection_bytes", "write_selection"]

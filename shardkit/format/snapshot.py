@@ -8,9 +8,8 @@ that are in, with their changed labels. Every reader starts here (the loader, ``
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 
@@ -24,8 +23,8 @@ from shardkit.format.generations import (
     pin,
     shard_span,
 )
-from shardkit.format.manifest import Manifest, load_manifest, manifest_url
-from shardkit.format.selection import BITS_NAME, SELECTION_FORMAT, Selection
+from shardkit.format.manifest import Manifest
+from shardkit.format.selection import BITS_NAME, Selection, read_manifest
 from shardkit.format.subset import Subset
 from shardkit.storage import fs as storage
 
@@ -62,22 +61,6 @@ class Snapshot:
     def fingerprint(self) -> str:
         """The pinned split's fingerprint and the subset's: what a loader state is checked against."""
         return f"{fingerprint(self.manifest)[:32]}:{self.subset.fingerprint()}"
-
-
-def read_manifest(url: str, *, allow_unsafe_names: bool = False, **storage_options: Any) -> Union[Manifest, Selection]:
-    """The manifest at ``url`` (a split directory, a selection folder, or the ``manifest.json`` of either)."""
-    murl = manifest_url(url)
-    try:
-        text = storage.read_bytes(murl, **storage_options)
-    except ShardkitError:
-        return load_manifest(url, allow_unsafe_names=allow_unsafe_names, **storage_options)  # its messages
-    try:
-        d = json.loads(text)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        d = None
-    if isinstance(d, dict) and d.get("format") == SELECTION_FORMAT:
-        return Selection.from_json(d, murl)
-    return Manifest.from_json(text, url=murl, allow_unsafe_names=allow_unsafe_names)
 
 
 def corrected(manifest: Manifest, read: Any) -> Subset:
