@@ -58,7 +58,7 @@ class WhereError(ShardkitError):
 
 @dataclass(frozen=True)
 class Token:
-    kind: str  #: number | string | name | op | keyword | end
+    kind: str  #: number | string | name | op | keyword | end | bad (a character that starts no token)
     text: str
     value: Any
     column: int  #: 1-based
@@ -108,12 +108,22 @@ def _fail(text: str, column: int, what: str) -> WhereError:
 def tokenize(text: str) -> list[Token]:
     """The tokens of ``text``, ending with an ``end`` token; :class:`WhereError` at the first character that
     starts none."""
+    tokens, error = _scan(text)
+    if error is not None:
+        raise error
+    return tokens
+
+
+def _scan(text: str) -> tuple[list[Token], "WhereError | None"]:
+    """The tokens up to the end or the first bad character, and that character's error (reported by the parser
+    only if it gets there, so the first mistake in reading order is the one named)."""
     out: list[Token] = []
     pos = 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise _fail(text, pos + 1, f"unexpected character {text[pos]!r}")
+            out.append(Token("bad", text[pos], None, pos + 1))
+            return out, _fail(text, pos + 1, f"unexpected character {text[pos]!r}")
         kind, raw = m.lastgroup or "", m.group()
         col = pos + 1
         pos = m.end()
@@ -122,10 +132,15 @@ def tokenize(text: str) -> list[Token]:
         if kind == "number":
             value: Any = float(raw) if any(c in raw for c in ".eE") else int(raw)
             if isinstance(value, float) and not math.isfinite(value):
-                raise _fail(text, col, f"number {raw} is out of range")
+                out.append(Token("bad", raw, None, col))
+                return out, _fail(text, col, f"number {raw} is out of range")
             out.append(Token("number", raw, value, col))
         elif kind == "string":
-            out.append(Token("string", raw, _unquote(raw, text, col), col))
+            try:
+                out.append(Token("string", raw, _unquote(raw, text, col), col))
+            except WhereError as exc:
+                out.append(Token("bad", raw, None, col))
+                return out, exc
         elif kind == "quoted":
             out.append(Token("name", raw, (raw[1:-1],), col))
         elif kind == "name":
@@ -136,10 +151,10 @@ def tokenize(text: str) -> list[Token]:
         else:
             out.append(Token("op", raw, raw, col))
     out.append(Token("end", "", None, len(text) + 1))
-    return out
+    return out, None
 
 
-_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "/": "/"}
+_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/"}
 
 
 def _unquote(raw: str, text: str, col: int) -> str:
@@ -167,7 +182,7 @@ def _unquote(raw: str, text: str, col: int) -> str:
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
-        self.tokens = tokenize(text)
+        self.tokens, self.error = _scan(text)
         self.at = 0
 
     @property
@@ -184,6 +199,8 @@ class _Parser:
 
     def fail(self, what: str) -> WhereError:
         t = self.tok
+        if t.kind == "bad" and self.error is not None:
+            return self.error
         found = "the end" if t.kind == "end" else repr(t.text)
         return _fail(self.text, t.column, f"expected {what}, found {found}")
 
