@@ -6,7 +6,10 @@ ROW_WHERE = (
 )
 ROW_SELECT = "Selections: a selection holds exactly the samples a plain filter over the per-sample table keeps"
 
+ROW_SHOW = "show: every view of a multi-crop sample is drawn, one sample per row"
+
 TW = "tests/select/test_where.py"
+TV = "tests/viz/test_show_views.py"
 TS = "tests/select/test_select.py"
 W = "shardkit/selecting/where.py"
 
@@ -149,5 +152,21 @@ MUTANTS = [
         "old": "    if not isinstance(found, Selection):\n        raise SelectError",
         "new": "    if False:\n        raise SelectError",
         "tests": [f"{TS}::test_the_command_line_prints_one_summary_and_refuses_mistakes_in_one_line"],
+    },
+    {
+        "id": "show-draws-only-the-first-view",
+        "row": ROW_SHOW,
+        "file": "shardkit/viz/grid.py",
+        "old": 'out += [{**row, "image": v[b], "view": (j, len(views))} for j, v in enumerate(views)]',
+        "new": 'out += [{**row, "image": v[b], "view": (j, len(views))} for j, v in enumerate(views[:1])]',
+        "tests": [f"{TV}::test_every_view_of_every_sample_is_a_cell_of_its_row"],
+    },
+    {
+        "id": "show-views-not-one-sample-per-row",
+        "row": ROW_SHOW,
+        "file": "shardkit/viz/grid.py",
+        "old": 'ncol = items[0]["view"][1] if "view" in items[0] else 4',
+        "new": "ncol = 4",
+        "tests": [f"{TV}::test_every_view_of_every_sample_is_a_cell_of_its_row"],
     },
 ]
