@@ -121,7 +121,7 @@ def select(
         :class:`Selected`; ``summary()`` is the line ``shardkit select`` prints.
 
     Raises:
-        SelectError: an unknown class or list entry, a malformed ``where`` (:class:`~shardkit.selecting.where.WhereError`),
+        SelectError: no sample selected (nothing is written), an unknown class or list entry, a malformed ``where`` (:class:`~shardkit.selecting.where.WhereError`),
             ``out`` holding a split.
         ManifestError: no such generation; a selection whose parent changed underneath it.
         TableError: the split has no per-sample table (build it with ``shardkit index``).
@@ -170,6 +170,8 @@ def select(
         criteria["where"] = where
     if include is not None or exclude is not None:
         criteria["unknown"] = unknown
+    if not keep.any():
+        raise SelectError(f"the criteria select no sample of {url} (generation {snap.generation}); nothing written")
     _check_out(out, **so)
     sel = write_selection(parent, keep, out, generation=snap.generation, criteria=criteria, **so)
     per_class: dict[str, int] = {}

@@ -107,6 +107,7 @@ BASE_C = {"classes": None, "include": None, "exclude": None, "as_path": [False] 
 @example({**BASE, **BASE_C, "classes": ["cat", "dog"], "where": "score > 3"})
 @example({**BASE, **BASE_C, "generation": 0, "classes": ["owl"]})  # generation 0: stored classes, nothing removed
 @example({**BASE, **BASE_C, "n1": 0, "removed": (), "relabeled": (), "include": [0, 8]})
+@example({**BASE, **BASE_C, "include": [0], "classes": ["dog"]})  # nothing selected: refused
 def test_select_keeps_what_a_plain_filter_keeps(case):
     with tempfile.TemporaryDirectory() as tmp:
         split = write_living(
@@ -132,6 +133,14 @@ def test_select_keeps_what_a_plain_filter_keeps(case):
             with pytest.raises(WhereError, match="no field"):  # a field no row has: a typo, refused
                 shardkit.select(split.url, out=out, where=case["where"], generation=case["generation"])
             return
+        if not any(want):  # nothing to write: refused in one line, and no folder appears
+            with pytest.raises(SelectError, match="select no sample"):
+                shardkit.select(
+                    split.url, out=out, classes=case["classes"], include=inc, exclude=exc, where=case["where"],
+                    generation=case["generation"],
+                )  # fmt: skip
+            assert not os.path.exists(out)
+            return
         done = shardkit.select(
             split.url, out=out, classes=case["classes"], include=inc, exclude=exc, where=case["where"],
             generation=case["generation"],
@@ -155,9 +164,13 @@ def test_select_keeps_what_a_plain_filter_keeps(case):
             assert sel.criteria["where"] == case["where"]
         # a selection of the selection: the same filter within it, written over the root split
         inner = os.path.join(tmp, "inner")
+        within = [w and (rows[i]["width"] >= 11) for i, w in enumerate(want)]
+        if not any(within):
+            with pytest.raises(SelectError, match="select no sample"):
+                shardkit.select(out, out=inner, where="width >= 11")
+            return
         shardkit.select(out, out=inner, where="width >= 11")
         both = resolve(inner)
-        within = [w and (rows[i]["width"] >= 11) for i, w in enumerate(want)]
         assert both.subset.mask(both.manifest.shard_sizes).tolist() == within
         assert both.selection is not None and both.selection.parent == sel.parent
         assert both.selection.generation == gen and both.selection.criteria["within"]["url"] == out

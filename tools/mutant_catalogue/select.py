@@ -169,4 +169,12 @@ MUTANTS = [
         "new": "ncol = 4",
         "tests": [f"{TV}::test_every_view_of_every_sample_is_a_cell_of_its_row"],
     },
+    {
+        "id": "select-writes-an-empty-selection",
+        "row": ROW_SELECT,
+        "file": "shardkit/selecting/take.py",
+        "old": "    if not keep.any():",
+        "new": "    if False:",
+        "tests": [f"{TS}::test_select_keeps_what_a_plain_filter_keeps"],
+    },
 ]
