@@ -99,9 +99,11 @@ def write_living(
     relabeled: tuple[tuple[int, str], ...] = (),
     seed: int = 0,
     split: str = "train",
+    index: bool = False,
 ) -> LivingSplit:
     """A split of ``n0`` samples, plus a generation 1 of ``n1`` samples whose corrections remove the samples at
-    the global indexes ``removed`` and relabel ``relabeled`` (only when ``n1`` or corrections are given)."""
+    the global indexes ``removed`` and relabel ``relabeled`` (only when ``n1`` or corrections are given); ``index``:
+    with the shards' sample indexes (what random access reads)."""
     os.makedirs(root, exist_ok=True)
     rows0 = make_rows(n0, 0, seed)
     shards = _shards(root, split, 0, rows0, shard_size)
@@ -142,4 +144,8 @@ def write_living(
         ]
         gens = 2
     save_manifest(m, root)
+    if index:
+        from tests.support.data import add_index
+
+        add_index(root)
     return LivingSplit(root, rows, [*rows0, *(make_rows(n1, n0, seed) if gens == 2 else [])], gone, gens)

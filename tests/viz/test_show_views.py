@@ -91,7 +91,7 @@ def _open_reads_selections(url: str) -> bool:
 def test_show_of_a_selection_draws_only_its_samples(tmp_path, capsys):
     from tests.select.helpers import write_living
 
-    split = write_living(str(tmp_path / "train"), 12, shard_size=5)
+    split = write_living(str(tmp_path / "train"), 12, shard_size=5, index=True)
     sel = str(tmp_path / "sel")
     shardkit.select(split.url, out=sel, classes=["dog"])
     if not _open_reads_selections(sel):
