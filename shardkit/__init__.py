@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from shardkit.loader.view import View
     from shardkit.plan import Source
     from shardkit.plan.world import World
+    from shardkit.selecting import select
 
 #: names served lazily (name -> submodule), so that importing shardkit (the CLI,
 #: conversion worker processes) does not pay for importing torch
@@ -46,7 +47,7 @@ _LAZY = {
 }
 
 #: names served lazily under another name than in their module (name -> (submodule, attribute))
-_LAZY_AS = {"open": ("access", "open_dataset"), "show": ("viz", "show")}
+_LAZY_AS = {"open": ("access", "open_dataset"), "select": ("selecting", "select"), "show": ("viz", "show")}
 
 
 def __getattr__(name: str):  # PEP 562
@@ -85,5 +86,6 @@ __all__ = [
     "load_manifest",
     "open",
     "save_manifest",
+    "select",
     "show",
 ]

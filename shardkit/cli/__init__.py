@@ -29,6 +29,7 @@ COMMANDS = {
     "info": "cmd_info",
     "verify": "cmd_verify",
     "index": "cmd_index",
+    "select": "cmd_select",
     "show": "cmd_show",
     "bench": "cmd_bench",
     "simulate": "cmd_simulate",

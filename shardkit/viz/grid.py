@@ -6,13 +6,15 @@
 :func:`~torchvision.utils.draw_bounding_boxes` (the class's colour, its name above the box),
 :func:`~torchvision.utils.draw_keypoints` (visible points only), then a caption band under it (class name,
 multi-label names, text), and lays them out with :func:`~torchvision.utils.make_grid` (samples of different
-sizes are padded to the largest). A class's colour is :func:`class_colour` everywhere.
+sizes are padded to the largest). A class's colour is :func:`class_colour` everywhere. A multi-crop batch
+(``views=``: a list of ``[B, 3, S, S]`` tensors, as ``image`` of a batch dict or first in a tuple) is drawn
+one sample per row, every view of it in order, each captioned ``view i/V``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, TypeGuard
 
 import torch
 
@@ -38,11 +40,19 @@ def as_items(data: Any) -> list[dict[str, Any]]:
     or an ``(images, labels[, keys])`` batch."""
     if isinstance(data, Mapping):
         image = data.get("image")
+        if _is_views(image):
+            return _view_items(image, {k: v for k, v in data.items() if k != "image"})
         if not isinstance(image, torch.Tensor):
             raise TypeError("show() needs an 'image' tensor (load the batch with fields=[\"image\", ...])")
         if image.dim() == 3:
             return [dict(data)]
         return [_row(data, b) for b in range(image.shape[0])]
+    if isinstance(data, tuple) and data and _is_views(data[0]):
+        labels = data[1] if len(data) > 1 else None
+        rest: dict[str, Any] = {"label": labels} if isinstance(labels, torch.Tensor) and labels.dim() == 1 else {}
+        if len(data) > 2:
+            rest["key"] = list(data[2])
+        return _view_items(data[0], rest)
     if isinstance(data, (tuple, list)) and data and isinstance(data[0], torch.Tensor) and data[0].dim() == 4:
         images, labels = data[0], data[1] if len(data) > 1 else None
         keys = data[2] if len(data) > 2 else None
@@ -57,6 +67,22 @@ def as_items(data: Any) -> list[dict[str, Any]]:
     if isinstance(data, Sequence):
         return [x for d in data for x in as_items(d)]
     raise TypeError(f"show() takes items, a list of items or a batch, not {type(data).__name__}")
+
+
+def _is_views(x: Any) -> TypeGuard[list[torch.Tensor]]:
+    return isinstance(x, list) and bool(x) and all(isinstance(v, torch.Tensor) and v.dim() == 4 for v in x)
+
+
+def _view_items(views: list[torch.Tensor], rest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every view of every sample of a multi-crop batch, sample by sample, views in order."""
+    n = views[0].shape[0]
+    if any(v.shape[0] != n for v in views):
+        raise ValueError(f"show(): the views of a batch hold {[v.shape[0] for v in views]} samples; they must agree")
+    out = []
+    for b in range(n):
+        row = _row(rest, b)
+        out += [{**row, "image": v[b], "view": (j, len(views))} for j, v in enumerate(views)]
+    return out
 
 
 def _row(batch: Mapping[str, Any], b: int) -> dict[str, Any]:
@@ -119,6 +145,8 @@ def _caption(item: Mapping[str, Any], name: Any) -> str:
         parts.append(",".join(name(int(c)) for c in torch.nonzero(labels).flatten().tolist()) or "-")
     if item.get("text"):
         parts.append(str(item["text"]))
+    if "view" in item:
+        parts.append(f"view {item['view'][0] + 1}/{item['view'][1]}")
     return " | ".join(parts)
 
 
@@ -132,13 +160,13 @@ def _captioned(img: torch.Tensor, text: str) -> torch.Tensor:
     return torch.cat([img, strip.permute(2, 0, 1)], 1)
 
 
-def show(data: Any, *, classes: Optional[Sequence[str]] = None, ncol: int = 4, padding: int = 2) -> Any:
+def show(data: Any, *, classes: Optional[Sequence[str]] = None, ncol: Optional[int] = None, padding: int = 2) -> Any:
     """A grid of the samples of ``data`` as a PIL image (see the module docstring).
 
     Args:
         data: an item of :func:`shardkit.open`, a list of them, or a batch the loader yields.
         classes: class names for the labels (an :class:`~shardkit.access.OpenDataset`'s ``classes``).
-        ncol: samples per row.
+        ncol: cells per row (default: a multi-crop sample's views, else 4).
         padding: pixels between cells.
     """
     from PIL import Image
@@ -147,6 +175,8 @@ def show(data: Any, *, classes: Optional[Sequence[str]] = None, ncol: int = 4, p
     items = as_items(data)
     if not items:
         raise ValueError("show() got no sample")
+    if ncol is None:
+        ncol = items[0]["view"][1] if "view" in items[0] else 4
     cells = [draw_item(it, classes) for it in items]
     h = max(c.shape[1] for c in cells)
     w = max(c.shape[2] for c in cells)
