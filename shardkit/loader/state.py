@@ -27,10 +27,12 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from shardkit.errors import ShardkitError
 from shardkit.format.manifest import Manifest
+from shardkit.format.snapshot import Snapshot
+from shardkit.format.subset import Subset
 from shardkit.loader.config import plan_to_dict
 from shardkit.plan import LabelMode, Schedule, epoch_stream, mixture_diff, rank_split, resume_mixtures
 from shardkit.plan.ordering import PlanConfig
@@ -49,18 +51,23 @@ class DatasetIdentity:
     """What a state is saved from and checked against (:attr:`shardkit.ShardDataset.identity`).
 
     Attributes:
-        manifests: one per source.
+        snapshots: one per source (its pinned generation, corrections and selection).
         schedule: the mixtures planning each epoch now.
         label_mode: ``merged`` or ``per_source``.
         classes: the class names the labels index (``loader.classes``).
         plan: the ordering options.
     """
 
-    manifests: tuple[Manifest, ...]
+    snapshots: tuple[Snapshot, ...]
     schedule: Schedule
     label_mode: LabelMode
     classes: tuple[str, ...]
     plan: PlanConfig
+
+    @property
+    def manifests(self) -> tuple[Manifest, ...]:
+        """The sources' pinned manifests."""
+        return tuple(s.manifest for s in self.snapshots)
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,13 +82,60 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def dataset_fingerprint(manifest: Manifest) -> dict[str, str]:
-    """What identifies a dataset's data: its shard sizes, the shards' sha256s and its classes."""
-    return {
-        "shard_sizes": sizes_fingerprint(manifest.shard_sizes),
-        "shard_sha256": _digest(",".join(s.sha256 for s in manifest.shards)),
-        "classes": _digest(json.dumps(list(manifest.classes))),
+def plain(snap: Snapshot) -> bool:
+    """A split never appended to nor corrected, read whole: its states are those of a split without generations."""
+    return snap.selection is None and not snap.manifest.generations and snap.subset.is_everything
+
+
+def dataset_fingerprint(snap: "Snapshot | Manifest") -> dict[str, Any]:
+    """What identifies a dataset's data as read: the samples in per shard, the shards' sha256s and its classes;
+    for an appended, corrected or selected split also its pinned ``generation`` and the ``snapshot``'s
+    fingerprint (:meth:`~shardkit.format.snapshot.Snapshot.fingerprint`: corrections and selection)."""
+    if isinstance(snap, Manifest):
+        snap = Snapshot(snap.url, snap, 0, Subset.everything(len(snap.shards)))
+    m = snap.manifest
+    out: dict[str, Any] = {
+        "shard_sizes": sizes_fingerprint(snap.shard_sizes),
+        "shard_sha256": _digest(",".join(s.sha256 for s in m.shards)),
+        "classes": _digest(json.dumps(list(m.classes))),
     }
+    if not plain(snap):
+        out["generation"] = snap.generation
+        out["snapshot"] = snap.fingerprint()
+    return out
+
+
+def saved_generations(state: Any, snapshots: "tuple[Snapshot, ...]") -> list[Optional[int]]:
+    """The generation each source of ``state`` was read at (None: nothing to re-pin, or not a readable state).
+
+    A state without one (saved on a split never appended to, or by a shardkit without generations) was read at
+    the loader's own generation when its shard sizes are the loader's, else at generation 0.
+
+    Raises:
+        ShardkitError: a saved generation that is not an int >= 0 (named).
+    """
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        return [None] * len(snapshots)
+    fps = state.get("sources") if len(snapshots) > 1 else [state.get("dataset")]
+    if not isinstance(fps, list) or len(fps) != len(snapshots):
+        return [None] * len(snapshots)
+    out: list[Optional[int]] = []
+    for i, (fp, snap) in enumerate(zip(fps, snapshots)):
+        if state.get("version") == 1 and len(snapshots) == 1:
+            fp = {"shard_sizes": state.get("fingerprint")}
+        if not isinstance(fp, dict):
+            out.append(None)
+            continue
+        g = fp.get("generation")
+        if g is None:
+            own = fp.get("shard_sizes") == sizes_fingerprint(snap.shard_sizes)
+            out.append(None if own or snap.selection is not None else 0)
+        elif type(g) is not int or g < 0:
+            where = "dataset" if len(snapshots) == 1 else f"sources[{i}]"
+            raise ShardkitError(f"loader state field '{where}.generation' must be an int >= 0, got {g!r}")
+        else:
+            out.append(g)
+    return out
 
 
 def classes_digest(classes: "tuple[str, ...] | list[str]") -> str:
@@ -108,7 +162,7 @@ def _plan_keys(
     return {
         "format": STATE_FORMAT,
         "version": STATE_VERSION,
-        "dataset": dataset_fingerprint(ident.manifests[0]),
+        "dataset": dataset_fingerprint(ident.snapshots[0]),
         "plan": plan_to_dict(ident.plan),
         "epoch": position.epoch,
         "history": [
@@ -134,7 +188,7 @@ def _mixture_keys(ident: DatasetIdentity, epoch: int) -> dict[str, Any]:
     if now is not ident.schedule.mixture:
         out["next_mixture"] = ident.schedule.mixture.describe()
     if len(ident.manifests) > 1:
-        out["sources"] = [dataset_fingerprint(m) for m in ident.manifests]
+        out["sources"] = [dataset_fingerprint(m) for m in ident.snapshots]
     return out
 
 
@@ -178,20 +232,31 @@ def _int(state: dict[str, Any], name: str, low: int) -> int:
     return v
 
 
-_WHAT = {"shard_sizes": "shard sizes", "shard_sha256": "shard contents (sha256)", "classes": "class names"}
+_WHAT = {
+    "shard_sizes": "shard sizes",
+    "shard_sha256": "shard contents (sha256)",
+    "classes": "class names",
+    "generation": "generation",
+    "snapshot": "corrections or selection",
+}
 
 
-def dataset_differences(saved: dict[str, Any], manifest: Manifest, *, complete: bool = True) -> list[str]:
-    """What differs between saved dataset fingerprints and ``manifest``'s, one phrase each (empty: the same).
+def dataset_differences(saved: dict[str, Any], snap: "Snapshot | Manifest", *, complete: bool = True) -> list[str]:
+    """What differs between saved dataset fingerprints and ``snap``'s, one phrase each (empty: the same).
 
     ``complete``: a fingerprint missing from ``saved`` counts as a difference (False: version 1 states,
     which recorded the shard sizes only)."""
-    mine = dataset_fingerprint(manifest)
+    mine = dataset_fingerprint(snap)
     differ = [k for k in mine if (k in saved and saved[k] != mine[k]) or (k not in saved and complete)]
     return [_WHAT[k] for k in differ]
 
 
-def _check_dataset(state: dict[str, Any], manifest: Manifest) -> None:
+def _where(snap: Snapshot) -> str:
+    """A snapshot's place in messages: a split's manifest, or the selection."""
+    return snap.manifest.url if snap.selection is None else snap.url
+
+
+def _check_dataset(state: dict[str, Any], snap: Snapshot) -> None:
     saved: Any
     if state.get("version") == 1:  # shard sizes were all a version 1 state recorded
         saved = {"shard_sizes": state.get("fingerprint")}
@@ -201,10 +266,10 @@ def _check_dataset(state: dict[str, Any], manifest: Manifest) -> None:
             raise ShardkitError(
                 f"loader state field 'dataset' must be a dict of fingerprints, got {type(saved).__name__}"
             )
-    differ = dataset_differences(saved, manifest, complete=state.get("version") != 1)
+    differ = dataset_differences(saved, snap, complete=state.get("version") != 1)
     if differ:
         raise ShardkitError(
-            f"loader state belongs to another dataset ({', '.join(differ)} differ from {manifest.url or 'this manifest'}); "
+            f"loader state belongs to another dataset ({', '.join(differ)} differ from {_where(snap) or 'this manifest'}); "
             "resume with the dataset it was saved from"
         )
 
@@ -247,7 +312,7 @@ def _position(
             f"loader state version {state.get('version')!r} is not supported (this shardkit reads 1 and {STATE_VERSION})"
         )
     if not dataset_checked:
-        _check_dataset(state, ident.manifests[0])
+        _check_dataset(state, ident.snapshots[0])
     _check_plan(state, ident.plan)
     epoch = _int(state, "epoch", 0)
     saved_ws, saved_nw = _int(state, "world_size", 1), _int(state, "num_workers", 1)
@@ -325,7 +390,7 @@ def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) ->
         ShardkitError: another mixture without ``allow_remix`` (every difference named), another labels mode,
             or a source whose contents or classes differ from the saved one's.
     """
-    current, manifests = ident.schedule.mixture, ident.manifests
+    current, manifests = ident.schedule.mixture, ident.snapshots
     unchanged = (Schedule(current), False)
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or type(state.get("epoch")) is not int:
         return unchanged  # _position names what is wrong
@@ -372,7 +437,7 @@ def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) ->
             differ = dataset_differences(a, m) if isinstance(a, dict) else ["fingerprints"]
             if differ:
                 raise ShardkitError(
-                    f"loader state's source {i} is another dataset than {m.url or 'this source'} ({', '.join(differ)} "
+                    f"loader state's source {i} is another dataset than {_where(m) or 'this source'} ({', '.join(differ)} "
                     f"differ); resume with the sources it was saved from (at least to finish epoch {epoch}), or start "
                     "the new sources at an epoch boundary (allow_remix=True with a state saved between epochs)"
                 )
