@@ -246,7 +246,12 @@ def dataset_differences(saved: dict[str, Any], snap: "Snapshot | Manifest", *, c
 
     ``complete``: a fingerprint missing from ``saved`` counts as a difference (False: version 1 states,
     which recorded the shard sizes only)."""
+    if isinstance(snap, Manifest):
+        snap = Snapshot(snap.url, snap, 0, Subset.everything(len(snap.shards)))
     mine = dataset_fingerprint(snap)
+    if "snapshot" not in saved and snap.selection is None and snap.subset.is_everything:
+        mine.pop("generation", None)  # a state of the split before its first append: the same samples, as stored
+        mine.pop("snapshot", None)
     differ = [k for k in mine if (k in saved and saved[k] != mine[k]) or (k not in saved and complete)]
     return [_WHAT[k] for k in differ]
 
