@@ -123,13 +123,13 @@ def saved_generations(state: Any, snapshots: "tuple[Snapshot, ...]") -> list[Opt
     for i, (fp, snap) in enumerate(zip(fps, snapshots)):
         if state.get("version") == 1 and len(snapshots) == 1:
             fp = {"shard_sizes": state.get("fingerprint")}
-        if not isinstance(fp, dict):
+        if not isinstance(fp, dict) or snap.selection is not None:  # a selection reads its own generation only
             out.append(None)
             continue
         g = fp.get("generation")
         if g is None:
             own = fp.get("shard_sizes") == sizes_fingerprint(snap.shard_sizes)
-            out.append(None if own or snap.selection is not None else 0)
+            out.append(None if own else 0)
         elif type(g) is not int or g < 0:
             where = "dataset" if len(snapshots) == 1 else f"sources[{i}]"
             raise ShardkitError(f"loader state field '{where}.generation' must be an int >= 0, got {g!r}")
