@@ -300,3 +300,19 @@ def test_a_state_of_a_selection_of_the_same_counts_is_refused(living, tmp_path):
     state = _load(a, batch_size=1).state_dict()
     with pytest.raises(ShardkitError, match="corrections or selection differ"):
         _load(b, batch_size=1).load_state_dict(state)
+
+
+def test_views_and_a_progressive_size_on_a_selection(living, tmp_path):
+    chosen = set(living.order[1::4])
+    url = select(living, chosen, str(tmp_path / "sel"))
+    truth = {k: y for k, y in living.latest.items() if k in chosen}
+    views = shardkit.load(url, batch_size=3, num_workers=0, views=[shardkit.View(6, count=2)], with_keys=True)
+    got = []
+    for crops, labels, keys in views:
+        assert len(crops) == 2 and all(tuple(c.shape[1:]) == (3, 6, 6) for c in crops)
+        assert [truth[k] for k in keys] == labels.tolist()
+        got += keys
+    assert sorted(got) == sorted(truth)
+    loader = _load(url, batch_size=3)
+    loader.set_epoch(1, size=12)
+    assert sorted(_deliveries(loader, living, truth)) == sorted(truth) and loader.size == 12
