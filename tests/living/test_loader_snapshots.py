@@ -316,3 +316,29 @@ def test_views_and_a_progressive_size_on_a_selection(living, tmp_path):
     loader = _load(url, batch_size=3)
     loader.set_epoch(1, size=12)
     assert sorted(_deliveries(loader, living, truth)) == sorted(truth) and loader.size == 12
+
+
+def test_a_selection_of_a_split_without_sample_indexes_is_read_by_the_walk(tmp_path):
+    from shardkit.format.selection import write_selection
+    from tests.support.data import write_dataset
+
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=30, shard_size=7)  # no sample index: the header walk
+    mask = np.array([i % 3 == 1 or i in (6, 7) for i in range(30)])
+    write_selection(ds.url, mask, str(tmp_path / "sel"))
+    want = {k: ds.labels[k] for k, m in zip(ds.keys, mask.tolist()) if m}
+    for world_size in (1, 2):
+        got = []
+        for rank in range(world_size):
+            loader = shardkit.load(
+                str(tmp_path / "sel"),
+                batch_size=3,
+                num_workers=0,
+                size=8,
+                with_keys=True,
+                rank=rank,
+                world_size=world_size,
+            )
+            for _, labels, keys in loader:
+                assert [want[k] for k in keys] == labels.tolist()
+                got += keys
+        _exactly_once(got, want, world_size)

@@ -24,7 +24,7 @@ MUTANTS = [
         "file": "shardkit/loader/blockreader.py",
         "old": "                local = self.map.stored(shard, local)",
         "new": "                local = local",
-        "tests": [EPOCHS],
+        "tests": [EPOCHS, f"{L}::test_a_selection_of_a_split_without_sample_indexes_is_read_by_the_walk"],
     },
     {
         "id": "snapshot-read-planned-id-not-restored",
