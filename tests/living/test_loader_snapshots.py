@@ -342,3 +342,32 @@ def test_a_selection_of_a_split_without_sample_indexes_is_read_by_the_walk(tmp_p
                 assert [want[k] for k in keys] == labels.tolist()
                 got += keys
         _exactly_once(got, want, world_size)
+
+
+def test_a_mixture_state_re_pins_the_appended_source(tmp_path):
+    a = convert_split(str(tmp_path / "a"), 14, shard_size=4)
+    b = convert_split(str(tmp_path / "b"), 10, shard_size=4)
+
+    def make():
+        return shardkit.load(
+            [shardkit.Source(a.url, weight=0.5), shardkit.Source(b.url, weight=0.5)],
+            batch_size=3,
+            num_workers=0,
+            preset="eval",
+            size=8,
+            with_keys=True,
+            seed=2,
+        )
+
+    reference = [list(k) for _, _, k in make()]
+    loader = make()
+    it = iter(loader)
+    head = [list(next(it)[2]) for _ in range(2)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    del it
+    append(a, list(range(14, 20)), shard_size=3)
+    resumed = make()
+    assert resumed.dataset.generations == (1, 0)
+    resumed.load_state_dict(state)
+    assert resumed.dataset.generations == (0, 0)
+    assert head + [list(k) for _, _, k in resumed] == reference
