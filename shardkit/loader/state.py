@@ -12,7 +12,9 @@ before it existed load at the configured size), ``mixture`` (:meth:`shardkit.pla
 the mixture planning the epoch), ``labels`` (``merged`` or ``per_source``: a resume with the other is
 refused), ``classes`` (a digest of ``loader.classes``: a remix that changes them is logged as a warning),
 ``next_mixture`` while a remix finishes an epoch with the saved mixture, and for several sources
-``sources`` (each one's dataset fingerprint: shard sizes, contents, classes).
+``sources`` (each one's dataset fingerprint: shard sizes, contents, classes). For an appended, corrected or
+selected split each fingerprint also holds the pinned ``generation`` and the ``snapshot``'s fingerprint
+(:mod:`shardkit.loader.identity`), and a loaded state re-pins its generation first.
 
 Loading refuses, naming the field, a state of another dataset (even one with the same shard layout),
 other ordering options, another mixture (naming every difference, unless ``allow_remix``), a source of
@@ -27,21 +29,25 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from shardkit.errors import ShardkitError
 from shardkit.format.manifest import Manifest
 from shardkit.format.snapshot import Snapshot
-from shardkit.format.subset import Subset
 from shardkit.loader.config import plan_to_dict
+from shardkit.loader.identity import (  # noqa: F401 - saved_generations: the loader reads it from here
+    STATE_FORMAT,
+    dataset_differences,
+    dataset_fingerprint,
+    saved_generations,
+    where,
+)
 from shardkit.plan import LabelMode, Schedule, epoch_stream, mixture_diff, rank_split, resume_mixtures
 from shardkit.plan.ordering import PlanConfig
 from shardkit.plan.position import Position, Segment
-from shardkit.plan.stream import sizes_fingerprint
 
 log = logging.getLogger("shardkit.loader")
 
-STATE_FORMAT = "shardkit-loader-state"
 #: 2: the dataset fingerprint covers shard contents and classes; 1: shard sizes only (still loaded)
 STATE_VERSION = 2
 
@@ -76,66 +82,6 @@ class Resumed:
 
     position: Position
     schedule: Schedule
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def plain(snap: Snapshot) -> bool:
-    """A split never appended to nor corrected, read whole: its states are those of a split without generations."""
-    return snap.selection is None and not snap.manifest.generations and snap.subset.is_everything
-
-
-def dataset_fingerprint(snap: "Snapshot | Manifest") -> dict[str, Any]:
-    """What identifies a dataset's data as read: the samples in per shard, the shards' sha256s and its classes;
-    for an appended, corrected or selected split also its pinned ``generation`` and the ``snapshot``'s
-    fingerprint (:meth:`~shardkit.format.snapshot.Snapshot.fingerprint`: corrections and selection)."""
-    if isinstance(snap, Manifest):
-        snap = Snapshot(snap.url, snap, 0, Subset.everything(len(snap.shards)))
-    m = snap.manifest
-    out: dict[str, Any] = {
-        "shard_sizes": sizes_fingerprint(snap.shard_sizes),
-        "shard_sha256": _digest(",".join(s.sha256 for s in m.shards)),
-        "classes": _digest(json.dumps(list(m.classes))),
-    }
-    if not plain(snap):
-        out["generation"] = snap.generation
-        out["snapshot"] = snap.fingerprint()
-    return out
-
-
-def saved_generations(state: Any, snapshots: "tuple[Snapshot, ...]") -> list[Optional[int]]:
-    """The generation each source of ``state`` was read at (None: nothing to re-pin, or not a readable state).
-
-    A state without one (saved on a split never appended to, or by a shardkit without generations) was read at
-    the loader's own generation when its shard sizes are the loader's, else at generation 0.
-
-    Raises:
-        ShardkitError: a saved generation that is not an int >= 0 (named).
-    """
-    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        return [None] * len(snapshots)
-    fps = state.get("sources") if len(snapshots) > 1 else [state.get("dataset")]
-    if not isinstance(fps, list) or len(fps) != len(snapshots):
-        return [None] * len(snapshots)
-    out: list[Optional[int]] = []
-    for i, (fp, snap) in enumerate(zip(fps, snapshots)):
-        if state.get("version") == 1 and len(snapshots) == 1:
-            fp = {"shard_sizes": state.get("fingerprint")}
-        if not isinstance(fp, dict) or snap.selection is not None:  # a selection reads its own generation only
-            out.append(None)
-            continue
-        g = fp.get("generation")
-        if g is None:
-            own = fp.get("shard_sizes") == sizes_fingerprint(snap.shard_sizes)
-            out.append(None if own else 0)
-        elif type(g) is not int or g < 0:
-            where = "dataset" if len(snapshots) == 1 else f"sources[{i}]"
-            raise ShardkitError(f"loader state field '{where}.generation' must be an int >= 0, got {g!r}")
-        else:
-            out.append(g)
-    return out
 
 
 def classes_digest(classes: "tuple[str, ...] | list[str]") -> str:
@@ -232,35 +178,6 @@ def _int(state: dict[str, Any], name: str, low: int) -> int:
     return v
 
 
-_WHAT = {
-    "shard_sizes": "shard sizes",
-    "shard_sha256": "shard contents (sha256)",
-    "classes": "class names",
-    "generation": "generation",
-    "snapshot": "corrections or selection",
-}
-
-
-def dataset_differences(saved: dict[str, Any], snap: "Snapshot | Manifest", *, complete: bool = True) -> list[str]:
-    """What differs between saved dataset fingerprints and ``snap``'s, one phrase each (empty: the same).
-
-    ``complete``: a fingerprint missing from ``saved`` counts as a difference (False: version 1 states,
-    which recorded the shard sizes only)."""
-    if isinstance(snap, Manifest):
-        snap = Snapshot(snap.url, snap, 0, Subset.everything(len(snap.shards)))
-    mine = dataset_fingerprint(snap)
-    if "snapshot" not in saved and snap.selection is None and snap.subset.is_everything:
-        mine.pop("generation", None)  # a state of the split before its first append: the same samples, as stored
-        mine.pop("snapshot", None)
-    differ = [k for k in mine if (k in saved and saved[k] != mine[k]) or (k not in saved and complete)]
-    return [_WHAT[k] for k in differ]
-
-
-def _where(snap: Snapshot) -> str:
-    """A snapshot's place in messages: a split's manifest, or the selection."""
-    return snap.manifest.url if snap.selection is None else snap.url
-
-
 def _check_dataset(state: dict[str, Any], snap: Snapshot) -> None:
     saved: Any
     if state.get("version") == 1:  # shard sizes were all a version 1 state recorded
@@ -274,7 +191,7 @@ def _check_dataset(state: dict[str, Any], snap: Snapshot) -> None:
     differ = dataset_differences(saved, snap, complete=state.get("version") != 1)
     if differ:
         raise ShardkitError(
-            f"loader state belongs to another dataset ({', '.join(differ)} differ from {_where(snap) or 'this manifest'}); "
+            f"loader state belongs to another dataset ({', '.join(differ)} differ from {where(snap) or 'this manifest'}); "
             "resume with the dataset it was saved from"
         )
 
@@ -442,7 +359,7 @@ def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) ->
             differ = dataset_differences(a, m) if isinstance(a, dict) else ["fingerprints"]
             if differ:
                 raise ShardkitError(
-                    f"loader state's source {i} is another dataset than {_where(m) or 'this source'} ({', '.join(differ)} "
+                    f"loader state's source {i} is another dataset than {where(m) or 'this source'} ({', '.join(differ)} "
                     f"differ); resume with the sources it was saved from (at least to finish epoch {epoch}), or start "
                     "the new sources at an epoch boundary (allow_remix=True with a state saved between epochs)"
                 )

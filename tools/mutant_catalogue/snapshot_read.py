@@ -93,7 +93,7 @@ MUTANTS = [
     {
         "id": "snapshot-state-without-generation-read-at-the-newest",
         "row": ROW_STATE,
-        "file": "shardkit/loader/state.py",
+        "file": "shardkit/loader/identity.py",
         "old": "out.append(None if own else 0)",
         "new": "out.append(None)",
         "tests": [APPEND],
@@ -101,7 +101,7 @@ MUTANTS = [
     {
         "id": "snapshot-state-before-the-first-append-refused",
         "row": ROW_STATE,
-        "file": "shardkit/loader/state.py",
+        "file": "shardkit/loader/identity.py",
         "old": 'if "snapshot" not in saved and snap.selection is None and snap.subset.is_everything:',
         "new": "if False:",
         "tests": [APPEND],
@@ -109,7 +109,7 @@ MUTANTS = [
     {
         "id": "snapshot-state-fingerprint-not-recorded",
         "row": ROW_STATE,
-        "file": "shardkit/loader/state.py",
+        "file": "shardkit/loader/identity.py",
         "old": '        out["snapshot"] = snap.fingerprint()',
         "new": '        out["snapshot"] = snap.manifest.split',
         "tests": [f"{L}::test_a_state_of_a_selection_of_the_same_counts_is_refused"],
@@ -117,7 +117,7 @@ MUTANTS = [
     {
         "id": "snapshot-state-plain-split-state-changed",
         "row": ROW_STATE,
-        "file": "shardkit/loader/state.py",
+        "file": "shardkit/loader/identity.py",
         "old": "    if not plain(snap):",
         "new": "    if True:",
         "tests": [f"{L}::test_a_plain_split_state_is_unchanged"],
