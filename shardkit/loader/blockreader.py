@@ -183,7 +183,8 @@ class BlockReader:
     # ------------------------------------------------------------------ the header walk
 
     def _walk(self, shard: int, local: np.ndarray) -> list[RawSample]:
-        """The samples at stored positions ``local`` of ``shard`` (ascending), by the header walk."""
+        """The samples at stored positions ``local`` of ``shard``, by the header walk (unwanted samples are skipped
+        by their headers)."""
         out = []
         url, first = self.urls[shard], int(self.offsets[shard])
         for index in local.tolist():
@@ -268,8 +269,9 @@ class BlockReader:
     def _read_indexed(self, shard: int, local: np.ndarray) -> list[RawSample]:
         """The samples at stored positions ``local`` of ``shard`` through its index (withheld ones carry ``error``).
 
-        Consecutive samples are one range read (of at most :attr:`MAX_RANGE_BYTES`); a hole
-        left by consumed samples (resume) is read through when it is small (:attr:`MAX_HOLE_BYTES`),
+        Consecutive samples are one range read (of at most :attr:`MAX_RANGE_BYTES`); a hole left by samples a
+        subset leaves out or consumed before a resume is read through when it is small (:attr:`MAX_HOLE_BYTES`)
+        but never sliced, checked or handed out,
         else the block takes one range read per run (:func:`shardkit.loader.readplan.index_groups`).
         """
         url, first = self.urls[shard], int(self.offsets[shard])
