@@ -10,8 +10,14 @@ checks them (CRC32C, tar headers) before anything is decoded: a sample whose byt
 shard already in the cache is read there (bytes that fail their check there are read again from the store);
 a shard not in it is never downloaded whole for one item: its range is read from the store.
 
-``get(key)`` and ``keys()`` read the split's key table (:mod:`shardkit.format.tables`), checked against
-the manifest's size and sha256, not every shard's index.
+``get(key)`` and ``keys()`` read the split's key tables (:mod:`shardkit.format.tables`, one per generation),
+checked against the manifest's sizes and sha256s, not every shard's index.
+
+Every split is read as a :class:`~shardkit.format.snapshot.Snapshot` (:func:`~shardkit.format.snapshot.resolve`):
+one generation (``generation=``, default the newest), its corrections and, for a selection folder, the selection.
+The items are the samples that are in, in split order (``len`` counts them); item ``i`` is read at its stored
+position and carries its changed label (:mod:`shardkit.loader.snapread`); ``get`` of a removed key, or of one a
+selection leaves out, is a :class:`KeyError` that says so.
 
 Workers and threads: the dataset pickles without its open state (opener, indexes, key table), which each
 process rebuilds on first use (a forked process notices the new pid and rebuilds too); one lock guards the
@@ -30,11 +36,14 @@ from typing import IO, Any, Optional, Union
 import numpy as np
 from torch.utils.data import Dataset
 
+from shardkit.access.keys import SnapshotKeys
 from shardkit.errors import DataError, ShardkitError, StorageError
 from shardkit.format.index import READABLE_INDEX_FORMATS, IndexDamage, SampleIndex, index_url
-from shardkit.format.manifest import Manifest, load_manifest
+from shardkit.format.manifest import Manifest
 from shardkit.format.sample import RawSample
-from shardkit.format.tables import BUILD_COMMAND, TABLES_FORMAT, KeyTable, TableError, checked
+from shardkit.format.snapshot import Snapshot, resolve
+from shardkit.format.tables import BUILD_COMMAND
+from shardkit.loader.snapread import relabel
 from shardkit.storage import fs as storage
 from shardkit.storage.cache import ShardCache
 from shardkit.storage.opener import ShardOpener, StorageConfig
@@ -47,13 +56,21 @@ class OpenDataset(Dataset):
     """A converted split as a map-style dataset (see the module docstring; build it with :func:`open_dataset`).
 
     Attributes:
-        manifest: the split's manifest.
+        snapshot: what is read (the pinned generation, its corrections, the selection).
+        manifest: the split's manifest, pinned to the snapshot's generation (a selection's parent's).
         classes: class names (index -> name).
     """
 
     def __init__(
-        self, manifest: Manifest, config: StorageConfig, decoder: str = "auto", max_indexes: int = MAX_INDEXES
+        self,
+        snapshot: "Snapshot | Manifest",
+        config: StorageConfig,
+        decoder: str = "auto",
+        max_indexes: int = MAX_INDEXES,
     ):
+        if isinstance(snapshot, Manifest):
+            snapshot = resolve(snapshot, allow_unsafe_names=config.allow_unsafe_names, **config.storage_options)
+        manifest = snapshot.manifest
         where = manifest.url
         if manifest.sample_index not in READABLE_INDEX_FORMATS:
             raise ShardkitError(
@@ -64,12 +81,13 @@ class OpenDataset(Dataset):
             raise ValueError(f"max_indexes must be at least 1, got {max_indexes}")
         from shardkit.access.items import ItemSpec
 
+        self.snapshot = snapshot
         self.manifest = manifest
         self.config = config
         self.decoder_name = decoder
         self.max_indexes = max_indexes
         self.spec = ItemSpec.of(manifest)
-        self.offsets = np.concatenate([[0], np.cumsum(np.asarray(manifest.shard_sizes, np.int64))])
+        self.offsets = np.concatenate([[0], np.cumsum(snapshot.shard_sizes)])  # the items: samples that are in
         self.urls = manifest.shard_urls()
         self._reset()
 
@@ -79,7 +97,7 @@ class OpenDataset(Dataset):
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._indexes: collections.OrderedDict[int, SampleIndex] = collections.OrderedDict()
-        self._keys: Optional[KeyTable] = None
+        self._keys: Optional[SnapshotKeys] = None
         self._opener: Optional[ShardOpener] = None
         self._cache: Optional[ShardCache] = None
         self._decoder: Any = None
@@ -137,51 +155,50 @@ class OpenDataset(Dataset):
         """The item whose key is ``key``.
 
         Raises:
-            KeyError: no sample has this key (the error names it).
+            KeyError: no sample has this key, or a correction removed it, or the selection leaves it out (the
+                error names it and says which).
             TableError: the split has no key table (the message names the command that builds it).
         """
-        at = self.key_table().find(key)
-        if at is None:
-            raise KeyError(f"no sample with key {key!r} in {self.manifest.base_url}")
-        return self._item(int(self.offsets[at[0]]) + at[1])
+        return self._item(self.index_of(key))
 
     def keys(self) -> list[str]:
-        """Every key, in the split's order (``keys()[i]`` is ``self[i]["key"]``)."""
-        return self.key_table().in_order(self.offsets)
+        """Every key of the items, in order (``keys()[i]`` is ``self[i]["key"]``)."""
+        return self.key_table().in_order()
 
     def index_of(self, key: str) -> int:
-        """The position of ``key`` in the split (:class:`KeyError` naming it when absent)."""
-        at = self.key_table().find(key)
+        """The item number of ``key`` (:class:`KeyError` naming it when it is not an item, and why)."""
+        keys = self.key_table()
+        at = keys.stored(key)
         if at is None:
             raise KeyError(f"no sample with key {key!r} in {self.manifest.base_url}")
-        return int(self.offsets[at[0]]) + at[1]
+        local = keys.planned(*at)
+        if local is None:
+            if self.snapshot.selection is None or self._removed(at):
+                raise KeyError(
+                    f"sample {key!r} was removed from {self.manifest.base_url} by a correction (generation "
+                    f"{self.snapshot.generation} does not hold it)"
+                )
+            raise KeyError(f"sample {key!r} is not in the selection {self.snapshot.url}")
+        return int(self.offsets[at[0]]) + local
 
-    def key_table(self) -> KeyTable:
-        """The split's key table, loaded and checked once per process."""
+    def _removed(self, at: tuple[int, int]) -> bool:
+        """Whether a correction (not the selection) removed the stored sample ``at``."""
+        from shardkit.format.snapshot import corrected
+
+        opener, _, _ = self._state()
+        kept = corrected(self.manifest, opener.fetch).kept[at[0]]
+        return kept is not None and at[1] not in set(kept.tolist())
+
+    def key_table(self) -> SnapshotKeys:
+        """The key tables of the snapshot's generations, loaded and checked once per process."""
         opener, _, _ = self._state()
         with self._lock:
             if self._keys is not None:
                 return self._keys
-        t = self.manifest.tables
-        base = self.manifest.base_url
-        if not t:
-            raise TableError(
-                f"{base}: this split has no key table (written before them); build it with `{BUILD_COMMAND} {base}`"
-            )
-        if t.get("format") != TABLES_FORMAT:
-            raise TableError(f"{base}: tables format {t.get('format')!r} is unknown to this shardkit; upgrade shardkit")
-        url = storage.join(base, t["keys"]["name"])
-        try:
-            data = opener.fetch(url)
-        except (FileNotFoundError, StorageError) as exc:
-            raise TableError(
-                f"{url}: cannot read the key table ({exc}); rebuild it with `{BUILD_COMMAND} {base}`"
-            ) from None
-        table = KeyTable.from_bytes(checked(data, t["keys"], url), url)
-        table.check(self.manifest.shard_sizes, url)
+        keys = SnapshotKeys.load(self.snapshot, opener.fetch)
         with self._lock:
-            self._keys = table
-        return table
+            self._keys = keys
+        return keys
 
     # ------------------------------------------------------------------ one item
 
@@ -189,7 +206,7 @@ class OpenDataset(Dataset):
         """Sample ``i`` as stored (checked, not decoded): one ranged read."""
         gid = self._position(i)
         shard = int(np.searchsorted(self.offsets, gid, side="right") - 1)
-        pos = gid - int(self.offsets[shard])
+        pos = int(self.snapshot.subset.stored(shard, np.array([gid - int(self.offsets[shard])]))[0])
         idx = self._index(shard)
         lo, hi = idx.byte_range(pos, pos + 1)
         url = self.urls[shard]
@@ -198,6 +215,7 @@ class OpenDataset(Dataset):
             s = self._slice(idx, self._read(shard, lo, hi, cached=False), shard, pos, gid)  # the store's bytes
         if s.error:
             raise DataError(s.error if url in s.error else f"{url}: sample {pos} ({s.key}): {s.error}")
+        relabel(s, self.snapshot.subset.relabels[shard], self.manifest.classes)
         return s
 
     def _item(self, gid: int) -> dict[str, Any]:
@@ -283,7 +301,7 @@ class OpenDataset(Dataset):
             return rf.read(hi - lo)
 
     def __repr__(self) -> str:
-        return f"OpenDataset({self.manifest.base_url!r}, {len(self)} samples, fields={list(self.spec.fields)})"
+        return f"OpenDataset({self.snapshot.url!r}, {len(self)} samples, fields={list(self.spec.fields)})"
 
 
 def open_dataset(
@@ -294,11 +312,15 @@ def open_dataset(
     config: Optional[StorageConfig] = None,
     decoder: str = "auto",
     max_indexes: int = MAX_INDEXES,
+    generation: Optional[int] = None,
 ) -> OpenDataset:
-    """Open a converted split for random access (``shardkit.open``).
+    """Open a converted split, or a selection of one, for random access (``shardkit.open``).
 
     Args:
-        url: the split folder (or its ``manifest.json``), local or any fsspec URL, or a loaded manifest.
+        url: the split folder or a selection folder (or either's ``manifest.json``), local or any fsspec URL,
+            or a loaded manifest.
+        generation: read this generation of an appended or corrected split (default: the newest; a selection
+            reads its own).
         cache_dir: a shard cache the loader filled: shards in it are read locally (nothing is downloaded into it).
         storage_options: fsspec options (credentials, endpoint).
         config: the storage layer's options (retries, timeouts, request budget); ``cache_dir`` and
@@ -307,7 +329,7 @@ def open_dataset(
         max_indexes: shard sample indexes kept per process (least recently used dropped first).
 
     Raises:
-        ManifestError: no split at ``url``.
+        ManifestError: no split at ``url``, no such generation, or a selection whose parent changed.
         ShardkitError: the shards have no sample index (the message names the command that builds it).
     """
     cfg = config or StorageConfig()
@@ -315,12 +337,8 @@ def open_dataset(
         cfg = replace(cfg, storage_options=dict(storage_options))
     if cache_dir is not None:
         cfg = replace(cfg, cache_dir=cache_dir)
-    m = (
-        url
-        if isinstance(url, Manifest)
-        else load_manifest(url, allow_unsafe_names=cfg.allow_unsafe_names, **cfg.storage_options)
-    )
-    return OpenDataset(m, cfg, decoder, max_indexes)
+    snap = resolve(url, generation=generation, allow_unsafe_names=cfg.allow_unsafe_names, **cfg.storage_options)
+    return OpenDataset(snap, cfg, decoder, max_indexes)
 
 
 __all__ = ["MAX_INDEXES", "OpenDataset", "open_dataset"]

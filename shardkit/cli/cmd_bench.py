@@ -47,7 +47,11 @@ def _budget(text: str) -> "float | None":
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", metavar="URL", help="dataset split directory or manifest.json (path or fsspec URL)")
+    p.add_argument(
+        "url",
+        metavar="URL",
+        help="dataset split directory, selection folder, or either's manifest.json (path or fsspec URL)",
+    )
     p.add_argument("--workers", type=_int_list, default=[0, 1, 2], help="worker counts to sweep (default 0,1,2)")
     p.add_argument(
         "--batches",
@@ -178,7 +182,7 @@ def _bench(args: argparse.Namespace, step_ms: "float | None", source: str, opts:
 
 def _print_storage(url: str, so: dict, opts: dict, report: "BenchReport") -> None:
     """For a remote dataset: the read size and request rate each worker got, and what the budget cost."""
-    from shardkit.format.manifest import load_manifest
+    from shardkit.format.snapshot import resolve
     from shardkit.loader.doctor import storage_report
     from shardkit.loader.stages import process_budget
     from shardkit.plan.world import World
@@ -188,7 +192,7 @@ def _print_storage(url: str, so: dict, opts: dict, report: "BenchReport") -> Non
     if fs.is_local(url) or not report.points:
         return
     cfg = StorageConfig(storage_options=so, **{k: v for k, v in opts.items() if k == "request_budget"})
-    manifest = load_manifest(url, **so)
+    manifest = resolve(url, **so).manifest
     for point in report.points:
         world = World(0, 1, 0, max(1, point.num_workers))
         line = storage_report(process_budget(manifest, cfg, world), point.stats)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shardkit.simulate import Dataset
 
 HELP = (
     "replay the planner and the read schedule for a cluster (a dataset's manifest, or a synthetic one) "
@@ -33,7 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from shardkit.storage.budget import REQUEST_BUDGET
 
     d = SimSettings()
-    p.add_argument("url", metavar="URL", nargs="?", help="a split folder or its manifest (only the manifest is read)")
+    p.add_argument(
+        "url",
+        metavar="URL",
+        nargs="?",
+        help="a split folder, a selection folder, or either's manifest (only manifests are read)",
+    )
     g = p.add_argument_group("synthetic dataset (instead of URL)")
     g.add_argument("--shards", type=positive_int, metavar="N")
     g.add_argument("--samples-per-shard", type=positive_int, metavar="K")
@@ -72,6 +81,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_storage_arguments(p)
 
 
+def _dataset(url: str, options: dict) -> "Dataset":
+    """The simulator's view of the split or selection at ``url``: the samples that are in (a selection's or a
+    corrected split's kept samples, modelled as stored together: the gaps between them are not replayed)."""
+    from shardkit.format.snapshot import resolve
+    from shardkit.simulate import Dataset
+
+    snap = resolve(url, **options)
+    data = Dataset.of_manifest(snap.manifest)
+    if snap.subset.is_everything:
+        return data
+    kept = snap.shard_sizes
+    assert data.sample_bytes is not None
+    return Dataset(data.names, kept, data.sample_bytes * kept + 1024, data.indexed, data.layout, data.sample_bytes)
+
+
 def run(args: argparse.Namespace) -> int:
     from shardkit.cli import option_error, storage_options
     from shardkit.errors import ShardkitError
@@ -85,9 +109,7 @@ def run(args: argparse.Namespace) -> int:
                     "give a URL or --shards/--samples-per-shard/--bytes-per-sample [--prefixes], not both "
                     "(a dataset's prefixes are its manifest's)"
                 )
-            from shardkit.format.manifest import load_manifest
-
-            data = Dataset.of_manifest(load_manifest(args.url, **storage_options(args)))
+            data = _dataset(args.url, storage_options(args))
         elif all(v is not None for v in synthetic):
             data = Dataset.synthetic(*synthetic, prefixes=args.prefixes, indexed=True)
         else:

@@ -41,13 +41,15 @@ def load(
     views: Optional[Sequence[View]] = None,
     fields: Optional[Sequence[str]] = None,
     min_visible: Optional[float] = None,
+    generation: Optional[int] = None,
+    max_hole_bytes: Optional[int] = None,
     config: Optional[LoaderConfig] = None,
     **options: Any,
 ) -> ShardLoader:
     """Stream a shardkit dataset (or a weighted mixture of several) as uint8 batches ready for the GPU.
 
     Args:
-        url: the split directory (or its ``manifest.json``): local path, ``s3://``, ``gs://``,
+        url: the split directory or a selection folder (or either's ``manifest.json``): local path, ``s3://``, ``gs://``,
             ``http(s)://`` or any fsspec URL; or a list of :class:`shardkit.Source` (and URLs) to
             mix, each with one of ``weight``/``repeat``/``choose`` (docs/guides/mixing.md).
         batch_size: samples per batch (:class:`~shardkit.plan.ordering.PlanConfig`).
@@ -82,6 +84,12 @@ def load(
             with each sample's crop and flip (docs/guides/load.md, "Detection and segmentation").
         min_visible: with target fields: drop a box that keeps less than this share of its area in the crop
             (counted in ``loader.stats.boxes_dropped``); default :data:`shardkit.loader.fields.MIN_VISIBLE` (0.1).
+        generation: read this generation of an appended or corrected split (default: the newest); the loader
+            keeps it for its whole run, and a loaded state re-pins the one it was saved at
+            (docs/guides/living-read.md). A selection reads its own generation.
+        max_hole_bytes: read through a gap of at most this many bytes between wanted samples of a shard (one
+            request instead of two); 0 never reads a sample it does not deliver (fewest bytes, most requests:
+            the trade-off of a sparse selection). Default on :class:`~shardkit.loader.config.LoaderConfig`.
         config: a full :class:`~shardkit.loader.config.LoaderConfig`; the keywords and ``options`` given override it.
         **options: any other option, flat: a field of :class:`~shardkit.plan.ordering.PlanConfig`
             (``shuffle_buffer``, ``policy``...), :class:`~shardkit.loader.config.ImageConfig` (``resize_size``,
@@ -117,6 +125,17 @@ def load(
         options = {**options, "fields": fields}
     if min_visible is not None:
         options = {**options, "min_visible": min_visible}
+    if max_hole_bytes is not None:
+        options = {**options, "max_hole_bytes": max_hole_bytes}
     cfg = build_config(config, {**{k: v for k, v in common.items() if v is not None}, **options})
-    ds = ShardDataset(url, cfg, rank=rank, world_size=world_size, nodes=nodes, epoch_size=epoch_size, labels=labels)
+    ds = ShardDataset(
+        url,
+        cfg,
+        rank=rank,
+        world_size=world_size,
+        nodes=nodes,
+        epoch_size=epoch_size,
+        labels=labels,
+        generation=generation,
+    )
     return ShardLoader(ds, with_keys=with_keys, with_source=with_source)

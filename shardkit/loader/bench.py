@@ -195,10 +195,11 @@ def bench(
     """
     if batches < 1 or window < 1:
         raise ValueError(f"batches and window must be >= 1, got {batches}, {window}")
-    from shardkit.format.manifest import load_manifest
+    from shardkit.format.snapshot import resolve
 
-    manifest = load_manifest(url, **(options.get("storage_options") or {}))
-    if manifest.num_samples == 0:
+    snap = resolve(url, **(options.get("storage_options") or {}))  # a split, appended, corrected or a selection
+    manifest = snap.manifest
+    if snap.num_samples == 0:
         raise ShardkitError(f"{url} has no samples ({len(manifest.shards)} shards): there is nothing to measure")
     names = bench_fields(manifest) if fields is None else parse_fields(fields)
     if names:

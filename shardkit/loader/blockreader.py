@@ -26,6 +26,7 @@ from shardkit.format.fields import SampleRule
 from shardkit.format.index import READABLE_INDEX_FORMATS, IndexDamage, IndexMismatch, SampleIndex, index_url
 from shardkit.format.manifest import Manifest
 from shardkit.loader import readplan
+from shardkit.loader.snapread import ReadMap
 from shardkit.loader.stats import Counters
 from shardkit.storage import fs as storage
 from shardkit.storage.opener import ShardOpener
@@ -63,9 +64,14 @@ class BlockReader:
             a None entry: that shard is walked, e.g. a mixture's source written before the index).
         content: the shards' sha256s from the manifest (the cache's content key), when ``sha256`` is None
             (default: ``sha256``).
+        read_map: the snapshot's kept positions and changed labels (:class:`~shardkit.loader.snapread.ReadMap`):
+            ``gids`` and ``shard_offsets`` then count the samples that are in, and each is read at its stored
+            position and handed out with its changed label (None: every stored sample, as stored).
+        max_hole: read through a gap of at most this many bytes between wanted samples (0: never).
     """
 
-    #: holes (consumed samples on resume) up to this many bytes are read through rather than split into two range reads
+    #: holes (samples left out, or consumed before a resume) up to this many bytes are read through rather than split
+    #: into two range reads (the ``max_hole`` argument sets it per reader)
     MAX_HOLE_BYTES = readplan.MAX_HOLE_BYTES
     #: largest range read: a block of more bytes takes several (bounds the block's bytes held twice while its members are cut out)
     MAX_RANGE_BYTES = readplan.MAX_RANGE_BYTES
@@ -84,8 +90,12 @@ class BlockReader:
         sha256: Optional[Sequence[Optional[str]]] = None,
         rule: Optional[SampleRule] = None,
         content: Optional[Sequence[Optional[str]]] = None,
+        read_map: Optional[ReadMap] = None,
+        max_hole: int = readplan.MAX_HOLE_BYTES,
     ):
         self.urls, self.nbytes, self.offsets = urls, nbytes, shard_offsets
+        self.map = None if read_map is None or read_map.is_everything else read_map
+        self.MAX_HOLE_BYTES = max_hole
         self.rule = rule if rule is not None else SampleRule(num_classes=num_classes)
         self.num_classes = self.rule.num_classes
         self._no_label = "label" not in self.rule.fields
@@ -153,8 +163,16 @@ class BlockReader:
         cuts = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(gids)]
         for a, b in zip(cuts[:-1], cuts[1:]):  # the block's samples of one shard each
             shard = int(shards[a])
+            local = gids[a:b] - self.offsets[shard]  # planned positions
+            if self.map is not None:
+                local = self.map.stored(shard, local)
             indexed = self.sha256 is not None and self.sha256[shard] is not None
-            out.extend(self._read_indexed(shard, gids[a:b]) if indexed else self._walk(shard, gids[a:b]))
+            got = self._read_indexed(shard, local) if indexed else self._walk(shard, local)
+            if self.map is not None:
+                for s, gid in zip(got, gids[a:b].tolist()):
+                    s.gid = gid
+                self.map.relabel(shard, got)
+            out.extend(got)
         if self._no_label:  # the batch's class label row of a dataset without one (never handed out)
             for s in out:
                 s.label = -1
@@ -164,11 +182,13 @@ class BlockReader:
 
     # ------------------------------------------------------------------ the header walk
 
-    def _walk(self, shard: int, gids: np.ndarray) -> list[RawSample]:
+    def _walk(self, shard: int, local: np.ndarray) -> list[RawSample]:
+        """The samples at stored positions ``local`` of ``shard``, by the header walk (unwanted samples are skipped
+        by their headers)."""
         out = []
         url, first = self.urls[shard], int(self.offsets[shard])
-        for gid in gids.tolist():
-            index = gid - first
+        for index in local.tolist():
+            gid = first + index
             if shard in self._damaged:
                 out.append(RawSample(key=f"#{index}", gid=gid, shard=url, index=index, error=self._damaged[shard]))
                 continue
@@ -222,7 +242,7 @@ class BlockReader:
             except IndexDamage as exc:
                 self._withhold(shard, str(exc))
                 return None
-            samples = int(self.offsets[shard + 1] - self.offsets[shard]) if shard + 1 < len(self.offsets) else len(idx)
+            samples = self._stored_size(shard, len(idx))
             if len(idx) != samples:
                 self._withhold(shard, f"{url}: the index lists {len(idx)} samples, the manifest {samples}")
                 return None
@@ -230,6 +250,13 @@ class BlockReader:
                 self._indexes.pop(next(iter(self._indexes)))  # the least recently used
         self._indexes[shard] = idx  # most recently used last
         return idx
+
+    def _stored_size(self, shard: int, listed: int) -> int:
+        """Samples the manifest stores in ``shard`` (``listed``: what its index lists, for the last shard of a
+        reader given no total)."""
+        if self.map is not None:
+            return int(self.map.stored_sizes[shard])
+        return int(self.offsets[shard + 1] - self.offsets[shard]) if shard + 1 < len(self.offsets) else listed
 
     def _ranged_file(self, shard: int) -> IO[bytes]:
         if self._ranged[0] != shard or self._ranged[1] is None:
@@ -239,16 +266,16 @@ class BlockReader:
         assert f is not None
         return f
 
-    def _read_indexed(self, shard: int, gids: np.ndarray) -> list[RawSample]:
-        """The samples ``gids`` of ``shard`` through its index (withheld ones carry ``error``).
+    def _read_indexed(self, shard: int, local: np.ndarray) -> list[RawSample]:
+        """The samples at stored positions ``local`` of ``shard`` through its index (withheld ones carry ``error``).
 
-        Consecutive samples are one range read (of at most :attr:`MAX_RANGE_BYTES`); a hole
-        left by consumed samples (resume) is read through when it is small (:attr:`MAX_HOLE_BYTES`),
+        Consecutive samples are one range read (of at most :attr:`MAX_RANGE_BYTES`); a hole left by samples a
+        subset leaves out or consumed before a resume is read through when it is small (:attr:`MAX_HOLE_BYTES`)
+        but never sliced, checked or handed out,
         else the block takes one range read per run (:func:`shardkit.loader.readplan.index_groups`).
         """
         url, first = self.urls[shard], int(self.offsets[shard])
         idx = self._index(shard)
-        local = gids - first
         if idx is not None and local[-1] >= len(idx):
             self._withhold(
                 shard, f"{index_url(url)}: the index lists {len(idx)} samples, sample {int(local[-1])} was asked for"

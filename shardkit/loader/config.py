@@ -16,6 +16,7 @@ from typing import Any, Optional
 from shardkit.choices import Choice, check_types
 from shardkit.format.members import MAX_PIXELS
 from shardkit.loader.fields import TARGET_KINDS, parse_fields
+from shardkit.loader.readplan import MAX_HOLE_BYTES
 from shardkit.loader.view import View, parse_views, scaled_views
 from shardkit.loader.workerconfig import MultiprocessingContext, WorkerConfig, default_num_workers  # noqa: F401
 from shardkit.plan.ordering import EpochPolicy, PlanConfig
@@ -193,6 +194,10 @@ class LoaderConfig:
             dropped (counted in ``LoaderStats.boxes_dropped``). ``None``: :data:`~shardkit.loader.fields.MIN_VISIBLE`.
         flip_pairs: with ``keypoints``: the keypoint index pairs swapped when a sample is mirrored.
             ``None``: the manifest's ``flip_pairs``.
+        max_hole_bytes: a gap of at most this many bytes between two wanted samples of a shard (samples a
+            selection or a correction leaves out, or consumed before a resume) is read through: one range read
+            instead of two. Default :data:`shardkit.loader.readplan.MAX_HOLE_BYTES` (1 MiB); 0: never read a gap
+            (fewest bytes, most requests: a sparse selection on a remote store pays per request).
         log_every_epoch: at the end of each epoch, log :meth:`ShardLoader.report`'s line (the share of
             the epoch the loop waited for data, img/s, skipped, retries, the slowest stage) on the
             ``shardkit.loader`` logger at INFO level.
@@ -212,6 +217,7 @@ class LoaderConfig:
     fields: tuple[str, ...]
     min_visible: Optional[float]
     flip_pairs: Optional[tuple[tuple[int, int], ...]]
+    max_hole_bytes: int
 
     def __init__(
         self,
@@ -226,6 +232,7 @@ class LoaderConfig:
         fields: "Sequence[str] | None" = None,
         min_visible: Optional[float] = None,
         flip_pairs: "Sequence[Sequence[int]] | None" = None,
+        max_hole_bytes: int = MAX_HOLE_BYTES,
         **flat: Any,
     ) -> None:
         given = {"plan": plan, "image": image, "source": source, "workers": workers}
@@ -254,7 +261,10 @@ class LoaderConfig:
         object.__setattr__(self, "fields", parse_fields(fields))
         object.__setattr__(self, "min_visible", min_visible)
         object.__setattr__(self, "flip_pairs", None if flip_pairs is None else tuple(tuple(p) for p in flip_pairs))
+        object.__setattr__(self, "max_hole_bytes", max_hole_bytes)
         check_types(self)
+        if self.max_hole_bytes < 0:
+            raise ValueError(f"max_hole_bytes must be >= 0 (0: never read through a gap), got {self.max_hole_bytes}")
         if self.fields and self.raw:
             raise ValueError(
                 "fields= and raw=True are exclusive: raw samples carry every field (label, labels, target, text, meta)"

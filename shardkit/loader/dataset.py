@@ -34,7 +34,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from shardkit import plan as mix
 from shardkit.errors import ShardkitError, StorageError
-from shardkit.format.manifest import Manifest, load_manifest
+from shardkit.format.manifest import Manifest
+from shardkit.format.snapshot import Snapshot, resolve
 from shardkit.loader.config import LoaderConfig, StorageConfig
 from shardkit.loader.decode.strategies import DecodeStrategy, strategy_for
 from shardkit.loader.fields import check_fields
@@ -64,6 +65,11 @@ class ShardDataset(IterableDataset):
         nodes: machines the ranks run on; default from ``torchrun``'s environment, else 1 (node affinity).
         epoch_size: a weighted mixture's samples per epoch (default: the sum of the sources' sizes).
         labels: a mixture's classes merged by name (``"merged"``) or kept apart (``"per_source"``).
+        generation: pin this generation of a lone dataset (None: its newest; a selection: its own).
+
+    Every source is resolved to a :class:`~shardkit.format.snapshot.Snapshot` (a split, an appended or corrected
+    split, or a selection of one) and pinned for the loader's whole run: the plan counts the samples that are
+    in, the readers read them at their stored positions with their changed labels (:mod:`shardkit.loader.snapread`).
 
     Each item is a batch of the config's decode strategy (:mod:`shardkit.loader.batchtypes`): a
     :class:`~shardkit.loader.batchtypes.PixelBatch` (``images`` uint8 ``[n,3,S,S]``, ``labels`` int64
@@ -84,17 +90,37 @@ class ShardDataset(IterableDataset):
         nodes: Optional[int] = None,
         epoch_size: Optional[int] = None,
         labels: "LabelMode | str" = LabelMode.MERGED,
+        generation: Optional[int] = None,
     ):
         super().__init__()
         self.config = config or LoaderConfig()
-        src = self.config.source
         if isinstance(url, Manifest):
             self.sources: tuple[Source, ...] = (Source(url.url or "<manifest>"),)
-            manifests = [url]
+            self._origins: tuple["str | Manifest", ...] = (url,)
         else:
             self.sources = as_sources(url)
-            manifests = [self._load_manifest(i, s) for i, s in enumerate(self.sources)]
-        self.manifests = tuple(manifests)  #: one per source
+            self._origins = tuple(s.url for s in self.sources)
+        if generation is not None and len(self.sources) > 1:
+            raise ValueError(
+                "generation= pins a lone dataset; a mixture reads each source's newest generation (a selection: its own)"
+            )
+        self.label_mode = LabelMode.parse(labels)  #: ``merged`` or ``per_source`` (saved in states, checked on resume)
+        self._epoch_size = epoch_size
+        self._build(tuple(self._resolve(i, generation) for i in range(len(self.sources))))
+        world = detect(rank, world_size, nodes)
+        self.rank, self.world_size, self.nodes = world.rank, world.world_size, world.nodes
+        if self.config.plan.node_affinity:
+            warn_few_shards(self.mixture, self.nodes)
+        self._position = PositionBox()  # shared with (persistent) workers
+        self._envelopes = False  # yield transport envelopes (ShardLoader's private copy only)
+        self.ring: Optional[Ring] = None  #: shared batch slots of the current worker processes (private copy only)
+
+    def _build(self, snapshots: "tuple[Snapshot, ...]") -> None:
+        """Everything planned and read from the sources' snapshots (at construction, and when a state re-pins)."""
+        src = self.config.source
+        self.snapshots = snapshots  #: one per source: the pinned generation, its corrections and selection
+        manifests = [s.manifest for s in snapshots]
+        self.manifests = tuple(manifests)  #: one per source, pinned to its snapshot's generation
         self.manifest = manifests[0]  #: the lone source's manifest (a mixture's first source's)
         urls_per_source = [m.shard_urls() for m in manifests]
         for urls in urls_per_source:
@@ -107,12 +133,9 @@ class ShardDataset(IterableDataset):
             for m, urls in zip(manifests, urls_per_source):
                 check_local_shards(m, urls)
         if len(manifests) > 1:
-            check_data(self.sources, [_source_data(m) for m in manifests])
+            check_data(self.sources, [_source_data(s) for s in snapshots])
         #: which mixture plans each epoch: one immutable value, replaced when a state is loaded (:meth:`replan`)
-        self.schedule = Schedule(
-            Mixture(self.sources, tuple(np.asarray(m.shard_sizes, np.int64) for m in manifests), epoch_size)
-        )
-        self.label_mode = LabelMode.parse(labels)  #: ``merged`` or ``per_source`` (saved in states, checked on resume)
+        self.schedule = Schedule(Mixture(self.sources, tuple(s.shard_sizes for s in snapshots), self._epoch_size))
         names = self.config.fields
         #: the row fields (``labels``, ``target``, ``text``, ``meta``) the workers build, checked against every source
         self.rows = check_fields(
@@ -138,27 +161,51 @@ class ShardDataset(IterableDataset):
                     "ask for fields without 'mask', or mix fewer class names"
                 )
         self.urls = [u for urls in urls_per_source for u in urls]
-        self.shard_sizes = [n for m in manifests for n in m.shard_sizes]
+        self.shard_sizes = [int(n) for s in snapshots for n in s.shard_sizes]  #: samples in per shard (planned)
         self.shard_bytes = [s.bytes for m in manifests for s in m.shards]
         self.shard_offsets = self.mixture.shard_offsets
-        world = detect(rank, world_size, nodes)
-        self.rank, self.world_size, self.nodes = world.rank, world.world_size, world.nodes
-        if self.config.plan.node_affinity:
-            warn_few_shards(self.mixture, self.nodes)
-        self._position = PositionBox()  # shared with (persistent) workers
-        self._envelopes = False  # yield transport envelopes (ShardLoader's private copy only)
-        self.ring: Optional[Ring] = None  #: shared batch slots of the current worker processes (private copy only)
 
-    def _load_manifest(self, i: int, source: Source) -> Manifest:
-        """Source ``i``'s manifest; in a mixture an error names the source (a lone URL keeps the plain message)."""
-        cfg = self.storage_config(source)
+    def _resolve(self, i: int, generation: Optional[int]) -> Snapshot:
+        """Source ``i``'s snapshot at ``generation`` (None: its newest); in a mixture an error names the source (a
+        lone URL keeps the plain message)."""
+        cfg = self.storage_config(self.sources[i])
+        origin = self._origins[i]
         try:
-            check_url(source.url, cfg)
-            return load_manifest(source.url, allow_unsafe_names=cfg.allow_unsafe_names, **cfg.storage_options)
+            if not isinstance(origin, Manifest):
+                check_url(origin, cfg)
+            return resolve(
+                origin, generation=generation, allow_unsafe_names=cfg.allow_unsafe_names, **cfg.storage_options
+            )
         except ShardkitError as exc:
             if len(self.sources) == 1:
                 raise
-            raise type(exc)(f"source {i} ({source.url}): {exc}") from exc
+            raise type(exc)(f"source {i} ({self.sources[i].url}): {exc}") from exc
+
+    @property
+    def generations(self) -> tuple[int, ...]:
+        """The generation each source is pinned to (for the loader's whole run, unless a state re-pins it)."""
+        return tuple(s.generation for s in self.snapshots)
+
+    def repin(self, generations: "Sequence[Optional[int]]") -> bool:
+        """Pin source ``i`` to ``generations[i]`` (None: keep it), e.g. a loaded state's; whether anything changed
+        (then running workers hold a stale copy).
+
+        Raises:
+            ManifestError: a source has no such generation (naming the ones it has).
+        """
+        if all(g is None or g == s.generation for g, s in zip(generations, self.snapshots)):
+            return False
+        self.use(
+            tuple(
+                s if g is None or g == s.generation else self._resolve(i, g)
+                for i, (g, s) in enumerate(zip(generations, self.snapshots))
+            )
+        )
+        return True
+
+    def use(self, snapshots: "tuple[Snapshot, ...]") -> None:
+        """Read these snapshots of the sources (one per source, as :attr:`snapshots`) from now on."""
+        self._build(snapshots)
 
     def storage_config(self, source: Source) -> StorageConfig:
         """The loader's source options with ``source``'s own storage options, if it has any."""
@@ -182,7 +229,7 @@ class ShardDataset(IterableDataset):
     @property
     def identity(self) -> DatasetIdentity:
         """What a loader state is saved from and checked against (:mod:`shardkit.loader.state`)."""
-        return DatasetIdentity(self.manifests, self.schedule, self.label_mode, self.classes, self.config.plan)
+        return DatasetIdentity(self.snapshots, self.schedule, self.label_mode, self.classes, self.config.plan)
 
     def replan(self, schedule: Schedule, epoch: int) -> bool:
         """Plan with ``schedule`` (a loaded state's, :func:`shardkit.loader.state.resume_state`); whether it plans
@@ -330,10 +377,13 @@ def check_local_shards(manifest: Manifest, urls: Sequence[str]) -> None:
             )
 
 
-def _source_data(m: Manifest) -> SourceData:
-    """What the mixture checks need from one source's manifest."""
+def _source_data(snap: Snapshot) -> SourceData:
+    """What the mixture checks need from one source's snapshot (two selections of one split are two sources)."""
+    m = snap.manifest
     sums = [s.sha256 for s in m.shards]
     text = ",".join(sums) if all(sums) else f"{m.url}|{m.shard_sizes}"  # without checksums: the same place
+    if not snap.subset.is_everything:
+        text += "|" + snap.subset.fingerprint()
     identity = hashlib.sha256(text.encode()).hexdigest()
     image = tuple((k, m.options.get(k)) for k in ("short_side", "max_side"))
-    return SourceData(m.url, identity=identity, num_samples=m.num_samples, image=image)
+    return SourceData(m.url, identity=identity, num_samples=snap.num_samples, image=image)

@@ -32,7 +32,7 @@ from shardkit.loader.dataset import ShardDataset
 from shardkit.loader.decode.strategies import Consumer, DeviceDecoders
 from shardkit.loader.doctor import epoch_report
 from shardkit.loader.pool import WorkerPool
-from shardkit.loader.state import resume_state, state_of
+from shardkit.loader.state import resume_state, saved_generations, state_of
 from shardkit.loader.stats import EpochMeter, LoaderStats
 from shardkit.loader.view import View, describe_views, scaled_views
 from shardkit.plan import RankSplit
@@ -337,15 +337,28 @@ class ShardLoader:
             allow_remix: accept a state saved with other sources or weights: the rest of its epoch
                 keeps the saved plan, the new mixture starts at the next epoch boundary.
 
+        The state's generation wins: a state saved before an append (or a new correction) re-pins each source to
+        the generation it was saved at, so its epoch continues exactly; ``len()`` and ``classes`` are then that
+        generation's. A loader opened without a state reads the newest generation.
+
         Raises:
             ShardkitError: the state is from another dataset (shard sizes, contents or classes differ) or
                 another mixture (every difference named), other ordering options, an unknown format, or a
                 field has the wrong type or range (named).
         """
         ws, nw, nodes = self._topology()
-        resumed = resume_state(
-            state, self.dataset.identity, world_size=ws, num_workers=nw, nodes=nodes, allow_remix=allow_remix
-        )
+        before = self.dataset.snapshots
+        repinned = self.dataset.repin(saved_generations(state, before))
+        try:
+            resumed = resume_state(
+                state, self.dataset.identity, world_size=ws, num_workers=nw, nodes=nodes, allow_remix=allow_remix
+            )
+        except BaseException:
+            if repinned:
+                self.dataset.use(before)  # a refused state leaves the loader as it was
+            raise
+        if repinned:
+            self.close()  # the workers hold a copy of the dataset: new ones read the state's generation
         if self.dataset.replan(resumed.schedule, resumed.position.epoch):
             self.close()  # the workers hold a copy of the dataset: new ones plan with the new mixtures
         self._position = resumed.position

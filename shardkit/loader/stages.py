@@ -33,6 +33,7 @@ from shardkit.loader.batching import BatchSpec, plain_alloc, planned_batches
 from shardkit.loader.blockreader import BlockReader, indexed_shards
 from shardkit.loader.mixing import MixSpec, mixture_batches
 from shardkit.loader.read import MixReader, plan_blocks, read_blocks
+from shardkit.loader.snapread import ReadMap
 from shardkit.loader.stats import Counters
 from shardkit.loader.transport import envelopes, failures_as_items
 from shardkit.plan.world import World
@@ -72,6 +73,7 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
         content += [s.sha256 for s in m.shards]
     sha256 = None if all(h is None for h in sha) else sha  # sample indexes, per shard (None: that shard is walked)
     openers = [_opener(ds, k, world, work.split.num_batches) for k in rows.tolist()]
+    read_map = ReadMap.of([ds.snapshots[k] for k in rows.tolist()])  # planned -> stored positions, new labels
     readers = [
         BlockReader(
             urls,
@@ -82,6 +84,8 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
             rule=SampleRule.of(ds.manifests[k]),
             sha256=sha256,
             content=content,
+            read_map=read_map,
+            max_hole=cfg.max_hole_bytes,
         )
         for k, opener in zip(rows.tolist(), openers)
     ]

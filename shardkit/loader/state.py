@@ -12,7 +12,9 @@ before it existed load at the configured size), ``mixture`` (:meth:`shardkit.pla
 the mixture planning the epoch), ``labels`` (``merged`` or ``per_source``: a resume with the other is
 refused), ``classes`` (a digest of ``loader.classes``: a remix that changes them is logged as a warning),
 ``next_mixture`` while a remix finishes an epoch with the saved mixture, and for several sources
-``sources`` (each one's dataset fingerprint: shard sizes, contents, classes).
+``sources`` (each one's dataset fingerprint: shard sizes, contents, classes). For an appended, corrected or
+selected split each fingerprint also holds the pinned ``generation`` and the ``snapshot``'s fingerprint
+(:mod:`shardkit.loader.identity`), and a loaded state re-pins its generation first.
 
 Loading refuses, naming the field, a state of another dataset (even one with the same shard layout),
 other ordering options, another mixture (naming every difference, unless ``allow_remix``), a source of
@@ -31,15 +33,21 @@ from typing import Any
 
 from shardkit.errors import ShardkitError
 from shardkit.format.manifest import Manifest
+from shardkit.format.snapshot import Snapshot
 from shardkit.loader.config import plan_to_dict
+from shardkit.loader.identity import (  # noqa: F401 - saved_generations: the loader reads it from here
+    STATE_FORMAT,
+    dataset_differences,
+    dataset_fingerprint,
+    saved_generations,
+    where,
+)
 from shardkit.plan import LabelMode, Schedule, epoch_stream, mixture_diff, rank_split, resume_mixtures
 from shardkit.plan.ordering import PlanConfig
 from shardkit.plan.position import Position, Segment
-from shardkit.plan.stream import sizes_fingerprint
 
 log = logging.getLogger("shardkit.loader")
 
-STATE_FORMAT = "shardkit-loader-state"
 #: 2: the dataset fingerprint covers shard contents and classes; 1: shard sizes only (still loaded)
 STATE_VERSION = 2
 
@@ -49,18 +57,23 @@ class DatasetIdentity:
     """What a state is saved from and checked against (:attr:`shardkit.ShardDataset.identity`).
 
     Attributes:
-        manifests: one per source.
+        snapshots: one per source (its pinned generation, corrections and selection).
         schedule: the mixtures planning each epoch now.
         label_mode: ``merged`` or ``per_source``.
         classes: the class names the labels index (``loader.classes``).
         plan: the ordering options.
     """
 
-    manifests: tuple[Manifest, ...]
+    snapshots: tuple[Snapshot, ...]
     schedule: Schedule
     label_mode: LabelMode
     classes: tuple[str, ...]
     plan: PlanConfig
+
+    @property
+    def manifests(self) -> tuple[Manifest, ...]:
+        """The sources' pinned manifests."""
+        return tuple(s.manifest for s in self.snapshots)
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,19 +82,6 @@ class Resumed:
 
     position: Position
     schedule: Schedule
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def dataset_fingerprint(manifest: Manifest) -> dict[str, str]:
-    """What identifies a dataset's data: its shard sizes, the shards' sha256s and its classes."""
-    return {
-        "shard_sizes": sizes_fingerprint(manifest.shard_sizes),
-        "shard_sha256": _digest(",".join(s.sha256 for s in manifest.shards)),
-        "classes": _digest(json.dumps(list(manifest.classes))),
-    }
 
 
 def classes_digest(classes: "tuple[str, ...] | list[str]") -> str:
@@ -108,7 +108,7 @@ def _plan_keys(
     return {
         "format": STATE_FORMAT,
         "version": STATE_VERSION,
-        "dataset": dataset_fingerprint(ident.manifests[0]),
+        "dataset": dataset_fingerprint(ident.snapshots[0]),
         "plan": plan_to_dict(ident.plan),
         "epoch": position.epoch,
         "history": [
@@ -134,7 +134,7 @@ def _mixture_keys(ident: DatasetIdentity, epoch: int) -> dict[str, Any]:
     if now is not ident.schedule.mixture:
         out["next_mixture"] = ident.schedule.mixture.describe()
     if len(ident.manifests) > 1:
-        out["sources"] = [dataset_fingerprint(m) for m in ident.manifests]
+        out["sources"] = [dataset_fingerprint(m) for m in ident.snapshots]
     return out
 
 
@@ -178,20 +178,7 @@ def _int(state: dict[str, Any], name: str, low: int) -> int:
     return v
 
 
-_WHAT = {"shard_sizes": "shard sizes", "shard_sha256": "shard contents (sha256)", "classes": "class names"}
-
-
-def dataset_differences(saved: dict[str, Any], manifest: Manifest, *, complete: bool = True) -> list[str]:
-    """What differs between saved dataset fingerprints and ``manifest``'s, one phrase each (empty: the same).
-
-    ``complete``: a fingerprint missing from ``saved`` counts as a difference (False: version 1 states,
-    which recorded the shard sizes only)."""
-    mine = dataset_fingerprint(manifest)
-    differ = [k for k in mine if (k in saved and saved[k] != mine[k]) or (k not in saved and complete)]
-    return [_WHAT[k] for k in differ]
-
-
-def _check_dataset(state: dict[str, Any], manifest: Manifest) -> None:
+def _check_dataset(state: dict[str, Any], snap: Snapshot) -> None:
     saved: Any
     if state.get("version") == 1:  # shard sizes were all a version 1 state recorded
         saved = {"shard_sizes": state.get("fingerprint")}
@@ -201,10 +188,10 @@ def _check_dataset(state: dict[str, Any], manifest: Manifest) -> None:
             raise ShardkitError(
                 f"loader state field 'dataset' must be a dict of fingerprints, got {type(saved).__name__}"
             )
-    differ = dataset_differences(saved, manifest, complete=state.get("version") != 1)
+    differ = dataset_differences(saved, snap, complete=state.get("version") != 1)
     if differ:
         raise ShardkitError(
-            f"loader state belongs to another dataset ({', '.join(differ)} differ from {manifest.url or 'this manifest'}); "
+            f"loader state belongs to another dataset ({', '.join(differ)} differ from {where(snap) or 'this manifest'}); "
             "resume with the dataset it was saved from"
         )
 
@@ -247,7 +234,7 @@ def _position(
             f"loader state version {state.get('version')!r} is not supported (this shardkit reads 1 and {STATE_VERSION})"
         )
     if not dataset_checked:
-        _check_dataset(state, ident.manifests[0])
+        _check_dataset(state, ident.snapshots[0])
     _check_plan(state, ident.plan)
     epoch = _int(state, "epoch", 0)
     saved_ws, saved_nw = _int(state, "world_size", 1), _int(state, "num_workers", 1)
@@ -325,7 +312,7 @@ def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) ->
         ShardkitError: another mixture without ``allow_remix`` (every difference named), another labels mode,
             or a source whose contents or classes differ from the saved one's.
     """
-    current, manifests = ident.schedule.mixture, ident.manifests
+    current, manifests = ident.schedule.mixture, ident.snapshots
     unchanged = (Schedule(current), False)
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or type(state.get("epoch")) is not int:
         return unchanged  # _position names what is wrong
@@ -372,7 +359,7 @@ def _resume_mixture(state: Any, ident: DatasetIdentity, *, allow_remix: bool) ->
             differ = dataset_differences(a, m) if isinstance(a, dict) else ["fingerprints"]
             if differ:
                 raise ShardkitError(
-                    f"loader state's source {i} is another dataset than {m.url or 'this source'} ({', '.join(differ)} "
+                    f"loader state's source {i} is another dataset than {where(m) or 'this source'} ({', '.join(differ)} "
                     f"differ); resume with the sources it was saved from (at least to finish epoch {epoch}), or start "
                     "the new sources at an epoch boundary (allow_remix=True with a state saved between epochs)"
                 )

@@ -18,7 +18,7 @@ class Source:
     """One split of a mixture.
 
     Attributes:
-        url: split directory or manifest URL (any storage).
+        url: split directory, selection folder, or either's manifest URL (any storage).
         weight: share of each epoch (normalised over the weighted sources).
         repeat: passes over the source per epoch (0.5: half of it per epoch).
         choose: exactly this many samples per epoch.

@@ -48,7 +48,7 @@ MUTANTS = [
         "id": "fc-bench-empty-split-not-checked",
         "row": ROW_BENCH,
         "file": "shardkit/loader/bench.py",
-        "old": "    if manifest.num_samples == 0:\n",
+        "old": "    if snap.num_samples == 0:\n",
         "new": "    if False:\n",
         "tests": [L + "test_bench_of_an_empty_split_is_one_line"],
     },

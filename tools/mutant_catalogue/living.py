@@ -49,7 +49,7 @@ MUTANTS = [
     {
         "id": "open-key-table-unchecked",
         "row": ROW_TRUST,
-        "file": "shardkit/access/dataset.py",
+        "file": "shardkit/access/keys.py",
         "old": 'table = KeyTable.from_bytes(checked(data, t["keys"], url), url)',
         "new": "table = KeyTable.from_bytes(data, url)",
         "tests": [f"{T}::test_a_changed_key_table_is_refused"],
@@ -130,8 +130,8 @@ MUTANTS = [
         "id": "open-get-serves-the-next-position",
         "row": ROW_STREAM,
         "file": "shardkit/access/dataset.py",
-        "old": "return self._item(int(self.offsets[at[0]]) + at[1])",
-        "new": "return self._item(min(len(self) - 1, int(self.offsets[at[0]]) + at[1] + 1))",
+        "old": "return int(self.offsets[at[0]]) + local",
+        "new": "return min(len(self) - 1, int(self.offsets[at[0]]) + local + 1)",
         "tests": [f"{V}::test_row_fields_equal_the_stream"],
     },
     {

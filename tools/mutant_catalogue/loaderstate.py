@@ -134,7 +134,7 @@ MUTANTS = [
     {
         "id": "mixture-source-check-sizes-only",
         "row": ROW_DATA,
-        "file": "shardkit/loader/state.py",
+        "file": "shardkit/loader/identity.py",
         "old": "    differ = [k for k in mine if (k in saved and saved[k] != mine[k]) or (k not in saved and complete)]",
         "new": "    differ = [k for k in mine if k == 'shard_sizes' and saved.get(k) != mine[k]]",
         "tests": [f"{T_STATE}::test_mixture_source_with_the_same_shard_sizes_but_other_data_is_refused"],
