@@ -27,6 +27,7 @@ shared state of threads, and the reads themselves run outside it.
 from __future__ import annotations
 
 import collections
+import functools
 import operator
 import os
 import threading
@@ -38,6 +39,7 @@ from torch.utils.data import Dataset
 
 from shardkit.access.keys import SnapshotKeys
 from shardkit.errors import DataError, ShardkitError, StorageError
+from shardkit.format.fields import SampleRule
 from shardkit.format.index import READABLE_INDEX_FORMATS, IndexDamage, SampleIndex, index_url
 from shardkit.format.manifest import Manifest
 from shardkit.format.sample import RawSample
@@ -50,6 +52,10 @@ from shardkit.storage.opener import ShardOpener, StorageConfig
 
 #: sample indexes kept per process
 MAX_INDEXES = 64
+
+
+#: positioned reads without a lock (not on Windows)
+_PREAD = hasattr(os, "pread")
 
 
 class OpenDataset(Dataset):
@@ -228,12 +234,13 @@ class OpenDataset(Dataset):
         except ValueError as exc:
             raise DataError(f"{s.shard}: sample {s.index} ({s.key}): {exc}") from None
 
-    def _slice(self, idx: SampleIndex, data: bytes, shard: int, pos: int, gid: int) -> RawSample:
-        from shardkit.format.fields import SampleRule
-
+    @functools.cached_property
+    def _rule(self) -> SampleRule:
         m = self.manifest
-        rule = SampleRule(tuple(m.fields), len(m.classes) or None, len(m.targets) or None, len(m.keypoint_names))
-        return idx.slice(data, pos, pos + 1, url=self.urls[shard], first_gid=gid, rule=rule)[0]
+        return SampleRule(tuple(m.fields), len(m.classes) or None, len(m.targets) or None, len(m.keypoint_names))
+
+    def _slice(self, idx: SampleIndex, data: bytes, shard: int, pos: int, gid: int) -> RawSample:
+        return idx.slice(data, pos, pos + 1, url=self.urls[shard], first_gid=gid, rule=self._rule)[0]
 
     def _index(self, shard: int) -> SampleIndex:
         opener, _, _ = self._state()
@@ -282,11 +289,7 @@ class OpenDataset(Dataset):
                 cf.seek(lo)
                 return cf.read(hi - lo)
         info = self.manifest.shards[shard]
-        if storage.is_local(self.urls[shard]):
-            with opener.open_ranges(self.urls[shard], info.bytes, None) as f:
-                f.seek(lo)
-                return f.read(hi - lo)
-        with self._lock:  # a remote shard stays open (its open probes the size): one request per item after it
+        with self._lock:  # a shard stays open (its open checks the size): one read per item after it
             entry = self._files.pop(shard, None)
             if entry is None:
                 entry = (opener.open_ranges(self.urls[shard], info.bytes, None), threading.Lock())
@@ -296,6 +299,8 @@ class OpenDataset(Dataset):
                 with old[1]:
                     old[0].close()
         rf, lock = entry
+        if _PREAD and storage.is_local(self.urls[shard]):
+            return os.pread(rf.fileno(), hi - lo, lo)  # no file position: threads read it at once
         with lock:  # one file position per open shard
             rf.seek(lo)
             return rf.read(hi - lo)
