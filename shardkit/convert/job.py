@@ -180,16 +180,18 @@ class SplitJob:
         """Refuse a DEST holding a different conversion or shard-named files shardkit did not write (or clear them with ``overwrite``)."""
         if self.base is not None:
             return self._check_append(overwrite)
+        if not overwrite and storage.exists(storage.join(self.url, MANIFEST_NAME), **self.so):
+            gens = load_manifest(self.url, **self.so).generations
+            if len(gens) > 1:
+                raise ConvertError(
+                    f"{self.url} holds generations 0..{len(gens) - 1} of split {self.src.name}; converting into it "
+                    "again would drop the appended ones: pass --append to add a generation, --overwrite to replace "
+                    "the split, or choose another DEST"
+                )
         existing = journal.read_plan(self.url, **self.so)
         old, ours = existing, existing is not None
         if existing is None and storage.exists(storage.join(self.url, MANIFEST_NAME), **self.so):
             m = load_manifest(self.url, **self.so)
-            if len(m.generations) > 1 and not overwrite:
-                raise ConvertError(
-                    f"{self.url} holds generations 0..{len(m.generations) - 1} of split {m.split}; converting into it "
-                    "again would drop the appended ones: pass --append to add a generation, --overwrite to replace "
-                    "the split, or choose another DEST"
-                )
             old = journal.Plan(
                 split=m.split,
                 options=m.options,
