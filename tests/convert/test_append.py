@@ -10,8 +10,12 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import random
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 
 import pytest
 from hypothesis import Phase, example, given, settings
@@ -22,6 +26,7 @@ from shardkit.convert import ConvertConfig, EncodeConfig, convert, merge
 from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
 from tests.support.generations import as_read, files_state, multiset, stored, write_source
+from tests.support.probes import kill_when
 
 OPTS = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=2, seed=3)
 APPEND = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=3, seed=5, append=True)
@@ -197,3 +202,41 @@ def test_an_unfinished_append_of_other_sources_is_refused_then_discarded_with_ov
     assert multiset(as_read(split)) == multiset(
         [{"class": "ant", "id": 1}, {"class": "bee", "id": 2}, {"class": "dog", "id": 7}]
     )
+
+
+def _killed_append(tmp_path: pathlib.Path, when: str, delay: float) -> None:
+    a = write_source(str(tmp_path / "a"), _items([(0, 1), (1, 2), (0, 3)], 0))
+    b = write_source(str(tmp_path / "b"), _items([(n % 4, 4 + n) for n in range(12)], 10))
+    clean, dest = str(tmp_path / "clean"), str(tmp_path / "d")
+    for d in (clean, dest):
+        _convert(a, d)
+    split = os.path.join(dest, "train")
+    before = multiset(as_read(split))
+    argv = ["convert", b, dest, "--append", "--shard-size", "1", "--workers", "1", "--quiet"]
+    convert(b, clean, ConvertConfig(image=EncodeConfig(short_side=16), shard_size=1, append=True), workers=1,
+            quiet=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardkit", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    start = time.monotonic()
+    marks = {
+        "shard": lambda: os.path.exists(os.path.join(split, "train-g000001-000003.tar")),
+        "tables": lambda: os.path.exists(os.path.join(split, "train-g000001.keys")),
+        "time": lambda: time.monotonic() - start > delay,
+    }
+    kill_when(proc, marks[when], 60)
+    got = multiset(as_read(split))  # loadable, and either the previous generation or the finished one
+    assert got == before or got == multiset(as_read(os.path.join(clean, "train")))
+    assert main(argv) == 0
+    want, m = load_manifest(os.path.join(clean, "train")), load_manifest(split)
+    assert [s.sha256 for s in m.shards] == [s.sha256 for s in want.shards]
+    assert multiset(as_read(split)) == multiset(as_read(os.path.join(clean, "train")))
+    assert len(m.generations) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when,delay", [("shard", 0), ("tables", 0), ("time", random.Random(7).uniform(2, 6))])
+def test_a_killed_append_leaves_the_previous_generation_and_a_rerun_finishes_it(tmp_path, when, delay):
+    """SIGKILL at a shard of the new generation, at its tables (before the manifest) or at a random time: the split
+    reads as before (or as finished), and the same command again finishes it with a clean append's shards."""
+    _killed_append(tmp_path, when, delay)
