@@ -8,7 +8,6 @@ image's identity from its colour (:func:`tests.support.source_reference.image_id
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tarfile
@@ -95,4 +94,4 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
-__all__ = ["Item", "as_read", "files_state", "io", "multiset", "read_bytes", "stored", "write_source"]
+__all__ = ["Item", "as_read", "files_state", "multiset", "read_bytes", "stored", "write_source"]
