@@ -551,9 +551,7 @@ def convert(
                 owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
                 res = job.run(encoder, owned, quiet)
                 job.check_owner(res.shards_written)
-                if (
-                    num_tasks == 1 and not job.samples and job.base is None
-                ):  # every item skipped: the split is not written
+                if num_tasks == 1 and not job.samples and job.base is None:  # every item skipped: not written
                     res = job.drop(res, source.reader.root or str(source.root))
                 elif num_tasks == 1:
                     res.manifest = finalize_split(job.url, **so)
