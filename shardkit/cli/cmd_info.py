@@ -34,9 +34,12 @@ def run(args: argparse.Namespace) -> int:
     from shardkit.format.verify_generations import generations_info, is_selection
 
     so = storage_options(args)
-    if is_selection(args.url, **so):
-        return _selection(args, so)
-    found = find_splits(args.url, **so)
+    try:
+        found = find_splits(args.url, **so)
+    except ManifestError:
+        if is_selection(args.url, **so):
+            return _selection(args, so)
+        raise
     splits = [split_info(m) for m in found.manifests]
     gens = [generations_info(m, **so) for m in found.manifests]
     for inc in found.incomplete:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
-from shardkit.errors import ShardkitError
+from shardkit.errors import ManifestError, ShardkitError
 from shardkit.format.fields import DEFAULT_FIELDS, SampleRule
 from shardkit.format.index import INDEX_FORMAT, READABLE_INDEX_FORMATS
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
@@ -195,9 +195,12 @@ def verify(
         max_pixels = MAX_PIXELS  # the loader's default too
     if max_pixels < 1:
         raise ValueError(f"max_pixels must be >= 1, got {max_pixels}")
-    if is_selection(url, **storage_options):
-        return _verify_selection(url, quick, max_pixels, strict, dict(storage_options))
-    found = find_splits(url, **storage_options)
+    try:
+        found = find_splits(url, **storage_options)
+    except ManifestError:
+        if is_selection(url, **storage_options):  # only then: a split is never read twice
+            return _verify_selection(url, quick, max_pixels, strict, dict(storage_options))
+        raise
     report = VerifyReport(splits=len(found.manifests) + len(found.incomplete) + len(found.unreadable), strict=strict)
     for inc in found.unreadable:
         report.problems.append(Problem("", _relative(url, inc.url) + MANIFEST_NAME, "", inc.detail))
