@@ -170,9 +170,8 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     listed = _listed(split_url, {prefix_of(s.name) for s in shards if s is not None}, storage_options)
     indexed = all(index_url(s.name) in listed for s in shards if s is not None)  # an older shardkit's have none
     rows = split_rows(split_url, p.stem, [r for r in records if r], overflow, overflow_keys, storage_options)
-    tables = write_tables(
-        split_url, p.split, rows, p.generation, **storage_options
-    )  # before the manifest that names them
+    # the tables before the manifest that names them
+    tables = write_tables(split_url, p.split, rows, p.generation, **storage_options)
     m = Manifest(
         split=p.split,
         classes=list(p.classes),

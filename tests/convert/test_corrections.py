@@ -57,6 +57,7 @@ _EDITS = st.lists(
 @example(rounds=[[("path", 0, "ant")]])  # ant/001.png: two samples, both removed
 @example(rounds=[[("relabel", 1, "eel"), ("key", 5, "ant")], [("relabel", 2, "cat")]])  # a new class; two rounds
 @example(rounds=[[("relabel", 6, "ant")], [("key", 6, "ant")]])  # relabelled, then removed later
+@example(rounds=[[("relabel", 1, "ant"), ("relabel", 1, "cat")]])  # one key twice: the last row wins
 def test_removals_and_relabels_equal_the_same_edits_by_hand(rounds):
     with tempfile.TemporaryDirectory() as tmp:
         _edits_oracle(pathlib.Path(tmp), rounds)
