@@ -540,7 +540,7 @@ def convert(
         fresh_dest = storage.is_local(dest) and not storage.exists(dest, **so)
         with dest_lock(dest, task_index):
             check_flat(dest, overwrite, so)
-            for e in empty:
+            for e in empty if not options.append else []:  # an append leaves a split it has nothing for
                 check_empty_split(e.url, e.split, e.empty, overwrite, so)
             for job in jobs:
                 job.check_dest(overwrite)

@@ -240,3 +240,21 @@ def test_a_killed_append_leaves_the_previous_generation_and_a_rerun_finishes_it(
     """SIGKILL at a shard of the new generation, at its tables (before the manifest) or at a random time: the split
     reads as before (or as finished), and the same command again finishes it with a clean append's shards."""
     _killed_append(tmp_path, when, delay)
+
+
+def test_a_split_new_src_has_nothing_for_is_left_as_it_is(tmp_path):
+    """NEW_SRC's ``val`` holds no image: the append touches only ``train``; ``val`` keeps every file (even with
+    --overwrite, which discards only an unfinished append)."""
+    src = tmp_path / "a"
+    write_source(str(src / "train"), _items([(0, 1), (1, 2)], 0))
+    write_source(str(src / "val"), _items([(0, 3)], 10))
+    new = tmp_path / "b"
+    write_source(str(new / "train"), _items([(2, 4)], 20))
+    (new / "val" / "ant").mkdir(parents=True)
+    (new / "val" / "ant" / "notes.txt").write_text("not an image")
+    dest = str(tmp_path / "d")
+    _convert(str(src), dest)
+    before = files_state(os.path.join(dest, "val"))
+    convert(str(new), dest, APPEND, workers=1, quiet=True, overwrite=True)
+    assert files_state(os.path.join(dest, "val")) == before
+    assert len(load_manifest(os.path.join(dest, "train")).generations) == 2

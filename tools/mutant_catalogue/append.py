@@ -135,6 +135,14 @@ MUTANTS = [
         "tests": [f"{A}::test_user_mistakes_are_one_line_refusals"],
     },
     {
+        "id": "append-clears-a-split-new-src-has-nothing-for",
+        "row": ROW_REFUSE,
+        "file": "shardkit/convert/job.py",
+        "old": "for e in empty if not options.append else []:",
+        "new": "for e in empty:",
+        "tests": [f"{A}::test_a_split_new_src_has_nothing_for_is_left_as_it_is"],
+    },
+    {
         "id": "append-plain-convert-drops-generations",
         "row": ROW_REFUSE,
         "file": "shardkit/convert/job.py",
