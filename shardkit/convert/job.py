@@ -28,6 +28,12 @@ Prefixes: with ``ConvertConfig.prefixes`` N > 1, planned shard ``j`` is written 
 :func:`~shardkit.convert.journal.shard_path` names it, ``<dir j % N>/<split>-<j>.tar``, its sample index
 next to it; the record, and so the manifest, holds that name (overflow shards: :mod:`shardkit.convert.merge`).
 
+Append (``ConvertConfig.append``): each split DEST holds gets a new generation (:mod:`shardkit.convert.append`):
+the plan carries the generation, the first key number and the fingerprint of the split it extends; its shards,
+records and rows are named with the generation's stem (``train-g000001-...``), so nothing of an earlier
+generation is overwritten; an image already in the split is skipped as ``already_in_split``; the merge adds the
+generation to the split's manifest (:mod:`shardkit.convert.merge`).
+
 Layout: one rule, every split goes to ``DEST/<split>/`` (a plain ImageFolder to
 ``DEST/train/``), whatever the source (``ScannedSource.nested`` is not consulted). A DEST
 holding a conversion directly (``manifest.json`` in DEST: the flat layout older

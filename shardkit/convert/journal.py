@@ -9,6 +9,10 @@
   its overflow (samples beyond the byte cap, kept in
   ``<split>-NNNNNN.overflow``, a tar), class counts and skipped files.
 
+An append (``--append``) names its shards, records, overflows and rows with its generation's stem
+(:func:`generation_stem`, ``train-g000001``) instead of the split's name, and its plan replaces ``plan.json``
+(the earlier generation's plan is of no use once its manifest exists).
+
 A planned shard is finished when its record exists and the files it names
 have the recorded size and sha256. Merging reads only the journal, never SRC.
 The folder is small and may be deleted once ``manifest.json`` exists (a later
