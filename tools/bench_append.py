@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python tools/bench_append.py                       # 2,000 base images + 200 appended, 5 runs
+    .venv/bin/python tools/bench_append.py                       # 6,000 base images + 600 appended, 5 runs
     .venv/bin/python tools/bench_append.py --images 400 --runs 1  # a smoke check
 
 The source is a generated ImageFolder (``shardkit.demo.sampledata.make_imagefolder``, small photos-like JPEGs):
@@ -64,7 +64,7 @@ def _timed_cli(argv: list[str]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--images", type=int, default=2000, help="images in the base dataset (default 2000)")
+    ap.add_argument("--images", type=int, default=6000, help="images in the base dataset (default 6000)")
     ap.add_argument("--fraction", type=float, default=0.10, help="appended images per base image (default 0.10)")
     ap.add_argument("--runs", type=int, default=5, help="interleaved runs per variant (default 5)")
     ap.add_argument("--workers", type=int, default=2, help="encoding processes (default 2)")
