@@ -14,19 +14,23 @@ import random
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.cli import main
-from shardkit.convert import ConvertConfig, EncodeConfig, convert, merge
+from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert, merge
 from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
 from tests.support.generations import as_read, files_state, multiset, stored, write_source
 from tests.support.probes import kill_when
+from tests.support.source_reference import image_id, mean_colour, write_image
 
 OPTS = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=2, seed=3)
 APPEND = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=3, seed=5, append=True)
@@ -258,3 +262,44 @@ def test_a_split_new_src_has_nothing_for_is_left_as_it_is(tmp_path):
     convert(str(new), dest, APPEND, workers=1, quiet=True, overwrite=True)
     assert files_state(os.path.join(dest, "val")) == before
     assert len(load_manifest(os.path.join(dest, "train")).generations) == 2
+
+
+def _labelled(split_dir: str) -> Counter:
+    """``(class names, colour id)`` of every stored sample of a multi-label split, read with tarfile."""
+    m = load_manifest(split_dir)
+    out: Counter = Counter()
+    for i in range(len(m.shards)):
+        groups: dict[str, dict[str, bytes]] = {}
+        with tarfile.open(m.shard_url(i)) as tf:
+            for mem in tf.getmembers():
+                key, ext = mem.name.split(".", 1)
+                groups.setdefault(key, {})[ext] = tf.extractfile(mem).read()  # type: ignore[union-attr]
+        for g in groups.values():
+            names = frozenset(m.classes[c] for c in json.loads(g["labels.json"]))
+            out[(names, image_id(mean_colour(g["jpg"])))] += 1
+    return out
+
+
+def _listing(root: pathlib.Path, rows: list[tuple[str, int]]) -> str:
+    lines = ["path,label"]
+    for n, (labels, i) in enumerate(rows):
+        write_image(str(root / f"{n:03d}.png"), i)
+        lines.append(f"{n:03d}.png,{labels}")
+    (root / "list.csv").write_text("\n".join(lines) + "\n")
+    return str(root / "list.csv")
+
+
+def test_multi_label_sets_are_renumbered_into_the_merged_classes(tmp_path):
+    """A listing's label sets: B's classes (some new, sorting before A's) merge by name; every sample keeps its
+    set of class names, as converting both at once gives."""
+    a = [("dog;eel", 1), ("eel", 2), ("dog", 3)]
+    b = [("ant;eel", 4), ("bee", 5), ("ant;bee;dog", 6)]
+    sep = ScanConfig(label_sep=";")
+    opts = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=2, source=sep)
+    dest, ref = str(tmp_path / "d"), str(tmp_path / "ref")
+    convert(_listing(tmp_path / "a", a), dest, opts, workers=1, quiet=True)
+    convert(_listing(tmp_path / "b", b), dest, replace(opts, append=True), workers=1, quiet=True)
+    convert(_listing(tmp_path / "u", a + b), ref, opts, workers=1, quiet=True)
+    m = load_manifest(os.path.join(dest, "train"))
+    assert m.classes[:2] == ["dog", "eel"]
+    assert _labelled(os.path.join(dest, "train")) == _labelled(os.path.join(ref, "train"))

@@ -39,6 +39,14 @@ MUTANTS = [
         "tests": [f"{A}::test_convert_then_append_reads_as_converting_both"],
     },
     {
+        "id": "append-label-sets-not-renumbered",
+        "row": ROW_APPEND,
+        "file": "shardkit/convert/append.py",
+        "old": "labels=None if f.labels is None else tuple(sorted(mapping[x] for x in f.labels)),",
+        "new": "labels=f.labels,",
+        "tests": [f"{A}::test_multi_label_sets_are_renumbered_into_the_merged_classes"],
+    },
+    {
         "id": "append-new-classes-sorted-in",
         "row": ROW_APPEND,
         "file": "shardkit/convert/append.py",
