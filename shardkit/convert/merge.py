@@ -9,6 +9,12 @@ ones (spread over the prefix directories by their number, like planned shards),
 writes the split's key table and per-sample table (:mod:`shardkit.format.tables`, from the rows the journal
 kept: :mod:`shardkit.convert.tablesout`) and writes ``manifest.json`` last. It is idempotent: running it again rewrites
 the same bytes.
+
+An append's plan (``generation`` > 0) is finalised into the split's existing manifest instead: the split must still
+be the one the append was planned on (its fingerprint), the generation's tables are its own
+(``<split>-g<N>.keys``), and :func:`~shardkit.convert.append.appended_manifest` adds the generation after the
+earlier shards; a second merge finds the generation there and changes nothing; an append that found nothing new
+leaves the split as it was and removes its plan.
 """
 
 from __future__ import annotations
