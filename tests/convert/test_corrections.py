@@ -139,3 +139,20 @@ def test_the_cli_records_once_and_says_what_a_path_removed(tmp_path, capsys):
     m = load_manifest(split)
     assert len(m.generations) == 3 and m.classes[-1] == "eel"
     assert m.generations[2].corrections is not None and m.generations[2].corrections.removed == 2
+
+
+def test_an_append_after_corrections_keeps_them_and_continues_the_keys(tmp_path):
+    """week 1, week 2, a correction, week 3: the removed samples stay removed, the relabel stays, the new
+    samples' keys come after every earlier key (a removed key is never reused)."""
+    split = _dataset(tmp_path)
+    correct(split, remove=_write(tmp_path / "rm", ["00000004"]), relabel=_write(tmp_path / "rl", ["00000000,eel"]))
+    want = _view(as_read(split))
+    c = write_source(str(tmp_path / "c"), [("dog", "009.png", 9)])
+    convert(c, os.path.dirname(split), ConvertConfig(image=EncodeConfig(short_side=16), append=True),
+            workers=1, quiet=True)  # fmt: skip
+    got = _view(as_read(split))
+    new = {k: v for k, v in got.items() if k not in want}
+    assert {k: got[k] for k in want} == want and list(new.values()) == [("dog", 9, "dog/009.png")]
+    assert int(next(iter(new))) == 7  # after keys 0..6 of weeks 1 and 2, removed 00000004 included
+    m = load_manifest(split)
+    assert m.version == 4 and len(m.generations) == 4 and m.classes[-1] == "dog"
