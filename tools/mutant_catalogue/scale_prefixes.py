@@ -158,7 +158,7 @@ MUTANTS = [
         "id": "pfx-cli-drops-option",
         "row": ROW_SAME,
         "file": "shardkit/cli/cmd_convert.py",
-        "old": "            prefixes=io[\"prefixes\"],\n",
+        "old": '            prefixes=io["prefixes"],\n',
         "new": "",
         "tests": [CLI],
     },
