@@ -7,7 +7,7 @@ import re
 import sys
 
 from shardkit.cli import add_storage_arguments, option_error, storage_options
-from shardkit.format.members import MAX_PIXELS
+from shardkit.errors import ConvertError
 from shardkit.format.prefixes import DEFAULT_PREFIXES
 
 HELP = (
@@ -47,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "src",
         metavar="SRC",
-        help="ImageFolder root (one folder per class), a root of split folders, "
+        nargs="?",
+        help="(left out with --append --remove/--relabel: corrections only) ImageFolder root (one folder per class), a root of split folders, "
         "a listing (.csv, .tsv, .jsonl; path or URL), WebDataset tars (x.tar, 'shards/{000..009}.tar', URLs) "
         "hf:PATH (a Hugging Face dataset saved on disk), coco:ANNOTATIONS.json (with --root IMAGES_DIR), "
         "voc:DIR (a VOC2012-style folder) or yolo:DIR (images/ + labels/ + a yaml of names)",
@@ -56,34 +57,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("images")
     size = g.add_mutually_exclusive_group()
     size.add_argument(
-        "--short-side", type=int, default=256, help="resize so the shorter side is this (never upscale; default 256)"
+        "--short-side",
+        type=int,
+        default=None,
+        help="resize so the shorter side is this (never upscale; default 256; with --append: the split's)",
     )
     size.add_argument("--max-side", type=int, default=None, help="instead: resize so the longer side is this")
-    g.add_argument("--quality", type=int, default=90, help=quality_help())
+    g.add_argument("--quality", type=int, default=None, help=quality_help())
     g.add_argument(
         "--colour",
         "--color",
         dest="colour",
         choices=[v.value for v in Colour],
-        default=Colour.SRGB.value,
+        default=None,
         help="srgb (default): convert images with an ICC profile (Display P3, Adobe RGB, ...) to sRGB; "
         "raw: keep the stored values and drop the profile",
     )
     g.add_argument(
         "--resample",
         choices=[v.value for v in Resample],
-        default=Resample.BILINEAR.value,
+        default=None,
         help="antialiasing resize filter (default bilinear, as torchvision's Resize)",
     )
     g.add_argument(
         "--max-pixels",
         type=int,
-        default=MAX_PIXELS,
+        default=None,
         help="skip larger images as too_many_pixels (default 100M, the loader's limit too)",
     )
     g.add_argument(
         "--copy",
         action="store_true",
+        default=None,
         help="keep upright sRGB RGB/grayscale JPEGs byte for byte once they decode (no resize or re-encode); "
         "others are converted",
     )
@@ -98,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--prefixes",
         type=int,
-        default=DEFAULT_PREFIXES,
+        default=None,
         metavar="N",
         help="spread each split's shards over N hashed prefix directories (DEST/train/ac72/train-000000.tar), so an "
         "object store partitions the reads of a large cluster; default 1: flat names",
@@ -109,6 +114,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="shuffle samples across classes before sharding (default on)",
+    )
+    g = p.add_argument_group("living datasets: append a generation, correct without rewriting")
+    g.add_argument(
+        "--append",
+        action="store_true",
+        help="add SRC's samples to DEST's splits as a new generation (earlier shards untouched; images already in "
+        "a split skipped; the image options are the split's own); or, without SRC, record --remove/--relabel",
+    )
+    g.add_argument(
+        "--remove",
+        metavar="FILE",
+        default=None,
+        help="with --append and no SRC: remove these samples (one key or original relative path per line)",
+    )
+    g.add_argument(
+        "--relabel",
+        metavar="FILE",
+        default=None,
+        help="with --append and no SRC: change these labels ('key,class' rows; a new class is added at the end)",
     )
     g = p.add_argument_group("input")
     g.add_argument(
@@ -234,18 +258,70 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+def _image_options(args: argparse.Namespace) -> dict:
+    """The image options and ``--prefixes``: those given, the rest the defaults (with ``--append``: the split's)."""
+    from shardkit.convert import ConvertConfig
+
+    given = {
+        k: getattr(args, k)
+        for k in ("short_side", "max_side", "quality", "max_pixels", "resample", "copy", "colour", "prefixes")
+    }
+    default = {**ConvertConfig().recorded(), "copy": False, "prefixes": DEFAULT_PREFIXES}
+    if args.append:
+        from shardkit.convert.append import dataset_options
+
+        default.update(dataset_options(args.dest, storage_options(args)))
+    out = {k: default.get(k) if v is None else v for k, v in given.items()}
+    if given["max_side"] is not None and given["short_side"] is None:
+        out["short_side"] = None
+    if given["short_side"] is not None and given["max_side"] is None:
+        out["max_side"] = None
+    return out
+
+
+def _correct(args: argparse.Namespace) -> int:
+    from shardkit.convert.corrections import correct
+
+    if not args.append:
+        raise ConvertError("--remove and --relabel record a generation: give them with --append (and no SRC)")
+    if args.src is not None:
+        raise ConvertError(
+            "--remove/--relabel record a generation of their own: run `shardkit convert --append DEST --remove FILE` "
+            "without SRC, and append SRC in another run"
+        )
+    out = correct(
+        args.dest, remove=args.remove, relabel=args.relabel, split=args.split, storage_options=storage_options(args)
+    )
+    for note in out.notes:
+        print(note)
+    if not out.recorded:
+        print(f"generation {out.generation} of {out.manifest.base_url} already records these corrections")
+        return 0
+    added = f"; classes added: {', '.join(out.added_classes)}" if out.added_classes else ""
+    print(
+        f"generation {out.generation}: removed {out.removed}, relabeled {out.relabeled}{added}; no shard rewritten "
+        f"-> {out.manifest.url}"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 
+    if args.remove is not None or args.relabel is not None:
+        return _correct(args)
+    if args.src is None:
+        raise ConvertError("give SRC and DEST (or, with --append, DEST and --remove/--relabel FILE)")
     try:
+        io = _image_options(args)
         image = EncodeConfig(
-            short_side=None if args.max_side else args.short_side,
-            max_side=args.max_side,
-            quality=args.quality,
-            max_pixels=args.max_pixels,
-            resample=args.resample,
-            copy=args.copy,
-            colour=args.colour,
+            short_side=io["short_side"],
+            max_side=io["max_side"],
+            quality=io["quality"],
+            max_pixels=io["max_pixels"],
+            resample=io["resample"],
+            copy=bool(io["copy"]),
+            colour=io["colour"],
         )
         source = ScanConfig(
             path_col=args.path_col,
@@ -282,7 +358,8 @@ def run(args: argparse.Namespace) -> int:
             source=source,
             val_fraction=args.val_fraction,
             strict=args.strict,
-            prefixes=args.prefixes,
+            prefixes=io["prefixes"],
+            append=args.append,
         )
         if args.workers is not None and args.workers < 1:
             raise ValueError("--workers must be at least 1")
@@ -293,8 +370,6 @@ def run(args: argparse.Namespace) -> int:
                 f"--task-index must be in 0..{args.num_tasks - 1} for --num-tasks {args.num_tasks}, not {args.task_index}"
             )
     except ValueError as exc:
-        from shardkit.errors import ConvertError
-
         raise ConvertError(option_error(exc, args)) from None
     result = convert(
         args.src,

@@ -31,9 +31,17 @@ def run(args: argparse.Namespace) -> int:
     from shardkit.errors import ManifestError
     from shardkit.format.index import INDEX_FORMAT
     from shardkit.format.verify import find_splits, split_info
+    from shardkit.format.verify_generations import generations_info, is_selection
 
-    found = find_splits(args.url, **storage_options(args))
+    so = storage_options(args)
+    try:
+        found = find_splits(args.url, **so)
+    except ManifestError:
+        if is_selection(args.url, **so):
+            return _selection(args, so)
+        raise
     splits = [split_info(m) for m in found.manifests]
+    gens = [generations_info(m, **so) for m in found.manifests]
     for inc in found.incomplete:
         print(f"warning: {inc.url}: {inc.detail}", file=sys.stderr)
     if not splits:
@@ -45,11 +53,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                [_targets_info(s.to_dict(), m) for s, m in zip(splits, found.manifests)], indent=1, ensure_ascii=False
+                [{**_targets_info(s.to_dict(), m), **g.to_dict()} for s, m, g in zip(splits, found.manifests, gens)],
+                indent=1,
+                ensure_ascii=False,
             )
         )
         return 0
-    for s, m in zip(splits, found.manifests):
+    for s, m, g in zip(splits, found.manifests, gens):
         index = {"": "", INDEX_FORMAT: ", sample index with checksums"}.get(
             s.sample_index, ", sample index without checksums (`shardkit index` adds them)"
         )
@@ -63,7 +73,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"  keypoints: {', '.join(m.keypoint_names)} (flip pairs {m.flip_pairs})")
         if m.annotations:
             print("  annotations: " + ", ".join(f"{n} {r}" for r, n in m.annotations.items()))
-        counts: list[int | None] = list(s.class_counts) or [None] * len(s.classes)
+        corrected = any(r.removed or r.relabeled for r in g.generations)
+        if len(g.generations) > 1:
+            _print_generations(g)
+        if corrected:
+            print(f"  after corrections: {g.samples} samples (class counts below are after corrections)")
+        counts: list[int | None] = list(g.class_counts) or [None] * len(s.classes)
         for i, (c, n) in enumerate(zip(s.classes, counts)):
             if i == args.classes:
                 print(f"  ... {len(s.classes) - i} more classes (--classes N to list more, --json for all)")
@@ -71,6 +86,35 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {i:5d} {c}: {n}")
         if s.skipped:
             print("  skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(s.skipped.items())))
+    return 0
+
+
+def _print_generations(g: Any) -> None:
+    print(f"  generations: {len(g.generations)}")
+    for r in g.generations:
+        parts = [f"{r.shards} shards, {r.samples} samples"]
+        if r.classes_added:
+            parts.append(
+                f"classes added: {', '.join(r.classes_added[:5])}" + (" ..." if len(r.classes_added) > 5 else "")
+            )
+        if r.duplicates:
+            parts.append(f"{r.duplicates} duplicates skipped")
+        if r.removed or r.relabeled:
+            parts.append(f"removed {r.removed}, relabeled {r.relabeled}")
+        print(f"    {r.number}: " + "; ".join(parts) + (f"  ({r.created})" if r.created else ""))
+
+
+def _selection(args: argparse.Namespace, so: dict) -> int:
+    from shardkit.format.verify_generations import selection_info
+
+    s = selection_info(args.url, **so)
+    if args.json:
+        print(json.dumps(s.to_dict(), indent=1, ensure_ascii=False))
+        return 0
+    print(
+        f"selection {s.url}: {s.samples} of {s.stored} samples of generation {s.generation} of {s.parent}, "
+        f"reading {len(s.shards_read)} of its {len(s.manifest.shards)} shards"
+    )
     return 0
 
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from shardkit.convert.imageproc import SkipReason
 from shardkit.convert.options import ConvertConfig, SplitResult
 from shardkit.errors import ConvertError
+from shardkit.format.generations import is_corrections_name
 from shardkit.format.index import INDEX_SUFFIX
 from shardkit.format.manifest import SkippedFile
 from shardkit.format.prefixes import is_prefix_dir
@@ -91,7 +92,11 @@ def check_flat(dest: str, overwrite: bool, storage_options: dict) -> None:
 def is_split_output(split: str, name: str) -> bool:
     """Whether file ``name`` in the folder of ``split`` (or in one of its prefix directories) is named like its
     output: a shard, its sample index, or a key or per-sample table."""
-    return (name.startswith(f"{split}-") and name.endswith((".tar", INDEX_SUFFIX))) or is_table_name(split, name)
+    return (
+        (name.startswith(f"{split}-") and name.endswith((".tar", INDEX_SUFFIX)))
+        or is_table_name(split, name)
+        or is_corrections_name(split, name)
+    )
 
 
 def split_outputs(url: str, split: str, storage_options: dict, *, temporary: bool = False) -> list[str]:
@@ -122,6 +127,23 @@ def clear_split(url: str, split: str, storage_options: dict) -> None:
     for name in split_outputs(url, split, so, temporary=True):
         storage.remove(storage.join(url, *name.split("/")), **so)
     tidy_prefix_dirs(url, so, work=True)
+
+
+def clear_generation(url: str, stem: str, storage_options: dict) -> None:
+    """Remove what an unfinished append wrote for the generation whose names start with ``stem``
+    (:func:`~shardkit.convert.journal.generation_stem`): its shards, indexes, tables, corrections file and journal
+    files; the finished generations' files and the manifest stay."""
+    from shardkit.convert import journal
+
+    so = storage_options
+    names = split_outputs(url, stem, so, temporary=True)
+    names += [n for n in storage.list_dir(url, **so)[1] if n.startswith(f"{stem}.")]  # its tables, corrections
+    for name in names:
+        storage.remove(storage.join(url, *name.split("/")), **so)
+    if storage.exists(journal.journal_url(url), **so):
+        for n in storage.list_dir(journal.journal_url(url), **so)[1]:
+            if n.startswith((f"{stem}-", f".{stem}-")):
+                storage.remove(journal.journal_url(url, n), **so)
 
 
 def tidy_prefix_dirs(url: str, storage_options: dict, *, work: bool = False) -> None:

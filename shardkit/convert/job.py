@@ -28,6 +28,12 @@ Prefixes: with ``ConvertConfig.prefixes`` N > 1, planned shard ``j`` is written 
 :func:`~shardkit.convert.journal.shard_path` names it, ``<dir j % N>/<split>-<j>.tar``, its sample index
 next to it; the record, and so the manifest, holds that name (overflow shards: :mod:`shardkit.convert.merge`).
 
+Append (``ConvertConfig.append``): each split DEST holds gets a new generation (:mod:`shardkit.convert.append`):
+the plan carries the generation, the first key number and the fingerprint of the split it extends; its shards,
+records and rows are named with the generation's stem (``train-g000001-...``), so nothing of an earlier
+generation is overwritten; an image already in the split is skipped as ``already_in_split``; the merge adds the
+generation to the split's manifest (:mod:`shardkit.convert.merge`).
+
 Layout: one rule, every split goes to ``DEST/<split>/`` (a plain ImageFolder to
 ``DEST/train/``), whatever the source (``ScannedSource.nested`` is not consulted). A DEST
 holding a conversion directly (``manifest.json`` in DEST: the flat layout older
@@ -46,10 +52,12 @@ from typing import Any
 
 from shardkit.convert import journal
 from shardkit.convert import shards as plan
+from shardkit.convert.append import Base, appending, duplicate, merged_classes, relabelled
 from shardkit.convert.dest import (
     check_empty_split,
     check_flat,
     check_overlap,
+    clear_generation,
     clear_split,
     dest_lock,
     emptied_split_result,
@@ -80,7 +88,12 @@ from shardkit.storage import fs as storage
 
 
 def _sample(
-    item: plan.Item, enc: Encoded, classes: list[str], width: int, targets: TargetOutcome | None = None
+    item: plan.Item,
+    enc: Encoded,
+    classes: list[str],
+    width: int,
+    targets: TargetOutcome | None = None,
+    offset: int = 0,
 ) -> EncodedSample:
     meta = {
         **(item.meta or {}),
@@ -91,7 +104,7 @@ def _sample(
     }
     t = targets or TargetOutcome()  # no targets: every target member None
     return EncodedSample(
-        plan.make_key(item.index, width), enc.jpeg, item.label, meta, item.labels, item.target, item.text,
+        plan.make_key(offset + item.index, width), enc.jpeg, item.label, meta, item.labels, item.target, item.text,
         objects=t.objects, mask=t.mask, instances=t.instances,
     )  # fmt: skip
 
@@ -135,8 +148,10 @@ class SplitJob:
         keypoint_names: Sequence[str] = (),
         flip_pairs: Sequence[Sequence[int]] = (),
         src_name: str = "",
+        base: Base | None = None,
     ):
         self.src, self.classes, self.url, self.options = src, classes, url, options
+        self.base = base  # the split this job appends a generation to (``None``: a conversion)
         self.so = storage_options
         self.items = plan.order(src.files, options.seed, options.shuffle)
         self.cache: dict[int, Outcome] = {}  # pilot outcomes by key index, reused when their shard is encoded
@@ -153,7 +168,7 @@ class SplitJob:
             num_items=len(self.items),
             samples_per_shard=0,
             num_planned=0,
-            key_width=plan.key_width(len(self.items)),
+            key_width=plan.key_width((base.key_offset if base else 0) + len(self.items)),
             skipped=skipped,
             fields=list(fields),
             targets=list(targets),
@@ -162,10 +177,23 @@ class SplitJob:
             annotations=dict(sorted(src.annotations.items())),
             src=src_name,
             overlap=journal.OVERLAP_RULE if "mask" in fields and any(f.segments is not None for f in src.files) else "",
+            generation=base.generation if base else 0,
+            key_offset=base.key_offset if base else 0,
+            base=base.fingerprint if base else "",
         )
 
     def check_dest(self, overwrite: bool) -> None:
         """Refuse a DEST holding a different conversion or shard-named files shardkit did not write (or clear them with ``overwrite``)."""
+        if self.base is not None:
+            return self._check_append(overwrite)
+        if not overwrite and storage.exists(storage.join(self.url, MANIFEST_NAME), **self.so):
+            gens = load_manifest(self.url, **self.so).generations
+            if len(gens) > 1:
+                raise ConvertError(
+                    f"{self.url} holds generations 0..{len(gens) - 1} of split {self.src.name}; converting into it "
+                    "again would drop the appended ones: pass --append to add a generation, --overwrite to replace "
+                    "the split, or choose another DEST"
+                )
         existing = journal.read_plan(self.url, **self.so)
         old, ours = existing, existing is not None
         if existing is None and storage.exists(storage.join(self.url, MANIFEST_NAME), **self.so):
@@ -206,6 +234,31 @@ class SplitJob:
             self._clear()
         elif existing is not None:
             self.plan = existing
+
+    def _check_append(self, overwrite: bool) -> None:
+        """An append's DEST check: resume this append's own unfinished generation; refuse (or with ``overwrite``
+        discard) an unfinished append of other sources or options; never touch a finished generation."""
+        existing = journal.read_plan(self.url, **self.so)
+        if existing is not None and existing.fingerprint == self.plan.fingerprint:
+            self.plan = existing
+            return
+        unfinished = existing is not None and existing.generation >= self.plan.generation
+        stem = self.plan.stem
+        if unfinished and not overwrite:
+            assert existing is not None
+            raise ConvertError(
+                f"{self.url}: an unfinished append (generation {existing.generation}, SRC {existing.src or '(not recorded)'}) "
+                f"is here and differs ({'; '.join(journal.differences(existing, self.plan))}): rerun that command to "
+                "finish it, or pass --overwrite to discard it (the finished generations stay)"
+            )
+        foreign = split_outputs(self.url, stem, self.so)
+        if foreign and not unfinished and not overwrite:
+            raise ConvertError(
+                f"{storage.join(self.url, foreign[0])}: a file named like a shard of generation "
+                f"{self.plan.generation}, which the manifest does not list ({len(foreign)} such files); pass "
+                "--overwrite to replace them, or remove them"
+            )
+        clear_generation(self.url, stem, self.so)
 
     def _shard_files(self) -> list[str]:
         return split_outputs(self.url, self.src.name, self.so)
@@ -253,7 +306,11 @@ class SplitJob:
                 self.cache[it.index] = out
                 if out.encoded is not None:
                     sizes.append(
-                        plan.tar_size(_sample(it, out.encoded, self.classes, self.plan.key_width, out.targets))
+                        plan.tar_size(
+                            _sample(
+                                it, out.encoded, self.classes, self.plan.key_width, out.targets, self.plan.key_offset
+                            )
+                        )
                     )
         n = plan.samples_per_shard(len(self.items), o.shard_size, o.shard_bytes, sizes)
         self.plan.samples_per_shard = n
@@ -265,14 +322,14 @@ class SplitJob:
 
     def finished(self, j: int) -> journal.ShardRecord | None:
         """The record of planned shard ``j`` if it and its files check out, else ``None``."""
-        rec = journal.read_record(self.url, self.src.name, j, **self.so)
+        rec = journal.read_record(self.url, self.plan.stem, j, **self.so)
         if rec is None or rec.fingerprint != self.plan.fingerprint or rec.index != j:
             return None
         shard_ok = _part_ok(
-            storage.join(self.url, journal.shard_path(self.src.name, j, self.plan.prefixes)), rec.shard, self.so
+            storage.join(self.url, journal.shard_path(self.plan.stem, j, self.plan.prefixes)), rec.shard, self.so
         )
         over_ok = _part_ok(
-            journal.journal_url(self.url, journal.overflow_name(self.src.name, j)), rec.overflow, self.so
+            journal.journal_url(self.url, journal.overflow_name(self.plan.stem, j)), rec.overflow, self.so
         )
         return rec if shard_ok and over_ok else None
 
@@ -299,7 +356,11 @@ class SplitJob:
                     if self.options.strict:
                         raise ConvertError(f"{it.relpath}: skipped ({out.reason}: {out.detail}) and --strict is set")
                     continue
-                s = _sample(it, out.encoded, self.classes, self.plan.key_width, out.targets)
+                known = self.base.hashes.get(out.source_sha256) if self.base and out.source_sha256 else None
+                if known is not None:  # already in the split: skipped and counted, never stored twice
+                    skipped.append(duplicate(it.relpath, known))
+                    continue
+                s = _sample(it, out.encoded, self.classes, self.plan.key_width, out.targets, self.plan.key_offset)
                 row = sample_row(s.key, s.meta, out.source_sha256)
                 if out.targets is not None:
                     for r, n in out.targets.moved.items():
@@ -313,7 +374,8 @@ class SplitJob:
                     over_rows.append(row)
                     over.append(s)
 
-        name, oname = journal.shard_path(self.src.name, j, self.plan.prefixes), journal.overflow_name(self.src.name, j)
+        stem = self.plan.stem
+        name, oname = journal.shard_path(stem, j, self.plan.prefixes), journal.overflow_name(stem, j)
         samples = fitting()
         first = next(samples, None)  # no tar at all for a shard whose every item is skipped
         shard = (
@@ -322,7 +384,7 @@ class SplitJob:
             else None
         )
         overflow = _write_part(journal.journal_url(self.url, oname), oname, over, self.so) if over else None
-        write_rows(self.url, self.src.name, j, rows, over_rows, self.so)  # before the record that vouches for it
+        write_rows(self.url, stem, j, rows, over_rows, self.so)  # before the record that vouches for it
         rec = journal.ShardRecord(
             fingerprint=self.plan.fingerprint,
             index=j,
@@ -336,9 +398,7 @@ class SplitJob:
             keypoint_names=list(self.plan.keypoint_names),
             annotations=dict(sorted(moved.items())),
         )
-        storage.put_bytes(
-            journal.journal_url(self.url, journal.record_name(self.src.name, j)), rec.to_json(), **self.so
-        )
+        storage.put_bytes(journal.journal_url(self.url, journal.record_name(stem, j)), rec.to_json(), **self.so)
         return rec
 
     def run(self, encoder: Encoder, owned: list[int], quiet: bool) -> SplitResult:
@@ -459,28 +519,34 @@ def convert(
             )
         encoder = Encoder(source.reader, options.image, pool, workers, target_spec(source))
         version = encoder.version()
-        jobs = [
-            SplitJob(
-                s,
-                source.classes,
-                storage.join(dest, s.name),
-                options,
-                so,
-                version,
-                source.fields,
-                source.targets,
-                source.keypoint_names,
-                source.flip_pairs,
-                src if isinstance(src, str) else str(source.root),
+        bases = appending(dest, source, options, so) if options.append else {}
+        jobs = []
+        for s in source.splits:
+            if not s.files:
+                continue
+            base = bases.get(s.name)
+            classes = merged_classes(base.manifest.classes, source.classes) if base else source.classes
+            jobs.append(
+                SplitJob(
+                    relabelled(s, source.classes, classes) if base else s,
+                    classes,
+                    storage.join(dest, s.name),
+                    options,
+                    so,
+                    version,
+                    source.fields,
+                    source.targets,
+                    source.keypoint_names,
+                    source.flip_pairs,
+                    src if isinstance(src, str) else str(source.root),
+                    base,
+                )
             )
-            for s in source.splits
-            if s.files
-        ]
         results = list(empty)
         fresh_dest = storage.is_local(dest) and not storage.exists(dest, **so)
         with dest_lock(dest, task_index):
             check_flat(dest, overwrite, so)
-            for e in empty:
+            for e in empty if not options.append else []:  # an append leaves a split it has nothing for
                 check_empty_split(e.url, e.split, e.empty, overwrite, so)
             for job in jobs:
                 job.check_dest(overwrite)
@@ -491,7 +557,7 @@ def convert(
                 owned = plan.task_shards(job.plan.num_planned, num_tasks, task_index)
                 res = job.run(encoder, owned, quiet)
                 job.check_owner(res.shards_written)
-                if num_tasks == 1 and not job.samples:  # every item skipped while read: the split is not written
+                if num_tasks == 1 and not job.samples and job.base is None:  # every item skipped: not written
                     res = job.drop(res, source.reader.root or str(source.root))
                 elif num_tasks == 1:
                     res.manifest = finalize_split(job.url, **so)

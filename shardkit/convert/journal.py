@@ -9,6 +9,10 @@
   its overflow (samples beyond the byte cap, kept in
   ``<split>-NNNNNN.overflow``, a tar), class counts and skipped files.
 
+An append (``--append``) names its shards, records, overflows and rows with its generation's stem
+(:func:`generation_stem`, ``train-g000001``) instead of the split's name, and its plan replaces ``plan.json``
+(the earlier generation's plan is of no use once its manifest exists).
+
 A planned shard is finished when its record exists and the files it names
 have the recorded size and sha256. Merging reads only the journal, never SRC.
 The folder is small and may be deleted once ``manifest.json`` exists (a later
@@ -35,6 +39,11 @@ PLAN_VERSION = 1
 #: :attr:`Plan.overlap` of a split whose mask is painted from segmentations: the smaller object on top
 #: (:func:`shardkit.convert.segments.semantic_mask`), as in its instance map
 OVERLAP_RULE = "smaller-on-top"
+
+
+def generation_stem(split: str, generation: int) -> str:
+    """The name stem of ``split``'s ``generation``'s shards and journal files (see :attr:`Plan.stem`)."""
+    return f"{split}-g{generation:06d}" if generation else split
 
 
 def shard_name(split: str, index: int) -> str:
@@ -84,6 +93,18 @@ class Plan:
     #: how overlapping objects are painted into a mask made of segmentations (:data:`OVERLAP_RULE`); ``""``: no
     #: such mask. Part of the fingerprint when set, so a conversion painted by another rule is never resumed into.
     overlap: str = ""
+    #: the generation this plan adds to the split (0: a conversion; 1, 2, ...: ``--append``)
+    generation: int = 0
+    #: an append: the first key number of the generation (after every key of the earlier generations)
+    key_offset: int = 0
+    #: an append: :func:`~shardkit.format.generations.fingerprint` of the split it appends to
+    base: str = ""
+
+    @property
+    def stem(self) -> str:
+        """What the generation's shard, record and overflow names start with: the split's name for generation 0,
+        ``<split>-g<generation:06d>`` for an appended one (names that cannot collide with an earlier generation's)."""
+        return generation_stem(self.split, self.generation)
 
     @property
     def prefixes(self) -> int:
@@ -103,6 +124,11 @@ class Plan:
         more += [self.keypoint_names, self.flip_pairs] if self.keypoint_names or self.flip_pairs else []
         more += [self.annotations] if self.annotations else []
         more += [{"overlap": self.overlap}] if self.overlap else []
+        more += (
+            [{"generation": self.generation, "key_offset": self.key_offset, "base": self.base}]
+            if self.generation
+            else []
+        )
         return json_sha256([self.split, self.options, self.classes, self.encoder, self.input_sha256, *more])
 
     def to_json(self) -> bytes:

@@ -9,6 +9,12 @@ ones (spread over the prefix directories by their number, like planned shards),
 writes the split's key table and per-sample table (:mod:`shardkit.format.tables`, from the rows the journal
 kept: :mod:`shardkit.convert.tablesout`) and writes ``manifest.json`` last. It is idempotent: running it again rewrites
 the same bytes.
+
+An append's plan (``generation`` > 0) is finalised into the split's existing manifest instead: the split must still
+be the one the append was planned on (its fingerprint), the generation's tables are its own
+(``<split>-g<N>.keys``), and :func:`~shardkit.convert.append.appended_manifest` adds the generation after the
+earlier shards; a second merge finds the generation there and changes nothing; an append that found nothing new
+leaves the split as it was and removes its plan.
 """
 
 from __future__ import annotations
@@ -21,12 +27,15 @@ from typing import Any
 from shardkit import __version__
 from shardkit.convert import journal
 from shardkit.convert import shards as plan
-from shardkit.convert.dest import tidy_prefix_dirs
+from shardkit.convert.append import appended_manifest
+from shardkit.convert.dest import clear_generation, tidy_prefix_dirs
+from shardkit.convert.skips import SkipReason
 from shardkit.convert.tablesout import split_rows
 from shardkit.errors import ConvertError
 from shardkit.format import INDEX_FORMAT, EncodedSample, index_url, write_tar
 from shardkit.format.fields import SampleRule
-from shardkit.format.manifest import Manifest, ShardInfo, manifest_url
+from shardkit.format.generations import fingerprint
+from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, manifest_url
 from shardkit.format.prefixes import prefix_of
 from shardkit.format.tablebuild import write_tables
 from shardkit.storage import fs as storage
@@ -72,7 +81,11 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         raise ConvertError(
             f"{split_url}: nothing to merge (no {journal.JOURNAL_DIR}/{journal.PLAN_NAME}); run 'shardkit convert' first"
         )
-    records = [journal.read_record(split_url, p.split, j, **storage_options) for j in range(p.num_planned)]
+    if p.generation:
+        done = appended_already(split_url, p, storage_options)
+        if done is not None:
+            return done
+    records = [journal.read_record(split_url, p.stem, j, **storage_options) for j in range(p.num_planned)]
     other = next((r for r in records if r is not None and (r.fields, r.targets) != (p.fields, p.targets)), None)
     if other is not None:
         raise ConvertError(
@@ -86,9 +99,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
             f"{p.keypoint_names}; every task must run with the same options: rerun that task"
         )
     foreign = [
-        journal.shard_path(p.split, j, p.prefixes)
-        for j, r in enumerate(records)
-        if r and r.fingerprint != p.fingerprint
+        journal.shard_path(p.stem, j, p.prefixes) for j, r in enumerate(records) if r and r.fingerprint != p.fingerprint
     ]
     if foreign:
         others = sorted({r.fingerprint[:12] for r in records if r and r.fingerprint != p.fingerprint})
@@ -100,7 +111,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
             "whose plan this folder holds): two conversions ran into one DEST; rerun every task of the one you want "
             "with --overwrite (or into another DEST), then merge again"
         )
-    missing = [journal.shard_path(p.split, j, p.prefixes) for j, r in enumerate(records) if r is None]
+    missing = [journal.shard_path(p.stem, j, p.prefixes) for j, r in enumerate(records) if r is None]
     if missing:
         raise ConvertError(
             _missing_message(split_url, f"of {p.num_planned} planned shards are not converted yet", missing)
@@ -121,6 +132,10 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
             _missing_message(split_url, "shard files are missing or have the wrong size", lost)
             + "; rerun the conversion (it redoes exactly these)"
         )
+    if not any(r.samples for r in records if r) and p.generation:  # an append with nothing new: the split stays
+        clear_generation(split_url, p.stem, storage_options)
+        storage.remove(journal.journal_url(split_url, journal.PLAN_NAME), **storage_options)
+        return load_manifest(split_url, **storage_options)
     if not any(r.samples for r in records if r):
         files = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
         first = next((f for f in files if f.reason == "missing_file"), files[0] if files else None)
@@ -141,7 +156,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     sizes = [plan.tar_size(s) for s in overflow]
     shard_size, shard_bytes = p.options.get("shard_size"), p.options.get("shard_bytes")
     for g, (a, b) in enumerate(plan.pack(sizes, shard_size, shard_bytes)):
-        name = journal.shard_path(p.split, p.num_planned + g, p.prefixes)  # spread by its index, like a planned one
+        name = journal.shard_path(p.stem, p.num_planned + g, p.prefixes)  # spread by its index, like a planned one
         batch = overflow[a:b]
         overflow_keys.append([s.key for s in batch])
         w = storage.publish(storage.join(split_url, name), functools.partial(write_tar, batch), **storage_options)
@@ -160,8 +175,9 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
     }
     listed = _listed(split_url, {prefix_of(s.name) for s in shards if s is not None}, storage_options)
     indexed = all(index_url(s.name) in listed for s in shards if s is not None)  # an older shardkit's have none
-    rows = split_rows(split_url, p.split, [r for r in records if r], overflow, overflow_keys, storage_options)
-    tables = write_tables(split_url, p.split, rows, **storage_options)  # before the manifest that names them
+    rows = split_rows(split_url, p.stem, [r for r in records if r], overflow, overflow_keys, storage_options)
+    # the tables before the manifest that names them
+    tables = write_tables(split_url, p.split, rows, p.generation, **storage_options)
     m = Manifest(
         split=p.split,
         classes=list(p.classes),
@@ -178,11 +194,38 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         annotations=annotations_of(p, records),
         tables=tables,
     )
+    if p.generation:
+        m = appended_manifest(
+            _base_manifest(split_url, p, storage_options),
+            m,
+            generation=p.generation,
+            duplicates=sum(s.reason == SkipReason.ALREADY_IN_SPLIT.value for s in skipped),
+        )
     m.validate()
     m.url = manifest_url(split_url)
     storage.put_bytes(m.url, m.to_json().encode("utf-8"), **storage_options)  # like save_manifest, crash-litter free
     if p.prefixes > 1:
         tidy_prefix_dirs(split_url, storage_options)  # the empty work folders local writes left in them
+    return m
+
+
+def appended_already(split_url: str, p: journal.Plan, storage_options: dict) -> "Manifest | None":
+    """The split's manifest if it already holds the generation plan ``p`` appends (a second merge), else ``None``."""
+    m = load_manifest(split_url, **storage_options)
+    gens = m.generations
+    if len(gens) > p.generation and gens[p.generation].options.get("fingerprint") == p.fingerprint:
+        return m
+    return None
+
+
+def _base_manifest(split_url: str, p: journal.Plan, storage_options: dict) -> Manifest:
+    """The manifest plan ``p`` appends to, checked to be the one it was planned on."""
+    m = load_manifest(split_url, **storage_options)
+    if fingerprint(m) != p.base:
+        raise ConvertError(
+            f"{split_url}: the split changed since this append was planned (another append or a correction finished "
+            "first); run the append command again with --overwrite to plan it on the split as it is now"
+        )
     return m
 
 

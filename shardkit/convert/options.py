@@ -167,6 +167,11 @@ class ConvertConfig:
             shard ``j`` is written as ``<dir>/<split>-<j>.tar`` with ``<dir>`` the ``j % prefixes``-th
             of :func:`~shardkit.format.prefixes.prefix_dirs`, so that an object store partitions the
             reads; ``1`` (the default) writes flat names. Recorded in the manifest when not ``1``.
+        append: add SRC's samples to DEST's splits as a new generation (``--append``,
+            :mod:`shardkit.convert.append`): earlier shards are never rewritten, keys continue after the
+            split's, class names merge by name, images already in the split are skipped
+            (``already_in_split``); the image options must be the split's own. A split DEST lacks is converted
+            as its generation 0. Not recorded (each generation's record says what it is).
     """
 
     image: EncodeConfig = field(default_factory=EncodeConfig)
@@ -180,6 +185,7 @@ class ConvertConfig:
     val_fraction: float = 0.0
     strict: bool = False
     prefixes: int = DEFAULT_PREFIXES
+    append: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layout", Layout(self.layout))

@@ -29,6 +29,8 @@ class SkipReason(str, enum.Enum):
     MISSING_MASK = "missing_mask"
     BAD_MASK = "bad_mask"
     SIZE_MISMATCH = "size_mismatch"
+    #: an appended image whose source bytes an earlier generation of the split already holds (``--append``)
+    ALREADY_IN_SPLIT = "already_in_split"
 
 
 class SkipImage(Exception):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -39,6 +40,11 @@ CORRECTIONS_SUFFIX = ".corrections.json"
 def corrections_name(split: str, generation: int) -> str:
     """File name of ``split``'s ``generation``'s corrections, beside the manifest."""
     return f"{split}-g{generation:06d}{CORRECTIONS_SUFFIX}"
+
+
+def is_corrections_name(split: str, name: str) -> bool:
+    """Whether ``name`` is named like a corrections file of ``split`` (any generation)."""
+    return bool(re.fullmatch(rf"{re.escape(split)}-g\d{{6}}{re.escape(CORRECTIONS_SUFFIX)}", name))
 
 
 @dataclass(frozen=True)
@@ -333,6 +339,7 @@ __all__ = [
     "generations_error",
     "generations_of",
     "has_corrections",
+    "is_corrections_name",
     "latest",
     "pin",
     "shard_span",

@@ -135,6 +135,12 @@ def add_checksums(url: str, *, storage_options: Optional[dict[str, Any]] = None,
 def _upgrade_split(m: Manifest, so: dict[str, Any], progress: Any) -> SplitUpgrade:
     out = SplitUpgrade(m.split, m.base_url, len(m.shards), before=m.sample_index, after=m.sample_index)
     out.tables = tables_ok(m, so)
+    if m.generations and not out.tables:
+        raise UpgradeError(
+            f"{m.url}: a generation's key or per-sample table is missing or damaged (`shardkit verify` names it); "
+            "a split with generations keeps a table per generation, which this command does not rebuild: "
+            "restore the file from a copy of the dataset"
+        )
     rows: list[list[dict[str, Any]]] = []
     for i, s in enumerate(m.shards):
         url = m.shard_url(i)
@@ -167,16 +173,17 @@ def _upgrade_split(m: Manifest, so: dict[str, Any], progress: Any) -> SplitUpgra
 
 
 def tables_ok(m: Manifest, so: dict[str, Any]) -> bool:
-    """Whether ``m`` names tables in the format written now whose files have the recorded size and sha256."""
-    t = m.tables
-    if not t or t.get("format") != TABLES_FORMAT:
-        return False
-    try:
-        for part in ("keys", "samples"):
-            url = storage.join(m.base_url, t[part]["name"])
-            checked(storage.read_bytes(url, **so), t[part], url)
-    except ShardkitError:
-        return False
+    """Whether ``m`` names tables in the format written now whose files have the recorded size and sha256 (a split
+    with generations: every generation's)."""
+    for t in [g.tables for g in m.generations] or [m.tables]:
+        if not t or t.get("format") != TABLES_FORMAT:
+            return False
+        try:
+            for part in ("keys", "samples"):
+                url = storage.join(m.base_url, t[part]["name"])
+                checked(storage.read_bytes(url, **so), t[part], url)
+        except ShardkitError:
+            return False
     return True
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
-from shardkit.errors import ShardkitError
+from shardkit.errors import ManifestError, ShardkitError
 from shardkit.format.fields import DEFAULT_FIELDS, SampleRule
 from shardkit.format.index import INDEX_FORMAT, READABLE_INDEX_FORMATS
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
@@ -32,6 +32,7 @@ from shardkit.format.sample import RawSample
 from shardkit.format.splits import Found, Incomplete, find_splits, load_manifests
 from shardkit.format.strays import stray_files, stray_message
 from shardkit.format.tar import ShardReader, TarDamage
+from shardkit.format.verify_generations import generation_problems, generation_strays, is_selection, selection_info
 from shardkit.format.verify_split import Problem, SplitCheck, VerifyReport
 
 #: the command that adds per-sample checksums to a dataset's sample indexes
@@ -146,7 +147,7 @@ def split_warnings(m: Manifest, where: str, **storage_options: Any) -> list[Prob
     """What verify warns about in the split of ``m`` (``where``: its folder relative to the verified URL):
     shard or index files the manifest does not list, and sample indexes without per-sample checksums."""
     out = []
-    strays = stray_files(m, **storage_options)
+    strays = stray_files(m, **storage_options) + generation_strays(m, **storage_options)
     if strays:
         out.append(Problem(m.split, where or "./", "", stray_message(strays)))
     if m.shards and m.sample_index != INDEX_FORMAT and (not m.sample_index or m.sample_index in READABLE_INDEX_FORMATS):
@@ -194,7 +195,12 @@ def verify(
         max_pixels = MAX_PIXELS  # the loader's default too
     if max_pixels < 1:
         raise ValueError(f"max_pixels must be >= 1, got {max_pixels}")
-    found = find_splits(url, **storage_options)
+    try:
+        found = find_splits(url, **storage_options)
+    except ManifestError:
+        if is_selection(url, **storage_options):  # only then: a split is never read twice
+            return _verify_selection(url, quick, max_pixels, strict, dict(storage_options))
+        raise
     report = VerifyReport(splits=len(found.manifests) + len(found.incomplete) + len(found.unreadable), strict=strict)
     for inc in found.unreadable:
         report.problems.append(Problem("", _relative(url, inc.url) + MANIFEST_NAME, "", inc.detail))
@@ -215,6 +221,30 @@ def verify(
                 report.shards += 1
                 bar.update(s.bytes)
             check.finish()
+            for name, msg in generation_problems(m, **storage_options):
+                report.problems.append(Problem(m.split, where + name, "", msg))
+    return report
+
+
+def _verify_selection(url: str, quick: bool, max_pixels: int, strict: bool, so: dict[str, Any]) -> VerifyReport:
+    """Verify a selection: its own files (resolving it checks its manifest, bits and parent's fingerprint), the
+    parent's shards it reads, and the parent's tables and corrections."""
+    report = VerifyReport(splits=1, strict=strict)
+    try:
+        sel = selection_info(url, **so)
+    except ShardkitError as exc:
+        report.problems.append(Problem("", MANIFEST_NAME, "", str(exc)))
+        return report
+    m = sel.manifest
+    check = SplitCheck(m, m.base_url.rstrip("/") + "/", quick, max_pixels, report, so)
+    for i in sel.shards_read:  # not finish(): the class counts are the whole split's
+        try:
+            check.shard(i)
+        except ShardkitError as exc:
+            check.add(m.shards[i].name, "", str(exc))
+        report.shards += 1
+    for name, msg in generation_problems(m, **so):
+        report.problems.append(Problem(m.split, check.where + name, "", msg))
     return report
 
 

@@ -21,7 +21,7 @@ MUTANTS = [
         "id": "fc-split-empty-at-read-written",
         "row": ROW_EMPTY,
         "file": "shardkit/convert/job.py",
-        "old": "if num_tasks == 1 and not job.samples:",
+        "old": "if num_tasks == 1 and not job.samples and job.base is None:",
         "new": "if False:",
         "tests": [T + "test_listing_files_missing_at_read_time_write_no_empty_split"],
     },

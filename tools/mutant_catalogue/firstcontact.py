@@ -22,8 +22,8 @@ MUTANTS = [
         "id": "layout-one-split-lands-in-dest",  # the old rule: a one-split source went to DEST itself
         "row": ROW_LAYOUT,
         "file": "shardkit/convert/job.py",
-        "old": "                source.classes,\n                storage.join(dest, s.name),\n",
-        "new": "                source.classes,\n                dest if len(source.splits) == 1 else storage.join(dest, s.name),\n",
+        "old": "                    classes,\n                    storage.join(dest, s.name),\n",
+        "new": "                    classes,\n                    dest if len(source.splits) == 1 else storage.join(dest, s.name),\n",
         "tests": [
             T + "test_every_source_kind_lands_in_dest_split",
             T + "test_adding_a_val_split_does_not_move_the_train_data",
@@ -66,8 +66,8 @@ MUTANTS = [
         "id": "empty-split-planned-like-the-others",  # A7 as it was: "nothing to merge (no _shardkit/plan.json)"
         "row": ROW_EMPTY,
         "file": "shardkit/convert/job.py",
-        "old": "            for s in source.splits\n            if s.files\n",
-        "new": "            for s in source.splits\n",
+        "old": "        for s in source.splits:\n            if not s.files:\n                continue\n            base = ",
+        "new": "        for s in source.splits:\n            base = ",
         "tests": [E + "test_hf_test_split_of_all_minus_one_is_reported_and_the_others_converted"],
     },
     {

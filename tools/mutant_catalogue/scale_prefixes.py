@@ -86,16 +86,16 @@ MUTANTS = [
         "id": "pfx-overflow-not-spread",
         "row": ROW_SAME,
         "file": "shardkit/convert/merge.py",
-        "old": "name = journal.shard_path(p.split, p.num_planned + g, p.prefixes)",
-        "new": "name = journal.shard_name(p.split, p.num_planned + g)",
+        "old": "name = journal.shard_path(p.stem, p.num_planned + g, p.prefixes)",
+        "new": "name = journal.shard_name(p.stem, p.num_planned + g)",
         "tests": [SAME],
     },
     {
         "id": "pfx-overflow-spread-by-position",  # spread by its place among the overflow shards, not its index
         "row": ROW_SAME,
         "file": "shardkit/convert/merge.py",
-        "old": "name = journal.shard_path(p.split, p.num_planned + g, p.prefixes)",
-        "new": "name = journal.shard_name(p.split, p.num_planned + g) if p.prefixes == 1 else f\"{journal.shard_path(p.split, g, p.prefixes).rpartition('/')[0]}/{journal.shard_name(p.split, p.num_planned + g)}\"",
+        "old": "name = journal.shard_path(p.stem, p.num_planned + g, p.prefixes)",
+        "new": "name = journal.shard_name(p.stem, p.num_planned + g) if p.prefixes == 1 else f\"{journal.shard_path(p.stem, g, p.prefixes).rpartition('/')[0]}/{journal.shard_name(p.stem, p.num_planned + g)}\"",
         "tests": [SAME],
     },
     {
@@ -126,8 +126,8 @@ MUTANTS = [
         "id": "pfx-resume-looks-flat",  # a finished shard looked for under its flat name: everything redone
         "row": ROW_RESUME,
         "file": "shardkit/convert/job.py",
-        "old": "storage.join(self.url, journal.shard_path(self.src.name, j, self.plan.prefixes)), rec.shard, self.so",
-        "new": "storage.join(self.url, journal.shard_name(self.src.name, j)), rec.shard, self.so",
+        "old": "storage.join(self.url, journal.shard_path(self.plan.stem, j, self.plan.prefixes)), rec.shard, self.so",
+        "new": "storage.join(self.url, journal.shard_name(self.plan.stem, j)), rec.shard, self.so",
         "tests": [RESUME],
     },
     {
@@ -158,7 +158,7 @@ MUTANTS = [
         "id": "pfx-cli-drops-option",
         "row": ROW_SAME,
         "file": "shardkit/cli/cmd_convert.py",
-        "old": "            prefixes=args.prefixes,\n",
+        "old": '            prefixes=io["prefixes"],\n',
         "new": "",
         "tests": [CLI],
     },
