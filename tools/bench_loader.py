@@ -171,8 +171,8 @@ def run_shardkit(url: str, workers: int, batches: int, **opts) -> float:
 
 
 def run_ceiling(shards: str) -> tuple[float, str]:
-    from shardkit.loader.bench import decode_ceiling
     from shardkit.loader.config import ImageConfig
+    from shardkit.ops.bench import decode_ceiling
 
     return decode_ceiling(shards, image=ImageConfig(), samples=512)
 

@@ -30,7 +30,7 @@
 #                                      #   `shardkit convert` --workers 1 2 4 8 16, one fresh process each, start-up
 #                                      #   included (tools/bench_convert.py's fresh_run; goal: speed-up over --workers 1
 #                                      #   >= 0.8 x workers up to 8), and the start-up alone (10 images); the CPU loader
-#                                      #   at 2, 4, 8, 16 workers (steady state, shardkit.loader.bench.bench) against
+#                                      #   at 2, 4, 8, 16 workers (steady state, shardkit.ops.bench.bench) against
 #                                      #   workers x the decode-only ceiling of one core (~2 min on 16 cores)
 # Section budgets (timeouts): preflight 50 s (wheel install 20, once per machine, + imports 30), tests 140 + 50,
 # decode 170, augment 210, cpu16 155 (data 40, convert 70, loader 45). Worst case: call 1 = 410 s, call 2 = 415 s,
@@ -227,7 +227,7 @@ EOF
       # 3. the CPU loader at each worker count against workers x the decode-only ceiling (one core, in process)
       code=$(cat <<'EOF'
 import json, os, sys
-from shardkit.loader.bench import bench
+from shardkit.ops.bench import bench
 
 url, out, workers = sys.argv[1], sys.argv[2], [int(w) for w in sys.argv[3].split(",")]
 cores = len(os.sched_getaffinity(0))

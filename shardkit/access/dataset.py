@@ -16,7 +16,7 @@ checked against the manifest's sizes and sha256s, not every shard's index.
 Every split is read as a :class:`~shardkit.format.snapshot.Snapshot` (:func:`~shardkit.format.snapshot.resolve`):
 one generation (``generation=``, default the newest), its corrections and, for a selection folder, the selection.
 The items are the samples that are in, in split order (``len`` counts them); item ``i`` is read at its stored
-position and carries its changed label (:mod:`shardkit.loader.snapread`); ``get`` of a removed key, or of one a
+position and carries its changed label (:mod:`shardkit.loader.read.stored`); ``get`` of a removed key, or of one a
 selection leaves out, is a :class:`KeyError` that says so.
 
 Workers and threads: the dataset pickles without its open state (opener, indexes, key table), which each
@@ -45,7 +45,7 @@ from shardkit.format.manifest import Manifest
 from shardkit.format.sample import RawSample
 from shardkit.format.snapshot import Snapshot, resolve
 from shardkit.format.tables import BUILD_COMMAND
-from shardkit.loader.snapread import relabel
+from shardkit.loader.read.stored import relabel
 from shardkit.storage import fs as storage
 from shardkit.storage.cache import ShardCache
 from shardkit.storage.opener import ShardOpener, StorageConfig

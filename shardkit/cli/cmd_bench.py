@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from shardkit.cli import add_storage_arguments, positive_int, storage_options
 
 if TYPE_CHECKING:
-    from shardkit.loader.bench import BenchReport
+    from shardkit.ops.bench import BenchReport
 
 HELP = "measure the loader on a dataset: img/s, MB/s, per-stage breakdown, worker sweep, decode-only ceiling"
 
@@ -115,7 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardkit.loader.bench import plot
+    from shardkit.ops.bench import plot
 
     so = storage_options(args)
     opts: dict = {"storage_options": so} if so else {}
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model:
         import torch
 
-        from shardkit.loader.bench import step_time_ms
+        from shardkit.ops.bench import step_time_ms
 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace, step_ms: "float | None", source: str, opts: dict) -> "BenchReport":
-    from shardkit.loader.bench import bench
+    from shardkit.ops.bench import bench
 
     return bench(
         args.url,
@@ -183,8 +183,8 @@ def _bench(args: argparse.Namespace, step_ms: "float | None", source: str, opts:
 def _print_storage(url: str, so: dict, opts: dict, report: "BenchReport") -> None:
     """For a remote dataset: the read size and request rate each worker got, and what the budget cost."""
     from shardkit.format.snapshot import resolve
-    from shardkit.loader.doctor import storage_report
     from shardkit.loader.stages import process_budget
+    from shardkit.ops.doctor import storage_report
     from shardkit.plan.world import World
     from shardkit.storage import fs
     from shardkit.storage.opener import StorageConfig

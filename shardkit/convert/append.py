@@ -29,8 +29,9 @@ from shardkit.convert.options import ConvertConfig
 from shardkit.convert.scan.source import ScannedSource, SplitSource
 from shardkit.convert.skips import SkipReason
 from shardkit.errors import ConvertError, ShardkitError
-from shardkit.format.generations import Generation, fingerprint, generations_of
+from shardkit.format.generations import Generation
 from shardkit.format.manifest import Manifest, ShardInfo, SkippedFile
+from shardkit.format.pin import fingerprint, generations_of
 from shardkit.format.tables import TABLES_FORMAT, KeyTable, checked, read_samples_table
 from shardkit.storage import fs as storage
 
@@ -49,7 +50,7 @@ class Base:
         generation: the number the appended generation gets.
         key_offset: the first key number of the appended generation.
         hashes: ``source_sha256 -> key`` of every sample of every generation (those whose table has the hash).
-        fingerprint: :func:`~shardkit.format.generations.fingerprint` of the split (the append's base).
+        fingerprint: :func:`~shardkit.format.pin.fingerprint` of the split (the append's base).
     """
 
     manifest: Manifest

@@ -23,15 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from shardkit.errors import ConvertError, ShardkitError
-from shardkit.format.generations import (
-    CorrectionRows,
-    Corrections,
-    Generation,
-    corrections_name,
-    corrections_of,
-    generations_of,
-)
+from shardkit.format.generations import CorrectionRows, Corrections, Generation, corrections_name
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest, save_manifest
+from shardkit.format.pin import corrections_of, generations_of
 from shardkit.format.tablebuild import write_tables
 from shardkit.format.tables import TABLES_FORMAT, KeyTable, checked, read_samples_table
 from shardkit.storage import fs as storage

@@ -34,8 +34,8 @@ from shardkit.convert.tablesout import split_rows
 from shardkit.errors import ConvertError
 from shardkit.format import INDEX_FORMAT, EncodedSample, index_url, write_tar
 from shardkit.format.fields import SampleRule
-from shardkit.format.generations import fingerprint
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, manifest_url
+from shardkit.format.pin import fingerprint
 from shardkit.format.prefixes import prefix_of
 from shardkit.format.tablebuild import write_tables
 from shardkit.storage import fs as storage

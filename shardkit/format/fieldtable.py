@@ -28,7 +28,7 @@ Each :class:`Field` says:
   :func:`shardkit.loader.targetrows.target_rows`), and ``attr`` the sample's (or the moved
   :class:`~shardkit.targets.geometry.Targets`') attribute it comes from;
 * ``opt_in``: asked for by ``fields=`` only: a field that changes what the other fields hold when asked for (it is
-  never part of a default selection, e.g. :func:`shardkit.loader.bench.bench_fields`).
+  never part of a default selection, e.g. :func:`shardkit.ops.bench.bench_fields`).
 
 Adding a field:
 

@@ -19,16 +19,13 @@ a release without corrections refuses in one line instead of delivering removed 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from shardkit.errors import ManifestError
-
-if TYPE_CHECKING:
-    from shardkit.format.manifest import Manifest
 
 #: the manifest version of a split with corrections (readers without corrections refuse it)
 CORRECTED_VERSION = 4
@@ -170,9 +167,11 @@ def _str(x: Any) -> str:
     return x
 
 
-def generations_error(m: "Manifest") -> Optional[str]:
-    """Why ``m.generations`` does not describe ``m`` (``[]``: one implicit generation), or ``None``."""
-    gens = m.generations
+def generations_error(
+    gens: Sequence[Generation], split: str, shard_samples: Sequence[int], classes: int
+) -> Optional[str]:
+    """Why ``gens`` do not describe a split of ``shard_samples`` (samples per shard, manifest order) and ``classes``
+    class names (``[]``: one implicit generation), or ``None``."""
     if not gens:
         return None
     from shardkit.format.tables import tables_error
@@ -184,99 +183,26 @@ def generations_error(m: "Manifest") -> Optional[str]:
             return f"generation {i} has fewer classes ({g.classes}) than generation {i - 1} ({gens[i - 1].classes})"
         if g.class_counts and len(g.class_counts) != g.classes:
             return f"generation {i}'s class_counts has {len(g.class_counts)} entries for {g.classes} classes"
-        if g.corrections is not None and g.corrections.name != corrections_name(m.split, i):
-            return f"generation {i}'s corrections file is {g.corrections.name!r}, not {corrections_name(m.split, i)!r}"
+        if g.corrections is not None and g.corrections.name != corrections_name(split, i):
+            return f"generation {i}'s corrections file is {g.corrections.name!r}, not {corrections_name(split, i)!r}"
         problem = tables_error(g.tables)
         if problem:
             return f"generation {i}: {problem}"
-    if sum(g.shards for g in gens) != len(m.shards):
-        return f"the generations add {sum(g.shards for g in gens)} shards but the manifest lists {len(m.shards)}"
-    if gens[-1].classes != len(m.classes):
-        return f"the last generation has {gens[-1].classes} classes but the manifest lists {len(m.classes)}"
+    if sum(g.shards for g in gens) != len(shard_samples):
+        return f"the generations add {sum(g.shards for g in gens)} shards but the manifest lists {len(shard_samples)}"
+    if gens[-1].classes != classes:
+        return f"the last generation has {gens[-1].classes} classes but the manifest lists {classes}"
     first = 0
     for g in gens:
-        if sum(s.samples for s in m.shards[first : first + g.shards]) != g.samples:
+        if sum(shard_samples[first : first + g.shards]) != g.samples:
             return f"generation {g.number}'s shards do not hold its {g.samples} samples"
         first += g.shards
     return None
 
 
-def has_corrections(m: "Manifest") -> bool:
-    """Whether any generation of ``m`` removes or relabels samples."""
-    return any(g.corrections is not None for g in m.generations)
-
-
-def generations_of(m: "Manifest") -> list[Generation]:
-    """``m``'s generations (a split written once: its one generation 0, built from the manifest)."""
-    if m.generations:
-        return list(m.generations)
-    return [
-        Generation(
-            number=0,
-            shards=len(m.shards),
-            samples=m.num_samples,
-            classes=len(m.classes),
-            class_counts=list(m.class_counts),
-            tables=dict(m.tables),
-        )
-    ]
-
-
-def latest(m: "Manifest") -> int:
-    """The newest generation's number."""
-    return max(0, len(m.generations) - 1)
-
-
-def shard_span(m: "Manifest", generation: int) -> tuple[int, int]:
-    """``(first, stop)``: the manifest shard indexes ``generation`` added."""
-    gens = generations_of(m)
-    first = sum(g.shards for g in gens[:generation])
-    return first, first + gens[generation].shards
-
-
-def pin(m: "Manifest", generation: Optional[int] = None) -> "Manifest":
-    """``m`` as of ``generation`` (``None``: the newest): its shards, classes and counts, nothing added later.
-
-    Raises:
-        ManifestError: no such generation (naming the ones there are).
-    """
-    gens = generations_of(m)
-    if generation is None:
-        return m
-    if isinstance(generation, bool) or not isinstance(generation, int) or not 0 <= generation < len(gens):
-        raise ManifestError(
-            f"{m.url or '<manifest>'}: no generation {generation!r}; it has generations 0..{len(gens) - 1}"
-        )
-    if generation == len(gens) - 1:
-        return m
-    kept = gens[: generation + 1]
-    shards = m.shards[: sum(g.shards for g in kept)]
-    classes = m.classes[: kept[-1].classes]
-    counts = [0] * len(classes)
-    for g in kept:
-        for i, c in enumerate(g.class_counts):
-            counts[i] += c
-    corrected = any(g.corrections is not None for g in kept)
-    return replace(
-        m,
-        shards=list(shards),
-        classes=list(classes),
-        class_counts=counts if any(g.class_counts for g in kept) else [],
-        generations=kept,
-        version=CORRECTED_VERSION if corrected else min(m.version, 3),
-    )
-
-
-def fingerprint(m: "Manifest") -> str:
-    """What a split is as read: its shards (names, sizes, checksums), classes and every corrections file."""
-    sha = hashlib.sha256()
-    for s in m.shards:
-        sha.update(f"{s.name}\0{s.samples}\0{s.bytes}\0{s.sha256}\n".encode())
-    sha.update(json.dumps(list(m.classes), ensure_ascii=False).encode())
-    for g in m.generations:
-        if g.corrections is not None:
-            sha.update(f"\n{g.number}:{g.corrections.sha256}".encode())
-    return sha.hexdigest()
+def has_corrections(gens: Sequence[Generation]) -> bool:
+    """Whether any of ``gens`` removes or relabels samples."""
+    return any(g.corrections is not None for g in gens)
 
 
 @dataclass(frozen=True)
@@ -312,35 +238,13 @@ class CorrectionRows:
         return cls(removed, relabeled)
 
 
-def corrections_of(m: "Manifest", generation: int, data: bytes) -> CorrectionRows:
-    """Generation ``generation``'s corrections, given its file's bytes (checked against the manifest's record)."""
-    from shardkit.storage import fs as storage
-
-    c = generations_of(m)[generation].corrections
-    if c is None:
-        return CorrectionRows((), ())
-    url = storage.join(m.base_url, c.name)
-    if len(data) != c.bytes or hashlib.sha256(data).hexdigest() != c.sha256:
-        raise ManifestError(
-            f"{url}: size or sha256 differs from the manifest (the corrections changed or are damaged); "
-            "restore it from the conversion, or convert again"
-        )
-    return CorrectionRows.from_bytes(data, url)
-
-
 __all__ = [
     "CORRECTED_VERSION",
     "CorrectionRows",
     "Corrections",
     "Generation",
     "corrections_name",
-    "corrections_of",
-    "fingerprint",
     "generations_error",
-    "generations_of",
     "has_corrections",
     "is_corrections_name",
-    "latest",
-    "pin",
-    "shard_span",
 ]

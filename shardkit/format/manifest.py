@@ -150,7 +150,7 @@ class Manifest:
         d = asdict(self)
         d.pop("url")
         d["generations"] = [g.to_dict() for g in self.generations]
-        d["version"] = CORRECTED_VERSION if has_corrections(self) else min(self.version, VERSION)
+        d["version"] = CORRECTED_VERSION if has_corrections(self.generations) else min(self.version, VERSION)
         for key in (
             "keypoint_names",
             "flip_pairs",
@@ -214,7 +214,7 @@ class Manifest:
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ManifestError(f"{where}: malformed manifest ({type(exc).__name__}: {exc})") from None
         m.validate(allow_unsafe_names=allow_unsafe_names)
-        if has_corrections(m) != (version == CORRECTED_VERSION):
+        if has_corrections(m.generations) != (version == CORRECTED_VERSION):
             raise ManifestError(
                 f"{where}: manifest version {version} "
                 + ("with corrections: corrected splits are version 4" if version < 4 else "without corrections")
@@ -261,7 +261,7 @@ class Manifest:
         problem = tables_error(self.tables)
         if problem:
             raise ManifestError(f"{where}: {problem}")
-        problem = generations_error(self)
+        problem = generations_error(self.generations, self.split, self.shard_sizes, len(self.classes))
         if problem:
             raise ManifestError(f"{where}: {problem}")
         if self.num_samples >= _MAX_COUNT:

@@ -14,16 +14,9 @@ from typing import Any, Optional
 import numpy as np
 
 from shardkit.errors import ManifestError, ShardkitError
-from shardkit.format.generations import (
-    CorrectionRows,
-    corrections_of,
-    fingerprint,
-    generations_of,
-    latest,
-    pin,
-    shard_span,
-)
+from shardkit.format.generations import CorrectionRows
 from shardkit.format.manifest import Manifest
+from shardkit.format.pin import corrections_of, fingerprint, generations_of, latest, pin, shard_span
 from shardkit.format.selection import BITS_NAME, Selection, read_manifest
 from shardkit.format.subset import Subset
 from shardkit.storage import fs as storage

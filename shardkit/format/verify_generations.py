@@ -20,8 +20,9 @@ from typing import Any, Optional
 import numpy as np
 
 from shardkit.errors import ShardkitError
-from shardkit.format.generations import generations_of, is_corrections_name
+from shardkit.format.generations import is_corrections_name
 from shardkit.format.manifest import Manifest
+from shardkit.format.pin import generations_of
 from shardkit.format.tables import TABLES_FORMAT, KeyTable, checked, is_table_name, read_samples_table
 from shardkit.storage import fs as storage
 
@@ -120,7 +121,7 @@ def generations_info(m: Manifest, **storage_options: Any) -> GenerationsInfo:
 
 def generation_problems(m: Manifest, **storage_options: Any) -> list[tuple[str, str]]:
     """``(file, what is wrong)`` for every table and corrections file of every generation of ``m``."""
-    from shardkit.format.generations import shard_span
+    from shardkit.format.pin import shard_span
     from shardkit.format.snapshot import corrected
 
     so = storage_options

@@ -16,7 +16,7 @@ from typing import Any, Optional
 from shardkit.choices import Choice, check_types
 from shardkit.format.members import MAX_PIXELS
 from shardkit.loader.fields import TARGET_KINDS, parse_fields
-from shardkit.loader.readplan import MAX_HOLE_BYTES
+from shardkit.loader.read.ranges import MAX_HOLE_BYTES
 from shardkit.loader.view import View, parse_views, scaled_views
 from shardkit.loader.workerconfig import MultiprocessingContext, WorkerConfig, default_num_workers  # noqa: F401
 from shardkit.plan.ordering import EpochPolicy, PlanConfig
@@ -196,7 +196,7 @@ class LoaderConfig:
             ``None``: the manifest's ``flip_pairs``.
         max_hole_bytes: a gap of at most this many bytes between two wanted samples of a shard (samples a
             selection or a correction leaves out, or consumed before a resume) is read through: one range read
-            instead of two. Default :data:`shardkit.loader.readplan.MAX_HOLE_BYTES` (1 MiB); 0: never read a gap
+            instead of two. Default :data:`shardkit.loader.read.ranges.MAX_HOLE_BYTES` (1 MiB); 0: never read a gap
             (fewest bytes, most requests: a sparse selection on a remote store pays per request).
         log_every_epoch: at the end of each epoch, log :meth:`ShardLoader.report`'s line (the share of
             the epoch the loop waited for data, img/s, skipped, retries, the slowest stage) on the

@@ -3,7 +3,7 @@
 In ``__iter__`` a worker runs :func:`shardkit.loader.stages.worker_pipeline`: it finds out
 who it is (explicit ``rank``/``world_size`` or ``torch.distributed``, plus ``get_worker_info``),
 asks :func:`shardkit.plan.worker_plan` what to read for the current epoch and resume point,
-and runs a ``webdataset.DataPipeline`` of three stages (:mod:`shardkit.loader.read`,
+and runs a ``webdataset.DataPipeline`` of three stages (:mod:`shardkit.loader.read.reader`,
 :mod:`shardkit.loader.batching`): plan blocks -> sequentially read raw samples in shuffled
 emission order -> the planned batches, made by the dataset's decode strategy
 (:attr:`ShardDataset.strategy`). A plain URL is a one-source mixture whose plan is exactly
@@ -69,7 +69,7 @@ class ShardDataset(IterableDataset):
 
     Every source is resolved to a :class:`~shardkit.format.snapshot.Snapshot` (a split, an appended or corrected
     split, or a selection of one) and pinned for the loader's whole run: the plan counts the samples that are
-    in, the readers read them at their stored positions with their changed labels (:mod:`shardkit.loader.snapread`).
+    in, the readers read them at their stored positions with their changed labels (:mod:`shardkit.loader.read.stored`).
 
     Each item is a batch of the config's decode strategy (:mod:`shardkit.loader.batchtypes`): a
     :class:`~shardkit.loader.batchtypes.PixelBatch` (``images`` uint8 ``[n,3,S,S]``, ``labels`` int64

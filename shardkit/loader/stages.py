@@ -3,7 +3,7 @@
 :func:`worker_pipeline` finds out who the worker is, asks :func:`shardkit.plan.worker_plan`
 what to read for the current epoch and resume point, and folds a ``webdataset.DataPipeline``
 over the stages: plan blocks -> sequentially read raw samples in shuffled emission order
-(:mod:`shardkit.loader.read`) -> the planned batches, made by the dataset's decode strategy
+(:mod:`shardkit.loader.read.reader`) -> the planned batches, made by the dataset's decode strategy
 (:mod:`shardkit.loader.batching`, :mod:`shardkit.loader.decode.strategies`) -> for a mixture,
 labels, keys and per-source counts (:mod:`shardkit.loader.mixing`) -> for
 :class:`~shardkit.loader.ShardLoader`'s private copy, transport envelopes
@@ -30,10 +30,10 @@ from shardkit.format.fields import SampleRule
 from shardkit.format.manifest import Manifest
 from shardkit.format.prefixes import prefix_of
 from shardkit.loader.batching import BatchSpec, plain_alloc, planned_batches
-from shardkit.loader.blockreader import BlockReader, indexed_shards
 from shardkit.loader.mixing import MixSpec, mixture_batches
-from shardkit.loader.read import MixReader, plan_blocks, read_blocks
-from shardkit.loader.snapread import ReadMap
+from shardkit.loader.read.blocks import BlockReader, indexed_shards
+from shardkit.loader.read.reader import MixReader, plan_blocks, read_blocks
+from shardkit.loader.read.stored import ReadMap
 from shardkit.loader.stats import Counters
 from shardkit.loader.transport import envelopes, failures_as_items
 from shardkit.plan.world import World

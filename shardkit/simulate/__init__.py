@@ -2,7 +2,7 @@
 
 :func:`simulate` is a pure function of a dataset's manifest (:class:`Dataset`; nothing else is read) and the
 settings (:class:`SimSettings`): the real planner and the real read schedule
-(:mod:`shardkit.simulate.schedule`, built on :mod:`shardkit.loader.readplan`) give every reading process's
+(:mod:`shardkit.simulate.schedule`, built on :mod:`shardkit.loader.read.ranges`) give every reading process's
 requests in order, the timing model (:mod:`shardkit.simulate.clock`, with the real
 :class:`~shardkit.storage.budget.RequestLimiter` on a virtual clock) when each is sent, and
 :mod:`shardkit.simulate.report` the rates per prefix. The budget rules (auto block size, per-process rate,

@@ -6,7 +6,7 @@ The model (every assumption here is also on the "Scaling out" page):
   than ``batch_size / img_per_s_per_rank`` after batch ``t - 1``. Batch ``t`` of a rank is made by worker
   ``t % W`` from its ``t // W``-th batch of samples (:mod:`shardkit.plan.split`); it is ready when the worker
   has read the block holding that batch's last sample (decoding is free).
-* **Read-ahead** (:func:`shardkit.loader.read.read_blocks`): a worker reads its first block at the epoch's start
+* **Read-ahead** (:func:`shardkit.loader.read.reader.read_blocks`): a worker reads its first block at the epoch's start
   and starts reading block ``k + 1`` once block ``k`` is read and the worker starts emitting block ``k``: when
   the DataLoader asks it for the batch holding block ``k``'s first sample, which it does ``2 * W`` batches
   ahead of the consumer (``prefetch_factor=2``; without workers, when the batch is taken). The asking time is

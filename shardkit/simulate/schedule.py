@@ -2,7 +2,7 @@
 
 The samples come from the real planner (:func:`shardkit.plan.epoch_stream`, :func:`shardkit.plan.partition_ranges`,
 :func:`shardkit.plan.block_bounds`: one source, a fresh epoch), the byte ranges from
-:mod:`shardkit.loader.readplan` (what :class:`~shardkit.loader.blockreader.BlockReader` sends). A worker reads
+:mod:`shardkit.loader.read.ranges` (what :class:`~shardkit.loader.read.blocks.BlockReader` sends). A worker reads
 its chunk block by block (a shuffled block at once; unshuffled, a batch at a time), each block's samples of one
 shard together; a shard it opens costs no request of its own (the manifest gives its size: no ``HEAD``) but,
 with a sample index, first the index (one ``GET``, kept for the worker's next shards; with a node cache, one per
@@ -26,7 +26,7 @@ from typing import Optional
 import numpy as np
 
 from shardkit.format.prefixes import prefix_of, spread_name
-from shardkit.loader import readplan
+from shardkit.loader.read import ranges
 from shardkit.plan import Mixture, PlanConfig, Source, block_bounds, epoch_stream, partition_ranges
 
 #: request kinds
@@ -34,7 +34,7 @@ HEAD, INDEX, GET, NOOP = 0, 1, 2, 3
 KINDS = ("HEAD", "GET index", "GET", "none")
 #: bytes of a sample index per sample (the sidecar holds about 40, plus its header)
 INDEX_BYTES_PER_SAMPLE = 40
-#: sample indexes a reader keeps (:attr:`shardkit.loader.blockreader.BlockReader.KEEP_INDEXES`)
+#: sample indexes a reader keeps (:attr:`shardkit.loader.read.blocks.BlockReader.KEEP_INDEXES`)
 KEEP_INDEXES = 4
 
 
@@ -48,7 +48,7 @@ class Dataset:
         nbytes: bytes per shard.
         indexed: the shards have sample indexes (``shardkit convert`` writes them).
         layout: every sample's member layout (None: :meth:`SampleLayout.synthetic
-            <shardkit.loader.readplan.SampleLayout.synthetic>` of the shard's bytes / samples).
+            <shardkit.loader.read.ranges.SampleLayout.synthetic>` of the shard's bytes / samples).
         sample_bytes: bytes of one sample per shard (None: the shard's bytes // samples).
     """
 
@@ -56,7 +56,7 @@ class Dataset:
     samples: np.ndarray
     nbytes: np.ndarray
     indexed: bool = True
-    layout: Optional[readplan.SampleLayout] = None
+    layout: Optional[ranges.SampleLayout] = None
     sample_bytes: Optional[np.ndarray] = None
     prefixes: tuple[str, ...] = field(init=False)
     shard_prefix: np.ndarray = field(init=False)
@@ -80,7 +80,7 @@ class Dataset:
         if min(shards, samples_per_shard, bytes_per_sample) < 1:
             raise ValueError("--shards, --samples-per-shard and --bytes-per-sample must be >= 1")
         names = tuple(spread_name(f"train-{j:06d}.tar", j, prefixes) for j in range(shards))
-        layout = readplan.SampleLayout.synthetic(bytes_per_sample)
+        layout = ranges.SampleLayout.synthetic(bytes_per_sample)
         n = np.full(shards, samples_per_shard, np.int64)
         return cls(names, n, n * layout.size + 1024, indexed, layout, np.full(shards, layout.size, np.int64))
 
@@ -97,9 +97,9 @@ class Dataset:
             manifest.sample_index == INDEX_FORMAT,  # type: ignore[attr-defined]
         )
 
-    def layout_of(self, shard: int) -> readplan.SampleLayout:
+    def layout_of(self, shard: int) -> ranges.SampleLayout:
         assert self.sample_bytes is not None
-        return self.layout or readplan.SampleLayout.synthetic(int(self.sample_bytes[shard]))
+        return self.layout or ranges.SampleLayout.synthetic(int(self.sample_bytes[shard]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,7 +148,7 @@ def epoch_schedule(
     epoch: int,
     block_size: int,
     index: bool = True,
-    max_range: int = readplan.MAX_RANGE_BYTES,
+    max_range: int = ranges.MAX_RANGE_BYTES,
     cache: Optional[Sequence[set[int]]] = None,
     ranks_per_node: int = 1,
     index_cache: Optional[Sequence[set[int]]] = None,
@@ -212,7 +212,7 @@ def epoch_schedule(
     opens = hits = waits = 0
     fetched: dict[tuple[int, int], int] = {}  # (node, shard) -> the process that downloaded it this epoch
     last_p, last_shard, last_read = -1, -1, -1
-    walk: Optional[readplan.WalkState] = None
+    walk: Optional[ranges.WalkState] = None
     indexes: list[int] = []
     cached = False
     sb = data.sample_bytes
@@ -242,7 +242,7 @@ def epoch_schedule(
                 if fetched.get((node, s), p) != p:
                     waits += 1
             elif cache is not None:
-                for lo, hi in readplan.download_gets(size, block_size=block_size):
+                for lo, hi in ranges.download_gets(size, block_size=block_size):
                     add(p, r, GET, s, lo, hi)
                 cache[node].add(s)
                 fetched[(node, s)] = p
@@ -253,11 +253,11 @@ def epoch_schedule(
                 key = (m, sbytes)
                 if key not in memo:
                     st = np.arange(m + 1, dtype=np.int64) * sbytes
-                    memo[key] = readplan.index_ranges(st, np.arange(m), max_range=max_range)
+                    memo[key] = ranges.index_ranges(st, np.arange(m), max_range=max_range)
                 for lo, hi in memo[key]:
                     add(p, r, GET, s, a * sbytes + lo, a * sbytes + hi)
             else:
-                gets, walk = readplan.walk_gets(
+                gets, walk = ranges.walk_gets(
                     data.layout_of(s), first=a, stop=a + m, block_size=block_size, shard_size=size, state=walk
                 )
                 for lo, hi in gets:

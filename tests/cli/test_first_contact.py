@@ -268,7 +268,7 @@ def test_summary_rate_is_labelled_as_the_whole_run(tmp_path, capsys):
 
 
 def test_bench_says_when_the_dataset_is_too_small_for_a_steady_figure(tmp_path):
-    from shardkit.loader.bench import bench
+    from shardkit.ops.bench import bench
 
     small = write_dataset(str(tmp_path / "small"), num_samples=24, shard_size=6)
     r = bench(small.url, workers=[0], batches=4, batch_size=4, size=32, window=4, max_s=3.0)

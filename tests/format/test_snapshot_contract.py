@@ -12,8 +12,9 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import ManifestError
-from shardkit.format.generations import CORRECTED_VERSION, Corrections, Generation, pin
+from shardkit.format.generations import CORRECTED_VERSION, Corrections, Generation
 from shardkit.format.manifest import Manifest, ShardInfo
+from shardkit.format.pin import pin
 from shardkit.format.subset import Subset
 
 SHA = "0" * 64

@@ -82,8 +82,8 @@ def _build(root: str, counts: list[int], *, prefixes: int, state: str, version: 
 
 def _loader_read(root: str) -> tuple[list, int, int]:
     """Every sample as the loader's reader reads it, with the shards it withheld and its range reads."""
-    from shardkit.loader.blockreader import BlockReader, indexed_shards
     from shardkit.loader.config import StorageConfig
+    from shardkit.loader.read.blocks import BlockReader, indexed_shards
     from shardkit.loader.stats import Counters
     from shardkit.plan.epoch import shard_offsets
     from shardkit.storage.opener import ShardOpener

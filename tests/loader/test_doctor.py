@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from shardkit.loader.doctor import epoch_report, measure, slowest_stage, verdict
+from shardkit.ops.doctor import epoch_report, measure, slowest_stage, verdict
 
 
 class FakeClock:
@@ -206,7 +206,7 @@ def test_bench_cli_verdict_follows_the_step_time(small_ds, capsys):
 
 
 def test_bench_reports_first_batch_and_steadiness(small_ds):
-    from shardkit.loader.bench import bench
+    from shardkit.ops.bench import bench
 
     r = bench(small_ds.url, workers=[1], batches=4, window=2, batch_size=4, size=16, max_s=20)
     (p,) = r.points
@@ -216,7 +216,7 @@ def test_bench_reports_first_batch_and_steadiness(small_ds):
 
 def test_bench_plot(small_ds, tmp_path):
     pytest.importorskip("matplotlib")
-    from shardkit.loader.bench import bench, plot
+    from shardkit.ops.bench import bench, plot
 
     r = bench(small_ds.url, workers=[0], batches=2, window=2, batch_size=4, size=16, step_ms=5.0, step_source="test")
     plot(r, str(tmp_path / "b.png"))
@@ -225,7 +225,7 @@ def test_bench_plot(small_ds, tmp_path):
 
 def test_step_time_of_a_model_and_unknown_model(small_ds, capsys):
     from shardkit.cli import main
-    from shardkit.loader.bench import step_time_ms
+    from shardkit.ops.bench import step_time_ms
 
     assert step_time_ms("mobilenet_v3_small", batch_size=2, size=32, device="cpu", steps=1) > 0
     assert main(["bench", small_ds.url, "--workers", "0", "--model", "no_such_net", "--device", "cpu"]) == 2

@@ -18,10 +18,10 @@ import shardkit.loader.fields as loader_fields
 from shardkit.format import fieldtable
 from shardkit.format.fields import MEMBER_OF, STORED_FIELDS
 from shardkit.format.fieldtable import Batching, Delivery, Field, Geometry, Home, Layout
-from shardkit.loader.bench import bench_fields
 from shardkit.loader.decode.strategies import _HOMES
 from shardkit.loader.rows import PLANES, ROW_CODECS, FieldRows
 from shardkit.loader.targetrows import PIXEL_TARGETS, PLANE_BYTES
+from shardkit.ops.bench import bench_fields
 from shardkit.targets.batchdict import TARGET_FIELDS, targets_of, with_targets
 from shardkit.targets.geometry import Targets
 from tests.support.data import write_fields_dataset

@@ -18,8 +18,8 @@ from shardkit.cli import main
 from shardkit.demo.scenes import write_scenes
 from shardkit.errors import ShardkitError
 from shardkit.format.manifest import load_manifest
-from shardkit.loader.bench import bench, bench_fields, decode_ceiling
 from shardkit.loader.config import ImageConfig
+from shardkit.ops.bench import bench, bench_fields, decode_ceiling
 from tests.support.data import write_dataset, write_fields_dataset
 from tests.support.repo import ROOT
 

@@ -19,7 +19,7 @@ import shardkit
 from shardkit.format.index import index_url
 from shardkit.format.manifest import load_manifest
 from shardkit.loader.config import StorageConfig
-from shardkit.loader.read import BlockReader
+from shardkit.loader.read.reader import BlockReader
 from shardkit.loader.stats import Counters
 from shardkit.plan.epoch import shard_offsets
 from shardkit.storage.opener import ShardOpener

@@ -26,7 +26,7 @@ import pytest
 import shardkit
 from shardkit.format.manifest import load_manifest
 from shardkit.loader.config import StorageConfig
-from shardkit.loader.read import BlockReader
+from shardkit.loader.read.reader import BlockReader
 from shardkit.loader.stats import Counters
 from shardkit.plan.epoch import shard_offsets
 from shardkit.storage.opener import ShardOpener

@@ -467,7 +467,7 @@ def test_read_ahead_emits_the_same_samples_and_stops_its_thread(datasets, shuffl
     import numpy as np
 
     from shardkit.loader.config import StorageConfig
-    from shardkit.loader.read import BlockReader, read_blocks
+    from shardkit.loader.read.reader import BlockReader, read_blocks
     from shardkit.loader.stats import Counters
     from shardkit.plan.epoch import Block
     from shardkit.storage.opener import ShardOpener
@@ -534,7 +534,7 @@ class _FakeReader:
 def test_a_failed_read_surfaces_in_order_and_nothing_is_read_after_it(read_ahead):
     import numpy as np
 
-    from shardkit.loader.read import read_blocks
+    from shardkit.loader.read.reader import read_blocks
     from shardkit.plan.epoch import Block
 
     blocks = [Block(np.arange(s, s + 10), np.arange(10)[::-1].copy()) for s in range(0, 60, 10)]
@@ -552,7 +552,7 @@ def test_a_failed_read_surfaces_in_order_and_nothing_is_read_after_it(read_ahead
 def test_closing_early_does_not_wait_for_a_slow_read():
     import numpy as np
 
-    from shardkit.loader.read import read_blocks
+    from shardkit.loader.read.reader import read_blocks
     from shardkit.plan.epoch import Block
 
     blocks = [Block(np.arange(s, s + 10), np.arange(10)) for s in range(0, 40, 10)]

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import shardkit
 from shardkit.cli import main
 from shardkit.errors import ManifestError
-from shardkit.format.generations import fingerprint, pin
 from shardkit.format.manifest import load_manifest
+from shardkit.format.pin import fingerprint, pin
 from shardkit.format.snapshot import resolve
 from shardkit.selecting import SelectError, WhereError
 from tests.select.helpers import CLASSES, write_living

@@ -17,7 +17,7 @@ import shardkit
 from shardkit.format.index import index_url
 from shardkit.format.manifest import load_manifest
 from shardkit.format.prefixes import spread_name
-from shardkit.loader import readplan
+from shardkit.loader.read import ranges
 from shardkit.plan import PlanConfig
 from shardkit.simulate.schedule import HEAD, INDEX, NOOP, Dataset, epoch_schedule
 from tests.support.data import add_index, write_dataset
@@ -36,13 +36,13 @@ def _collect_clients():
     gc.collect()
 
 
-def _layout(root: str, name: str) -> readplan.SampleLayout:
+def _layout(root: str, name: str) -> ranges.SampleLayout:
     import tarfile
 
     members = tarfile.open(os.path.join(root, name)).getmembers()
     per = [m for m in members if m.name.startswith(members[0].name.split(".")[0] + ".")]
     size = per[-1].offset_data + -(-per[-1].size // 512) * 512
-    return readplan.SampleLayout(size, tuple((m.offset, m.size, True) for m in per))
+    return ranges.SampleLayout(size, tuple((m.offset, m.size, True) for m in per))
 
 
 @pytest.fixture()

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from shardkit.cli import main
 from shardkit.format.index import index_url
 from shardkit.format.indexio import index_from_walk
-from shardkit.loader.blockreader import BlockReader
-from shardkit.loader.read import _pieces
+from shardkit.loader.read.blocks import BlockReader
+from shardkit.loader.read.reader import _pieces
 from shardkit.loader.stats import Counters
 from shardkit.plan import Mixture, PlanConfig, Source, World, epoch_stream, shard_offsets, worker_plan
 from shardkit.simulate import Dataset, SimSettings, peak_rate, simulate

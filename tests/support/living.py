@@ -19,10 +19,11 @@ from PIL import Image
 
 from shardkit.convert import ConvertConfig, convert
 from shardkit.format import EncodedSample, write_shard
-from shardkit.format.generations import CorrectionRows, Corrections, Generation, corrections_name, generations_of
+from shardkit.format.generations import CorrectionRows, Corrections, Generation, corrections_name
 from shardkit.format.index import index_url
 from shardkit.format.indexio import index_from_walk
 from shardkit.format.manifest import ShardInfo, load_manifest, save_manifest
+from shardkit.format.pin import generations_of
 from shardkit.format.selection import write_selection
 from shardkit.format.tablebuild import write_tables
 from shardkit.format.tables import sample_row
@@ -175,6 +176,6 @@ def select(living: Living, keys: "set[str]", out: str, *, generation: "int | Non
 
 
 def _stored_count(url: str, generation: int) -> int:
-    from shardkit.format.generations import pin
+    from shardkit.format.pin import pin
 
     return pin(load_manifest(url), generation).num_samples

@@ -7,7 +7,7 @@ import io
 import tarfile
 
 from shardkit.format.writer import EncodedSample, write_shard
-from shardkit.loader import readplan
+from shardkit.loader.read import ranges
 
 
 class RecordingRaw(io.RawIOBase):
@@ -39,7 +39,7 @@ class RecordingRaw(io.RawIOBase):
         return len(chunk)
 
 
-def uniform_shard(n: int, jpeg_bytes: int) -> tuple[bytes, readplan.SampleLayout]:
+def uniform_shard(n: int, jpeg_bytes: int) -> tuple[bytes, ranges.SampleLayout]:
     """A tar of ``n`` samples that all have the same member sizes, and their layout."""
     samples = [EncodedSample(f"k{i:06d}", b"\xff" * jpeg_bytes, 0, {"i": f"{i:06d}"}) for i in range(n)]
     f = io.BytesIO()
@@ -50,4 +50,4 @@ def uniform_shard(n: int, jpeg_bytes: int) -> tuple[bytes, readplan.SampleLayout
     size = per[-1].offset_data + -(-per[-1].size // 512) * 512
     for i in range(n):  # every sample alike
         assert [m.offset for m in members[i * len(per) : (i + 1) * len(per)]] == [i * size + m.offset for m in per]
-    return data, readplan.SampleLayout(size, tuple((m.offset, m.size, True) for m in per))
+    return data, ranges.SampleLayout(size, tuple((m.offset, m.size, True) for m in per))

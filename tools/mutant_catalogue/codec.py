@@ -46,7 +46,7 @@ MUTANTS = [
     {
         "id": "codec-bench-omits-the-backend",
         "row": ROW_BACKEND,
-        "file": "shardkit/loader/bench.py",
+        "file": "shardkit/ops/bench.py",
         "old": 'report.decoder += f", decoded on {device} by {backend}"',
         "new": 'report.decoder += f", decoded on {device}"',
         "tests": [f"{T}::test_bench_names_the_backend"],

@@ -1,5 +1,5 @@
 """Mutants of what a new user meets in the loader, bench and targets: ``shardkit bench`` on datasets without a class
-label and on an empty split (``shardkit/loader/bench.py``), the ``__main__`` guard of spawned workers
+label and on an empty split (``shardkit/ops/bench.py``), the ``__main__`` guard of spawned workers
 (``shardkit/loader/pool.py``), the tv_tensors round trip (``shardkit/targets/``), a source that takes no samples and
 reordered sources on resume (``shardkit/plan/member.py``, ``shardkit/loader/state.py``), the ``detect`` preset's
 offsets, and the simulator's prefix table and read-ahead. Tests: ``tests/loader/test_first_contact_loader.py``,
@@ -31,7 +31,7 @@ MUTANTS = [
     {
         "id": "fc-bench-asks-for-no-fields",  # a dataset without 'label' dies with a traceback again
         "row": ROW_BENCH,
-        "file": "shardkit/loader/bench.py",
+        "file": "shardkit/ops/bench.py",
         "old": "names = bench_fields(manifest) if fields is None else parse_fields(fields)",
         "new": "names = parse_fields(fields)",
         "tests": [L + "test_bench_measures_the_fields_each_dataset_stores"],
@@ -39,7 +39,7 @@ MUTANTS = [
     {
         "id": "fc-bench-fields-drop-the-targets",  # detection benches without its targets: a rosier figure
         "row": ROW_BENCH,
-        "file": "shardkit/loader/bench.py",
+        "file": "shardkit/ops/bench.py",
         "old": "    stored = tuple(f for f in available(manifest) if f not in ALWAYS and f not in OPT_IN)\n",
         "new": "    stored = tuple(f for f in available(manifest) if f not in ALWAYS and f in ('label', 'text'))\n",
         "tests": [L + "test_bench_measures_the_fields_each_dataset_stores"],
@@ -47,7 +47,7 @@ MUTANTS = [
     {
         "id": "fc-bench-empty-split-not-checked",
         "row": ROW_BENCH,
-        "file": "shardkit/loader/bench.py",
+        "file": "shardkit/ops/bench.py",
         "old": "    if snap.num_samples == 0:\n",
         "new": "    if False:\n",
         "tests": [L + "test_bench_of_an_empty_split_is_one_line"],
@@ -55,7 +55,7 @@ MUTANTS = [
     {
         "id": "fc-decode-ceiling-indexes-no-batch",  # IndexError: batches[0]
         "row": ROW_BENCH,
-        "file": "shardkit/loader/bench.py",
+        "file": "shardkit/ops/bench.py",
         "old": "    if not batches:\n",
         "new": "    if False:\n",
         "tests": [L + "test_bench_of_an_empty_split_is_one_line"],

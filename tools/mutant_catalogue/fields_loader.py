@@ -1,7 +1,7 @@
 """Mutants of ``fields=`` in the loader: dict batches of image/views, label, labels, target, text, meta,
 key, source (``shardkit/loader/fields.py``, ``rows.py``, ``batching.with_rows``, ``strategies.deliver_fields`` and
 ``decode_on_device``, ``mixing.mixed_multi_hot``, ``batchtypes``), the reader's per-dataset rule
-(``blockreader.py``), and the shared slot of an empty batch (``transport.SlotWriter.claim``).
+(``loader/read/blocks.py``), and the shared slot of an empty batch (``transport.SlotWriter.claim``).
 Tests: ``tests/loader/test_fields.py``, ``tests/integrations/test_lightning_fields.py``."""
 
 ROW_ROWS = (
@@ -83,7 +83,7 @@ MUTANTS = [
     {
         "id": "fields-index-path-forgets-the-rule",  # the index reads every dataset as single-label
         "row": ROW_RULE,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "first_gid=first + i, rule=self.rule))",
         "new": "first_gid=first + i, num_classes=self.num_classes))",
         "tests": [INDEX],
@@ -91,7 +91,7 @@ MUTANTS = [
     {
         "id": "fields-walk-forgets-the-rule",
         "row": ROW_RULE,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "                self.urls[shard],\n                rule=self.rule,\n",
         "new": "                self.urls[shard],\n                num_classes=self.num_classes,\n",
         "tests": [EVERY_ROW],

@@ -42,7 +42,7 @@ MUTANTS = [
     {
         "id": "table-bench-asks-for-opt-in-fields",  # bench's default selection turns crowd boxes into rows
         "row": ROW_TABLE,
-        "file": "shardkit/loader/bench.py",
+        "file": "shardkit/ops/bench.py",
         "old": " and f not in OPT_IN)",
         "new": ")",
         "tests": [T + "test_box_crowd_is_asked_for_by_name_only"],

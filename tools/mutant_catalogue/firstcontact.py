@@ -1,5 +1,5 @@
 """Mutants of the conversion job, its output layout and first contact (``shardkit/convert/job.py``, ``dest.py``,
-``encoder.py``, ``options.py``, ``shardkit/format/manifest.py``, ``shardkit/loader/bench.py``, ``shardkit/cli/cmd_sample_data.py``,
+``encoder.py``, ``options.py``, ``shardkit/format/manifest.py``, ``shardkit/ops/bench.py``, ``shardkit/cli/cmd_sample_data.py``,
 ``shardkit/demo/sampledata.py``)."""
 
 ROW_LAYOUT = (
@@ -148,7 +148,7 @@ MUTANTS = [
     {
         "id": "bench-tiny-dataset-called-steady",
         "row": ROW_BENCH,
-        "file": "shardkit/loader/bench.py",
+        "file": "shardkit/ops/bench.py",
         "old": "            if per_epoch < need:",
         "new": "            if False:",
         "tests": [T + "test_bench_says_when_the_dataset_is_too_small_for_a_steady_figure"],
@@ -156,7 +156,7 @@ MUTANTS = [
     {
         "id": "bench-steady-needs-one-window",
         "row": ROW_BENCH,
-        "file": "shardkit/loader/bench.py",
+        "file": "shardkit/ops/bench.py",
         "old": "per_epoch, need = len(loader), max(1, nw) + 2 * window",
         "new": "per_epoch, need = len(loader), max(1, nw) + window",
         "tests": [T + "test_bench_says_when_the_dataset_is_too_small_for_a_steady_figure"],

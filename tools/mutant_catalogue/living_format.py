@@ -1,5 +1,5 @@
 """Mutants of the living split's format: ``Subset``, generations in the manifest, ``pin`` and a selection's parent
-check (``shardkit/format/subset.py``, ``generations.py``, ``manifest.py``, ``snapshot.py``)."""
+check (``shardkit/format/subset.py``, ``generations.py``, ``pin.py``, ``manifest.py``, ``snapshot.py``)."""
 
 ROW_SUBSET = "Living datasets: a subset keeps exactly the samples its mask keeps"
 ROW_GEN = "Living datasets: generations describe the manifest's shards, and pinning one takes its prefix"
@@ -44,7 +44,7 @@ MUTANTS = [
     {
         "id": "pin-keeps-later-classes",
         "row": ROW_GEN,
-        "file": "shardkit/format/generations.py",
+        "file": "shardkit/format/pin.py",
         "old": "classes = m.classes[: kept[-1].classes]",
         "new": "classes = m.classes",
         "tests": [f"{T}::test_generations_round_trip_and_pin_takes_a_prefix"],
@@ -53,7 +53,7 @@ MUTANTS = [
         "id": "generations-samples-unchecked",
         "row": ROW_GEN,
         "file": "shardkit/format/generations.py",
-        "old": "if sum(s.samples for s in m.shards[first : first + g.shards]) != g.samples:",
+        "old": "if sum(shard_samples[first : first + g.shards]) != g.samples:",
         "new": "if False:",
         "tests": [f"{T}::test_generations_that_do_not_describe_the_shards_are_refused"],
     },
@@ -61,7 +61,7 @@ MUTANTS = [
         "id": "manifest-corrections-written-as-version-3",
         "row": ROW_VERSION,
         "file": "shardkit/format/manifest.py",
-        "old": 'd["version"] = CORRECTED_VERSION if has_corrections(self) else min(self.version, VERSION)',
+        "old": 'd["version"] = CORRECTED_VERSION if has_corrections(self.generations) else min(self.version, VERSION)',
         "new": 'd["version"] = min(self.version, VERSION)',
         "tests": [f"{T}::test_corrections_make_version_4_and_a_version_3_file_with_them_is_refused"],
     },

@@ -1,5 +1,5 @@
 """Mutants of planning and elastic resume (``shardkit/plan/epoch.py``, ``shardkit/plan/split.py``), the sample-index
-fallback and range reads (``shardkit/loader/read.py``, ``shardkit/format/index.py``) and device decode
+fallback and range reads (``shardkit/loader/read/reader.py``, ``shardkit/format/index.py``) and device decode
 (``shardkit/loader/decode/device.py``). Area "plan"."""
 
 ROW_ONCE = "Every sample exactly once per epoch over ranks × workers"
@@ -133,11 +133,11 @@ MUTANTS = [
         "new": "    seen |= np.isin(listed.gids, listed.gids[seen])\n    keep = np.flatnonzero(assigned & ~seen)\n    return Explicit(",
         "tests": [CHAIN_REPEATS, ORACLE_MIX],
     },
-    # ------------------------------------------------------------------ shardkit/loader/read.py, shardkit/format/index.py
+    # ------------------------------------------------------------------ shardkit/loader/read/reader.py, shardkit/format/index.py
     {
         "id": "read-rejected-shard-walked",  # an unusable index: the shard read with the header walk instead
         "row": ROW_INDEX,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "            why = self._withheld[shard]\n            return [",
         "new": "            return self._walk(shard, gids)\n            return [",
         "tests": [WITHHELD],
@@ -145,7 +145,7 @@ MUTANTS = [
     {
         "id": "read-rejected-samples-walked",  # a slice's rejected samples read again with the walk
         "row": ROW_INDEX,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "out.extend(idx.slice(piece, i, j, url=url, first_gid=first + i, rule=self.rule))",
         "new": "out.extend(x if not x.error else self._walk(shard, np.array([x.gid]))[0] for x in idx.slice(piece, i, j, url=url, first_gid=first + i, rule=self.rule))",
         "tests": [FALLBACK],
@@ -153,7 +153,7 @@ MUTANTS = [
     {
         "id": "read-uint64-offsets-wrap",
         "row": ROW_INDEX,
-        "file": "shardkit/loader/readplan.py",
+        "file": "shardkit/loader/read/ranges.py",
         "old": "st = np.asarray(starts).astype(np.int64)",
         "new": "st = np.asarray(starts)",
         "tests": [GOING_BACK],
@@ -161,7 +161,7 @@ MUTANTS = [
     {
         "id": "read-span-going-back-joined-to-the-range",
         "row": ROW_INDEX,
-        "file": "shardkit/loader/readplan.py",
+        "file": "shardkit/loader/read/ranges.py",
         "old": "0 <= st[span[0]] - st[group[-1][1]] <= max_hole",
         "new": "st[span[0]] - st[group[-1][1]] <= max_hole",
         "tests": [GOING_BACK],

@@ -107,7 +107,7 @@ MUTANTS = [
     {
         "id": "scale2-index-not-through-cache",  # every process fetches every index from the store
         "row": ROW_CLAIM,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "                idx = self.opener.fetch_sidecar(url, sha, check)",
         "new": "                idx = check(self.opener.fetch(url))",
         "tests": [SHARING],

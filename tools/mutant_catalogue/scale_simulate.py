@@ -1,4 +1,4 @@
-"""Mutants of the read schedule (``shardkit/loader/readplan.py``) and ``shardkit simulate``
+"""Mutants of the read schedule (``shardkit/loader/read/ranges.py``) and ``shardkit simulate``
 (``shardkit/simulate/``). Area "scale_simulate". Tests: ``tests/simulate/``."""
 
 ROW_READPLAN = (
@@ -19,7 +19,7 @@ ROW_BUDGET = (
     "(one prefix: within the budget), and the node cache serves later epochs"
 )
 
-R = "tests/simulate/test_readplan.py::"
+R = "tests/simulate/test_ranges.py::"
 INDEX = R + "test_index_ranges_match_a_loop_over_samples"
 WALK = R + "test_walk_gets_match_the_real_reader_through_a_real_buffered_reader"
 BUFFERED = R + "test_buffered_read_matches_io_bufferedreader_for_any_seek_and_read"
@@ -30,7 +30,7 @@ BUDGET = S + "test_with_a_budget_the_world_keeps_it"
 CACHE = S + "test_the_node_cache_serves_later_epochs"
 TIMING = S + "test_one_reader_timing_by_hand"
 
-RP = "shardkit/loader/readplan.py"
+RP = "shardkit/loader/read/ranges.py"
 SCHED = "shardkit/simulate/schedule.py"
 
 MUTANTS = [

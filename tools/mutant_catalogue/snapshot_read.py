@@ -1,5 +1,5 @@
 """Mutants of reading a snapshot: the loader, ``shardkit.open``, bench and simulate over an appended split, a
-corrected split and a selection (``shardkit/loader/snapread.py``, the read path, generation pinning in states,
+corrected split and a selection (``shardkit/loader/read/stored.py``, the read path, generation pinning in states,
 ``shardkit/access/``)."""
 
 ROW_ONCE = "Living datasets: a selection's or corrected split's epoch delivers each sample that is in exactly once"
@@ -21,7 +21,7 @@ MUTANTS = [
     {
         "id": "snapshot-read-stored-position-not-mapped",
         "row": ROW_ONCE,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "                local = self.map.stored(shard, local)",
         "new": "                local = local",
         "tests": [EPOCHS, f"{L}::test_a_selection_of_a_split_without_sample_indexes_is_read_by_the_walk"],
@@ -29,7 +29,7 @@ MUTANTS = [
     {
         "id": "snapshot-read-planned-id-not-restored",
         "row": ROW_ONCE,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "                    s.gid = gid",
         "new": "                    pass",
         "tests": [EPOCHS, f"{L}::test_a_mixture_source_may_be_a_selection"],
@@ -37,7 +37,7 @@ MUTANTS = [
     {
         "id": "snapshot-read-index-checked-against-kept-count",
         "row": ROW_ONCE,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "            return int(self.map.stored_sizes[shard])",
         "new": "            return int(self.offsets[shard + 1] - self.offsets[shard])",
         "tests": [EPOCHS],
@@ -53,7 +53,7 @@ MUTANTS = [
     {
         "id": "snapshot-read-relabel-not-applied",
         "row": ROW_LABEL,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "                self.map.relabel(shard, got)",
         "new": "                pass",
         "tests": [CORRECTED],
@@ -61,7 +61,7 @@ MUTANTS = [
     {
         "id": "snapshot-read-class-name-not-relabelled",
         "row": ROW_LABEL,
-        "file": "shardkit/loader/snapread.py",
+        "file": "shardkit/loader/read/stored.py",
         "old": 'sample.meta_bytes = json.dumps({**meta, "class": classes[new]}, ensure_ascii=False).encode("utf-8")',
         "new": "pass",
         "tests": [CORRECTED, ITEMS],

@@ -1,5 +1,5 @@
 """Mutants of checked reads: per-sample CRC32C in the sample index, checked on every read
-(``shardkit/format/index.py``, ``shardkit/format/writer.py``, ``shardkit/loader/blockreader.py``)."""
+(``shardkit/format/index.py``, ``shardkit/format/writer.py``, ``shardkit/loader/read/blocks.py``)."""
 
 ROW_CHECKED = (
     "Checked reads: every sample delivered through a sample index matches its CRC32C and tar headers; "
@@ -40,7 +40,7 @@ MUTANTS = [
     {
         "id": "short-range-delivered-as-walk",  # a truncated shard's short read: samples silently dropped
         "row": ROW_CHECKED,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "                    out.extend(\n                        RawSample(key=idx.keys[x], gid=first + x, shard=url, index=x, error=why) for x in range(i, j)\n                    )",
         "new": "                    pass",
         "tests": [CHANGED],
@@ -56,7 +56,7 @@ MUTANTS = [
     {
         "id": "index-cache-fifo",  # a hot shard's index evicted by the shards read between its blocks
         "row": ROW_INDEX_CACHE,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "        idx = self._indexes.pop(shard, None)\n",
         "new": "        idx = self._indexes.get(shard)\n",
         "tests": ["tests/loader/test_checked_reads.py::test_a_hot_shards_index_stays_cached_while_others_come_and_go"],
@@ -72,7 +72,7 @@ MUTANTS = [
     {
         "id": "cached-range-not-read-again",  # a damaged cache entry's samples skipped instead of refetched
         "row": ROW_CHECKED,
-        "file": "shardkit/loader/blockreader.py",
+        "file": "shardkit/loader/read/blocks.py",
         "old": "                data = self._from_store(shard, lo, hi)",
         "new": "                pass",
         "tests": [
@@ -82,7 +82,7 @@ MUTANTS = [
     {
         "id": "bench-spread-of-one-window",  # the uncertainty taken from one window instead of the last two
         "row": "shardkit bench: the best figure carries its spread (the last two windows) and names the limiting stage",
-        "file": "shardkit/loader/doctor.py",
+        "file": "shardkit/ops/doctor.py",
         "old": "        return abs(self.windows[-1] - self.windows[-2]) / 2 if len(self.windows) >= 2 else 0.0",
         "new": "        return abs(self.windows[-1] - self.windows[0]) / 2 if len(self.windows) >= 2 else 0.0",
         "tests": ["tests/loader/test_bench_report.py::test_the_spread_is_half_the_last_two_windows_difference"],

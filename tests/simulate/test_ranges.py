@@ -1,4 +1,4 @@
-"""The read schedule (:mod:`shardkit.loader.readplan`) against simple references: index ranges against a
+"""The read schedule (:mod:`shardkit.loader.read.ranges`) against simple references: index ranges against a
 loop over samples, the buffered header walk against the real ``ShardReader`` over a real
 ``io.BufferedReader`` that records its raw reads, and the cache download against ``copy_stream``."""
 
@@ -11,7 +11,7 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.format.tar import ShardReader
-from shardkit.loader import readplan
+from shardkit.loader.read import ranges
 from shardkit.storage.cache import copy_stream
 from tests.support.shard_reads import RecordingRaw, uniform_shard
 
@@ -66,7 +66,7 @@ def test_index_ranges_match_a_loop_over_samples(sizes, keep, max_range, max_hole
     n = len(sizes)
     wanted = [i for i in range(n) if keep[i]] or [n - 1]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.uint64)
-    got = readplan.index_ranges(starts, np.array(wanted), max_range=max_range, max_hole=max_hole)
+    got = ranges.index_ranges(starts, np.array(wanted), max_range=max_range, max_hole=max_hole)
     assert got == reference_ranges(sizes, wanted, max_range, max_hole)
     # byte by byte: every wanted byte is read exactly once, and only holes of at most max_hole besides
     read = np.zeros(int(starts[-1]), np.int64)
@@ -96,13 +96,13 @@ def test_walk_gets_match_the_real_reader_through_a_real_buffered_reader(n, jpeg,
     d = data.draw(st.integers(c, n))
     raw = RecordingRaw(shard)
     reader = ShardReader(io.BufferedReader(raw, buffer_size=block), "x.tar")
-    got, state = readplan.walk_gets(layout, first=a, stop=b, block_size=block, shard_size=len(shard))
+    got, state = ranges.walk_gets(layout, first=a, stop=b, block_size=block, shard_size=len(shard))
     keys = [reader.read(i).key for i in range(a, b)]
     assert keys == [f"k{i:06d}" for i in range(a, b)]
     assert got == raw.gets, (a, b)
     if d > c:  # the next block of the same shard continues the open reader
         raw.gets.clear()
-        more, _ = readplan.walk_gets(layout, first=c, stop=d, block_size=block, shard_size=len(shard), state=state)
+        more, _ = ranges.walk_gets(layout, first=c, stop=d, block_size=block, shard_size=len(shard), state=state)
         for i in range(c, d):
             reader.read(i)
         assert more == raw.gets, (a, b, c, d)
@@ -113,7 +113,7 @@ def test_walk_gets_match_the_real_reader_through_a_real_buffered_reader(n, jpeg,
 def test_download_gets_match_copy_stream(size, block, chunk):
     raw = RecordingRaw(bytes(size))
     copy_stream(io.BufferedReader(raw, buffer_size=block), io.BytesIO(), chunk)
-    assert readplan.download_gets(size, block_size=block, chunk=chunk) == raw.gets
+    assert ranges.download_gets(size, block_size=block, chunk=chunk) == raw.gets
 
 
 @ORACLE
@@ -125,10 +125,10 @@ def test_download_gets_match_copy_stream(size, block, chunk):
 def test_buffered_read_matches_io_bufferedreader_for_any_seek_and_read(size, block, ops):
     raw = RecordingRaw(bytes(size))
     f = io.BufferedReader(raw, buffer_size=block)
-    buf = readplan.Buffer()
+    buf = ranges.Buffer()
     for offset, n in ops:
         raw.gets.clear()
         f.seek(offset)
         f.read(n)
-        gets, buf = readplan.buffered_read(buf, offset, n, block_size=block, size=size)
+        gets, buf = ranges.buffered_read(buf, offset, n, block_size=block, size=size)
         assert gets == raw.gets, (offset, n)

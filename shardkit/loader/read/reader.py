@@ -1,6 +1,6 @@
 """The read stage: plan blocks -> raw samples, one sequential read per block, the next block read ahead.
 
-:class:`~shardkit.loader.blockreader.BlockReader` (one source) or :class:`MixReader` (one
+:class:`~shardkit.loader.read.blocks.BlockReader` (one source) or :class:`MixReader` (one
 per source of a mixture) turns a block's sample ids into :class:`RawSample` objects;
 :func:`read_blocks` runs those reads one block ahead on a thread and emits each block's
 samples in its planned (shuffled) order.
@@ -15,7 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from shardkit.format import RawSample
-from shardkit.loader.blockreader import BlockReader, indexed_shards
+from shardkit.loader.read.blocks import BlockReader, indexed_shards
 from shardkit.loader.stats import COUNTERS, Counters
 from shardkit.plan.epoch import Block
 

@@ -8,7 +8,7 @@ headers; a shard of a dataset written without an index is read with the tar head
 (:class:`shardkit.format.tar.ShardReader`, skipping forward without reading data). Bytes the
 index rejects are withheld (each such sample carries its ``error``), never walked: a shard
 that changed since conversion does not get a second, less careful reader. The read stage
-that drives it is :mod:`shardkit.loader.read`.
+that drives it is :mod:`shardkit.loader.read.reader`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from shardkit.format import RawSample, ShardReader, TarDamage
 from shardkit.format.fields import SampleRule
 from shardkit.format.index import READABLE_INDEX_FORMATS, IndexDamage, IndexMismatch, SampleIndex, index_url
 from shardkit.format.manifest import Manifest
-from shardkit.loader import readplan
-from shardkit.loader.snapread import ReadMap
+from shardkit.loader.read import ranges
+from shardkit.loader.read.stored import ReadMap
 from shardkit.loader.stats import Counters
 from shardkit.storage import fs as storage
 from shardkit.storage.opener import ShardOpener
@@ -64,7 +64,7 @@ class BlockReader:
             a None entry: that shard is walked, e.g. a mixture's source written before the index).
         content: the shards' sha256s from the manifest (the cache's content key), when ``sha256`` is None
             (default: ``sha256``).
-        read_map: the snapshot's kept positions and changed labels (:class:`~shardkit.loader.snapread.ReadMap`):
+        read_map: the snapshot's kept positions and changed labels (:class:`~shardkit.loader.read.stored.ReadMap`):
             ``gids`` and ``shard_offsets`` then count the samples that are in, and each is read at its stored
             position and handed out with its changed label (None: every stored sample, as stored).
         max_hole: read through a gap of at most this many bytes between wanted samples (0: never).
@@ -72,9 +72,9 @@ class BlockReader:
 
     #: holes (samples left out, or consumed before a resume) up to this many bytes are read through rather than split
     #: into two range reads (the ``max_hole`` argument sets it per reader)
-    MAX_HOLE_BYTES = readplan.MAX_HOLE_BYTES
+    MAX_HOLE_BYTES = ranges.MAX_HOLE_BYTES
     #: largest range read: a block of more bytes takes several (bounds the block's bytes held twice while its members are cut out)
-    MAX_RANGE_BYTES = readplan.MAX_RANGE_BYTES
+    MAX_RANGE_BYTES = ranges.MAX_RANGE_BYTES
     #: sample indexes kept per reader (a worker's shards are read one after another)
     KEEP_INDEXES = 4
 
@@ -91,7 +91,7 @@ class BlockReader:
         rule: Optional[SampleRule] = None,
         content: Optional[Sequence[Optional[str]]] = None,
         read_map: Optional[ReadMap] = None,
-        max_hole: int = readplan.MAX_HOLE_BYTES,
+        max_hole: int = ranges.MAX_HOLE_BYTES,
     ):
         self.urls, self.nbytes, self.offsets = urls, nbytes, shard_offsets
         self.map = None if read_map is None or read_map.is_everything else read_map
@@ -272,7 +272,7 @@ class BlockReader:
         Consecutive samples are one range read (of at most :attr:`MAX_RANGE_BYTES`); a hole left by samples a
         subset leaves out or consumed before a resume is read through when it is small (:attr:`MAX_HOLE_BYTES`)
         but never sliced, checked or handed out,
-        else the block takes one range read per run (:func:`shardkit.loader.readplan.index_groups`).
+        else the block takes one range read per run (:func:`shardkit.loader.read.ranges.index_groups`).
         """
         url, first = self.urls[shard], int(self.offsets[shard])
         idx = self._index(shard)
@@ -284,7 +284,7 @@ class BlockReader:
         if idx is None:
             why = self._withheld[shard]
             return [RawSample(key=f"#{i}", gid=first + i, shard=url, index=i, error=why) for i in local.tolist()]
-        groups = readplan.index_groups(idx.starts, local, max_range=self.MAX_RANGE_BYTES, max_hole=self.MAX_HOLE_BYTES)
+        groups = ranges.index_groups(idx.starts, local, max_range=self.MAX_RANGE_BYTES, max_hole=self.MAX_HOLE_BYTES)
         out: list[RawSample] = []
         for group in groups:
             lo, hi = idx.byte_range(group[0][0], group[-1][1])

@@ -1,6 +1,6 @@
 """The read schedule as pure functions: which byte ranges a block read asks the store for.
 
-:class:`~shardkit.loader.blockreader.BlockReader` calls these for its requests, and ``shardkit simulate``
+:class:`~shardkit.loader.read.blocks.BlockReader` calls these for its requests, and ``shardkit simulate``
 replays them for a whole cluster, so the two cannot drift apart:
 
 * **Sample index** (:func:`index_groups`, :func:`index_ranges`): the samples of one block and shard,
