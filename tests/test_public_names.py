@@ -28,7 +28,7 @@ NOT_MODULES: tuple[str, ...] = (
     "shardkit.demo_options",  # shardkit.demo.spec
     "shardkit.devicedecode",  # shardkit.loader.decode.device
     "shardkit.doctor",  # the loader's doctor
-    "shardkit.inspect",  # shardkit.format.verify
+    "shardkit.inspect",  # shardkit.ops.verify
     "shardkit.jpegbackend",  # shardkit.loader.decode.backend
     "shardkit.lightning",  # shardkit.integrations.lightning
     "shardkit.manifest",  # shardkit.format.manifest

@@ -1,7 +1,7 @@
 """The ``shardkit`` command: a thin layer over the library.
 
 Each subcommand lives in its own module in this package, ``cmd_<command>.py``
-(so that ``cli/cmd_verify.py`` is not taken for ``format/verify.py``), exposing ``HELP``,
+(so that ``cli/cmd_verify.py`` is not taken for ``ops/verify.py``), exposing ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``; each ``run`` parses
 nothing itself and calls one public library function. User mistakes
 (:class:`shardkit.ShardkitError`) print one line and exit with status 2.

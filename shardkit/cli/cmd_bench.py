@@ -183,8 +183,8 @@ def _bench(args: argparse.Namespace, step_ms: "float | None", source: str, opts:
 def _print_storage(url: str, so: dict, opts: dict, report: "BenchReport") -> None:
     """For a remote dataset: the read size and request rate each worker got, and what the budget cost."""
     from shardkit.format.snapshot import resolve
+    from shardkit.loader.doctor import storage_report
     from shardkit.loader.stages import process_budget
-    from shardkit.ops.doctor import storage_report
     from shardkit.plan.world import World
     from shardkit.storage import fs
     from shardkit.storage.opener import StorageConfig

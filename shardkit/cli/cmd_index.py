@@ -1,5 +1,5 @@
 """``shardkit index DATASET``: add per-sample checksums to a dataset's sample indexes, and its key table and
-per-sample table (maps to :func:`shardkit.format.upgrade.add_checksums`)."""
+per-sample table (maps to :func:`shardkit.ops.upgrade.add_checksums`)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shardkit.cli import storage_options
-    from shardkit.format.upgrade import add_checksums
+    from shardkit.ops.upgrade import add_checksums
 
     report = add_checksums(args.url, storage_options=storage_options(args), quiet=args.quiet)
     for s in report.splits:

@@ -1,4 +1,4 @@
-"""``shardkit info URL``: splits, classes, counts, shards and sizes from the manifests (maps to :func:`shardkit.format.verify.info`)."""
+"""``shardkit info URL``: splits, classes, counts, shards and sizes from the manifests (maps to :func:`shardkit.ops.verify.info`)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from shardkit.cli import storage_options
     from shardkit.errors import ManifestError
     from shardkit.format.index import INDEX_FORMAT
-    from shardkit.format.verify import find_splits, split_info
-    from shardkit.format.verify_generations import generations_info, is_selection
+    from shardkit.ops.verify import find_splits, split_info
+    from shardkit.ops.verify_generations import generations_info, is_selection
 
     so = storage_options(args)
     try:
@@ -105,7 +105,7 @@ def _print_generations(g: Any) -> None:
 
 
 def _selection(args: argparse.Namespace, so: dict) -> int:
-    from shardkit.format.verify_generations import selection_info
+    from shardkit.ops.verify_generations import selection_info
 
     s = selection_info(args.url, **so)
     if args.json:

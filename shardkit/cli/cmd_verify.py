@@ -1,4 +1,4 @@
-"""``shardkit verify URL``: check every shard against the manifest (maps to :func:`shardkit.format.verify.verify`)."""
+"""``shardkit verify URL``: check every shard against the manifest (maps to :func:`shardkit.ops.verify.verify`)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shardkit.cli import storage_options
-    from shardkit.format.verify import verify
+    from shardkit.ops.verify import verify
 
     report = verify(
         args.url,

@@ -51,7 +51,7 @@ def _missing_message(url: str, what: str, names: list[str]) -> str:
 def read_samples(data: bytes, rule: SampleRule | None = None) -> list[EncodedSample]:
     """The samples of a shard written by :func:`shardkit.format.write_shard`, in order, with the fields of ``rule``
     (default: image and label)."""
-    from shardkit.format.verify import iter_raw
+    from shardkit.ops.verify import iter_raw
 
     return [
         EncodedSample(

@@ -2,7 +2,7 @@
 
 Every reader and writer of shards uses these functions: the loader's header walk
 (:mod:`shardkit.format.tar`), the sample index (:mod:`shardkit.format.index`),
-``shardkit verify`` and ``info`` (:mod:`shardkit.format.verify`) and the writer
+``shardkit verify`` and ``info`` (:mod:`shardkit.ops.verify`) and the writer
 (:mod:`shardkit.format.writer`). Two rules would disagree exactly on the damaged
 shards where agreement matters.
 

@@ -30,11 +30,11 @@ import torch
 
 from shardkit.loader.dataset import ShardDataset
 from shardkit.loader.decode.strategies import Consumer, DeviceDecoders
+from shardkit.loader.doctor import epoch_report
 from shardkit.loader.pool import WorkerPool
 from shardkit.loader.state import resume_state, saved_generations, state_of
 from shardkit.loader.stats import EpochMeter, LoaderStats
 from shardkit.loader.view import View, describe_views, scaled_views
-from shardkit.ops.doctor import epoch_report
 from shardkit.plan import RankSplit
 from shardkit.plan.position import Position
 

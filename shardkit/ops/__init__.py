@@ -1,2 +1,3 @@
-"""Operations on a loader a person runs by hand: ``shardkit bench`` (``bench.py``: the loader's throughput per worker
-count, the stage that limits it) and the doctor's verdicts (``doctor.py``: will training wait on data?)."""
+"""Operations a person runs by hand on a dataset or a loader: ``shardkit verify`` and ``info`` (``verify.py``,
+``verify_split.py``, ``verify_generations.py``, ``strays.py``), ``shardkit index`` (``upgrade.py``) and
+``shardkit bench`` (``bench.py``)."""

@@ -16,9 +16,9 @@ from shardkit.loader.api import load
 from shardkit.loader.batching import BatchSpec, decode_batch
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
+from shardkit.loader.doctor import measure, slowest_stage, verdict
 from shardkit.loader.fields import ALWAYS, OPT_IN, RowSpec, available, check_fields, parse_fields
 from shardkit.loader.stats import Counters, LoaderStats
-from shardkit.ops.doctor import measure, slowest_stage, verdict
 from shardkit.private_apis import one_thread
 
 
@@ -177,7 +177,7 @@ def bench(
     fields: Optional[Sequence[str]] = None,
     **options: Any,
 ) -> BenchReport:
-    """Measure the loader on ``url`` at each worker count, in steady state (:func:`shardkit.ops.doctor.measure`).
+    """Measure the loader on ``url`` at each worker count, in steady state (:func:`shardkit.loader.doctor.measure`).
 
     The rate clock starts once every worker has delivered its first batch (start-up and the first
     shuffle block excluded; time to the first batch is reported on its own); at least ``batches``

@@ -22,7 +22,7 @@ from shardkit.demo.scenes import scene
 from shardkit.demo.sources import write_source
 from shardkit.errors import DataError
 from shardkit.format.tables import TableError
-from shardkit.format.upgrade import add_checksums
+from shardkit.ops.upgrade import add_checksums
 from tests.support.data import (
     FIELDS_C,
     label_of,

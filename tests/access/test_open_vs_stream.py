@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import shardkit
 from shardkit.demo.scenes import write_scenes
-from shardkit.format.upgrade import add_checksums
+from shardkit.ops.upgrade import add_checksums
 from tests.support.data import write_fields_dataset
 
 FIELDS = ["image", "label", "target", "text"]

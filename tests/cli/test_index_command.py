@@ -18,7 +18,7 @@ from shardkit.demo.sampledata import make_imagefolder
 from shardkit.format.index import INDEX_FORMAT
 from shardkit.format.indexio import load_index
 from shardkit.format.manifest import load_manifest, save_manifest
-from shardkit.format.verify import verify
+from shardkit.ops.verify import verify
 from tests.support.batches import assert_same_batches, keyed_batches
 from tests.support.data import tar_bytes, write_raw_dataset
 

@@ -14,7 +14,7 @@ from shardkit.cli import main
 from shardkit.convert import ConvertConfig, EncodeConfig, convert
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.format.manifest import load_manifest
-from shardkit.format.verify import info, verify
+from shardkit.ops.verify import info, verify
 
 OPTS = ConvertConfig(image=EncodeConfig(short_side=40), shard_size=7, seed=1)
 

@@ -14,8 +14,8 @@ from shardkit.cli import main
 from shardkit.convert import ConvertConfig, EncodeConfig, convert
 from shardkit.demo.sampledata import make_imagefolder
 from shardkit.format.manifest import load_manifest, save_manifest
-from shardkit.format.strays import stray_files
-from shardkit.format.verify import verify
+from shardkit.ops.strays import stray_files
+from shardkit.ops.verify import verify
 from tests.support.data import add_index, write_dataset
 
 

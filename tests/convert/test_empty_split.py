@@ -16,7 +16,7 @@ from shardkit.cli import main
 from shardkit.convert import ConvertConfig, EncodeConfig, convert, merge
 from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError
-from shardkit.format.verify import verify
+from shardkit.ops.verify import verify
 from tests.support.data import split_samples
 
 datasets = pytest.importorskip("datasets")

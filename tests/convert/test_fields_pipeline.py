@@ -13,7 +13,7 @@ import pytest
 from shardkit.cli import main
 from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert, merge
 from shardkit.errors import ConvertError
-from shardkit.format.verify import verify
+from shardkit.ops.verify import verify
 from tests.support.data import tree_digests
 from tests.support.source_reference import read_fields_split, reference_fields_listing, write_image
 

@@ -30,7 +30,7 @@ from shardkit.format import index_url
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest
 from shardkit.format.prefixes import MAX_PREFIXES, prefix_dirs, prefix_of, spread_name
 from shardkit.format.splits import find_splits
-from shardkit.format.verify import verify
+from shardkit.ops.verify import verify
 
 SETTINGS = dict(derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate])
 _HEX = "0123456789abcdef"

@@ -28,7 +28,7 @@ from shardkit.format.fields import (
 )
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, save_manifest
 from shardkit.format.sample import RawSample
-from shardkit.format.verify import verify
+from shardkit.ops.verify import verify
 from tests.support.data import image_bytes
 
 SET = settings(derandomize=True, deadline=None, max_examples=100, database=None)

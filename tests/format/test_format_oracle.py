@@ -313,7 +313,7 @@ def test_signed_or_prefixed_size_fields_are_damage(field):
 def test_verify_reports_a_key_repeated_in_another_shard(tmp_path):
     """Two shards of one split holding the same key: each shard is fine alone, the split is not (keys are unique
     per split), and ``verify`` says which key in which shard."""
-    from shardkit.format.verify import verify
+    from shardkit.ops.verify import verify
     from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
 
     j = jpeg_bytes(0, 0, (24, 20))

@@ -21,8 +21,8 @@ import shardkit
 from shardkit.format import IndexDamage, ShardReader, TarDamage, load_index, write_tar
 from shardkit.format.index import SampleIndex
 from shardkit.format.indexio import build_index
-from shardkit.format.verify import verify
 from shardkit.format.writer import EncodedSample
+from shardkit.ops.verify import verify
 from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
 
 CLASSES = ["x", "y", "z"]

@@ -21,7 +21,7 @@ from shardkit.errors import DataError
 from shardkit.format import IndexDamage, IndexMismatch, RawSample, ShardReader, load_index, split_member
 from shardkit.format.manifest import load_manifest
 from shardkit.format.members import UnsafeName
-from shardkit.format.verify import verify
+from shardkit.ops.verify import verify
 from tests.support.data import jpeg_bytes, tar_bytes, write_raw_dataset
 
 SMALL = dict(size=16, pin_memory=False, multiprocessing_context="fork")

@@ -37,7 +37,7 @@ def test_the_key_table_finds_what_a_dict_finds(shards, probes):
 
 def test_index_builds_the_tables_a_conversion_writes(tmp_path):
     from shardkit.convert import convert
-    from shardkit.format.upgrade import add_checksums
+    from shardkit.ops.upgrade import add_checksums
     from tests.support.data import jpeg_bytes
 
     src = tmp_path / "src"

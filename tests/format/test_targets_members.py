@@ -22,7 +22,7 @@ from shardkit.format import ShardReader
 from shardkit.format.fields import IGNORE, Objects, SampleRule, fields_error, objects_bytes, parse_objects
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, save_manifest
 from shardkit.format.masks import decode_mask, mask_bytes
-from shardkit.format.verify import verify
+from shardkit.ops.verify import verify
 
 SET = settings(
     phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=120, database=None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from shardkit.ops.doctor import epoch_report, measure, slowest_stage, verdict
+from shardkit.loader.doctor import epoch_report, measure, slowest_stage, verdict
 
 
 class FakeClock:

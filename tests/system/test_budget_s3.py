@@ -153,8 +153,8 @@ def test_budget_holds_at_the_proxy_across_workers(tmp_path, s3, s3_endpoint):
     assert peak <= budget + 2 * workers, (peak, len(reqs))
     assert loader.stats.throttled_s > 0 and loader.stats.slowdowns == 0
     # the doctor says what each worker got and that the budget, not the store, set the pace
+    from shardkit.loader.doctor import storage_report, verdict
     from shardkit.loader.stages import process_budget
-    from shardkit.ops.doctor import storage_report, verdict
     from shardkit.plan.world import World
 
     got = process_budget(ds.manifest, loader.config.source, World(0, 1, 1, workers))

@@ -1,6 +1,6 @@
 """Mutants of living datasets' writing side: ``convert --append``, ``--remove``/``--relabel`` corrections, and
 ``info``/``verify``/``index`` on generations (``shardkit/convert/append.py``, ``corrections.py``, ``job.py``,
-``merge.py``, ``shardkit/format/verify_generations.py``, ``upgrade.py``)."""
+``merge.py``, ``shardkit/ops/verify_generations.py``, ``upgrade.py``)."""
 
 ROW_APPEND = "Append: convert then append reads as converting both; old shards, keys and class indices never change"
 ROW_DUP = "Append: an image already in the split is skipped and counted, never stored twice"
@@ -11,7 +11,7 @@ ROW_INFO = "Generations: info counts after corrections; verify checks every gene
 
 A = "tests/convert/test_append.py"
 C = "tests/convert/test_corrections.py"
-V = "tests/format/test_verify_generations.py"
+V = "tests/ops/test_verify_generations.py"
 
 MUTANTS = [
     {
@@ -201,7 +201,7 @@ MUTANTS = [
     {
         "id": "info-counts-ignore-relabels",
         "row": ROW_INFO,
-        "file": "shardkit/format/verify_generations.py",
+        "file": "shardkit/ops/verify_generations.py",
         "old": "                labels[offsets[shard] + pos] = cls\n",
         "new": "                pass\n",
         "tests": [f"{V}::test_info_counts_after_corrections_are_what_a_reader_gets"],
@@ -209,7 +209,7 @@ MUTANTS = [
     {
         "id": "verify-corrections-file-not-checked",
         "row": ROW_INFO,
-        "file": "shardkit/format/verify_generations.py",
+        "file": "shardkit/ops/verify_generations.py",
         "old": "    if any(g.corrections for g in generations_of(m)):\n        if not tables_ok:",
         "new": "    if False:\n        if not tables_ok:",
         "tests": [f"{V}::test_verify_checks_every_generation_file"],
@@ -217,7 +217,7 @@ MUTANTS = [
     {
         "id": "verify-generation-strays-unseen",
         "row": ROW_INFO,
-        "file": "shardkit/format/verify_generations.py",
+        "file": "shardkit/ops/verify_generations.py",
         "old": "or is_corrections_name(m.split, f)) and f not in named)",
         "new": "or is_corrections_name(m.split, f)) and f not in named and False)",
         "tests": [f"{V}::test_verify_warns_of_generation_files_no_generation_names"],
@@ -225,7 +225,7 @@ MUTANTS = [
     {
         "id": "verify-selection-reads-every-parent-shard",
         "row": ROW_INFO,
-        "file": "shardkit/format/verify.py",
+        "file": "shardkit/ops/verify.py",
         "old": "    for i in sel.shards_read:",
         "new": "    for i in range(len(m.shards)):",
         "tests": [f"{V}::test_info_and_verify_on_a_selection_read_the_parent_shards_it_reads"],
@@ -233,7 +233,7 @@ MUTANTS = [
     {
         "id": "index-rebuilds-a-split-with-generations",
         "row": ROW_INFO,
-        "file": "shardkit/format/upgrade.py",
+        "file": "shardkit/ops/upgrade.py",
         "old": "    if m.generations and not out.tables:\n",
         "new": "    if False:\n",
         "tests": [f"{V}::test_index_keeps_a_split_with_generations"],

@@ -163,7 +163,7 @@ MUTANTS = [
     {
         "id": "fields-verify-reads-with-the-single-label-rule",
         "row": ROW_MEMBERS,
-        "file": "shardkit/format/verify_split.py",
+        "file": "shardkit/ops/verify_split.py",
         "old": "ShardReader(r, url, rule=SampleRule.of(m))",
         "new": "ShardReader(r, url, num_classes=len(m.classes) or None)",
         "tests": [
@@ -174,7 +174,7 @@ MUTANTS = [
     {
         "id": "fields-verify-counts-no-labels",
         "row": ROW_MEMBERS,
-        "file": "shardkit/format/verify_split.py",
+        "file": "shardkit/ops/verify_split.py",
         "old": "for c in (label,) if single else smp.labels or ():",
         "new": "for c in (label,) if single else ():",
         "tests": [

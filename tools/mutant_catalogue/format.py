@@ -295,7 +295,7 @@ MUTANTS = [
     {
         "id": "verify-sha256-not-compared",
         "row": ROW_VERIFY,
-        "file": "shardkit/format/verify_split.py",
+        "file": "shardkit/ops/verify_split.py",
         "old": "if r.sha.hexdigest() != s.sha256:",
         "new": "if False:",
         "tests": ["tests/format/test_hostile_input.py::test_wrong_checksum_found_by_verify"],
@@ -303,7 +303,7 @@ MUTANTS = [
     {
         "id": "verify-sample-count-not-compared",
         "row": ROW_VERIFY,
-        "file": "shardkit/format/verify_split.py",
+        "file": "shardkit/ops/verify_split.py",
         "old": "        if n != expected:\n",
         "new": "        if False:\n",
         "tests": ["tests/format/test_member_rule.py::test_adjacent_duplicate_keys_are_damage_for_both"],
@@ -311,7 +311,7 @@ MUTANTS = [
     {
         "id": "verify-key-repeated-across-shards-not-reported",
         "row": ROW_VERIFY,
-        "file": "shardkit/format/verify_split.py",
+        "file": "shardkit/ops/verify_split.py",
         "old": "if smp.key in self.keys:",
         "new": "if False:",
         "tests": [f"{T_GUARD}::test_verify_reports_a_key_repeated_in_another_shard"],

@@ -1,5 +1,5 @@
 """Mutants of random access, the key and per-sample tables and ``show`` (``shardkit/access/``,
-``shardkit/format/tables.py``, ``shardkit/format/upgrade.py``'s tables, ``shardkit/viz/``, ``shardkit/convert/``'s rows)."""
+``shardkit/format/tables.py``, ``shardkit/ops/upgrade.py``'s tables, ``shardkit/viz/``, ``shardkit/convert/``'s rows)."""
 
 ROW_OPEN = "Random access: open() items equal the stored samples field by field, one ranged read each"
 ROW_LIST = "Random access: negative indices and slices behave like a list; out of range is IndexError"

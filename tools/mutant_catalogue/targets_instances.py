@@ -116,7 +116,7 @@ MUTANTS = [
     {
         "id": "inst-verify-skips-the-map",  # verify says OK for an instance map the loader refuses
         "row": ROW_STORED,
-        "file": "shardkit/format/verify_split.py",
+        "file": "shardkit/ops/verify_split.py",
         "old": "            if smp.instances is not None:  # the loader's own rule",
         "new": "            if False:  # the loader's own rule",
         "tests": ["tests/format/test_targets_members.py::test_verify_reports_a_bad_instance_map_the_loader_skips"],

@@ -71,7 +71,7 @@ MUTANTS = [
     {
         "id": "verify-ignores-box-and-mask-classes",
         "row": ROW_VERIFY,
-        "file": "shardkit/format/verify_split.py",
+        "file": "shardkit/ops/verify_split.py",
         "old": "        elif classes:  # a detection / segmentation dataset",
         "new": "        elif False:  # a detection / segmentation dataset",
         "tests": ["tests/format/test_targets_members.py::test_verify_counts_the_classes_of_boxes_and_mask_pixels"],

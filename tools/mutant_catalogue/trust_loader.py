@@ -82,9 +82,9 @@ MUTANTS = [
     {
         "id": "bench-spread-of-one-window",  # the uncertainty taken from one window instead of the last two
         "row": "shardkit bench: the best figure carries its spread (the last two windows) and names the limiting stage",
-        "file": "shardkit/ops/doctor.py",
+        "file": "shardkit/loader/doctor.py",
         "old": "        return abs(self.windows[-1] - self.windows[-2]) / 2 if len(self.windows) >= 2 else 0.0",
         "new": "        return abs(self.windows[-1] - self.windows[0]) / 2 if len(self.windows) >= 2 else 0.0",
-        "tests": ["tests/loader/test_bench_report.py::test_the_spread_is_half_the_last_two_windows_difference"],
+        "tests": ["tests/ops/test_bench_report.py::test_the_spread_is_half_the_last_two_windows_difference"],
     },
 ]

@@ -486,7 +486,7 @@ def test_hugging_face_dataset_saved_on_disk_and_as_object(tmp_path, capsys, monk
 
 
 def test_info_and_verify_accept_every_source_kind(tmp_path):
-    from shardkit.format.verify import info, verify
+    from shardkit.ops.verify import info, verify
 
     pattern, _, _ = _make_tars(str(tmp_path / "in"))
     convert(

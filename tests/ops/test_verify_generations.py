@@ -17,9 +17,9 @@ from shardkit.convert import ConvertConfig, EncodeConfig, convert
 from shardkit.convert.corrections import correct
 from shardkit.format.manifest import load_manifest
 from shardkit.format.selection import write_selection
-from shardkit.format.upgrade import UpgradeError, add_checksums
-from shardkit.format.verify import verify
-from shardkit.format.verify_generations import generations_info
+from shardkit.ops.upgrade import UpgradeError, add_checksums
+from shardkit.ops.verify import verify
+from shardkit.ops.verify_generations import generations_info
 from tests.support.generations import as_read, write_source
 
 OPTS = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=2, seed=1)

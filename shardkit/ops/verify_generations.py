@@ -174,7 +174,7 @@ def generation_strays(m: Manifest, **storage_options: Any) -> list[str]:
         if g.corrections is not None:
             named.add(g.corrections.name)
     files = storage.list_dir(m.base_url, **storage_options)[1]
-    if not storage.is_local(m.base_url):  # leave no listing in the client's cache (see shardkit.format.strays)
+    if not storage.is_local(m.base_url):  # leave no listing in the client's cache (see shardkit.ops.strays)
         fs, path = storage.get_fs(m.base_url, **storage_options)
         fs.invalidate_cache(path)
     return sorted(f for f in files if (is_table_name(m.split, f) or is_corrections_name(m.split, f)) and f not in named)

@@ -8,11 +8,11 @@ header walk and member rule, :mod:`shardkit.format`), plus what only a full
 check can see: the ``.json`` member and its class name, key uniqueness across
 the split, per-class counts, that every JPEG decodes, and that each shard's
 sample index matches its tar and, where it holds per-sample checksums, every
-sample's CRC32C (:mod:`shardkit.format.verify_split`). A split folder with shards
+sample's CRC32C (:mod:`shardkit.ops.verify_split`). A split folder with shards
 or a conversion journal but no manifest is an incomplete conversion, and a problem.
 
 Warnings (problems with ``strict``): shard or index files in a split folder that
-its manifest does not list (:mod:`shardkit.format.strays`), and a split whose
+its manifest does not list (:mod:`shardkit.ops.strays`), and a split whose
 sample indexes hold no per-sample checksums (``shardkit index`` adds them).
 """
 
@@ -30,10 +30,10 @@ from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_PIXELS, META_EXT
 from shardkit.format.sample import RawSample
 from shardkit.format.splits import Found, Incomplete, find_splits, load_manifests
-from shardkit.format.strays import stray_files, stray_message
 from shardkit.format.tar import ShardReader, TarDamage
-from shardkit.format.verify_generations import generation_problems, generation_strays, is_selection, selection_info
-from shardkit.format.verify_split import Problem, SplitCheck, VerifyReport
+from shardkit.ops.strays import stray_files, stray_message
+from shardkit.ops.verify_generations import generation_problems, generation_strays, is_selection, selection_info
+from shardkit.ops.verify_split import Problem, SplitCheck, VerifyReport
 
 #: the command that adds per-sample checksums to a dataset's sample indexes
 INDEX_COMMAND = "shardkit index"

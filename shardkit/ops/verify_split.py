@@ -1,4 +1,4 @@
-"""The checks :func:`shardkit.format.verify.verify` runs on one split's shards, and what it reports.
+"""The checks :func:`shardkit.ops.verify.verify` runs on one split's shards, and what it reports.
 
 :class:`SplitCheck` reads each shard front to back once: its size and sha256 against the manifest
 and, unless ``quick``, every sample as the loader reads it (the same header walk and member rule),
@@ -51,7 +51,7 @@ class Problem:
 
 @dataclass
 class VerifyReport:
-    """Result of :func:`~shardkit.format.verify.verify` (``samples``: samples checked; with ``quick``, those the manifests list)."""
+    """Result of :func:`~shardkit.ops.verify.verify` (``samples``: samples checked; with ``quick``, those the manifests list)."""
 
     splits: int = 0
     shards: int = 0

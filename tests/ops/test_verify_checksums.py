@@ -13,8 +13,8 @@ import pytest
 from shardkit.format.index import INDEX_FORMAT, index_url
 from shardkit.format.indexio import load_index
 from shardkit.format.manifest import load_manifest, save_manifest
-from shardkit.format.verify import verify
-from shardkit.format.verify_split import SHOWN_MISMATCHES
+from shardkit.ops.verify import verify
+from shardkit.ops.verify_split import SHOWN_MISMATCHES
 from tests.support.data import add_index, write_dataset
 
 

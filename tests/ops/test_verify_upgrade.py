@@ -1,4 +1,4 @@
-"""``shardkit index`` (:func:`shardkit.format.upgrade.add_checksums`) against a fresh conversion.
+"""``shardkit index`` (:func:`shardkit.ops.upgrade.add_checksums`) against a fresh conversion.
 
 The oracle: over small datasets (sample counts, shard sizes, flat or in prefix directories, manifest versions 1
 to 3, without an index, with checksum-less sidecars, or half upgraded by a killed run), every sidecar it writes is
@@ -28,8 +28,8 @@ from shardkit.format.index import INDEX_FORMAT, index_url
 from shardkit.format.indexio import load_index
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, save_manifest
 from shardkit.format.prefixes import spread_name
-from shardkit.format.upgrade import UpgradeError, add_checksums
-from shardkit.format.verify import verify
+from shardkit.ops.upgrade import UpgradeError, add_checksums
+from shardkit.ops.verify import verify
 from shardkit.storage import fs
 from tests.support.data import jpeg_bytes, tar_bytes, tree_digests, tree_snapshot, write_raw_dataset
 

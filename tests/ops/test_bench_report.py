@@ -7,9 +7,9 @@ import pytest
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
+from shardkit.loader.doctor import measure
 from shardkit.loader.stats import LoaderStats
 from shardkit.ops.bench import BenchReport, SweepPoint
-from shardkit.ops.doctor import measure
 
 STAGES = ("read", "decode", "resize", "collate")
 
