@@ -19,7 +19,7 @@ from shardkit.loader.fields import TARGET_KINDS, parse_fields
 from shardkit.loader.read.ranges import MAX_HOLE_BYTES
 from shardkit.loader.view import View, parse_views, scaled_views
 from shardkit.loader.workerconfig import MultiprocessingContext, WorkerConfig, default_num_workers  # noqa: F401
-from shardkit.plan.ordering import EpochPolicy, PlanConfig
+from shardkit.plan.ordering import PlanConfig
 from shardkit.storage.opener import StorageConfig
 
 
@@ -202,9 +202,10 @@ class LoaderConfig:
             the epoch the loop waited for data, img/s, skipped, retries, the slowest stage) on the
             ``shardkit.loader`` logger at INFO level.
 
-    The fields of :class:`~shardkit.plan.ordering.PlanConfig` and :class:`WorkerConfig` may also be given
-    flat, ``LoaderConfig(batch_size=256, num_workers=8)``, and read flat (``config.batch_size``): each
-    is a read-only view of its group's field, whose default is stated there once.
+    Options are given one way: as keywords of :func:`shardkit.load` (every option of every group, flat); a
+    ``LoaderConfig`` holds them in their groups (``config.plan.batch_size``), each default stated once, on its group's
+    field, and is passed as ``load(config=...)`` to start from options built earlier. A group's option given to
+    ``LoaderConfig`` itself is refused naming the group it belongs to.
     """
 
     plan: PlanConfig
@@ -233,22 +234,11 @@ class LoaderConfig:
         min_visible: Optional[float] = None,
         flip_pairs: "Sequence[Sequence[int]] | None" = None,
         max_hole_bytes: int = MAX_HOLE_BYTES,
-        **flat: Any,
+        **misplaced: Any,
     ) -> None:
+        if misplaced:
+            raise TypeError(misplaced_option(next(iter(misplaced))))
         given = {"plan": plan, "image": image, "source": source, "workers": workers}
-        for g in ("plan", "workers"):  # flat fields of the plan and worker groups (LoaderConfig(batch_size=...))
-            mine = {k: flat.pop(k) for k in list(flat) if k in _group_names(_GROUPS[g])}
-            group = given[g]
-            given[g] = (
-                group.updated(**mine)
-                if isinstance(group, PlanConfig)
-                else replace(group, **mine)
-                if group is not None
-                else _GROUPS[g](**mine)
-            )
-        if flat:
-            name = next(iter(flat))
-            raise TypeError(f"LoaderConfig() got an unexpected keyword argument {name!r}")
         for g, cls in _GROUPS.items():
             if given[g] is not None and not isinstance(given[g], cls):
                 raise TypeError(
@@ -276,83 +266,24 @@ class LoaderConfig:
                 "without views= (one crop per sample)"
             )
 
-    # read-only flat views of the plan and worker options: each default is stated once, on its group's field
-    @property
-    def batch_size(self) -> int:
-        """Samples per batch (``plan.batch_size``)."""
-        return self.plan.batch_size
-
-    @property
-    def seed(self) -> int:
-        """Seed of shard order, shuffle blocks and crops (``plan.seed``)."""
-        return self.plan.seed
-
-    @property
-    def shuffle(self) -> bool:
-        """Shuffle shards and samples (``plan.shuffle``)."""
-        return self.plan.shuffle
-
-    @property
-    def shuffle_buffer(self) -> int:
-        """Samples per shuffle block (``plan.shuffle_buffer``)."""
-        return self.plan.shuffle_buffer
-
-    @property
-    def shuffle_initial(self) -> int:
-        """Samples in the first shuffle block (``plan.shuffle_initial``)."""
-        return self.plan.shuffle_initial  # type: ignore[return-value]
-
-    @property
-    def drop_last(self) -> bool:
-        """Drop each rank's last partial batch (``plan.drop_last``)."""
-        return self.plan.drop_last
-
-    @property
-    def policy(self) -> EpochPolicy:
-        """Uneven epochs over ranks: pad or drop (``plan.policy``)."""
-        return self.plan.policy
-
-    @property
-    def num_workers(self) -> int:
-        """DataLoader worker processes (``workers.num_workers``)."""
-        return self.workers.num_workers  # type: ignore[return-value]
-
-    @property
-    def pin_memory(self) -> bool:
-        """Pin batches for host-to-GPU copies (``workers.pin_memory``)."""
-        return self.workers.pin_memory
-
-    @property
-    def persistent_workers(self) -> Optional[bool]:
-        """Keep workers alive between epochs (``workers.persistent_workers``)."""
-        return self.workers.persistent_workers
-
-    @property
-    def prefetch_factor(self) -> int:
-        """Batches each worker prepares ahead (``workers.prefetch_factor``)."""
-        return self.workers.prefetch_factor
-
-    @property
-    def multiprocessing_context(self) -> Optional[MultiprocessingContext]:
-        """How worker processes start (``workers.multiprocessing_context``)."""
-        return self.workers.multiprocessing_context
-
-    @property
-    def timeout(self) -> float:
-        """Seconds to wait for one batch from a worker (``workers.timeout``)."""
-        return self.workers.timeout
-
-    @property
-    def reuse_buffers(self) -> bool:
-        """Workers reuse their shared batch slots (``workers.reuse_buffers``)."""
-        return self.workers.reuse_buffers
-
 
 def plan_to_dict(cfg: PlanConfig) -> dict[str, Any]:
     """A JSON-friendly dict of a :class:`PlanConfig` (stored in state dicts)."""
     d = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
     d["policy"] = cfg.policy.value
     return d
+
+
+def misplaced_option(name: str) -> str:
+    """The one-line error for ``name`` given to :class:`LoaderConfig` itself: where it belongs, or that it is unknown."""
+    group = option_names().get(name)
+    if group:
+        cls = _GROUPS[group].__name__
+        return (
+            f"LoaderConfig() got {name!r}, an option of its {group} group: pass it to shardkit.load(url, {name}=...), "
+            f"or LoaderConfig({group}={cls}({name}=...))"
+        )
+    return f"LoaderConfig() got an unknown option {name!r}; valid options: {', '.join(sorted(option_names()))}"
 
 
 def option_names() -> dict[str, str]:

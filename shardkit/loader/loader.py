@@ -261,7 +261,12 @@ class ShardLoader:
     def _warn_if_views_too_large(self, size: int) -> None:
         """The shared slots hold the configured views: a larger reference ``size`` goes into new memory per batch."""
         c = self.config
-        if size > self._configured_size and c.reuse_buffers and c.num_workers and self.dataset.strategy.uses_ring:
+        if (
+            size > self._configured_size
+            and c.workers.reuse_buffers
+            and c.workers.num_workers
+            and self.dataset.strategy.uses_ring
+        ):
             log.warning(
                 "shardkit: size %d is larger than the first view's configured size (%d): the shared batch slots hold "
                 "the configured views, so batches of views %s go to new memory; configure the views at the "
@@ -321,7 +326,7 @@ class ShardLoader:
     # ------------------------------------------------------------------ state
 
     def _topology(self) -> tuple[int, int, int]:
-        return self.dataset.world_size, max(1, self.config.num_workers or 0), self.dataset.nodes
+        return self.dataset.world_size, max(1, self.config.workers.num_workers or 0), self.dataset.nodes
 
     def state_dict(self) -> dict[str, Any]:
         """A plain dict with everything needed to continue this epoch exactly (put it in your checkpoint)."""

@@ -58,7 +58,7 @@ class WorkerPool:
         self._dl: Optional[DataLoader] = None
         self._copy: Optional[ShardDataset] = None  # the DataLoader's private copy of the dataset
         self._ring_size = 0  # image size the current ring's slots hold
-        self._num_workers = self.config.num_workers or 0  # resolved by LoaderConfig (None: its default)
+        self._num_workers = self.config.workers.num_workers or 0  # resolved by LoaderConfig (None: its default)
 
     @property
     def ring(self) -> Optional[Ring]:
@@ -77,19 +77,23 @@ class WorkerPool:
             c = self.config
             nw = self._num_workers
             if nw > 0:
-                check_main_guard(c.multiprocessing_context.value if c.multiprocessing_context else None)
-            persistent = (nw > 0) if c.persistent_workers is None else (c.persistent_workers and nw > 0)
+                check_main_guard(c.workers.multiprocessing_context.value if c.workers.multiprocessing_context else None)
+            persistent = (nw > 0) if c.workers.persistent_workers is None else (c.workers.persistent_workers and nw > 0)
             kw: dict[str, Any] = {}
             if nw > 0:
-                kw["prefetch_factor"] = c.prefetch_factor
+                kw["prefetch_factor"] = c.workers.prefetch_factor
                 kw["persistent_workers"] = persistent
-                if c.multiprocessing_context:
-                    kw["multiprocessing_context"] = c.multiprocessing_context.value
-                if c.timeout:
-                    kw["timeout"] = c.timeout
+                if c.workers.multiprocessing_context:
+                    kw["multiprocessing_context"] = c.workers.multiprocessing_context.value
+                if c.workers.timeout:
+                    kw["timeout"] = c.workers.timeout
             self._copy = self.dataset.for_loader()  # private: only this DataLoader's workers see the ring
             self._dl = DataLoader(
-                self._copy, batch_size=None, num_workers=nw, pin_memory=c.pin_memory and torch.cuda.is_available(), **kw
+                self._copy,
+                batch_size=None,
+                num_workers=nw,
+                pin_memory=c.workers.pin_memory and torch.cuda.is_available(),
+                **kw,
             )
             self._new_ring(size)
         elif not self._dl.persistent_workers:
@@ -100,12 +104,16 @@ class WorkerPool:
         """Shared batch slots for the worker processes about to start (set before they fork or spawn)."""
         c, strategy = self.config, self.dataset.strategy
         assert self._copy is not None
-        if self._num_workers > 0 and c.reuse_buffers and strategy.uses_ring:  # raw samples, encoded JPEGs: no pixels
+        if (
+            self._num_workers > 0 and c.workers.reuse_buffers and strategy.uses_ring
+        ):  # raw samples, encoded JPEGs: no pixels
             # slots for the largest size seen so far: a smaller batch uses the start of its slot
             # (untouched pages cost no memory), so a progressive-resolution run keeps its slots
             self._ring_size = max(self._ring_size, c.image.size, size)
             self._copy.ring = Ring(
-                self._num_workers, ring_slots(c.prefetch_factor), strategy.slot_bytes(c.batch_size, self._ring_size)
+                self._num_workers,
+                ring_slots(c.workers.prefetch_factor),
+                strategy.slot_bytes(c.plan.batch_size, self._ring_size),
             )
         else:
             self._copy.ring = None

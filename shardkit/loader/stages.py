@@ -56,7 +56,7 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     work = mix.worker_plan(
         ds.stream(pos), cfg.plan, world, epoch=epoch, batches_done=pos.batches_done, generation=len(pos.history)
     )
-    num_batches = -(-work.num_samples // cfg.batch_size)
+    num_batches = -(-work.num_samples // cfg.plan.batch_size)
     mixed = len(ds.sources) > 1
     counters = Counters(len(ds.sources) if mixed else 0)
     plan_mix = ds.mixture_for(epoch)
@@ -91,14 +91,14 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     ]
     reader = MixReader(readers, plan_mix.gid_base, counters, rows, len(ds.sources)) if mixed else readers[0]
     strategy = ds.strategy
-    decoder = strategy.decoder(cfg.image.at_size(pos.size), cfg.seed)  # size: set_epoch(..., size=)
+    decoder = strategy.decoder(cfg.image.at_size(pos.size), cfg.plan.seed)  # size: set_epoch(..., size=)
     in_worker = get_worker_info() is not None
     envelope = ds._envelopes
     writer = ds.ring.writer(world.worker) if envelope and ds.ring is not None and in_worker else None
-    spec = BatchSpec(cfg.batch_size, num_batches, epoch, cfg.strict, alloc=writer or plain_alloc, rows=ds.rows)
+    spec = BatchSpec(cfg.plan.batch_size, num_batches, epoch, cfg.strict, alloc=writer or plain_alloc, rows=ds.rows)
     stages: list[Callable[..., Iterator[Any]]] = [
         Const(work.blocks),
-        Stage(read_blocks, reader=reader, chunk=cfg.batch_size),
+        Stage(read_blocks, reader=reader, chunk=cfg.plan.batch_size),
         Stage(planned_batches, spec=spec, output=strategy, decoder=decoder, counters=counters),
     ]
     limiters = tuple(o.limiter for o in openers if o.limiter is not None)
@@ -107,7 +107,7 @@ def worker_pipeline(ds: "ShardDataset") -> Iterator[Any]:
     if mixed:
         planned = rows[plan_mix.source_of(work.emission_order())].astype(np.int16)
         spec_mix = MixSpec(
-            cfg.batch_size, plan_mix.gid_base, rows, ds.labels, len(ds.sources), map_label=ds.yields_label
+            cfg.plan.batch_size, plan_mix.gid_base, rows, ds.labels, len(ds.sources), map_label=ds.yields_label
         )
         stages.append(Stage(mixture_batches, planned=planned, spec=spec_mix, counters=counters))
     if envelope:

@@ -396,15 +396,33 @@ def test_derived_image_defaults_follow_the_options():
     assert build_config(base, {"size": 160}).image.resize_size == 300  # set on purpose: kept
 
 
+def test_options_have_one_way_in_and_a_misplaced_one_names_its_place(tmp_path):
+    from shardkit.loader.config import build_config, option_names
+
+    with pytest.raises(TypeError, match=r"'batch_size', an option of its plan group: pass it to shardkit.load"):
+        shardkit.LoaderConfig(batch_size=4)
+    with pytest.raises(TypeError, match=r"'cache_dir', an option of its source group.*StorageConfig\(cache_dir"):
+        shardkit.LoaderConfig(cache_dir="/tmp")
+    with pytest.raises(TypeError, match="unknown option 'batchsize'"):
+        shardkit.LoaderConfig(batchsize=4)
+    ds = write_dataset(str(tmp_path / "d"), num_samples=8, shard_size=4)
+    with pytest.raises(TypeError, match="unknown loader option 'batchsize'"):
+        shardkit.load(ds.url, batchsize=4)
+    base = shardkit.LoaderConfig()
+    for name, group in option_names().items():  # every option of every group is a flat keyword of load()
+        value = getattr(getattr(base, group) if group else base, name)
+        assert build_config(None, {name: value}) == base, name
+
+
 def test_config_defaults_live_in_one_place():
     from shardkit.loader.config import StorageConfig, default_num_workers
     from shardkit.plan.epoch import PlanConfig
 
     cfg = shardkit.LoaderConfig()
-    plan = PlanConfig(batch_size=cfg.batch_size)
+    plan = PlanConfig(batch_size=cfg.plan.batch_size)
     assert cfg.plan == plan and (plan.shuffle_buffer, plan.shuffle_initial) == (1024, 256)
-    assert shardkit.LoaderConfig(shuffle_buffer=100).plan.shuffle_initial == 100  # the first block is never the larger
-    assert cfg.num_workers == default_num_workers() and cfg.prefetch_factor == 4
+    assert shardkit.LoaderConfig(PlanConfig(shuffle_buffer=100)).plan.shuffle_initial == 100  # never the larger block
+    assert cfg.workers.num_workers == default_num_workers() and cfg.workers.prefetch_factor == 4
     a, b = StorageConfig(storage_options={"anon": True}), StorageConfig(storage_options={"anon": True})
     assert a == b and hash(a) == hash(b) and len({a, b}) == 1
 

@@ -187,7 +187,7 @@ def test_numpy_integers_are_plain_ints(ds):
     import numpy as np
 
     loader = shardkit.load(ds["a"], **{**KW, **BASE, "seed": np.int64(4), "batch_size": np.int32(3)})
-    assert type(loader.config.seed) is int and type(loader.config.batch_size) is int
+    assert type(loader.config.plan.seed) is int and type(loader.config.plan.batch_size) is int
     loader.load_state_dict(_state(ds["a"], **BASE))  # the same options as plain ints
 
 
@@ -216,7 +216,7 @@ def test_an_explicit_resize_size_stays_explicit_when_the_size_changes(ds):
     assert _same(_pixels(derived), want_derived)
     # the same through load(config=..., size=...): options over a config keep its given values
     cfg = LoaderConfig(
-        batch_size=4, shuffle=False, image=ImageConfig(preset="eval", size=32, resize_size=37, fast_decode=False)
+        PlanConfig(batch_size=4, shuffle=False), ImageConfig(preset="eval", size=32, resize_size=37, fast_decode=False)
     )
     assert cfg.image.updated(size=16).resize_size == 37 and cfg.image.updated(preset="train").fast_decode is False
     assert ImageConfig(preset="eval", size=32).updated(size=16).resize_size == 18
