@@ -27,7 +27,10 @@ import shardkit
 shards, workers, epochs, pin = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 out = {}
 if workers < 0:  # the decode-only ceiling of this checkout
-    from shardkit.ops.bench import decode_ceiling
+    try:  # a checkout keeps its bench in shardkit.ops or in shardkit.loader
+        from shardkit.ops.bench import decode_ceiling
+    except ImportError:
+        from shardkit.loader.bench import decode_ceiling
     from shardkit.loader.config import ImageConfig
     out["ceiling"] = decode_ceiling(shards, image=ImageConfig(preset="train", size=224), samples=512)[0]
 else:
