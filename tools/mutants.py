@@ -16,7 +16,11 @@ job), writes the mutated file, runs ``python -m pytest -x`` on the named tests
 with the scratch copy first on ``PYTHONPATH`` and byte-code writing off, and
 restores the file. Each job keeps a *zygote*, a process that imported torch, numpy, Pillow, hypothesis and
 pytest once; every run is a forked child of it that imports the library and the tests afresh from the
-scratch copy (about 3 s less per mutant than a new interpreter). Afterwards every test function that
+scratch copy (about 3 s less per mutant than a new interpreter). The zygote freezes its heap before it
+forks (a child's garbage collections then walk only the child's own objects), and each scratch copy is
+compiled once before the runs (the library's byte code and pytest's rewritten test modules), so a run
+compiles only the mutated file: the mutated file's cached byte code is deleted before its mutant is
+written, and no run writes byte code. Afterwards every test function that
 caught a mutant is run once, unmutated, through the zygotes; one that fails there (it would catch every
 mutant) has its mutants run again in new processes (``--no-zygote``: all of them from the start). A mutant is *caught* when pytest reports a failure (exit 1),
 a collection error (exit 2) or runs past ``--timeout``; it *survived* when the
@@ -114,17 +118,20 @@ def problems(mutants: list[Mutant]) -> list[str]:
     return found
 
 
-def _env(scratch: Path) -> dict[str, str]:
+def _env(scratch: Path, write_bytecode: bool = False) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(scratch) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a mutant's .pyc must never outlive it (same size, same second)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if not write_bytecode:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # a mutant's .pyc must never outlive it (same size, same second)
     return env
 
 
-def _pytest(scratch: Path, args: list[str], timeout: float) -> tuple[int, str]:
+def _pytest(scratch: Path, args: list[str], timeout: float, write_bytecode: bool = False) -> tuple[int, str]:
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
+    env = _env(scratch, write_bytecode)
     try:
-        p = subprocess.run(cmd, cwd=scratch, env=_env(scratch), capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return 124, ""
     return p.returncode, p.stdout + p.stderr
@@ -134,7 +141,9 @@ def _pytest(scratch: Path, args: list[str], timeout: float) -> tuple[int, str]:
 #: library and the tests from the scratch copy, so a mutant is always fresh); saves ~3 s of imports per mutant
 _ZYGOTE_SOURCE = r"""
 import json, os, signal, sys, time
+import gc
 import numpy, PIL.Image, torch, torchvision, hypothesis, pytest  # noqa: F401  (never shardkit or the tests)
+gc.freeze()  # the imported heap is permanent: pytest's gc.collect() calls in a child walk only the child's objects
 for line in sys.stdin:
     req = json.loads(line)
     pid = os.fork()
@@ -201,10 +210,22 @@ class Zygote:
         self.proc.wait(timeout=30)
 
 
+#: the folders whose modules a run imports (the library, the tests and their helpers, the tools, the examples)
+_COMPILED = ("shardkit", "tests", "tools", "examples")
+
+
 def missing_tests(scratch: Path, mutants: list[Mutant]) -> list[str]:
-    """Named tests that pytest cannot collect in the unmutated copy."""
+    """Named tests that pytest cannot collect in the unmutated copy.
+
+    The collection also writes the copy's byte code (pytest's rewritten test modules; ``compileall`` first
+    compiles every module of :data:`_COMPILED`), which every later run reads instead of compiling again.
+    """
+    folders = [d for d in _COMPILED if (scratch / d).is_dir()]
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", *folders], cwd=scratch, env=_env(scratch, True), capture_output=True
+    )
     wanted = sorted({t for m in mutants for t in m.tests})
-    rc, out = _pytest(scratch, ["--collect-only", *wanted], 600)
+    rc, out = _pytest(scratch, ["--collect-only", *wanted], 600, write_bytecode=True)
     if rc == 0:
         return []
     bad = [
@@ -269,6 +290,8 @@ def run_one(
     path = scratch / m.file
     original = path.read_text()
     t0 = time.monotonic()
+    for pyc in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+        pyc.unlink()  # its byte code (the interpreter's, or pytest's rewrite of a test module) is the unmutated file's
     path.write_text(original.replace(m.old, m.new, 1))
     try:
         args = [*extra, "-x", *m.tests]
@@ -345,18 +368,20 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="shardkit-mutants-") as tmp:
-        scratches = []
-        for j in range(max(1, min(args.jobs, len(mutants)))):
-            s = Path(tmp) / f"copy{j}"
-            shutil.copytree(ROOT, s, ignore=_IGNORE, symlinks=True)
-            if args.explicit_only:
-                (s / f"{_EXPLICIT_PLUGIN}.py").write_text(_EXPLICIT_SOURCE)
-            scratches.append(s)
+        first = Path(tmp) / "copy0"
+        shutil.copytree(ROOT, first, ignore=_IGNORE, symlinks=True)
+        if args.explicit_only:
+            (first / f"{_EXPLICIT_PLUGIN}.py").write_text(_EXPLICIT_SOURCE)
         extra = ("-p", _EXPLICIT_PLUGIN) if args.explicit_only else ()
-        missing = missing_tests(scratches[0], mutants)
+        missing = missing_tests(first, mutants)
         if missing:
             print("named tests that do not exist:\n  " + "\n  ".join(missing), file=sys.stderr)
             return 2
+        scratches = [first]
+        for j in range(1, max(1, min(args.jobs, len(mutants)))):
+            s = Path(tmp) / f"copy{j}"  # a copy of the compiled copy (copytree keeps the mtimes the byte code names)
+            shutil.copytree(first, s, symlinks=True)
+            scratches.append(s)
         zygotes = [Zygote(s) if not args.no_zygote else None for s in scratches]
         free: queue.Queue[tuple[Path, Zygote | None]] = queue.Queue()
         for pair in zip(scratches, zygotes):

@@ -11,7 +11,7 @@ is served over HTTP on 127.0.0.1 and read through a local shard cache smaller th
 Checks (exit status 1 if one fails): every epoch yields every sample exactly once; RSS of the main
 process and of the workers grows less than ``--max-growth`` (default 5 %) from the end of epoch 2
 to the end of the last epoch; fds, threads and children return to their starting counts; no temp
-files; the cache stays under its limit.
+files (a ``/dev/shm`` segment that another program maps is that program's); the cache stays under its limit.
 
     python tools/soak.py                      # 20 epochs x 3000 samples, 4 workers (a few minutes)
     python tools/soak.py --remote             # the same through HTTP + an evicting shard cache
@@ -44,6 +44,27 @@ def _shm() -> set[str]:
         return set(os.listdir("/dev/shm"))
     except FileNotFoundError:
         return set()
+
+
+def _shm_of_others(me: int) -> set[str]:
+    """The ``/dev/shm`` files that processes other than ``me`` and its descendants have mapped: another
+    program's segments in use (a test run beside this one), never this run's leftovers."""
+    ours, stack = {me}, [me]
+    while stack:
+        for kid in children(stack.pop()):
+            if kid not in ours:
+                ours.add(kid)
+                stack.append(kid)
+    names: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) in ours:
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                names.update(line.split("/dev/shm/", 1)[1].split()[0] for line in f if "/dev/shm/" in line)
+        except OSError:  # gone, or not ours to read
+            continue
+    return names
 
 
 # ----------------------------------------------------------------------------- dataset
@@ -239,7 +260,7 @@ def soak(
                     f"{which} RSS grew {g:.1%} from epoch 2 to epoch {epochs} (limit {max_growth:.0%})"
                 )
         report.leftover_tmp = sorted(os.listdir(private_tmp))
-        report.leftover_shm = sorted(_shm() - shm0)
+        report.leftover_shm = sorted(_shm() - shm0 - _shm_of_others(me))
         if cache_dir:
             report.leftover_tmp += [f for f in os.listdir(cache_dir) if f.startswith(".tmp-")]
         if report.leftover_tmp or report.leftover_shm:
