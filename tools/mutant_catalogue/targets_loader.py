@@ -126,6 +126,14 @@ MUTANTS = [
         "tests": [FOLLOW],
     },
     {
+        "id": "letterbox-scale-factor-first",  # side * (longer / m): an exact half lands just below and rounds down
+        "row": ROW_PRESET,
+        "file": "shardkit/loader/decode/letterbox.py",
+        "old": "return np.maximum(1, np.round(w * longer / m)), np.maximum(1, np.round(h * longer / m))",
+        "new": "return np.maximum(1, np.round(w * (longer / m))), np.maximum(1, np.round(h * (longer / m)))",
+        "tests": ["tests/loader/test_targets_presets.py::test_letterbox_fits_the_longer_side_and_centres"],
+    },
+    {
         "id": "letterbox-offset-off-by-the-pad",  # the image pasted at the corner, the targets where the box says
         "row": ROW_PRESET,
         "file": "shardkit/loader/decode/letterbox.py",

@@ -38,8 +38,10 @@ DETECT_UNIFORMS = 4
 def scaled_sizes(widths: np.ndarray, heights: np.ndarray, longer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(W', H')``: the images scaled so that their longer side is ``longer``, rounded to whole pixels (>= 1)."""
     w, h = np.asarray(widths, np.float64), np.asarray(heights, np.float64)
-    f = np.asarray(longer, np.float64) / np.maximum(w, h)
-    return np.maximum(1, np.round(w * f)), np.maximum(1, np.round(h * f))
+    longer, m = np.asarray(longer, np.float64), np.maximum(w, h)
+    # multiply first: side * longer / m is one correctly rounded division, so an exact half (90 * 119 / 340 = 31.5)
+    # stays a half and rounds as Python's round() does; side * (longer / m) can land just below it
+    return np.maximum(1, np.round(w * longer / m)), np.maximum(1, np.round(h * longer / m))
 
 
 def window_boxes(
