@@ -1,7 +1,7 @@
 """The mutant gate: every realistic bug in the catalogue must make the tests named for it fail.
 
 A mutant is a small, realistic bug planted in the library: an exact snippet of
-one file replaced by another. The catalogue is ``tools/mutant_catalogue/*.py``;
+one file replaced by another. The catalogue is ``tests/mutants/*.py``;
 each file defines ``MUTANTS``, a list of dicts::
 
     {"id": "tars-repeated-field-merges",            # unique, kebab-case
@@ -31,7 +31,7 @@ selected mutant is caught.
 Usage::
 
     python tools/mutants.py                     # the whole catalogue, 2 jobs
-    python tools/mutants.py --area sources      # one catalogue file (tools/mutant_catalogue/sources.py)
+    python tools/mutants.py --area sources      # one catalogue file (tests/mutants/sources.py)
     python tools/mutants.py --id tars-repeated-field-merges --id ...
     python tools/mutants.py --list              # the catalogue, no runs
     python tools/mutants.py --markdown          # after the runs, a table per Guarantees row
@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOGUE = ROOT / "tools" / "mutant_catalogue"
+CATALOGUE = ROOT / "tests" / "mutants"
 _IGNORE = shutil.ignore_patterns(
     ".git", ".venv", "__pycache__", ".hypothesis", ".pytest_cache", "*.egg-info", "out", "bench-out"
 )
@@ -83,7 +83,7 @@ class Outcome:
 
 
 def load_catalogue(areas: list[str] | None = None) -> list[Mutant]:
-    """Every mutant of ``tools/mutant_catalogue/*.py`` (or only those files named in ``areas``)."""
+    """Every mutant of ``tests/mutants/*.py`` (or only those files named in ``areas``)."""
     out: list[Mutant] = []
     for path in sorted(CATALOGUE.glob("*.py")):
         if path.name.startswith("_") or (areas and path.stem not in areas):
