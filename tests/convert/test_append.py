@@ -2,7 +2,7 @@
 
 Every image is a solid colour naming it (:mod:`tests.support.generations`), so what a reader gets is compared as
 a multiset of (class name, image id), read with :mod:`tarfile` through the subset ``resolve()`` gives. The
-mutant gate (``tools/mutant_catalogue/append.py``) plants the bugs these tests must catch.
+mutant gate (``tests/mutants/append.py``) plants the bugs these tests must catch.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
   identity covers everything that changes the output;
 * ``--copy`` keeps a source JPEG's bytes only when they are what a conversion would show upright.
 
-The mutant gate (``tools/mutant_catalogue/convert_core.py``) plants the bugs these tests must catch.
+The mutant gate (``tests/mutants/convert_core.py``) plants the bugs these tests must catch.
 """
 
 from __future__ import annotations

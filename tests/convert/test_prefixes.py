@@ -8,7 +8,7 @@
 * resume, ``--num-tasks`` + merge, ``--overwrite`` with another ``--prefixes`` (no stale shard left), a spread
   DEST as SRC, ``file://`` through the CLI and ``s3://`` through moto.
 
-The mutant gate (``tools/mutant_catalogue/scale_prefixes.py``) plants the bugs these tests must catch.
+The mutant gate (``tests/mutants/scale_prefixes.py``) plants the bugs these tests must catch.
 """
 
 from __future__ import annotations

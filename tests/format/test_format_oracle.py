@@ -1,7 +1,7 @@
 """Guards for the shard format, each checked against an independent, deliberately simple reference.
 
 The reference reader here is ``tarfile`` plus a few lines of the member rule written out plainly
-(not shardkit's ``split_member``); the mutant gate (``tools/mutant_catalogue/format.py``) plants the bugs
+(not shardkit's ``split_member``); the mutant gate (``tests/mutants/format.py``) plants the bugs
 these tests must catch.
 """
 

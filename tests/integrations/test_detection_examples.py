@@ -2,7 +2,7 @@
 demo scenes), the batches they train on put every box and mask pixel on its class's colour, and
 tools/bench_detection.py runs (``--quick``).
 
-The mutant gate (``tools/mutant_catalogue/targets_torchvision.py``) plants the bugs these tests must catch.
+The mutant gate (``tests/mutants/targets_torchvision.py``) plants the bugs these tests must catch.
 """
 
 from __future__ import annotations

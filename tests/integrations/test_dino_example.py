@@ -1,7 +1,7 @@
 """examples/train_dino.py: it trains on shardkit's views (a short run on sample data), and its DINO parts -- the loss,
 the centre, the EMA teacher, the multi-crop wrapper, one step -- match deliberately simple references.
 
-The mutant gate (``tools/mutant_catalogue/dino_example.py``) plants the bugs these tests must catch.
+The mutant gate (``tests/mutants/dino_example.py``) plants the bugs these tests must catch.
 """
 
 from __future__ import annotations

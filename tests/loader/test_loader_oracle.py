@@ -8,7 +8,7 @@
 
 The storage guards (the shard cache, remote reads) are in ``tests/storage/test_storage_oracle.py``.
 
-The mutant gate (``tools/mutant_catalogue/loader_core.py``) plants the bugs these tests must catch.
+The mutant gate (``tests/mutants/loader_core.py``) plants the bugs these tests must catch.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 * the shard cache: a hit refreshes the LRU stamp; a shard that cannot fit evicts nothing;
 * remote reads: a fake flaky file, every byte once, resumed at the failed offset, bounded waits.
 
-The mutant gate (``tools/mutant_catalogue/loader_core.py``) plants the bugs these tests must catch.
+The mutant gate (``tests/mutants/loader_core.py``) plants the bugs these tests must catch.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Oracles: a per-sample reference loop (rows whose label is >= 0, not ``box_count``), an exact round trip
 through ``tv_tensors``, torchvision's own v2 kernels against shardkit's one geometry rule (``move``,
 ``warp_masks``) on the same steps, colour scenes through a v2 pipeline, and a torchvision detector that
-trains on the output. The mutant gate (``tools/mutant_catalogue/targets_torchvision.py``) plants the bugs.
+trains on the output. The mutant gate (``tests/mutants/targets_torchvision.py``) plants the bugs.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Listings, label rule, path identity, class index bounds, dead URLs, empty splits, --val-fraction, symlinks.
 
-Each test pins a rule a planted bug breaks (``tools/mutant_catalogue/sources.py``).
+Each test pins a rule a planted bug breaks (``tests/mutants/sources.py``).
 """
 
 from __future__ import annotations
