@@ -104,7 +104,7 @@ MUTANTS = [
         "id": "fc-losing-task-reports-done",
         "row": ROW_DEST,
         "file": "shardkit/convert/job.py",
-        "old": "                job.check_owner(res.shards_written)\n",
+        "old": "        job.check_owner(res.shards_written)\n",
         "new": "",
         "tests": [T + "test_two_conversions_racing_into_one_dest_name_the_owner_in_the_losing_task_and_in_merge"],
     },
