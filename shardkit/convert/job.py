@@ -19,7 +19,7 @@ single task or by ``shardkit merge``.
 Scale-out: task ``i`` of ``K`` converts planned shards ``j % K == i``; every
 task computes the same plan (the pilot is deterministic too).
 
-Sources: :func:`~shardkit.convert.scan.discover.discover` turns any kind of SRC
+Sources: :func:`~shardkit.convert.scan.discover` turns any kind of SRC
 into splits of items and a picklable reader (:mod:`shardkit.convert.scan.source`);
 nothing here depends on the kind. Before writing, DEST is checked against SRC
 and locked for this task (:mod:`shardkit.convert.dest`).
@@ -53,7 +53,9 @@ from shardkit.convert.dest import check_empty_split, check_flat, check_overlap, 
 from shardkit.convert.encoder import Encoder, check_main_guard, start_pool
 from shardkit.convert.merge import finalize_split
 from shardkit.convert.options import ConvertConfig, ConvertResult, SplitResult
-from shardkit.convert.scan.discover import NOT_CANDIDATES, ScannedSource, discover
+from shardkit.convert.scan import discover
+from shardkit.convert.scan.folders import NOT_CANDIDATES
+from shardkit.convert.scan.source import ScannedSource
 from shardkit.convert.splitjob import SplitJob
 from shardkit.convert.targets import target_spec
 from shardkit.errors import ConvertError
@@ -78,7 +80,7 @@ def convert(
         src: a local folder of class folders (or of split folders, or any folder with
             ``options.source.label_regex``); a ``.csv``/``.tsv``/``.jsonl`` listing (path or
             URL); WebDataset tars (a ``.tar`` path, URL or brace pattern); ``"hf:PATH"`` or a
-            ``datasets.Dataset``/``DatasetDict`` (see :func:`shardkit.convert.scan.discover.discover`).
+            ``datasets.Dataset``/``DatasetDict`` (see :func:`shardkit.convert.scan.discover`).
         dest: local path or fsspec URL; every split goes to ``dest/<split>/`` (a plain ImageFolder:
             ``dest/train/``, see ``options.split``).
         options: what to produce (:class:`ConvertConfig`); the same options

@@ -95,9 +95,9 @@ MUTANTS = [
     {
         "id": "fc-no-label-ignored-on-class-folders",
         "row": ROW_LISTING,
-        "file": "shardkit/convert/scan/discover.py",
-        "old": "        _drop_labels(source)\n",
-        "new": "        pass\n",
+        "file": "shardkit/convert/scan/__init__.py",
+        "old": "            _drop_labels(source)\n",
+        "new": "            pass\n",
         "tests": [T + "test_no_label_on_an_imagefolder_stores_no_label"],
     },
     {
