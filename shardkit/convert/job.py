@@ -106,13 +106,7 @@ def convert(
     t0 = time.monotonic()
     options = options or ConvertConfig()
     so = dict(storage_options or {})
-    if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if workers < 1:
-        raise ValueError("workers must be at least 1")
-    plan.task_shards(0, num_tasks, task_index)  # validates
-    if workers > 1:
-        check_main_guard()
+    workers = _workers(workers, num_tasks, task_index)
     with start_pool(workers) as pool:  # first: its start-up overlaps discovery
         source = _discover(src, dest, options, so)
         empty = [empty_split_result(s, dest, options) for s in source.splits if not s.files]
@@ -149,6 +143,19 @@ def convert(
         )
     results.sort(key=lambda r: r.split)
     return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
+
+
+def _workers(workers: int | None, num_tasks: int, task_index: int) -> int:
+    """The encoding processes to start (``None``: one per core this process may use), after checking the
+    task numbers and, for a pool, that a script guards its call with ``if __name__ == "__main__":``."""
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
+    plan.task_shards(0, num_tasks, task_index)  # validates
+    if workers > 1:
+        check_main_guard()
+    return workers
 
 
 def _discover(src: Any, dest: str, options: ConvertConfig, so: dict) -> ScannedSource:
