@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="imagefolder: ImageNet-like sizes: median 500x375, a tail past 1000 px",
     )
     p.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes (default 0)")
-    from shardkit.cli.cmd_convert import quality_help
+    from shardkit.cli.convert_args import quality_help
 
     p.add_argument("--quality", type=int, default=90, help=quality_help())
 

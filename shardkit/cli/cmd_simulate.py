@@ -17,7 +17,7 @@ HELP = (
 
 
 def _block_size(text: str) -> "int | str":
-    from shardkit.cli.cmd_convert import parse_size
+    from shardkit.cli.convert_args import parse_size
 
     return "auto" if text.strip().lower() == "auto" else parse_size(text)
 

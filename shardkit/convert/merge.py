@@ -86,6 +86,72 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         if done is not None:
             return done
     records = [journal.read_record(split_url, p.stem, j, **storage_options) for j in range(p.num_planned)]
+    _check_records(split_url, p, records, storage_options)
+    if not any(r.samples for r in records if r) and p.generation:  # an append with nothing new: the split stays
+        clear_generation(split_url, p.stem, storage_options)
+        storage.remove(journal.journal_url(split_url, journal.PLAN_NAME), **storage_options)
+        return load_manifest(split_url, **storage_options)
+    if not any(r.samples for r in records if r):
+        files = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
+        first = next((f for f in files if f.reason == "missing_file"), files[0] if files else None)
+        raise ConvertError(
+            f"{split_url}: split {p.split} has no sample: its {len(files)} items were all skipped"
+            + (f" (e.g. {first.path}: {first.detail})" if first else "")
+            + "; nothing merged: fix the source (is --root right?) and convert again with --overwrite"
+        )
+    shards = [r.shard_info() for r in records if r and r.shard]
+    overflow, overflow_keys = _write_overflow(split_url, p, records, shards, storage_options)
+    counts = [sum(col) for col in zip(*(r.class_counts for r in records if r))] if records else []
+    skipped = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
+    options = {
+        **p.options,
+        "samples_per_shard": p.samples_per_shard,
+        "encoder": p.encoder,
+        "input_sha256": p.input_sha256,
+        "fingerprint": p.fingerprint,
+        **({"overlap": p.overlap} if p.overlap else {}),
+    }
+    listed = _listed(split_url, {prefix_of(s.name) for s in shards if s is not None}, storage_options)
+    indexed = all(index_url(s.name) in listed for s in shards if s is not None)  # an older shardkit's have none
+    rows = split_rows(split_url, p.stem, [r for r in records if r], overflow, overflow_keys, storage_options)
+    # the tables before the manifest that names them
+    tables = write_tables(split_url, p.split, rows, p.generation, **storage_options)
+    m = Manifest(
+        split=p.split,
+        classes=list(p.classes),
+        shards=[s for s in shards if s is not None],
+        options=options,
+        class_counts=counts,
+        skipped=skipped,
+        shardkit_version=__version__,
+        sample_index=INDEX_FORMAT if indexed else "",
+        fields=list(p.fields),
+        targets=list(p.targets),
+        keypoint_names=list(p.keypoint_names),
+        flip_pairs=[list(x) for x in p.flip_pairs],
+        annotations=annotations_of(p, records),
+        tables=tables,
+    )
+    if p.generation:
+        m = appended_manifest(
+            _base_manifest(split_url, p, storage_options),
+            m,
+            generation=p.generation,
+            duplicates=sum(s.reason == SkipReason.ALREADY_IN_SPLIT.value for s in skipped),
+        )
+    m.validate()
+    m.url = manifest_url(split_url)
+    storage.put_bytes(m.url, m.to_json().encode("utf-8"), **storage_options)  # like save_manifest, crash-litter free
+    if p.prefixes > 1:
+        tidy_prefix_dirs(split_url, storage_options)  # the empty work folders local writes left in them
+    return m
+
+
+def _check_records(
+    split_url: str, p: journal.Plan, records: list[journal.ShardRecord | None], storage_options: dict
+) -> None:
+    """Refuse to merge unless every planned shard was written by this plan's conversion with its fields and
+    keypoints, and every shard file (and overflow file) is there with its recorded size; the message lists them."""
     other = next((r for r in records if r is not None and (r.fields, r.targets) != (p.fields, p.targets)), None)
     if other is not None:
         raise ConvertError(
@@ -132,19 +198,17 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
             _missing_message(split_url, "shard files are missing or have the wrong size", lost)
             + "; rerun the conversion (it redoes exactly these)"
         )
-    if not any(r.samples for r in records if r) and p.generation:  # an append with nothing new: the split stays
-        clear_generation(split_url, p.stem, storage_options)
-        storage.remove(journal.journal_url(split_url, journal.PLAN_NAME), **storage_options)
-        return load_manifest(split_url, **storage_options)
-    if not any(r.samples for r in records if r):
-        files = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
-        first = next((f for f in files if f.reason == "missing_file"), files[0] if files else None)
-        raise ConvertError(
-            f"{split_url}: split {p.split} has no sample: its {len(files)} items were all skipped"
-            + (f" (e.g. {first.path}: {first.detail})" if first else "")
-            + "; nothing merged: fix the source (is --root right?) and convert again with --overwrite"
-        )
-    shards = [r.shard_info() for r in records if r and r.shard]
+
+
+def _write_overflow(
+    split_url: str,
+    p: journal.Plan,
+    records: list[journal.ShardRecord | None],
+    shards: list[ShardInfo | None],
+    storage_options: dict,
+) -> tuple[list[EncodedSample], list[list[str]]]:
+    """Pack the samples the planned shards could not hold into shards after the planned ones (appended to
+    ``shards``); the overflow samples and each new shard's keys."""
     overflow: list[EncodedSample] = []
     rule = SampleRule(tuple(p.fields), len(p.classes) or None, len(p.targets) or None, len(p.keypoint_names))
     for r in records:
@@ -163,50 +227,7 @@ def finalize_split(split_url: str, **storage_options: Any) -> Manifest:
         if w.index is not None:
             storage.put_bytes(index_url(storage.join(split_url, name)), w.index.to_bytes(), **storage_options)
         shards.append(ShardInfo(name=name, samples=w.samples, bytes=w.bytes, sha256=w.sha256))
-    counts = [sum(col) for col in zip(*(r.class_counts for r in records if r))] if records else []
-    skipped = sorted(p.skipped + [s for r in records if r for s in r.skipped], key=lambda s: s.path)
-    options = {
-        **p.options,
-        "samples_per_shard": p.samples_per_shard,
-        "encoder": p.encoder,
-        "input_sha256": p.input_sha256,
-        "fingerprint": p.fingerprint,
-        **({"overlap": p.overlap} if p.overlap else {}),
-    }
-    listed = _listed(split_url, {prefix_of(s.name) for s in shards if s is not None}, storage_options)
-    indexed = all(index_url(s.name) in listed for s in shards if s is not None)  # an older shardkit's have none
-    rows = split_rows(split_url, p.stem, [r for r in records if r], overflow, overflow_keys, storage_options)
-    # the tables before the manifest that names them
-    tables = write_tables(split_url, p.split, rows, p.generation, **storage_options)
-    m = Manifest(
-        split=p.split,
-        classes=list(p.classes),
-        shards=[s for s in shards if s is not None],
-        options=options,
-        class_counts=counts,
-        skipped=skipped,
-        shardkit_version=__version__,
-        sample_index=INDEX_FORMAT if indexed else "",
-        fields=list(p.fields),
-        targets=list(p.targets),
-        keypoint_names=list(p.keypoint_names),
-        flip_pairs=[list(x) for x in p.flip_pairs],
-        annotations=annotations_of(p, records),
-        tables=tables,
-    )
-    if p.generation:
-        m = appended_manifest(
-            _base_manifest(split_url, p, storage_options),
-            m,
-            generation=p.generation,
-            duplicates=sum(s.reason == SkipReason.ALREADY_IN_SPLIT.value for s in skipped),
-        )
-    m.validate()
-    m.url = manifest_url(split_url)
-    storage.put_bytes(m.url, m.to_json().encode("utf-8"), **storage_options)  # like save_manifest, crash-litter free
-    if p.prefixes > 1:
-        tidy_prefix_dirs(split_url, storage_options)  # the empty work folders local writes left in them
-    return m
+    return overflow, overflow_keys
 
 
 def appended_already(split_url: str, p: journal.Plan, storage_options: dict) -> "Manifest | None":

@@ -1,6 +1,6 @@
 """The per-sample table's rows of each planned shard, kept in the conversion's journal while the split is converted.
 
-:meth:`~shardkit.convert.job.SplitJob.finish_shard` knows each sample's key, metadata and the sha256 of its
+:meth:`~shardkit.convert.splitjob.SplitJob.finish_shard` knows each sample's key, metadata and the sha256 of its
 source file's bytes while it writes the shard; it keeps them in ``_shardkit/<split>-NNNNNN.rows.json.gz``
 (:func:`write_rows`, written before the shard's record, so a record implies its rows), the rows of the
 shard's samples apart from those of its overflow (which go into the shards numbered after the planned ones).

@@ -144,23 +144,7 @@ def encode_targets(
     from shardkit.format.masks import mask_bytes
     from shardkit.targets.geometry import clip_boxes, move, move_boxes, pad_objects
 
-    declared = getattr(item, "declared_size", None)
-    if declared is not None and tuple(declared) != tuple(in_size):
-        raise SkipImage(
-            SkipReason.SIZE_MISMATCH,
-            f"{item.relpath}: the annotations are for a {declared[0]}x{declared[1]} image but the image is "
-            f"{in_size[0]}x{in_size[1]} (EXIF-oriented); fix width/height in the annotation file or the image",
-        )
-    mask = _source_mask(item, reader, in_size) if spec.mask else None
-    if mask is not None and spec.num_classes:
-        bad = (mask >= spec.num_classes) & (mask != IGNORE)
-        if bad.any():
-            y, x = (int(v[0]) for v in np.nonzero(bad))
-            raise SkipImage(
-                SkipReason.BAD_MASK,
-                f"{item.mask or item.relpath}: mask value {int(mask[y, x])} at x={x}, y={y} is not a class index "
-                f"(below {spec.num_classes}) or {IGNORE}",
-            )
+    mask = _checked_mask(item, reader, in_size, spec)
     inv = torch.from_numpy(resize_map(in_size, out_size))[None]
     size = (out_size[1], out_size[0])
     objects = item.objects if item.objects is not None or not spec.boxes else Objects.empty(spec.num_keypoints)
@@ -211,6 +195,29 @@ def encode_targets(
         counts = np.bincount(warped.reshape(-1), minlength=256)
         classes |= {int(c) for c in np.flatnonzero(counts[:IGNORE])}
     return TargetOutcome(out_objects, stored, tuple(sorted(classes)), moved, stored_instances)
+
+
+def _checked_mask(item: "Item", reader: "Reader", in_size: tuple[int, int], spec: TargetSpec) -> np.ndarray | None:
+    """``item``'s source mask (``None`` without one), after checking that the annotations were drawn on an image of
+    the size it has and that every mask value is a class index or :data:`IGNORE` (:class:`SkipImage` if not)."""
+    declared = getattr(item, "declared_size", None)
+    if declared is not None and tuple(declared) != tuple(in_size):
+        raise SkipImage(
+            SkipReason.SIZE_MISMATCH,
+            f"{item.relpath}: the annotations are for a {declared[0]}x{declared[1]} image but the image is "
+            f"{in_size[0]}x{in_size[1]} (EXIF-oriented); fix width/height in the annotation file or the image",
+        )
+    mask = _source_mask(item, reader, in_size) if spec.mask else None
+    if mask is not None and spec.num_classes:
+        bad = (mask >= spec.num_classes) & (mask != IGNORE)
+        if bad.any():
+            y, x = (int(v[0]) for v in np.nonzero(bad))
+            raise SkipImage(
+                SkipReason.BAD_MASK,
+                f"{item.mask or item.relpath}: mask value {int(mask[y, x])} at x={x}, y={y} is not a class index "
+                f"(below {spec.num_classes}) or {IGNORE}",
+            )
+    return mask
 
 
 def _instance_regions(item: "Item", objects: Objects, in_size: tuple[int, int]) -> list[np.ndarray]:

@@ -14,8 +14,8 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.convert.options import ConvertConfig, ScanConfig
+from shardkit.convert.scan import discover
 from shardkit.convert.scan.detection import flip_pairs_of
-from shardkit.convert.scan.discover import discover
 from shardkit.convert.segments import Rle, rle_of, semantic_mask
 from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError

@@ -27,7 +27,7 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.convert.options import ConvertConfig, ScanConfig
-from shardkit.convert.scan.discover import discover
+from shardkit.convert.scan import discover
 from shardkit.convert.segments import rle_of
 from shardkit.convert.targets import encode_targets, target_spec
 from shardkit.errors import ConvertError

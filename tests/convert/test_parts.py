@@ -161,7 +161,7 @@ def test_pack_and_split_at_cap():
 
 
 def test_order_and_tasks_are_partitions():
-    from shardkit.convert.scan.discover import SourceFile
+    from shardkit.convert.scan.source import SourceFile
 
     files = [SourceFile(f"c{i % 3}/{i:03d}.jpg", i % 3, 10) for i in range(50)]
     a = plan.order(files, seed=5, shuffle=True)

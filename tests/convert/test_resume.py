@@ -92,7 +92,7 @@ def test_rerun_resumes_and_refuses_other_options(tmp_path, small_src):
 
 
 def test_write_error_keeps_work_resumable(tmp_path, small_src, monkeypatch):
-    import shardkit.convert.job as job
+    import shardkit.convert.splitjob as job
 
     clean = str(tmp_path / "clean")
     convert(small_src, clean, OPTS, workers=1, quiet=True)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from shardkit.convert.imageproc import SkipReason
 from shardkit.convert.options import ConvertConfig, ScanConfig
-from shardkit.convert.scan.discover import discover
+from shardkit.convert.scan import discover
 from shardkit.convert.scan.voc import VOC_CLASSES
 from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from shardkit.convert.imageproc import SkipReason
 from shardkit.convert.options import ConvertConfig
-from shardkit.convert.scan.discover import discover
+from shardkit.convert.scan import discover
 from shardkit.convert.scan.yolo import tiny_yaml_names
 from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError

@@ -17,7 +17,7 @@ MUTANTS = [
     {
         "id": "append-keys-restart-at-zero",
         "row": ROW_APPEND,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitjob.py",
         "old": "key_offset=base.key_offset if base else 0,",
         "new": "key_offset=0,",
         "tests": [f"{A}::test_convert_then_append_reads_as_converting_both"],
@@ -73,7 +73,7 @@ MUTANTS = [
     {
         "id": "append-duplicates-stored-again",
         "row": ROW_DUP,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitjob.py",
         "old": "if known is not None:  # already in the split",
         "new": "if False:  # already in the split",
         "tests": [f"{A}::test_convert_then_append_reads_as_converting_both"],
@@ -97,7 +97,7 @@ MUTANTS = [
     {
         "id": "append-rerun-does-not-resume",
         "row": ROW_CRASH,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitdest.py",
         "old": "if existing is not None and existing.fingerprint == self.plan.fingerprint:\n            self.plan = existing\n            return",
         "new": "if False:\n            return",
         "tests": [f"{A}::test_a_killed_append_leaves_the_previous_generation_and_a_rerun_finishes_it"],
@@ -105,7 +105,7 @@ MUTANTS = [
     {
         "id": "append-unfinished-other-append-overwritten-silently",
         "row": ROW_CRASH,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitdest.py",
         "old": "unfinished = existing is not None and existing.generation >= self.plan.generation",
         "new": "unfinished = False",
         "tests": [f"{A}::test_an_unfinished_append_of_other_sources_is_refused_then_discarded_with_overwrite"],
@@ -153,7 +153,7 @@ MUTANTS = [
     {
         "id": "append-plain-convert-drops-generations",
         "row": ROW_REFUSE,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitdest.py",
         "old": "            if len(gens) > 1:\n",
         "new": "            if False:\n",
         "tests": [f"{A}::test_user_mistakes_are_one_line_refusals"],

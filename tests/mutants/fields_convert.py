@@ -104,7 +104,7 @@ MUTANTS = [
     {
         "id": "fields-hf-sequence-classlabel-refused",
         "row": ROW_SOURCES,
-        "file": "shardkit/convert/scan/hf.py",
+        "file": "shardkit/convert/scan/hf_labels.py",
         "old": 'if isinstance(feat, lists) and isinstance(getattr(feat, "feature", None), datasets.ClassLabel):',
         "new": "if False:",
         "tests": [HF],
@@ -112,7 +112,7 @@ MUTANTS = [
     {
         "id": "fields-hf-minus-one-in-a-set-dropped",  # [2, -1] read as {2}
         "row": ROW_SOURCES,
-        "file": "shardkit/convert/scan/hf.py",
+        "file": "shardkit/convert/scan/hf_labels.py",
         "old": "if all(0 <= x < n for x in r[2])",
         "new": "if all(x < n for x in r[2])",
         "tests": [HF],

@@ -22,8 +22,8 @@ MUTANTS = [
         "id": "layout-one-split-lands-in-dest",  # the old rule: a one-split source went to DEST itself
         "row": ROW_LAYOUT,
         "file": "shardkit/convert/job.py",
-        "old": "                    classes,\n                    storage.join(dest, s.name),\n",
-        "new": "                    classes,\n                    dest if len(source.splits) == 1 else storage.join(dest, s.name),\n",
+        "old": "                classes,\n                storage.join(dest, s.name),\n",
+        "new": "                classes,\n                dest if len(source.splits) == 1 else storage.join(dest, s.name),\n",
         "tests": [
             T + "test_every_source_kind_lands_in_dest_split",
             T + "test_adding_a_val_split_does_not_move_the_train_data",
@@ -66,8 +66,8 @@ MUTANTS = [
         "id": "empty-split-planned-like-the-others",  # A7 as it was: "nothing to merge (no _shardkit/plan.json)"
         "row": ROW_EMPTY,
         "file": "shardkit/convert/job.py",
-        "old": "        for s in source.splits:\n            if not s.files:\n                continue\n            base = ",
-        "new": "        for s in source.splits:\n            base = ",
+        "old": "    for s in source.splits:\n        if not s.files:\n            continue\n        base = ",
+        "new": "    for s in source.splits:\n        base = ",
         "tests": [E + "test_hf_test_split_of_all_minus_one_is_reported_and_the_others_converted"],
     },
     {
@@ -131,7 +131,7 @@ MUTANTS = [
     {
         "id": "progress-last-item-of-each-shard-uncounted",  # the bar as it was: 199/200
         "row": ROW_PROGRESS,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitjob.py",
         "old": "                    bar.update(1)  # before the yield: the consumer (zip) stops after the last item, never resuming us\n                    yield out",
         "new": "                    yield out\n                    bar.update(1)",
         "tests": [T + "test_progress_bar_counts_every_input_and_ends_at_total"],
@@ -139,7 +139,7 @@ MUTANTS = [
     {
         "id": "progress-skips-uncounted",
         "row": ROW_PROGRESS,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitjob.py",
         "old": "                    bar.update(1)  # before the yield",
         "new": "                    bar.update(int(out.encoded is not None))  # before the yield",
         "tests": [T + "test_progress_bar_counts_every_input_and_ends_at_total"],

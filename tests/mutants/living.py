@@ -97,7 +97,7 @@ MUTANTS = [
     {
         "id": "rows-source-hash-dropped",
         "row": ROW_TABLE,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitjob.py",
         "old": "row = sample_row(s.key, s.meta, out.source_sha256)",
         "new": "row = sample_row(s.key, s.meta)",
         "tests": [f"{T}::test_convert_fills_the_per_sample_table"],

@@ -69,7 +69,7 @@ MUTANTS = [
     {
         "id": "pfx-sidecar-flat",  # the shard spread, its sample index written in the split folder
         "row": ROW_SAME,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitjob.py",
         "old": "storage.put_bytes(index_url(url), w.index.to_bytes(), **storage_options)",
         "new": 'storage.put_bytes(index_url(url.rsplit("/", 2)[0] + "/" + url.rsplit("/", 1)[1]), w.index.to_bytes(), **storage_options)',
         "tests": [SAME],
@@ -125,7 +125,7 @@ MUTANTS = [
     {
         "id": "pfx-resume-looks-flat",  # a finished shard looked for under its flat name: everything redone
         "row": ROW_RESUME,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitjob.py",
         "old": "storage.join(self.url, journal.shard_path(self.plan.stem, j, self.plan.prefixes)), rec.shard, self.so",
         "new": "storage.join(self.url, journal.shard_name(self.plan.stem, j)), rec.shard, self.so",
         "tests": [RESUME],

@@ -14,7 +14,6 @@ T = "tests/convert/scan/test_listing.py::"
 ORACLE = "tests/convert/scan/test_listing_folder_oracle.py::"
 LISTING = "shardkit/convert/scan/listing.py"
 SOURCE = "shardkit/convert/scan/source.py"
-DISCOVER = "shardkit/convert/scan/discover.py"
 FOLDERS = "shardkit/convert/scan/folders.py"
 
 MUTANTS = [

@@ -74,7 +74,7 @@ MUTANTS = [
     {
         "id": "targets-skipped-sample-loses-its-annotations",
         "row": ROW_ACCOUNT,
-        "file": "shardkit/convert/job.py",
+        "file": "shardkit/convert/splitjob.py",
         "old": "moved[IMAGE_SKIPPED] = moved.get(IMAGE_SKIPPED, 0) + len(it.objects)",
         "new": "pass",
         "tests": [PIPE, HF],

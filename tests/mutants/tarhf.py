@@ -13,9 +13,11 @@ ROW_LABELS = "Conversion labels: one rule for every source"
 ROW_RESHARD = "Re-converting shardkit's own shards keeps the class names, their order, the labels and the pixels"
 
 TARS = "shardkit/convert/scan/tars.py"
+TAR_CLASSES = "shardkit/convert/scan/tar_classes.py"
 MEMBERS = "shardkit/format/members.py"  # group_members: the member rule over a tar's names
 SOURCE_PY = "shardkit/convert/scan/source.py"
 HF = "shardkit/convert/scan/hf.py"
+HF_LABELS = "shardkit/convert/scan/hf_labels.py"
 T = "tests/convert/scan/test_tars.py::"
 H = "tests/convert/scan/test_hf.py::"
 TAR_ORACLE = "tests/convert/scan/test_tar_hf_oracle.py::test_tar_source_matches_the_reference"
@@ -146,7 +148,7 @@ MUTANTS = [
     {
         "id": "hf-float-or-bool-column-accepted",
         "row": ROW_LABELS,
-        "file": HF,
+        "file": HF_LABELS,
         "old": _HF_STR_OLD,
         "new": _HF_STR_NEW,
         "tests": [H + "test_label_column_of_floats_bools_or_lists_is_refused_in_one_line"],
@@ -154,7 +156,7 @@ MUTANTS = [
     {
         "id": "hf-float-or-bool-column-accepted-oracle",
         "row": ROW_LABELS,
-        "file": HF,
+        "file": HF_LABELS,
         "old": _HF_STR_OLD,
         "new": _HF_STR_NEW,
         "tests": [HF_ORACLE],
@@ -163,8 +165,8 @@ MUTANTS = [
         "id": "hf-list-column-accepted",
         "row": ROW_LABELS,
         "file": HF,
-        "old": "            if full is not None:",
-        "new": "            if False:",
+        "old": "        if full is not None:",
+        "new": "        if False:",
         "tests": [H + "test_label_column_of_floats_bools_or_lists_is_refused_in_one_line"],
     },
     {
@@ -195,7 +197,7 @@ MUTANTS = [
     {
         "id": "hf-classlabel-minus-one-is-bad-label",
         "row": ROW_HF,
-        "file": HF,
+        "file": HF_LABELS,
         "old": 'if kind == "classlabel" and r[2] in (None, -1)',
         "new": 'if kind == "classlabel" and r[2] is None',
         "tests": [H + "test_a_split_whose_every_label_is_minus_one_is_returned_with_no_files_and_its_skips"],
@@ -204,7 +206,7 @@ MUTANTS = [
     {
         "id": "hf-string-split-sorted-own-class-space",
         "row": ROW_HF,
-        "file": HF,
+        "file": HF_LABELS,
         "old": "        pos = {c: i for i, c in enumerate(classes)}\n        n_cl",
         "new": "        pos = {c: i for i, c in enumerate(sorted(classes))}\n        n_cl",
         "tests": [H + "test_classlabel_and_string_splits_share_one_class_space"],
@@ -212,7 +214,7 @@ MUTANTS = [
     {
         "id": "hf-string-split-sorted-own-class-space-oracle",
         "row": ROW_HF,
-        "file": HF,
+        "file": HF_LABELS,
         "old": "        pos = {c: i for i, c in enumerate(classes)}\n        n_cl",
         "new": "        pos = {c: i for i, c in enumerate(sorted(classes))}\n        n_cl",
         "tests": [HF_ORACLE],
@@ -220,7 +222,7 @@ MUTANTS = [
     {
         "id": "hf-int-split-next-to-classlabel-accepted",
         "row": ROW_HF,
-        "file": HF,
+        "file": HF_LABELS,
         "old": '        if k == "int":',
         "new": "        if False:",
         "tests": [H + "test_classlabel_split_with_an_incompatible_split_is_refused_naming_both"],
@@ -228,7 +230,7 @@ MUTANTS = [
     {
         "id": "hf-different-classlabels-accepted",
         "row": ROW_HF,
-        "file": HF,
+        "file": HF_LABELS,
         "old": "        if list(f.names) != list(feat.names):",
         "new": "        if False:",
         "tests": [H + "test_classlabel_split_with_an_incompatible_split_is_refused_naming_both"],
@@ -270,7 +272,7 @@ MUTANTS = [
     {
         "id": "tars-manifest-classes-ignored",
         "row": ROW_RESHARD,
-        "file": TARS,
+        "file": TAR_CLASSES,
         "old": 'return list(m.classes), f"class names and order from {url}"',
         "new": "return None, None",
         "tests": [T + "test_shardkit_manifest_with_an_index_beyond_its_classes_is_bad_label"],
@@ -278,7 +280,7 @@ MUTANTS = [
     {
         "id": "tars-class-field-ignored",
         "row": ROW_RESHARD,
-        "file": TARS,
+        "file": TAR_CLASSES,
         "old": "        else _class_field_names(found)\n",
         "new": "        else None\n",
         "tests": [T + "test_reconverting_shardkit_shards_keeps_class_names_order_labels_and_pixels"],
@@ -286,7 +288,7 @@ MUTANTS = [
     {
         "id": "tars-class-field-sorted-by-name",
         "row": ROW_RESHARD,
-        "file": TARS,
+        "file": TAR_CLASSES,
         "old": "classes = [by_field[i] for i in sorted(by_field, key=int)]",
         "new": "classes = sorted(by_field.values())",
         "tests": [T + "test_class_field_names_keep_their_cls_order_without_a_manifest"],
@@ -294,7 +296,7 @@ MUTANTS = [
     {
         "id": "tars-class-field-not-one-to-one",
         "row": ROW_RESHARD,
-        "file": TARS,
+        "file": TAR_CLASSES,
         "old": "if not found or len(pairs) != len({p[0] for p in pairs}) or len(pairs) != len({p[1] for p in pairs}):",
         "new": "if not found:",
         "tests": [T + "test_class_field_names_keep_their_cls_order_without_a_manifest"],

@@ -247,6 +247,29 @@ def scan_coco(path: str, options: ScanConfig, split: str, **storage_options: Any
     root = options.root
     if root is None:
         root = os.path.dirname(os.path.abspath(path)) if storage.is_local(path) else posixpath.dirname(path)
+    files, present = _files(images, root, k, options)
+    counts = tally.as_dict()
+    out = SplitSource(split, root, files, class_names=sorted(classes[c] for c in present), annotations=counts)
+    if not files:
+        raise ConvertError(f"{path}: 'images' is empty: no image to convert")
+    source = ScannedSource(
+        root=f"coco:{path}",
+        classes=classes,
+        splits=[out],
+        nested=False,
+        reader=Reader(root, storage_options),
+        notes=[f"COCO {os.path.basename(path)}: {describe(classes, counts)}"],
+        local_dir=storage.local_path(root) if storage.is_local(root) else None,
+        walked=False,
+    )
+    return finish(source, kp_names, options.masks, options.instances)
+
+
+def _files(
+    images: dict[Any, dict[str, Any]], root: str, k: int, options: ScanConfig
+) -> tuple[list[SourceFile], set[int]]:
+    """One item per image (in file order) with its objects, ``k`` keypoints each, and segments, and the classes
+    its objects use; an image's bytes are its file's size below a local ``root`` (0 for a remote one)."""
     files = []
     present: set[int] = set()
     for im in sorted(images.values(), key=lambda im: im["file"]):
@@ -271,21 +294,7 @@ def scan_coco(path: str, options: ScanConfig, split: str, **storage_options: Any
                 segments=_segments(objs, options),
             )
         )
-    counts = tally.as_dict()
-    out = SplitSource(split, root, files, class_names=sorted(classes[c] for c in present), annotations=counts)
-    if not files:
-        raise ConvertError(f"{path}: 'images' is empty: no image to convert")
-    source = ScannedSource(
-        root=f"coco:{path}",
-        classes=classes,
-        splits=[out],
-        nested=False,
-        reader=Reader(root, storage_options),
-        notes=[f"COCO {os.path.basename(path)}: {describe(classes, counts)}"],
-        local_dir=storage.local_path(root) if storage.is_local(root) else None,
-        walked=False,
-    )
-    return finish(source, kp_names, options.masks, options.instances)
+    return files, present
 
 
 def _segments(objs: list[tuple[Any, ...]], options: ScanConfig) -> tuple[Segment, ...] | None:

@@ -44,6 +44,8 @@ from typing import Any
 
 from shardkit.convert.imageproc import SkipReason
 from shardkit.convert.options import ScanConfig
+from shardkit.convert.scan.hf_labels import Row as _Row
+from shardkit.convert.scan.hf_labels import class_space, hf_classes, label_kind, row_label
 from shardkit.convert.scan.listing import RESERVED_FIELDS
 from shardkit.convert.scan.source import (
     MissingFile,
@@ -52,8 +54,6 @@ from shardkit.convert.scan.source import (
     SourceFile,
     SplitSource,
     extra_problem,
-    is_index,
-    read_labels,
 )
 from shardkit.convert.scan.values import fields_of, target_values, text_value
 from shardkit.errors import ConvertError
@@ -145,65 +145,9 @@ class HFReader(Reader):
         return super().read(relpath, value["path"])
 
 
-def _label_kind(datasets: Any, what: str, split: str, col: str, feat: Any) -> str:
-    """``classlabel``, ``int``, ``str``, ``list`` (only empty lists are accepted: ``no_label``) or ``null``; refuses others."""
-    lists = tuple(
-        c for c in (getattr(datasets, n, None) for n in ("List", "LargeList", "Sequence")) if isinstance(c, type)
-    )
-    if isinstance(feat, datasets.ClassLabel):
-        return "classlabel"
-    if isinstance(feat, lists) and isinstance(getattr(feat, "feature", None), datasets.ClassLabel):
-        return "classlabels"  # Sequence(ClassLabel): a multi-label column
-    if isinstance(feat, datasets.Value) and feat.dtype.startswith(("int", "uint")):
-        return "int"
-    if isinstance(feat, datasets.Value) and feat.dtype in ("string", "large_string"):
-        return "str"
-    if isinstance(feat, datasets.Value) and feat.dtype == "null":
-        return "null"
-    if isinstance(feat, lists):
-        return "list"
-    raise ConvertError(
-        f"{what}: label column {col!r} of split {split!r} is {feat!r}: not a class label (a float, bool or other value; "
-        "float targets go in --target-col, multi-label needs a Sequence(ClassLabel)); pass --label-col naming a column of "
-        "class names or indices, or a ClassLabel"
-    )
-
-
-def _class_space(what: str, kinds: dict[str, tuple[str, Any]], opts: ScanConfig) -> list[str] | None:
-    """The ClassLabel names every split shares (``None``: no ClassLabel split); refuses splits that cannot share them."""
-    multi = {n for n, (k, _) in kinds.items() if k == "classlabels"}
-    if multi and len(multi) != len(kinds):
-        one, other = sorted(multi)[0], sorted(set(kinds) - multi)[0]
-        raise ConvertError(
-            f"{what}: split {one!r} labels {opts.label_col!r} with {kinds[one][1]!r} (multi-label) but split {other!r} "
-            f"with {kinds[other][1]!r}; give every split the same Sequence(ClassLabel) (datasets' cast_column)"
-        )
-    named = {
-        n: f.feature if k == "classlabels" else f for n, (k, f) in kinds.items() if k in ("classlabel", "classlabels")
-    }
-    if not named:
-        return None
-    first, feat = next(iter(named.items()))
-    for n, f in named.items():
-        if list(f.names) != list(feat.names):
-            raise ConvertError(
-                f"{what}: split {first!r} has ClassLabel names {list(feat.names)[:10]} but split {n!r} has "
-                f"{list(f.names)[:10]}; give every split the same ClassLabel (datasets' cast_column)"
-            )
-    for n, (k, f) in kinds.items():
-        if k == "int":
-            raise ConvertError(
-                f"{what}: split {first!r} labels {opts.label_col!r} with {feat!r} but split {n!r} with {f!r} "
-                "(class indices of which classes?); cast that split's column to the same ClassLabel"
-            )
-    return list(feat.names)
-
-
 def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
     """The :class:`ScannedSource` of a dataset object or of the dataset saved at path ``src``."""
     import datasets
-
-    from shardkit.convert.scan.source import spelled_label_value as label_value
 
     what = f"hf:{src}" if isinstance(src, str) else type(src).__name__
     ds = _load(src) if isinstance(src, str) else src
@@ -212,67 +156,19 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
     parts = dict(ds) if isinstance(ds, datasets.DatasetDict) else {split: ds}
     splits: list[SplitSource] = []
     kinds: dict[str, tuple[str, Any]] = {}
-    # split, row, label, extra, image bytes, (target, text, skip)
-    raw: list[tuple[str, int, Any, dict[str, Any], int, tuple[Any, Any, Any]]] = []
-    field_cols = [*opts.target_cols, *([opts.text_col] if opts.text_col else [])]
+    raw: list[_Row] = []
     for name, part in sorted(parts.items()):
-        cols = list(part.column_names)
-        wanted = [("--image-col", opts.image_col)] + ([("--label-col", opts.label_col)] if opts.labelled else [])
-        for flag, col in wanted + [("--target-col", c) for c in opts.target_cols] + [("--text-col", opts.text_col)]:
-            if col is not None and col not in cols:
-                raise ConvertError(f"{what}: no column {col!r} ({flag}); its columns are: {', '.join(cols)}")
-        _check_field_columns(datasets, what, name, part.features, opts)
-        feat = part.features[opts.label_col] if opts.labelled else None
-        kinds[name] = (
-            (_label_kind(datasets, what, name, opts.label_col, feat), feat) if opts.labelled else ("none", None)
-        )
-        part = part.cast_column(opts.image_col, datasets.Image(decode=False))
-        sizes = _byte_sizes(part, opts.image_col)
-        extra_cols = [
-            c
-            for c, f in part.features.items()
-            if c not in (opts.image_col, opts.label_col, *field_cols)
-            and isinstance(f, datasets.Value)
-            and f.dtype.startswith(_JSON_DTYPES)
-            and c not in RESERVED_FIELDS
-        ]
-        table = part.select_columns([*([opts.label_col] if opts.labelled else []), *field_cols, *extra_cols]).to_dict()
-        labels = table.pop(opts.label_col) if opts.labelled else [None] * len(part)
-        row_fields = [_row_fields(table, i, opts) for i in range(len(part))]
-        if kinds[name][0] == "list":
-            full = next((i for i, v in enumerate(labels) if v), None)
-            if full is not None:
-                raise ConvertError(
-                    f"{what}: label column {opts.label_col!r} of split {name!r} is {feat!r}: not a class label "
-                    f"(row {full} holds {str(labels[full])[:40]}; for multi-label cast it to Sequence(ClassLabel); an empty list is no_label)"
-                )
-        for i, label in enumerate(labels):
-            raw.append((name, i, label, {c: table[c][i] for c in extra_cols}, sizes[i], row_fields[i]))
+        kinds[name], rows = _read_part(datasets, what, name, part, opts)
+        raw += rows
         splits.append(SplitSource(name=name, directory=what, files=[]))
     by_name = {s.name: s for s in splits}
-    classes = _class_space(what, kinds, opts)
+    classes = class_space(what, kinds, opts)
     width = max(8, len(str(max((r[1] for r in raw), default=0))))
     ident = [f"row-{r[1]:0{width}d}" for r in raw]
     usable: list[int] = []
     values: list[Any] = []
-    indices: list[Any]
     for k, r in enumerate(raw):
-        kind = kinds[r[0]][0]
-        if kind == "none":
-            value, bad = None, None
-        elif kind == "classlabels":  # a list of ClassLabel indices: a set of classes ([]: none; -1 or beyond: bad)
-            n = len(kinds[r[0]][1].feature.names)
-            value, bad = (
-                (None, SkipReason.NO_LABEL)
-                if r[2] is None
-                else (tuple(sorted(set(r[2]))), None)
-                if all(0 <= x < n for x in r[2])
-                else (None, SkipReason.BAD_LABEL)
-            )
-        else:
-            value, bad = (
-                (None, SkipReason.NO_LABEL) if kind == "classlabel" and r[2] in (None, -1) else label_value(r[2])
-            )
+        value, bad = row_label(kinds, r)
         if bad is None and r[5][2] is not None:  # the label is fine, a target or the text is not
             by_name[r[0]].skipped.append((ident[k], r[5][2][0], f"split {r[0]} row {r[1]}: {r[5][2][1]}"))
         elif bad is not None:
@@ -286,35 +182,7 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
             usable.append(k)
             values.append(value)
     multi = any(k == "classlabels" for k, _ in kinds.values())
-    if not opts.labelled:
-        classes, indices, note = [], [None] * len(usable), "no labels (--no-label)"
-    elif multi:
-        assert classes is not None
-        indices = values
-        note = f"{len(classes)} classes from the Sequence(ClassLabel) feature {opts.label_col!r} (multi-label)"
-    elif classes is not None:  # ClassLabel indices; names from string splits join the ClassLabel's names, after them
-        names = [v for k, v in zip(usable, values) if kinds[raw[k][0]][0] == "str"]
-        extra_names = sorted(set(names) - set(classes))
-        digits = next((v for v in extra_names if is_index(v)), None)
-        if digits is not None:
-            cl = next(n for n, (kd, _) in kinds.items() if kd == "classlabel")
-            st = next(raw[k][0] for k, v in zip(usable, values) if v == digits)
-            raise ConvertError(
-                f"{what}: split {cl!r} has a ClassLabel but split {st!r} labels {digits!r}, not one of its names "
-                f"{classes[:10]} (a class index?); cast that split's column to the same ClassLabel"
-            )
-        classes = classes + extra_names
-        pos = {c: i for i, c in enumerate(classes)}
-        n_cl = len(classes) - len(extra_names)
-        indices = [pos[v] if isinstance(v, str) else v if 0 <= v < n_cl else None for v in values]
-        note = f"{n_cl} classes from the ClassLabel feature {opts.label_col!r}"
-        if extra_names:
-            note += f", {len(extra_names)} more named only in string-labelled splits: {', '.join(extra_names[:5])}"
-    else:
-        classes, indices, kind = read_labels(
-            what, [(f"split {raw[k][0]} row {raw[k][1]}", v) for k, v in zip(usable, values)], opts.label_type
-        )
-        note = f"labels read as {'class names' if kind.value == 'name' else 'class indices'} (--label-type {kind.value}): {len(classes)} classes"
+    classes, indices, note = hf_classes(what, kinds, raw, usable, values, classes, opts)
     for k, index in zip(usable, indices):
         name, row, label, extra, size, (target, text, _) = raw[k]
         problem = extra_problem(extra)
@@ -329,23 +197,9 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
             ref = f"{_REF}{name}:{row}"
             by_name[name].files.append(SourceFile(ident[k], single, size, ref, extra or None, labels, target, text))
     if not any(s.files for s in splits):
-
-        def why(s: SplitSource) -> str:
-            reasons = Counter(r.value for _, r, _ in s.skipped)
-            return (
-                f"{s.name} ({len(s.skipped)} skipped: "
-                + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
-                + ")"
-            )
-
-        raise ConvertError(
-            f"{what}: no split has a sample to convert (no labelled image): {'; '.join(why(s) for s in splits)}; "
-            f"check --label-col {opts.label_col!r} and --image-col {opts.image_col!r}"
-        )
+        _refuse_empty(what, splits, opts)
     for s in splits:
-        s.files.sort(key=lambda f: f.relpath)
-        s.skipped.sort()
-        s.class_names = sorted({classes[c] for f in s.files for c in f.class_indices()})
+        s.close(classes)
     return ScannedSource(
         root=what,
         classes=classes,
@@ -360,6 +214,56 @@ def scan_hf(src: Any, opts: ScanConfig, split: str = "train") -> ScannedSource:
         notes=[note],
         fields=fields_of(opts.labelled, multi, bool(opts.target_cols), opts.text_col is not None),
         targets=list(opts.target_cols),
+    )
+
+
+def _read_part(datasets: Any, what: str, name: str, part: Any, opts: ScanConfig) -> tuple[tuple[str, Any], list[_Row]]:
+    """One split's label kind and feature (:func:`label_kind`) and its rows; refuses a missing column."""
+    field_cols = [*opts.target_cols, *([opts.text_col] if opts.text_col else [])]
+    cols = list(part.column_names)
+    wanted = [("--image-col", opts.image_col)] + ([("--label-col", opts.label_col)] if opts.labelled else [])
+    for flag, col in wanted + [("--target-col", c) for c in opts.target_cols] + [("--text-col", opts.text_col)]:
+        if col is not None and col not in cols:
+            raise ConvertError(f"{what}: no column {col!r} ({flag}); its columns are: {', '.join(cols)}")
+    _check_field_columns(datasets, what, name, part.features, opts)
+    feat = part.features[opts.label_col] if opts.labelled else None
+    kind = (label_kind(datasets, what, name, opts.label_col, feat), feat) if opts.labelled else ("none", None)
+    part = part.cast_column(opts.image_col, datasets.Image(decode=False))
+    sizes = _byte_sizes(part, opts.image_col)
+    extra_cols = [
+        c
+        for c, f in part.features.items()
+        if c not in (opts.image_col, opts.label_col, *field_cols)
+        and isinstance(f, datasets.Value)
+        and f.dtype.startswith(_JSON_DTYPES)
+        and c not in RESERVED_FIELDS
+    ]
+    table = part.select_columns([*([opts.label_col] if opts.labelled else []), *field_cols, *extra_cols]).to_dict()
+    labels = table.pop(opts.label_col) if opts.labelled else [None] * len(part)
+    row_fields = [_row_fields(table, i, opts) for i in range(len(part))]
+    if kind[0] == "list":
+        full = next((i for i, v in enumerate(labels) if v), None)
+        if full is not None:
+            raise ConvertError(
+                f"{what}: label column {opts.label_col!r} of split {name!r} is {feat!r}: not a class label "
+                f"(row {full} holds {str(labels[full])[:40]}; for multi-label cast it to Sequence(ClassLabel); an empty list is no_label)"
+            )
+    return kind, [
+        (name, i, label, {c: table[c][i] for c in extra_cols}, sizes[i], row_fields[i])
+        for i, label in enumerate(labels)
+    ]
+
+
+def _refuse_empty(what: str, splits: list[SplitSource], opts: ScanConfig) -> None:
+    """Refuse a dataset none of whose splits has a usable row, counting each split's skips by reason."""
+
+    def why(s: SplitSource) -> str:
+        reasons = Counter(r.value for _, r, _ in s.skipped)
+        return f"{s.name} ({len(s.skipped)} skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())) + ")"
+
+    raise ConvertError(
+        f"{what}: no split has a sample to convert (no labelled image): {'; '.join(why(s) for s in splits)}; "
+        f"check --label-col {opts.label_col!r} and --image-col {opts.image_col!r}"
     )
 
 

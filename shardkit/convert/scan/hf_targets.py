@@ -76,6 +76,55 @@ def scan_hf_targets(src: Any, opts: ScanConfig, split: str = "train") -> Scanned
     import datasets
 
     what = f"hf:{src}" if isinstance(src, str) else type(src).__name__
+    _check_options(opts)
+    ds = _load(src) if isinstance(src, str) else src
+    if not isinstance(ds, (datasets.Dataset, datasets.DatasetDict)):
+        raise ConvertError(f"{what}: not a datasets.Dataset or DatasetDict")
+    parts = dict(ds) if isinstance(ds, datasets.DatasetDict) else {split: ds}
+    rows, layouts, names = _read_parts(datasets, what, parts, opts)
+    index = {n: i for i, n in enumerate(names or [])}
+    width = max(8, len(str(max((r[1] for r in rows), default=0))))
+    splits = {name: SplitSource(name=name, directory=what, files=[]) for name in sorted(parts)}
+    for name, row, size, value in rows:
+        s = splits[name]
+        ident = f"row-{row:0{width}d}"
+        objects = None
+        if opts.objects_col is not None:
+            objects = _objects(s, ident, name, row, value, layouts[name], index, names or [])
+            if objects is None:
+                continue
+        mask = f"{MASK_REF}{name}:{row}" if opts.mask_col is not None else None
+        s.files.append(SourceFile(ident, None, size, f"{_REF}{name}:{row}", None, objects=objects, mask=mask))
+    reader = HFReader(
+        src if isinstance(src, str) else None,
+        None if isinstance(src, str) else _parts(ds, split, opts.image_col, opts.mask_col),
+        split,
+        opts.image_col,
+        opts.mask_col,
+    )
+    classes, notes = _classes(opts, names, splits, reader)
+    if not any(s.files for s in splits.values()):
+        raise ConvertError(f"{what}: no split has a row to convert")
+    for s in splits.values():
+        s.files.sort(key=lambda f: f.relpath)
+        s.skipped.sort()
+        s.annotations = dict(sorted(s.annotations.items())) if opts.objects_col is not None else {}
+        if opts.objects_col is not None:
+            s.annotations.setdefault("kept", 0)
+    fields = ("image",) + (("boxes",) if opts.objects_col is not None else ()) + (("mask",) if opts.mask_col else ())
+    return ScannedSource(
+        root=what,
+        classes=classes,
+        splits=list(splits.values()),
+        nested=isinstance(ds, datasets.DatasetDict),
+        reader=reader,
+        notes=notes,
+        fields=fields,
+    )
+
+
+def _check_options(opts: ScanConfig) -> None:
+    """Refuse the options that read an image label, and ``--mask-classes`` beside ``--objects-col``."""
     for flag, bad in (
         ("--label-col", opts.label_col != "label"),
         ("--target-col", bool(opts.target_cols)),
@@ -87,10 +136,13 @@ def scan_hf_targets(src: Any, opts: ScanConfig, split: str = "train") -> Scanned
             )
     if opts.mask_classes is not None and opts.objects_col is not None:
         raise ConvertError("--mask-classes does not apply with --objects-col (the categories name the classes)")
-    ds = _load(src) if isinstance(src, str) else src
-    if not isinstance(ds, (datasets.Dataset, datasets.DatasetDict)):
-        raise ConvertError(f"{what}: not a datasets.Dataset or DatasetDict")
-    parts = dict(ds) if isinstance(ds, datasets.DatasetDict) else {split: ds}
+
+
+def _read_parts(
+    datasets: Any, what: str, parts: dict[str, Any], opts: ScanConfig
+) -> tuple[list[tuple[str, int, int, Any]], dict[str, str], list[str] | None]:
+    """Every split's rows ``(split, row, image bytes, objects value)``, each split's objects layout and the
+    category names (``None``: neither a ClassLabel nor any category); refuses a missing or non-objects column."""
     rows: list[tuple[str, int, int, Any]] = []  # split, row, image bytes, objects value
     layouts: dict[str, str] = {}
     names: list[str] | None = None
@@ -126,46 +178,42 @@ def scan_hf_targets(src: Any, opts: ScanConfig, split: str = "train") -> Scanned
             names = [str(i) for i in range(max(int(c) for c in cats) + 1)]
         else:
             names = sorted({str(c) for c in cats if not is_index(c)})
-    index = {n: i for i, n in enumerate(names or [])}
-    width = max(8, len(str(max((r[1] for r in rows), default=0))))
-    splits = {name: SplitSource(name=name, directory=what, files=[]) for name in sorted(parts)}
-    for name, row, size, value in rows:
-        s = splits[name]
-        ident = f"row-{row:0{width}d}"
-        objects = None
-        if opts.objects_col is not None:
-            pair = _row_objects(value, layouts[name])
-            if pair is None:
-                n = len((value or {}).get("bbox") or []) if isinstance(value, dict) else len(value or [])
-                s.skipped.append(
-                    (ident, SkipReason.BAD_ROW, f"split {name} row {row}: bbox and category lists differ in length")
-                )
-                s.annotations["image_skipped"] = s.annotations.get("image_skipped", 0) + n
-                continue
-            boxes, labels = [], []
-            for b, c in zip(*pair):
-                xyxy, why = _box(b)
-                label = _label(c, index, names or [])
-                if xyxy is not None and label is None:
-                    why = "bad_category"
-                if xyxy is None or label is None:
-                    s.annotations[why] = s.annotations.get(why, 0) + 1
-                    continue
-                boxes.append(xyxy)
-                labels.append(label + 1)
-                s.annotations["kept"] = s.annotations.get("kept", 0) + 1
-            objects = Objects(
-                np.array(boxes, np.float32).reshape(-1, 4), np.array(labels, np.int64), np.zeros(len(labels), bool)
-            )
-        mask = f"{MASK_REF}{name}:{row}" if opts.mask_col is not None else None
-        s.files.append(SourceFile(ident, None, size, f"{_REF}{name}:{row}", None, objects=objects, mask=mask))
-    reader = HFReader(
-        src if isinstance(src, str) else None,
-        None if isinstance(src, str) else _parts(ds, split, opts.image_col, opts.mask_col),
-        split,
-        opts.image_col,
-        opts.mask_col,
-    )
+    return rows, layouts, names
+
+
+def _objects(
+    s: SplitSource, ident: str, name: str, row: int, value: Any, layout: str, index: dict[str, int], names: list[str]
+) -> Objects | None:
+    """A row's objects, each box counted in ``s.annotations`` (kept, or the reason it is not); ``None``: the row is
+    skipped (``bad_row``, recorded in ``s``), its boxes counted ``image_skipped``."""
+    pair = _row_objects(value, layout)
+    if pair is None:
+        n = len((value or {}).get("bbox") or []) if isinstance(value, dict) else len(value or [])
+        s.skipped.append(
+            (ident, SkipReason.BAD_ROW, f"split {name} row {row}: bbox and category lists differ in length")
+        )
+        s.annotations["image_skipped"] = s.annotations.get("image_skipped", 0) + n
+        return None
+    boxes, labels = [], []
+    for b, c in zip(*pair):
+        xyxy, why = _box(b)
+        label = _label(c, index, names)
+        if xyxy is not None and label is None:
+            why = "bad_category"
+        if xyxy is None or label is None:
+            s.annotations[why] = s.annotations.get(why, 0) + 1
+            continue
+        boxes.append(xyxy)
+        labels.append(label + 1)
+        s.annotations["kept"] = s.annotations.get("kept", 0) + 1
+    return Objects(np.array(boxes, np.float32).reshape(-1, 4), np.array(labels, np.int64), np.zeros(len(labels), bool))
+
+
+def _classes(
+    opts: ScanConfig, names: list[str] | None, splits: dict[str, SplitSource], reader: HFReader
+) -> tuple[list[str], list[str]]:
+    """The classes and a note: ``background`` and the categories (objects), ``--mask-classes``, or ``0..K`` from
+    the largest value in the masks."""
     notes = []
     if opts.objects_col is not None:
         classes = ["background", *(names or [])]
@@ -193,24 +241,7 @@ def scan_hf_targets(src: Any, opts: ScanConfig, split: str = "train") -> Scanned
         top = max((v for v in seen if v != IGNORE), default=0)
         classes = [str(i) for i in range(top + 1)]
         notes.append(f"{len(classes)} classes 0..{top} from the mask values; --mask-classes FILE names them")
-    if not any(s.files for s in splits.values()):
-        raise ConvertError(f"{what}: no split has a row to convert")
-    for s in splits.values():
-        s.files.sort(key=lambda f: f.relpath)
-        s.skipped.sort()
-        s.annotations = dict(sorted(s.annotations.items())) if opts.objects_col is not None else {}
-        if opts.objects_col is not None:
-            s.annotations.setdefault("kept", 0)
-    fields = ("image",) + (("boxes",) if opts.objects_col is not None else ()) + (("mask",) if opts.mask_col else ())
-    return ScannedSource(
-        root=what,
-        classes=classes,
-        splits=list(splits.values()),
-        nested=isinstance(ds, datasets.DatasetDict),
-        reader=reader,
-        notes=notes,
-        fields=fields,
-    )
+    return classes, notes
 
 
 def _label(c: Any, index: dict[str, int], names: list[str]) -> int | None:

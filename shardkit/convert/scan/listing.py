@@ -173,8 +173,75 @@ def _normal_url(url: str) -> str:
     return f"{scheme.lower()}://{posixpath.normpath(rest)}"
 
 
+#: a usable row: line, identity, where, (label, target, text), split, extra fields
+_Entry = tuple[int, str, str, Any, str, dict[str, Any]]
+
+
 def scan_listing(url: str, opts: ScanConfig, split: str = "train", **storage_options: Any) -> ScannedSource:
     """Read the listing at ``url`` (see module docstring); :class:`ConvertError` for a listing that cannot be used."""
+    rows, used = _listing_rows(url, opts, **storage_options)
+    root = opts.root if opts.root is not None else (posixpath.dirname(url) if "://" in url else _dirname(url))
+    places = _Where(url, root)
+    entries, skipped, bad_rows = _entries(url, rows, used, places, opts, split)
+    if not entries:
+        first = next((d for sk in [*skipped.values(), bad_rows] for _, _, d in sk), "the listing has no rows")
+        raise ConvertError(f"{url}: no row with a usable path and label (e.g. {first})")
+    where_labels = [(f"line {e[0]}", e[3][0]) for e in entries]
+    classes: list[str]
+    indices: list[Any]
+    ltype: Any
+    if not opts.labelled:
+        classes, indices, ltype = [], [()] * len(entries), None
+    elif opts.is_multi_label:
+        classes, indices, ltype = read_label_sets(url, where_labels, opts.label_type)
+    else:
+        classes, indices, ltype = read_labels(url, where_labels, opts.label_type)
+    good = []
+    for (n, ident, where, values, s, extra), index in zip(entries, indices):
+        if index is None:
+            skipped.setdefault(s, []).append(
+                (ident, SkipReason.BAD_LABEL, f"line {n}: {values[0]!r} is not a class index (0, 1, ...)")
+            )
+        else:
+            good.append((ident, where, (index, *values[1:]), s, extra))
+    names = sorted({g[3] for g in good} | set(skipped)) or [split]
+    if bad_rows:  # a malformed row's split column cannot be trusted: its skip is recorded in the first split
+        skipped.setdefault(names[0], []).extend(bad_rows)
+    splits = {s: SplitSource(name=s, directory=url, files=[], skipped=skipped.get(s, [])) for s in names}
+    multi = opts.is_multi_label
+    for ident, where, (index, target, text), s, extra in good:  # a missing file is found when read (same keys anywhere)
+        size = (_local_size(where) or 0) if storage.is_local(where) else 0
+        label = index if opts.labelled and not multi else None
+        labels = index if multi else None
+        splits[s].files.append(SourceFile(ident, label, size, where, extra or None, labels, target, text))
+    if not good:
+        first = next(d for sp in splits.values() for _, _, d in sp.skipped)
+        raise ConvertError(f"{url}: no row with a usable path and label (e.g. {first})")
+    for sp in splits.values():  # every split, also one whose every row was skipped (files=[]): the job reports it
+        sp.close(classes)
+    if ltype is None:
+        note = "no labels (--no-label)"
+    else:
+        kind = "class names" if ltype.value == "name" else "class indices"
+        sets = " (sets of classes: multi-label)" if multi else ""
+        note = f"labels read as {kind}{sets} (--label-type {ltype.value}): {len(classes)} classes"
+    return ScannedSource(
+        root=url,
+        classes=classes,
+        splits=list(splits.values()),
+        nested=bool(opts.split_col),
+        reader=Reader(root, storage_options),
+        notes=[note],
+        fields=fields_of(opts.labelled, multi, bool(opts.target_cols), opts.text_col is not None),
+        targets=list(opts.target_cols),
+    )
+
+
+def _listing_rows(
+    url: str, opts: ScanConfig, **storage_options: Any
+) -> tuple[Iterator[tuple[int, dict[str, Any] | str]], set[str]]:
+    """The rows of the listing at ``url`` (a row that cannot be read: its problem) and the columns the options
+    name; refuses a listing that is not UTF-8, lacks a named column or has a column shardkit writes itself."""
     try:
         raw = storage.read_bytes(url, **storage_options)
     except ShardkitError as exc:
@@ -200,10 +267,22 @@ def scan_listing(url: str, opts: ScanConfig, split: str = "train", **storage_opt
         raise ConvertError(
             f"{url}: column {clash[0]!r} would overwrite the field shardkit writes in each sample's .json; rename it"
         )
-    root = opts.root if opts.root is not None else (posixpath.dirname(url) if "://" in url else _dirname(url))
-    places = _Where(url, root)
+    return rows, used
+
+
+def _entries(
+    url: str,
+    rows: Iterator[tuple[int, dict[str, Any] | str]],
+    used: set[str],
+    places: _Where,
+    opts: ScanConfig,
+    split: str,
+) -> tuple[list[_Entry], dict[str, list[tuple[str, SkipReason, str]]], list[tuple[str, SkipReason, str]]]:
+    """The rows that list a usable file, each split's skipped rows with their reasons, and the malformed rows
+    (their split is not known): a missing path, a path or file listed before, a bad target or text, extra columns
+    that cannot go into a ``.json``."""
     name = url.rstrip("/").rsplit("/", 1)[-1]
-    entries: list[tuple[int, str, str, Any, str, dict[str, Any]]] = []  # line, identity, where, label, split, extra
+    entries: list[_Entry] = []
     skipped: dict[str, list[tuple[str, SkipReason, str]]] = {}
     bad_rows: list[tuple[str, SkipReason, str]] = []  # malformed rows: their split is not known
     seen: dict[str, int] = {}  # identity -> line
@@ -256,60 +335,7 @@ def scan_listing(url: str, opts: ScanConfig, split: str = "train", **storage_opt
             skipped.setdefault(s, []).append((ident, SkipReason.BAD_METADATA, f"line {n}: {problem}"))
             continue
         entries.append((n, ident, where, values, s, extra))
-    if not entries:
-        first = next((d for sk in [*skipped.values(), bad_rows] for _, _, d in sk), "the listing has no rows")
-        raise ConvertError(f"{url}: no row with a usable path and label (e.g. {first})")
-    where_labels = [(f"line {e[0]}", e[3][0]) for e in entries]
-    classes: list[str]
-    indices: list[Any]
-    ltype: Any
-    if not opts.labelled:
-        classes, indices, ltype = [], [()] * len(entries), None
-    elif opts.is_multi_label:
-        classes, indices, ltype = read_label_sets(url, where_labels, opts.label_type)
-    else:
-        classes, indices, ltype = read_labels(url, where_labels, opts.label_type)
-    good = []
-    for (n, ident, where, values, s, extra), index in zip(entries, indices):
-        if index is None:
-            skipped.setdefault(s, []).append(
-                (ident, SkipReason.BAD_LABEL, f"line {n}: {values[0]!r} is not a class index (0, 1, ...)")
-            )
-        else:
-            good.append((ident, where, (index, *values[1:]), s, extra))
-    names = sorted({g[3] for g in good} | set(skipped)) or [split]
-    if bad_rows:  # a malformed row's split column cannot be trusted: its skip is recorded in the first split
-        skipped.setdefault(names[0], []).extend(bad_rows)
-    splits = {s: SplitSource(name=s, directory=url, files=[], skipped=skipped.get(s, [])) for s in names}
-    multi = opts.is_multi_label
-    for ident, where, (index, target, text), s, extra in good:  # a missing file is found when read (same keys anywhere)
-        size = (_local_size(where) or 0) if storage.is_local(where) else 0
-        label = index if opts.labelled and not multi else None
-        labels = index if multi else None
-        splits[s].files.append(SourceFile(ident, label, size, where, extra or None, labels, target, text))
-    if not good:
-        first = next(d for sp in splits.values() for _, _, d in sp.skipped)
-        raise ConvertError(f"{url}: no row with a usable path and label (e.g. {first})")
-    for sp in splits.values():  # every split, also one whose every row was skipped (files=[]): the job reports it
-        sp.files.sort(key=lambda f: f.relpath)
-        sp.skipped.sort()
-        sp.class_names = sorted({classes[c] for f in sp.files for c in f.class_indices()})
-    if ltype is None:
-        note = "no labels (--no-label)"
-    else:
-        kind = "class names" if ltype.value == "name" else "class indices"
-        sets = " (sets of classes: multi-label)" if multi else ""
-        note = f"labels read as {kind}{sets} (--label-type {ltype.value}): {len(classes)} classes"
-    return ScannedSource(
-        root=url,
-        classes=classes,
-        splits=list(splits.values()),
-        nested=bool(opts.split_col),
-        reader=Reader(root, storage_options),
-        notes=[note],
-        fields=fields_of(opts.labelled, multi, bool(opts.target_cols), opts.text_col is not None),
-        targets=list(opts.target_cols),
-    )
+    return entries, skipped, bad_rows
 
 
 def _row_fields(row: dict[str, Any], opts: ScanConfig) -> tuple[tuple[SkipReason, str] | None, tuple[Any, Any, Any]]:

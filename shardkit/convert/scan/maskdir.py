@@ -131,17 +131,8 @@ def scan_mask_pairs(
                     s.skipped.append((json_safe(rel), SkipReason.BAD_NAME, "file name is not valid UTF-8; rename it"))
                 elif not path.lower().endswith(IMAGE_EXTENSIONS):
                     s.skipped.append((rel, SkipReason.NOT_AN_IMAGE, "file name extension is not an image type"))
-                else:
-                    mrel = mask_relpath(rel)
-                    mpath = os.path.join(mask_dir, *mrel.split("/"))
-                    try:
-                        msize = os.stat(mpath).st_size if os.path.isfile(mpath) else -1
-                    except OSError:
-                        msize = -1
-                    if msize < 0:
-                        s.skipped.append((rel, SkipReason.MISSING_MASK, f"no mask {mpath} for this image"))
-                        continue
-                    mask_of[rel] = (mrel, msize)
+                elif (mask := _mask_of(s, rel, mask_dir)) is not None:
+                    mask_of[rel] = mask
                     candidates.append(Candidate(n, rel, path, 0))
         add_files(src, splits, candidates)
         if resolved == Layout.SPLITS:  # files beside the split folders are no split's: reported, not lost
@@ -156,6 +147,46 @@ def scan_mask_pairs(
             replace(f, label=None, mask=MASK_REF + mask_of[f.relpath][0], mask_size=mask_of[f.relpath][1])
             for f in s.files
         ]
+    orphans = _orphans(mask_dir, splits, mask_of)
+    if not any(s.files for s in splits):
+        raise ConvertError(
+            f"{src}: no image has a mask in {mask_dir} (the mask of IMAGES_DIR/a/b.jpg is MASKS_DIR/a/b.png)"
+        )
+    classes, notes = _classes(opts, splits, src, mask_dir)
+    if orphans:
+        notes.append(f"{len(orphans)} masks in {mask_dir} have no image (not converted), e.g. {orphans[0]}")
+    for s in splits:
+        s.files.sort(key=lambda f: f.relpath)
+        s.skipped.sort()
+    return ScannedSource(
+        root=src,
+        classes=classes,
+        splits=splits,
+        nested=resolved == Layout.SPLITS,
+        reader=PairReader(src, mask_dir),
+        notes=notes,
+        local_dir=src,
+        fields=("image", "mask"),
+    )
+
+
+def _mask_of(s: SplitSource, rel: str, mask_dir: str) -> tuple[str, int] | None:
+    """The mask of the image ``rel`` (its path below ``mask_dir`` and its bytes), or ``None`` with the image
+    skipped in ``s`` as ``missing_mask``."""
+    mrel = mask_relpath(rel)
+    mpath = os.path.join(mask_dir, *mrel.split("/"))
+    try:
+        msize = os.stat(mpath).st_size if os.path.isfile(mpath) else -1
+    except OSError:
+        msize = -1
+    if msize < 0:
+        s.skipped.append((rel, SkipReason.MISSING_MASK, f"no mask {mpath} for this image"))
+        return None
+    return mrel, msize
+
+
+def _orphans(mask_dir: str, splits: list[SplitSource], mask_of: dict[str, tuple[str, int]]) -> list[str]:
+    """The PNGs in ``mask_dir`` that are no image's mask (an image kept, or skipped as a duplicate or unreadable)."""
     used = {mask_of[f.relpath][0] for s in splits for f in s.files}
     used |= {
         mask_relpath(p)
@@ -168,10 +199,11 @@ def scan_mask_pairs(
         for r in (relative_path(mask_dir, p) for p in walk_files(mask_dir))
         if r.lower().endswith(".png") and r not in used
     )
-    if not any(s.files for s in splits):
-        raise ConvertError(
-            f"{src}: no image has a mask in {mask_dir} (the mask of IMAGES_DIR/a/b.jpg is MASKS_DIR/a/b.png)"
-        )
+    return orphans
+
+
+def _classes(opts: ScanConfig, splits: list[SplitSource], src: str, mask_dir: str) -> tuple[list[str], list[str]]:
+    """The classes and a note: ``--mask-classes``, or ``0..K`` from the largest value in the masks."""
     notes = []
     if opts.mask_classes is not None:
         classes = read_class_names(opts.mask_classes)
@@ -191,21 +223,7 @@ def scan_mask_pairs(
             + (f", and {IGNORE} = no class" if IGNORE in seen else "")
             + "); --mask-classes FILE names them"
         )
-    if orphans:
-        notes.append(f"{len(orphans)} masks in {mask_dir} have no image (not converted), e.g. {orphans[0]}")
-    for s in splits:
-        s.files.sort(key=lambda f: f.relpath)
-        s.skipped.sort()
-    return ScannedSource(
-        root=src,
-        classes=classes,
-        splits=splits,
-        nested=resolved == Layout.SPLITS,
-        reader=PairReader(src, mask_dir),
-        notes=notes,
-        local_dir=src,
-        fields=("image", "mask"),
-    )
+    return classes, notes
 
 
 __all__ = ["MASK_REF", "PairReader", "mask_relpath", "mask_values", "read_class_names", "scan_mask_pairs"]

@@ -238,6 +238,13 @@ class SplitSource:
     #: what became of each source annotation (detection sources): ``{"kept": n, "clipped": n, <skip reason>: n}``
     annotations: dict[str, int] = field(default_factory=dict)
 
+    def close(self, classes: Sequence[str]) -> None:
+        """The end of a split's scan, the same in every source: files in ``relpath`` order (sample keys follow
+        it), skips sorted, and the classes its files carry (``classes``: the source's class names)."""
+        self.files.sort(key=lambda f: f.relpath)
+        self.skipped.sort()
+        self.class_names = sorted({classes[c] for f in self.files for c in f.class_indices()})
+
 
 #: prefix of a ``ref`` naming a member of a tar: ``tar:<offset>:<size>:<url>``
 TAR_REF = "tar:"

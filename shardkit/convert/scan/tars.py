@@ -51,7 +51,8 @@ import json
 import os
 import posixpath
 import tarfile
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from shardkit.convert.imageproc import SkipReason
 from shardkit.convert.options import ScanConfig
@@ -62,12 +63,11 @@ from shardkit.convert.scan.source import (
     SourceFile,
     SplitSource,
     extra_problem,
-    is_index,
-    read_labels,
     tar_ref,
 )
 from shardkit.convert.scan.source import spelled_label_value as label_value
-from shardkit.convert.scan.values import fields_of, label_items, read_label_sets, text_value
+from shardkit.convert.scan.tar_classes import tar_classes
+from shardkit.convert.scan.values import fields_of, label_items, text_value
 from shardkit.errors import ConvertError
 from shardkit.format.members import MemberGroup, group_members
 from shardkit.storage import fs as storage
@@ -115,34 +115,46 @@ def _members(
     return out, groups, ignored
 
 
-def _manifest_classes(base: str, names: list[str], **storage_options: Any) -> tuple[list[str] | None, str | None]:
-    """The classes of a shardkit ``manifest.json`` in the folder ``base`` that lists every tar of ``names``, and a note."""
-    from shardkit.format.manifest import MANIFEST_NAME, load_manifest
+class _Found(NamedTuple):
+    """A tar sample with an image and a usable label (and text), before its label is read as a class."""
 
-    url = (base or "./") + MANIFEST_NAME
-    try:
-        if not storage.exists(url, **storage_options):
-            return None, None
-        m = load_manifest(url, **storage_options)
-    except Exception as exc:  # noqa: BLE001 - any unreadable manifest: say so, read .cls as indices
-        return None, f"{url} is not a readable shardkit manifest ({type(exc).__name__}); its class names are not used"
-    if not set(names) <= {s.name for s in m.shards}:
-        return None, f"{url} does not list these tars; its class names are not used"
-    return list(m.classes), f"class names and order from {url}"
+    ident: str
+    url: str
+    offset: int
+    size: int
+    label: Any  # the raw label (with multi_label: its class items)
+    extra: dict[str, Any]
+    class_field: Any  # the ``"class"`` field of its ``.json``
+    text: str | None
 
 
-def _class_field_names(found: list[tuple[Any, ...]]) -> dict[str, str] | None:
-    """``{.cls index: name}`` when every sample's ``.json`` has a ``"class"`` name matching its ``.cls`` index one to one."""
-    pairs = {(str(int(f[4])), f[6]) for f in found if is_index(f[4]) and int(f[4]) >= 0}
-    if not found or len(pairs) != len({p[0] for p in pairs}) or len(pairs) != len({p[1] for p in pairs}):
-        return None
-    if not all(isinstance(f[6], str) and f[6].strip() and is_index(f[4]) and int(f[4]) >= 0 for f in found):
-        return None
-    return dict(pairs)
+@dataclass(frozen=True)
+class _Keys:
+    """Which members of a sample are its image (the first of ``image``), label and text (lower case)."""
+
+    image: tuple[str, ...]
+    label: str
+    text: str | None
+
+    @classmethod
+    def of(cls, opts: ScanConfig) -> _Keys:
+        return cls(
+            tuple(e.strip().lower() for e in opts.image_key.split(";") if e.strip()),
+            opts.label_key.lower(),
+            opts.text_key.lower() if opts.text_key else None,
+        )
+
+    def small(self) -> frozenset[str]:
+        """The members read while scanning: ``.json``, the label and the text."""
+        return frozenset({"json", self.label} | ({self.text} if self.text else set()))
 
 
-def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_options: Any) -> ScannedSource:
-    """Scan the tars of ``src`` (see module docstring)."""
+#: a sample not kept: its reason, the detail, and whether it was skipped for its text only
+_Skip = tuple[SkipReason, str, bool]
+
+
+def _tar_urls(src: str, **storage_options: Any) -> tuple[list[str], str]:
+    """The tars of ``src`` and the folder they share; every tar must exist."""
     urls = expand(src)
     missing = [u for u in urls if not storage.exists(u, **storage_options)]
     if len(missing) == len(urls):
@@ -154,19 +166,20 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
             f"{src}: {len(missing)} of {len(urls)} tars do not exist, e.g. {missing[0]}; fix the pattern"
         )
     prefix = posixpath.commonprefix(urls)
-    base = prefix[: prefix.rfind("/") + 1]  # the folder the tars share
-    image_exts = [e.strip().lower() for e in opts.image_key.split(";") if e.strip()]
-    label_ext = opts.label_key.lower()
-    text_ext = opts.text_key.lower() if opts.text_key else None
-    small = frozenset({"json", label_ext} | ({text_ext} if text_ext else set()))
+    return urls, prefix[: prefix.rfind("/") + 1]  # the folder the tars share
+
+
+def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_options: Any) -> ScannedSource:
+    """Scan the tars of ``src`` (see module docstring)."""
+    urls, base = _tar_urls(src, **storage_options)
+    keys = _Keys.of(opts)
     multi = opts.is_multi_label
     out = SplitSource(name=split, directory=src, files=[])
-    # identity, url, offset, size, label (class items if multi), extra, the .json "class" field, text
-    found: list[tuple[str, str, int, int, Any, dict[str, Any], Any, str | None]] = []
+    found: list[_Found] = []
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(SCAN_THREADS) as pool:  # tars are scanned concurrently, results taken in order
-        listed = pool.map(lambda u: _members(u, small, **storage_options), urls)
+        listed = pool.map(lambda u: _members(u, keys.small(), **storage_options), urls)
         scanned = list(zip(urls, listed))
     ignored = 0
     text_skips: dict[str, tuple[SkipReason, str]] = {}  # samples with a usable image and label but not text
@@ -175,7 +188,6 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
         ignored += n_ignored
         for g in groups:
             ident = f"{name}/{g.key}" + ("" if not g.again else " (again)" if g.again == 1 else f" (again {g.again})")
-            fields = {e: members[i] for e, i in g.fields.items()}
             if g.unsafe:
                 out.skipped.append((ident, SkipReason.BAD_NAME, g.unsafe))
                 continue
@@ -184,62 +196,13 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
                     (ident, SkipReason.DUPLICATE_PATH, "this key appears again in the tar (a repeated or later member)")
                 )
                 continue
-            image = next((e for e in image_exts if e in fields), None)
-            meta: Any = None
-            problem = None
-            if "json" in fields:
-                try:
-                    if fields["json"][2] is None:
-                        raise ValueError(f"{fields['json'][1]} bytes")
-                    meta = json.loads(fields["json"][2])
-                except (ValueError, RecursionError) as exc:
-                    problem = f"its .json member is not usable JSON ({type(exc).__name__}: {str(exc)[:80]})"
-            meta = meta if isinstance(meta, dict) else {}
-            extra = {k: v for k, v in meta.items() if k not in RESERVED_FIELDS}
-            problem = problem or extra_problem(extra)
-            raw: Any = None
-            present = False
-            if opts.label_json_field is not None:
-                present = opts.label_json_field in meta
-                raw = meta.get(opts.label_json_field)
-                extra.pop(opts.label_json_field, None)
-            elif label_ext in fields and fields[label_ext][2] is not None:
-                present = True
-                raw = fields[label_ext][2].decode("utf-8", "replace")  # type: ignore[union-attr]
-            if not opts.labelled:
-                label, bad = None, None
-            elif multi:  # a set of classes: a JSON list (or one class); present but empty: no class
-                label, bad = label_items(raw, None, spelled=True) if present else (None, SkipReason.NO_LABEL)
-            else:
-                label, bad = label_value(raw)
-            where = f"field {opts.label_json_field!r} of .json" if opts.label_json_field else f".{opts.label_key}"
-            text, text_bad, text_why = None, None, ""
-            if text_ext is not None:
-                data = fields[text_ext][2] if text_ext in fields else None
-                if text_ext not in fields:
-                    text_bad, text_why = SkipReason.NO_TEXT, f"the sample has no .{text_ext} member (--text-key)"
-                elif data is None:
-                    text_bad, text_why = SkipReason.BAD_TEXT, f"its .{text_ext} member has {fields[text_ext][1]} bytes"
-                else:
-                    text, text_bad, text_why = text_value(data)
-                    text_why = f"{text_why} (.{text_ext})"
-            if image is None:
-                exts = ", ".join("." + e for e in sorted(fields) if e) or "none"
-                out.skipped.append(
-                    (ident, SkipReason.MISSING_FILE, f"no image member ({opts.image_key}); members: {exts}")
-                )
-            elif problem:
-                out.skipped.append((ident, SkipReason.BAD_METADATA, problem))
-            elif bad == SkipReason.NO_LABEL:
-                out.skipped.append((ident, SkipReason.NO_LABEL, f"no label ({where})"))
-            elif bad is not None:
-                what = "a list of class names or indices" if multi else "a class name or index (a list, number or bool)"
-                out.skipped.append((ident, bad, f"{str(raw)[:80]!r} ({where}) is not {what}"))
-            elif text_bad is not None:
-                out.skipped.append((ident, text_bad, text_why))
-                text_skips[ident] = (text_bad, text_why)
-            else:
-                found.append((ident, url, fields[image][0], fields[image][1], label, extra, meta.get("class"), text))
+            got = _sample(ident, url, {e: members[i] for e, i in g.fields.items()}, opts, keys)
+            if isinstance(got, _Found):
+                found.append(got)
+                continue
+            out.skipped.append((ident, got[0], got[1]))
+            if got[2]:
+                text_skips[ident] = (got[0], got[1])
     if not found and text_skips:
         ident, (_, why) = min(text_skips.items())
         raise ConvertError(f"{src}: no sample has usable text (--text-key {opts.text_key}); e.g. {ident}: {why}")
@@ -247,47 +210,7 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
         raise ConvertError(
             f"{src}: no sample with both an image ({opts.image_key}) and a usable label ({len(out.skipped)} skipped)"
         )
-    known, note = (
-        (None, None)
-        if not opts.labelled or (opts.label_json_field is not None and opts.label_json_field != "class")
-        else _manifest_classes(base, [u[len(base) :] for u in urls], **storage_options)
-    )
-    indices: list[Any]
-    classes: list[str]
-    by_field = (
-        None
-        if multi or not opts.labelled or known is not None or opts.label_json_field is not None
-        else _class_field_names(found)
-    )
-    if not opts.labelled:
-        classes, indices, what = [], [None] * len(found), "none (--no-label)"
-    elif multi:
-        classes, indices, what = _label_sets(src, found, known if opts.label_json_field is None else None, opts)
-    elif known is not None and opts.label_json_field is None:  # shardkit's shards: .cls indexes the manifest's classes
-        classes = known
-        indices = [int(f[4]) if is_index(f[4]) and 0 <= int(f[4]) < len(known) else None for f in found]
-        what = f"class indices into the manifest's {len(known)} classes"
-    elif by_field is not None:  # shardkit's shards without a manifest: the .json "class" names, in .cls order
-        classes = [by_field[i] for i in sorted(by_field, key=int)]
-        pos = {c: i for i, c in enumerate(classes)}
-        indices = [pos[f[6]] for f in found]
-        what = 'the .json "class" names of shardkit shards, ordered by their .cls index'
-    else:
-        try:
-            classes, indices, kind = read_labels(src, [(f"sample {f[0]}", f[4]) for f in found], opts.label_type)
-        except ConvertError as exc:
-            if not text_skips:
-                raise
-            ident, (_, why) = min(text_skips.items())
-            raise ConvertError(
-                f"{exc} (the labels read are those of the samples with text: {len(text_skips)} samples were "
-                f"skipped for their text first, e.g. {ident}: {why})"
-            ) from None
-        if known is not None and kind.value == "name":  # names also keep the manifest's order
-            order = known + sorted(set(classes) - set(known))
-            pos = {c: i for i, c in enumerate(order)}
-            classes, indices = order, [None if i is None else pos[classes[i]] for i in indices]
-        what = f"{'class names' if kind.value == 'name' else 'class indices'} (--label-type {kind.value})"
+    classes, indices, what, note = tar_classes(src, found, text_skips, base, urls, opts, storage_options)
     for (ident, url, offset, size, label, extra, _, text), index in zip(found, indices):
         if index is None and opts.labelled:
             out.skipped.append(
@@ -297,9 +220,7 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
             single, labels = (None, index) if multi else (index, None)
             ref = tar_ref(url, offset, size)
             out.files.append(SourceFile(ident, single, size, ref, extra or None, labels, None, text))
-    out.files.sort(key=lambda f: f.relpath)
-    out.skipped.sort()
-    out.class_names = sorted({classes[c] for f in out.files for c in f.class_indices()})
+    out.close(classes)
     local = [storage.local_path(u) for u in urls if storage.is_local(u)]
     notes = [f"{len(urls)} tars; labels read as {what}: {len(classes)} classes"]
     notes += [n for n in (note,) if n]
@@ -316,24 +237,65 @@ def scan_tars(src: str, opts: ScanConfig, split: str = "train", **storage_option
         local_dir=os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in local]) if local else None,
         walked=False,
         notes=notes,
-        fields=fields_of(opts.labelled, multi, False, text_ext is not None),
+        fields=fields_of(opts.labelled, multi, False, keys.text is not None),
     )
 
 
-def _label_sets(
-    src: str, found: list[tuple[Any, ...]], known: list[str] | None, opts: ScanConfig
-) -> tuple[list[str], list[tuple[int, ...] | None], str]:
-    """Classes and each sample's class indices of a multi-label tar source; ``known``: a shardkit manifest's classes
-    (the items are indices into them, e.g. ``--label-key labels.json`` on shardkit's own multi-label shards)."""
-    if known is not None:
-        out: list[tuple[int, ...] | None] = []
-        for f in found:
-            ok = all(is_index(i) and 0 <= int(i) < len(known) for i in f[4])
-            out.append(tuple(sorted({int(i) for i in f[4]})) if ok else None)
-        return known, out, f"sets of class indices into the manifest's {len(known)} classes (multi-label)"
-    classes, indices, kind = read_label_sets(src, [(f"sample {f[0]}", f[4]) for f in found], opts.label_type)
-    return (
-        classes,
-        indices,
-        f"sets of {'class names' if kind.value == 'name' else 'class indices'} (multi-label, --label-type {kind.value})",
-    )
+def _sample(
+    ident: str, url: str, fields: dict[str, tuple[int, int, bytes | None]], opts: ScanConfig, keys: _Keys
+) -> _Found | _Skip:
+    """One sample's image, metadata, label and text (``fields``: its members by extension), or why it is skipped."""
+    multi = opts.is_multi_label
+    label_ext, text_ext = keys.label, keys.text
+    image = next((e for e in keys.image if e in fields), None)
+    meta: Any = None
+    problem = None
+    if "json" in fields:
+        try:
+            if fields["json"][2] is None:
+                raise ValueError(f"{fields['json'][1]} bytes")
+            meta = json.loads(fields["json"][2])
+        except (ValueError, RecursionError) as exc:
+            problem = f"its .json member is not usable JSON ({type(exc).__name__}: {str(exc)[:80]})"
+    meta = meta if isinstance(meta, dict) else {}
+    extra = {k: v for k, v in meta.items() if k not in RESERVED_FIELDS}
+    problem = problem or extra_problem(extra)
+    raw: Any = None
+    present = False
+    if opts.label_json_field is not None:
+        present = opts.label_json_field in meta
+        raw = meta.get(opts.label_json_field)
+        extra.pop(opts.label_json_field, None)
+    elif label_ext in fields and fields[label_ext][2] is not None:
+        present = True
+        raw = fields[label_ext][2].decode("utf-8", "replace")  # type: ignore[union-attr]
+    if not opts.labelled:
+        label, bad = None, None
+    elif multi:  # a set of classes: a JSON list (or one class); present but empty: no class
+        label, bad = label_items(raw, None, spelled=True) if present else (None, SkipReason.NO_LABEL)
+    else:
+        label, bad = label_value(raw)
+    where = f"field {opts.label_json_field!r} of .json" if opts.label_json_field else f".{opts.label_key}"
+    text, text_bad, text_why = None, None, ""
+    if text_ext is not None:
+        data = fields[text_ext][2] if text_ext in fields else None
+        if text_ext not in fields:
+            text_bad, text_why = SkipReason.NO_TEXT, f"the sample has no .{text_ext} member (--text-key)"
+        elif data is None:
+            text_bad, text_why = SkipReason.BAD_TEXT, f"its .{text_ext} member has {fields[text_ext][1]} bytes"
+        else:
+            text, text_bad, text_why = text_value(data)
+            text_why = f"{text_why} (.{text_ext})"
+    if image is None:
+        exts = ", ".join("." + e for e in sorted(fields) if e) or "none"
+        return SkipReason.MISSING_FILE, f"no image member ({opts.image_key}); members: {exts}", False
+    if problem:
+        return SkipReason.BAD_METADATA, problem, False
+    if bad == SkipReason.NO_LABEL:
+        return SkipReason.NO_LABEL, f"no label ({where})", False
+    if bad is not None:
+        what = "a list of class names or indices" if multi else "a class name or index (a list, number or bool)"
+        return bad, f"{str(raw)[:80]!r} ({where}) is not {what}", False
+    if text_bad is not None:
+        return text_bad, text_why, True
+    return _Found(ident, url, fields[image][0], fields[image][1], label, extra, meta.get("class"), text)

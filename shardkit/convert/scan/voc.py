@@ -156,21 +156,7 @@ def scan_voc(path: str, options: ScanConfig, split: str) -> ScannedSource:
             xml = os.path.join(ann, i + ".xml")
             if i in parsed or not os.path.isfile(xml):
                 continue
-            top = read_xml(xml)
-            filename = (top.findtext("filename") or "").strip() or i + ".jpg"
-            image = os.path.join(root, "JPEGImages", filename)
-            w, h = _size(xml, top, image)
-            objs = []
-            for n, o in enumerate(top.iter("object")):
-                where = f"<object> {n}: "
-                name = _text(xml, o, "name", where)
-                bb = o.find("bndbox")
-                if bb is None:
-                    raise ConvertError(f"{xml}: {where}<bndbox> is missing")
-                edges = [_num(xml, bb, t, where) for t in ("xmin", "ymin", "xmax", "ymax")]
-                difficult = (o.findtext("difficult") or "0").strip() not in ("0", "")
-                objs.append((name, [edges[0] - 1, edges[1] - 1, edges[2], edges[3]], difficult))
-            parsed[i] = (filename, w, h, objs)
+            parsed[i] = _annotation(root, xml, i)
     names = sorted({o[0] for v in parsed.values() for o in v[3]})
     standard = set(names) <= set(VOC_CLASSES)
     if options.masks and not standard:
@@ -225,3 +211,23 @@ def scan_voc(path: str, options: ScanConfig, split: str) -> ScannedSource:
         walked=False,
     )
     return finish(source, (), options.masks)
+
+
+def _annotation(root: str, xml: str, i: str) -> tuple[str, int, int, list[tuple[str, list[float], bool]]]:
+    """The image file, size and objects ``(class name, box with edges at integers, difficult)`` of the annotation
+    file ``xml`` of image id ``i``."""
+    top = read_xml(xml)
+    filename = (top.findtext("filename") or "").strip() or i + ".jpg"
+    image = os.path.join(root, "JPEGImages", filename)
+    w, h = _size(xml, top, image)
+    objs = []
+    for n, o in enumerate(top.iter("object")):
+        where = f"<object> {n}: "
+        name = _text(xml, o, "name", where)
+        bb = o.find("bndbox")
+        if bb is None:
+            raise ConvertError(f"{xml}: {where}<bndbox> is missing")
+        edges = [_num(xml, bb, t, where) for t in ("xmin", "ymin", "xmax", "ymax")]
+        difficult = (o.findtext("difficult") or "0").strip() not in ("0", "")
+        objs.append((name, [edges[0] - 1, edges[1] - 1, edges[2], edges[3]], difficult))
+    return filename, w, h, objs

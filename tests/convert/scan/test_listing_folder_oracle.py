@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
-from shardkit.convert.scan.discover import discover
+from shardkit.convert.scan import discover
 from shardkit.errors import ConvertError
 from tests.support.source_reference import Expected, Refused, read_split, reference_listing, write_image
 
