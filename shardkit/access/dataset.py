@@ -54,7 +54,7 @@ from shardkit.storage.opener import ShardOpener, StorageConfig
 MAX_INDEXES = 64
 
 
-#: positioned reads without a lock (not on Windows)
+#: positioned reads (one call, no seek; not on Windows)
 _PREAD = hasattr(os, "pread")
 
 
@@ -299,9 +299,9 @@ class OpenDataset(Dataset):
                 with old[1]:
                     old[0].close()
         rf, lock = entry
-        if _PREAD and storage.is_local(self.urls[shard]):
-            return os.pread(rf.fileno(), hi - lo, lo)  # no file position: threads read it at once
-        with lock:  # one file position per open shard
+        with lock:  # one file position per open shard, and never closed (evicted) under a read
+            if _PREAD and storage.is_local(self.urls[shard]):
+                return os.pread(rf.fileno(), hi - lo, lo)
             rf.seek(lo)
             return rf.read(hi - lo)
 

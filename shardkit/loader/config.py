@@ -242,8 +242,8 @@ class LoaderConfig:
         for g, cls in _GROUPS.items():
             if given[g] is not None and not isinstance(given[g], cls):
                 raise TypeError(
-                    f"LoaderConfig's {g} must be a {cls.__name__}, got {type(given[g]).__name__} (flat options are keywords: "
-                    "LoaderConfig(batch_size=256))"
+                    f"LoaderConfig's {g} must be a {cls.__name__}, got {type(given[g]).__name__} (flat options are "
+                    "keywords of shardkit.load: load(url, batch_size=256))"
                 )
             object.__setattr__(self, g, given[g] if given[g] is not None else cls())
         for name, value in (("strict", strict), ("raw", raw), ("log_every_epoch", log_every_epoch)):

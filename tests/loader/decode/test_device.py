@@ -429,11 +429,19 @@ def test_workers_send_bytes_and_the_worker_paths_geometry(small):
     """decode_on="device" batches carry each sample's bytes (one flat buffer), header size and exactly the
     crop boxes and flips the worker path computes for the same (seed, epoch, sample)."""
     from shardkit.loader import LoaderConfig, ShardDataset
+    from shardkit.loader.config import WorkerConfig
+    from shardkit.plan import PlanConfig
 
-    cfg = LoaderConfig(batch_size=8, num_workers=0, seed=SEED, image=ImageConfig(size=24, decode_on="device"))
+    cfg = LoaderConfig(
+        PlanConfig(batch_size=8, seed=SEED),
+        ImageConfig(size=24, decode_on="device"),
+        workers=WorkerConfig(num_workers=0),
+    )
     raw = {
         s.key: s
-        for b in ShardDataset(small.url, LoaderConfig(batch_size=8, num_workers=0, seed=SEED, raw=True))
+        for b in ShardDataset(
+            small.url, LoaderConfig(PlanConfig(batch_size=8, seed=SEED), workers=WorkerConfig(num_workers=0), raw=True)
+        )
         for s in b.raw
     }
     ds = ShardDataset(small.url, cfg)
