@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from shardkit.errors import ManifestError
+from shardkit.format import jsonvalues
 
 #: the manifest version of a split with corrections (readers without corrections refuse it)
 CORRECTED_VERSION = 4
@@ -126,11 +127,11 @@ class Generation:
             if not isinstance(c, dict):
                 raise TypeError(f"corrections {c!r} is not an object")
             corr = Corrections(
-                name=_str(c["name"]),
-                bytes=_int(c["bytes"]),
-                sha256=_str(c["sha256"]),
-                removed=_int(c.get("removed", 0)),
-                relabeled=_int(c.get("relabeled", 0)),
+                name=jsonvalues.text(c["name"]),
+                bytes=jsonvalues.count(c["bytes"]),
+                sha256=jsonvalues.text(c["sha256"]),
+                removed=jsonvalues.count(c.get("removed", 0)),
+                relabeled=jsonvalues.count(c.get("relabeled", 0)),
             )
         tables = d.get("tables", {})
         if not isinstance(tables, dict):
@@ -142,29 +143,17 @@ class Generation:
         if not isinstance(counts, list):
             raise TypeError("generation class_counts is not a list")
         return cls(
-            number=_int(d["number"]),
-            shards=_int(d["shards"]),
-            samples=_int(d["samples"]),
-            classes=_int(d["classes"]),
-            class_counts=[_int(x) for x in counts],
-            created=_str(d.get("created", "")),
-            duplicates=_int(d.get("duplicates", 0)),
+            number=jsonvalues.count(d["number"]),
+            shards=jsonvalues.count(d["shards"]),
+            samples=jsonvalues.count(d["samples"]),
+            classes=jsonvalues.count(d["classes"]),
+            class_counts=[jsonvalues.count(x) for x in counts],
+            created=jsonvalues.text(d.get("created", "")),
+            duplicates=jsonvalues.count(d.get("duplicates", 0)),
             options=dict(options),
             tables=dict(tables),
             corrections=corr,
         )
-
-
-def _int(x: Any) -> int:
-    if not isinstance(x, int) or isinstance(x, bool) or x < 0:
-        raise ValueError(f"{x!r} is not a count")
-    return x
-
-
-def _str(x: Any) -> str:
-    if not isinstance(x, str):
-        raise TypeError(f"{x!r} is not a string")
-    return x
 
 
 def generations_error(
@@ -231,8 +220,8 @@ class CorrectionRows:
             d = json.loads(data)
             if d.get("format") != CORRECTIONS_FORMAT or d.get("version") != CORRECTIONS_VERSION:
                 raise ValueError(f"not a {CORRECTIONS_FORMAT} file of version {CORRECTIONS_VERSION}")
-            removed = tuple(_str(k) for k in d["removed"])
-            relabeled = tuple((_str(k), _str(c)) for k, c in d["relabeled"])
+            removed = tuple(jsonvalues.text(k) for k in d["removed"])
+            relabeled = tuple((jsonvalues.text(k), jsonvalues.text(c)) for k, c in d["relabeled"])
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ManifestError(f"{url}: unusable corrections file ({exc}); restore it or convert again") from None
         return cls(removed, relabeled)

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardkit.errors import ManifestError, ShardkitError
+from shardkit.format import jsonvalues
 from shardkit.format.fields import DEFAULT_FIELDS, fields_error
 from shardkit.format.generations import CORRECTED_VERSION, Generation, generations_error, has_corrections
 from shardkit.format.prefixes import PREFIX_DIR
@@ -176,7 +177,7 @@ class Manifest:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ManifestError(f'{where}: not a shardkit manifest (missing "format": "{FORMAT}")')
         version = d.get("version")
-        if not _is_int(version) or version not in READABLE_VERSIONS:
+        if not jsonvalues.is_int(version) or version not in READABLE_VERSIONS:
             raise ManifestError(
                 f"{where}: manifest version {version!r} is not supported by this shardkit "
                 f"(reads versions {', '.join(map(str, READABLE_VERSIONS))}); upgrade shardkit or re-convert the dataset"
@@ -195,19 +196,26 @@ class Manifest:
                 classes=[str(c) for c in d["classes"]],
                 shards=shards,
                 options=dict(d.get("options", {})),
-                class_counts=[_count(c) for c in d.get("class_counts", [])],
+                class_counts=[jsonvalues.integer(c) for c in d.get("class_counts", [])],
                 skipped=skipped,
                 shardkit_version=str(d.get("shardkit_version", "")),
-                sample_index=_text(d.get("sample_index", "")) if version >= 2 else "",
-                fields=[_text(f) for f in _list(d.get("fields", list(DEFAULT_FIELDS)))]
+                sample_index=jsonvalues.text(d.get("sample_index", "")) if version >= 2 else "",
+                fields=[jsonvalues.text(f) for f in jsonvalues.items(d.get("fields", list(DEFAULT_FIELDS)))]
                 if version >= 3
                 else list(DEFAULT_FIELDS),
-                targets=[_text(t) for t in _list(d.get("targets", []))] if version >= 3 else [],
-                keypoint_names=[_text(t) for t in _list(d.get("keypoint_names", []))] if version >= 3 else [],
-                flip_pairs=[list(_list(p)) for p in _list(d.get("flip_pairs", []))] if version >= 3 else [],
-                annotations={_text(k): _count(v) for k, v in _dict(d.get("annotations", {})).items()},
-                tables=dict(_dict(d.get("tables", {}))),
-                generations=[Generation.from_dict(g) for g in _list(d.get("generations", []))],
+                targets=[jsonvalues.text(t) for t in jsonvalues.items(d.get("targets", []))] if version >= 3 else [],
+                keypoint_names=[jsonvalues.text(t) for t in jsonvalues.items(d.get("keypoint_names", []))]
+                if version >= 3
+                else [],
+                flip_pairs=[list(jsonvalues.items(p)) for p in jsonvalues.items(d.get("flip_pairs", []))]
+                if version >= 3
+                else [],
+                annotations={
+                    jsonvalues.text(k): jsonvalues.integer(v)
+                    for k, v in jsonvalues.obj(d.get("annotations", {})).items()
+                },
+                tables=dict(jsonvalues.obj(d.get("tables", {}))),
+                generations=[Generation.from_dict(g) for g in jsonvalues.items(d.get("generations", []))],
                 version=version,
                 url=url,
             )
@@ -232,7 +240,7 @@ class Manifest:
         where = self.url or "<manifest>"
         names = set()
         for s in self.shards:
-            if not isinstance(s.name, str) or not _is_int(s.samples) or not _is_int(s.bytes):
+            if not isinstance(s.name, str) or not jsonvalues.is_int(s.samples) or not jsonvalues.is_int(s.bytes):
                 raise ManifestError(f"{where}: shard entry {s!r} has wrong field types")
             if not 0 <= s.samples < _MAX_COUNT or not 0 <= s.bytes < _MAX_COUNT:
                 raise ManifestError(
@@ -266,34 +274,6 @@ class Manifest:
             raise ManifestError(f"{where}: {problem}")
         if self.num_samples >= _MAX_COUNT:
             raise ManifestError(f"{where}: an impossible total of {self.num_samples} samples")
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _text(x: Any) -> str:
-    if not isinstance(x, str):
-        raise TypeError(f"{x!r} is not a string")
-    return x
-
-
-def _dict(x: Any) -> dict:
-    if not isinstance(x, dict):
-        raise TypeError(f"{x!r} is not an object")
-    return x
-
-
-def _list(x: Any) -> list:
-    if not isinstance(x, list):
-        raise TypeError(f"{x!r} is not a list")
-    return x
-
-
-def _count(x: Any) -> int:
-    if not _is_int(x):
-        raise TypeError(f"count {x!r} is not an integer")
-    return int(x)
 
 
 def manifest_url(url: str) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 
 from shardkit import __version__
 from shardkit.errors import ManifestError, ShardkitError
+from shardkit.format import jsonvalues
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest, manifest_url
 from shardkit.format.pin import fingerprint, latest, pin
 from shardkit.storage import fs as storage
@@ -86,16 +87,16 @@ class Selection:
             )
         try:
             s = cls(
-                parent=_str(d["parent"]),
-                parent_fingerprint=_str(d["parent_fingerprint"]),
-                generation=_count(d["generation"]),
-                split=_str(d["split"]),
-                samples=_count(d["samples"]),
-                stored=_count(d["stored"]),
+                parent=jsonvalues.text(d["parent"]),
+                parent_fingerprint=jsonvalues.text(d["parent_fingerprint"]),
+                generation=jsonvalues.count(d["generation"]),
+                split=jsonvalues.text(d["split"]),
+                samples=jsonvalues.count(d["samples"]),
+                stored=jsonvalues.count(d["stored"]),
                 bits={
-                    "name": _str(d["bits"]["name"]),
-                    "bytes": _count(d["bits"]["bytes"]),
-                    "sha256": _str(d["bits"]["sha256"]),
+                    "name": jsonvalues.text(d["bits"]["name"]),
+                    "bytes": jsonvalues.count(d["bits"]["bytes"]),
+                    "sha256": jsonvalues.text(d["bits"]["sha256"]),
                 },
                 criteria=dict(d.get("criteria", {})),
                 shardkit_version=str(d.get("shardkit_version", "")),
@@ -141,18 +142,6 @@ def read_manifest(url: str, *, allow_unsafe_names: bool = False, **storage_optio
     if isinstance(d, dict) and d.get("format") == SELECTION_FORMAT:
         return Selection.from_json(d, murl)
     return Manifest.from_json(text, url=murl, allow_unsafe_names=allow_unsafe_names)
-
-
-def _str(x: Any) -> str:
-    if not isinstance(x, str):
-        raise TypeError(f"{x!r} is not a string")
-    return x
-
-
-def _count(x: Any) -> int:
-    if not isinstance(x, int) or isinstance(x, bool) or x < 0:
-        raise ValueError(f"{x!r} is not a count")
-    return x
 
 
 def selection_bytes(mask: np.ndarray) -> bytes:

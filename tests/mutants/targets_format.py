@@ -123,8 +123,8 @@ MUTANTS = [
         "id": "manifest-drops-flip-pairs",
         "row": ROW_MANIFEST,
         "file": MAN,
-        "old": '                flip_pairs=[list(_list(p)) for p in _list(d.get("flip_pairs", []))] if version >= 3 else [],',
-        "new": "                flip_pairs=[],",
+        "old": 'flip_pairs=[list(jsonvalues.items(p)) for p in jsonvalues.items(d.get("flip_pairs", []))]',
+        "new": "flip_pairs=[]",
         "tests": [KEEPS],
     },
     {
