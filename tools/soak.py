@@ -46,6 +46,18 @@ def _shm() -> set[str]:
         return set()
 
 
+def _shm_left(before: set[str], me: int, settle_s: float = 15.0) -> list[str]:
+    """``/dev/shm`` files that appeared since ``before`` and no other program maps, still there after up to
+    ``settle_s`` seconds: a test run beside this one creates and removes its own (a multiprocessing semaphore lives
+    unmapped for a moment between its last close and its unlink); this run's leftovers stay."""
+    left = _shm() - before - _shm_of_others(me)
+    deadline = time.monotonic() + settle_s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left &= _shm() - _shm_of_others(me)
+    return sorted(left)
+
+
 def _shm_of_others(me: int) -> set[str]:
     """The ``/dev/shm`` files that processes other than ``me`` and its descendants have mapped: another
     program's segments in use (a test run beside this one), never this run's leftovers."""
@@ -260,7 +272,7 @@ def soak(
                     f"{which} RSS grew {g:.1%} from epoch 2 to epoch {epochs} (limit {max_growth:.0%})"
                 )
         report.leftover_tmp = sorted(os.listdir(private_tmp))
-        report.leftover_shm = sorted(_shm() - shm0 - _shm_of_others(me))
+        report.leftover_shm = _shm_left(shm0, me)
         if cache_dir:
             report.leftover_tmp += [f for f in os.listdir(cache_dir) if f.startswith(".tmp-")]
         if report.leftover_tmp or report.leftover_shm:
