@@ -300,10 +300,20 @@ class OpenDataset(Dataset):
                     old[0].close()
         rf, lock = entry
         with lock:  # one file position per open shard, and never closed (evicted) under a read
-            if _PREAD and storage.is_local(self.urls[shard]):
-                return os.pread(rf.fileno(), hi - lo, lo)
-            rf.seek(lo)
-            return rf.read(hi - lo)
+            if not rf.closed:
+                return self._read_open(rf, shard, lo, hi)
+        # evicted by another thread between the lookup and this read: a handle of this read's own
+        rf = opener.open_ranges(self.urls[shard], info.bytes, None)
+        try:
+            return self._read_open(rf, shard, lo, hi)
+        finally:
+            rf.close()
+
+    def _read_open(self, rf: Any, shard: int, lo: int, hi: int) -> bytes:
+        if _PREAD and storage.is_local(self.urls[shard]):
+            return os.pread(rf.fileno(), hi - lo, lo)
+        rf.seek(lo)
+        return bytes(rf.read(hi - lo))
 
     def __repr__(self) -> str:
         return f"OpenDataset({self.snapshot.url!r}, {len(self)} samples, fields={list(self.spec.fields)})"

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pickle
+import sys
 import tarfile
 import threading
 
@@ -179,20 +180,66 @@ def test_dataloader_workers_and_threads_see_every_sample_once(fields_ds):
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, shuffle=False)
     assert [item["key"] for item in loader] == ref
     clone = pickle.loads(pickle.dumps(ds))
+    clone.max_indexes = 1  # every item of another shard evicts the open one: reads race evictions
     got: dict[int, str] = {}
+    errors: list[BaseException] = []
     order = np.random.default_rng(0).permutation(np.tile(np.arange(N), 3))
 
     def work(part: np.ndarray) -> None:
-        for i in part.tolist():
-            k = clone[i]["key"]
-            assert got.setdefault(i, k) == k
+        try:
+            for i in part.tolist():
+                k = clone[i]["key"]
+                assert got.setdefault(i, k) == k
+        except BaseException as exc:  # noqa: BLE001 - a thread's failure is this test's failure
+            errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(p,)) for p in np.array_split(order, 8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often: a read lands between another's lookup and its read
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
     assert [got[i] for i in range(N)] == ref
+
+
+class _PausingLock:
+    """A lock that, once armed, stops the thread releasing it inside ``OpenDataset._read`` until ``go`` is set."""
+
+    def __init__(self, lock) -> None:
+        self.lock, self.armed = lock, False
+        self.paused, self.go = threading.Event(), threading.Event()
+
+    def __enter__(self):
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc):
+        out = self.lock.__exit__(*exc)
+        if self.armed and sys._getframe(1).f_code.co_name == "_read":
+            self.armed = False
+            self.paused.set()
+            assert self.go.wait(30)
+        return out
+
+
+def test_a_shard_evicted_between_its_lookup_and_its_read_is_read_again(fields_ds):
+    ds = shardkit.open(fields_ds, max_indexes=1)
+    want = ds.raw(0)
+    ds.raw(0)  # shard 0 is open
+    gate = _PausingLock(ds._lock)
+    ds._lock, gate.armed = gate, True
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(ds.raw(0)))
+    reader.start()
+    assert gate.paused.wait(30)  # the reader holds shard 0's open file, not yet its lock
+    ds.raw(len(ds) - 1)  # another shard: shard 0's file is evicted and closed
+    gate.go.set()
+    reader.join(30)
+    assert [(s.key, s.jpeg, s.error) for s in got] == [(want.key, want.jpeg, None)]
 
 
 def test_a_changed_sample_is_a_data_error_naming_shard_and_key(fields_ds, tmp_path):

@@ -23,6 +23,14 @@ MUTANTS = [
         "tests": [f"{T}::test_indices_and_slices_behave_like_a_list"],
     },
     {
+        "id": "open-reads-a-shard-evicted-under-it",
+        "row": ROW_OPEN,
+        "file": "shardkit/access/dataset.py",
+        "old": "            if not rf.closed:\n",
+        "new": "            if True:\n",
+        "tests": [f"{T}::test_a_shard_evicted_between_its_lookup_and_its_read_is_read_again"],
+    },
+    {
         "id": "open-first-negative-index-refused",
         "row": ROW_LIST,
         "file": "shardkit/access/dataset.py",
