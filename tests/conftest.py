@@ -37,7 +37,10 @@ def s3_endpoint():
 
 @pytest.fixture()
 def s3(s3_endpoint):
-    """``(storage_options, bucket)``: a fresh bucket on the moto server and s3fs options to reach it."""
+    """``(storage_options, bucket)``: a fresh bucket on the moto server and s3fs options to reach it.
+
+    The options are a user's defaults: fsspec keeps one s3fs instance (one client, one listings cache) per options
+    and process, so the tests read through the same cached instance a training process would."""
     import uuid
 
     import s3fs
@@ -46,7 +49,6 @@ def s3(s3_endpoint):
         "client_kwargs": {"endpoint_url": s3_endpoint},
         "key": "testing",
         "secret": "testing",
-        "skip_instance_cache": True,
     }
     fs = s3fs.S3FileSystem(**opts)
     bucket = f"test-{uuid.uuid4().hex[:12]}"
