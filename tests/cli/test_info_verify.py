@@ -74,7 +74,6 @@ def test_verify_clean_and_corrupted(ds, capsys):
 @pytest.mark.slow
 def test_s3_convert_info_verify(s3, s3_endpoint, src, capsys):
     opts, bucket = s3
-    opts = {k: v for k, v in opts.items() if k != "skip_instance_cache"}  # one s3fs instance, as in normal use
     url = f"s3://{bucket}/ds"
     result = convert(src, url, OPTS, workers=1, quiet=True, storage_options=opts)
     assert result.complete and result.converted == 21

@@ -327,7 +327,6 @@ def test_s3_through_moto(src, s3, tmp_path):
     import s3fs
 
     opts, bucket = s3
-    opts = {**opts, "skip_instance_cache": False}  # one S3 client for the whole conversion: seconds less
     tiny = str(tmp_path / "src")
     for c in ("a_small", "b_large"):
         os.makedirs(f"{tiny}/{c}")
