@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -91,36 +92,35 @@ def data_args(ds_url: str, log_dir: str, *extra: str) -> list[str]:
     ]
 
 
-# two ranks run under torchrun in the resume tests below; three ranks here, with a dataset smaller than the world batch
-@pytest.mark.parametrize("nproc,num_samples,shard_size", [(3, 50, 7), (3, 5, 5)])
-def test_equal_batches_exactly_once(tmp_path, nproc, num_samples, shard_size):
-    ds = write_dataset(str(tmp_path / "ds"), num_samples=num_samples, shard_size=shard_size)
+# three ranks here; the two-node test below reads a dataset smaller than the world batch
+def test_equal_batches_exactly_once(tmp_path):
+    nproc, num_samples = 3, 50
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=num_samples, shard_size=7)
     logs = tmp_path / "logs"
     logs.mkdir()
     torchrun(nproc, data_args(ds.url, str(logs)))
-    per_rank = read_logs(str(logs))
+    _assert_exactly_once_padded(read_logs(str(logs)), nproc, num_samples)
+
+
+def _assert_exactly_once_padded(per_rank: dict[int, list[dict]], nproc: int, num_samples: int) -> None:
+    """Every rank ran the same number of steps; every sample came once, plus the padding that evens out the ranks."""
     assert sorted(per_rank) == list(range(nproc))
     assert len({len(steps) for steps in per_rank.values()}) == 1, {r: len(s) for r, s in per_rank.items()}
     ids = Counter(i for steps in per_rank.values() for s in steps for i in s["keys"])
-    per_rank_samples = -(-num_samples // nproc)
-    padded = per_rank_samples * nproc - num_samples
+    padded = -(-num_samples // nproc) * nproc - num_samples
     assert set(ids) == set(range(num_samples))
     assert sum(ids.values()) == num_samples + padded
 
 
-def test_two_nodes_c10d_rendezvous(tmp_path):
-    ds = write_dataset(str(tmp_path / "ds"), num_samples=30, shard_size=4)
+def test_two_nodes_c10d_rendezvous_on_a_dataset_smaller_than_the_world_batch(tmp_path):
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=5, shard_size=5)  # one shard, 5 samples: world batch 8
     logs = tmp_path / "logs"
     logs.mkdir()
     port = free_port()
     nodes = [torchrun(1, data_args(ds.url, str(logs)), nnodes=2, node_rank=i, port=port, wait=False) for i in range(2)]
     for p in nodes:
         finish(p)
-    per_rank = read_logs(str(logs))
-    assert sorted(per_rank) == [0, 1]
-    assert len(per_rank[0]) == len(per_rank[1])
-    ids = Counter(i for steps in per_rank.values() for s in steps for i in s["keys"])
-    assert set(ids) == set(range(30)) and sum(ids.values()) == 30
+    _assert_exactly_once_padded(read_logs(str(logs)), 2, 5)
 
 
 def _ordered(per_rank: dict[int, list[dict]]) -> dict[int, list[tuple[int, list[int]]]]:
@@ -128,15 +128,23 @@ def _ordered(per_rank: dict[int, list[dict]]) -> dict[int, list[tuple[int, list[
     return {r: [(s["step"], s["keys"]) for s in steps] for r, steps in per_rank.items()}
 
 
-def test_mid_epoch_resume_equals_uninterrupted(tmp_path):
-    ds = write_dataset(str(tmp_path / "ds"), num_samples=44, shard_size=5)
-    full, before, after = tmp_path / "full", tmp_path / "before", tmp_path / "after"
-    for d in (full, before, after):
+def test_mid_epoch_resume_on_the_same_and_on_a_larger_world(tmp_path):
+    """Two ranks stop after 2 steps. Resumed on two ranks, the two runs are the uninterrupted run batch for batch;
+    resumed from the same checkpoint on three ranks (the padding rule of the larger world), every sample not seen
+    comes once and the only repeats are the padding the resumed loader reports. Shrinking runs in process
+    (tests/loader/test_loader.py) and every (old, new) pair in the plan oracle (tests/plan/test_epoch.py)."""
+    n = 52
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=n, shard_size=6)
+    full, before, after, larger = (tmp_path / d for d in ("full", "before", "after", "larger"))
+    for d in (full, before, after, larger):
         d.mkdir()
+    ckpt, ckpt3 = str(tmp_path / "ckpt.pt"), str(tmp_path / "ckpt3.pt")
     torchrun(2, data_args(ds.url, str(full)))
-    ckpt = str(tmp_path / "ckpt.pt")
     torchrun(2, data_args(ds.url, str(before), "--checkpoint", ckpt, "--stop-after", "2"))
+    shutil.copyfile(ckpt, ckpt3)  # a resumed run checkpoints again at its end
     torchrun(2, data_args(ds.url, str(after), "--checkpoint", ckpt))
+    torchrun(3, data_args(ds.url, str(larger), "--checkpoint", ckpt3))
+
     full_log, first, second = (_ordered(read_logs(str(d))) for d in (full, before, after))
     assert sorted(first) == sorted(second) == sorted(full_log) == [0, 1]
     for r in full_log:
@@ -145,27 +153,13 @@ def test_mid_epoch_resume_equals_uninterrupted(tmp_path):
         # batch for batch, in order: the two runs together are the uninterrupted run
         assert first[r] + second[r] == full_log[r]
 
-
-# one direction under torchrun (growing: the padding rule of the larger world); shrinking 3 -> 2 runs in process
-# (tests/loader/test_loader.py) and every (old, new) pair in the plan oracle (tests/plan/test_epoch.py)
-@pytest.mark.parametrize("before,after", [(2, 3)])
-def test_elastic_resume_exactly_once(tmp_path, before, after):
-    n = 52
-    ds = write_dataset(str(tmp_path / "ds"), num_samples=n, shard_size=6)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    ckpt = str(tmp_path / "ckpt.pt")
-    (logs / "a").mkdir()
-    (logs / "b").mkdir()
-    torchrun(before, data_args(ds.url, str(logs / "a"), "--checkpoint", ckpt, "--stop-after", "2"))
-    torchrun(after, data_args(ds.url, str(logs / "b"), "--checkpoint", ckpt))
-    first, second = read_logs(str(logs / "a")), read_logs(str(logs / "b"))
-    assert sorted(first) == list(range(before)) and sorted(second) == list(range(after))
-    assert len({len(s) for s in second.values()}) == 1  # equal batch counts after the resize too
-    seen = Counter(i for steps in first.values() for s in steps for i in s["keys"])
-    rest = Counter(i for steps in second.values() for s in steps for i in s["keys"])
-    (pad_before,) = {s["padded"] for steps in first.values() for s in steps}  # what each loader reports
-    (pad_after,) = {s["padded"] for steps in second.values() for s in steps}
+    stopped, grown = read_logs(str(before)), read_logs(str(larger))
+    assert sorted(grown) == [0, 1, 2]
+    assert len({len(s) for s in grown.values()}) == 1  # equal batch counts after the resize too
+    seen = Counter(i for steps in stopped.values() for s in steps for i in s["keys"])
+    rest = Counter(i for steps in grown.values() for s in steps for i in s["keys"])
+    (pad_before,) = {s["padded"] for steps in stopped.values() for s in steps}  # what each loader reports
+    (pad_after,) = {s["padded"] for steps in grown.values() for s in steps}
     assert not set(seen) & set(rest), "samples seen before the checkpoint were delivered again"
     assert set(seen) | set(rest) == set(range(n))
     # after the resize the only repeats are exactly the padding the resumed loader reports
