@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from shardkit.convert import shards as plan
@@ -111,11 +112,7 @@ def convert(
         source = _discover(src, dest, options, so)
         empty = [empty_split_result(s, dest, options) for s in source.splits if not s.files]
         if len(empty) == len(source.splits):  # decided before anything is written
-            raise ConvertError(
-                f"{source.root}: no split has a sample to convert: "
-                + "; ".join(f"{e.split} ({e.empty})" for e in empty)
-                + "; nothing written"
-            )
+            raise _nothing_to_convert(source.root, empty)
         encoder = Encoder(source.reader, options.image, pool, workers, target_spec(source))
         version = encoder.version()
         bases = appending(dest, source, options, so) if options.append else {}
@@ -136,11 +133,7 @@ def convert(
     if num_tasks == 1 and not any(r.written for r in results):
         if fresh_dest and storage.list_dir(dest, **so) == ([], []):  # DEST was made by this run and holds nothing
             storage.remove(dest, recursive=True, **so)
-        raise ConvertError(
-            f"{source.root}: no split has a sample to convert: "
-            + "; ".join(f"{r.split} ({r.empty})" for r in sorted(results, key=lambda r: r.split))
-            + "; nothing written"
-        )
+        raise _nothing_to_convert(source.root, sorted(results, key=lambda r: r.split))
     results.sort(key=lambda r: r.split)
     return ConvertResult(splits=results, seconds=time.monotonic() - t0, notes=list(source.notes))
 
@@ -198,6 +191,15 @@ def _split_jobs(
             )
         )
     return jobs
+
+
+def _nothing_to_convert(root: object, splits: Iterable[SplitResult]) -> ConvertError:
+    """The error for a source none of whose ``splits`` has a sample: each split and why it is empty."""
+    return ConvertError(
+        f"{root}: no split has a sample to convert: "
+        + "; ".join(f"{r.split} ({r.empty})" for r in splits)
+        + "; nothing written"
+    )
 
 
 def _run_jobs(

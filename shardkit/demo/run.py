@@ -15,12 +15,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from shardkit.demo.spec import DemoConfig, DemoResult, EpochLog
+
+if TYPE_CHECKING:
+    from shardkit.loader.loader import ShardLoader
 
 
 def small_cnn(num_classes: int) -> nn.Module:
@@ -70,19 +74,13 @@ def _evaluate(model: nn.Module, loader, augment: nn.Module, device: torch.device
     return correct / max(1, total)
 
 
-def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda s: None) -> DemoResult:
-    """Run the demo (``opts``: :class:`DemoConfig`, default sizes when ``None``); ``log`` receives one line per step of progress."""
-    opts = opts or DemoConfig()
-    from shardkit import load
-    from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomGrayscale
+def _make_shards(opts: DemoConfig, src: str, dest: str, log: Callable[[str], None]) -> float:
+    """Make the sample ImageFolder in ``src`` unless it is there, and convert it into ``dest``: the seconds the
+    conversion took."""
     from shardkit.convert import ConvertConfig, convert
     from shardkit.convert.imageproc import EncodeConfig
     from shardkit.demo.sampledata import SMALL, make_imagefolder
-    from shardkit.loader.prefetch import DevicePrefetcher
 
-    device = torch.device(opts.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    result = DemoResult(device=str(device))
-    src, dest = os.path.join(opts.workdir, "images"), os.path.join(opts.workdir, "shards")
     if not os.path.isdir(os.path.join(src, "train")):
         log(f"making a sample ImageFolder in {src} ({opts.num_classes} classes, photo-like JPEGs)")
         make_imagefolder(
@@ -102,10 +100,16 @@ def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda
         overwrite=True,
         quiet=True,
     )
-    result.convert_seconds = time.perf_counter() - t0
-    log(f"converted to {dest} in {result.convert_seconds:.1f} s")
+    seconds = time.perf_counter() - t0
+    log(f"converted to {dest} in {seconds:.1f} s")
+    return seconds
 
-    torch.manual_seed(opts.seed)
+
+def _loaders(dest: str, opts: DemoConfig) -> tuple[ShardLoader, ShardLoader]:
+    """The train loader (train preset, shuffled, ``opts.num_workers`` workers) and the val loader (eval preset,
+    in order, in process) of the shards in ``dest``."""
+    from shardkit import load
+
     train = load(
         os.path.join(dest, "train"),
         batch_size=opts.batch_size,
@@ -121,6 +125,57 @@ def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda
         preset="eval",
         shuffle=False,
     )
+    return train, val
+
+
+def _train_epoch(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    train: ShardLoader,
+    augment: nn.Module,
+    device: torch.device,
+) -> tuple[float, int, int]:
+    """One epoch of SGD steps over ``train``, augmented on ``device``: the summed loss, the correct predictions and
+    the samples seen."""
+    from shardkit.loader.prefetch import DevicePrefetcher
+
+    seen = 0
+    loss_sum = torch.zeros((), device=device)  # accumulated on the device: no host sync per step
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    for images, labels in DevicePrefetcher(train, device, transform=augment):
+        out = model(images.float())
+        loss = F.cross_entropy(out, labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        loss_sum += loss.detach() * len(labels)
+        correct += (out.argmax(1) == labels).sum()
+        seen += len(labels)
+    return float(loss_sum), int(correct), seen
+
+
+def _images_per_s(loader: ShardLoader) -> float:
+    """Images/s of one pass over ``loader`` alone (no model)."""
+    t0, n = time.perf_counter(), 0
+    for images, _ in loader:
+        n += len(images)
+    return n / (time.perf_counter() - t0)
+
+
+def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda s: None) -> DemoResult:
+    """Run the demo (``opts``: :class:`DemoConfig`, default sizes when ``None``); ``log`` receives one line per step of progress."""
+    opts = opts or DemoConfig()
+    from shardkit.augment import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, GpuAugment, Normalize, RandomGrayscale
+
+    device = torch.device(opts.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    result = DemoResult(device=str(device))
+    src, dest = os.path.join(opts.workdir, "images"), os.path.join(opts.workdir, "shards")
+    result.convert_seconds = _make_shards(opts, src, dest, log)
+
+    torch.manual_seed(opts.seed)
+    train, val = _loaders(dest, opts)
     # crop + flip happen while decoding in the workers; colour and normalisation on the device, per sample
     norm = Normalize(IMAGENET_MEAN, IMAGENET_STD)
     train_aug = GpuAugment([ColorJitter(0.3, 0.3, 0.3, 0.05), RandomGrayscale(0.1), norm], seed=opts.seed)
@@ -130,20 +185,8 @@ def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=opts.epochs * len(train))
     for epoch in range(opts.epochs):
         train.set_epoch(epoch)
-        t0, seen = time.perf_counter(), 0
-        loss_sum = torch.zeros((), device=device)  # accumulated on the device: no host sync per step
-        correct = torch.zeros((), dtype=torch.int64, device=device)
-        for images, labels in DevicePrefetcher(train, device, transform=train_aug):
-            out = model(images.float())
-            loss = F.cross_entropy(out, labels)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            loss_sum += loss.detach() * len(labels)
-            correct += (out.argmax(1) == labels).sum()
-            seen += len(labels)
-        total_loss, n_correct = float(loss_sum), int(correct)
+        t0 = time.perf_counter()
+        total_loss, n_correct, seen = _train_epoch(model, opt, sched, train, train_aug, device)
         ips = seen / (time.perf_counter() - t0)
         val_acc = _evaluate(model, val, eval_aug, device)
         result.epochs.append(EpochLog(epoch, total_loss / max(1, seen), n_correct / max(1, seen), val_acc, ips))
@@ -152,10 +195,7 @@ def run_demo(opts: DemoConfig | None = None, log: Callable[[str], None] = lambda
         )
 
     # input pipelines alone, same images, same workers
-    t0, n = time.perf_counter(), 0
-    for images, _ in train:
-        n += len(images)
-    result.shardkit_images_per_s = n / (time.perf_counter() - t0)
+    result.shardkit_images_per_s = _images_per_s(train)
     result.imagefolder_images_per_s = _imagefolder_pass(os.path.join(src, "train"), opts)
     log(
         f"input pipeline alone: shardkit {result.shardkit_images_per_s:.0f} img/s vs "

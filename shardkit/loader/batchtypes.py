@@ -224,7 +224,7 @@ class Jpegs:
         sizes: int64 ``[n, 2]`` (width, height) from the headers.
         boxes: float64 ``[n, 4]`` crop boxes (:class:`~shardkit.loader.decode.worker.Crops`).
         flips: bool ``[n]``.
-        routes: each sample's :func:`~shardkit.loader.decode.device.jpeg_route`.
+        routes: each sample's :func:`~shardkit.loader.decode.jpegroute.jpeg_route`.
         shards: each sample's shard URL (names a sample that cannot be decoded).
         size: the output size the worker's geometry is for (``size`` of the epoch's image options).
     """

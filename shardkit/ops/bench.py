@@ -218,41 +218,77 @@ def bench(
     )
     backend = ""
     for nw in workers:
-        # persistent workers: a measurement longer than an epoch goes on without restarting them
-        loader = load(
-            url, batch_size=batch_size, num_workers=nw, preset=preset, size=size, persistent_workers=nw > 0, **options
+        point, backend = _sweep_point(
+            url,
+            nw,
+            batch_size=batch_size,
+            preset=preset,
+            size=size,
+            device=device,
+            on_device=on_device,
+            batches=batches,
+            window=window,
+            max_s=max_s,
+            clock=clock,
+            options=options,
         )
-        try:
-            passes = _passes((lambda: loader.iter_on(device)) if on_device else (lambda: iter(loader)))  # noqa: B023 - used inside this iteration
-            r = measure(
-                (_batch_len(b) for b in passes),
-                warm=max(1, nw),
-                window=window,
-                min_batches=batches,
-                max_batches=max(batches, 100 * window),
-                max_s=max_s,
-                clock=clock,
-            )
-            st = loader.stats
-            per_epoch, need = len(loader), max(1, nw) + 2 * window
-            if per_epoch < need:  # every window spans an epoch start (refill, shuffle): figures vary 2x between runs
-                r = replace(
-                    r, stable=False, stop=f"too small: {per_epoch} batches per epoch, a steady figure needs {need}"
-                )
-            m = loader.dataset.manifest
-            per_sample = sum(s.bytes for s in m.shards) / max(1, m.num_samples)  # workers read ahead: not bytes_read
-            if on_device:
-                backend = loader.device_decoder(device).backend  # the decoder that decoded the measured batches
-        finally:
-            loader.close()  # its workers must not compete with the next measurement
-        mb_per_s = r.images_per_s * per_sample / 1e6
-        report.points.append(SweepPoint(nw, r.images_per_s, mb_per_s, st, r.first_batch_s, r.stable, r.stop, r.spread))
+        report.points.append(point)
     report.decode_ceiling, report.decoder = decode_ceiling(
         url, image=image, fields=names, **{k: v for k, v in options.items() if k not in ("decode_on", "fields")}
     )
     if on_device:
         report.decoder += f", decoded on {device} by {backend}"
     return report
+
+
+def _sweep_point(
+    url: str,
+    nw: int,
+    *,
+    batch_size: int,
+    preset: str,
+    size: int,
+    device: str,
+    on_device: bool,
+    batches: int,
+    window: int,
+    max_s: float,
+    clock: Callable[[], float],
+    options: dict[str, Any],
+) -> tuple[SweepPoint, str]:
+    """Measure a loader of ``nw`` workers on ``url`` (see :func:`bench`), and close it.
+
+    Returns:
+        the point, and the decoder that decoded the batches on ``device`` (``""`` unless ``on_device``).
+    """
+    backend = ""
+    # persistent workers: a measurement longer than an epoch goes on without restarting them
+    loader = load(
+        url, batch_size=batch_size, num_workers=nw, preset=preset, size=size, persistent_workers=nw > 0, **options
+    )
+    try:
+        passes = _passes((lambda: loader.iter_on(device)) if on_device else (lambda: iter(loader)))
+        r = measure(
+            (_batch_len(b) for b in passes),
+            warm=max(1, nw),
+            window=window,
+            min_batches=batches,
+            max_batches=max(batches, 100 * window),
+            max_s=max_s,
+            clock=clock,
+        )
+        st = loader.stats
+        per_epoch, need = len(loader), max(1, nw) + 2 * window
+        if per_epoch < need:  # every window spans an epoch start (refill, shuffle): figures vary 2x between runs
+            r = replace(r, stable=False, stop=f"too small: {per_epoch} batches per epoch, a steady figure needs {need}")
+        m = loader.dataset.manifest
+        per_sample = sum(s.bytes for s in m.shards) / max(1, m.num_samples)  # workers read ahead: not bytes_read
+        if on_device:
+            backend = loader.device_decoder(device).backend  # the decoder that decoded the measured batches
+    finally:
+        loader.close()  # its workers must not compete with the next measurement
+    mb_per_s = r.images_per_s * per_sample / 1e6
+    return SweepPoint(nw, r.images_per_s, mb_per_s, st, r.first_batch_s, r.stable, r.stop, r.spread), backend
 
 
 def bench_fields(manifest: Any) -> tuple[str, ...]:

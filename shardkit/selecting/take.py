@@ -24,9 +24,9 @@ import numpy as np
 
 from shardkit.format.manifest import MANIFEST_NAME
 from shardkit.format.selection import Selection, write_selection
-from shardkit.format.snapshot import read_manifest, resolve
+from shardkit.format.snapshot import Snapshot, read_manifest, resolve
 from shardkit.selecting.rows import SelectError, Unknown, match_entries, read_entries, table_rows
-from shardkit.selecting.where import check_fields, evaluate, parse
+from shardkit.selecting.where import Node, check_fields, evaluate, parse
 from shardkit.storage import fs as storage
 
 ListSource = Union[str, "os.PathLike[str]", Iterable[str]]
@@ -91,6 +91,43 @@ def _check_out(out: str, **storage_options: Any) -> None:
         raise SelectError(f"{out} holds a manifest that is not a selection; write the selection to another folder")
 
 
+def _class_mask(
+    url: str, snap: Snapshot, rows: Sequence[dict[str, Any]], classes: Union[str, Sequence[str]]
+) -> tuple[np.ndarray, list[str]]:
+    """The rows of one of ``classes`` (by class name), and the names as recorded in the criteria.
+
+    Raises:
+        SelectError: the split has no class names, or not one of those named.
+    """
+    names = [classes] if isinstance(classes, str) else list(classes)
+    if not snap.manifest.classes:
+        raise SelectError(f"{url} has no class names (no single label per sample); select with where= instead")
+    bad = [c for c in names if c not in snap.manifest.classes]
+    if bad:
+        raise SelectError(
+            f"{url} has no class {bad[0]!r} (generation {snap.generation}); its classes: "
+            + ", ".join(snap.manifest.classes[:30])
+            + (" ..." if len(snap.manifest.classes) > 30 else "")
+        )
+    wanted = set(names)
+    return np.fromiter((r.get("class") in wanted for r in rows), bool, len(rows)), names
+
+
+def _where_mask(where: str, tree: Node, rows: Sequence[dict[str, Any]]) -> np.ndarray:
+    """The rows satisfying ``tree``, the parsed ``where`` (its field names checked first against the rows' meta fields)."""
+    known = {k for r in rows for k in (r.get("meta") or {})}
+    check_fields(tree, where, known)
+    return np.fromiter((evaluate(tree, r) for r in rows), bool, len(rows))
+
+
+def _per_class(classes: Sequence[str], rows: list[dict[str, Any]], keep: np.ndarray) -> dict[str, int]:
+    """Rows kept per class name, in class order."""
+    counts: dict[Any, int] = {}
+    for r in (rows[i] for i in np.flatnonzero(keep)):
+        counts[r.get("class")] = counts.get(r.get("class"), 0) + 1
+    return {c: counts.get(c, 0) for c in classes}
+
+
 def select(
     url: str,
     *,
@@ -139,19 +176,8 @@ def select(
     if snap.selection is not None:
         criteria["within"] = {"url": str(url), "samples": snap.selection.samples, "criteria": snap.selection.criteria}
     if classes is not None:
-        names = [classes] if isinstance(classes, str) else list(classes)
-        if not snap.manifest.classes:
-            raise SelectError(f"{url} has no class names (no single label per sample); select with where= instead")
-        bad = [c for c in names if c not in snap.manifest.classes]
-        if bad:
-            raise SelectError(
-                f"{url} has no class {bad[0]!r} (generation {snap.generation}); its classes: "
-                + ", ".join(snap.manifest.classes[:30])
-                + (" ..." if len(snap.manifest.classes) > 30 else "")
-            )
-        wanted = set(names)
-        keep &= np.fromiter((r.get("class") in wanted for r in rows), bool, len(rows))
-        criteria["classes"] = names
+        in_classes, criteria["classes"] = _class_mask(str(url), snap, rows, classes)
+        keep &= in_classes
     missing = outside = 0
     for what, source in (("include", include), ("exclude", exclude)):
         if source is None:
@@ -164,9 +190,7 @@ def select(
         criteria[what] = _list_record(source, entries)
     if tree is not None:
         assert where is not None
-        known = {k for r in rows for k in (r.get("meta") or {})}
-        check_fields(tree, where, known)
-        keep &= np.fromiter((evaluate(tree, r) for r in rows), bool, len(rows))
+        keep &= _where_mask(where, tree, rows)
         criteria["where"] = where
     if include is not None or exclude is not None:
         criteria["unknown"] = unknown
@@ -174,12 +198,7 @@ def select(
         raise SelectError(f"the criteria select no sample of {url} (generation {snap.generation}); nothing written")
     _check_out(out, **so)
     sel = write_selection(parent, keep, out, generation=snap.generation, criteria=criteria, **so)
-    per_class: dict[str, int] = {}
-    if snap.manifest.classes:
-        counts: dict[Any, int] = {}
-        for r in (rows[i] for i in np.flatnonzero(keep)):
-            counts[r.get("class")] = counts.get(r.get("class"), 0) + 1
-        per_class = {c: counts.get(c, 0) for c in snap.manifest.classes}
+    per_class = _per_class(snap.manifest.classes, rows, keep) if snap.manifest.classes else {}
     return Selected(sel, str(url), int(table.kept.sum()), per_class, missing, outside)
 
 

@@ -17,7 +17,7 @@ one download), sample indexes through the node cache when there is one.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -77,21 +77,49 @@ def block_size_for(data: "Dataset", s: SimSettings) -> int:
     return read_budget_for(data, s).block_size
 
 
-def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
-    """Replay ``settings.epochs`` epochs of ``data`` on the cluster of ``settings`` (see the module docstring)."""
+@dataclass
+class _Replay:
+    """What the epochs of a replay sent and how long they took, epoch after epoch.
+
+    Attributes:
+        times, prefix, kinds, nbytes: per epoch, per request sent (no-op entries left out): its send time,
+            prefix, kind and bytes read from the store.
+        per_epoch: bytes read from the store in each epoch.
+        epochs: each epoch's duration.
+        first: each rank's first batch time in the first epoch.
+        end: when the last epoch's last batch was consumed.
+        waited: seconds the processes waited for the limiter, all together.
+        opens, hits: shard opens in the epochs after the first, and those the node cache served.
+        waits: shard opens that waited for (or found done) another process's download of the node.
+    """
+
+    times: list[np.ndarray] = field(default_factory=list)
+    prefix: list[np.ndarray] = field(default_factory=list)
+    kinds: list[np.ndarray] = field(default_factory=list)
+    nbytes: list[np.ndarray] = field(default_factory=list)
+    per_epoch: list[int] = field(default_factory=list)
+    epochs: list[float] = field(default_factory=list)
+    first: Optional[np.ndarray] = None
+    end: float = 0.0
+    waited: float = 0.0
+    opens: int = 0
+    hits: int = 0
+    waits: int = 0
+
+
+def _replay(data: "Dataset", s: SimSettings, budget: "ReadBudget") -> _Replay:
+    """Schedule and time ``s.epochs`` epochs one after another (the node caches carry over)."""
     from shardkit.plan import PlanConfig
     from shardkit.simulate.clock import epoch_timing
-    from shardkit.simulate.schedule import HEAD, INDEX, KINDS, NOOP, epoch_schedule
+    from shardkit.simulate.schedule import HEAD, NOOP, epoch_schedule
 
-    s = settings
-    budget = read_budget_for(data, s)
     block, rate = budget.block_size, budget.rate
     cfg = PlanConfig(batch_size=s.batch_size, seed=s.seed, node_affinity=s.node_affinity)
     cache: Optional[list[set[int]]] = [set() for _ in range(s.nodes)] if s.cache else None
     index_cache: Optional[list[set[int]]] = [set() for _ in range(s.nodes)] if s.cache else None
-    times, prefix, kinds, nbytes = [], [], [], []
-    epochs, first, per_epoch = [], None, []
-    start, waited, opens, hits, waits = 0.0, 0.0, 0, 0, 0
+    run = _Replay()
+    times, prefix, kinds, nbytes, per_epoch = run.times, run.prefix, run.kinds, run.nbytes, run.per_epoch
+    start = 0.0
     for e in range(s.epochs):
         sched = epoch_schedule(
             data,
@@ -123,39 +151,56 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
         kinds.append(sched.kind[real])
         nbytes.append(np.where(sched.kind[real] == HEAD, 0, (sched.hi - sched.lo)[real]))
         per_epoch.append(int(nbytes[-1].sum()))
-        waits += sched.cache_waits
-        epochs.append(tm.end - start)
-        if first is None:
-            first = tm.first_batch
+        run.waits += sched.cache_waits
+        run.epochs.append(tm.end - start)
+        if run.first is None:
+            run.first = tm.first_batch
         if e > 0:
-            opens, hits = opens + sched.opens, hits + sched.cache_hits
-        waited += tm.waited
+            run.opens, run.hits = run.opens + sched.opens, run.hits + sched.cache_hits
+        run.waited += tm.waited
         start = tm.end
-    t, pf, kd, nb = (np.concatenate(x) for x in (times, prefix, kinds, nbytes))
+    run.end = start
+    return run
+
+
+def _settings_used(data: "Dataset", s: SimSettings, budget: "ReadBudget") -> dict[str, Any]:
+    """``s`` as the replay applied it to ``data``: the block size, rate and processes of ``budget``, the dataset's
+    prefixes, samples and shards."""
+    return {
+        **asdict(s),
+        "block_size": budget.block_size,
+        "block_size_auto": s.block_size == "auto",
+        "num_prefixes": len(data.prefixes),
+        "process_rate": budget.rate,
+        "processes": budget.processes,  # the reading processes sharing the budget (workers with batches)
+        "world_size": s.world_size,
+        "samples": int(np.sum(data.samples)),
+        "shards": len(data.names),
+        "index": s.index and data.indexed,
+    }
+
+
+def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
+    """Replay ``settings.epochs`` epochs of ``data`` on the cluster of ``settings`` (see the module docstring)."""
+    from shardkit.simulate.schedule import HEAD, INDEX, KINDS
+
+    s = settings
+    budget = read_budget_for(data, s)
+    run = _replay(data, s, budget)
+    t, pf, kd, nb = (np.concatenate(x) for x in (run.times, run.prefix, run.kinds, run.nbytes))
     # rates over at least one second: a run shorter than the peak's 1 s window must not show a mean above its peak
-    duration = max(start, 1.0)
+    duration = max(run.end, 1.0)
     rows = []
     for i, name in enumerate(data.prefixes):
         sel = pf == i
         rows.append(PrefixRow(name, int(sel.sum()), peak_rate(t[sel]), float(sel.sum()) / duration, int(nb[sel].sum())))
     total_bytes = int(nb.sum())
+    first = run.first
     assert first is not None
     samples = int(np.sum(data.samples))
     startup = s.world_size  # the manifest: one GET per rank (no size probe)
-    used = {
-        **asdict(s),
-        "block_size": block,
-        "block_size_auto": s.block_size == "auto",
-        "num_prefixes": len(data.prefixes),
-        "process_rate": rate,
-        "processes": budget.processes,  # the reading processes sharing the budget (workers with batches)
-        "world_size": s.world_size,
-        "samples": samples,
-        "shards": len(data.names),
-        "index": s.index and data.indexed,
-    }
     return SimReport(
-        settings=used,
+        settings=_settings_used(data, s, budget),
         prefixes=tuple(rows),
         requests=len(t),
         by_kind={KINDS[k]: int((kd == k).sum()) for k in (HEAD, INDEX, 2)},
@@ -165,12 +210,12 @@ def simulate(data: "Dataset", settings: SimSettings) -> SimReport:
         bytes=total_bytes,
         bytes_per_s_per_node=total_bytes / duration / s.nodes,
         requests_per_gib=(len(t) + startup) / max(total_bytes / 2**30, 1e-12),
-        store_bytes_per_epoch=tuple(per_epoch),
-        cache_waits=waits if s.cache else None,
+        store_bytes_per_epoch=tuple(run.per_epoch),
+        cache_waits=run.waits if s.cache else None,
         first_batch_s=(float(first.min()), float(np.median(first)), float(first.max())),
-        epoch_s=tuple(epochs),
-        img_per_s_per_rank=samples / s.world_size / (sum(epochs) / len(epochs)),
-        cache_hit_rate=(hits / opens if opens else None) if s.cache else None,
+        epoch_s=tuple(run.epochs),
+        img_per_s_per_rank=samples / s.world_size / (sum(run.epochs) / len(run.epochs)),
+        cache_hit_rate=(run.hits / run.opens if run.opens else None) if s.cache else None,
         startup_requests=startup,
-        waited_s=waited,
+        waited_s=run.waited,
     )

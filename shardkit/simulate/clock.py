@@ -39,6 +39,101 @@ class Timing:
     waited: float  #: seconds the processes waited for the limiter, all together
 
 
+class _Limiters:
+    """Every process's :class:`~shardkit.storage.budget.RequestLimiter` on one virtual clock, each made when its
+    process first sends (on the clock at the epoch's start); ``waited`` sums the seconds they made processes wait."""
+
+    def __init__(self, rate: Optional[float], *, start: float, world_size: int, W: int, phase_workers: int) -> None:
+        self.rate, self.start, self.world_size, self.W, self.phase_workers = rate, start, world_size, W, phase_workers
+        self.now = start
+        self.waited = 0.0
+        self.limiters: dict[int, RequestLimiter] = {}
+
+    def sleep(self, s: float) -> None:
+        """The limiter's sleep: counted, not slept."""
+        self.waited += s
+
+    def clock(self) -> float:
+        """The virtual clock the limiters read."""
+        return self.now
+
+    def delay(self, p: int, at: float) -> float:
+        """Seconds process ``p``'s limiter holds back a request it would send at ``at``."""
+        self.now = at
+        if p not in self.limiters:
+            W = self.W
+            self.now = self.start
+            phase = process_phase(p // W, p % W, self.world_size, self.phase_workers)
+            self.limiters[p] = RequestLimiter(self.rate, phase=phase, clock=self.clock, sleep=self.sleep)
+            self.now = at
+        return self.limiters[p].acquire()
+
+
+class _Sender:
+    """The send times of an epoch's requests, request after request in schedule order.
+
+    A process's read starts when the worker may read it (:meth:`gate`), each further request of the read when
+    the one before it is done; a read whose start depends on when the consumer takes its first batch is left
+    for a second pass (:meth:`run_pass`), made once every rank's first batch time is known.
+    """
+
+    def __init__(
+        self,
+        sched: EpochSchedule,
+        *,
+        start: float,
+        dt: float,
+        pull_t: np.ndarray,
+        cost: list[float],
+        limiters: Optional[_Limiters],
+    ) -> None:
+        nreq = len(sched.proc)
+        self.proc, self.read, self.kind = sched.proc.tolist(), sched.read.tolist(), sched.kind.tolist()
+        self.first_read = np.searchsorted(sched.read_proc, np.arange(sched.processes), side="left")
+        self.start, self.dt, self.pull_t, self.cost, self.limiters = start, dt, pull_t, cost, limiters
+        self.done = np.full(len(sched.read_proc), np.nan)  #: when each read is done
+        self.send = np.zeros(nreq)
+        self.finish = np.zeros(nreq)
+        self.todo = np.zeros(nreq, bool)
+        self.t0 = np.nan  #: when the consumer takes its first batch (NaN: not known yet)
+
+    def gate(self, k: int, p: int) -> Optional[float]:
+        """When read ``k`` may start (None: not known before the first batch's time)."""
+        start, done, t0 = self.start, self.done, self.t0
+        if k == self.first_read[p]:
+            return start
+        t = int(self.pull_t[k - 1])
+        if t <= 0:
+            return max(float(done[k - 1]), start)
+        if np.isnan(t0):
+            return None
+        return max(float(done[k - 1]), t0 + t * self.dt)
+
+    def run_pass(self, phase: int) -> None:
+        """Pass ``phase`` over the requests: 0, every request whose time is known; 1, the ones left over."""
+        proc, read, kind, send, finish, todo = self.proc, self.read, self.kind, self.send, self.finish, self.todo
+        blocked = -1
+        for i in range(len(proc)):
+            p, k = proc[i], read[i]
+            if phase == 1 and not todo[i]:
+                continue
+            if blocked == p:
+                todo[i] = True
+                continue
+            if i == 0 or read[i - 1] != k or proc[i - 1] != p:
+                ready = self.gate(k, p)
+                if ready is None:
+                    blocked = p
+                    todo[i] = True
+                    continue
+            else:
+                ready = finish[i - 1]
+            if kind[i] != NOOP and self.limiters is not None:
+                ready += self.limiters.delay(p, ready)
+            send[i], finish[i] = ready, ready + self.cost[i]
+            self.done[k] = finish[i]
+
+
 def epoch_timing(
     sched: EpochSchedule,
     *,
@@ -62,78 +157,39 @@ def epoch_timing(
     W = max(1, num_workers)
     dt = batch_size / img_per_s_per_rank
     lead = 2 * W if num_workers > 0 else 0
-    nreq = len(sched.proc)
-    first_read = np.searchsorted(sched.read_proc, np.arange(sched.processes), side="left")
     # the consumer's batch index at which read k's block starts being emitted (<= 0: at the epoch's start)
     pull_t = (sched.read_start // batch_size) * W + (sched.read_proc % W) - lead
-    done = np.full(len(sched.read_proc), np.nan)
-    send = np.zeros(nreq)
-    finish = np.zeros(nreq)
-    now = [start]
-    waited = [0.0]
-
-    def sleep(s: float) -> None:
-        waited[0] += s
-
-    limiters: dict[int, RequestLimiter] = {}
-
-    def limiter(p: int) -> RequestLimiter:  # made when the process first reads (at the epoch's start)
-        if p not in limiters:
-            at, now[0] = now[0], start
-            phase = process_phase(p // W, p % W, world_size, num_workers if phase_workers is None else phase_workers)
-            limiters[p] = RequestLimiter(rate, phase=phase, clock=lambda: now[0], sleep=sleep)
-            now[0] = at
-        return limiters[p]
-
-    proc, read, kind = sched.proc.tolist(), sched.read.tolist(), sched.kind.tolist()
-    cost = (np.where(sched.kind == HEAD, 0, sched.hi - sched.lo) / bytes_per_s_per_process + latency_s).tolist()
-    cost = [0.0 if k == NOOP else c for k, c in zip(kind, cost)]
-    t0 = [np.nan]
-
-    def gate(k: int, p: int) -> Optional[float]:
-        """When read ``k`` may start (None: not known before the first batch's time)."""
-        if k == first_read[p]:
-            return start
-        t = int(pull_t[k - 1])
-        if t <= 0:
-            return max(float(done[k - 1]), start)
-        if np.isnan(t0[0]):
-            return None
-        return max(float(done[k - 1]), t0[0] + t * dt)
-
-    todo = np.zeros(nreq, bool)
-    for phase in (0, 1):
-        blocked = -1
-        for i in range(nreq):
-            p, k = proc[i], read[i]
-            if phase == 1 and not todo[i]:
-                continue
-            if blocked == p:
-                todo[i] = True
-                continue
-            if i == 0 or read[i - 1] != k or proc[i - 1] != p:
-                ready = gate(k, p)
-                if ready is None:
-                    blocked = p
-                    todo[i] = True
-                    continue
-            else:
-                ready = finish[i - 1]
-            if kind[i] != NOOP and rate is not None:
-                now[0] = ready
-                ready += limiter(p).acquire()
-            send[i], finish[i] = ready, ready + cost[i]
-            done[k] = finish[i]
-        if phase == 0:
-            avail = _availability(sched, done, world_size, W, batch_size)
-            t0[0] = float(avail[:, 0].max()) if avail.size else start
-    avail = _availability(sched, done, world_size, W, batch_size)
+    limiters = None
+    if rate is not None:
+        workers = num_workers if phase_workers is None else phase_workers
+        limiters = _Limiters(rate, start=start, world_size=world_size, W=W, phase_workers=workers)
+    sender = _Sender(
+        sched,
+        start=start,
+        dt=dt,
+        pull_t=pull_t,
+        cost=_costs(sched, latency_s, bytes_per_s_per_process),
+        limiters=limiters,
+    )
+    sender.run_pass(0)
+    avail = _availability(sched, sender.done, world_size, W, batch_size)
+    sender.t0 = float(avail[:, 0].max()) if avail.size else start
+    sender.run_pass(1)
+    waited = limiters.waited if limiters is not None else 0.0
+    avail = _availability(sched, sender.done, world_size, W, batch_size)
     if avail.size == 0:
-        return Timing(send, np.zeros(world_size), start, waited[0])
+        return Timing(sender.send, np.zeros(world_size), start, waited)
     ready_all = np.nanmax(avail, axis=0)  # lockstep: a step waits for the slowest rank
     t = np.arange(ready_all.size)
     taken = t * dt + np.maximum.accumulate(ready_all - t * dt)
-    return Timing(send, avail[:, 0] - start, float(taken[-1] + dt), waited[0])
+    return Timing(sender.send, avail[:, 0] - start, float(taken[-1] + dt), waited)
+
+
+def _costs(sched: EpochSchedule, latency_s: float, bytes_per_s_per_process: float) -> list[float]:
+    """Seconds each request takes: ``latency_s`` plus its bytes at ``bytes_per_s_per_process`` (a ``HEAD``: the
+    latency; a NOOP entry: none)."""
+    cost = (np.where(sched.kind == HEAD, 0, sched.hi - sched.lo) / bytes_per_s_per_process + latency_s).tolist()
+    return [0.0 if k == NOOP else c for k, c in zip(sched.kind.tolist(), cost)]
 
 
 def _availability(sched: EpochSchedule, done: np.ndarray, world_size: int, W: int, batch_size: int) -> np.ndarray:

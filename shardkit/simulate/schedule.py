@@ -139,6 +139,179 @@ def read_cuts(lengths: np.ndarray, cfg: PlanConfig) -> tuple[np.ndarray, np.ndar
     return procs, (np.concatenate(offs).astype(np.int64) if offs else np.zeros(0, np.int64))
 
 
+@dataclass(frozen=True, eq=False)
+class _Segments:
+    """An epoch's samples cut where a read, a process's chunk or a run of one shard begins: each segment is
+    ``length`` consecutive samples of one shard from sample ``first`` on, in one read of one process."""
+
+    read_proc: np.ndarray  #: the process of each read
+    read_off: np.ndarray  #: first sample of each read, within its process's chunk
+    chunk_len: np.ndarray  #: samples of each process's chunk
+    proc: np.ndarray
+    read: np.ndarray
+    shard: np.ndarray
+    first: np.ndarray
+    length: np.ndarray
+
+
+def _segments(
+    data: Dataset, cfg: PlanConfig, *, world_size: int, workers: int, epoch: int, ranks_per_node: int
+) -> _Segments:
+    """The real plan's samples of ``epoch`` (one source), every process's chunk cut into its reads and shard runs."""
+    mixture = Mixture((Source("simulated"),), (data.samples,))
+    stream = epoch_stream(mixture, cfg, epoch, world_size=world_size, nodes=world_size // max(1, ranks_per_node))
+    runs = stream.streams[0]  # type: ignore[attr-defined]  # one source: its runs in stream order
+    n = len(stream)
+    starts, stops = partition_ranges(n, world_size, workers, cfg)
+    lengths = stops - starts
+    read_proc, read_off = read_cuts(lengths, cfg)
+    read_abs = starts[read_proc] + read_off
+    run_len = runs.run_stop - runs.run_start
+    ends = np.cumsum(run_len)
+    wraps = int(stops.max()) // max(1, n) + 1 if n else 0
+    run_cuts = (ends[None, :] - run_len[None, :] + (np.arange(wraps) * n)[:, None]).ravel()
+    cuts = np.unique(np.concatenate([read_abs, starts, stops, run_cuts]))
+    seg0, seg1 = cuts[:-1], cuts[1:]
+    owner = np.searchsorted(starts, seg0, side="right") - 1
+    keep = (owner >= 0) & (seg0 < stops[np.maximum(owner, 0)]) & (seg1 > seg0)
+    seg0, seg1, owner = seg0[keep], seg1[keep], owner[keep]
+    seg_read = np.searchsorted(read_abs, seg0, side="right") - 1
+    pos = seg0 % max(1, n)
+    run = np.searchsorted(ends, pos, side="right")
+    seg_shard = runs.run_shard[run]
+    seg_first = runs.run_start[run] + pos - (ends[run] - run_len[run])
+    return _Segments(read_proc, read_off, lengths, owner, seg_read, seg_shard, seg_first, seg1 - seg0)
+
+
+class _Requests:
+    """The requests of one epoch, built segment by segment in process order.
+
+    Holds what a reading process remembers between segments (its open shard, its walk through that shard, the
+    sample indexes it keeps, whether the node cache serves the shard) and what the nodes share (their caches).
+    """
+
+    def __init__(
+        self,
+        data: Dataset,
+        *,
+        workers: int,
+        ranks_per_node: int,
+        indexed: bool,
+        block_size: int,
+        max_range: int,
+        cache: Optional[Sequence[set[int]]],
+        index_cache: Optional[Sequence[set[int]]],
+    ) -> None:
+        self.data, self.workers, self.ranks_per_node, self.indexed = data, workers, ranks_per_node, indexed
+        self.block_size, self.max_range, self.cache, self.index_cache = block_size, max_range, cache, index_cache
+        self.proc: list[int] = []
+        self.read: list[int] = []
+        self.kind: list[int] = []
+        self.shard: list[int] = []
+        self.lo: list[int] = []
+        self.hi: list[int] = []
+        self.memo: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self.opens = self.hits = self.waits = 0
+        self.fetched: dict[tuple[int, int], int] = {}  # (node, shard) -> the process that downloaded it this epoch
+        self.last_p, self.last_shard, self.last_read = -1, -1, -1
+        self.walk: Optional[ranges.WalkState] = None
+        self.indexes: list[int] = []
+        self.cached = False
+
+    def add(self, p: int, r: int, k: int, s: int, lo: int, hi: int) -> None:
+        """One request: process ``p``, read ``r``, kind ``k``, shard ``s``, bytes ``[lo, hi)``."""
+        self.proc.append(p)
+        self.read.append(r)
+        self.kind.append(k)
+        self.shard.append(s)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def segment(self, p: int, r: int, s: int, a: int, m: int) -> None:
+        """The requests for ``m`` samples of shard ``s`` from sample ``a`` on, in read ``r`` of process ``p``."""
+        if p != self.last_p:
+            self.last_p, self.last_shard, self.walk, self.indexes = p, -1, None, []
+        node = (p // self.workers) // max(1, self.ranks_per_node)
+        fresh = s != self.last_shard or (not self.indexed and self.walk is not None and a < self.walk.sample)
+        before = len(self.proc)
+        if fresh:
+            self.open(p, r, s, node)
+            self.walk = None
+        if not self.cached:
+            self.read_samples(p, r, s, a, m)
+        if r != self.last_read and len(self.proc) == before:
+            self.add(p, r, NOOP, s, 0, 0)  # a read without requests still happens (served from the cache)
+        self.last_shard, self.last_read = s, r
+
+    def open(self, p: int, r: int, s: int, node: int) -> None:
+        """Process ``p`` opens shard ``s``: its sample index (unless kept or in the node's cache), then the node
+        cache's hit or download."""
+        self.opens += 1
+        indexed, cache, index_cache = self.indexed, self.cache, self.index_cache
+        if indexed and s not in self.indexes:
+            if index_cache is None or s not in index_cache[node]:
+                self.add(p, r, INDEX, s, 0, 64 + INDEX_BYTES_PER_SAMPLE * int(self.data.samples[s]))
+                if index_cache is not None:
+                    index_cache[node].add(s)
+            self.indexes = [*self.indexes[-(KEEP_INDEXES - 1) :], s] if KEEP_INDEXES > 1 else [s]
+        elif indexed:
+            self.indexes = [*(i for i in self.indexes if i != s), s]
+        self.cached = cache is not None and s in cache[node]
+        if self.cached:
+            self.hits += 1
+            if self.fetched.get((node, s), p) != p:
+                self.waits += 1
+        elif cache is not None:
+            for lo, hi in ranges.download_gets(int(self.data.nbytes[s]), block_size=self.block_size):
+                self.add(p, r, GET, s, lo, hi)
+            cache[node].add(s)
+            self.fetched[(node, s)] = p
+            self.cached = True
+
+    def read_samples(self, p: int, r: int, s: int, a: int, m: int) -> None:
+        """The GETs of ``m`` samples of shard ``s`` from sample ``a`` on: range reads through the sample index, or
+        the buffered walk over the members' headers."""
+        sb = self.data.sample_bytes
+        assert sb is not None
+        sbytes = int(sb[s])
+        if self.indexed:
+            key = (m, sbytes)
+            if key not in self.memo:
+                st = np.arange(m + 1, dtype=np.int64) * sbytes
+                self.memo[key] = ranges.index_ranges(st, np.arange(m), max_range=self.max_range)
+            for lo, hi in self.memo[key]:
+                self.add(p, r, GET, s, a * sbytes + lo, a * sbytes + hi)
+        else:
+            gets, self.walk = ranges.walk_gets(
+                self.data.layout_of(s),
+                first=a,
+                stop=a + m,
+                block_size=self.block_size,
+                shard_size=int(self.data.nbytes[s]),
+                state=self.walk,
+            )
+            for lo, hi in gets:
+                self.add(p, r, GET, s, lo, hi)
+
+    def schedule(self, seg: _Segments, processes: int) -> EpochSchedule:
+        """The requests as an :class:`EpochSchedule` of ``processes`` reading processes."""
+        return EpochSchedule(
+            processes=processes,
+            proc=np.array(self.proc, np.int64),
+            read=np.array(self.read, np.int64),
+            kind=np.array(self.kind, np.int8),
+            shard=np.array(self.shard, np.int64),
+            lo=np.array(self.lo, np.int64),
+            hi=np.array(self.hi, np.int64),
+            read_proc=seg.read_proc,
+            read_start=seg.read_off,
+            chunk_len=seg.chunk_len,
+            opens=self.opens,
+            cache_hits=self.hits,
+            cache_waits=self.waits,
+        )
+
+
 def epoch_schedule(
     data: Dataset,
     cfg: PlanConfig,
@@ -168,116 +341,20 @@ def epoch_schedule(
             process fetches the indexes it needs (no cache).
     """
     workers = max(1, num_workers)
-    mixture = Mixture((Source("simulated"),), (data.samples,))
-    stream = epoch_stream(mixture, cfg, epoch, world_size=world_size, nodes=world_size // max(1, ranks_per_node))
-    runs = stream.streams[0]  # type: ignore[attr-defined]  # one source: its runs in stream order
-    n = len(stream)
-    starts, stops = partition_ranges(n, world_size, workers, cfg)
-    lengths = stops - starts
-    read_proc, read_off = read_cuts(lengths, cfg)
-    read_abs = starts[read_proc] + read_off
-    run_len = runs.run_stop - runs.run_start
-    ends = np.cumsum(run_len)
-    wraps = int(stops.max()) // max(1, n) + 1 if n else 0
-    run_cuts = (ends[None, :] - run_len[None, :] + (np.arange(wraps) * n)[:, None]).ravel()
-    cuts = np.unique(np.concatenate([read_abs, starts, stops, run_cuts]))
-    seg0, seg1 = cuts[:-1], cuts[1:]
-    owner = np.searchsorted(starts, seg0, side="right") - 1
-    keep = (owner >= 0) & (seg0 < stops[np.maximum(owner, 0)]) & (seg1 > seg0)
-    seg0, seg1, owner = seg0[keep], seg1[keep], owner[keep]
-    seg_read = np.searchsorted(read_abs, seg0, side="right") - 1
-    pos = seg0 % max(1, n)
-    run = np.searchsorted(ends, pos, side="right")
-    seg_shard = runs.run_shard[run]
-    seg_first = runs.run_start[run] + pos - (ends[run] - run_len[run])
-    seg_len = seg1 - seg0
-
-    proc: list[int] = []
-    rd: list[int] = []
-    kind: list[int] = []
-    shard_l: list[int] = []
-    lo_l: list[int] = []
-    hi_l: list[int] = []
-
-    def add(p: int, r: int, k: int, s: int, lo: int, hi: int) -> None:
-        proc.append(p)
-        rd.append(r)
-        kind.append(k)
-        shard_l.append(s)
-        lo_l.append(lo)
-        hi_l.append(hi)
-
-    indexed = index and data.indexed
-    memo: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    opens = hits = waits = 0
-    fetched: dict[tuple[int, int], int] = {}  # (node, shard) -> the process that downloaded it this epoch
-    last_p, last_shard, last_read = -1, -1, -1
-    walk: Optional[ranges.WalkState] = None
-    indexes: list[int] = []
-    cached = False
-    sb = data.sample_bytes
-    assert sb is not None
-    for p, r, s, a, m in zip(
-        owner.tolist(), seg_read.tolist(), seg_shard.tolist(), seg_first.tolist(), seg_len.tolist()
-    ):
-        if p != last_p:
-            last_p, last_shard, walk, indexes = p, -1, None, []
-        node = (p // workers) // max(1, ranks_per_node)
-        size, sbytes = int(data.nbytes[s]), int(sb[s])
-        fresh = s != last_shard or (not indexed and walk is not None and a < walk.sample)
-        before = len(proc)
-        if fresh:
-            opens += 1
-            if indexed and s not in indexes:
-                if index_cache is None or s not in index_cache[node]:
-                    add(p, r, INDEX, s, 0, 64 + INDEX_BYTES_PER_SAMPLE * int(data.samples[s]))
-                    if index_cache is not None:
-                        index_cache[node].add(s)
-                indexes = [*indexes[-(KEEP_INDEXES - 1) :], s] if KEEP_INDEXES > 1 else [s]
-            elif indexed:
-                indexes = [*(i for i in indexes if i != s), s]
-            cached = cache is not None and s in cache[node]
-            if cached:
-                hits += 1
-                if fetched.get((node, s), p) != p:
-                    waits += 1
-            elif cache is not None:
-                for lo, hi in ranges.download_gets(size, block_size=block_size):
-                    add(p, r, GET, s, lo, hi)
-                cache[node].add(s)
-                fetched[(node, s)] = p
-                cached = True
-            walk = None
-        if not cached:
-            if indexed:
-                key = (m, sbytes)
-                if key not in memo:
-                    st = np.arange(m + 1, dtype=np.int64) * sbytes
-                    memo[key] = ranges.index_ranges(st, np.arange(m), max_range=max_range)
-                for lo, hi in memo[key]:
-                    add(p, r, GET, s, a * sbytes + lo, a * sbytes + hi)
-            else:
-                gets, walk = ranges.walk_gets(
-                    data.layout_of(s), first=a, stop=a + m, block_size=block_size, shard_size=size, state=walk
-                )
-                for lo, hi in gets:
-                    add(p, r, GET, s, lo, hi)
-        if r != last_read and len(proc) == before:
-            add(p, r, NOOP, s, 0, 0)  # a read without requests still happens (served from the cache)
-        last_shard, last_read = s, r
-    # reads with no segment at all (never: every read has samples) would have no entry; the clock needs one each
-    return EpochSchedule(
-        processes=world_size * workers,
-        proc=np.array(proc, np.int64),
-        read=np.array(rd, np.int64),
-        kind=np.array(kind, np.int8),
-        shard=np.array(shard_l, np.int64),
-        lo=np.array(lo_l, np.int64),
-        hi=np.array(hi_l, np.int64),
-        read_proc=read_proc,
-        read_start=read_off,
-        chunk_len=lengths,
-        opens=opens,
-        cache_hits=hits,
-        cache_waits=waits,
+    seg = _segments(data, cfg, world_size=world_size, workers=workers, epoch=epoch, ranks_per_node=ranks_per_node)
+    requests = _Requests(
+        data,
+        workers=workers,
+        ranks_per_node=ranks_per_node,
+        indexed=index and data.indexed,
+        block_size=block_size,
+        max_range=max_range,
+        cache=cache,
+        index_cache=index_cache,
     )
+    for p, r, s, a, m in zip(
+        seg.proc.tolist(), seg.read.tolist(), seg.shard.tolist(), seg.first.tolist(), seg.length.tolist()
+    ):
+        requests.segment(p, r, s, a, m)
+    # reads with no segment at all (never: every read has samples) would have no entry; the clock needs one each
+    return requests.schedule(seg, world_size * workers)

@@ -94,7 +94,7 @@ MUTANTS = [
     {
         "id": "codec-exif-orientation-not-routed",
         "row": ROW_SAME,
-        "file": "shardkit/loader/decode/device.py",
+        "file": "shardkit/loader/decode/jpegroute.py",
         "old": "            oriented = app1_orientation(b[i + 4 : i + 2 + seg_len]) != 1",
         "new": "            oriented = False",
         "tests": [f"{T}::test_bad_jpegs_skip_rule_and_counts_are_the_worker_paths"],

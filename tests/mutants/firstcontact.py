@@ -149,8 +149,8 @@ MUTANTS = [
         "id": "bench-tiny-dataset-called-steady",
         "row": ROW_BENCH,
         "file": "shardkit/ops/bench.py",
-        "old": "            if per_epoch < need:",
-        "new": "            if False:",
+        "old": "        if per_epoch < need:",
+        "new": "        if False:",
         "tests": [T + "test_bench_says_when_the_dataset_is_too_small_for_a_steady_figure"],
     },
     {

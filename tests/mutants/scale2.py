@@ -116,16 +116,16 @@ MUTANTS = [
         "id": "scale2-sim-index-per-process",
         "row": ROW_SIM,
         "file": "shardkit/simulate/schedule.py",
-        "old": "                if index_cache is None or s not in index_cache[node]:",
-        "new": "                if True:",
+        "old": "            if index_cache is None or s not in index_cache[node]:",
+        "new": "            if True:",
         "tests": [SHARING, BYTES],
     },
     {
         "id": "scale2-sim-waits-of-earlier-epochs",  # a hit of a shard cached in an earlier epoch counted a wait
         "row": ROW_SIM,
         "file": "shardkit/simulate/schedule.py",
-        "old": "                if fetched.get((node, s), p) != p:",
-        "new": "                if True:",
+        "old": "            if self.fetched.get((node, s), p) != p:",
+        "new": "            if True:",
         "tests": [WAITS],
     },
     {

@@ -70,8 +70,8 @@ MUTANTS = [
         "id": "sim-schedule-walk-state-kept-across-shards",
         "row": ROW_SCHEDULE,
         "file": SCHED,
-        "old": "            walk = None\n        if not cached:",
-        "new": "        if not cached:",
+        "old": "            self.walk = None\n        if not self.cached:",
+        "new": "        if not self.cached:",
         "tests": [READER],
     },
     {
@@ -102,7 +102,7 @@ MUTANTS = [
         "id": "sim-limiter-without-phase",  # every process's first request at the epoch's start
         "row": ROW_BUDGET,
         "file": "shardkit/simulate/clock.py",
-        "old": "phase = process_phase(p // W, p % W, world_size, num_workers if phase_workers is None else phase_workers)",
+        "old": "phase = process_phase(p // W, p % W, self.world_size, self.phase_workers)",
         "new": "phase = 0.0",
         "tests": [BUDGET],
     },
@@ -118,8 +118,8 @@ MUTANTS = [
         "id": "sim-cache-never-filled",
         "row": ROW_BUDGET,
         "file": SCHED,
-        "old": "                cache[node].add(s)\n",
-        "new": "                    pass\n",
+        "old": "            cache[node].add(s)\n",
+        "new": "                pass\n",
         "tests": [CACHE],
     },
     {
@@ -142,8 +142,8 @@ MUTANTS = [
         "id": "sim-mean-over-a-run-shorter-than-a-second",  # a mean GET/s above the peak (the probe)
         "row": ROW_REPORT,
         "file": "shardkit/simulate/__init__.py",
-        "old": "    duration = max(start, 1.0)\n",
-        "new": "    duration = max(start, 1e-9)\n",
+        "old": "    duration = max(run.end, 1.0)\n",
+        "new": "    duration = max(run.end, 1e-9)\n",
         "tests": [S + "test_command_json_and_errors"],
     },
 ]

@@ -37,7 +37,8 @@ from shardkit.format import RawSample
 from shardkit.loader.batching import BatchSpec, drop_undecoded, read_headers
 from shardkit.loader.batchtypes import Batch, ViewBatch
 from shardkit.loader.decode.cropresize import axis_params, resized_crops
-from shardkit.loader.decode.device import DeviceDecoder, Jpeg, jpeg_route
+from shardkit.loader.decode.device import DeviceDecoder
+from shardkit.loader.decode.jpegroute import Jpeg, jpeg_route
 from shardkit.loader.decode.multicrop import ViewDecoder, view_reductions
 from shardkit.loader.decode.resample import dct_size
 from shardkit.loader.rows import FieldRows
@@ -55,7 +56,7 @@ class JpegViews:
         sizes: int64 ``[n, 2]`` (width, height) from the headers.
         boxes: float64 ``[n, V, 4]``: view ``j``'s crop box of sample ``i`` (left, top, right, bottom, stored pixels).
         flips: bool ``[n, V]``.
-        routes: each sample's :func:`~shardkit.loader.decode.device.jpeg_route`.
+        routes: each sample's :func:`~shardkit.loader.decode.jpegroute.jpeg_route`.
         shards: each sample's shard URL (names a sample that cannot be decoded).
         groups: the :class:`View` groups at this epoch's sizes (``set_epoch(size=)``), the sizes the consumer
             cuts at (``()``: the decoder's ``cfg.views``).

@@ -22,7 +22,8 @@ from PIL import Image
 import shardkit.loader.decode.backend as jb
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.decoders import PilDecoder, TorchvisionDecoder
-from shardkit.loader.decode.device import DeviceDecoder, batch_geometry, jpeg_route
+from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
+from shardkit.loader.decode.jpegroute import jpeg_route
 from shardkit.loader.decode.worker import CropDecoder
 from tests.support.decode_paths import EPOCH, SEED, device_path, diff, encode, worker_path
 

@@ -25,7 +25,8 @@ from PIL import Image
 import shardkit.loader.decode.cropresize as cr
 import shardkit.loader.decode.device as dd
 from shardkit.loader.config import ImageConfig
-from shardkit.loader.decode.device import DeviceDecoder, batch_geometry, jpeg_route
+from shardkit.loader.decode.device import DeviceDecoder, batch_geometry
+from shardkit.loader.decode.jpegroute import jpeg_route
 from shardkit.loader.decode.worker import CropDecoder
 from tests.support.data import jpeg_bytes
 from tests.support.decode_paths import EPOCH, SEED, device_path, diff, encode, worker_path
