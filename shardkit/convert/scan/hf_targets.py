@@ -16,7 +16,8 @@ Accounting (``annotations`` in the manifest): a box that is not 4 finite numbers
 with ``w <= 0`` or ``h <= 0`` ``degenerate_box``, a category that is missing or out of range
 ``bad_category``; the rest are ``kept`` (clipped or dropped at encode time when they reach outside the
 image). A row whose ``bbox`` and ``category`` lists differ in length is skipped as ``bad_row``, its
-annotations counted ``image_skipped``.
+annotations counted ``image_skipped``. A split's counts (a :class:`~shardkit.convert.scan.detection.Tally`) list
+``kept`` and each other outcome that happened to at least one box.
 """
 
 from __future__ import annotations
