@@ -6,7 +6,8 @@ Every kind of SRC is one :class:`Scanner` (see ``docs/design/scanners.md``): it 
 :data:`SCANNERS` that claims SRC, a refusal of an option it does not read, its scan, then what every source
 shares: ``--val-fraction`` (:func:`~shardkit.convert.scan.source.carve_val`) and the scanner's :meth:`Scanner.finish`.
 
-* :mod:`.source` -- a scanned source's values, the label rule, the split tally and readers shared by every kind.
+* :mod:`.source` -- a scanned source's values, the label rule, a split's one ending
+  (``SplitSource.close``) and readers shared by every kind.
 * :mod:`.folders` -- class folders (an ImageFolder) and ``--label-regex``; :mod:`.maskdir` -- image/mask folder pairs.
 * :mod:`.listing` -- CSV/JSONL listings; :mod:`.tars` -- existing tars; :mod:`.hf`, :mod:`.hf_targets` -- Hugging
   Face datasets; :mod:`.coco`, :mod:`.voc`, :mod:`.yolo` -- detection sources (shared rules: :mod:`.detection`).

@@ -247,9 +247,10 @@ def scan_coco(path: str, options: ScanConfig, split: str, **storage_options: Any
     root = options.root
     if root is None:
         root = os.path.dirname(os.path.abspath(path)) if storage.is_local(path) else posixpath.dirname(path)
-    files, present = _files(images, root, k, options)
+    files = _files(images, root, k, options)
     counts = tally.as_dict()
-    out = SplitSource(split, root, files, class_names=sorted(classes[c] for c in present), annotations=counts)
+    out = SplitSource(split, root, files, annotations=counts)
+    out.close(classes)
     if not files:
         raise ConvertError(f"{path}: 'images' is empty: no image to convert")
     source = ScannedSource(
@@ -265,16 +266,12 @@ def scan_coco(path: str, options: ScanConfig, split: str, **storage_options: Any
     return finish(source, kp_names, options.masks, options.instances)
 
 
-def _files(
-    images: dict[Any, dict[str, Any]], root: str, k: int, options: ScanConfig
-) -> tuple[list[SourceFile], set[int]]:
-    """One item per image (in file order) with its objects, ``k`` keypoints each, and segments, and the classes
-    its objects use; an image's bytes are its file's size below a local ``root`` (0 for a remote one)."""
+def _files(images: dict[Any, dict[str, Any]], root: str, k: int, options: ScanConfig) -> list[SourceFile]:
+    """One item per image with its objects, ``k`` keypoints each, and segments; an image's bytes are its file's
+    size below a local ``root`` (0 for a remote one)."""
     files = []
-    present: set[int] = set()
-    for im in sorted(images.values(), key=lambda im: im["file"]):
+    for im in images.values():
         objs = im["objs"]
-        present.update(o[1] for o in objs)
         size = 0  # a remote root: the bytes are counted as the conversion reads them
         if storage.is_local(root):
             try:
@@ -294,7 +291,7 @@ def _files(
                 segments=_segments(objs, options),
             )
         )
-    return files, present
+    return files
 
 
 def _segments(objs: list[tuple[Any, ...]], options: ScanConfig) -> tuple[Segment, ...] | None:

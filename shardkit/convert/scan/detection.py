@@ -49,9 +49,13 @@ class Tally:
         """Count ``n`` annotations with ``outcome`` (``kept``, ``clipped`` or a skip reason)."""
         self.counts[outcome] += n
 
-    def as_dict(self) -> dict[str, int]:
-        """``kept`` and ``clipped`` always, then each skip reason that occurred, sorted by name."""
-        out = {KEPT: self.counts[KEPT], CLIPPED: self.counts[CLIPPED]}
+    def as_dict(self, always: Sequence[str] = (KEPT, CLIPPED)) -> dict[str, int]:
+        """The outcomes in ``always`` (also at 0), then each other outcome that occurred, sorted by name.
+
+        A source whose boxes are never cut at scan time (a Hugging Face objects column) lists ``(KEPT,)`` only:
+        it has no ``clipped`` to report.
+        """
+        out = {k: self.counts[k] for k in always}
         out.update({k: v for k, v in sorted(self.counts.items()) if k not in out and v})
         return out
 
@@ -135,14 +139,6 @@ def image_size(path: str) -> tuple[int, int] | None:
     except Exception:  # noqa: BLE001 - PIL raises many types for unreadable headers
         return None
     return (h, w) if turned else (w, h)
-
-
-def close_split(out: SplitSource, classes: Sequence[str], tally: Tally) -> None:
-    """Fill a scanned split's ``class_names`` (the classes its boxes hold) and ``annotations`` (``tally``'s counts)."""
-    out.class_names = sorted(
-        {classes[c] for f in out.files if f.objects is not None for c in f.objects.labels.tolist()}
-    )
-    out.annotations = tally.as_dict()
 
 
 def total_annotations(splits: Sequence[SplitSource]) -> dict[str, int]:

@@ -43,7 +43,6 @@ from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, Spli
 from shardkit.errors import ConvertError
 
 #: discovery skips of files that were never meant to be samples: ``strict`` does not fail on them
-#: discovery skips of files that were never meant to be samples: ``strict`` does not fail on them
 NOT_CANDIDATES = frozenset({SkipReason.NOT_AN_IMAGE, SkipReason.NOT_IN_CLASS_FOLDER, SkipReason.DUPLICATE_FILE})
 #: folder names that ``Layout.AUTO`` treats as splits
 SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "testing", "dev", "eval"})
@@ -123,8 +122,8 @@ class Candidate:
 def scan_split(
     root: str, name: str, directory: str, class_index: dict[str, int], n: int, out: list[Candidate]
 ) -> SplitSource:
-    """The split's class list and discovery-time skips; its image candidates are appended to ``out``."""
-    split = SplitSource(name=name, directory=directory, files=[], class_names=subdirs(directory))
+    """The split's discovery-time skips; its image candidates are appended to ``out``."""
+    split = SplitSource(name=name, directory=directory, files=[])
     for f in top_files(directory):
         split.skipped.append(
             (
@@ -133,7 +132,7 @@ def scan_split(
                 "file outside any class folder",
             )
         )
-    for cls in split.class_names:
+    for cls in subdirs(directory):
         bad_class = bad_name(cls)
         for path in walk_files(os.path.join(directory, cls)):
             rel = relative_path(root, path)
@@ -154,6 +153,11 @@ def scan_split(
             else:
                 out.append(Candidate(n, rel, path, class_index[cls]))
     return split
+
+
+def outside_splits(src: str) -> list[tuple[str, SkipReason, str]]:
+    """The skips of the files beside the split folders of ``src`` (no split's: reported with the first split)."""
+    return [(json_safe(f), SkipReason.NOT_IN_CLASS_FOLDER, "file outside any split folder") for f in top_files(src)]
 
 
 def is_real(root_real: str, c: Candidate) -> bool:
@@ -197,9 +201,6 @@ def add_files(root: str, splits: list[SplitSource], candidates: list[Candidate])
                 splits[c.split].skipped.append(
                     (c.rel, SkipReason.DUPLICATE_FILE, f"the same file as {where} (through a symlink)")
                 )
-    for split in splits:
-        split.files.sort(key=lambda s: s.relpath)
-        split.skipped.sort()
 
 
 def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> ScannedSource:
@@ -233,8 +234,9 @@ def scan(src: str, layout: Layout = Layout.AUTO, split: str = "train") -> Scanne
     except PermissionError as exc:
         raise ConvertError(f"{src}: cannot list the source folder ({exc})") from None
     if resolved == Layout.SPLITS:
-        for f in top_files(src):
-            splits[0].skipped.insert(0, (json_safe(f), SkipReason.NOT_IN_CLASS_FOLDER, "file outside any split folder"))
+        splits[0].skipped += outside_splits(src)
+    for s in splits:
+        s.close(classes)
     if not any(s.files for s in splits):
         raise ConvertError(
             f"{src}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)} in any case below the class folders)"
@@ -292,8 +294,8 @@ def scan_regex(src: str, pattern: str, split: str = "train") -> ScannedSource:
             f"{src}: no image path matches --label-regex {pattern!r} (paths are relative to SRC, '/'-separated)"
         )
     index = {c: i for i, c in enumerate(classes)}
-    out.class_names = classes
     add_files(src, [out], [Candidate(0, rel, path, index[c]) for rel, path, c in named])
+    out.close(classes)
     return ScannedSource(
         root=src,
         classes=classes,

@@ -16,7 +16,8 @@ Accounting (``annotations`` in the manifest): a box that is not 4 finite numbers
 with ``w <= 0`` or ``h <= 0`` ``degenerate_box``, a category that is missing or out of range
 ``bad_category``; the rest are ``kept`` (clipped or dropped at encode time when they reach outside the
 image). A row whose ``bbox`` and ``category`` lists differ in length is skipped as ``bad_row``, its
-annotations counted ``image_skipped``.
+annotations counted ``image_skipped``. A split's counts (a :class:`~shardkit.convert.scan.detection.Tally`) list
+``kept`` and each other outcome that happened to at least one box.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import numpy as np
 
 from shardkit.convert.imageproc import SkipReason
 from shardkit.convert.options import ScanConfig
+from shardkit.convert.scan.detection import KEPT, Tally
 from shardkit.convert.scan.hf import MASK_REF, HFReader, _byte_sizes, _load, _parts
+from shardkit.convert.scan.maskdir import mask_values, read_class_names
 from shardkit.convert.scan.source import ScannedSource, SourceFile, SplitSource, is_index
 from shardkit.errors import ConvertError
 from shardkit.format.fields import IGNORE, Objects
@@ -85,12 +88,13 @@ def scan_hf_targets(src: Any, opts: ScanConfig, split: str = "train") -> Scanned
     index = {n: i for i, n in enumerate(names or [])}
     width = max(8, len(str(max((r[1] for r in rows), default=0))))
     splits = {name: SplitSource(name=name, directory=what, files=[]) for name in sorted(parts)}
+    tallies = {name: Tally() for name in splits}
     for name, row, size, value in rows:
         s = splits[name]
         ident = f"row-{row:0{width}d}"
         objects = None
         if opts.objects_col is not None:
-            objects = _objects(s, ident, name, row, value, layouts[name], index, names or [])
+            objects = _objects(s, tallies[name], ident, row, value, layouts[name], index, names or [])
             if objects is None:
                 continue
         mask = f"{MASK_REF}{name}:{row}" if opts.mask_col is not None else None
@@ -105,12 +109,10 @@ def scan_hf_targets(src: Any, opts: ScanConfig, split: str = "train") -> Scanned
     classes, notes = _classes(opts, names, splits, reader)
     if not any(s.files for s in splits.values()):
         raise ConvertError(f"{what}: no split has a row to convert")
-    for s in splits.values():
-        s.files.sort(key=lambda f: f.relpath)
-        s.skipped.sort()
-        s.annotations = dict(sorted(s.annotations.items())) if opts.objects_col is not None else {}
+    for name, s in splits.items():
         if opts.objects_col is not None:
-            s.annotations.setdefault("kept", 0)
+            s.annotations = tallies[name].as_dict(always=(KEPT,))
+        s.close(classes)
     fields = ("image",) + (("boxes",) if opts.objects_col is not None else ()) + (("mask",) if opts.mask_col else ())
     return ScannedSource(
         root=what,
@@ -182,17 +184,17 @@ def _read_parts(
 
 
 def _objects(
-    s: SplitSource, ident: str, name: str, row: int, value: Any, layout: str, index: dict[str, int], names: list[str]
+    s: SplitSource, tally: Tally, ident: str, row: int, value: Any, layout: str, index: dict[str, int], names: list[str]
 ) -> Objects | None:
-    """A row's objects, each box counted in ``s.annotations`` (kept, or the reason it is not); ``None``: the row is
-    skipped (``bad_row``, recorded in ``s``), its boxes counted ``image_skipped``."""
+    """A row's objects, each box counted in ``tally`` (kept, or the reason it is not); ``None``: the row is
+    skipped (``bad_row``, recorded in split ``s``), its boxes counted ``image_skipped``."""
     pair = _row_objects(value, layout)
     if pair is None:
         n = len((value or {}).get("bbox") or []) if isinstance(value, dict) else len(value or [])
         s.skipped.append(
-            (ident, SkipReason.BAD_ROW, f"split {name} row {row}: bbox and category lists differ in length")
+            (ident, SkipReason.BAD_ROW, f"split {s.name} row {row}: bbox and category lists differ in length")
         )
-        s.annotations["image_skipped"] = s.annotations.get("image_skipped", 0) + n
+        tally.add("image_skipped", n)
         return None
     boxes, labels = [], []
     for b, c in zip(*pair):
@@ -201,11 +203,11 @@ def _objects(
         if xyxy is not None and label is None:
             why = "bad_category"
         if xyxy is None or label is None:
-            s.annotations[why] = s.annotations.get(why, 0) + 1
+            tally.add(why)
             continue
         boxes.append(xyxy)
         labels.append(label + 1)
-        s.annotations["kept"] = s.annotations.get("kept", 0) + 1
+        tally.add(KEPT)
     return Objects(np.array(boxes, np.float32).reshape(-1, 4), np.array(labels, np.int64), np.zeros(len(labels), bool))
 
 
@@ -224,13 +226,9 @@ def _classes(
             )
         notes.append(f"{len(classes) - 1} categories from {opts.objects_col!r} (class 0 is background)")
     elif opts.mask_classes is not None:
-        from shardkit.convert.scan.maskdir import read_class_names
-
         classes = read_class_names(opts.mask_classes)
         notes.append(f"{len(classes)} classes from --mask-classes {opts.mask_classes}")
     else:
-        from shardkit.convert.scan.maskdir import mask_values
-
         seen: set[int] = set()
         for s in splits.values():
             for f in s.files:

@@ -29,10 +29,10 @@ from shardkit.convert.scan.folders import (
     add_files,
     bad_name,
     json_safe,
+    outside_splits,
     relative_path,
     resolve_layout,
     subdirs,
-    top_files,
     walk_files,
 )
 from shardkit.convert.scan.source import Reader, ScannedSource, SplitSource
@@ -135,11 +135,8 @@ def scan_mask_pairs(
                     mask_of[rel] = mask
                     candidates.append(Candidate(n, rel, path, 0))
         add_files(src, splits, candidates)
-        if resolved == Layout.SPLITS:  # files beside the split folders are no split's: reported, not lost
-            for f in top_files(src):
-                splits[0].skipped.append(
-                    (json_safe(f), SkipReason.NOT_IN_CLASS_FOLDER, "file outside any split folder")
-                )
+        if resolved == Layout.SPLITS:
+            splits[0].skipped += outside_splits(src)
     except PermissionError as exc:
         raise ConvertError(f"{src}: cannot list the source folder ({exc})") from None
     for s in splits:
@@ -156,8 +153,7 @@ def scan_mask_pairs(
     if orphans:
         notes.append(f"{len(orphans)} masks in {mask_dir} have no image (not converted), e.g. {orphans[0]}")
     for s in splits:
-        s.files.sort(key=lambda f: f.relpath)
-        s.skipped.sort()
+        s.close(classes)
     return ScannedSource(
         root=src,
         classes=classes,

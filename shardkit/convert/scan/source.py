@@ -240,10 +240,16 @@ class SplitSource:
 
     def close(self, classes: Sequence[str]) -> None:
         """The end of a split's scan, the same in every source: files in ``relpath`` order (sample keys follow
-        it), skips sorted, and the classes its files carry (``classes``: the source's class names)."""
+        it), skips sorted, and the classes its files carry (``classes``: the source's class names): their
+        labels, or the classes of their objects' boxes."""
         self.files.sort(key=lambda f: f.relpath)
         self.skipped.sort()
-        self.class_names = sorted({classes[c] for f in self.files for c in f.class_indices()})
+        self.class_names = sorted({classes[c] for f in self.files for c in (*f.class_indices(), *_box_classes(f))})
+
+
+def _box_classes(f: SourceFile) -> list[int]:
+    """The classes of ``f``'s boxes (none without ``objects``)."""
+    return [] if f.objects is None else f.objects.labels.tolist()
 
 
 #: prefix of a ``ref`` naming a member of a tar: ``tar:<offset>:<size>:<url>``
@@ -367,7 +373,8 @@ def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str =
     Either split may end up with no files (e.g. every class has one item); it is still returned (see
     :class:`ScannedSource`): the conversion reports an empty split rather than losing it. A detection item is
     stratified by its first box's class (:func:`_stratum`); the val items' objects are counted ``kept`` in the
-    val split's ``annotations`` and leave the source split's counts (its skipped annotations stay there).
+    val split's ``annotations`` and leave the source split's counts (its skipped annotations stay there). Both
+    splits end as a scanned split does (:meth:`SplitSource.close`).
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"--val-fraction must be between 0 and 1 (exclusive), not {fraction}")
@@ -387,7 +394,7 @@ def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str =
             picked
         )  # a str seed is hashed with SHA-512: no PYTHONHASHSEED
         val.update(f.relpath for f in picked[: val_count(fraction, len(files))])
-    v = SplitSource(val_name, train.directory, [f for f in train.files if f.relpath in val], [], train.class_names)
+    v = SplitSource(val_name, train.directory, [f for f in train.files if f.relpath in val])
     train.files = [f for f in train.files if f.relpath not in val]
     if train.annotations:  # the val items' stored objects go with them (as kept); the rest stays with train
         moved = sum(len(f.objects) for f in v.files if f.objects is not None)
@@ -396,5 +403,7 @@ def carve_val(source: ScannedSource, fraction: float, seed: int, val_name: str =
         if moved > take:
             train.annotations["clipped"] = train.annotations.get("clipped", 0) - (moved - take)
         v.annotations = {"kept": moved}
+    for s in (train, v):
+        s.close(source.classes)
     source.splits = sorted([train, v], key=lambda s: s.name)
     source.nested = True

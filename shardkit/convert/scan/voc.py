@@ -39,7 +39,6 @@ from shardkit.convert.options import ScanConfig, valid_split_name
 from shardkit.convert.scan.detection import (
     NO_MASK,
     Tally,
-    close_split,
     describe,
     finish,
     image_size,
@@ -194,8 +193,8 @@ def scan_voc(path: str, options: ScanConfig, split: str) -> ScannedSource:
             out.files.append(
                 SourceFile(rel, None, size, meta={"voc_id": i}, objects=objects_of(boxes, labels, crowd), mask=mask)
             )
-        out.files.sort(key=lambda f: f.relpath)
-        close_split(out, classes, tally)
+        out.annotations = tally.as_dict()
+        out.close(classes)
         splits.append(out)
     if not any(s.files for s in splits):
         raise ConvertError(f"voc:{path}: no image with an annotation file (looked in {ann})")

@@ -35,7 +35,6 @@ from shardkit.convert.scan.detection import (
     DEGENERATE_BOX,
     NO_IMAGE,
     Tally,
-    close_split,
     describe,
     finish,
     image_size,
@@ -325,7 +324,8 @@ def scan_yolo(path: str, options: ScanConfig, split: str) -> ScannedSource:
                     and os.path.normpath(lab) not in used
                 ):
                     tally.add(NO_IMAGE, _count_lines(lab))
-        close_split(out, classes, tally)
+        out.annotations = tally.as_dict()
+        out.close(classes)
         splits.append(out)
     if not any(s.files for s in splits):
         raise ConvertError(f"yolo:{path}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)} below images/)")
