@@ -22,7 +22,8 @@ from shardkit.convert import ConvertConfig, EncodeConfig, convert, merge
 from shardkit.convert import job as job_module
 from shardkit.convert import shards as shards_module
 from shardkit.convert.encoder import encode_chunk
-from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource, carve_val, val_count
+from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource
+from shardkit.convert.scan.valsplit import carve_val, val_count
 from shardkit.convert.segments import Segment, semantic_mask
 from shardkit.convert.shards import Item
 from shardkit.convert.targets import TargetSpec

@@ -14,6 +14,7 @@ T = "tests/convert/scan/test_listing.py::"
 ORACLE = "tests/convert/scan/test_listing_folder_oracle.py::"
 LISTING = "shardkit/convert/scan/listing.py"
 SOURCE = "shardkit/convert/scan/source.py"
+VALSPLIT = "shardkit/convert/scan/valsplit.py"
 FOLDERS = "shardkit/convert/scan/folders.py"
 
 MUTANTS = [
@@ -190,7 +191,7 @@ MUTANTS = [
     {
         "id": "val-bankers-rounding",
         "row": ROW_VAL,
-        "file": SOURCE,
+        "file": VALSPLIT,
         "old": "    return math.floor(exact + Fraction(1, 2))",
         "new": "    return round(fraction * n)",
         "tests": [T + "test_val_fraction_takes_f_times_n_rounded_half_up_per_class"],
@@ -198,7 +199,7 @@ MUTANTS = [
     {
         "id": "val-per-process-hash",
         "row": ROW_VAL,
-        "file": SOURCE,
+        "file": VALSPLIT,
         "old": """random.Random(f"{seed}:val:{'+'.join(source.classes[c] for c in label)}")""",
         "new": """random.Random(hash(f"{seed}:val:{'+'.join(source.classes[c] for c in label)}"))""",
         "tests": [T + "test_val_fraction_picks_the_same_items_in_every_process"],
@@ -206,7 +207,7 @@ MUTANTS = [
     {
         "id": "val-empty-split-dropped",
         "row": ROW_VAL,
-        "file": SOURCE,
+        "file": VALSPLIT,
         "old": "source.splits = sorted([train, v], key=lambda s: s.name)",
         "new": "source.splits = [s for s in sorted([train, v], key=lambda s: s.name) if s.files]",
         "tests": [T + "test_val_fraction_rounding_to_zero_gives_an_empty_val_split"],

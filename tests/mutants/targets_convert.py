@@ -106,7 +106,7 @@ MUTANTS = [
     {
         "id": "targets-val-fraction-ignores-boxes",
         "row": ROW_PIPELINE,
-        "file": "shardkit/convert/scan/source.py",
+        "file": "shardkit/convert/scan/valsplit.py",
         "old": "        return (int(f.objects.labels[0]),)\n",
         "new": "        return classes\n",
         "tests": [E + "test_val_fraction_stratifies_by_first_box_and_splits_the_counts"],
@@ -114,7 +114,7 @@ MUTANTS = [
     {
         "id": "targets-val-split-without-annotations",
         "row": ROW_ACCOUNT,
-        "file": "shardkit/convert/scan/source.py",
+        "file": "shardkit/convert/scan/valsplit.py",
         "old": 'v.annotations = {"kept": moved}',
         "new": "v.annotations = {}",
         "tests": [E + "test_val_fraction_stratifies_by_first_box_and_splits_the_counts"],

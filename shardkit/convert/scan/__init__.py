@@ -4,7 +4,7 @@ Every kind of SRC is one :class:`Scanner` (see ``docs/design/scanners.md``): it 
 :class:`~shardkit.convert.options.ScanConfig` options it reads, and scans SRC into a
 :class:`~shardkit.convert.scan.source.ScannedSource`. :func:`discover` is the one dispatch: the first scanner of
 :data:`SCANNERS` that claims SRC, a refusal of an option it does not read, its scan, then what every source
-shares: ``--val-fraction`` (:func:`~shardkit.convert.scan.source.carve_val`) and the scanner's :meth:`Scanner.finish`.
+shares: ``--val-fraction`` (:func:`~shardkit.convert.scan.valsplit.carve_val`) and the scanner's :meth:`Scanner.finish`.
 
 * :mod:`.source` -- a scanned source's values, the label rule, a split's one ending
   (``SplitSource.close``) and readers shared by every kind.
@@ -224,7 +224,7 @@ def discover(src: Any, options: "ConvertConfig", **storage_options: Any) -> "Sca
         raise ConvertError(f"{flag} does not apply to this SRC (a {scanner.title}); leave it out")
     source = scanner.scan(src, options, **storage_options)
     if options.val_fraction:
-        from shardkit.convert.scan.source import carve_val
+        from shardkit.convert.scan.valsplit import carve_val
 
         try:
             carve_val(source, options.val_fraction, options.seed)

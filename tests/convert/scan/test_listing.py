@@ -26,10 +26,10 @@ from shardkit.convert.scan.source import (
     ScannedSource,
     SourceFile,
     SplitSource,
-    carve_val,
     label_value,
     read_labels,
 )
+from shardkit.convert.scan.valsplit import carve_val
 from shardkit.errors import ConvertError
 from tests.support.source_reference import read_split, reference_val_count, write_image
 
@@ -401,7 +401,8 @@ def test_val_fraction_takes_f_times_n_rounded_half_up_per_class(counts, fraction
 
 _CARVE = """
 import json, sys
-from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource, carve_val
+from shardkit.convert.scan.source import Reader, ScannedSource, SourceFile, SplitSource
+from shardkit.convert.scan.valsplit import carve_val
 counts = {"cat": 7, "dog": 5, "x y": 3, "ü": 9}
 classes = sorted(counts)
 files = [SourceFile(f"{c}/{i}.jpg", classes.index(c), 1) for c in classes for i in range(counts[c])]
