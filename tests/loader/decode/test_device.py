@@ -550,18 +550,18 @@ def test_decode_on_option_is_a_typed_choice():
         ImageConfig(decode_on="device", batch_hook=print)
 
 
-def test_a_device_decoding_loader_is_freed_when_dropped():
+def test_a_device_decoding_loader_is_freed_when_dropped(tmp_path):
     """In a fresh process (the JPEG backend's first import -- TorchCodec's or torchvision's -- happens in the
     loader's first decode), a
     decode_on="device" loader is freed by reference counting when dropped, not left to the garbage collector."""
     from tests.support.probes import run_fresh
 
     code = """
-import gc, json, sys, tempfile, weakref
+import gc, json, sys, weakref
 gc.disable()
 from tests.support.data import write_dataset
 import shardkit
-ds = write_dataset(tempfile.mkdtemp(), num_samples=8, shard_size=4, size=(40, 30))
+ds = write_dataset(sys.argv[1], num_samples=8, shard_size=4, size=(40, 30))
 loader = shardkit.load(ds.url, batch_size=4, num_workers=0, size=16, decode_on="device", pin_memory=False)
 n = sum(len(y) for _, y in loader)
 ref = weakref.ref(loader)
@@ -569,7 +569,7 @@ del loader
 from shardkit.loader.decode.backend import _MODULES, default_backend  # the backend's first import happened in the decode
 print(json.dumps({"n": n, "alive": ref() is not None, "tv": _MODULES[default_backend()] in sys.modules}))
 """
-    assert run_fresh(code) == {"n": 8, "alive": False, "tv": True}
+    assert run_fresh(code, str(tmp_path / "ds")) == {"n": 8, "alive": False, "tv": True}
 
 
 def test_a_mixtures_per_source_stats_count_device_decode_drops_as_skipped(tmp_path):
