@@ -16,14 +16,12 @@ Two builders:
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from shardkit.convert import ConvertConfig, convert
 from shardkit.format import EncodedSample, write_shard
@@ -35,9 +33,9 @@ from shardkit.format.pin import generations_of, pin
 from shardkit.format.selection import write_selection
 from shardkit.format.tablebuild import write_tables
 from shardkit.format.tables import sample_row
-from tests.support.data import add_index, jpeg_bytes, split_samples
+from tests.support.data import add_index, jpeg_bytes, solid_colour, split_samples
 from tests.support.living_reader import stored
-from tests.support.source_reference import colour, write_image
+from tests.support.source_reference import write_image
 
 SIZE = (12, 10)  #: stored image size (width, height) of :func:`convert_split` and :func:`append`
 CLASSES = ("cat", "dog", "owl")  #: the classes of :func:`write_living`'s splits
@@ -105,12 +103,6 @@ def convert_split(root: str, n: int, *, shard_size: int = 6, classes: int = 3) -
     return living
 
 
-def _jpeg(i: int) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", SIZE, colour(i)).save(buf, format="JPEG", quality=95)
-    return buf.getvalue()
-
-
 def _records(m: Manifest) -> list[Generation]:
     return generations_of(m) if m.generations else [replace(generations_of(m)[0], tables=dict(m.tables))]
 
@@ -135,7 +127,7 @@ def append(living: Living, ids: "list[int]", *, shard_size: int = 5) -> int:
                 "width": SIZE[0],
                 "height": SIZE[1],
             }
-            samples.append(EncodedSample(key, _jpeg(i), label, meta))
+            samples.append(EncodedSample(key, solid_colour(i, SIZE), label, meta))
             shard_rows.append(sample_row(key, meta))
             living.ids[key] = i
             living.order.append(key)
