@@ -15,6 +15,7 @@ import torch
 import shardkit
 from shardkit.demo.scenes import write_scenes
 from tests.loader.test_targets_oracle import SCENE, TARGETS, check_batch
+from tests.support.lightning import cpu_trainer
 
 N = 24
 
@@ -81,15 +82,7 @@ def test_a_trainer_gets_the_targets_of_every_sample_once_per_epoch(scenes):
 
     dm = ShardDataModule(scenes, fields=TARGETS, preset="letterbox", batch_size=6, size=32, num_workers=2, seed=3)
     model = TargetLog(32, 3)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = cpu_trainer(max_epochs=2)
     trainer.fit(model, datamodule=dm)
     assert sorted(model.keys) == [0, 1]
     assert all(sorted(keys) == [f"k{i:06d}" for i in range(N)] for keys in model.keys.values())
