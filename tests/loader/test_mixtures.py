@@ -17,6 +17,7 @@ from shardkit.format.manifest import load_manifest, save_manifest
 from tests.support.data import jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
 from tests.support.repo import ROOT
 from tests.support.resume import check_resume
+from tests.support.s3 import put_dir
 from tests.support.torchrun import launch, rank_logs
 
 KW = dict(batch_size=5, size=16, pin_memory=False, with_keys=True, multiprocessing_context="fork", shuffle_buffer=8)
@@ -306,11 +307,10 @@ def test_skipped_samples_are_counted_per_source(dsets, tmp_path):
 
 @pytest.mark.slow
 def test_one_source_on_s3_one_on_disk(dsets, s3):
-    import s3fs
 
     opts, bucket = s3
     a, b = dsets["a"], dsets["b"]
-    s3fs.S3FileSystem(**opts).put(b.url + "/", f"{bucket}/b/", recursive=True)
+    put_dir(opts, b.url, f"{bucket}/b")
     sources = [Source(a.url, repeat=1), Source(f"s3://{bucket}/b", repeat=1, storage_options=opts)]
     loader = shardkit.load(sources, num_workers=2, with_source=True, seed=4, **KW)
     got = collections.Counter()
