@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 from shardkit.errors import ConvertError
-from tests.support.data import solid_colour
+from tests.support.data import HF_NAMES, hf_fields_dataset, solid_colour
 from tests.support.source_reference import read_fields_split, reference_text
 
 SETTINGS = settings(
@@ -228,8 +228,6 @@ def test_tar_fields_round_trip(tmp_path, data):
 
 # ------------------------------------------------------------------------------------------------ Hugging Face
 
-HF_NAMES = ["a", "b", "c"]
-
 
 @st.composite
 def hf_rows(draw):
@@ -248,32 +246,6 @@ def hf_rows(draw):
         rows.append((i, tags, y, z, text))
     two = draw(st.booleans())
     return rows, two
-
-
-def _hf(rows):
-    import datasets
-
-    feats = datasets.Features(
-        {
-            "image": datasets.Image(),
-            "tags": datasets.Sequence(datasets.ClassLabel(names=HF_NAMES)),
-            "y": datasets.Value("float64"),
-            "z": datasets.Value("int64"),
-            "caption": datasets.Value("string"),
-            "note": datasets.Value("string"),
-        }
-    )
-    return datasets.Dataset.from_dict(
-        {
-            "image": [{"bytes": solid_colour(i, (12, 10)), "path": None} for i, *_ in rows],
-            "tags": [r[1] for r in rows],
-            "y": [r[2] for r in rows],
-            "z": [r[3] for r in rows],
-            "caption": [r[4] for r in rows],
-            "note": [f"n{r[0]}" for r in rows],
-        },
-        features=feats,
-    )
 
 
 def _reference_hf(rows, width: int):
@@ -313,7 +285,11 @@ def test_hf_fields_round_trip(tmp_path, data):
     rows, two = data
     half = len(rows) // 2
     parts = {"train": rows[: half or len(rows)], "test": rows[half:]} if two and half else {"train": rows}
-    ds = datasets.DatasetDict({k: _hf(v) for k, v in parts.items()}) if len(parts) > 1 else _hf(rows)
+    ds = (
+        datasets.DatasetDict({k: hf_fields_dataset(v) for k, v in parts.items()})
+        if len(parts) > 1
+        else hf_fields_dataset(rows)
+    )
     scan = ScanConfig(label_col="tags", target_cols=("y", "z"), text_col="caption")
     expected = {}
     for name, part in parts.items():

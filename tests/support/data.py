@@ -317,3 +317,35 @@ def write_fields_dataset(
     if targets is None:
         targets = FIELDS_TARGETS if "target" in fields else []
     return write_raw_dataset(root, shards, classes, fields=fields, targets=targets)
+
+
+#: the class names of :func:`hf_fields_dataset`'s ``tags``
+HF_NAMES = ["a", "b", "c"]
+
+
+def hf_fields_dataset(rows: list[tuple]) -> Any:
+    """A Hugging Face dataset of one row per ``(i, tags, y, z, caption)``: image :func:`solid_colour` ``i`` (12 x 10),
+    ``tags`` class indexes of :data:`HF_NAMES`, numbers ``y`` and ``z``, text ``caption`` and ``note`` (``n<i>``)."""
+    import datasets
+
+    feats = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "tags": datasets.Sequence(datasets.ClassLabel(names=HF_NAMES)),
+            "y": datasets.Value("float64"),
+            "z": datasets.Value("int64"),
+            "caption": datasets.Value("string"),
+            "note": datasets.Value("string"),
+        }
+    )
+    return datasets.Dataset.from_dict(
+        {
+            "image": [{"bytes": solid_colour(i, (12, 10)), "path": None} for i, *_ in rows],
+            "tags": [r[1] for r in rows],
+            "y": [r[2] for r in rows],
+            "z": [r[3] for r in rows],
+            "caption": [r[4] for r in rows],
+            "note": [f"n{r[0]}" for r in rows],
+        },
+        features=feats,
+    )
