@@ -307,7 +307,6 @@ def test_skipped_samples_are_counted_per_source(dsets, tmp_path):
 
 @pytest.mark.slow
 def test_one_source_on_s3_one_on_disk(dsets, s3):
-
     opts, bucket = s3
     a, b = dsets["a"], dsets["b"]
     put_dir(opts, b.url, f"{bucket}/b")

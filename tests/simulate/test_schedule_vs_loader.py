@@ -50,7 +50,6 @@ def _layout(root: str, name: str) -> ranges.SampleLayout:
 def remote(tmp_path, s3):
     """``make(indexed, spread)``: a 42-sample dataset (7 shards of 6 uniform samples) on moto, flat or under 3
     prefixes, with or without sample indexes, as ``(its path in the bucket, its Dataset)``; and the options."""
-
     opts, bucket = s3
     base = write_dataset(str(tmp_path / "base"), num_samples=42, shard_size=6, num_classes=1, distinct_images=1)
 

@@ -251,7 +251,6 @@ def test_a_slowdown_on_a_sample_index_is_retried_not_walked(tmp_path, s3, s3_end
     """Six 503 SlowDowns on one shard's sample index (more than s3fs's own five attempts): the loader backs off
     and fetches the index again instead of falling back to the header walk (which would send many more requests
     while the store asks for fewer); every sample once, the slow-down counted."""
-
     from tests.support.data import add_index
 
     opts, bucket = s3
