@@ -156,6 +156,25 @@ def write_raw_dataset(
     return root
 
 
+def shard_bytes(samples: "list[EncodedSample]") -> tuple[bytes, int]:
+    """``samples`` as the bytes of one shard, and its sample count (what :func:`write_raw_dataset` takes)."""
+    buf = io.BytesIO()
+    count, _, _ = write_shard(samples, buf)
+    return buf.getvalue(), count
+
+
+def write_samples(
+    root: str,
+    shards: "list[list[EncodedSample]]",
+    classes: list[str],
+    split: str = "train",
+    *,
+    fields: "list[str] | None" = None,
+) -> str:
+    """Each list of ``shards`` as one shard, and a valid manifest (:func:`write_raw_dataset`), under ``root``."""
+    return write_raw_dataset(root, [shard_bytes(s) for s in shards], classes, split, fields=fields)
+
+
 def manifest_json(**over: object) -> str:
     """A version-1 manifest's JSON text (split train, class a, one shard of one sample), ``over`` replacing keys."""
     d: dict[str, object] = {

@@ -14,7 +14,6 @@ On CUDA nvJPEG's IDCT and chroma upsampling differ from libjpeg-turbo's: mean <=
 
 from __future__ import annotations
 
-import io
 from collections import Counter
 
 import numpy as np
@@ -487,8 +486,8 @@ def test_device_decode_exactly_once_resume_and_elastic_resume(small):
 def write_with_bad(root: str, not_jpeg: int = 3, cut: int = 8) -> list[str]:
     """12 samples in 2 shards: ``k003`` is not a JPEG (its header fails in the worker), ``k008``'s scan is cut short
     (its header is fine: it fails when decoded, in the consumer with decode_on="device")."""
-    from shardkit.format import EncodedSample, write_shard
-    from tests.support.data import write_raw_dataset
+    from shardkit.format import EncodedSample
+    from tests.support.data import write_samples
 
     shards, keys = [], [f"k{i:03d}" for i in range(12)]
     for start in (0, 6):
@@ -497,12 +496,8 @@ def write_with_bad(root: str, not_jpeg: int = 3, cut: int = 8) -> list[str]:
             b"this is not a jpeg" if i == not_jpeg else d[: len(d) * 2 // 3] if i == cut else d
             for i, d in enumerate(datas, start)
         ]
-        buf = io.BytesIO()
-        n, _, _ = write_shard(
-            [EncodedSample(keys[i], d, i % 2, {"class": str(i % 2)}) for i, d in enumerate(datas, start)], buf
-        )
-        shards.append((buf.getvalue(), n))
-    write_raw_dataset(root, shards, ["a", "b"])
+        shards.append([EncodedSample(keys[i], d, i % 2, {"class": str(i % 2)}) for i, d in enumerate(datas, start)])
+    write_samples(root, shards, ["a", "b"])
     return keys
 
 
