@@ -8,6 +8,7 @@ import io
 import json
 import os
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from PIL import Image
 from shardkit.demo.sampledata import make_image
 from shardkit.format import EncodedSample, write_shard
 from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
-from tests.support.source_reference import colour
+from tests.support.source_reference import colour, write_image
 
 
 def image_bytes(img: "Image.Image | np.ndarray", fmt: str = "JPEG", **save_kw: Any) -> bytes:
@@ -87,6 +88,17 @@ def write_dataset(
     save_manifest(m, root)
     m.url = os.path.join(root, "manifest.json")
     return TinyDataset(url=root, keys=keys, labels=labels, manifest=m)
+
+
+#: one source item: (class name, relative file name inside the class folder, colour id)
+Item = tuple[str, str, int]
+
+
+def write_source(root: str, items: Sequence[Item]) -> str:
+    """Class folders under ``root`` with one solid image per item (equal colour ids give equal bytes); ``root``."""
+    for cls, name, i in items:
+        write_image(os.path.join(root, cls, name), i)
+    return root
 
 
 def tar_bytes(members: list, fmt: int = tarfile.PAX_FORMAT) -> bytes:

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import tarfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -42,17 +41,6 @@ def write_image(path: str, i: int, size: tuple[int, int] = (12, 10)) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fmt = "PNG" if path.lower().endswith(".png") else "JPEG"
     Image.new("RGB", size, colour(i)).save(path, format=fmt, **({"quality": 95} if fmt == "JPEG" else {}))
-
-
-#: one source item: (class name, relative file name inside the class folder, colour id)
-Item = tuple[str, str, int]
-
-
-def write_source(root: str, items: Sequence[Item]) -> str:
-    """Class folders under ``root`` with one solid image per item (equal colour ids give equal bytes); ``root``."""
-    for cls, name, i in items:
-        write_image(os.path.join(root, cls, name), i)
-    return root
 
 
 def mean_colour(jpeg: bytes) -> tuple[float, float, float]:
