@@ -321,7 +321,7 @@ def test_one_ranged_request_per_item_on_s3(fields_ds, s3, s3_endpoint, monkeypat
     url = f"s3://{bucket}/ds/train"
     ref = [k for k, _ in plain_samples(fields_ds)]
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         ds = shardkit.open(url, storage_options=via)
         for i in (0, 1, 7, 8, 39, 3):
             proxy.log.clear()
@@ -356,7 +356,7 @@ def test_a_cached_shard_is_read_locally_and_a_missing_one_is_not_downloaded(fiel
     with open(os.path.join(fields_ds, info.name), "rb") as src, open(c.path_for(info.sha256, info.bytes), "wb") as dst:
         dst.write(src.read())
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         before = sorted(os.listdir(cache))
         ds = shardkit.open(f"s3://{bucket}/c/train", storage_options=via, cache_dir=str(cache))
         assert ds[2]["key"] == ds0[2]["key"] and ds[10]["key"] == ds0[10]["key"]

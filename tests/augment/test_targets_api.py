@@ -37,7 +37,7 @@ from shardkit.augment import (
 from shardkit.demo.scenes import FLIP_PAIRS
 from shardkit.targets.geometry import move
 from tests.support.augment import HostReads, MatmulCalls
-from tests.targets.oracle import scene_batch
+from tests.support.target_geometry import scene_batch
 
 GEOMETRIC = [
     RandomResizedCrop(40, scale=(0.3, 1.0)),

@@ -26,7 +26,7 @@ from shardkit.augment import (
     VerticalFlip,
 )
 from shardkit.demo.scenes import FLIP_PAIRS
-from tests.targets.oracle import FILL, check_scene, scene_batch
+from tests.support.target_geometry import FILL, check_scene, scene_batch
 
 SETTINGS = settings(
     phases=[Phase.explicit, Phase.generate],

@@ -30,7 +30,7 @@ from shardkit.augment import (
     Resize,
     VerticalFlip,
 )
-from tests.targets.oracle import scene_batch
+from tests.support.target_geometry import scene_batch
 
 SETTINGS = settings(
     phases=[Phase.explicit, Phase.generate],

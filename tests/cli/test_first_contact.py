@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -181,9 +182,9 @@ def go():
 """
 
 
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize("call", ["go()", "if True:\n    go()"], ids=["top-level", "under-another-if"])
-def test_script_without_main_guard_gets_one_line_saying_what_to_do(tmp_path, call):
+def _run_script(tmp_path, call: str) -> "tuple[Path, subprocess.CompletedProcess[str]]":
+    """:data:`_SCRIPT` ending in ``call``, run on a small image folder into ``tmp_path``/out: the script's path and
+    the finished process."""
     src = _src(tmp_path / "src", per_class=2)
     script = tmp_path / "convert_it.py"
     script.write_text(_SCRIPT.format(call=call))
@@ -194,6 +195,13 @@ def test_script_without_main_guard_gets_one_line_saying_what_to_do(tmp_path, cal
         timeout=120,
         env={**os.environ, "PYTHONPATH": ROOT},
     )
+    return script, p
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("call", ["go()", "if True:\n    go()"], ids=["top-level", "under-another-if"])
+def test_script_without_main_guard_gets_one_line_saying_what_to_do(tmp_path, call):
+    script, p = _run_script(tmp_path, call)
     assert p.returncode != 0
     last = p.stderr.strip().splitlines()[-1]
     assert 'if __name__ == "__main__":' in last and str(script) in last and "workers=1" in last, p.stderr
@@ -203,16 +211,7 @@ def test_script_without_main_guard_gets_one_line_saying_what_to_do(tmp_path, cal
 
 @pytest.mark.timeout(180)
 def test_script_with_main_guard_converts_with_a_pool(tmp_path):
-    src = _src(tmp_path / "src", per_class=2)
-    script = tmp_path / "convert_it.py"
-    script.write_text(_SCRIPT.format(call='if __name__ == "__main__":\n    go()'))
-    p = subprocess.run(
-        [sys.executable, str(script), src, str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": ROOT},
-    )
+    _, p = _run_script(tmp_path, 'if __name__ == "__main__":\n    go()')
     assert p.returncode == 0 and "converted 4" in p.stdout, p.stderr
 
 

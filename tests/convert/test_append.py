@@ -1,8 +1,8 @@
 """``convert --append`` against a plain reference: converting A and appending B reads as converting A and B at once.
 
-Every image is a solid colour naming it (:mod:`tests.support.generations`), so what a reader gets is compared as
-a multiset of (class name, image id), read with :mod:`tarfile` through the subset ``resolve()`` gives. The
-mutant gate (``tests/mutants/append.py``) plants the bugs these tests must catch.
+Every image is a solid colour naming it (:func:`tests.support.data.write_source`), so what a reader gets is
+compared as a multiset of (class name, image id), read with :mod:`tarfile` through the subset ``resolve()`` gives.
+The mutant gate (``tests/mutants/append.py``) plants the bugs these tests must catch.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from shardkit.cli import main
 from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert, merge
 from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
-from tests.support.generations import as_read, files_state, multiset, stored, write_source
+from tests.support.data import write_source
+from tests.support.living_reader import as_read, files_state, multiset, stored
 from tests.support.probes import kill_when
 from tests.support.source_reference import image_id, mean_colour, write_image
 

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from shardkit.convert.options import ConvertConfig, ScanConfig
 from shardkit.convert.scan import discover
 from shardkit.convert.scan.detection import flip_pairs_of
-from shardkit.convert.segments import Rle, rle_of, semantic_mask
+from shardkit.convert.segments import Rle, semantic_mask
 from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError
 from shardkit.format.fields import IGNORE
-from tests.convert.detection_helpers import outline_distance, read_shards, write_scene_images
+from tests.support.detection_sources import coco_rle, outline_distance, read_shards, write_scene_images
 
 pytest.importorskip("pycocotools")
 from pycocotools.coco import COCO  # noqa: E402
@@ -62,13 +62,8 @@ def write_coco(folder: str, seed: int, n: int, size: tuple[int, int], keypoints:
             elif shape == "diamond":  # two polygons: a diamond and a small triangle in the rectangle
                 cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
                 a["segmentation"] = [[cx, y0, x1, cy, cx, y1, x0, cy], [x0, y0, x0 + 3.3, y0, x0, y0 + 2.6]]
-            elif shape == "rle":
-                r = rle_of(region)
-                a["segmentation"] = {"size": list(r.size), "counts": r.counts}
-            elif shape == "rle-list":
-                flat = region.T.reshape(-1)
-                runs = np.diff(np.flatnonzero(np.diff(np.r_[False, flat, not flat[-1]])), prepend=0).tolist()
-                a["segmentation"] = {"size": [size[1], size[0]], "counts": runs}
+            elif shape in ("rle", "rle-list"):
+                a["segmentation"] = coco_rle(region, compressed=shape == "rle")
             if keypoints:
                 a["keypoints"] = [v for x, y, vis in kp for v in (x - 0.5, y - 0.5, vis)]  # COCO: pixel indices
                 a["num_keypoints"] = 2

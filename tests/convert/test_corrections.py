@@ -21,7 +21,8 @@ from shardkit.convert import ConvertConfig, EncodeConfig, convert
 from shardkit.convert.corrections import correct
 from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
-from tests.support.generations import as_read, files_state, write_source
+from tests.support.data import write_source
+from tests.support.living_reader import as_read, files_state
 
 OPTS = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=2, seed=1)
 A = [("ant", "001.png", 1), ("bee", "001.png", 2), ("ant", "002.png", 3), ("bee", "003.png", 4)]

@@ -185,9 +185,9 @@ def test_dataset_level_mistakes_are_one_line(tmp_path, listing, capsys, argv, me
 def test_hugging_face_refusals_are_one_line(tmp_path):
     import datasets
 
-    from tests.convert.test_fields_tars_hf import _hf
+    from tests.support.data import hf_fields_dataset
 
-    ds = _hf([(0, [0], 1.0, 1, "x")])
+    ds = hf_fields_dataset([(0, [0], 1.0, 1, "x")])
     for scan, message in [
         (ScanConfig(label_col="tags", label_sep=";"), "--label-sep does not apply"),
         (ScanConfig(label_col="tags", target_cols=("caption",)), "not a number"),

@@ -22,12 +22,11 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 from shardkit.convert import ConvertConfig, EncodeConfig, ScanConfig, convert
 from shardkit.errors import ConvertError
-from tests.support.data import image_bytes
-from tests.support.source_reference import colour, read_fields_split, reference_text
+from tests.support.data import HF_NAMES, hf_fields_dataset, solid_colour
+from tests.support.source_reference import read_fields_split, reference_text
 
 SETTINGS = settings(
     max_examples=30,
@@ -39,10 +38,6 @@ SETTINGS = settings(
     report_multiple_bugs=False,
 )
 STATS: Counter = Counter()
-
-
-def _jpeg(i: int) -> bytes:
-    return image_bytes(Image.new("RGB", (12, 10), colour(i)), quality=95)
 
 
 # ------------------------------------------------------------------------------------------------ tars
@@ -124,7 +119,7 @@ def tar_sources(draw):
 def _write_tar(path: str, samples) -> None:
     with tarfile.open(path, "w") as tf:
         for i, label, text in samples:
-            for ext, data in (("jpg", _jpeg(i)), ("cls", label), ("txt", text)):
+            for ext, data in (("jpg", solid_colour(i, (12, 10))), ("cls", label), ("txt", text)):
                 if data is not None:
                     ti = tarfile.TarInfo(f"s{i}.{ext}")
                     ti.size = len(data)
@@ -212,7 +207,7 @@ def test_tar_fields_round_trip(tmp_path, data):
         assert m["classes"] == (classes if labelled else [])
         assert {s["path"]: s["reason"] for s in m["skipped"]} == skipped
         assert set(got.samples) == set(expected)
-        source_jpeg = {f"in.tar/s{i}": _jpeg(i) for i, _, _ in samples}
+        source_jpeg = {f"in.tar/s{i}": solid_colour(i, (12, 10)) for i, _, _ in samples}
         for path, (names, txt, raw) in expected.items():
             s = got.samples[path]
             assert s["members"] == ({"jpg", "json", "labels.json", "txt"} if labelled else {"jpg", "json", "txt"})
@@ -233,8 +228,6 @@ def test_tar_fields_round_trip(tmp_path, data):
 
 # ------------------------------------------------------------------------------------------------ Hugging Face
 
-HF_NAMES = ["a", "b", "c"]
-
 
 @st.composite
 def hf_rows(draw):
@@ -253,32 +246,6 @@ def hf_rows(draw):
         rows.append((i, tags, y, z, text))
     two = draw(st.booleans())
     return rows, two
-
-
-def _hf(rows):
-    import datasets
-
-    feats = datasets.Features(
-        {
-            "image": datasets.Image(),
-            "tags": datasets.Sequence(datasets.ClassLabel(names=HF_NAMES)),
-            "y": datasets.Value("float64"),
-            "z": datasets.Value("int64"),
-            "caption": datasets.Value("string"),
-            "note": datasets.Value("string"),
-        }
-    )
-    return datasets.Dataset.from_dict(
-        {
-            "image": [{"bytes": _jpeg(i), "path": None} for i, *_ in rows],
-            "tags": [r[1] for r in rows],
-            "y": [r[2] for r in rows],
-            "z": [r[3] for r in rows],
-            "caption": [r[4] for r in rows],
-            "note": [f"n{r[0]}" for r in rows],
-        },
-        features=feats,
-    )
 
 
 def _reference_hf(rows, width: int):
@@ -318,7 +285,11 @@ def test_hf_fields_round_trip(tmp_path, data):
     rows, two = data
     half = len(rows) // 2
     parts = {"train": rows[: half or len(rows)], "test": rows[half:]} if two and half else {"train": rows}
-    ds = datasets.DatasetDict({k: _hf(v) for k, v in parts.items()}) if len(parts) > 1 else _hf(rows)
+    ds = (
+        datasets.DatasetDict({k: hf_fields_dataset(v) for k, v in parts.items()})
+        if len(parts) > 1
+        else hf_fields_dataset(rows)
+    )
     scan = ScanConfig(label_col="tags", target_cols=("y", "z"), text_col="caption")
     expected = {}
     for name, part in parts.items():

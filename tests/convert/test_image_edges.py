@@ -18,7 +18,7 @@ from shardkit.convert import colour as col
 from shardkit.convert import imageproc as ip
 from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
-from tests.convert import icc
+from tests.support import icc
 from tests.support.data import jpeg_bytes
 
 SETTINGS = settings(phases=[Phase.explicit, Phase.generate], max_examples=25, deadline=None)

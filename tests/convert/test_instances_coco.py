@@ -28,11 +28,10 @@ from hypothesis import strategies as st
 
 from shardkit.convert.options import ConvertConfig, ScanConfig
 from shardkit.convert.scan import discover
-from shardkit.convert.segments import rle_of
 from shardkit.convert.targets import encode_targets, target_spec
 from shardkit.errors import ConvertError
 from shardkit.format.masks import decode_instances
-from tests.convert.detection_helpers import outline_distance
+from tests.support.detection_sources import coco_rle, outline_distance
 
 pytest.importorskip("pycocotools")
 from pycocotools.coco import COCO  # noqa: E402
@@ -68,13 +67,8 @@ def write_coco(folder: str, w: int, h: int, anns_in: list[tuple], broken: int) -
             a["segmentation"] = [[x0 + 0.3, y0 + 0.2, x1 - 0.4, y0, x1, y1 - 0.3, x0, y1]]
         elif kind == "triangle":
             a["segmentation"] = [[x0, y0, x1, (y0 + y1) / 2, x0 + 0.5, y1]]
-        elif kind == "rle":
-            r = rle_of(region)
-            a["segmentation"] = {"size": list(r.size), "counts": r.counts}
-        elif kind == "rle-list":
-            flat = region.T.reshape(-1)
-            runs = np.diff(np.flatnonzero(np.diff(np.r_[False, flat, not flat[-1]])), prepend=0).tolist()
-            a["segmentation"] = {"size": [h, w], "counts": runs}
+        elif kind in ("rle", "rle-list"):
+            a["segmentation"] = coco_rle(region, compressed=kind == "rle")
         anns.append(a)
     for k in range(broken):  # skipped at the scan, with a segmentation each: they must leave no pixel
         a = {"image_id": 7, "category_id": 11, "bbox": [0, 0, w, h], "segmentation": [[0, 0, w, 0, w, h, 0, h]]}

@@ -14,11 +14,12 @@ from shardkit.convert import imageproc as ip
 from shardkit.convert import shards as plan
 from shardkit.demo.sampledata import make_image
 from shardkit.format import EncodedSample, write_shard
-from tests.support.data import image_bytes
+from tests.support.data import jpeg_bytes
 
 
-def _jpeg(size, **kw) -> bytes:
-    return image_bytes(make_image(1, 2, size), quality=90, **kw)
+def _jpeg(size: tuple[int, int], **kw) -> bytes:
+    """A photo-like JPEG of ``size`` (``kw``: more PIL save options)."""
+    return jpeg_bytes(1, 2, size, **kw)
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,7 +17,7 @@ from shardkit.demo.sampledata import make_image, make_imagefolder
 from shardkit.errors import ConvertError, StorageError
 from shardkit.format.manifest import load_manifest
 from tests.support.data import tree_digests
-from tests.support.probes import kill_when
+from tests.support.probes import convert_killed_mid_run, convert_to_the_end
 
 
 def make_mixed_sizes(root: str) -> str:
@@ -149,28 +147,16 @@ def test_kill9_then_rerun_gives_identical_bytes(tmp_path):
     clean = str(tmp_path / "clean")  # the same options through the library
     convert(src, clean, ConvertConfig(image=EncodeConfig(short_side=128), shard_size=8), workers=1, quiet=True)
     dest = str(tmp_path / "dest")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shardkit", "convert", src, dest, *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = convert_killed_mid_run(src, dest, args)
     split = os.path.join(dest, "train")
-    assert kill_when(proc, lambda: os.path.exists(os.path.join(split, "train-000001.tar")), 60), "no shard appeared"
     assert proc.returncode == -signal.SIGKILL
-    assert not os.path.exists(os.path.join(split, "manifest.json")), "the conversion finished before the kill"
 
     def stat(n):
         st = os.stat(os.path.join(split, n))
         return st.st_ino, st.st_mtime_ns
 
     visible = {n: stat(n) for n in os.listdir(split) if re.fullmatch(r"train-\d{6}\.tar", n)}  # renamed into place
-    done = subprocess.run(
-        [sys.executable, "-m", "shardkit", "convert", src, dest, *args],
-        check=True,
-        timeout=120,
-        capture_output=True,
-        text=True,
-    )
+    done = convert_to_the_end(src, dest, args)
     kept = int(re.search(r", kept (\d+) finished shards", done.stdout).group(1))
     untouched = [n for n, st in visible.items() if stat(n) == st]
     # finished shards were kept, not rewritten (the report says how many); only the shard being

@@ -19,7 +19,7 @@ from shardkit.convert.segments import (
     semantic_mask,
 )
 from shardkit.format.fields import IGNORE
-from tests.convert.detection_helpers import outline_distance
+from tests.support.detection_sources import outline_distance
 
 cocomask = pytest.importorskip("pycocotools.mask")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pycocotools vs numpy 2

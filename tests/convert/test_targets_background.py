@@ -11,7 +11,7 @@ import pytest
 from shardkit.convert import convert
 from shardkit.convert.options import ConvertConfig
 from shardkit.errors import ConvertError
-from tests.convert.detection_helpers import write_scene_images
+from tests.support.detection_sources import write_scene_images
 
 
 def test_a_category_named_background_is_refused(tmp_path):

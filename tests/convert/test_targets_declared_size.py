@@ -11,7 +11,7 @@ from shardkit.convert import convert
 from shardkit.convert.options import ConvertConfig
 from shardkit.demo.scenes import scene
 from shardkit.format.manifest import load_manifest
-from tests.convert.detection_helpers import write_scene_images
+from tests.support.detection_sources import write_scene_images
 
 
 def test_a_declared_size_other_than_the_images_skips_it_with_its_annotations(tmp_path):

@@ -18,7 +18,7 @@ from shardkit.convert.scan import discover
 from shardkit.convert.scan.voc import VOC_CLASSES
 from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError
-from tests.convert.detection_helpers import read_shards, write_scene_images
+from tests.support.detection_sources import read_shards, write_scene_images
 
 SETTINGS = settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=25)
 KINDS = ("degenerate_box", "outside_image", "clipped")

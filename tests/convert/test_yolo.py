@@ -18,7 +18,7 @@ from shardkit.convert.scan import discover
 from shardkit.convert.scan.yolo import tiny_yaml_names
 from shardkit.demo.scenes import CLASSES, scene
 from shardkit.errors import ConvertError
-from tests.convert.detection_helpers import read_shards
+from tests.support.detection_sources import read_shards
 
 SETTINGS = settings(phases=[Phase.explicit, Phase.generate], derandomize=True, deadline=None, max_examples=20)
 KINDS = ("bad_line", "bad_category", "degenerate_box", "outside_image", "clipped", "no_image")

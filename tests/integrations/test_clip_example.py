@@ -6,21 +6,19 @@ import math
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 from tests.support.data import write_dataset
+from tests.support.examples import run_script
 from tests.support.repo import ROOT
 
 EXAMPLE = os.path.join(ROOT, "examples", "train_clip.py")
 TIMEOUT = 120
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
 
-def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, EXAMPLE, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=str(tmp_path), timeout=TIMEOUT)
+def _run(tmp_path, *args: str) -> "subprocess.CompletedProcess[str]":
+    return run_script(EXAMPLE, args, cwd=str(tmp_path), timeout=TIMEOUT, check=False)
 
 
 @pytest.mark.timeout(TIMEOUT)

@@ -7,40 +7,23 @@ The mutant gate (``tests/mutants/targets_torchvision.py``) plants the bugs these
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from shardkit.demo.scenes import COLOURS, write_scenes
 from shardkit.targets import to_torchvision
+from tests.support.examples import load_script, run_script
 from tests.support.repo import ROOT
 
 DETECTION = os.path.join(ROOT, "examples", "train_detection.py")
 SEGMENTATION = os.path.join(ROOT, "examples", "train_segmentation.py")
 BENCH = os.path.join(ROOT, "tools", "bench_detection.py")
 TIMEOUT = 240
-
-
-def _module(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _run(cmd: list[str], cwd: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONPATH=ROOT)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc
 
 
 # ----------------------------------------------------------------------------- the examples run and train
@@ -50,7 +33,7 @@ def _run(cmd: list[str], cwd: str) -> subprocess.CompletedProcess:
 def test_detection_example_trains_on_demo_scenes(tmp_path):
     args = ["--workdir", str(tmp_path / "demo"), "--demo-images", "16", "--steps", "3", "--batch-size", "2"]
     args += ["--workers", "1", "--size", "96", "--log-every", "1", "--preset", "detect"]
-    proc = _run([sys.executable, DETECTION, *args], str(tmp_path))
+    proc = run_script(DETECTION, args, cwd=str(tmp_path), timeout=TIMEOUT)
     logged = [(int(s), float(x)) for s, x in re.findall(r"step (\d+)/3 \(epoch \d+\): loss (\S+) \(", proc.stdout)]
     assert [s for s, _ in logged] == [1, 2, 3], proc.stdout
     for name in ("loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg"):
@@ -65,7 +48,7 @@ def test_detection_example_trains_on_demo_scenes(tmp_path):
 def test_segmentation_example_trains_on_demo_scenes(tmp_path):
     args = ["--workdir", str(tmp_path / "demo"), "--demo-images", "16", "--steps", "4", "--batch-size", "2"]
     args += ["--workers", "1", "--size", "64", "--log-every", "2", "--lr", "0.01"]
-    proc = _run([sys.executable, SEGMENTATION, *args], str(tmp_path))
+    proc = run_script(SEGMENTATION, args, cwd=str(tmp_path), timeout=TIMEOUT)
     logged = [(int(s), float(x)) for s, x in re.findall(r"step (\d+)/4 \(epoch \d+\): loss (\S+),", proc.stdout)]
     assert [s for s, _ in logged] == [2, 4], proc.stdout
     m = re.search(r"done: (\d+) steps, (\d+) images, loss (\S+) -> (\S+), pixel accuracy (\S+)", proc.stdout)
@@ -76,7 +59,7 @@ def test_segmentation_example_trains_on_demo_scenes(tmp_path):
 
 def test_the_examples_say_a_bad_url_in_one_line(tmp_path):
     for path, name in ((DETECTION, "train_detection"), (SEGMENTATION, "train_segmentation")):
-        ex = _module(path, name + "_example")
+        ex = load_script(path, name + "_example")
         with pytest.raises(SystemExit) as e:
             ex.main(["--data", str(tmp_path / "nothing-here"), "--steps", "1"])
         msg = str(e.value.code)
@@ -102,7 +85,7 @@ def _interior(region: torch.Tensor, margin: int) -> torch.Tensor:
 @pytest.mark.timeout(TIMEOUT)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_detection_batches_put_every_box_on_its_colour(tmp_path, seed):
-    ex = _module(DETECTION, "train_detection_example")
+    ex = load_script(DETECTION, "train_detection_example")
     url = write_scenes(str(tmp_path / "scenes"), 24, size=(120, 90), shard_size=8, seed=seed)
     # min_visible=0: every box with a visible pixel stays (the default drops slivers the crop leaves, pixels and all)
     loader = ex.build_loader(url, size=96, batch_size=4, workers=1, seed=seed, preset="detect", min_visible=0.0)
@@ -130,7 +113,7 @@ def test_detection_batches_put_every_box_on_its_colour(tmp_path, seed):
 
 @pytest.mark.timeout(TIMEOUT)
 def test_segmentation_batches_put_every_mask_pixel_on_its_colour(tmp_path):
-    ex = _module(SEGMENTATION, "train_segmentation_example")
+    ex = load_script(SEGMENTATION, "train_segmentation_example")
     url = write_scenes(str(tmp_path / "scenes"), 24, size=(120, 90), shard_size=8, keypoints=False)
     loader = ex.build_loader(url, size=64, batch_size=4, workers=1)
     checked = 0
@@ -149,7 +132,7 @@ def test_segmentation_batches_put_every_mask_pixel_on_its_colour(tmp_path):
 @pytest.mark.timeout(TIMEOUT)
 def test_bench_detection_quick(tmp_path):
     out = tmp_path / "res.json"
-    bench = _module(BENCH, "bench_detection_tool")
+    bench = load_script(BENCH, "bench_detection_tool")
     assert bench.main(["--quick", "--out", str(tmp_path / "data"), "--json", str(out)]) == 0
     res = json.loads(out.read_text())["summary"]
     for kind in ("det torchvision-pil", "det torchvision", "seg torchvision-pil", "seg torchvision"):

@@ -6,12 +6,9 @@ The mutant gate (``tests/mutants/dino_example.py``) plants the bugs these tests 
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,6 +17,7 @@ import torch.nn as nn
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import load_script, run_script
 from tests.support.repo import ROOT
 
 EXAMPLE = os.path.join(ROOT, "examples", "train_dino.py")
@@ -27,15 +25,7 @@ TIMEOUT = 120
 FAST = settings(derandomize=True, deadline=None, max_examples=25)
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("train_dino_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-dino = _example()
+dino = load_script(EXAMPLE, "train_dino_example")
 
 
 # ----------------------------------------------------------------------------- the example runs and trains
@@ -43,9 +33,7 @@ dino = _example()
 
 @pytest.mark.timeout(TIMEOUT)
 def test_dino_example_trains_on_sample_data(tmp_path):
-    cmd = [
-        sys.executable,
-        EXAMPLE,
+    args = [
         "--workdir",
         str(tmp_path / "demo"),
         "--demo-images",
@@ -65,9 +53,7 @@ def test_dino_example_trains_on_sample_data(tmp_path):
         "--log-every",
         "2",
     ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    proc = run_script(EXAMPLE, args, cwd=str(tmp_path), timeout=TIMEOUT)
     logged = [(int(s), float(x)) for s, x in re.findall(r"step (\d+)/6 \(epoch \d+\): loss (\S+),", proc.stdout)]
     assert [s for s, _ in logged] == [2, 4, 6], proc.stdout
     m = re.search(r"done: (\d+) steps, (\d+) images, (\d+) views per image, loss (\S+) -> (\S+)", proc.stdout)

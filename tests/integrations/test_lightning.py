@@ -10,7 +10,6 @@ the uninterrupted run, in order, nothing repeated.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -25,8 +24,10 @@ import shardkit  # noqa: E402
 from shardkit.augment import GpuAugment, Normalize  # noqa: E402
 from shardkit.integrations.lightning import ShardDataModule  # noqa: E402
 from tests.support.data import write_dataset  # noqa: E402
+from tests.support.lightning import cpu_trainer  # noqa: E402
 from tests.support.probes import dataloader_workers, wait_for  # noqa: E402
 from tests.support.repo import ROOT  # noqa: E402
+from tests.support.torchrun import rank_logs  # noqa: E402
 
 EXAMPLE = os.path.join(ROOT, "examples", "train_lightning.py")
 TIMEOUT = 120
@@ -79,18 +80,6 @@ class KeyLog(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def trainer(**kw) -> "pl.Trainer":
-    base = dict(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    return pl.Trainer(**{**base, **kw})
-
-
 @pytest.mark.timeout(TIMEOUT)
 def test_fit_epochs_exactly_once_and_val_does_not_move_train(data):
     root, train, val = data
@@ -104,7 +93,9 @@ def test_fit_epochs_exactly_once_and_val_does_not_move_train(data):
         **OPTS,
     )
     model = KeyLog()
-    trainer(max_epochs=2, num_sanity_val_steps=2, val_check_interval=0.5).fit(model, datamodule=dm)  # val mid-epoch too
+    cpu_trainer(max_epochs=2, num_sanity_val_steps=2, val_check_interval=0.5).fit(
+        model, datamodule=dm
+    )  # val mid-epoch too
 
     expected = loader_epochs(train.url, 2, num_workers=0, **OPTS)
     assert model.train_keys == expected  # batch for batch, as the loader alone gives them
@@ -143,7 +134,7 @@ def test_failed_run_stops_the_workers(data):
         os.path.join(data[0], "train"), batch_size=4, size=16, num_workers=2
     )  # persistent workers, no val
     with pytest.raises(RuntimeError, match="boom"):
-        trainer(max_epochs=1).fit(Fails(), datamodule=dm)
+        cpu_trainer(max_epochs=1).fit(Fails(), datamodule=dm)
     assert wait_for(lambda: not dataloader_workers(), timeout=30), dataloader_workers()  # on_exception closed them
 
 
@@ -191,11 +182,7 @@ def run_example(tmp_path, root: str, *args: str, expect_rc: int = 0) -> None:
 
 def read_keys(log_dir, stage: str) -> dict[int, list[dict]]:
     """rank -> logged steps of ``stage`` ("train", "val", "sanity")."""
-    out = {}
-    for name in sorted(os.listdir(log_dir)):
-        with open(os.path.join(log_dir, name)) as f:
-            out[int(name[len("rank") : -len(".jsonl")])] = [s for s in map(json.loads, f) if s["stage"] == stage]
-    return out
+    return {r: [s for s in steps if s["stage"] == stage] for r, steps in rank_logs(log_dir).items()}
 
 
 @pytest.mark.slow
@@ -282,7 +269,7 @@ def test_fit_over_epochs_of_varying_length_sees_every_sample(tmp_path, data):
     norm = GpuAugment([Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))])
     dm = ShardDataModule(sources, gpu_augment=norm, num_workers=0, **OPTS)
     model = KeyLog()
-    trainer(max_epochs=4).fit(model, datamodule=dm)
+    cpu_trainer(max_epochs=4).fit(model, datamodule=dm)
     assert model.train_keys == [b for e in expected for b in e]  # every batch of every epoch, in order
 
 
@@ -307,13 +294,13 @@ def test_resumed_fit_over_epochs_of_varying_length_equals_uninterrupted(tmp_path
     norm = GpuAugment([Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))])
     first = KeyLog()
     ckpt = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=5, save_top_k=-1)
-    t = trainer(max_epochs=3, enable_checkpointing=True, callbacks=[ckpt, StopAt(6)])
+    t = cpu_trainer(max_epochs=3, enable_checkpointing=True, callbacks=[ckpt, StopAt(6)])
     with pytest.raises(RuntimeError, match="stop here"):
         t.fit(first, datamodule=ShardDataModule(sources, gpu_augment=norm, num_workers=0, **OPTS))
     assert len(first.train_keys) == 6
     path = [os.path.join(ckpt.dirpath, f) for f in os.listdir(ckpt.dirpath) if "step=5" in f]
     second = KeyLog()
-    trainer(max_epochs=3).fit(
+    cpu_trainer(max_epochs=3).fit(
         second, datamodule=ShardDataModule(sources, gpu_augment=norm, num_workers=0, **OPTS), ckpt_path=path[0]
     )
     # resumed in epoch 0 (8 batches), then epoch 1 (9 batches) whole: as the uninterrupted run

@@ -14,6 +14,7 @@ pl = pytest.importorskip("lightning.pytorch")
 from shardkit.augment import GpuAugment, Normalize  # noqa: E402
 from shardkit.integrations.lightning import ShardDataModule  # noqa: E402
 from tests.support.data import FIELDS_C, FIELDS_N, labels_of, text_of, write_fields_dataset  # noqa: E402
+from tests.support.lightning import cpu_trainer  # noqa: E402
 
 FIELDS = ("image", "labels", "text", "key")
 
@@ -54,15 +55,7 @@ def test_a_trainer_over_dict_batches_sees_every_sample_once_per_epoch(tmp_path):
         seed=1,
     )
     model = FieldLog()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = cpu_trainer(max_epochs=2)
     trainer.fit(model, datamodule=dm)
     expected = sorted(f"k{i:06d}" for i in range(FIELDS_N))
     assert sorted(model.keys) == [0, 1]

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from tests.support.data import write_dataset
+from tests.support.examples import run_script
 from tests.support.repo import ROOT
 
 pytest.importorskip("timm")
@@ -22,9 +21,7 @@ TIMEOUT = 120
 def test_timm_example_one_epoch(tmp_path):
     train = write_dataset(str(tmp_path / "train"), num_samples=16, shard_size=4, split="train")
     val = write_dataset(str(tmp_path / "val"), num_samples=6, shard_size=4, split="val")
-    cmd = [
-        sys.executable,
-        EXAMPLE,
+    args = [
         "--data",
         train.url,
         "--val",
@@ -42,9 +39,7 @@ def test_timm_example_one_epoch(tmp_path):
         "--mixup",
         "0.2",
     ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    proc = run_script(EXAMPLE, args, cwd=str(tmp_path), timeout=TIMEOUT)
     m = re.search(r"epoch 0: (\d+) samples, loss ([\d.]+), .* val top-1 [\d.]+ % \((\d+) images\)", proc.stdout)
     assert m, proc.stdout
     assert int(m.group(1)) == 16 and int(m.group(3)) == 6  # every sample trained on, every one evaluated

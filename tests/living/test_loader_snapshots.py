@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections import Counter
 
 import numpy as np
@@ -66,11 +65,15 @@ def _exactly_once(keys: "list[str]", truth: "dict[str, int]", world_size: int) -
     assert 0 <= extra < world_size and sum(c - 1 for c in n.values()) == extra, "a key delivered twice beyond padding"
 
 
-def _selection(lv: Living, seed: int, share: float) -> tuple[str, "dict[str, int]"]:
+def _selection(
+    lv: Living, seed: int, share: float, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, "dict[str, int]"]:
+    """A selection of about ``share`` of ``lv``'s stored keys (drawn with ``seed``) in a new folder of pytest's
+    temporary directory, and the newest generation's labels of the keys in it."""
     rng = np.random.default_rng(seed)
     stored = list(lv.order)
     chosen = {k for k in stored if rng.random() < share} or {stored[seed % len(stored)]}
-    out = select(lv, chosen, tempfile.mkdtemp(prefix="sel-"))
+    out = select(lv, chosen, str(tmp_path_factory.mktemp("sel")))
     return out, {k: v for k, v in lv.latest.items() if k in chosen}
 
 
@@ -84,8 +87,10 @@ def _selection(lv: Living, seed: int, share: float) -> tuple[str, "dict[str, int
 )
 @example(seed=1, share=0.5, world_size=2, num_workers=2, batch_size=3)
 @example(seed=2, share=0.1, world_size=1, num_workers=0, batch_size=2)
-def test_selection_epochs_deliver_each_selected_key_once(living, seed, share, world_size, num_workers, batch_size):
-    url, truth = _selection(living, seed, share)
+def test_selection_epochs_deliver_each_selected_key_once(
+    living, tmp_path_factory, seed, share, world_size, num_workers, batch_size
+):
+    url, truth = _selection(living, seed, share, tmp_path_factory)
     for epoch in (0, 1):
         keys, counts = [], []
         for rank in range(world_size):
@@ -113,8 +118,10 @@ def test_selection_epochs_deliver_each_selected_key_once(living, seed, share, wo
 @example(seed=5, world_size=2, resume_world_size=2, after=2, num_workers=0)
 @example(seed=6, world_size=1, resume_world_size=3, after=1, num_workers=1)
 @example(seed=14, world_size=3, resume_world_size=2, after=2, num_workers=0)
-def test_selection_resume_continues_exactly(living, seed, world_size, resume_world_size, after, num_workers):
-    url, truth = _selection(living, seed, 0.5)
+def test_selection_resume_continues_exactly(
+    living, tmp_path_factory, seed, world_size, resume_world_size, after, num_workers
+):
+    url, truth = _selection(living, seed, 0.5, tmp_path_factory)
 
     def make(rank: int, world_size: int):
         return _load(url, rank=rank, world_size=world_size, num_workers=num_workers, batch_size=2)
@@ -253,9 +260,9 @@ def test_a_plain_split_state_is_unchanged(tmp_path):
         _load(lv.url).load_state_dict(state)
 
 
-def test_a_state_of_another_snapshot_is_refused(living, tmp_path):
+def test_a_state_of_another_snapshot_is_refused(living, tmp_path, tmp_path_factory):
     a = select(living, set(living.order[::2]), str(tmp_path / "a"), generation=1)  # of generation 1
-    b, _ = _selection(living, 22, 0.5)
+    b, _ = _selection(living, 22, 0.5, tmp_path_factory)
     state = _load(a).state_dict()
     other = _load(b)
     with pytest.raises(ShardkitError, match="another dataset") as err:
@@ -285,8 +292,8 @@ def test_generation_with_a_mixture_is_refused():
         shardkit.load([shardkit.Source("a", repeat=1), shardkit.Source("b", repeat=1)], generation=0)
 
 
-def test_a_selection_has_its_own_generation_only(living):
-    url, _ = _selection(living, 3, 0.5)
+def test_a_selection_has_its_own_generation_only(living, tmp_path_factory):
+    url, _ = _selection(living, 3, 0.5, tmp_path_factory)
     assert os.path.exists(os.path.join(url, "manifest.json"))
     with pytest.raises(ShardkitError, match="no generation 0"):
         _load(url, generation=0)

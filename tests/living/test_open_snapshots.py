@@ -131,7 +131,7 @@ def test_one_ranged_request_per_item_of_a_selection_on_s3(living, s3, s3_endpoin
     stored = [k for k in living.order]
     write_selection(parent, np.array([k in chosen for k in stored]), f"s3://{bucket}/sel", **opts)
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         ds = shardkit.open(f"s3://{bucket}/sel", storage_options=via)
         assert len(ds) == len(chosen)
         for i in range(len(ds)):

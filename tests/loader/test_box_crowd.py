@@ -15,7 +15,6 @@ the crops and flips of the ``train`` and ``detect`` presets, with 0 and 2 worker
 
 from __future__ import annotations
 
-import os
 import tempfile
 
 import numpy as np
@@ -27,11 +26,11 @@ from hypothesis import strategies as st
 import shardkit
 from shardkit.augment import GpuAugment, HorizontalFlip, RandomResizedCrop
 from shardkit.demo.scenes import CLASSES, scene, scene_jpeg
-from shardkit.format import EncodedSample, write_shard
+from shardkit.format import EncodedSample
 from shardkit.format.fields import Objects
-from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
 from shardkit.loader.config import ImageConfig
 from shardkit.loader.decode.worker import CropDecoder
+from tests.support.data import write_samples
 
 SCENE = (120, 90)  #: stored (width, height)
 N = 10
@@ -45,7 +44,7 @@ def write_crowd_scenes(root: str, crowd_seed: int, share: float) -> dict[int, Ob
     rng = np.random.default_rng(crowd_seed)
     stored, shards = {}, []
     for first in range(0, N, 6):
-        samples = []
+        samples: list[EncodedSample] = []
         for i in range(first, min(N, first + 6)):
             s = scene(3, i, SCENE, max_objects=6)
             objs = Objects(
@@ -53,11 +52,8 @@ def write_crowd_scenes(root: str, crowd_seed: int, share: float) -> dict[int, Ob
             )
             stored[i] = objs
             samples.append(EncodedSample(f"k{i:06d}", scene_jpeg(s), None, {"i": i}, objects=objs))
-        name = f"train-{len(shards):06d}.tar"
-        with open(os.path.join(root, name), "wb") as f:
-            n, nbytes, sha = write_shard(samples, f)
-        shards.append(ShardInfo(name, n, nbytes, sha))
-    save_manifest(Manifest(split="train", classes=CLASSES, shards=shards, fields=["image", "boxes"]), root)
+        shards.append(samples)
+    write_samples(root, shards, CLASSES, fields=["image", "boxes"])
     return stored
 
 

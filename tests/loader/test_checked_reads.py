@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import tempfile
 import zlib
-from functools import cache
 
 import numpy as np
 import pytest
@@ -38,10 +36,10 @@ SHARDS, PER_SHARD = 3, 5
 KW = dict(batch_size=4, size=16, pin_memory=False, seed=3, with_keys=True, shuffle_buffer=8)
 
 
-@cache
-def _intact() -> str:
-    """An indexed dataset of 3 shards of 5 samples (built once per process)."""
-    root = os.path.join(tempfile.mkdtemp(prefix="shardkit-checked-"), "intact")
+@pytest.fixture(scope="module")
+def intact(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An indexed dataset of 3 shards of 5 samples (built once per module)."""
+    root = str(tmp_path_factory.mktemp("checked") / "intact")
     write_dataset(root, num_samples=SHARDS * PER_SHARD, shard_size=PER_SHARD, size=(24, 20), distinct_images=4)
     add_index(root)
     return root
@@ -60,9 +58,10 @@ def _epoch(root: str, **kw) -> tuple[dict[str, tuple[torch.Tensor, int]], shardk
         loader.close()
 
 
-@cache
-def _reference() -> dict[str, tuple[torch.Tensor, int]]:
-    return _epoch(_intact())[0]
+@pytest.fixture(scope="module")
+def reference(intact: str) -> dict[str, tuple[torch.Tensor, int]]:
+    """The intact dataset as the loader delivers it: key -> (pixels, label)."""
+    return _epoch(intact)[0]
 
 
 def _sample_at(root: str, shard: int, offset: int) -> "str | None":
@@ -79,8 +78,9 @@ def _sample_at(root: str, shard: int, offset: int) -> "str | None":
 CHANGES = st.sampled_from(["flip", "relabel", "truncate", "append", "swap shards", "swap shards and indexes"])
 
 
-def _change(root: str, kind: str, shard: int, where: float) -> set[str]:
-    """Apply ``kind`` to ``shard`` of the copy at ``root``; the keys that must not be delivered."""
+def _change(root: str, kind: str, shard: int, where: float, ref: "dict[str, tuple[torch.Tensor, int]]") -> set[str]:
+    """Apply ``kind`` to ``shard`` of the copy at ``root`` (``ref``: the intact dataset's deliveries); the keys
+    that must not be delivered."""
     m = load_manifest(root)
     path = m.shard_url(shard)
     data = bytearray(open(path, "rb").read())
@@ -91,7 +91,7 @@ def _change(root: str, kind: str, shard: int, where: float) -> set[str]:
         key = _sample_at(root, shard, at)
         must_go = {key} if key is not None else set()
     elif kind == "relabel":
-        keys = [k for k in _reference() if k in _keys_of(root, shard)]
+        keys = [k for k in ref if k in _keys_of(root, shard)]
         key = keys[int(where * (len(keys) - 1))]
         at = data.index(f"{key}.cls".encode()) + 512  # the member's data follows its header
         data[at : at + 1] = b"2" if data[at : at + 1] != b"2" else b"1"
@@ -118,8 +118,7 @@ def _keys_of(root: str, shard: int) -> set[str]:
     return {f"k{i:06d}" for i in range(shard * PER_SHARD, (shard + 1) * PER_SHARD)}
 
 
-def _check(root: str, must_go: set[str], shard: int, **kw) -> None:
-    ref = _reference()
+def _check(root: str, must_go: set[str], shard: int, ref: "dict[str, tuple[torch.Tensor, int]]", **kw) -> None:
     try:
         got, stats = _epoch(root, **kw)
     except (StorageError, DataError) as exc:  # the run stopped: the message names a changed shard
@@ -138,23 +137,23 @@ def _check(root: str, must_go: set[str], shard: int, **kw) -> None:
 @example(kind="relabel", shard=0, where=0.0, check_sizes=True)  # a label, same size: only the CRC32C sees it
 @example(kind="truncate", shard=2, where=0.6, check_sizes=False)  # samples past the cut withheld, not walked
 @example(kind="swap shards and indexes", shard=0, where=0.0, check_sizes=False)
-def test_changed_bytes_are_never_delivered(tmp_path_factory, kind, shard, where, check_sizes):
+def test_changed_bytes_are_never_delivered(tmp_path_factory, intact, reference, kind, shard, where, check_sizes):
     root = str(tmp_path_factory.mktemp("changed") / "ds")
-    shutil.copytree(_intact(), root)
-    must_go = _change(root, kind, shard, where)
-    _check(root, must_go, shard, check_sizes=check_sizes)
+    shutil.copytree(intact, root)
+    must_go = _change(root, kind, shard, where, reference)
+    _check(root, must_go, shard, reference, check_sizes=check_sizes)
 
 
 @settings(phases=[Phase.explicit, Phase.generate], max_examples=12, deadline=None)
 @given(kind=CHANGES, shard=st.integers(0, SHARDS - 1), where=st.floats(0, 1), after=st.integers(1, 3))
 @example(kind="relabel", shard=1, where=0.5, after=2)
 @example(kind="swap shards", shard=0, where=0.0, after=1)
-def test_changed_bytes_after_a_mid_epoch_resume(tmp_path_factory, kind, shard, where, after):
+def test_changed_bytes_after_a_mid_epoch_resume(tmp_path_factory, intact, reference, kind, shard, where, after):
     """Bytes changed between a checkpoint and its resume: the rest of the epoch is the converted samples not yet
     delivered, or withheld and counted, or a clear error; nothing delivered twice."""
-    ref = _reference()
+    ref = reference
     root = str(tmp_path_factory.mktemp("resumed") / "ds")
-    shutil.copytree(_intact(), root)
+    shutil.copytree(intact, root)
     first = shardkit.load(root, **{**KW, "num_workers": 0})
     head: list[str] = []
     try:
@@ -165,7 +164,7 @@ def test_changed_bytes_after_a_mid_epoch_resume(tmp_path_factory, kind, shard, w
                 break
     finally:
         first.close()
-    must_go = _change(root, kind, shard, where)
+    must_go = _change(root, kind, shard, where, ref)
     again = shardkit.load(root, **{**KW, "num_workers": 0, "check_sizes": False})
     rest: dict[str, tuple[torch.Tensor, int]] = {}
     try:
@@ -186,11 +185,11 @@ def test_changed_bytes_after_a_mid_epoch_resume(tmp_path_factory, kind, shard, w
     assert not must_go & set(rest)
 
 
-def test_changed_sample_with_workers_and_strict(tmp_path):
+def test_changed_sample_with_workers_and_strict(tmp_path, intact, reference):
     root = str(tmp_path / "ds")
-    shutil.copytree(_intact(), root)
-    must_go = _change(root, "relabel", 1, 0.5)
-    _check(root, must_go, 1, num_workers=2)
+    shutil.copytree(intact, root)
+    must_go = _change(root, "relabel", 1, 0.5, reference)
+    _check(root, must_go, 1, reference, num_workers=2)
     with pytest.raises(DataError, match="changed since conversion"):
         _epoch(root, strict=True)
 

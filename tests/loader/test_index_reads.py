@@ -169,7 +169,7 @@ def test_s3_one_range_request_per_block(pair, s3, s3_endpoint):
     fs.put(indexed_root + "/", f"{bucket}/indexed/", recursive=True)
     fs.put(walk_root + "/", f"{bucket}/walk/", recursive=True)
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         # BlockReader alone: every read of one shard's samples is exactly one ranged GET of that shard
         reader = _reader(f"s3://{bucket}/indexed", indexed=True, storage_options=via, block_size=4096)
         local = _reader(walk_root, indexed=False)

@@ -4,9 +4,9 @@ Demo scenes with instance maps (:func:`shardkit.demo.scenes.write_scenes` ``inst
 preset (``train``: RandomResizedCrop, ``eval``, ``detect``, ``letterbox``) and ``min_visible`` drops:
 
 * every pixel of row ``k`` lies in box ``k`` and sits on its class's colour, agrees with the semantic mask, and no
-  pixel names a row ``>= box_count`` (``tests/targets/test_instances.py::check_instances``);
+  pixel names a row ``>= box_count`` (:func:`tests.support.target_geometry.check_instances`);
 * against an independent reference (each output pixel's centre mapped back into the scene's rectangles by plain
-  numpy, ``tests/loader/test_targets_oracle.py::reference_mask``): away from rectangle edges, a pixel of stored
+  numpy, ``tests.support.scene_crops.reference_mask``): away from rectangle edges, a pixel of stored
   object ``j`` shows the row whose box is ``j``'s reference box, or -1 only when ``j`` may have been dropped;
 * crowd regions: their pixels become -1 and the other objects' rows close up (``target_rows`` on hand-made samples);
 * a mixture of a source with instance maps and one without is refused in one line.
@@ -27,8 +27,8 @@ from shardkit.format.fields import Objects
 from shardkit.format.masks import instances_bytes, mask_bytes
 from shardkit.loader.fields import RowSpec
 from shardkit.loader.targetrows import decode_masks, target_rows
-from tests.loader.test_targets_oracle import MARGIN, SCENE, crops_of, reference_boxes, reference_mask
-from tests.targets.test_instances import check_instances
+from tests.support.scene_crops import MARGIN, SCENE, crops_of, reference_boxes, reference_mask
+from tests.support.target_geometry import check_instances
 
 FIELDS = ("image", "boxes", "box_labels", "box_count", "mask", "instances", "key")
 N = 12

@@ -15,9 +15,8 @@ import torch
 
 import shardkit
 from shardkit.errors import DataError, ManifestError, ShardkitError, StorageError
-from shardkit.format import EncodedSample, write_shard
-from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
-from tests.support.data import jpeg_bytes, write_dataset
+from shardkit.format import EncodedSample
+from tests.support.data import jpeg_bytes, write_dataset, write_samples
 from tests.support.probes import wait_for
 from tests.support.resume import check_resume
 
@@ -275,7 +274,6 @@ def test_eval_geometry_boxes_are_vectorised_and_skipped_by_the_cpu_decode():
 
 
 def _write_with_bad(root, bad_index, n=12, shard_size=6, missing=False):
-    os.makedirs(root, exist_ok=True)
     shards, keys = [], []
     for start in range(0, n, shard_size):
         samples = []
@@ -283,11 +281,8 @@ def _write_with_bad(root, bad_index, n=12, shard_size=6, missing=False):
             data = b"this is not a jpeg" if i == bad_index and not missing else jpeg_bytes(i % 2, i, (20, 20))
             samples.append(EncodedSample(f"k{i:03d}", data, i % 2, {"class": str(i % 2)}))
             keys.append(f"k{i:03d}")
-        name = f"train-{len(shards):06d}.tar"
-        with open(os.path.join(root, name), "wb") as f:
-            cnt, nbytes, sha = write_shard(samples, f)
-        shards.append(ShardInfo(name, cnt, nbytes, sha))
-    save_manifest(Manifest("train", ["a", "b"], shards), root)
+        shards.append(samples)
+    write_samples(root, shards, ["a", "b"])
     return keys
 
 

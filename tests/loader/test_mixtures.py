@@ -7,8 +7,6 @@ import collections
 import hashlib
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,8 +15,10 @@ import shardkit
 from shardkit import ShardkitError, Source
 from shardkit.format.manifest import load_manifest, save_manifest
 from tests.support.data import jpeg_bytes, tar_bytes, write_dataset, write_raw_dataset
-from tests.support.faults import free_port
+from tests.support.repo import ROOT
 from tests.support.resume import check_resume
+from tests.support.s3 import put_dir
+from tests.support.torchrun import launch, rank_logs
 
 KW = dict(batch_size=5, size=16, pin_memory=False, with_keys=True, multiprocessing_context="fork", shuffle_buffer=8)
 
@@ -307,11 +307,9 @@ def test_skipped_samples_are_counted_per_source(dsets, tmp_path):
 
 @pytest.mark.slow
 def test_one_source_on_s3_one_on_disk(dsets, s3):
-    import s3fs
-
     opts, bucket = s3
     a, b = dsets["a"], dsets["b"]
-    s3fs.S3FileSystem(**opts).put(b.url + "/", f"{bucket}/b/", recursive=True)
+    put_dir(opts, b.url, f"{bucket}/b")
     sources = [Source(a.url, repeat=1), Source(f"s3://{bucket}/b", repeat=1, storage_options=opts)]
     loader = shardkit.load(sources, num_workers=2, with_source=True, seed=4, **KW)
     got = collections.Counter()
@@ -366,35 +364,8 @@ def test_bad_input_gets_a_clear_error(dsets, tmp_path):
 # --------------------------------------------------------------------- elastic resume under torchrun + gloo
 
 
-def _torchrun(nproc, args):
-    from tests.support.repo import ROOT as root
-
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=1",
-        f"--nproc-per-node={nproc}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        "--rdzv-id=shardkit-mix",
-        "--monitor-interval=0.5",
-        os.path.join(root, "tests", "loader", "mix_ddp.py"),
-        *args,
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=root, timeout=180
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:]
-
-
-def _logs(d):
-    out = {}
-    for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name)) as f:
-            out[int(name[4:-6])] = [json.loads(line) for line in f]
-    return out
+#: the training script the torchrun test launches
+MIX_DDP = os.path.join(ROOT, "tests", "loader", "mix_ddp.py")
 
 
 @pytest.mark.slow
@@ -405,9 +376,9 @@ def test_elastic_resume_of_a_mixture_under_torchrun(dsets, tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "y").mkdir()
     common = ["--source", a.url, "--source", b.url, "--checkpoint", ckpt]
-    _torchrun(3, [*common, "--workers", "2", "--stop-after", "2", "--log-ids", str(tmp_path / "x")])
-    _torchrun(2, [*common, "--workers", "1", "--log-ids", str(tmp_path / "y")])
-    first, second = _logs(tmp_path / "x"), _logs(tmp_path / "y")
+    launch(MIX_DDP, 3, [*common, "--workers", "2", "--stop-after", "2", "--log-ids", str(tmp_path / "x")])
+    launch(MIX_DDP, 2, [*common, "--workers", "1", "--log-ids", str(tmp_path / "y")])
+    first, second = rank_logs(tmp_path / "x"), rank_logs(tmp_path / "y")
     assert sorted(first) == [0, 1, 2] and sorted(second) == [0, 1]
     assert all(len(s) == 2 for s in first.values()) and len({len(s) for s in second.values()}) == 1
     seen = collections.Counter(k for steps in first.values() for s in steps for k in s["keys"])

@@ -15,7 +15,7 @@ import torch
 
 import shardkit
 from shardkit.demo.scenes import write_scenes
-from tests.loader.test_targets_oracle import SCENE, spoil, truncated_scan
+from tests.support.scene_crops import SCENE, spoil, truncated_scan
 
 FIELDS = ("image", "mask", "instances", "boxes", "box_count", "key")
 N = 14

@@ -4,16 +4,14 @@ and every other object of the sample is still yielded, in order."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
 
 import shardkit
 from shardkit.demo.scenes import CLASSES, scene, scene_jpeg
-from shardkit.format import EncodedSample, write_shard
+from shardkit.format import EncodedSample
 from shardkit.format.fields import Objects
-from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
+from tests.support.data import write_samples
 
 
 def test_crowd_regions_are_not_yielded_as_boxes(tmp_path):
@@ -26,17 +24,7 @@ def test_crowd_regions_are_not_yielded_as_boxes(tmp_path):
             EncodedSample(f"k{i:06d}", scene_jpeg(s), None, {"i": i}, objects=Objects(o.boxes, o.labels, crowd))
         )
         want[i] = o.labels[~crowd].tolist()
-    with open(os.path.join(root, "train-000000.tar"), "wb") as f:
-        n, nbytes, sha = write_shard(samples, f)
-    save_manifest(
-        Manifest(
-            split="train",
-            classes=CLASSES,
-            shards=[ShardInfo("train-000000.tar", n, nbytes, sha)],
-            fields=["image", "boxes"],
-        ),
-        root,
-    )
+    write_samples(root, [samples], CLASSES, fields=["image", "boxes"])
     loader = shardkit.load(
         root,
         fields=("meta", "boxes", "box_labels", "box_count"),

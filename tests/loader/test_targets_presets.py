@@ -5,7 +5,7 @@ its longer side becomes ``s * size`` with ``s`` in ``scale`` (``letterbox``: exa
 ``size`` x ``size`` at whole scaled pixels, crops where the scaled image is larger and pads where it is smaller,
 ``letterbox`` centres it; a sample's geometry is a pure function of ``(seed, epoch, gid)`` (not of its batch);
 every dataset (with or without targets) loads with both presets. The targets' oracle over these presets is
-``tests/loader/test_targets_oracle.py``.
+``tests/loader/test_targets_oracle.py`` (:mod:`tests.support.scene_crops`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 mixtures (box labels and masks remapped by class name, ``"background"`` first), ``DevicePrefetcher``.
 
 Each check compares with an independent run: the uninterrupted epoch, the scenes' own objects and the oracle of
-``tests/loader/test_targets_oracle.py`` (:func:`check_batch`), or the same source loaded alone.
+``tests/loader/test_targets_oracle.py`` (:func:`tests.support.scene_crops.check_batch`), or the same source loaded
+alone.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 import shardkit
 from shardkit.demo.scenes import CLASSES, write_scenes
-from tests.loader.test_targets_oracle import SCENE, TARGETS, check_batch
+from tests.support.scene_crops import SCENE, TARGETS, check_batch
 
 FIELDS = TARGETS
 
@@ -141,7 +142,7 @@ def test_device_decode_drops_a_bad_sample_from_every_field(tmp_path, member):
     """A bad mask is skipped in the worker, an image the device cannot decode on the consumer (``rows_at``: every
     target field keeps to the decoded samples, ``M`` shrinks to the most kept)."""
     from shardkit.demo.scenes import scene
-    from tests.loader.test_targets_oracle import crops_of, reference_boxes, spoil, truncated_scan
+    from tests.support.scene_crops import crops_of, reference_boxes, spoil, truncated_scan
 
     root = write_scenes(str(tmp_path / "s"), 8, size=SCENE, shard_size=8)
     boxes, flips = crops_of(None, 32, "train", 5, list(range(8)))
@@ -169,7 +170,7 @@ def test_device_decode_drops_a_bad_sample_from_every_field(tmp_path, member):
 
 def test_flip_pairs_option_overrides_the_manifests(scenes):
     """``flip_pairs=()``: mirrored samples keep keypoint order, so "left" (index 0) lands on the right edge."""
-    from tests.loader.test_targets_oracle import crops_of
+    from tests.support.scene_crops import crops_of
 
     kw = dict(batch_size=11, size=32, seed=6, fields=TARGETS, num_workers=0, min_visible=0.0)
     flipped_rows = 0

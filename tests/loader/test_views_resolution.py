@@ -36,7 +36,7 @@ from tests.support.views import (
     solid_image,
     to_jpeg,
     views_by_key,
-    write_keyed,
+    write_images,
 )
 
 VIEWS = [View(32, scale=(0.4, 1.0), count=2), View(16, scale=(0.05, 0.4), ratio=(0.5, 2.0), count=3)]
@@ -57,19 +57,14 @@ def expanded_sizes(sizes: list[int]) -> list[int]:
     return [s for s, v in zip(sizes, VIEWS) for _ in range(v.count)]
 
 
-def write(root: str, image, n: int = N, shard_size: int = 7) -> str:
-    """``n`` samples ``k{i:06d}`` (label ``i % 3``) of ``image(i)``."""
-    return write_keyed(root, lambda i: to_jpeg(image(i)), n, shard_size)
-
-
 @pytest.fixture(scope="module")
 def solid(tmp_path_factory) -> str:
-    return write(str(tmp_path_factory.mktemp("solid")), solid_image)
+    return write_images(str(tmp_path_factory.mktemp("solid")), solid_image)
 
 
 @pytest.fixture(scope="module")
 def smooth(tmp_path_factory) -> str:
-    return write(str(tmp_path_factory.mktemp("smooth")), gradient)
+    return write_images(str(tmp_path_factory.mktemp("smooth")), gradient)
 
 
 def load(url: str, **kw):

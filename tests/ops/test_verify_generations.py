@@ -20,7 +20,8 @@ from shardkit.format.selection import write_selection
 from shardkit.ops.upgrade import UpgradeError, add_checksums
 from shardkit.ops.verify import verify
 from shardkit.ops.verify_generations import generations_info
-from tests.support.generations import as_read, write_source
+from tests.support.data import write_source
+from tests.support.living_reader import as_read
 
 OPTS = ConvertConfig(image=EncodeConfig(short_side=16), shard_size=2, seed=1)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 
 import numpy as np
@@ -22,27 +21,10 @@ from shardkit.plan import (
     worker_plan,
 )
 from shardkit.plan.world import World
+from tests.support.plans import rank_batches
 from tests.support.timing import best_seconds, check_scales_linearly
 
 SIZES = [7, 7, 7, 3, 0, 7, 5]  # 36 samples, one empty shard
-
-
-def rank_batches(stream, cfg, R, W, r, epoch=0, batches_done=0, generation=0):
-    """The batches rank r yields, in DataLoader order (batch i from worker i % W)."""
-    per_worker = []
-    for w in range(W):
-        ids = worker_plan(
-            stream, cfg, World(r, R, w, W), epoch=epoch, batches_done=batches_done, generation=generation
-        ).emission_order()
-        per_worker.append([ids[i : i + cfg.batch_size] for i in range(0, len(ids), cfg.batch_size)])
-    out = []
-    for i in itertools.count():
-        w, j = i % W, i // W
-        if all(j >= len(p) for p in per_worker):
-            break
-        if j < len(per_worker[w]):
-            out.append(per_worker[w][j])
-    return out
 
 
 @pytest.mark.parametrize("R,W,B", [(1, 1, 4), (2, 2, 4), (3, 2, 5), (3, 3, 1), (4, 8, 2), (5, 1, 64)])

@@ -41,6 +41,7 @@ from shardkit.plan import (
 from shardkit.plan import epoch as plan
 from shardkit.plan import source_seed as source_seed_of
 from shardkit.plan.world import World
+from tests.support.plans import rank_batches
 
 A = [7, 7, 7, 3, 0, 7, 5]  # 36 samples, one empty shard
 B = [4, 4, 2]  # 10
@@ -51,21 +52,6 @@ def mix(*specs: tuple[list[int], dict], epoch_size: int | None = None) -> Mixtur
     return Mixture(
         tuple(Source(f"s{i}", **kw) for i, (_, kw) in enumerate(specs)), tuple(s for s, _ in specs), epoch_size
     )
-
-
-def rank_batches(stream, cfg, R, W, r, *, plan_fn=worker_plan, epoch=0, batches_done=0, generation=0):
-    """The batches rank r yields, in DataLoader order (batch i from worker i % W)."""
-    per_worker = []
-    for w in range(W):
-        ids = plan_fn(
-            stream, cfg, World(r, R, w, W), epoch=epoch, batches_done=batches_done, generation=generation
-        ).emission_order()
-        per_worker.append([ids[i : i + cfg.batch_size] for i in range(0, len(ids), cfg.batch_size)])
-    out, j = [], 0
-    while any(j < len(p) for p in per_worker):
-        out += [p[j] for p in per_worker if j < len(p)]
-        j += 1
-    return out
 
 
 def epoch_gids(m: Mixture, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
@@ -463,21 +449,26 @@ def test_remix_continues_each_shared_source_without_replacement():
     assert a2.first_epoch == 3 and a2.offsets == after.offsets and a2.seed_keys == after.seed_keys
 
 
+def random_config(rng: np.random.Generator, seed: int) -> PlanConfig:
+    """A plan config of ``seed`` with a random batch size, shuffle, buffer, drop_last and epoch policy."""
+    return PlanConfig(
+        batch_size=int(rng.integers(1, 6)),
+        seed=seed,
+        shuffle=bool(rng.integers(0, 4)),
+        shuffle_buffer=int(rng.integers(1, 9)),
+        shuffle_initial=int(rng.integers(0, 5)),
+        drop_last=bool(rng.integers(0, 2)),
+        policy=list(EpochPolicy)[int(rng.integers(0, 2))],
+    )
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_one_source_remaining_equals_single_dataset(seed):
     rng = np.random.default_rng(seed)
     sizes = rng.integers(0, 9, size=int(rng.integers(1, 12))).tolist()
     m = Mixture((Source("a"),), (sizes,))
     for _ in range(8):
-        cfg = PlanConfig(
-            batch_size=int(rng.integers(1, 6)),
-            seed=seed,
-            shuffle=bool(rng.integers(0, 4)),
-            shuffle_buffer=int(rng.integers(1, 9)),
-            shuffle_initial=int(rng.integers(0, 5)),
-            drop_last=bool(rng.integers(0, 2)),
-            policy=list(EpochPolicy)[int(rng.integers(0, 2))],
-        )
+        cfg = random_config(rng, seed)
         R, W = int(rng.integers(1, 5)), int(rng.integers(1, 4))
         stream = epoch_stream(m, cfg, 1)
         k = int(rng.integers(0, plan.rank_split(len(stream), R, cfg).num_batches + 2))
@@ -511,15 +502,7 @@ def random_mixture(rng: np.random.Generator) -> Mixture:
 def test_random_mixtures_exactly_once_resume_and_elastic(seed):
     rng = np.random.default_rng(100 + seed)
     m = random_mixture(rng)
-    cfg = PlanConfig(
-        batch_size=int(rng.integers(1, 6)),
-        seed=seed,
-        shuffle=bool(rng.integers(0, 4)),
-        shuffle_buffer=int(rng.integers(1, 9)),
-        shuffle_initial=int(rng.integers(0, 5)),
-        drop_last=bool(rng.integers(0, 2)),
-        policy=list(EpochPolicy)[int(rng.integers(0, 2))],
-    )
+    cfg = random_config(rng, seed)
     e = int(rng.integers(0, 4))
     (R0, W0), (R1, W1) = [(int(rng.integers(1, 4)), int(rng.integers(1, 4))) for _ in range(2)]
     stream = epoch_stream(m, cfg, e)

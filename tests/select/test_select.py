@@ -21,7 +21,7 @@ from shardkit.format.manifest import load_manifest
 from shardkit.format.pin import fingerprint, pin
 from shardkit.format.snapshot import resolve
 from shardkit.selecting import SelectError, WhereError
-from tests.select.helpers import CLASSES, write_living
+from tests.support.living import CLASSES, write_living
 
 
 def _num(v):

@@ -22,6 +22,7 @@ from shardkit.plan import PlanConfig
 from shardkit.simulate.schedule import HEAD, INDEX, NOOP, Dataset, epoch_schedule
 from tests.support.data import add_index, write_dataset
 from tests.support.faults import FaultProxy
+from tests.support.s3 import put_dir
 
 BLOCK = 8192
 PLAN = dict(batch_size=4, seed=3, shuffle_buffer=6, shuffle_initial=3)
@@ -49,8 +50,6 @@ def _layout(root: str, name: str) -> ranges.SampleLayout:
 def remote(tmp_path, s3):
     """``make(indexed, spread)``: a 42-sample dataset (7 shards of 6 uniform samples) on moto, flat or under 3
     prefixes, with or without sample indexes, as ``(its path in the bucket, its Dataset)``; and the options."""
-    import s3fs
-
     opts, bucket = s3
     base = write_dataset(str(tmp_path / "base"), num_samples=42, shard_size=6, num_classes=1, distinct_images=1)
 
@@ -82,7 +81,7 @@ def remote(tmp_path, s3):
             layout=layout,
             sample_bytes=np.full(len(m.shards), layout.size),
         )
-        s3fs.S3FileSystem(**opts).put(root + "/", f"{bucket}/{key}/", recursive=True)
+        put_dir(opts, root, f"{bucket}/{key}")
         return f"/{bucket}/{key}/", data
 
     return make, opts, bucket
@@ -112,7 +111,7 @@ def _logged(s3_endpoint: str, opts: dict, url: str, **kw) -> tuple[list[tuple[st
     with FaultProxy(s3_endpoint) as proxy:
         loader = shardkit.load(
             url,
-            storage_options={**opts, "client_kwargs": {"endpoint_url": proxy.url}},
+            storage_options=proxy.storage_options(opts),
             **KW,
             **kw,
         )

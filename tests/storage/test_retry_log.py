@@ -18,8 +18,8 @@ import pytest
 import shardkit
 from shardkit.errors import StorageError
 from shardkit.storage.retry import RetryingFile, RetryLog
-from tests.support.data import write_dataset
 from tests.support.faults import FaultProxy
+from tests.support.s3 import remote_dataset
 
 LOGGER = "shardkit.loader"
 
@@ -129,16 +129,12 @@ def test_urls_have_separate_stories():
 @pytest.mark.timeout(120)
 def test_loader_logs_an_s3_outage_as_one_story_per_shard(tmp_path, s3, s3_endpoint, caplog):
     """moto behind a proxy that refuses connections for ~2 s mid-epoch: two lines per shard URL hit, not one per attempt."""
-    import s3fs
-
-    opts, bucket = s3
-    ds = write_dataset(str(tmp_path / "ds"), num_samples=40, shard_size=10, size=(64, 48))
-    s3fs.S3FileSystem(**opts).put(ds.url + "/", f"{bucket}/ds/", recursive=True)
+    ds, bucket, opts = remote_dataset(tmp_path, s3, 40)
     caplog.set_level(logging.WARNING, logger=LOGGER)
     with FaultProxy(s3_endpoint, seed=0) as proxy:
         loader = shardkit.load(
             f"s3://{bucket}/ds",
-            storage_options={**opts, "client_kwargs": {"endpoint_url": proxy.url}},
+            storage_options=proxy.storage_options(opts),
             num_workers=0,
             shuffle=False,
             batch_size=5,

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from PIL import Image
 from shardkit.demo.sampledata import make_image
 from shardkit.format import EncodedSample, write_shard
 from shardkit.format.manifest import Manifest, ShardInfo, save_manifest
-from tests.support.source_reference import colour
+from tests.support.source_reference import colour, write_image
 
 
 def image_bytes(img: "Image.Image | np.ndarray", fmt: str = "JPEG", **save_kw: Any) -> bytes:
@@ -89,6 +90,17 @@ def write_dataset(
     return TinyDataset(url=root, keys=keys, labels=labels, manifest=m)
 
 
+#: one source item: (class name, relative file name inside the class folder, colour id)
+Item = tuple[str, str, int]
+
+
+def write_source(root: str, items: Sequence[Item]) -> str:
+    """Class folders under ``root`` with one solid image per item (equal colour ids give equal bytes); ``root``."""
+    for cls, name, i in items:
+        write_image(os.path.join(root, cls, name), i)
+    return root
+
+
 def tar_bytes(members: list, fmt: int = tarfile.PAX_FORMAT) -> bytes:
     """A tar of ``members``: ``(name, data)`` pairs for regular files, or ``(TarInfo, data_or_None)``."""
     buf = io.BytesIO()
@@ -154,6 +166,25 @@ def write_raw_dataset(
     extra = {} if fields is None else {"fields": list(fields)}
     save_manifest(Manifest(split, classes, infos, targets=list(targets or []), **extra), root)
     return root
+
+
+def shard_bytes(samples: "list[EncodedSample]") -> tuple[bytes, int]:
+    """``samples`` as the bytes of one shard, and its sample count (what :func:`write_raw_dataset` takes)."""
+    buf = io.BytesIO()
+    count, _, _ = write_shard(samples, buf)
+    return buf.getvalue(), count
+
+
+def write_samples(
+    root: str,
+    shards: "list[list[EncodedSample]]",
+    classes: list[str],
+    split: str = "train",
+    *,
+    fields: "list[str] | None" = None,
+) -> str:
+    """Each list of ``shards`` as one shard, and a valid manifest (:func:`write_raw_dataset`), under ``root``."""
+    return write_raw_dataset(root, [shard_bytes(s) for s in shards], classes, split, fields=fields)
 
 
 def manifest_json(**over: object) -> str:
@@ -317,3 +348,35 @@ def write_fields_dataset(
     if targets is None:
         targets = FIELDS_TARGETS if "target" in fields else []
     return write_raw_dataset(root, shards, classes, fields=fields, targets=targets)
+
+
+#: the class names of :func:`hf_fields_dataset`'s ``tags``
+HF_NAMES = ["a", "b", "c"]
+
+
+def hf_fields_dataset(rows: list[tuple]) -> Any:
+    """A Hugging Face dataset of one row per ``(i, tags, y, z, caption)``: image :func:`solid_colour` ``i`` (12 x 10),
+    ``tags`` class indexes of :data:`HF_NAMES`, numbers ``y`` and ``z``, text ``caption`` and ``note`` (``n<i>``)."""
+    import datasets
+
+    feats = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "tags": datasets.Sequence(datasets.ClassLabel(names=HF_NAMES)),
+            "y": datasets.Value("float64"),
+            "z": datasets.Value("int64"),
+            "caption": datasets.Value("string"),
+            "note": datasets.Value("string"),
+        }
+    )
+    return datasets.Dataset.from_dict(
+        {
+            "image": [{"bytes": solid_colour(i, (12, 10)), "path": None} for i, *_ in rows],
+            "tags": [r[1] for r in rows],
+            "y": [r[2] for r in rows],
+            "z": [r[3] for r in rows],
+            "caption": [r[4] for r in rows],
+            "note": [f"n{r[0]}" for r in rows],
+        },
+        features=feats,
+    )

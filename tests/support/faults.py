@@ -91,6 +91,10 @@ class FaultProxy:
         self._thread.start()
 
     # -- control
+    def storage_options(self, opts: dict) -> dict:
+        """The s3fs options ``opts`` with the endpoint replaced by this proxy's: the same store, reached through it."""
+        return {**opts, "client_kwargs": {"endpoint_url": self.url}}
+
     def down(self) -> None:
         """Fail every request (connection reset) until :meth:`up`."""
         self._down.set()

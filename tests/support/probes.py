@@ -1,5 +1,5 @@
 """Process probes via /proc (Linux): children, RSS/PSS, fds, threads, DataLoader workers; polling, killing,
-and scripts run in a fresh interpreter."""
+scripts run in a fresh interpreter, and a `shardkit convert` killed mid-run."""
 
 from __future__ import annotations
 
@@ -140,3 +140,34 @@ def kill_when(proc: "subprocess.Popen", pred, timeout: float) -> bool:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def convert_killed_mid_run(src: str, dest: str, args: "list[str]") -> "subprocess.Popen":
+    """Start ``shardkit convert src dest *args`` in a new process and SIGKILL it once the train split's second shard
+    is in place and before its manifest is; the killed (reaped) process."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardkit", "convert", src, dest, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    split = os.path.join(dest, "train")
+    assert kill_when(proc, lambda: os.path.exists(os.path.join(split, "train-000001.tar")), 60), "no shard appeared"
+    assert not os.path.exists(os.path.join(split, "manifest.json")), "the conversion finished before the kill"
+    return proc
+
+
+def convert_to_the_end(src: str, dest: str, args: "list[str]") -> "subprocess.CompletedProcess[str]":
+    """``shardkit convert src dest *args`` in a new process, which must exit 0 within 120 s; its captured output."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "shardkit", "convert", src, dest, *args],
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )

@@ -57,6 +57,11 @@ def write_keyed(root: str, data: Callable[[int], bytes], n: int = N, shard_size:
     return root
 
 
+def write_images(root: str, image: Callable[[int], Image.Image], n: int = N, shard_size: int = 7) -> str:
+    """:func:`write_keyed` of ``image(i)`` as quality-95 JPEGs."""
+    return write_keyed(root, lambda i: to_jpeg(image(i)), n, shard_size)
+
+
 def check_colours(views: list[torch.Tensor], keys: list[str]) -> None:
     """Every view of every row shows the colour of that row's key."""
     for j, v in enumerate(views):

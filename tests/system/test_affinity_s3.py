@@ -71,7 +71,7 @@ def test_node_affinity_reads_epochs_after_the_first_from_the_node_cache(s3, s3_e
     fs.put(local, f"{bucket}/ds", recursive=True)
     url = f"s3://{bucket}/ds"
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         glob = _store_bytes_per_epoch(url, via, proxy, [str(tmp_path / f"g{n}") for n in range(NODES)], False)
         aff = _store_bytes_per_epoch(url, via, proxy, [str(tmp_path / f"a{n}") for n in range(NODES)], True)
     assert glob[0] > 0 and aff[0] > 0, (glob, aff)

@@ -18,6 +18,7 @@ from shardkit.storage.budget import RequestLimiter
 from shardkit.storage.opener import ShardOpener, StorageConfig
 from tests.support.data import write_dataset
 from tests.support.faults import FaultProxy, per_window
+from tests.support.s3 import put_dir, remote_dataset
 
 KW = dict(
     batch_size=5,
@@ -54,17 +55,8 @@ def test_budget_options_are_flat_keywords_and_local_files_are_not_limited(tmp_pa
     assert loader.stats.throttled_s == 0 and asked == []  # no read of a local file waits for the budget
 
 
-def _remote(tmp_path, s3, num_samples: int):
-    import s3fs
-
-    opts, bucket = s3
-    ds = write_dataset(str(tmp_path / "ds"), num_samples=num_samples, shard_size=10, size=(64, 48))
-    s3fs.S3FileSystem(**opts).put(ds.url + "/", f"{bucket}/ds/", recursive=True)
-    return ds, bucket, opts
-
-
 def _via(proxy: FaultProxy, opts: dict) -> dict:
-    return {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+    return proxy.storage_options(opts)
 
 
 def _rate(times: list) -> float:
@@ -74,6 +66,23 @@ def _rate(times: list) -> float:
 
 def _shard_requests(proxy: FaultProxy) -> list:
     return [r for r in list(proxy.log) if "/ds/train-" in r.path]
+
+
+def _budgeted_epoch(s3_endpoint: str, bucket: str, opts: dict, *, workers: int, budget: float, **kw) -> tuple:
+    """One epoch of the remote dataset through a proxy, ``workers`` worker processes under ``request_budget=budget``
+    (``kw`` over :data:`KW`): the loader, the keys it delivered and the shard requests the proxy saw."""
+    with FaultProxy(s3_endpoint) as proxy:
+        loader = shardkit.load(
+            f"s3://{bucket}/ds",
+            storage_options=proxy.storage_options(opts),
+            num_workers=workers,
+            block_size=4096,
+            request_budget=budget,
+            **{**KW, **kw},
+        )
+        keys = [k for _, _, ks in loader for k in ks]
+        reqs = _shard_requests(proxy)
+    return loader, keys, reqs
 
 
 #: s3fs's own attempts of one request that the store answers ``503 SlowDown``
@@ -96,10 +105,10 @@ class CountingLimiter(RequestLimiter):
 def test_every_request_an_opener_sends_waits_for_its_limiter(tmp_path, s3, s3_endpoint):
     """Counted at the proxy: the opener's limiter is asked exactly once per request that reaches the store, for
     streamed reads (read-ahead fills; no size probe), range reads, whole-object fetches and retries after a 503."""
-    ds, bucket, opts = _remote(tmp_path, s3, 20)
+    ds, bucket, opts = remote_dataset(tmp_path, s3, 20)
     names = [s.name for s in ds.manifest.shards]
     with FaultProxy(s3_endpoint) as proxy:
-        opener = ShardOpener(StorageConfig(storage_options=_via(proxy, opts), block_size=4096, max_retries=3))
+        opener = ShardOpener(StorageConfig(storage_options=proxy.storage_options(opts), block_size=4096, max_retries=3))
         opener.limiter = lim = CountingLimiter()
         url = f"s3://{bucket}/ds/"
         with opener.open(url + names[0]) as f:
@@ -131,19 +140,9 @@ def test_budget_holds_at_the_proxy_across_workers(tmp_path, s3, s3_endpoint):
     request and close just after its 7th, 1/6 s apart; network jitter one more: a process's requests leave at
     least 1/6 s apart but may arrive a little closer. (Each worker taking a whole rank's share, 24 GET/s, shows
     peaks of 24 and more.)"""
-    ds, bucket, opts = _remote(tmp_path, s3, 30)
+    ds, bucket, opts = remote_dataset(tmp_path, s3, 30)
     budget, workers = 12.0, 2
-    with FaultProxy(s3_endpoint) as proxy:
-        loader = shardkit.load(
-            f"s3://{bucket}/ds",
-            storage_options=_via(proxy, opts),
-            num_workers=workers,
-            block_size=4096,
-            request_budget=budget,
-            **KW,
-        )
-        keys = [k for _, _, ks in loader for k in ks]
-        reqs = _shard_requests(proxy)
+    loader, keys, reqs = _budgeted_epoch(s3_endpoint, bucket, opts, workers=workers, budget=budget)
     assert sorted(keys) == sorted(ds.keys)  # every sample exactly once
     assert len(reqs) > 1.5 * budget, len(reqs)  # long enough for the windows to mean something
     peak = max(per_window([r.t for r in reqs]))
@@ -169,12 +168,12 @@ def test_slowdown_burst_lowers_the_rate_and_every_sample_arrives_once(tmp_path, 
     GETs ``503 SlowDown`` (S3's XML body). s3fs retries a SlowDown itself (5 attempts over ~1.9 s: the burst),
     then the loader sees it: the limiter halves the rate (and recovers slowly), so the requests in the second
     after the burst are well below those in the second before it."""
-    ds, bucket, opts = _remote(tmp_path, s3, 40)
+    ds, bucket, opts = remote_dataset(tmp_path, s3, 40)
     budget, burst = 40.0, 5
     with FaultProxy(s3_endpoint) as proxy:
         loader = shardkit.load(
             f"s3://{bucket}/ds",
-            storage_options=_via(proxy, opts),
+            storage_options=proxy.storage_options(opts),
             num_workers=0,
             block_size=3072,
             request_budget=budget,
@@ -238,19 +237,9 @@ def test_the_budget_is_shared_by_the_workers_that_read(tmp_path, s3, s3_endpoint
         return got
 
     monkeypatch.setattr(stages, "process_budget", spy)  # the workers are forked: they call the spy
-    ds, bucket, opts = _remote(tmp_path, s3, 30)
+    ds, bucket, opts = remote_dataset(tmp_path, s3, 30)
     budget, workers = 20.0, 4
-    with FaultProxy(s3_endpoint) as proxy:
-        loader = shardkit.load(
-            f"s3://{bucket}/ds",
-            storage_options=_via(proxy, opts),
-            num_workers=workers,
-            block_size=4096,
-            request_budget=budget,
-            **{**KW, "batch_size": 16},
-        )
-        keys = [k for _, _, ks in loader for k in ks]
-        reqs = _shard_requests(proxy)
+    _, keys, reqs = _budgeted_epoch(s3_endpoint, bucket, opts, workers=workers, budget=budget, batch_size=16)
     assert sorted(keys) == sorted(ds.keys)
     seen = [json.loads(line) for line in open(record)] if os.path.exists(record) else []
     assert seen and all((p, r) == (2, budget / 2) for _, p, r in seen), seen
@@ -262,18 +251,16 @@ def test_a_slowdown_on_a_sample_index_is_retried_not_walked(tmp_path, s3, s3_end
     """Six 503 SlowDowns on one shard's sample index (more than s3fs's own five attempts): the loader backs off
     and fetches the index again instead of falling back to the header walk (which would send many more requests
     while the store asks for fewer); every sample once, the slow-down counted."""
-    import s3fs
-
     from tests.support.data import add_index
 
     opts, bucket = s3
     ds = write_dataset(str(tmp_path / "ds"), num_samples=30, shard_size=10, size=(64, 48))
     add_index(ds.url)
-    s3fs.S3FileSystem(**opts).put(ds.url + "/", f"{bucket}/ds/", recursive=True)
+    put_dir(opts, ds.url, f"{bucket}/ds")
     with FaultProxy(s3_endpoint) as proxy:
         proxy.fail("train-000001.idx", "503", times=6, method="GET")
         loader = shardkit.load(
-            f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=0, block_size=4096, **KW
+            f"s3://{bucket}/ds", storage_options=proxy.storage_options(opts), num_workers=0, block_size=4096, **KW
         )
         keys = [k for _, _, ks in loader for k in ks]
         log = list(proxy.log)

@@ -62,7 +62,7 @@ def test_four_processes_missing_one_shard_download_it_once(s3, s3_endpoint, tmp_
     ctx = mp.get_context("fork")
     with FaultProxy(s3_endpoint) as proxy:
         proxy.fail("/claims/four.tar", "slow", times=1, method="GET", delay_s=2.0)
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         start, out = ctx.Barrier(4), ctx.Queue()
         ps = [ctx.Process(target=_open_and_read, args=(via, url, str(tmp_path / "c"), start, out)) for _ in range(4)]
         for p in ps:
@@ -110,7 +110,7 @@ def test_a_downloader_killed_mid_download_is_taken_over(s3, s3_endpoint, tmp_pat
     ctx = mp.get_context("fork")
     with FaultProxy(s3_endpoint) as proxy:
         proxy.fail("/claims/killed.tar", "slow", times=1, method="GET", delay_s=60.0)
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         claimed, out = ctx.Event(), ctx.Queue()
         first = ctx.Process(target=_download_slowly, args=(via, url, cache_dir, claimed))
         first.start()
@@ -166,7 +166,7 @@ def test_a_sample_index_is_fetched_once_per_node_and_checked_on_every_hit(s3, s3
 
     cache_dir = str(tmp_path / "c")
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         a, b = (ShardOpener(StorageConfig(storage_options=via, cache_dir=cache_dir)) for _ in range(2))
         assert len(a.fetch_sidecar(index_url(url), info.sha256, check)) == 6
         assert len(b.fetch_sidecar(index_url(url), info.sha256, check)) == 6

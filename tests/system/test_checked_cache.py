@@ -101,7 +101,7 @@ def test_a_second_epoch_over_a_cached_indexed_dataset_sends_no_shard_get(s3, s3_
     local = _dataset(str(tmp_path / "local"))
     _upload(opts, local, url)
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         loader = shardkit.load(url, **KW, storage_options=via, cache_dir=str(tmp_path / "cache"))
         try:
             first = [k for _, _, ks in loader for k in ks]

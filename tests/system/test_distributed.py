@@ -8,11 +8,8 @@ mid-epoch resume batch for batch, and elastic resume on another world size.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -20,57 +17,23 @@ import pytest
 from tests.support.data import write_dataset
 from tests.support.faults import free_port
 from tests.support.repo import ROOT
+from tests.support.torchrun import finish, launch, rank_logs
 
 pytestmark = pytest.mark.slow
 
 EXAMPLE = os.path.join(ROOT, "examples", "train_ddp.py")
-TIMEOUT = 180
 
 
-def torchrun(
-    nproc: int, args: list[str], *, nnodes: int = 1, node_rank: int = 0, port: int | None = None, wait: bool = True
-):
-    port = port or free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nnodes={nnodes}",
-        f"--nproc-per-node={nproc}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{port}",
-        "--rdzv-id=shardkit-test",
-        f"--node-rank={node_rank}",
-        "--monitor-interval=0.5",
-        EXAMPLE,
-        *args,
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-    if not wait:
-        return proc
-    return finish(proc)
-
-
-def finish(proc: subprocess.Popen) -> str:
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        pytest.fail(f"torchrun did not finish in {TIMEOUT}s (hang?):\n{out[-3000:]}")
-    assert proc.returncode == 0, out[-3000:]
-    return out
+def torchrun(nproc: int, args: list[str], **kw):
+    """``examples/train_ddp.py`` under torchrun (:func:`tests.support.torchrun.launch`)."""
+    return launch(EXAMPLE, nproc, args, **kw)
 
 
 def read_logs(log_dir: str) -> dict[int, list[dict]]:
     """rank -> steps; each step's "keys" turned into the sample numbers of tests.support.data (k000012 -> 12)."""
-    out = {}
-    for name in sorted(os.listdir(log_dir)):
-        rank = int(name[len("rank") : -len(".jsonl")])
-        with open(os.path.join(log_dir, name)) as f:
-            out[rank] = [dict(s, keys=[int(k[1:]) for k in s["keys"]]) for s in map(json.loads, f)]
-    return out
+    return {
+        r: [dict(s, keys=[int(k[1:]) for k in s["keys"]]) for s in steps] for r, steps in rank_logs(log_dir).items()
+    }
 
 
 def data_args(ds_url: str, log_dir: str, *extra: str) -> list[str]:

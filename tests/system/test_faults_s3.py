@@ -20,6 +20,7 @@ from shardkit.storage.retry import RetryingFile, backend_options, is_transient
 from tests.support.data import write_dataset
 from tests.support.faults import FaultProxy, free_port
 from tests.support.probes import wait_for
+from tests.support.s3 import remote_dataset
 
 BLOCK = 8192  # small read-ahead blocks: each shard takes several range requests
 KW = dict(
@@ -194,16 +195,11 @@ def test_botocore_retries_off_only_where_we_own_them():
 @pytest.fixture()
 def remote_ds(tmp_path, s3):
     """A 60-sample dataset (6 shards of ~28 KB) on moto; yields (dataset, bucket, storage options)."""
-    import s3fs
-
-    opts, bucket = s3
-    ds = write_dataset(str(tmp_path / "ds"), num_samples=60, shard_size=10, size=(64, 48))
-    s3fs.S3FileSystem(**opts).put(ds.url + "/", f"{bucket}/ds/", recursive=True)
-    return ds, bucket, opts
+    return remote_dataset(tmp_path, s3, 60)
 
 
 def _via(proxy: FaultProxy, opts: dict) -> dict:
-    return {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+    return proxy.storage_options(opts)
 
 
 def _ranges(proxy: FaultProxy, path_part: str):
@@ -220,7 +216,7 @@ def _ranges(proxy: FaultProxy, path_part: str):
 def test_flaky_endpoint_every_sample_once_with_retries_counted(remote_ds, s3_endpoint):
     ds, bucket, opts = remote_ds
     with FaultProxy(s3_endpoint, seed=3, error_rate=0.15, reset_rate=0.1, cut_rate=0.1) as proxy:
-        loader = shardkit.load(f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=2, **KW)
+        loader = shardkit.load(f"s3://{bucket}/ds", storage_options=proxy.storage_options(opts), num_workers=2, **KW)
         keys = [k for _, _, ks in loader for k in ks]
         outcomes = proxy.outcomes()
         gets = _ranges(proxy, "/ds/train-")
@@ -247,7 +243,7 @@ def test_outage_mid_epoch_resumes_at_offset(remote_ds, s3_endpoint):
     with FaultProxy(s3_endpoint, seed=0) as proxy:
         loader = shardkit.load(
             f"s3://{bucket}/ds",
-            storage_options=_via(proxy, opts),
+            storage_options=proxy.storage_options(opts),
             num_workers=0,
             shuffle=False,
             max_retries=100,
@@ -291,7 +287,7 @@ def test_endpoint_down_longer_than_budget_raises_naming_url(remote_ds, s3_endpoi
     with FaultProxy(s3_endpoint, seed=0) as proxy:
         loader = shardkit.load(
             f"s3://{bucket}/ds",
-            storage_options=_via(proxy, opts),
+            storage_options=proxy.storage_options(opts),
             num_workers=2,
             max_retries=1000,
             retry_budget_s=1.5,
@@ -324,7 +320,7 @@ def test_botocore_does_not_retry_behind_our_back(remote_ds, s3_endpoint):
             "/ds/train-000002.tar", "500", times=1, method="GET"
         )  # InternalError: botocore would retry it, s3fs does not
         loader = shardkit.load(
-            f"s3://{bucket}/ds", storage_options=_via(proxy, opts), num_workers=0, shuffle=False, **KW
+            f"s3://{bucket}/ds", storage_options=proxy.storage_options(opts), num_workers=0, shuffle=False, **KW
         )
         keys = [k for _, _, ks in loader for k in ks]
         log = list(proxy.log)
@@ -350,7 +346,7 @@ def test_missing_and_denied_objects_are_not_retried(remote_ds, s3_endpoint):
                 proxy.fail(f"/ds/{name}", inject)
             loader = shardkit.load(
                 f"s3://{bucket}/ds",
-                storage_options=_via(proxy, opts),
+                storage_options=proxy.storage_options(opts),
                 num_workers=0,
                 shuffle=False,
                 max_retries=max_retries,

@@ -1,8 +1,8 @@
 """End to end: demo scenes (boxes, keypoints, masks) through two ranks x two workers over two epochs with the
 ``detect`` preset, and through a Lightning ``Trainer``.
 
-Each rank's every batch passes the pixel oracle of ``tests/loader/test_targets_oracle.py`` (boxes on their colour,
-no colour outside its class's boxes, masks on their colour and on the reference, padding black and 255, keypoints
+Each rank's every batch passes the pixel oracle of :mod:`tests.support.scene_crops` (boxes on their colour, no
+colour outside its class's boxes, masks on their colour and on the reference, padding black and 255, keypoints
 on their edges), the ranks together see every sample exactly once per epoch, and each rank's ``boxes_dropped`` is
 the boxes its samples had minus the boxes it returned.
 """
@@ -14,7 +14,8 @@ import torch
 
 import shardkit
 from shardkit.demo.scenes import write_scenes
-from tests.loader.test_targets_oracle import SCENE, TARGETS, check_batch
+from tests.support.lightning import cpu_trainer
+from tests.support.scene_crops import SCENE, TARGETS, check_batch
 
 N = 24
 
@@ -81,15 +82,7 @@ def test_a_trainer_gets_the_targets_of_every_sample_once_per_epoch(scenes):
 
     dm = ShardDataModule(scenes, fields=TARGETS, preset="letterbox", batch_size=6, size=32, num_workers=2, seed=3)
     model = TargetLog(32, 3)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = cpu_trainer(max_epochs=2)
     trainer.fit(model, datamodule=dm)
     assert sorted(model.keys) == [0, 1]
     assert all(sorted(keys) == [f"k{i:06d}" for i in range(N)] for keys in model.keys.values())

@@ -272,7 +272,7 @@ def test_a_retry_after_the_object_was_replaced_is_an_error_not_a_splice(s3, s3_e
     fs = _fs(opts)
     fs.pipe_file(url, DATA)
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         opener = ShardOpener(StorageConfig(storage_options=via, block_size=BLOCK, max_retries=3))
         f = opener.open_ranges(url, len(DATA))
         assert f.read(BLOCK) == DATA[:BLOCK]
@@ -291,7 +291,7 @@ def test_a_second_pass_over_cached_ranges_sends_no_shard_get(s3, s3_endpoint, tm
     url = f"s3://{bucket}/ranges/s.tar"
     _fs(opts).pipe_file(url, DATA)
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         opener = ShardOpener(StorageConfig(storage_options=via, block_size=BLOCK, cache_dir=str(tmp_path / "c")))
         offsets = [(3 * BLOCK, 100), (10, 2000), (len(DATA) - 50, 50)]
         for epoch in range(2):
@@ -323,7 +323,7 @@ def test_the_index_fetch_keeps_to_the_retry_budget(s3, s3_endpoint, monkeypatch)
 
     monkeypatch.setattr(opener_mod, "time", FakeTime)
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         opener = ShardOpener(StorageConfig(storage_options=via, max_retries=1000, retry_budget_s=3.0))
         proxy.down()
         with pytest.raises(StorageError, match="still failing after"):
@@ -427,7 +427,7 @@ def test_an_open_sends_no_size_probe_and_a_changed_size_is_caught_at_the_first_r
     else:
         _fs(opts).touch(url)
     with FaultProxy(s3_endpoint) as proxy:
-        via = {**opts, "client_kwargs": {"endpoint_url": proxy.url}}
+        via = proxy.storage_options(opts)
         cfg = StorageConfig(
             storage_options=via, block_size=BLOCK, cache_dir=str(tmp_path / "c") if how == "cache" else None
         )

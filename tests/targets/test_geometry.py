@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from shardkit.augment.affine import compose, flip_matrix, resized_crop_matrix, warp
 from shardkit.targets.geometry import MIN_VISIBLE, Targets, move, outside, warp_masks
-from tests.targets.oracle import check_scene, ref_move_sample, ref_warp_mask, scene_batch
+from tests.support.target_geometry import check_scene, ref_move_sample, ref_warp_mask, scene_batch
 
 SETTINGS = settings(
     phases=[Phase.explicit, Phase.generate],
@@ -177,7 +177,7 @@ def test_augment_maps_move_scene_boxes_onto_the_warped_pixels(seed, w, h, out, f
     # tight: each box's edges sit within one source pixel (in output pixels) of its colour's extent
     s = max(out / ch, out / cw)
     img = (x[0].numpy().transpose(1, 2, 0) * 255).astype(np.float64)
-    from tests.targets.oracle import classify
+    from tests.support.target_geometry import classify
 
     _, near = classify(img)
     ys, xs = np.mgrid[0:out, 0:out] + 0.5

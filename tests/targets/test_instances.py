@@ -6,9 +6,9 @@ Oracles, each against a deliberately simple reference:
   random affine maps equals a pixel-by-pixel float64 nearest loop, with each pixel's row sent to the row its
   object has among the kept boxes (which boxes stay: the per-box reference run one object at a time);
 * ``kept_rows``/``relabel`` equal a Python dict lookup;
-* GpuAugment's geometric ops on demo scenes (:func:`check_instances`, the pixel oracle): the pixels of row ``k``
-  lie in box ``k`` (within a margin), sit on its class's colour, agree with the semantic mask, and no pixel names
-  a row ``>= box_count``;
+* GpuAugment's geometric ops on demo scenes (:func:`tests.support.target_geometry.check_instances`, the pixel
+  oracle): the pixels of row ``k`` lie in box ``k`` (within a margin), sit on its class's colour, agree with the
+  semantic mask, and no pixel names a row ``>= box_count``;
 * ``to_torchvision``'s ``"masks"`` equal a per-box loop ``instances == k``; ``as_tv_tensors`` then
   ``from_tv_tensors`` gives the map back; a torchvision Mask R-CNN takes one training step of it.
 """
@@ -27,7 +27,7 @@ from shardkit.targets import as_tv_tensors, from_tv_tensors, to_torchvision
 from shardkit.targets.crops import crop_maps
 from shardkit.targets.geometry import Targets, move, pad_objects
 from shardkit.targets.instances import kept_rows, relabel
-from tests.targets.oracle import FILL, classify, ref_move_sample, ref_warp_mask
+from tests.support.target_geometry import FILL, IGNORE, check_instances, ref_move_sample, ref_warp_mask
 
 SETTINGS = settings(
     phases=[Phase.explicit, Phase.generate],
@@ -36,52 +36,6 @@ SETTINGS = settings(
     max_examples=20,
     suppress_health_check=list(HealthCheck),
 )
-IGNORE = 255
-MARGIN = 2.0  #: output pixels an instance pixel's centre may lie outside its box
-
-
-def check_instances(image, boxes, labels, count, instances, mask=None, *, loose=False) -> list[str]:
-    """Failures (strings) of one sample's instance map against its own pixels (the demo scenes' colours).
-
-    ``image`` float ``[3, H, W]`` in 0-1; ``boxes`` ``[M, 4]``; ``labels`` ``[M]``; ``instances`` ``[H, W]``;
-    ``mask`` ``[H, W]`` or ``None``. ``loose``: rotations or shears (an enclosing box, clipped, may be loose, but
-    an object's pixels still lie inside it).
-    """
-    img = np.asarray(image, np.float64).transpose(1, 2, 0) * 255.0
-    inst = np.asarray(instances).astype(np.int64)
-    h, w = inst.shape
-    _, near = classify(img)
-    fails: list[str] = []
-    n = int(count)
-    if inst.min() < -1 or inst.max() >= max(n, 0) and inst.max() >= 0:
-        fails.append(f"instance values {inst.min()}..{inst.max()} outside -1..{n - 1}")
-        return fails
-    ys, xs = np.mgrid[0:h, 0:w] + 0.5
-    pn = np.pad(near, 1, constant_values=-2)
-    for k in range(n):
-        x0, y0, x1, y1 = (float(v) for v in boxes[k])
-        c = int(labels[k])
-        own = inst == k
-        out = own & ((xs < x0 - MARGIN) | (xs > x1 + MARGIN) | (ys < y0 - MARGIN) | (ys > y1 + MARGIN))
-        if out.any():
-            i, j = np.argwhere(out)[0]
-            fails.append(f"pixel (x={j}, y={i}) of row {k} lies outside its box {[x0, y0, x1, y1]}")
-        near_c = np.zeros((h, w), bool)  # a pixel of colour c within one pixel (edges blur)
-        for dy in range(3):
-            for dx in range(3):
-                near_c |= pn[dy : dy + h, dx : dx + w] == c
-        off = own & ~near_c
-        if off.any():
-            i, j = np.argwhere(off)[0]
-            fails.append(f"pixel (x={j}, y={i}) of row {k} (class {c}) has no pixel of its colour next to it")
-    if mask is not None:
-        m = np.asarray(mask).astype(np.int64)
-        lab = np.asarray(labels).astype(np.int64)
-        both = (inst >= 0) & (m != IGNORE)
-        if both.any() and (m[both] != lab[inst[both]]).any():
-            i, j = np.argwhere(both & (m != lab[np.maximum(inst, 0)]))[0]
-            fails.append(f"pixel (x={j}, y={i}): row {inst[i, j]} is class {lab[inst[i, j]]}, the mask says {m[i, j]}")
-    return fails
 
 
 def scene_batch_instances(seed: int, n: int, size: tuple[int, int]) -> tuple[torch.Tensor, Targets]:

@@ -80,7 +80,7 @@ def test_show_draws_views_from_the_loader_and_the_command_line(tmp_path, capsys)
 
 
 def test_show_of_a_selection_draws_only_its_samples(tmp_path, capsys):
-    from tests.select.helpers import write_living
+    from tests.support.living import write_living
 
     split = write_living(str(tmp_path / "train"), 12, shard_size=5, index=True)
     sel = str(tmp_path / "sel")

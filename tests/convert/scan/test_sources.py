@@ -21,7 +21,7 @@ from shardkit.errors import ConvertError
 from shardkit.format.manifest import load_manifest
 from tests.support.data import image_bytes, split_samples, tree_digests
 from tests.support.data import write_tar_file as _tar
-from tests.support.probes import kill_when
+from tests.support.probes import convert_killed_mid_run, convert_to_the_end
 
 IMG = EncodeConfig(short_side=16)
 
@@ -515,9 +515,6 @@ def test_info_and_verify_accept_every_source_kind(tmp_path):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("kind", ["listing", "tars"])
 def test_conversion_of_a_listing_or_tars_killed_then_rerun_is_byte_identical(tmp_path, kind):
-    import subprocess
-    import sys
-
     import numpy as np
 
     root = str(tmp_path / "imgs")
@@ -547,22 +544,8 @@ def test_conversion_of_a_listing_or_tars_killed_then_rerun_is_byte_identical(tmp
         quiet=True,
     )
     dest = str(tmp_path / "dest")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shardkit", "convert", src, dest, *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    assert kill_when(proc, lambda: os.path.exists(os.path.join(dest, "train", "train-000001.tar")), 60), (
-        "no shard appeared"
-    )
-    assert not os.path.exists(os.path.join(dest, "train", "manifest.json")), "the conversion finished before the kill"
-    done = subprocess.run(
-        [sys.executable, "-m", "shardkit", "convert", src, dest, *args],
-        check=True,
-        timeout=120,
-        capture_output=True,
-        text=True,
-    )
+    convert_killed_mid_run(src, dest, args)
+    done = convert_to_the_end(src, dest, args)
     assert "kept" in done.stdout
     assert tree_digests(dest) == tree_digests(clean)
 

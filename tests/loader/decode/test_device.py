@@ -14,7 +14,6 @@ On CUDA nvJPEG's IDCT and chroma upsampling differ from libjpeg-turbo's: mean <=
 
 from __future__ import annotations
 
-import io
 from collections import Counter
 
 import numpy as np
@@ -488,8 +487,8 @@ def test_device_decode_exactly_once_resume_and_elastic_resume(small):
 def write_with_bad(root: str, not_jpeg: int = 3, cut: int = 8) -> list[str]:
     """12 samples in 2 shards: ``k003`` is not a JPEG (its header fails in the worker), ``k008``'s scan is cut short
     (its header is fine: it fails when decoded, in the consumer with decode_on="device")."""
-    from shardkit.format import EncodedSample, write_shard
-    from tests.support.data import write_raw_dataset
+    from shardkit.format import EncodedSample
+    from tests.support.data import write_samples
 
     shards, keys = [], [f"k{i:03d}" for i in range(12)]
     for start in (0, 6):
@@ -498,12 +497,8 @@ def write_with_bad(root: str, not_jpeg: int = 3, cut: int = 8) -> list[str]:
             b"this is not a jpeg" if i == not_jpeg else d[: len(d) * 2 // 3] if i == cut else d
             for i, d in enumerate(datas, start)
         ]
-        buf = io.BytesIO()
-        n, _, _ = write_shard(
-            [EncodedSample(keys[i], d, i % 2, {"class": str(i % 2)}) for i, d in enumerate(datas, start)], buf
-        )
-        shards.append((buf.getvalue(), n))
-    write_raw_dataset(root, shards, ["a", "b"])
+        shards.append([EncodedSample(keys[i], d, i % 2, {"class": str(i % 2)}) for i, d in enumerate(datas, start)])
+    write_samples(root, shards, ["a", "b"])
     return keys
 
 
@@ -551,18 +546,18 @@ def test_decode_on_option_is_a_typed_choice():
         ImageConfig(decode_on="device", batch_hook=print)
 
 
-def test_a_device_decoding_loader_is_freed_when_dropped():
+def test_a_device_decoding_loader_is_freed_when_dropped(tmp_path):
     """In a fresh process (the JPEG backend's first import -- TorchCodec's or torchvision's -- happens in the
     loader's first decode), a
     decode_on="device" loader is freed by reference counting when dropped, not left to the garbage collector."""
     from tests.support.probes import run_fresh
 
     code = """
-import gc, json, sys, tempfile, weakref
+import gc, json, sys, weakref
 gc.disable()
 from tests.support.data import write_dataset
 import shardkit
-ds = write_dataset(tempfile.mkdtemp(), num_samples=8, shard_size=4, size=(40, 30))
+ds = write_dataset(sys.argv[1], num_samples=8, shard_size=4, size=(40, 30))
 loader = shardkit.load(ds.url, batch_size=4, num_workers=0, size=16, decode_on="device", pin_memory=False)
 n = sum(len(y) for _, y in loader)
 ref = weakref.ref(loader)
@@ -570,7 +565,7 @@ del loader
 from shardkit.loader.decode.backend import _MODULES, default_backend  # the backend's first import happened in the decode
 print(json.dumps({"n": n, "alive": ref() is not None, "tv": _MODULES[default_backend()] in sys.modules}))
 """
-    assert run_fresh(code) == {"n": 8, "alive": False, "tv": True}
+    assert run_fresh(code, str(tmp_path / "ds")) == {"n": 8, "alive": False, "tv": True}
 
 
 def test_a_mixtures_per_source_stats_count_device_decode_drops_as_skipped(tmp_path):

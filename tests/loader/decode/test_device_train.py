@@ -111,8 +111,8 @@ def test_loader_train_device_decode_after_bad_samples(tmp_path, num_workers):
     """Through the loader: decode_on="device", train preset, shuffled, bad scans among the samples: every
     good sample once, each image its own crop and flip (by key), the bad ones skipped and counted."""
     import shardkit
-    from shardkit.format import EncodedSample, write_shard
-    from tests.support.data import write_raw_dataset
+    from shardkit.format import EncodedSample
+    from tests.support.data import write_samples
 
     n, bad = 24, {3, 4, 13, 23}
     shards = []
@@ -128,10 +128,8 @@ def test_loader_train_device_decode_after_bad_samples(tmp_path, num_workers):
                     {"class": str(i % 2)},
                 )
             )
-        buf = io.BytesIO()
-        count, _, _ = write_shard(samples, buf)
-        shards.append((buf.getvalue(), count))
-    root = write_raw_dataset(str(tmp_path / "d"), shards, ["0", "1"])
+        shards.append(samples)
+    root = write_samples(str(tmp_path / "d"), shards, ["0", "1"])
     loader = shardkit.load(
         root,
         batch_size=5,

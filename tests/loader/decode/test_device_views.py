@@ -33,7 +33,7 @@ import shardkit
 import shardkit.loader.decode.device as dd
 import shardkit.loader.decode.deviceviews as dv
 from shardkit.errors import DataError
-from shardkit.format import EncodedSample, RawSample, write_shard
+from shardkit.format import RawSample
 from shardkit.loader import View, ViewBatch
 from shardkit.loader.batching import BatchSpec
 from shardkit.loader.config import ImageConfig
@@ -41,11 +41,10 @@ from shardkit.loader.decode.cropgeometry import CROP_UNIFORMS, rrc_boxes, sample
 from shardkit.loader.decode.multicrop import ViewDecoder
 from shardkit.loader.prefetch import DevicePrefetcher
 from shardkit.loader.stats import COUNTERS, Counters
-from tests.support.data import write_raw_dataset
 from tests.support.decode_paths import bad_huffman, cut_scan, mean_diff
 from tests.support.resume import check_resume
 from tests.support.source_reference import colour, image_id
-from tests.support.views import Flat, N, check_colours, solid_image, to_jpeg, views_by_key
+from tests.support.views import Flat, N, check_colours, solid_image, to_jpeg, views_by_key, write_images, write_keyed
 
 SEED, EPOCH = 5, 2
 #: three groups: two globals, three locals, one without flips and with other ratios
@@ -81,26 +80,15 @@ def id_jpeg(i: int, progressive: bool = False) -> bytes:
     return to_jpeg(id_image(i), subsampling=0, progressive=progressive)
 
 
-def write(root: str, jpeg, n: int = N, shard_size: int = 7) -> str:
-    """``n`` samples ``k{i:06d}`` (label ``i % 3``, id ``i``) whose bytes are ``jpeg(i)``."""
-    shards = []
-    for start in range(0, n, shard_size):
-        samples = [EncodedSample(f"k{i:06d}", jpeg(i), i % 3, {}) for i in range(start, min(n, start + shard_size))]
-        buf = io.BytesIO()
-        count, _, _ = write_shard(samples, buf)
-        shards.append((buf.getvalue(), count))
-    return write_raw_dataset(root, shards, ["a", "b", "c"])
-
-
 @pytest.fixture(scope="module")
 def solid(tmp_path_factory) -> str:
-    return write(str(tmp_path_factory.mktemp("solid")), lambda i: to_jpeg(solid_image(i)))
+    return write_images(str(tmp_path_factory.mktemp("solid")), solid_image)
 
 
 @pytest.fixture(scope="module")
 def ids(tmp_path_factory) -> str:
     """Geometry-revealing images; every fifth one progressive (decoded by the CPU fallback)."""
-    return write(str(tmp_path_factory.mktemp("ids")), lambda i: id_jpeg(i, progressive=i % 5 == 4))
+    return write_keyed(str(tmp_path_factory.mktemp("ids")), lambda i: id_jpeg(i, progressive=i % 5 == 4))
 
 
 def load(url, **kw):
@@ -278,7 +266,7 @@ def test_each_sample_is_decoded_once_and_each_view_group_cut_in_one_call(tmp_pat
     ``resized_crops`` call per view group per batch; the fallback asks for the DCT scale its most demanding view
     allows (computed here from the documented geometry)."""
     big = lambda i: to_jpeg(Image.new("RGB", (320, 240), colour(i)), progressive=i % 3 == 2)  # noqa: E731
-    url = write(str(tmp_path), big, n=12)
+    url = write_keyed(str(tmp_path), big, n=12)
     sample_of = {big(i): i for i in range(12)}
     batched: list[list[int]] = []
     fallback: list[tuple[int, int, int]] = []
@@ -338,7 +326,7 @@ def damaged(i: int) -> bytes:
 def test_a_sample_no_decoder_reads_drops_all_its_views(tmp_path, num_workers):
     """Bad scans among the samples: each one drops from every view, every later view is still its own sample's
     crop and flip, the skips are counted (in the workers and on the consumer)."""
-    url = write(str(tmp_path), damaged, n=24)
+    url = write_keyed(str(tmp_path), damaged, n=24)
     loader = load(url, fast_decode=False, num_workers=num_workers, shuffle_buffer=6)
     views_of = by_key(loader)
     gone = set(BAD) | {17}
@@ -397,7 +385,7 @@ def test_a_mixture_counts_each_drop_against_its_source(solid, tmp_path):
     follow it, and a sample dropped on the consumer moves from its source's samples to its skipped."""
     bad = {2: cut_scan, 7: bad_huffman}
     colours = lambda i: to_jpeg(Image.new("RGB", (80, 60), colour(30 + i)))  # noqa: E731
-    other = write(str(tmp_path), lambda i: bad[i](colours(i)) if i in bad else colours(i), n=12)
+    other = write_keyed(str(tmp_path), lambda i: bad[i](colours(i)) if i in bad else colours(i), n=12)
     sources = [shardkit.Source(solid, repeat=1), shardkit.Source(other, repeat=1)]
     loader = load(sources, num_workers=2, with_source=True)
     seen = []

@@ -1,8 +1,8 @@
 """Deliberately simple references for the target geometry (numpy float64, Python loops) and the scenes oracle.
 
-Shared by ``tests/targets/test_geometry.py`` and ``tests/augment/test_targets_*.py``. Nothing here imports
-the code under test's maths: maps are inverted with ``np.linalg.inv``, boxes move corner by corner, masks
-pixel by pixel, and the scene checks read only the pixels (every class has its own colour).
+Used by the target geometry, augment and instance tests. Nothing here imports the code under test's maths: maps
+are inverted with ``np.linalg.inv``, boxes move corner by corner, masks pixel by pixel, and the scene checks read
+only the pixels (every class has its own colour).
 """
 
 from __future__ import annotations
@@ -199,4 +199,57 @@ def check_scene(image, boxes, labels, count, mask=None, keypoints=None, *, loose
                     )
             if vflip is not None and pts[0, 2] > 0 and pts[1, 2] > 0 and (pts[0, 0] < pts[1, 0]) == bool(vflip):
                 fails.append(f"object {k}: keypoints 'left'/'right' in the wrong slots (vflip={bool(vflip)})")
+    return fails
+
+
+#: output pixels an instance pixel's centre may lie outside its box
+INSTANCE_MARGIN = 2.0
+
+
+def check_instances(image, boxes, labels, count, instances, mask=None, *, loose=False) -> list[str]:
+    """Failures (strings) of one sample's instance map against its own pixels (the demo scenes' colours).
+
+    ``image`` float ``[3, H, W]`` in 0-1; ``boxes`` ``[M, 4]``; ``labels`` ``[M]``; ``instances`` ``[H, W]``;
+    ``mask`` ``[H, W]`` or ``None``. ``loose``: rotations or shears (an enclosing box, clipped, may be loose, but
+    an object's pixels still lie inside it).
+    """
+    img = np.asarray(image, np.float64).transpose(1, 2, 0) * 255.0
+    inst = np.asarray(instances).astype(np.int64)
+    h, w = inst.shape
+    _, near = classify(img)
+    fails: list[str] = []
+    n = int(count)
+    if inst.min() < -1 or inst.max() >= max(n, 0) and inst.max() >= 0:
+        fails.append(f"instance values {inst.min()}..{inst.max()} outside -1..{n - 1}")
+        return fails
+    ys, xs = np.mgrid[0:h, 0:w] + 0.5
+    pn = np.pad(near, 1, constant_values=-2)
+    for k in range(n):
+        x0, y0, x1, y1 = (float(v) for v in boxes[k])
+        c = int(labels[k])
+        own = inst == k
+        out = own & (
+            (xs < x0 - INSTANCE_MARGIN)
+            | (xs > x1 + INSTANCE_MARGIN)
+            | (ys < y0 - INSTANCE_MARGIN)
+            | (ys > y1 + INSTANCE_MARGIN)
+        )
+        if out.any():
+            i, j = np.argwhere(out)[0]
+            fails.append(f"pixel (x={j}, y={i}) of row {k} lies outside its box {[x0, y0, x1, y1]}")
+        near_c = np.zeros((h, w), bool)  # a pixel of colour c within one pixel (edges blur)
+        for dy in range(3):
+            for dx in range(3):
+                near_c |= pn[dy : dy + h, dx : dx + w] == c
+        off = own & ~near_c
+        if off.any():
+            i, j = np.argwhere(off)[0]
+            fails.append(f"pixel (x={j}, y={i}) of row {k} (class {c}) has no pixel of its colour next to it")
+    if mask is not None:
+        m = np.asarray(mask).astype(np.int64)
+        lab = np.asarray(labels).astype(np.int64)
+        both = (inst >= 0) & (m != IGNORE)
+        if both.any() and (m[both] != lab[inst[both]]).any():
+            i, j = np.argwhere(both & (m != lab[np.maximum(inst, 0)]))[0]
+            fails.append(f"pixel (x={j}, y={i}): row {inst[i, j]} is class {lab[inst[i, j]]}, the mask says {m[i, j]}")
     return fails

@@ -1,4 +1,5 @@
-"""Shared by the coco/voc/yolo source tests: scene images on disk, an end-to-end probe, a plain shard reader."""
+"""Shared by the coco/voc/yolo source tests: scene images on disk, an end-to-end probe, a plain shard reader, COCO
+RLE segmentations."""
 
 from __future__ import annotations
 
@@ -81,3 +82,17 @@ def read_shards(
                         assert near.mean() > 0.9, (meta.get("path", key), c)
             samples[meta.get("path", key)] = objs
     return samples
+
+
+def coco_rle(region: np.ndarray, *, compressed: bool) -> dict:
+    """COCO's RLE segmentation of the bool mask ``region`` (``[H, W]``): compressed (the counts string of
+    :func:`shardkit.convert.segments.rle_of`), or uncompressed (column-major run lengths, zeros first, counted
+    here)."""
+    if compressed:
+        from shardkit.convert.segments import rle_of
+
+        r = rle_of(region)
+        return {"size": list(r.size), "counts": r.counts}
+    flat = region.T.reshape(-1)
+    runs = np.diff(np.flatnonzero(np.diff(np.r_[False, flat, not flat[-1]])), prepend=0).tolist()
+    return {"size": list(region.shape), "counts": runs}

@@ -1,4 +1,4 @@
-"""Sources whose image colour names the image, and a plain reader of a split as ``resolve()`` says it is read.
+"""A plain reader of a living split (generations, corrections) as ``resolve()`` says it is read.
 
 The reader takes only the :class:`~shardkit.format.snapshot.Snapshot`'s subset (which samples are in, which
 labels changed) from shardkit; the samples themselves are read with :mod:`tarfile` and :mod:`json`, and the
@@ -14,17 +14,7 @@ import tarfile
 from collections import Counter
 from collections.abc import Sequence
 
-from tests.support.source_reference import image_id, mean_colour, write_image
-
-#: one source item: (class name, relative file name inside the class folder, colour id)
-Item = tuple[str, str, int]
-
-
-def write_source(root: str, items: Sequence[Item]) -> str:
-    """Class folders under ``root`` with one solid PNG per item (equal colour ids give equal bytes)."""
-    for cls, name, i in items:
-        write_image(os.path.join(root, cls, name), i)
-    return root
+from tests.support.source_reference import image_id, mean_colour
 
 
 def stored(split_dir: str) -> list[dict]:
@@ -89,9 +79,4 @@ def files_state(split_dir: str) -> dict[str, tuple[int, str]]:
     return out
 
 
-def read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-__all__ = ["Item", "as_read", "files_state", "multiset", "read_bytes", "stored", "write_source"]
+__all__ = ["as_read", "files_state", "multiset", "stored"]
