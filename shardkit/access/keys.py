@@ -14,8 +14,8 @@ from typing import Optional
 import numpy as np
 
 from shardkit.errors import StorageError
-from shardkit.format.pin import generations_of, shard_span
 from shardkit.format.snapshot import Snapshot
+from shardkit.format.snapshot.pin import generations_of, shard_span
 from shardkit.format.tables import BUILD_COMMAND, TABLES_FORMAT, KeyTable, TableError, checked
 from shardkit.storage import fs as storage
 

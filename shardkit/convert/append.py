@@ -31,7 +31,7 @@ from shardkit.convert.skips import SkipReason
 from shardkit.errors import ConvertError, ShardkitError
 from shardkit.format.generations import Generation
 from shardkit.format.manifest import Manifest, ShardInfo, SkippedFile
-from shardkit.format.pin import fingerprint, generations_of
+from shardkit.format.snapshot.pin import fingerprint, generations_of
 from shardkit.format.tables import TABLES_FORMAT, KeyTable, checked, read_samples_table
 from shardkit.storage import fs as storage
 
@@ -50,7 +50,7 @@ class Base:
         generation: the number the appended generation gets.
         key_offset: the first key number of the appended generation.
         hashes: ``source_sha256 -> key`` of every sample of every generation (those whose table has the hash).
-        fingerprint: :func:`~shardkit.format.pin.fingerprint` of the split (the append's base).
+        fingerprint: :func:`~shardkit.format.snapshot.pin.fingerprint` of the split (the append's base).
     """
 
     manifest: Manifest
@@ -141,7 +141,7 @@ def appending(dest: str, source: ScannedSource, options: ConvertConfig, so: dict
     import json
 
     from shardkit.format.manifest import MANIFEST_NAME, load_manifest, split_names
-    from shardkit.format.selection import SELECTION_FORMAT
+    from shardkit.format.snapshot.selection import SELECTION_FORMAT
 
     murl = storage.join(dest, MANIFEST_NAME)
     if storage.exists(murl, **so):

@@ -25,7 +25,7 @@ from typing import Any, Optional
 from shardkit.errors import ConvertError, ShardkitError
 from shardkit.format.generations import CorrectionRows, Corrections, Generation, corrections_name
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest, save_manifest
-from shardkit.format.pin import corrections_of, generations_of
+from shardkit.format.snapshot.pin import corrections_of, generations_of
 from shardkit.format.tablebuild import write_tables
 from shardkit.format.tables import TABLES_FORMAT, KeyTable, checked, read_samples_table
 from shardkit.storage import fs as storage
@@ -58,7 +58,7 @@ def split_url_of(dest: str, split: str, storage_options: dict) -> str:
     """The split folder corrections go to: ``dest`` if it holds a split, else ``dest/<split>``."""
     import json
 
-    from shardkit.format.selection import SELECTION_FORMAT
+    from shardkit.format.snapshot.selection import SELECTION_FORMAT
 
     murl = storage.join(dest, MANIFEST_NAME)
     if storage.exists(murl, **storage_options):

@@ -97,7 +97,7 @@ class Plan:
     generation: int = 0
     #: an append: the first key number of the generation (after every key of the earlier generations)
     key_offset: int = 0
-    #: an append: :func:`~shardkit.format.pin.fingerprint` of the split it appends to
+    #: an append: :func:`~shardkit.format.snapshot.pin.fingerprint` of the split it appends to
     base: str = ""
 
     @property

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from shardkit.errors import ShardkitError
 from shardkit.format.manifest import Manifest
 from shardkit.format.snapshot import Snapshot
-from shardkit.format.subset import Subset
+from shardkit.format.snapshot.subset import Subset
 from shardkit.plan.stream import sizes_fingerprint
 
 STATE_FORMAT = "shardkit-loader-state"

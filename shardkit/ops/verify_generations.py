@@ -22,7 +22,7 @@ import numpy as np
 from shardkit.errors import ShardkitError
 from shardkit.format.generations import is_corrections_name
 from shardkit.format.manifest import Manifest
-from shardkit.format.pin import generations_of
+from shardkit.format.snapshot.pin import generations_of
 from shardkit.format.tables import TABLES_FORMAT, KeyTable, checked, is_table_name, read_samples_table
 from shardkit.storage import fs as storage
 
@@ -121,8 +121,8 @@ def generations_info(m: Manifest, **storage_options: Any) -> GenerationsInfo:
 
 def generation_problems(m: Manifest, **storage_options: Any) -> list[tuple[str, str]]:
     """``(file, what is wrong)`` for every table and corrections file of every generation of ``m``."""
-    from shardkit.format.pin import shard_span
     from shardkit.format.snapshot import corrected
+    from shardkit.format.snapshot.pin import shard_span
 
     so = storage_options
     out: list[tuple[str, str]] = []
@@ -209,7 +209,7 @@ def is_selection(url: str, **storage_options: Any) -> bool:
     import json
 
     from shardkit.format.manifest import manifest_url
-    from shardkit.format.selection import SELECTION_FORMAT
+    from shardkit.format.snapshot.selection import SELECTION_FORMAT
 
     murl = manifest_url(url)
     try:

@@ -17,8 +17,8 @@ from typing import Any, Literal
 import numpy as np
 
 from shardkit.errors import ShardkitError
-from shardkit.format.pin import generations_of
 from shardkit.format.snapshot import Snapshot
+from shardkit.format.snapshot.pin import generations_of
 from shardkit.format.tables import BUILD_COMMAND, TableError, checked, read_samples_table
 from shardkit.storage import fs as storage
 

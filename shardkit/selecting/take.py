@@ -4,7 +4,7 @@
 The samples in are those of the split (as of its newest generation, or ``generation``) that are not removed by
 a correction, of one of ``classes`` (each sample's class as of that generation), named by the ``include`` list,
 satisfying ``where`` (:mod:`shardkit.selecting.where`), and not named by the ``exclude`` list; an option left
-out does not narrow. The result is a selection folder (:mod:`shardkit.format.selection`): the bits of the
+out does not narrow. The result is a selection folder (:mod:`shardkit.format.snapshot.selection`): the bits of the
 samples in, never the criteria as something to run (they are recorded for people in ``criteria``).
 
 Selecting from a selection selects within it: the URL is resolved (its parent checked), the criteria narrow the
@@ -23,8 +23,8 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from shardkit.format.manifest import MANIFEST_NAME
-from shardkit.format.selection import Selection, write_selection
 from shardkit.format.snapshot import Snapshot, read_manifest, resolve
+from shardkit.format.snapshot.selection import Selection, write_selection
 from shardkit.selecting.rows import SelectError, Unknown, match_entries, read_entries, table_rows
 from shardkit.selecting.where import Node, check_fields, evaluate, parse
 from shardkit.storage import fs as storage

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from shardkit.errors import ManifestError
 from shardkit.format.generations import CORRECTED_VERSION, Corrections, Generation
 from shardkit.format.manifest import Manifest, ShardInfo
-from shardkit.format.pin import pin
-from shardkit.format.subset import Subset
+from shardkit.format.snapshot.pin import pin
+from shardkit.format.snapshot.subset import Subset
 
 SHA = "0" * 64
 
@@ -119,8 +119,8 @@ def test_corrections_make_version_4_and_a_version_3_file_with_them_is_refused():
 
 
 def test_a_selection_whose_parent_was_reconverted_is_refused(tmp_path):
-    from shardkit.format.selection import write_selection
     from shardkit.format.snapshot import resolve
+    from shardkit.format.snapshot.selection import write_selection
     from tests.support.data import write_dataset
 
     split = write_dataset(str(tmp_path / "ds"), num_samples=12, shard_size=5).url

@@ -326,7 +326,7 @@ def test_views_and_a_progressive_size_on_a_selection(living, tmp_path):
 
 
 def test_a_selection_of_a_split_without_sample_indexes_is_read_by_the_walk(tmp_path):
-    from shardkit.format.selection import write_selection
+    from shardkit.format.snapshot.selection import write_selection
     from tests.support.data import write_dataset
 
     ds = write_dataset(str(tmp_path / "ds"), num_samples=30, shard_size=7)  # no sample index: the header walk

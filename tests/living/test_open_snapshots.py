@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import shardkit
-from shardkit.format.selection import write_selection
+from shardkit.format.snapshot.selection import write_selection
 from tests.support.living import SIZE, Living, append, convert_split, correct, select
 from tests.support.source_reference import image_id
 

@@ -1,5 +1,5 @@
 """Mutants of the living split's format: ``Subset``, generations in the manifest, ``pin`` and a selection's parent
-check (``shardkit/format/subset.py``, ``generations.py``, ``pin.py``, ``manifest.py``, ``snapshot.py``)."""
+check (``shardkit/format/snapshot/subset.py``, ``generations.py``, ``pin.py``, ``manifest.py``, ``snapshot.py``)."""
 
 ROW_SUBSET = "Living datasets: a subset keeps exactly the samples its mask keeps"
 ROW_GEN = "Living datasets: generations describe the manifest's shards, and pinning one takes its prefix"
@@ -12,7 +12,7 @@ MUTANTS = [
     {
         "id": "subset-mask-shard-bounds-shifted",
         "row": ROW_SUBSET,
-        "file": "shardkit/format/subset.py",
+        "file": "shardkit/format/snapshot/subset.py",
         "old": "kept = tuple(np.flatnonzero(mask[bounds[i] : bounds[i + 1]]) for i in range(len(sizes)))",
         "new": "kept = tuple(np.flatnonzero(mask[bounds[i] : bounds[i + 1] + 1]) for i in range(len(sizes)))",
         "tests": [f"{T}::test_a_subset_keeps_what_its_mask_keeps"],
@@ -20,7 +20,7 @@ MUTANTS = [
     {
         "id": "subset-stored-ignores-kept",
         "row": ROW_SUBSET,
-        "file": "shardkit/format/subset.py",
+        "file": "shardkit/format/snapshot/subset.py",
         "old": "return local if k is None else k[local]",
         "new": "return local",
         "tests": [f"{T}::test_a_subset_keeps_what_its_mask_keeps"],
@@ -28,7 +28,7 @@ MUTANTS = [
     {
         "id": "subset-restrict-keeps-union",
         "row": ROW_SUBSET,
-        "file": "shardkit/format/subset.py",
+        "file": "shardkit/format/snapshot/subset.py",
         "old": "else np.intersect1d(a, b, assume_unique=True)",
         "new": "else np.union1d(a, b)",
         "tests": [f"{T}::test_a_subset_keeps_what_its_mask_keeps"],
@@ -36,7 +36,7 @@ MUTANTS = [
     {
         "id": "subset-fingerprint-ignores-relabels",
         "row": ROW_SUBSET,
-        "file": "shardkit/format/subset.py",
+        "file": "shardkit/format/snapshot/subset.py",
         "old": 'sha.update(f"{pos}={r[pos]},".encode())',
         "new": "pass",
         "tests": [f"{T}::test_relabels_and_fingerprints"],
@@ -44,7 +44,7 @@ MUTANTS = [
     {
         "id": "pin-keeps-later-classes",
         "row": ROW_GEN,
-        "file": "shardkit/format/pin.py",
+        "file": "shardkit/format/snapshot/pin.py",
         "old": "classes = m.classes[: kept[-1].classes]",
         "new": "classes = m.classes",
         "tests": [f"{T}::test_generations_round_trip_and_pin_takes_a_prefix"],
@@ -68,7 +68,7 @@ MUTANTS = [
     {
         "id": "selection-parent-fingerprint-unchecked",
         "row": ROW_SEL,
-        "file": "shardkit/format/snapshot.py",
+        "file": "shardkit/format/snapshot/__init__.py",
         "old": "if fingerprint(pinned) != sel.parent_fingerprint:",
         "new": "if False:",
         "tests": [f"{T}::test_a_selection_whose_parent_was_reconverted_is_refused"],

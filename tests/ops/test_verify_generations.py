@@ -16,7 +16,7 @@ from shardkit.cli import main
 from shardkit.convert import ConvertConfig, EncodeConfig, convert
 from shardkit.convert.corrections import correct
 from shardkit.format.manifest import load_manifest
-from shardkit.format.selection import write_selection
+from shardkit.format.snapshot.selection import write_selection
 from shardkit.ops.upgrade import UpgradeError, add_checksums
 from shardkit.ops.verify import verify
 from shardkit.ops.verify_generations import generations_info

@@ -18,8 +18,8 @@ import shardkit
 from shardkit.cli import main
 from shardkit.errors import ManifestError
 from shardkit.format.manifest import load_manifest
-from shardkit.format.pin import fingerprint, pin
 from shardkit.format.snapshot import resolve
+from shardkit.format.snapshot.pin import fingerprint, pin
 from shardkit.selecting import SelectError, WhereError
 from tests.support.living import CLASSES, write_living
 

@@ -1,6 +1,6 @@
 """Living splits for tests: splits that grow by generations, whose corrections remove and relabel samples, and
 selections of them, written by small independent writers of the format (:mod:`shardkit.format.generations`,
-:mod:`shardkit.format.tables`, :mod:`shardkit.format.selection`) with the truth kept beside them.
+:mod:`shardkit.format.tables`, :mod:`shardkit.format.snapshot.selection`) with the truth kept beside them.
 
 Two builders:
 
@@ -29,8 +29,8 @@ from shardkit.format.generations import CorrectionRows, Corrections, Generation,
 from shardkit.format.index import index_url
 from shardkit.format.indexio import index_from_walk
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, save_manifest
-from shardkit.format.pin import generations_of, pin
-from shardkit.format.selection import write_selection
+from shardkit.format.snapshot.pin import generations_of, pin
+from shardkit.format.snapshot.selection import write_selection
 from shardkit.format.tablebuild import write_tables
 from shardkit.format.tables import sample_row
 from tests.support.data import add_index, jpeg_bytes, solid_colour, split_samples

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from shardkit.format.sample import RawSample
-from shardkit.format.subset import Subset
+from shardkit.format.snapshot.subset import Subset
 
 if TYPE_CHECKING:
     from shardkit.format.snapshot import Snapshot

@@ -3,11 +3,11 @@
 ``shardkit select`` writes ``SEL/manifest.json`` (format ``shardkit-selection``) and ``SEL/selection.bits``: one
 bit per stored sample of the parent split as of one generation (``numpy.packbits``, little bit order, split
 order), set when the sample is in. The manifest names the parent by URL and by the fingerprint of what it was
-(:func:`shardkit.format.pin.fingerprint` of the parent pinned to that generation), the generation, the
+(:func:`shardkit.format.snapshot.pin.fingerprint` of the parent pinned to that generation), the generation, the
 number of samples in, the bits file's size and sha256, and the criteria it was taken with (a record for people:
 nothing in it is run at load time). No shard is copied: a reader resolves the parent, checks its fingerprint
 (an append to the parent keeps it; a reconversion or a new correction is refused in one line), and reads the
-parent's shards through a :class:`~shardkit.format.subset.Subset`.
+parent's shards through a :class:`~shardkit.format.snapshot.subset.Subset`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from shardkit import __version__
 from shardkit.errors import ManifestError, ShardkitError
 from shardkit.format import jsonvalues
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest, manifest_url
-from shardkit.format.pin import fingerprint, latest, pin
+from shardkit.format.snapshot.pin import fingerprint, latest, pin
 from shardkit.storage import fs as storage
 
 SELECTION_FORMAT = "shardkit-selection"

@@ -4,6 +4,10 @@
 to one generation (its shards, whose URLs resolve against it; its classes) and the :class:`Subset` of samples
 that are in, with their changed labels. Every reader starts here (the loader, ``shardkit.open``, ``info``,
 ``verify``, ``bench``, ``show``), so a removed sample or an old label cannot reach one reader and not another.
+
+Its modules: :mod:`~shardkit.format.snapshot.pin` (a manifest pinned to one generation, its fingerprint),
+:mod:`~shardkit.format.snapshot.selection` (the selection folder) and :mod:`~shardkit.format.snapshot.subset`
+(the samples that are in).
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ import numpy as np
 from shardkit.errors import ManifestError, ShardkitError
 from shardkit.format.generations import CorrectionRows
 from shardkit.format.manifest import Manifest
-from shardkit.format.pin import corrections_of, fingerprint, generations_of, latest, pin, shard_span
-from shardkit.format.selection import BITS_NAME, Selection, read_manifest
-from shardkit.format.subset import Subset
+from shardkit.format.snapshot.pin import corrections_of, fingerprint, generations_of, latest, pin, shard_span
+from shardkit.format.snapshot.selection import BITS_NAME, Selection, read_manifest
+from shardkit.format.snapshot.subset import Subset
 from shardkit.storage import fs as storage
 
 
