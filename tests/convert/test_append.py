@@ -304,3 +304,30 @@ def test_multi_label_sets_are_renumbered_into_the_merged_classes(tmp_path):
     m = load_manifest(os.path.join(dest, "train"))
     assert m.classes[:2] == ["dog", "eel"]
     assert _labelled(os.path.join(dest, "train")) == _labelled(os.path.join(ref, "train"))
+
+
+def test_a_detection_append_needs_the_splits_classes_in_order(tmp_path, capsys):
+    """Boxes hold indices into the class list, which an append does not renumber: a NEW_SRC with the split's
+    classes is appended (the class list unchanged); one with a class renamed is refused in one line naming the
+    split, and DEST is left as it was."""
+    from shardkit.demo.sources import write_source as write_scenes
+
+    a, same, other = (str(tmp_path / n) for n in ("a", "same", "other"))
+    for seed, root in enumerate((a, same, other)):
+        write_scenes(root, "coco", images=5, seed=seed)
+    ann = os.path.join(other, "annotations.json")
+    with open(ann) as f:
+        coco = json.load(f)
+    coco["categories"][0]["name"] = "crimson"
+    with open(ann, "w") as f:
+        json.dump(coco, f)
+    dest = str(tmp_path / "d")
+    assert _cli(capsys, f"coco:{a}/annotations.json", dest)[0] == 0
+    classes = load_manifest(os.path.join(dest, "train")).classes
+    assert _cli(capsys, f"coco:{same}/annotations.json", dest, "--append")[0] == 0
+    m = load_manifest(os.path.join(dest, "train"))
+    assert m.classes == classes and len(m.generations) == 2
+    before = files_state(os.path.join(dest, "train"))
+    rc, err = _cli(capsys, f"coco:{other}/annotations.json", dest, "--append")
+    assert rc != 0 and "split train" in err and "boxes or masks hold class indices" in err and "\n" not in err
+    assert files_state(os.path.join(dest, "train")) == before

@@ -15,6 +15,14 @@ V = "tests/ops/test_verify_generations.py"
 
 MUTANTS = [
     {
+        "id": "append-detection-classes-not-refused",
+        "row": ROW_REFUSE,
+        "file": "shardkit/convert/append.py",
+        "old": "    if any(f.objects is not None or f.mask is not None or f.segments is not None for f in src.files):",
+        "new": "    if False:",
+        "tests": [f"{A}::test_a_detection_append_needs_the_splits_classes_in_order"],
+    },
+    {
         "id": "append-keys-restart-at-zero",
         "row": ROW_APPEND,
         "file": "shardkit/convert/splitjob.py",
