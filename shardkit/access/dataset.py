@@ -39,10 +39,9 @@ from torch.utils.data import Dataset
 
 from shardkit.access.keys import SnapshotKeys
 from shardkit.errors import DataError, ShardkitError, StorageError
-from shardkit.format.fields import SampleRule
 from shardkit.format.index import READABLE_INDEX_FORMATS, IndexDamage, SampleIndex, index_url
 from shardkit.format.manifest import Manifest
-from shardkit.format.sample import RawSample
+from shardkit.format.sample import RawSample, SampleRule
 from shardkit.format.snapshot import Snapshot, resolve
 from shardkit.format.tables import BUILD_COMMAND
 from shardkit.loader.read.stored import relabel

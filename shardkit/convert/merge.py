@@ -33,9 +33,9 @@ from shardkit.convert.skips import SkipReason
 from shardkit.convert.tablesout import split_rows
 from shardkit.errors import ConvertError
 from shardkit.format import INDEX_FORMAT, EncodedSample, index_url, write_tar
-from shardkit.format.fields import SampleRule
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, manifest_url
 from shardkit.format.prefixes import prefix_of
+from shardkit.format.sample import SampleRule
 from shardkit.format.snapshot.pin import fingerprint
 from shardkit.format.tablebuild import write_tables
 from shardkit.storage import fs as storage

@@ -11,11 +11,10 @@
 The manifest that lists a split's shards is :mod:`shardkit.format.manifest`.
 """
 
-from shardkit.format.fields import SampleRule
 from shardkit.format.index import INDEX_FORMAT, IndexDamage, IndexMismatch, SampleIndex, index_url
 from shardkit.format.indexio import load_index
 from shardkit.format.members import IMAGE_EXT, KEY_PATTERN, LABEL_EXT, META_EXT, SAMPLE_EXTS, UnsafeName, split_member
-from shardkit.format.sample import RawSample
+from shardkit.format.sample import RawSample, SampleRule
 from shardkit.format.tar import ShardReader, TarDamage
 from shardkit.format.writer import EncodedSample, WrittenShard, meta_bytes, write_shard, write_tar
 from shardkit.storage.fs import sha256_file

@@ -35,7 +35,7 @@ readable by plain webdataset (``.cls`` -> int, ``.json`` -> parsed JSON, ``.txt`
 
 Manifests before version 3 declare ``("image", "label")``. A member of a field the dataset does not
 declare is ignored; a declared field whose member is missing or breaks its rule makes the sample
-unusable (skipped and counted, like a bad label today): :meth:`SampleRule.check`.
+unusable (skipped and counted, like a bad label): :meth:`shardkit.format.sample.SampleRule.check`.
 """
 
 from __future__ import annotations
@@ -43,14 +43,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, label_error, parse_label
+from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, parse_label
 from shardkit.format.objects import MAX_OBJECTS, Objects, objects_bytes, parse_objects
-
-if TYPE_CHECKING:
-    from shardkit.format.sample import RawSample
 
 LABELS_EXT = "labels.json"
 TARGET_EXT = "target.json"
@@ -179,71 +175,6 @@ def parse_text(data: bytes) -> str:
         raise ValueError(f"text is not UTF-8 (byte {exc.start})") from None
 
 
-@dataclass(frozen=True)
-class SampleRule:
-    """What makes a sample of one dataset usable: its stored fields, and their class and target counts.
-
-    Attributes:
-        fields: the dataset's stored fields (``"image"`` and any of ``label``, ``labels``, ``target``, ``text``).
-        num_classes: ``C``: class indices lie in ``[0, C)`` (``None``: any int64 >= 0).
-        num_targets: ``D``, the values per ``target`` (``None``: any count).
-    """
-
-    fields: tuple[str, ...] = DEFAULT_FIELDS
-    num_classes: Optional[int] = None
-    num_targets: Optional[int] = None
-    num_keypoints: int = 0
-
-    @classmethod
-    def of(cls, manifest: object) -> "SampleRule":
-        """The rule of a :class:`~shardkit.format.Manifest` (its ``fields``, ``classes``, ``targets`` and
-        ``keypoint_names``)."""
-        classes, targets = getattr(manifest, "classes", []), getattr(manifest, "targets", [])
-        return cls(
-            tuple(getattr(manifest, "fields", DEFAULT_FIELDS)),
-            len(classes) or None,
-            len(targets) or None,
-            len(getattr(manifest, "keypoint_names", [])),
-        )
-
-    def check(self, sample: "RawSample") -> None:
-        """Set ``sample.error`` if it breaks the rule, else fill its declared fields' values.
-
-        The image and (where declared) the label follow the one label rule
-        (:func:`~shardkit.format.members.label_error`); ``labels``, ``target`` and ``text`` are parsed
-        from the members :func:`~shardkit.format.sample.store_field` kept.
-        """
-        if sample.error:
-            return
-        extra = sample.unparsed or {}
-        if "label" in self.fields:
-            if sample.label is None and LABEL_EXT in extra:
-                sample.error = f"unreadable label {extra[LABEL_EXT][:20]!r}"
-            else:
-                sample.error = label_error(sample.jpeg, sample.label, self.num_classes)
-        elif sample.jpeg is None:
-            sample.error = f"missing field '{IMAGE_EXT}'"
-        if sample.error:
-            return
-        try:
-            if "labels" in self.fields:
-                sample.labels = parse_labels(_member(extra, LABELS_EXT), self.num_classes)
-            if "target" in self.fields:
-                sample.target = parse_target(_member(extra, TARGET_EXT), self.num_targets)
-            if "text" in self.fields:
-                sample.text = parse_text(_member(extra, TEXT_EXT))
-            if "boxes" in self.fields:
-                sample.objects = parse_objects(_member(extra, OBJECTS_EXT), self.num_classes, self.num_keypoints)
-            if "mask" in self.fields:
-                sample.mask = _member(extra, MASK_EXT)  # decoded with the image (a bad PNG fails its decode)
-            if "instances" in self.fields:
-                sample.instances = _member(extra, INSTANCES_EXT)  # likewise
-        except ValueError as exc:
-            sample.error = str(exc)
-        except OverflowError:
-            sample.error = "target has a value beyond float range"
-
-
 def labels_bytes(labels: "tuple[int, ...] | list[int]") -> bytes:
     """The ``.labels.json`` member of ``labels``: a compact JSON list of the sorted indices (``[0,3]``).
 
@@ -282,12 +213,6 @@ def text_bytes(text: str) -> bytes:
     return data
 
 
-def _member(extra: dict[str, bytes], ext: str) -> bytes:
-    if ext not in extra:
-        raise ValueError(f"missing field '{ext}'")
-    return extra[ext]
-
-
 __all__ = [
     "CLASS_FIELDS",
     "DEFAULT_FIELDS",
@@ -301,7 +226,6 @@ __all__ = [
     "MAX_TEXT_BYTES",
     "MEMBER_OF",
     "STORED_FIELDS",
-    "SampleRule",
     "TARGET_EXT",
     "TEXT_EXT",
     "fields_error",

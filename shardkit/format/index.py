@@ -60,13 +60,13 @@ from typing import IO, Optional
 import numpy as np
 
 from shardkit.format.checksum import crc32c
-from shardkit.format.fields import SampleRule
 from shardkit.format.members import UnsafeName, split_member
 from shardkit.format.sample import (
     FIELD_LIMITS,
     LOADED_EXTS,
     MAX_MEMBER_BYTES,
     RawSample,
+    SampleRule,
     check_sample,
     size_error,
     store_field,
@@ -163,7 +163,7 @@ class SampleIndex:
 
         Returns the same :class:`RawSample` objects the header walk returns (only the
         members of :data:`~shardkit.format.sample.LOADED_EXTS` are loaded; a member that breaks
-        ``rule``, the dataset's :class:`~shardkit.format.fields.SampleRule` (default: single-label of
+        ``rule``, the dataset's :class:`~shardkit.format.sample.SampleRule` (default: single-label of
         ``num_classes``), or a bad ``.json`` makes its sample's ``error``). A sample whose bytes
         differ from the conversion (its CRC32C, or a member's tar header: checksum, name, type or
         size) carries an ``error`` and no fields: it is withheld, never delivered.

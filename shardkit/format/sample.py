@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from shardkit.format.fields import (
+    DEFAULT_FIELDS,
     INSTANCES_EXT,
     LABELS_EXT,
     MASK_EXT,
@@ -14,9 +15,12 @@ from shardkit.format.fields import (
     TARGET_EXT,
     TEXT_EXT,
     Objects,
-    SampleRule,
+    parse_labels,
+    parse_target,
+    parse_text,
 )
-from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, META_EXT, parse_label, parse_meta
+from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_JSON_BYTES, META_EXT, label_error, parse_label, parse_meta
+from shardkit.format.objects import parse_objects
 
 #: members kept as bytes until the dataset's :class:`SampleRule` parses the ones it declares
 EXTRA_EXTS = frozenset((LABELS_EXT, TARGET_EXT, TEXT_EXT, OBJECTS_EXT, MASK_EXT, INSTANCES_EXT))
@@ -74,7 +78,7 @@ class RawSample:
         mask: the ``.mask.png`` bytes (``mask`` datasets; decoded with the image).
         instances: the ``.instances.png`` bytes (``instances`` datasets; decoded with the image).
         unparsed: the raw ``labels``/``target``/``text`` members (and an unreadable ``.cls``) by extension,
-            until the dataset's :class:`~shardkit.format.fields.SampleRule` parses the declared ones.
+            until the dataset's :class:`SampleRule` parses the declared ones.
     """
 
     key: str
@@ -119,6 +123,77 @@ def store_field(sample: RawSample, ext: str, data: bytes) -> None:
             parse_meta(data)
         except ValueError as exc:
             sample.error = sample.error or f"bad .{META_EXT} member: {exc}"
+
+
+@dataclass(frozen=True)
+class SampleRule:
+    """What makes a sample of one dataset usable: its stored fields, and their class and target counts.
+
+    Attributes:
+        fields: the dataset's stored fields (``"image"`` and any of ``label``, ``labels``, ``target``, ``text``).
+        num_classes: ``C``: class indices lie in ``[0, C)`` (``None``: any int64 >= 0).
+        num_targets: ``D``, the values per ``target`` (``None``: any count).
+    """
+
+    fields: tuple[str, ...] = DEFAULT_FIELDS
+    num_classes: Optional[int] = None
+    num_targets: Optional[int] = None
+    num_keypoints: int = 0
+
+    @classmethod
+    def of(cls, manifest: object) -> "SampleRule":
+        """The rule of a :class:`~shardkit.format.Manifest` (its ``fields``, ``classes``, ``targets`` and
+        ``keypoint_names``)."""
+        classes, targets = getattr(manifest, "classes", []), getattr(manifest, "targets", [])
+        return cls(
+            tuple(getattr(manifest, "fields", DEFAULT_FIELDS)),
+            len(classes) or None,
+            len(targets) or None,
+            len(getattr(manifest, "keypoint_names", [])),
+        )
+
+    def check(self, sample: RawSample) -> None:
+        """Set ``sample.error`` if it breaks the rule, else fill its declared fields' values.
+
+        The image and (where declared) the label follow the one label rule
+        (:func:`~shardkit.format.members.label_error`); ``labels``, ``target`` and ``text`` are parsed
+        from the members :func:`~shardkit.format.sample.store_field` kept.
+        """
+        if sample.error:
+            return
+        extra = sample.unparsed or {}
+        if "label" in self.fields:
+            if sample.label is None and LABEL_EXT in extra:
+                sample.error = f"unreadable label {extra[LABEL_EXT][:20]!r}"
+            else:
+                sample.error = label_error(sample.jpeg, sample.label, self.num_classes)
+        elif sample.jpeg is None:
+            sample.error = f"missing field '{IMAGE_EXT}'"
+        if sample.error:
+            return
+        try:
+            if "labels" in self.fields:
+                sample.labels = parse_labels(_member(extra, LABELS_EXT), self.num_classes)
+            if "target" in self.fields:
+                sample.target = parse_target(_member(extra, TARGET_EXT), self.num_targets)
+            if "text" in self.fields:
+                sample.text = parse_text(_member(extra, TEXT_EXT))
+            if "boxes" in self.fields:
+                sample.objects = parse_objects(_member(extra, OBJECTS_EXT), self.num_classes, self.num_keypoints)
+            if "mask" in self.fields:
+                sample.mask = _member(extra, MASK_EXT)  # decoded with the image (a bad PNG fails its decode)
+            if "instances" in self.fields:
+                sample.instances = _member(extra, INSTANCES_EXT)  # likewise
+        except ValueError as exc:
+            sample.error = str(exc)
+        except OverflowError:
+            sample.error = "target has a value beyond float range"
+
+
+def _member(extra: dict[str, bytes], ext: str) -> bytes:
+    if ext not in extra:
+        raise ValueError(f"missing field '{ext}'")
+    return extra[ext]
 
 
 def check_sample(sample: RawSample, rule: "SampleRule | int | None") -> None:

@@ -34,13 +34,13 @@ import zlib
 from dataclasses import dataclass
 from typing import IO, Optional
 
-from shardkit.format.fields import SampleRule
 from shardkit.format.members import UnsafeName, duplicate_key_error, split_member
 from shardkit.format.sample import (
     FIELD_LIMITS,
     LOADED_EXTS,
     MAX_MEMBER_BYTES,  # noqa: F401 - re-exported: the limit the walk applies
     RawSample,
+    SampleRule,
     check_sample,
     size_error,
     store_field,
@@ -166,7 +166,7 @@ class ShardReader:
         f: a seekable binary file (local file or fsspec file).
         url: the shard's URL (for messages).
         num_classes: labels outside ``[0, num_classes)`` make the sample unusable.
-        rule: the dataset's :class:`~shardkit.format.fields.SampleRule` (its fields); wins over ``num_classes``.
+        rule: the dataset's :class:`~shardkit.format.sample.SampleRule` (its fields); wins over ``num_classes``.
     """
 
     def __init__(self, f: IO[bytes], url: str, *, num_classes: Optional[int] = None, rule: Optional[SampleRule] = None):

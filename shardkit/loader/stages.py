@@ -26,9 +26,9 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from shardkit import plan as mix
-from shardkit.format.fields import SampleRule
 from shardkit.format.manifest import Manifest
 from shardkit.format.prefixes import prefix_of
+from shardkit.format.sample import SampleRule
 from shardkit.loader.batching import BatchSpec, plain_alloc, planned_batches
 from shardkit.loader.mixing import MixSpec, mixture_batches
 from shardkit.loader.read.blocks import BlockReader, indexed_shards

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
 from shardkit.errors import ManifestError, ShardkitError
-from shardkit.format.fields import DEFAULT_FIELDS, SampleRule
+from shardkit.format.fields import DEFAULT_FIELDS
 from shardkit.format.index import INDEX_FORMAT, READABLE_INDEX_FORMATS
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.members import IMAGE_EXT, LABEL_EXT, MAX_PIXELS, META_EXT
-from shardkit.format.sample import RawSample
+from shardkit.format.sample import RawSample, SampleRule
 from shardkit.format.splits import Found, Incomplete, find_splits, load_manifests
 from shardkit.format.tar import ShardReader, TarDamage
 from shardkit.ops.strays import stray_files, stray_message

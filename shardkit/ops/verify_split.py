@@ -18,13 +18,13 @@ from typing import IO, Any, Optional
 import numpy as np
 
 from shardkit.format.checksum import crc32c
-from shardkit.format.fields import IGNORE, INSTANCES_EXT, MASK_EXT, SampleRule
+from shardkit.format.fields import IGNORE, INSTANCES_EXT, MASK_EXT
 from shardkit.format.index import INDEX_FORMAT, READABLE_INDEX_FORMATS, IndexDamage, SampleIndex, index_url
 from shardkit.format.indexio import build_index, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.masks import decode_instances, decode_mask
 from shardkit.format.members import META_EXT, parse_meta
-from shardkit.format.sample import RawSample
+from shardkit.format.sample import RawSample, SampleRule
 from shardkit.format.tar import SampleSpan, ShardReader, TarDamage
 from shardkit.storage import fs as storage
 

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from shardkit.errors import ManifestError
 from shardkit.format import EncodedSample, write_tar
 from shardkit.format.fields import (
-    SampleRule,
     fields_error,
     labels_bytes,
     parse_labels,
@@ -27,7 +26,7 @@ from shardkit.format.fields import (
     text_bytes,
 )
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, save_manifest
-from shardkit.format.sample import RawSample
+from shardkit.format.sample import RawSample, SampleRule
 from shardkit.ops.verify import verify
 from tests.support.data import image_bytes
 

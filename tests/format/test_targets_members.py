@@ -19,9 +19,10 @@ from PIL import Image
 from shardkit.demo.scenes import CLASSES, COLOURS, scene, write_scenes
 from shardkit.errors import ManifestError
 from shardkit.format import ShardReader
-from shardkit.format.fields import IGNORE, Objects, SampleRule, fields_error, objects_bytes, parse_objects
+from shardkit.format.fields import IGNORE, Objects, fields_error, objects_bytes, parse_objects
 from shardkit.format.manifest import Manifest, ShardInfo, load_manifest, save_manifest
 from shardkit.format.masks import decode_mask, mask_bytes
+from shardkit.format.sample import SampleRule
 from shardkit.ops.verify import verify
 
 SET = settings(

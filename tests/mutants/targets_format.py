@@ -18,6 +18,7 @@ READ = T + "test_written_scenes_read_back_by_the_rule_and_by_plain_tarfile"
 MISSING = T + "test_a_sample_missing_or_breaking_a_declared_member_is_unusable"
 
 F = "shardkit/format/fields.py"
+SAMPLE = "shardkit/format/sample.py"
 OBJ = "shardkit/format/objects.py"
 M = "shardkit/format/masks.py"
 MAN = "shardkit/format/manifest.py"
@@ -74,7 +75,7 @@ MUTANTS = [
     {
         "id": "rule-forgets-objects",
         "row": ROW_RULE,
-        "file": F,
+        "file": SAMPLE,
         "old": '            if "boxes" in self.fields:\n                sample.objects',
         "new": '            if "objects" in self.fields:\n                sample.objects',
         "tests": [READ, MISSING],
@@ -82,7 +83,7 @@ MUTANTS = [
     {
         "id": "rule-forgets-mask",
         "row": ROW_RULE,
-        "file": F,
+        "file": SAMPLE,
         "old": "                sample.mask = _member(extra, MASK_EXT)",
         "new": "                sample.mask = extra.get(MASK_EXT)",
         "tests": [MISSING],

@@ -22,9 +22,9 @@ import numpy as np
 
 from shardkit.errors import StorageError
 from shardkit.format import RawSample, ShardReader, TarDamage
-from shardkit.format.fields import SampleRule
 from shardkit.format.index import READABLE_INDEX_FORMATS, IndexDamage, IndexMismatch, SampleIndex, index_url
 from shardkit.format.manifest import Manifest
+from shardkit.format.sample import SampleRule
 from shardkit.loader.read import ranges
 from shardkit.loader.read.stored import ReadMap
 from shardkit.loader.stats import Counters
@@ -57,7 +57,7 @@ class BlockReader:
         opener: opens shard URLs.
         counters: where read time and bytes are counted.
         num_classes: labels must lie in ``[0, num_classes)`` (None: any non-negative int64).
-        rule: the dataset's :class:`~shardkit.format.fields.SampleRule` (its fields, class and target
+        rule: the dataset's :class:`~shardkit.format.sample.SampleRule` (its fields, class and target
             counts; wins over ``num_classes``): a sample breaking it is unusable (skipped and counted).
             A dataset without ``label`` reads every sample's label as -1.
         sha256: the shards' sha256s from the manifest when the shards have sample indexes (None: walk only;
