@@ -7,6 +7,7 @@ import http.client
 import http.server
 import socket
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,18 @@ def per_window(times: "list[float]", window_s: float = 1.0) -> list[int]:
             j += 1
         out.append(j - i)
     return out
+
+
+class _ProxyServer(http.server.ThreadingHTTPServer):
+    """The proxy's server: a client that hangs up before its answer is written (its timeout, a reader closed
+    mid-stream) is a normal event behind a fault proxy, not an error to print."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 - socketserver's signature
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class FaultProxy:
@@ -84,8 +97,7 @@ class FaultProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _ProxyServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
