@@ -5,7 +5,7 @@ is. Over generated seeds, sizes and op lists (every geometric op the pipeline ha
 pixel op, rotations after crops, clip_intermediate on and off), on CPU tensors: every box of class c holds
 colour-c pixels (for rotations and shears only the unclipped ones: their enclosing box is looser), no colour-c
 region lies outside all class-c boxes, the mask agrees with the colours, keypoints sit on their rectangle's
-edge in the right slot (``tests/targets/oracle.py::check_scene``).
+edge in the right slot (``tests/support/target_geometry.py::check_scene``).
 """
 
 from __future__ import annotations

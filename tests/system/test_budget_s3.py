@@ -55,10 +55,6 @@ def test_budget_options_are_flat_keywords_and_local_files_are_not_limited(tmp_pa
     assert loader.stats.throttled_s == 0 and asked == []  # no read of a local file waits for the budget
 
 
-def _via(proxy: FaultProxy, opts: dict) -> dict:
-    return proxy.storage_options(opts)
-
-
 def _rate(times: list) -> float:
     gaps = sorted(b - a for a, b in zip(times[:-1], times[1:]))
     return 1.0 / gaps[len(gaps) // 2]

@@ -76,14 +76,14 @@ def _assert_exactly_once_padded(per_rank: dict[int, list[dict]], nproc: int, num
 
 
 def test_two_nodes_c10d_rendezvous_on_a_dataset_smaller_than_the_world_batch(tmp_path):
-    ds = write_dataset(str(tmp_path / "ds"), num_samples=5, shard_size=5)  # one shard, 5 samples: world batch 8
+    ds = write_dataset(str(tmp_path / "ds"), num_samples=7, shard_size=3)  # 3 shards, 7 samples: world batch 8
     logs = tmp_path / "logs"
     logs.mkdir()
     port = free_port()
     nodes = [torchrun(1, data_args(ds.url, str(logs)), nnodes=2, node_rank=i, port=port, wait=False) for i in range(2)]
     for p in nodes:
         finish(p)
-    _assert_exactly_once_padded(read_logs(str(logs)), 2, 5)
+    _assert_exactly_once_padded(read_logs(str(logs)), 2, 7)
 
 
 def _ordered(per_rank: dict[int, list[dict]]) -> dict[int, list[tuple[int, list[int]]]]:

@@ -1,7 +1,7 @@
 """The one geometry rule of every target (``shardkit.targets.geometry``) against deliberately simple references.
 
 Generated affine maps (rotation, scale, shear, mirror, translation) and padded batches of boxes and keypoints;
-the reference (``tests/targets/oracle.py``) inverts each map with ``np.linalg.inv`` in float64, moves the four
+the reference (``tests/support/target_geometry.py``) inverts each map with ``np.linalg.inv`` in float64, moves the four
 corners of each box in a Python loop, clips, drops below ``min_visible``, keeps survivors in order, swaps flip
 pairs exactly when the map mirrors and hides keypoints outside; masks are resampled pixel by pixel (nearest,
 ties up, 255 outside). The convention check ties the rule to the pixels: a crop + resize + flip map of
